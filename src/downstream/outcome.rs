@@ -1,0 +1,271 @@
+//! The one classification of downstream results: every leg ends `not_sent`, `answered`
+//! or `abandoned`, and every failure maps to exactly one outcome and one `tunnel_failure`.
+//!
+//! Pure: both transports build a [`LegFailure`] at the point of failure and this module
+//! decides what it means. The mapping is a single exhaustive `match` per question, with
+//! no wildcard arm, pinned by a table test.
+
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
+
+use crate::protocol::{synthesize_error, FailureSource, RespType, TunnelFailure};
+
+/// How a downstream leg ended (DESIGN §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LegOutcome {
+    /// The MCP server cannot have seen the request.
+    NotSent,
+    /// A terminal response for this request arrived whole.
+    Answered,
+    /// The request was (or may have been) handed off and no terminal response arrived.
+    Abandoned,
+}
+
+impl LegOutcome {
+    /// Stable label for metrics, logs and spans.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotSent => "not_sent",
+            Self::Answered => "answered",
+            Self::Abandoned => "abandoned",
+        }
+    }
+
+    pub const ALL: [LegOutcome; 3] = [Self::NotSent, Self::Answered, Self::Abandoned];
+}
+
+/// Words a caller can act on, carried in synthesized error messages.
+pub const NOT_SENT_MESSAGE: &str = "not delivered to the MCP server; safe to retry";
+pub const ABANDONED_MESSAGE: &str = "effect unknown: the MCP server may have acted; check before retrying";
+pub const REFUSED_MESSAGE: &str = "the MCP server refused the request with an HTTP error and no JSON-RPC response";
+
+/// Every way a downstream leg can fail, named where it happens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LegFailure {
+    // --- before any byte of the request could reach the server ---
+    /// Name resolution failed.
+    Dns,
+    /// TCP connect refused.
+    ConnectRefused,
+    /// Connect failed otherwise (unreachable, connect timeout, ...).
+    ConnectFailed,
+    /// TLS handshake failed.
+    Tls,
+    /// The stdio child was not running (or could not be spawned) before the write.
+    ChildNotRunning,
+    /// The gateway refused to send: the fence was latched or the gateway is stopping.
+    NotAdmitted,
+    /// The command's deadline passed before anything was written.
+    DeadlineBeforeSend,
+    /// An internal gateway failure before the write.
+    InternalBeforeSend,
+
+    // --- the server answered, without a usable JSON-RPC response ---
+    /// A non-2xx HTTP status without a JSON-RPC error body.
+    HttpStatus(u16),
+
+    // --- after the request was (or may have been) written ---
+    /// The deadline or a transport timeout passed after the write.
+    TimeoutAfterWrite,
+    /// Connection reset or closed before response headers.
+    ConnectionLost,
+    /// Response headers arrived, then the stream ended before the terminal response.
+    StreamClosedBeforeResponse,
+    /// An `application/json` body that did not parse whole.
+    TruncatedJson,
+    /// A 2xx without a usable content type or JSON-RPC response.
+    NonProtocolResponse,
+    /// The body exceeded the gateway's size bound.
+    BodyTooLarge,
+    /// The stdio child exited or was killed after the write.
+    ChildExited,
+    /// The stdio child's pipe broke during the write (some bytes may have been taken).
+    ChildPipeBroken,
+    /// The gateway cancelled the leg after the write (shutdown, latch).
+    CancelledAfterWrite,
+    /// An internal gateway failure after the write.
+    InternalAfterWrite,
+}
+
+impl LegFailure {
+    /// The outcome this failure implies.
+    pub fn outcome(&self) -> LegOutcome {
+        match self {
+            Self::Dns
+            | Self::ConnectRefused
+            | Self::ConnectFailed
+            | Self::Tls
+            | Self::ChildNotRunning
+            | Self::NotAdmitted
+            | Self::DeadlineBeforeSend
+            | Self::InternalBeforeSend => LegOutcome::NotSent,
+            // A 4xx (other than 408) is the server declining the request: a terminal
+            // answer. 408 and 5xx may come after the server acted: effect unknown.
+            Self::HttpStatus(status) => {
+                if (400..500).contains(status) && *status != 408 {
+                    LegOutcome::Answered
+                } else {
+                    LegOutcome::Abandoned
+                }
+            }
+            Self::TimeoutAfterWrite
+            | Self::ConnectionLost
+            | Self::StreamClosedBeforeResponse
+            | Self::TruncatedJson
+            | Self::NonProtocolResponse
+            | Self::BodyTooLarge
+            | Self::ChildExited
+            | Self::ChildPipeBroken
+            | Self::CancelledAfterWrite
+            | Self::InternalAfterWrite => LegOutcome::Abandoned,
+        }
+    }
+
+    /// Stable label (`error.type` in spans, `reason` in logs).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Dns => "dns",
+            Self::ConnectRefused => "connection_refused",
+            Self::ConnectFailed => "dial",
+            Self::Tls => "tls",
+            Self::ChildNotRunning => "child_not_running",
+            Self::NotAdmitted => "not_admitted",
+            Self::DeadlineBeforeSend => "deadline_before_send",
+            Self::InternalBeforeSend => "internal_before_send",
+            Self::HttpStatus(_) => "http_status",
+            Self::TimeoutAfterWrite => "timeout",
+            Self::ConnectionLost => "connection_reset",
+            Self::StreamClosedBeforeResponse => "unexpected_eof",
+            Self::TruncatedJson => "malformed_json",
+            Self::NonProtocolResponse => "non_protocol_response",
+            Self::BodyTooLarge => "response_body_too_large",
+            Self::ChildExited => "child_exited",
+            Self::ChildPipeBroken => "closed_pipe",
+            Self::CancelledAfterWrite => "cancelled",
+            Self::InternalAfterWrite => "internal_after_write",
+        }
+    }
+
+    /// The contract's `tunnel_failure` provenance (closed-set values only).
+    pub fn tunnel_failure(&self) -> TunnelFailure {
+        use FailureSource as S;
+        let (source, kind, received, status) = match self {
+            Self::Dns => (S::Dns, Some("dns"), false, None),
+            Self::ConnectRefused => (S::Connect, Some("connection_refused"), false, None),
+            Self::ConnectFailed => (S::Connect, Some("dial"), false, None),
+            Self::Tls => (S::Tls, Some("tls"), false, None),
+            Self::ChildNotRunning => (S::TransportClosed, Some("closed_pipe"), false, None),
+            Self::NotAdmitted => (S::ClientInternal, None, false, None),
+            Self::DeadlineBeforeSend => (S::Timeout, Some("timeout"), false, None),
+            Self::InternalBeforeSend => (S::ClientInternal, Some("unknown"), false, None),
+            Self::HttpStatus(code) => (S::TargetHttp, Some("http_status"), true, Some(*code)),
+            Self::TimeoutAfterWrite => (S::Timeout, Some("timeout"), false, None),
+            Self::ConnectionLost => (S::TransportClosed, Some("connection_reset"), false, None),
+            Self::StreamClosedBeforeResponse => (S::Protocol, Some("unexpected_eof"), true, None),
+            Self::TruncatedJson => (S::Protocol, Some("malformed_json"), true, None),
+            Self::NonProtocolResponse => (S::Protocol, Some("non_protocol_response"), true, None),
+            Self::BodyTooLarge => (S::Protocol, Some("response_body_too_large"), true, None),
+            Self::ChildExited => (S::TransportClosed, Some("eof"), false, None),
+            Self::ChildPipeBroken => (S::TransportClosed, Some("closed_pipe"), false, None),
+            Self::CancelledAfterWrite => (S::ClientInternal, Some("connection_aborted"), false, None),
+            Self::InternalAfterWrite => (S::ClientInternal, Some("unknown"), false, None),
+        };
+        TunnelFailure::new(source, kind, received, status)
+    }
+
+    /// The sentence the caller reads in the synthesized error.
+    pub fn caller_message(&self) -> &'static str {
+        match self.outcome() {
+            LegOutcome::NotSent => NOT_SENT_MESSAGE,
+            LegOutcome::Abandoned => ABANDONED_MESSAGE,
+            LegOutcome::Answered => REFUSED_MESSAGE,
+        }
+    }
+
+    /// The HTTP-style `resp_code` posted with a synthesized error: the server's own
+    /// status when it sent one, 504 for timeouts, 502 otherwise.
+    pub fn resp_code(&self) -> u16 {
+        match self {
+            Self::HttpStatus(code) => *code,
+            Self::DeadlineBeforeSend | Self::TimeoutAfterWrite => 504,
+            Self::Dns
+            | Self::ConnectRefused
+            | Self::ConnectFailed
+            | Self::Tls
+            | Self::ChildNotRunning
+            | Self::NotAdmitted
+            | Self::InternalBeforeSend
+            | Self::ConnectionLost
+            | Self::StreamClosedBeforeResponse
+            | Self::TruncatedJson
+            | Self::NonProtocolResponse
+            | Self::BodyTooLarge
+            | Self::ChildExited
+            | Self::ChildPipeBroken
+            | Self::CancelledAfterWrite
+            | Self::InternalAfterWrite => 502,
+        }
+    }
+}
+
+/// The terminal response a leg produced, ready to post.
+#[derive(Debug)]
+pub struct Reply {
+    pub resp_json: Option<Box<RawValue>>,
+    pub resp_headers: BTreeMap<String, Vec<String>>,
+    pub resp_code: u16,
+    pub resp_type: RespType,
+}
+
+/// A non-terminal message seen on a response stream, posted as `jsonrpc_notify`.
+#[derive(Debug)]
+pub struct Notification {
+    pub resp_json: Box<RawValue>,
+    pub resp_headers: BTreeMap<String, Vec<String>>,
+}
+
+/// Where transports hand notifications, in order. Bounded: a slow control plane slows
+/// the reading of the stream instead of buffering without limit.
+pub type NotifySink = tokio::sync::mpsc::Sender<Notification>;
+
+/// What a leg returns: its outcome, the failure if any, and the reply to post.
+#[derive(Debug)]
+pub struct LegResult {
+    pub outcome: LegOutcome,
+    pub failure: Option<LegFailure>,
+    pub reply: Reply,
+}
+
+impl LegResult {
+    /// A leg that produced the server's own terminal response (including a JSON-RPC error).
+    pub fn answered(reply: Reply) -> Self {
+        Self { outcome: LegOutcome::Answered, failure: None, reply }
+    }
+
+    /// A failed leg, answered with a synthesized error shaped for what the command expects.
+    ///
+    /// `resp_type` is the final type the command calls for: a JSON-RPC request gets a
+    /// `-32603` error echoing `rpc_id`; a notification gets `notify_ack`; a session
+    /// termination gets `session_termination_response`, each with the failure's code.
+    pub fn failed(failure: LegFailure, rpc_id: Option<&RawValue>, resp_type: RespType) -> Self {
+        let resp_json = match resp_type {
+            RespType::JsonrpcResponse | RespType::JsonrpcNotify => {
+                Some(synthesize_error(rpc_id, failure.caller_message(), &failure.tunnel_failure()))
+            }
+            RespType::NotifyAck | RespType::SessionTerminationResponse => None,
+        };
+        let mut resp_headers = BTreeMap::new();
+        if resp_json.is_some() {
+            resp_headers.insert("Content-Type".to_owned(), vec!["application/json".to_owned()]);
+        }
+        Self {
+            outcome: failure.outcome(),
+            reply: Reply { resp_json, resp_headers, resp_code: failure.resp_code(), resp_type },
+            failure: Some(failure),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

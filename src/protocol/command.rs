@@ -1,0 +1,328 @@
+//! Polled commands: decoded one by one so that a malformed command is reported and
+//! skipped (or answered) without losing the others in the same poll.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::{ChannelName, RequestId, ResponseTimeout, ShardToken, WireHeaders};
+
+/// A command as the control plane sent it, parsed at the boundary.
+#[derive(Debug)]
+pub struct Command {
+    pub request_id: RequestId,
+    pub shard_token: ShardToken,
+    pub channel: ChannelName,
+    pub created_at: String,
+    pub response_timeout: ResponseTimeout,
+    pub headers: WireHeaders,
+    pub kind: CommandKind,
+}
+
+/// What to do, dispatched on `command_type` (never on field presence).
+#[derive(Debug)]
+pub enum CommandKind {
+    JsonRpc(JsonRpcPayload),
+    SessionTermination,
+    /// A `command_type` this client does not know: logged, counted, skipped.
+    Unknown(String),
+}
+
+/// A JSON-RPC message kept as the exact bytes received, with the two fields routing needs.
+#[derive(Debug)]
+pub struct JsonRpcPayload {
+    raw: Box<RawValue>,
+    method: Option<String>,
+    id: Option<Box<RawValue>>,
+}
+
+/// A command that could not be decoded. It is answered with an error when it carries
+/// what a response needs (request id and shard token), otherwise counted and skipped.
+#[derive(Debug)]
+pub struct InvalidCommand {
+    pub request_id: Option<RequestId>,
+    pub shard_token: Option<ShardToken>,
+    pub channel: ChannelName,
+    /// Stable, payload-free reason (`missing_request_id`, `jsonrpc_not_object`, ...).
+    pub reason: &'static str,
+}
+
+/// The poll body itself was unusable: nothing in it can be trusted.
+#[derive(Debug, thiserror::Error)]
+#[error("poll body is not a command list: {0}")]
+pub struct PollDecodeError(#[source] serde_json::Error);
+
+impl PollDecodeError {
+    pub fn kind(&self) -> &'static str {
+        "decode"
+    }
+}
+
+#[derive(Deserialize)]
+struct PollBody {
+    commands: Vec<Box<RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct WireCommand {
+    request_id: Option<serde_json::Value>,
+    shard_token: Option<serde_json::Value>,
+    command_type: Option<serde_json::Value>,
+    channel: Option<serde_json::Value>,
+    created_at: Option<serde_json::Value>,
+    response_timeout: Option<serde_json::Value>,
+    headers: Option<serde_json::Value>,
+    jsonrpc: Option<Box<RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct RpcProbe {
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    id: Option<Box<RawValue>>,
+}
+
+/// Decodes a `200` poll body. The outer list must parse; each command is decoded alone.
+pub fn decode_poll(body: &[u8]) -> Result<Vec<Result<Command, InvalidCommand>>, PollDecodeError> {
+    let poll: PollBody = serde_json::from_slice(body).map_err(PollDecodeError)?;
+    Ok(poll.commands.iter().map(|raw| decode_command(raw)).collect())
+}
+
+fn as_string(v: Option<serde_json::Value>) -> Option<String> {
+    match v {
+        Some(serde_json::Value::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
+    let invalid = |reason, request_id: Option<RequestId>, shard: Option<ShardToken>, channel| InvalidCommand {
+        request_id,
+        shard_token: shard,
+        channel,
+        reason,
+    };
+    let wire: WireCommand = match serde_json::from_str(raw.get()) {
+        Ok(w) => w,
+        Err(_) => return Err(invalid("not_an_object", None, None, ChannelName::main())),
+    };
+    let request_id = as_string(wire.request_id).filter(|s| !s.is_empty()).map(RequestId::new);
+    let shard_token = as_string(wire.shard_token).map(ShardToken::new);
+    let channel = match wire.channel {
+        None | Some(serde_json::Value::Null) => Some(ChannelName::main()),
+        Some(serde_json::Value::String(s)) if !s.is_empty() => Some(ChannelName::new(s)),
+        Some(_) => None,
+    };
+    let Some(channel) = channel else {
+        return Err(invalid("invalid_channel", request_id, shard_token, ChannelName::main()));
+    };
+    let Some(request_id) = request_id else {
+        return Err(invalid("missing_request_id", None, shard_token, channel));
+    };
+    let Some(shard_token) = shard_token else {
+        return Err(invalid("missing_shard_token", Some(request_id), None, channel));
+    };
+    let headers = match decode_headers(wire.headers) {
+        Some(h) => h,
+        None => return Err(invalid("invalid_headers", Some(request_id), Some(shard_token), channel)),
+    };
+    let command_type = match wire.command_type {
+        None | Some(serde_json::Value::Null) => "jsonrpc".to_owned(),
+        Some(serde_json::Value::String(s)) => s,
+        Some(_) => return Err(invalid("invalid_command_type", Some(request_id), Some(shard_token), channel)),
+    };
+    let kind = match command_type.as_str() {
+        "jsonrpc" => {
+            let Some(raw) = wire.jsonrpc else {
+                return Err(invalid("missing_jsonrpc", Some(request_id), Some(shard_token), channel));
+            };
+            match JsonRpcPayload::from_raw(raw) {
+                Some(p) => CommandKind::JsonRpc(p),
+                None => return Err(invalid("jsonrpc_not_object", Some(request_id), Some(shard_token), channel)),
+            }
+        }
+        "session_termination" => CommandKind::SessionTermination,
+        _ => CommandKind::Unknown(command_type),
+    };
+    Ok(Command {
+        request_id,
+        shard_token,
+        channel,
+        created_at: as_string(wire.created_at).unwrap_or_default(),
+        response_timeout: ResponseTimeout::from_json(wire.response_timeout.as_ref()),
+        headers,
+        kind,
+    })
+}
+
+fn decode_headers(value: Option<serde_json::Value>) -> Option<WireHeaders> {
+    let map = match value {
+        None | Some(serde_json::Value::Null) => return Some(Vec::new()),
+        Some(serde_json::Value::Object(m)) => m,
+        Some(_) => return None,
+    };
+    let mut out = Vec::with_capacity(map.len());
+    for (name, values) in map {
+        let values = match values {
+            serde_json::Value::Array(items) => items
+                .into_iter()
+                .map(|v| match v {
+                    serde_json::Value::String(s) => Some(s),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?,
+            serde_json::Value::String(s) => vec![s],
+            _ => return None,
+        };
+        out.push((name, values));
+    }
+    Some(out)
+}
+
+impl JsonRpcPayload {
+    /// Accepts a JSON object (request, notification or response); rejects anything else.
+    pub fn from_raw(raw: Box<RawValue>) -> Option<Self> {
+        if !raw.get().trim_start().starts_with('{') {
+            return None;
+        }
+        let probe: RpcProbe = serde_json::from_str(raw.get()).ok()?;
+        Some(Self { raw, method: probe.method, id: probe.id })
+    }
+
+    /// The exact bytes received from the control plane.
+    pub fn raw(&self) -> &RawValue {
+        &self.raw
+    }
+
+    pub fn method(&self) -> Option<&str> {
+        self.method.as_deref()
+    }
+
+    /// The JSON-RPC id exactly as sent (string or number), if any.
+    pub fn id(&self) -> Option<&RawValue> {
+        self.id.as_deref()
+    }
+
+    /// A request expects a terminal JSON-RPC response; notifications and client
+    /// responses are acknowledged with `notify_ack`.
+    pub fn expects_response(&self) -> bool {
+        self.method.is_some() && self.id.is_some()
+    }
+
+    /// `params.name` of a `tools/call`, for span names; `None` for anything else.
+    pub fn tool_name(&self) -> Option<String> {
+        if self.method.as_deref() != Some("tools/call") {
+            return None;
+        }
+        #[derive(Deserialize)]
+        struct Params {
+            name: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Call {
+            params: Option<Params>,
+        }
+        serde_json::from_str::<Call>(self.raw.get()).ok()?.params?.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_one(json: &str) -> Result<Command, InvalidCommand> {
+        let body = format!(r#"{{"commands":[{json}]}}"#);
+        decode_poll(body.as_bytes()).unwrap().pop().unwrap()
+    }
+
+    #[test]
+    fn the_contract_fixture_decodes() {
+        let body = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/contract/fixtures/poll_command_envelope.json"))
+            .expect("the shared contract sits beside the checkout");
+        let cmds = decode_poll(&body).unwrap();
+        assert_eq!(cmds.len(), 2);
+        let first = cmds[0].as_ref().unwrap();
+        assert_eq!(first.request_id.as_str(), "cmd_fixture_jsonrpc");
+        assert_eq!(first.channel.as_str(), "harpoon");
+        assert_eq!(first.headers, vec![("x-test".to_owned(), vec!["alpha".to_owned()])]);
+        let CommandKind::JsonRpc(p) = &first.kind else { panic!("jsonrpc") };
+        assert_eq!(p.method(), Some("tools/list"));
+        assert_eq!(p.id().unwrap().get(), r#""rpc-1""#);
+        assert!(p.expects_response());
+        let second = cmds[1].as_ref().unwrap();
+        assert!(matches!(second.kind, CommandKind::SessionTermination));
+        assert_eq!(second.response_timeout, ResponseTimeout::Unbounded);
+    }
+
+    #[test]
+    fn payload_bytes_are_kept_exactly() {
+        let payload = r#"{"params":{"z":1,"a":[1.50,2]},"id":7,"jsonrpc":"2.0","method":"tools/call","x-vendor":true}"#;
+        let cmd = decode_one(&format!(r#"{{"request_id":"r","shard_token":"s","created_at":"t","jsonrpc":{payload}}}"#)).unwrap();
+        let CommandKind::JsonRpc(p) = cmd.kind else { panic!() };
+        assert_eq!(p.raw().get(), payload);
+        assert_eq!(p.id().unwrap().get(), "7");
+    }
+
+    #[test]
+    fn unknown_command_types_are_kept_for_reporting() {
+        let cmd = decode_one(r#"{"request_id":"r","shard_token":"s","created_at":"t","command_type":"teleport"}"#).unwrap();
+        assert!(matches!(cmd.kind, CommandKind::Unknown(ref t) if t == "teleport"));
+    }
+
+    #[test]
+    fn dispatch_is_on_command_type_not_field_presence() {
+        let cmd = decode_one(
+            r#"{"request_id":"r","shard_token":"s","created_at":"t","command_type":"session_termination","jsonrpc":{"id":1,"method":"x"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(cmd.kind, CommandKind::SessionTermination));
+    }
+
+    #[test]
+    fn malformed_commands_name_their_reason_and_keep_what_can_answer() {
+        let cases = [
+            (r#"[1,2]"#, "not_an_object"),
+            (r#"{"shard_token":"s","jsonrpc":{}}"#, "missing_request_id"),
+            (r#"{"request_id":"","shard_token":"s","jsonrpc":{}}"#, "missing_request_id"),
+            (r#"{"request_id":"r","jsonrpc":{}}"#, "missing_shard_token"),
+            (r#"{"request_id":"r","shard_token":"s"}"#, "missing_jsonrpc"),
+            (r#"{"request_id":"r","shard_token":"s","jsonrpc":[1]}"#, "jsonrpc_not_object"),
+            (r#"{"request_id":"r","shard_token":"s","jsonrpc":{},"headers":{"a":1}}"#, "invalid_headers"),
+            (r#"{"request_id":"r","shard_token":"s","jsonrpc":{},"channel":5}"#, "invalid_channel"),
+            (r#"{"request_id":"r","shard_token":"s","jsonrpc":{},"command_type":3}"#, "invalid_command_type"),
+        ];
+        for (json, reason) in cases {
+            let err = decode_one(json).expect_err(json);
+            assert_eq!(err.reason, reason, "{json}");
+        }
+        let err = decode_one(r#"{"request_id":"r","shard_token":"s","channel":"side"}"#).unwrap_err();
+        assert_eq!(err.request_id.unwrap().as_str(), "r");
+        assert_eq!(err.shard_token.unwrap().expose(), "s");
+        assert_eq!(err.channel.as_str(), "side");
+    }
+
+    #[test]
+    fn one_bad_command_does_not_lose_the_others() {
+        let body = br#"{"commands":[{"request_id":"a","shard_token":"s","jsonrpc":{"jsonrpc":"2.0","method":"ping","id":1}}, 17, {"request_id":"b","shard_token":"s","jsonrpc":{"jsonrpc":"2.0","method":"notifications/initialized"}}]}"#;
+        let cmds = decode_poll(body).unwrap();
+        assert_eq!(cmds.len(), 3);
+        assert!(cmds[0].is_ok() && cmds[1].is_err() && cmds[2].is_ok());
+        let CommandKind::JsonRpc(p) = &cmds[2].as_ref().unwrap().kind else { panic!() };
+        assert!(!p.expects_response());
+    }
+
+    #[test]
+    fn an_unusable_poll_body_is_a_decode_error() {
+        for body in [&b""[..], b"{}", b"[]", b"{\"commands\":{}}", b"{\"commands\":[1,"] {
+            assert!(decode_poll(body).is_err());
+        }
+    }
+
+    #[test]
+    fn tool_names_are_read_only_from_tools_call() {
+        let p = JsonRpcPayload::from_raw(RawValue::from_string(r#"{"id":1,"method":"tools/call","params":{"name":"echo"}}"#.into()).unwrap()).unwrap();
+        assert_eq!(p.tool_name().as_deref(), Some("echo"));
+        let p = JsonRpcPayload::from_raw(RawValue::from_string(r#"{"id":1,"method":"prompts/get","params":{"name":"x"}}"#.into()).unwrap()).unwrap();
+        assert_eq!(p.tool_name(), None);
+    }
+}

@@ -1,0 +1,118 @@
+//! Header rules: the response-header allowlist and the MCP server-info declaration.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// The only response headers copied into `resp_headers`, in their canonical spelling.
+pub const RESP_HEADER_ALLOWLIST: [&str; 6] = [
+    "Content-Type",
+    "Mcp-Session-Id",
+    "Mcp-Protocol-Version",
+    "Last-Event-ID",
+    "Access-Control-Expose-Headers",
+    "WWW-Authenticate",
+];
+
+/// Keeps allowlisted headers, minus any named by `Connection` and empty values.
+pub fn filter_resp_headers<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)> + Clone) -> BTreeMap<String, Vec<String>> {
+    let connection_named: Vec<String> = headers
+        .clone()
+        .into_iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+        .flat_map(|(_, v)| v.split(',').map(|t| t.trim().to_ascii_lowercase()).collect::<Vec<_>>())
+        .collect();
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, value) in headers {
+        let Some(canonical) = RESP_HEADER_ALLOWLIST.iter().find(|a| a.eq_ignore_ascii_case(name)) else {
+            continue;
+        };
+        if value.is_empty() || connection_named.iter().any(|c| c.eq_ignore_ascii_case(name)) {
+            continue;
+        }
+        out.entry((*canonical).to_owned()).or_default().push(value.to_owned());
+    }
+    out
+}
+
+/// One channel in the `X-Tunnel-MCP-Server-Info` v1 declaration.
+#[derive(Debug, Serialize)]
+pub struct ServerInfoChannel {
+    pub name: String,
+    /// True only for process-local transports (stdio); omitted otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub proc_affinity: bool,
+}
+
+#[derive(Serialize)]
+struct ServerInfo<'a> {
+    version: u8,
+    channels: &'a [ServerInfoChannel],
+}
+
+/// Compact JSON for `X-Tunnel-MCP-Server-Info`; `None` when it would break the contract's
+/// limits (more than 32 channels or 4096 bytes), in which case the header is omitted.
+pub fn server_info_header(channels: &[ServerInfoChannel]) -> Option<String> {
+    if channels.len() > 32 {
+        return None;
+    }
+    let json = serde_json::to_string(&ServerInfo { version: 1, channels }).expect("server info serializes");
+    (json.len() <= 4096).then_some(json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_allowlisted_non_empty_headers_survive() {
+        let h = [
+            ("content-type", "text/event-stream"),
+            ("mcp-session-id", "abc"),
+            ("set-cookie", "secret"),
+            ("www-authenticate", ""),
+            ("Mcp-Protocol-Version", "2025-06-18"),
+            ("x-powered-by", "x"),
+        ];
+        let out = filter_resp_headers(h.iter().copied());
+        assert_eq!(
+            out.keys().collect::<Vec<_>>(),
+            vec!["Content-Type", "Mcp-Protocol-Version", "Mcp-Session-Id"]
+        );
+    }
+
+    #[test]
+    fn headers_named_by_connection_are_dropped() {
+        let h = [("Connection", "keep-alive, Mcp-Session-Id"), ("Mcp-Session-Id", "abc"), ("Content-Type", "application/json")];
+        let out = filter_resp_headers(h.iter().copied());
+        assert!(!out.contains_key("Mcp-Session-Id"));
+        assert!(out.contains_key("Content-Type"));
+    }
+
+    #[test]
+    fn multi_valued_headers_are_kept_in_order() {
+        let h = [("Access-Control-Expose-Headers", "a"), ("access-control-expose-headers", "b")];
+        let out = filter_resp_headers(h.iter().copied());
+        assert_eq!(out["Access-Control-Expose-Headers"], vec!["a", "b"]);
+    }
+
+    #[test]
+    fn server_info_is_compact_and_omits_false_affinity() {
+        let chans = [
+            ServerInfoChannel { name: "main".into(), proc_affinity: true },
+            ServerInfoChannel { name: "web".into(), proc_affinity: false },
+        ];
+        assert_eq!(
+            server_info_header(&chans).unwrap(),
+            r#"{"version":1,"channels":[{"name":"main","proc_affinity":true},{"name":"web"}]}"#
+        );
+    }
+
+    #[test]
+    fn server_info_respects_the_contract_limits() {
+        let many: Vec<_> = (0..33).map(|i| ServerInfoChannel { name: format!("c{i}"), proc_affinity: false }).collect();
+        assert!(server_info_header(&many).is_none());
+        let long = [ServerInfoChannel { name: "x".repeat(5000), proc_affinity: false }];
+        assert!(server_info_header(&long).is_none());
+    }
+}

@@ -1,0 +1,102 @@
+//! Control-plane wire types and the pure rules of the tunnel protocol.
+//!
+//! Owns: decoding polled commands (one bad command never poisons its poll), the
+//! `response_timeout` grammar, the response body written back, the response-header
+//! allowlist, the `X-Tunnel-MCP-Server-Info` declaration and the synthesized
+//! `tunnel_failure` error. Payloads stay raw bytes (`Box<RawValue>`): what the control
+//! plane sent is what the MCP server receives, and the reverse.
+//!
+//! Must not touch: sockets, clocks, metrics. Everything here is pure and unit tested.
+
+mod command;
+mod failure;
+mod headers;
+mod response;
+mod timeout;
+
+pub use command::{decode_poll, Command, CommandKind, InvalidCommand, JsonRpcPayload, PollDecodeError};
+pub use failure::{synthesize_error, FailureSource, TunnelFailure};
+pub use headers::{filter_resp_headers, server_info_header, ServerInfoChannel, RESP_HEADER_ALLOWLIST};
+pub use response::{RespType, ResponseBody};
+pub use timeout::ResponseTimeout;
+
+use std::fmt;
+
+/// Opaque request identifier assigned by the control plane; echoed in every response body.
+#[derive(Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct RequestId(String);
+
+impl RequestId {
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RequestId({})", self.0)
+    }
+}
+
+/// Opaque shard token. Echoed only in the `X-Tunnel-Shard-Token` header, never logged:
+/// `Debug` and `Display` print a placeholder.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ShardToken(String);
+
+impl ShardToken {
+    pub fn new(token: impl Into<String>) -> Self {
+        Self(token.into())
+    }
+    /// The clear value, for the one header that carries it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ShardToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ShardToken(<redacted>)")
+    }
+}
+
+/// Channel name used to route a command to a configured MCP server (default `main`).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct ChannelName(String);
+
+impl ChannelName {
+    pub fn new(name: impl Into<String>) -> Self {
+        Self(name.into())
+    }
+    pub fn main() -> Self {
+        Self("main".to_owned())
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ChannelName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ChannelName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ChannelName({})", self.0)
+    }
+}
+
+/// Multi-valued headers as the wire carries them (`{"name": ["v1", "v2"]}`), order kept.
+pub type WireHeaders = Vec<(String, Vec<String>)>;
