@@ -11,3 +11,26 @@ pub use outcome::{
     LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, ABANDONED_MESSAGE, NOT_SENT_MESSAGE,
     REFUSED_MESSAGE,
 };
+
+use crate::protocol::{JsonRpcPayload, WireHeaders};
+
+/// One JSON-RPC message to forward, as received from the control plane.
+#[derive(Debug)]
+pub struct DownstreamRequest<'a> {
+    /// Forwarded byte for byte.
+    pub payload: &'a JsonRpcPayload,
+    /// Connector headers from the command (multi-valued), forwarded as given.
+    pub headers: &'a WireHeaders,
+    /// Absolute end of the command's lifecycle budget, if it has one. Every wait inside
+    /// the leg ends by it (the transport's own `request_timeout` bounds it otherwise).
+    pub deadline: Option<tokio::time::Instant>,
+}
+
+/// `/status` view of one channel.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ChannelStatus {
+    pub channel: String,
+    pub transport: &'static str,
+    pub up: bool,
+    pub generation: u64,
+}
