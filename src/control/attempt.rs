@@ -1,0 +1,182 @@
+//! Classification of response POST attempts and of whole deliveries. Pure.
+//!
+//! One exhaustive `match` per question, no wildcard arms over our own enums.
+
+use crate::strict::FatalCategory;
+
+/// How one POST attempt ended (`delivery_attempts_total{result}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptResult {
+    /// `200 {"status":"ok"}`.
+    Ok,
+    NotFound,
+    /// 408, 429, 502, 503, 504.
+    RetryableStatus,
+    /// Any other status (including a 2xx that is not the ack document).
+    RejectedStatus,
+    /// Failed before the request could be written (connect error).
+    TransportNotSent,
+    /// Failed after the request may have been written.
+    TransportAfterWrite,
+    Timeout,
+    Cancelled,
+}
+
+/// How a delivery ended (DESIGN §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    Acked,
+    NotFound,
+    Rejected,
+    Ambiguous,
+}
+
+/// Which retry rules apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostKind {
+    /// The final response: retried on transport failures, 408, 429, 502, 503, 504.
+    Terminal,
+    /// A `jsonrpc_notify`: retried only on 429 and failures before the write.
+    Notify,
+}
+
+impl AttemptResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::NotFound => "not_found",
+            Self::RetryableStatus => "retryable_status",
+            Self::RejectedStatus => "rejected_status",
+            Self::TransportNotSent => "transport_not_sent",
+            Self::TransportAfterWrite => "transport_after_write",
+            Self::Timeout => "timeout",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Classifies an HTTP answer. `is_ack` says whether the body was `{"status":"ok"}`.
+    pub fn from_status(status: u16, is_ack: bool) -> Self {
+        match status {
+            200 if is_ack => Self::Ok,
+            404 => Self::NotFound,
+            408 | 429 | 502 | 503 | 504 => Self::RetryableStatus,
+            _ => Self::RejectedStatus,
+        }
+    }
+
+    /// Whether another attempt with the identical body may follow.
+    pub fn is_retryable(self, kind: PostKind, status: Option<u16>) -> bool {
+        match (kind, self) {
+            (_, Self::Ok | Self::NotFound | Self::RejectedStatus | Self::Cancelled) => false,
+            (PostKind::Terminal, Self::RetryableStatus | Self::TransportNotSent | Self::TransportAfterWrite | Self::Timeout) => true,
+            (PostKind::Notify, Self::TransportNotSent) => true,
+            (PostKind::Notify, Self::RetryableStatus) => status == Some(429),
+            (PostKind::Notify, Self::TransportAfterWrite | Self::Timeout) => false,
+        }
+    }
+
+    /// The delivery this attempt settles, when it is the last one.
+    pub fn final_delivery(self) -> Delivery {
+        match self {
+            Self::Ok => Delivery::Acked,
+            Self::NotFound => Delivery::NotFound,
+            Self::RejectedStatus => Delivery::Rejected,
+            Self::RetryableStatus | Self::TransportNotSent | Self::TransportAfterWrite | Self::Timeout | Self::Cancelled => {
+                Delivery::Ambiguous
+            }
+        }
+    }
+
+    /// The fatal category a strict gateway latches when this was the last attempt of a
+    /// dispatched command's terminal response. `None` for `Ok`.
+    pub fn fatal_category(self) -> Option<FatalCategory> {
+        match self {
+            Self::Ok => None,
+            Self::NotFound => Some(FatalCategory::AckNotFound),
+            Self::RejectedStatus => Some(FatalCategory::AckRejected),
+            Self::RetryableStatus | Self::TransportNotSent => Some(FatalCategory::AckRetriesExhausted),
+            Self::TransportAfterWrite => Some(FatalCategory::AckConnectionLost),
+            Self::Timeout => Some(FatalCategory::AckTimeout),
+            Self::Cancelled => Some(FatalCategory::StoppedBeforeAck),
+        }
+    }
+}
+
+impl Delivery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Acked => "acked",
+            Self::NotFound => "not_found",
+            Self::Rejected => "rejected",
+            Self::Ambiguous => "ambiguous",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use AttemptResult as A;
+
+    #[test]
+    fn statuses_classify_as_the_contract_says() {
+        let table = [
+            (200, true, A::Ok),
+            (200, false, A::RejectedStatus),
+            (201, true, A::RejectedStatus),
+            (204, false, A::RejectedStatus),
+            (400, false, A::RejectedStatus),
+            (401, false, A::RejectedStatus),
+            (403, false, A::RejectedStatus),
+            (404, false, A::NotFound),
+            (408, false, A::RetryableStatus),
+            (413, false, A::RejectedStatus),
+            (429, false, A::RetryableStatus),
+            (500, false, A::RejectedStatus),
+            (502, false, A::RetryableStatus),
+            (503, false, A::RetryableStatus),
+            (504, false, A::RetryableStatus),
+        ];
+        for (status, ack, want) in table {
+            assert_eq!(A::from_status(status, ack), want, "{status}");
+        }
+    }
+
+    #[test]
+    fn terminal_and_notify_retry_rules_differ() {
+        use PostKind::*;
+        let table = [
+            (A::RetryableStatus, Some(503), true, false),
+            (A::RetryableStatus, Some(429), true, true),
+            (A::TransportNotSent, None, true, true),
+            (A::TransportAfterWrite, None, true, false),
+            (A::Timeout, None, true, false),
+            (A::NotFound, Some(404), false, false),
+            (A::RejectedStatus, Some(400), false, false),
+            (A::Ok, Some(200), false, false),
+            (A::Cancelled, None, false, false),
+        ];
+        for (a, status, terminal, notify) in table {
+            assert_eq!(a.is_retryable(Terminal, status), terminal, "{a:?} terminal");
+            assert_eq!(a.is_retryable(Notify, status), notify, "{a:?} notify");
+        }
+    }
+
+    #[test]
+    fn last_attempts_map_to_deliveries_and_categories() {
+        let table = [
+            (A::Ok, Delivery::Acked, None),
+            (A::NotFound, Delivery::NotFound, Some(FatalCategory::AckNotFound)),
+            (A::RejectedStatus, Delivery::Rejected, Some(FatalCategory::AckRejected)),
+            (A::RetryableStatus, Delivery::Ambiguous, Some(FatalCategory::AckRetriesExhausted)),
+            (A::TransportNotSent, Delivery::Ambiguous, Some(FatalCategory::AckRetriesExhausted)),
+            (A::TransportAfterWrite, Delivery::Ambiguous, Some(FatalCategory::AckConnectionLost)),
+            (A::Timeout, Delivery::Ambiguous, Some(FatalCategory::AckTimeout)),
+            (A::Cancelled, Delivery::Ambiguous, Some(FatalCategory::StoppedBeforeAck)),
+        ];
+        for (a, delivery, category) in table {
+            assert_eq!(a.final_delivery(), delivery, "{a:?}");
+            assert_eq!(a.fatal_category(), category, "{a:?}");
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! HTTP conversation with the tunnel service (poll and response endpoints).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::attempt::{AttemptResult, Delivery, PostKind};
+use super::backoff::parse_retry_after;
+use crate::protocol::{decode_poll, Command, InvalidCommand, ShardToken};
+use crate::telemetry::{DeliveryKind, Metrics};
+
+const CLIENT_NAME: &str = "tunnelgate";
+/// Poll bodies above this are refused as undecodable rather than buffered.
+const MAX_POLL_BODY: usize = 32 * 1024 * 1024;
+/// Slack on top of the server-side long-poll wait before the client gives up.
+const POLL_SLACK: Duration = Duration::from_secs(10);
+
+/// What the client needs to talk to the tunnel service.
+#[derive(Clone)]
+pub struct ControlSettings {
+    pub base_url: String,
+    pub url_path: String,
+    pub tunnel_id: String,
+    pub api_key: String,
+    pub poll_timeout: Duration,
+    pub post_timeout: Duration,
+    pub post_attempts: u32,
+    /// `X-Tunnel-MCP-Server-Info` value, if declared.
+    pub server_info: Option<String>,
+}
+
+impl std::fmt::Debug for ControlSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlSettings").field("tunnel_id", &self.tunnel_id).finish_non_exhaustive()
+    }
+}
+
+/// The poll and response client. Cheap to clone; connections are pooled.
+#[derive(Clone)]
+pub struct ControlClient {
+    http: reqwest::Client,
+    poll_url: String,
+    response_url: String,
+    headers: HeaderMap,
+    settings: Arc<ControlSettings>,
+    metrics: Arc<Metrics>,
+}
+
+/// A successful poll.
+#[derive(Debug)]
+pub struct Polled {
+    /// Monotonic time the response headers arrived: every deadline is anchored here.
+    pub received_at: Instant,
+    /// Empty for `204`.
+    pub commands: Vec<Result<Command, InvalidCommand>>,
+}
+
+/// `poll_errors_total{kind}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollErrorKind {
+    Timeout,
+    Transport,
+    Unauthorized,
+    RateLimited,
+    ServerError,
+    ClientError,
+    Decode,
+}
+
+impl PollErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Transport => "transport",
+            Self::Unauthorized => "unauthorized",
+            Self::RateLimited => "rate_limited",
+            Self::ServerError => "server_error",
+            Self::ClientError => "client_error",
+            Self::Decode => "decode",
+        }
+    }
+
+    fn from_status(status: u16) -> Self {
+        match status {
+            401 | 403 => Self::Unauthorized,
+            429 => Self::RateLimited,
+            500..=599 => Self::ServerError,
+            _ => Self::ClientError,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("poll failed ({}){}", kind.as_str(), status.map(|s| format!(": HTTP {s}")).unwrap_or_default())]
+pub struct PollError {
+    pub kind: PollErrorKind,
+    pub status: Option<u16>,
+    /// Server-imposed minimum wait, already capped.
+    pub retry_after: Option<Duration>,
+}
+
+impl PollError {
+    pub fn kind(&self) -> &'static str {
+        self.kind.as_str()
+    }
+}
+
+/// How a delivery ended, with the attempt that settled it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeliveryReport {
+    pub delivery: Delivery,
+    pub last_attempt: AttemptResult,
+    pub attempts: u32,
+}
+
+impl ControlClient {
+    pub fn new(settings: ControlSettings, instance_id: &str, metrics: Arc<Metrics>) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(settings.post_timeout.min(Duration::from_secs(10)))
+            .pool_idle_timeout(Duration::from_secs(50))
+            .build()?;
+        let prefix = format!(
+            "{}{}/v1/tunnels/{}",
+            settings.base_url.trim_end_matches('/'),
+            settings.url_path,
+            percent_encode_segment(&settings.tunnel_id)
+        );
+        let mut headers = HeaderMap::new();
+        let bearer = HeaderValue::from_str(&format!("Bearer {}", settings.api_key));
+        if let Ok(mut v) = bearer {
+            v.set_sensitive(true);
+            headers.insert(AUTHORIZATION, v);
+        }
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        headers.insert(HeaderName::from_static("x-tunnel-client-name"), HeaderValue::from_static(CLIENT_NAME));
+        headers.insert(HeaderName::from_static("x-tunnel-client-version"), HeaderValue::from_static(env!("CARGO_PKG_VERSION")));
+        if let Ok(v) = HeaderValue::from_str(instance_id) {
+            headers.insert(HeaderName::from_static("x-tunnel-client-instance-id"), v);
+        }
+        if let Some(info) = settings.server_info.as_deref().and_then(|i| HeaderValue::from_str(i).ok()) {
+            headers.insert(HeaderName::from_static("x-tunnel-mcp-server-info"), info);
+        }
+        Ok(Self {
+            http,
+            poll_url: format!("{prefix}/poll"),
+            response_url: format!("{prefix}/response"),
+            headers,
+            settings: Arc::new(settings),
+            metrics,
+        })
+    }
+
+    /// One long poll asking for at most `limit` commands.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a poll dropped before it returns loses no command the gateway has
+    /// seen (commands are only handed out in a returned body).
+    pub async fn poll(&self, limit: usize) -> Result<Polled, PollError> {
+        let timeout_ms = self.settings.poll_timeout.as_millis().max(1);
+        let url = format!("{}?limit={}&timeout_ms={timeout_ms}", self.poll_url, limit.clamp(1, 25));
+        let request = self.http.get(url).headers(self.headers.clone());
+        let deadline = Instant::now() + self.settings.poll_timeout + POLL_SLACK;
+        let err = |kind, status, retry_after| PollError { kind, status, retry_after };
+        let response = match tokio::time::timeout_at(deadline, request.send()).await {
+            Err(_) => return Err(err(PollErrorKind::Timeout, None, None)),
+            Ok(Err(e)) if e.is_timeout() => return Err(err(PollErrorKind::Timeout, None, None)),
+            Ok(Err(_)) => return Err(err(PollErrorKind::Transport, None, None)),
+            Ok(Ok(r)) => r,
+        };
+        let received_at = Instant::now();
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        match status {
+            204 => return Ok(Polled { received_at, commands: Vec::new() }),
+            200 => {}
+            _ => return Err(err(PollErrorKind::from_status(status), Some(status), retry_after)),
+        }
+        let body = match tokio::time::timeout_at(deadline, read_bounded(response, MAX_POLL_BODY)).await {
+            Err(_) => return Err(err(PollErrorKind::Timeout, Some(status), None)),
+            Ok(Err(BodyError::TooLarge)) => return Err(err(PollErrorKind::Decode, Some(status), None)),
+            Ok(Err(BodyError::Transport)) => return Err(err(PollErrorKind::Transport, Some(status), None)),
+            Ok(Ok(b)) => b,
+        };
+        let commands = decode_poll(&body).map_err(|_| err(PollErrorKind::Decode, Some(status), None))?;
+        Ok(Polled { received_at, commands })
+    }
+
+    /// Delivers one response body, retrying per `kind`'s rules with the identical bytes
+    /// and headers, each attempt bounded by `post_timeout` and by `deadline`.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe by drop: cancel through `cancel`, which settles the delivery as
+    /// `Ambiguous` (`Cancelled`) when an attempt may have been written.
+    pub async fn deliver(
+        &self,
+        kind: PostKind,
+        body: Bytes,
+        shard_token: &ShardToken,
+        deadline: Option<Instant>,
+        cancel: &CancellationToken,
+    ) -> DeliveryReport {
+        let metric_kind = match kind {
+            PostKind::Terminal => DeliveryKind::Terminal,
+            PostKind::Notify => DeliveryKind::Notify,
+        };
+        let max_attempts = match kind {
+            PostKind::Terminal => self.settings.post_attempts.max(1),
+            // Notifications get the same budget; only their retryable set is smaller.
+            PostKind::Notify => self.settings.post_attempts.max(1),
+        };
+        let mut headers = self.headers.clone();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Ok(mut v) = HeaderValue::from_str(shard_token.expose()) {
+            v.set_sensitive(true);
+            headers.insert(HeaderName::from_static("x-tunnel-shard-token"), v);
+        }
+        if let Ok(v) = HeaderValue::from_str(&random_hex(16)) {
+            headers.insert(HeaderName::from_static("x-client-request-id"), v);
+        }
+        let mut attempt = 0;
+        let mut backoff = super::Backoff::default();
+        loop {
+            attempt += 1;
+            let (result, status, retry_after) = self.attempt(&headers, body.clone(), deadline, cancel).await;
+            self.metrics.delivery_attempted(metric_kind, result.as_str());
+            let deadline_left = deadline.map_or(true, |d| Instant::now() < d);
+            if attempt >= max_attempts || !result.is_retryable(kind, status) || !deadline_left || cancel.is_cancelled() {
+                let delivery = result.final_delivery();
+                self.metrics.delivery_finished(metric_kind, delivery.as_str());
+                return DeliveryReport { delivery, last_attempt: result, attempts: attempt };
+            }
+            let delay = backoff.next_delay(rand::random::<f64>(), retry_after).min(Duration::from_secs(5));
+            let wake = deadline.map_or(Instant::now() + delay, |d| d.min(Instant::now() + delay));
+            tokio::select! {
+                biased;
+                // cancel-safe: nothing in flight between attempts.
+                _ = cancel.cancelled() => {
+                    self.metrics.delivery_attempted(metric_kind, AttemptResult::Cancelled.as_str());
+                    let delivery = Delivery::Ambiguous;
+                    self.metrics.delivery_finished(metric_kind, delivery.as_str());
+                    // The previous attempt's result decides the category: it may have been written.
+                    return DeliveryReport { delivery, last_attempt: result, attempts: attempt };
+                }
+                // cancel-safe: a sleep.
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        headers: &HeaderMap,
+        body: Bytes,
+        deadline: Option<Instant>,
+        cancel: &CancellationToken,
+    ) -> (AttemptResult, Option<u16>, Option<Duration>) {
+        let per_attempt = Instant::now() + self.settings.post_timeout;
+        let until = deadline.map_or(per_attempt, |d| d.min(per_attempt));
+        let exchange = async {
+            let response = self.http.post(&self.response_url).headers(headers.clone()).body(body).send().await;
+            let response = match response {
+                Ok(r) => r,
+                Err(e) if e.is_connect() => return (AttemptResult::TransportNotSent, None, None),
+                Err(e) if e.is_timeout() => return (AttemptResult::Timeout, None, None),
+                Err(_) => return (AttemptResult::TransportAfterWrite, None, None),
+            };
+            let status = response.status().as_u16();
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, SystemTime::now()));
+            let body = match read_bounded(response, 64 * 1024).await {
+                Ok(b) => b,
+                // The status arrived but the body did not: only a 200 needed the body.
+                Err(_) if status == 200 => return (AttemptResult::TransportAfterWrite, Some(status), None),
+                Err(_) => Bytes::new(),
+            };
+            (AttemptResult::from_status(status, is_ack(&body)), Some(status), retry_after)
+        };
+        tokio::select! {
+            biased;
+            // cancel-safe: dropping the exchange is reported as Cancelled, an ambiguity.
+            _ = cancel.cancelled() => (AttemptResult::Cancelled, None, None),
+            // cancel-safe: as above, a timeout after the write is ambiguous by definition.
+            r = tokio::time::timeout_at(until, exchange) => r.unwrap_or((AttemptResult::Timeout, None, None)),
+        }
+    }
+}
+
+/// `{"status":"ok"}` (schema `TunnelResponseAck`), nothing else.
+fn is_ack(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Ack<'a> {
+        #[serde(borrow)]
+        status: &'a str,
+    }
+    serde_json::from_slice::<Ack<'_>>(body).is_ok_and(|a| a.status == "ok")
+}
+
+enum BodyError {
+    TooLarge,
+    Transport,
+}
+
+async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<Bytes, BodyError> {
+    let mut buf = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|_| BodyError::Transport)? {
+        if buf.len() + chunk.len() > limit {
+            return Err(BodyError::TooLarge);
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(buf))
+}
+
+/// Percent-encodes a path segment (tunnel ids are opaque).
+fn percent_encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `n` random bytes as lowercase hex.
+pub fn random_hex(n: usize) -> String {
+    (0..n).map(|_| format!("{:02x}", rand::random::<u8>())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_ack_document_is_an_ack() {
+        assert!(is_ack(br#"{"status":"ok"}"#));
+        assert!(is_ack(br#"{ "status" : "ok", "extra": 1 }"#));
+        assert!(!is_ack(br#"{"status":"OK"}"#));
+        assert!(!is_ack(br#"{"status":"error"}"#));
+        assert!(!is_ack(b""));
+        assert!(!is_ack(b"ok"));
+    }
+
+    #[test]
+    fn tunnel_ids_are_encoded_as_one_segment() {
+        assert_eq!(percent_encode_segment("tunnel_abc-1"), "tunnel_abc-1");
+        assert_eq!(percent_encode_segment("a/b?c"), "a%2Fb%3Fc");
+    }
+}

@@ -1,0 +1,14 @@
+//! The control-plane client: the long poll and response delivery.
+//!
+//! Owns the wire conversation with the tunnel service: request headers, the poll's
+//! receipt time, retry policy for response POSTs (identical bytes on every attempt),
+//! and classification of each attempt into a typed [`Delivery`]. Must not touch MCP
+//! servers or the fence: it reports, the dispatcher decides.
+
+mod attempt;
+pub mod backoff;
+mod client;
+
+pub use attempt::{AttemptResult, Delivery, PostKind};
+pub use backoff::{parse_retry_after, Backoff};
+pub use client::{random_hex, ControlClient, ControlSettings, DeliveryReport, PollError, PollErrorKind, Polled};
