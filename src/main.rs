@@ -1,1 +1,72 @@
-fn main(){}
+//! The `tunnelgate` binary: parse the command line, load configuration, run, and map
+//! the outcome to an exit code (0 clean, 1 unexpected, 2 usage, 78 configuration,
+//! 80-89 fatal categories).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tunnelgate::cli::{Cli, Command, LatchAction};
+use tunnelgate::config::{Config, ConfigError};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tunnelgate: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(dispatch(cli));
+    // Do not wait for stray blocking tasks (a hung child reaper, a stuck DNS lookup).
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    ExitCode::from(code)
+}
+
+async fn dispatch(cli: Cli) -> u8 {
+    let result: anyhow::Result<u8> = match cli.command {
+        Command::Run(args) => match load(args.config.as_deref(), &args.overrides()) {
+            Ok(config) => tunnelgate::cli::run(config).await,
+            Err(e) => return config_error(&e),
+        },
+        Command::Check(args) => match load(args.config.as_deref(), &args.overrides()) {
+            Ok(config) => {
+                println!("# configuration is valid; effective values (secrets masked):");
+                print!("{}", config.masked());
+                Ok(0)
+            }
+            Err(e) => return config_error(&e),
+        },
+        Command::Status(args) => tunnelgate::cli::status(&args.url).await,
+        Command::Latch(args) => {
+            let path = match (&args.latch_file, load(args.config.as_deref(), &Default::default())) {
+                (Some(p), _) => p.clone(),
+                (None, Ok(config)) => config.strict.latch_file,
+                (None, Err(e)) => return config_error(&e),
+            };
+            match args.action {
+                LatchAction::Show => tunnelgate::cli::latch_show(&path),
+                LatchAction::Clear { yes } => tunnelgate::cli::latch_clear(&path, yes),
+            }
+        }
+        Command::Sim(args) => tunnelgate::cli::sim(args).await,
+        Command::Demo(args) => tunnelgate::demo::run(args.keep_dir).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tunnelgate: {e:#}");
+            1
+        }
+    }
+}
+
+fn load(path: Option<&std::path::Path>, overrides: &tunnelgate::config::Overrides) -> Result<Config, ConfigError> {
+    Config::load(path, overrides)
+}
+
+fn config_error(e: &ConfigError) -> u8 {
+    eprintln!("tunnelgate: {e}");
+    78
+}
+

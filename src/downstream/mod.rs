@@ -5,12 +5,19 @@
 //! nothing reaches an MCP server without passing the fence. Must not touch the control
 //! plane or the latch: outcomes are reported, the dispatcher decides.
 
+mod channels;
+mod http;
 mod outcome;
+mod sse;
+mod stdio;
 
 pub use outcome::{
     LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, ABANDONED_MESSAGE, NOT_SENT_MESSAGE,
     REFUSED_MESSAGE,
 };
+pub use channels::{Channels, Transport};
+pub use http::{HttpSettings, HttpSetupError, HttpTransport};
+pub use stdio::{StdioSettings, StdioTransport};
 
 use crate::protocol::{JsonRpcPayload, WireHeaders};
 

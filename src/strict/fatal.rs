@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::FatalCategory;
+use crate::telemetry::{safe_method, safe_token};
 
 /// The cause returned to embedders, shown on `/status` and persisted in the latch file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,25 +59,6 @@ impl Fatal {
             self.latched_at,
             self.category.explanation(),
         )
-    }
-}
-
-/// Identifiers are opaque but printable: keep them only when they are short and made of
-/// safe characters, so a hostile id cannot inject lines or smuggle payload text.
-fn safe_token(s: &str) -> String {
-    if !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b)) {
-        s.to_owned()
-    } else {
-        "<unprintable>".to_owned()
-    }
-}
-
-/// JSON-RPC method names come from the payload; keep only method-shaped values.
-fn safe_method(s: &str) -> String {
-    if !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b)) {
-        s.to_owned()
-    } else {
-        "<other>".to_owned()
     }
 }
 

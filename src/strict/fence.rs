@@ -253,6 +253,11 @@ impl Admission {
 
 impl Drop for Admission {
     fn drop(&mut self) {
+        // A panic while holding a strict permit is an internal failure after (possible)
+        // dispatch: latch before the permit is released, so nothing else is admitted.
+        if self.inner.strict && std::thread::panicking() {
+            self.inner.latch(FatalCategory::InternalError, &self.command);
+        }
         let mut state = self.inner.lock();
         if state.held.as_ref().is_some_and(|h| h.ticket == self.ticket) {
             state.held = None;

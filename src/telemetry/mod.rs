@@ -4,6 +4,9 @@
 //! more than a bounded flush. The rest of the crate uses `tracing` macros and the
 //! intent-named methods of [`Metrics`].
 
+pub mod logging;
 pub mod metrics;
+mod redact;
 
 pub use metrics::{DeliveryKind, DropReason, DurationLeg, Metrics};
+pub use redact::{hash_id, safe_method, safe_token};

@@ -1,1 +1,17 @@
-fn main(){}
+//! The one integration-test binary: black-box tests against the real `tunnelgate`
+//! binary, the simulator and real MCP peers (installed by `scripts/install-peers`).
+//!
+//! The binary is one crate: `pub` items in its modules are for sibling modules, and not
+//! every helper is used by every module.
+#![allow(unreachable_pub, dead_code)]
+
+mod contract;
+mod harness;
+mod peers;
+
+// Modules to come (declare each here when its file exists):
+// mod gateway_http;   // gateway + simulator + server-everything / py_server over HTTP
+// mod gateway_stdio;  // gateway + stdio MCP servers
+// mod strict;         // strict mode: fence, fatal latch, exit codes
+// mod ops;            // /livez /readyz /status /metrics (promtool check metrics)
+// mod cli;            // check, doctor, status, latch, demo

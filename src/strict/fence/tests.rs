@@ -87,6 +87,20 @@ async fn no_admission_is_ever_granted_after_the_latch() {
     }
 }
 
+#[tokio::test]
+async fn a_panic_while_holding_a_strict_permit_latches_internal_error() {
+    let fence = Fence::new(true, 1);
+    let admission = fence.admit(cmd("a")).await.unwrap();
+    let joined = tokio::spawn(async move {
+        let _held = admission;
+        panic!("simulated failure after dispatch");
+    })
+    .await;
+    assert!(joined.is_err());
+    assert_eq!(fence.fatal().unwrap().category, FatalCategory::InternalError);
+    assert_eq!(fence.admit(cmd("b")).await.err(), Some(Refusal::Latched));
+}
+
 #[test]
 #[should_panic(expected = "exactly one")]
 fn a_strict_fence_with_more_permits_is_a_programming_error() {

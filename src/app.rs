@@ -1,0 +1,343 @@
+//! Wiring and lifecycle of one gateway run: build every part from the configuration,
+//! start the tasks, and stop them in a documented order.
+//!
+//! Stop order (graceful): stop polling -> refuse new admissions (queued commands get a
+//! "not executed" answer) -> give in-flight commands `strict.shutdown_grace` -> (strict:
+//! latch `stopped_before_ack` if a dispatched command is still unacknowledged) -> cancel
+//! what remains -> stop stdio children -> stop the ops listener.
+//!
+//! Fatal order: persist the latch file -> stop polling -> kill stdio groups and drop HTTP
+//! connections -> let refused commands post "not executed" within
+//! `strict.cleanup_timeout` -> cancel the rest -> return the cause.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{AmbiguityPolicy, ChannelConfig, Config};
+use crate::control::{random_hex, ControlClient, ControlSettings};
+use crate::dispatch::{Dispatcher, Health, Policy};
+use crate::downstream::{Channels, HttpSettings, HttpTransport, StdioSettings, StdioTransport, Transport};
+use crate::ops::OpsState;
+use crate::protocol::{server_info_header, ServerInfoChannel};
+use crate::strict::{latch_file, CommandRef, Fatal, FatalCategory, Fence};
+use crate::telemetry::Metrics;
+
+/// How a run ended. The binary maps it to the exit code; embedders match on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Stopped cleanly: nothing dispatched was left unacknowledged.
+    Clean,
+    /// Strict mode latched (or found a persisted latch at startup).
+    Fatal(Fatal),
+}
+
+impl RunOutcome {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Clean => 0,
+            Self::Fatal(f) => f.category.exit_code(),
+        }
+    }
+}
+
+/// Failures that prevent a run from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("cannot build the control-plane client: {0}")]
+    ControlClient(String),
+    #[error("channel {channel}: {problem}")]
+    Channel { channel: String, problem: String },
+    #[error("cannot listen on ops.listen {addr}: {source}")]
+    OpsListen { addr: SocketAddr, source: std::io::Error },
+}
+
+impl GatewayError {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::ControlClient(_) => "control_client",
+            Self::Channel { .. } => "channel",
+            Self::OpsListen { .. } => "ops_listen",
+        }
+    }
+}
+
+/// A request to stop, from a signal or an embedder.
+#[derive(Clone)]
+pub struct StopHandle {
+    tx: mpsc::UnboundedSender<()>,
+}
+
+impl StopHandle {
+    /// First call: graceful stop. Second call: stop now (strict: the latch wins).
+    pub fn stop(&self) {
+        let _ = self.tx.send(());
+    }
+}
+
+/// A started gateway.
+pub struct Gateway {
+    config: Config,
+    stop_tx: mpsc::UnboundedSender<()>,
+    stop_rx: mpsc::UnboundedReceiver<()>,
+    ops_addr_tx: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+}
+
+impl Gateway {
+    pub fn new(config: Config) -> Self {
+        let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+        Self { config, stop_tx, stop_rx, ops_addr_tx: None }
+    }
+
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle { tx: self.stop_tx.clone() }
+    }
+
+    /// Reports the bound ops address once the listener is up (useful with port 0).
+    pub fn ops_addr(&mut self) -> tokio::sync::oneshot::Receiver<SocketAddr> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.ops_addr_tx = Some(tx);
+        rx
+    }
+
+    /// Runs until stopped or latched.
+    pub async fn run(self) -> Result<RunOutcome, GatewayError> {
+        let Gateway { config, stop_tx: _keep, mut stop_rx, ops_addr_tx } = self;
+        let strict = config.strict.enabled;
+        if strict {
+            if let Some(fatal) = previous_latch(&config) {
+                return Ok(RunOutcome::Fatal(fatal));
+            }
+        }
+        let metrics = Arc::new(Metrics::new(strict, &config.stdio_channel_names()));
+        let permits = config.mcp.max_concurrent.get();
+        let fence = Fence::new(strict, if strict { 1 } else { permits });
+        let channels = build_channels(&config, &metrics)?;
+        let control = build_control(&config, &metrics)?;
+        let health = Arc::new(Health::default());
+
+        let root = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let hard_stop = root.child_token();
+        let poll_stop = root.child_token();
+        let ops_stop = CancellationToken::new();
+
+        let listener = crate::ops::bind(config.ops.listen)
+            .await
+            .map_err(|source| GatewayError::OpsListen { addr: config.ops.listen, source })?;
+        let ops_addr = listener.local_addr().unwrap_or(config.ops.listen);
+        tracing::info!(addr = %ops_addr, "ops listener ready");
+        if let Some(tx) = ops_addr_tx {
+            let _ = tx.send(ops_addr);
+        }
+        let ops_state = Arc::new(OpsState {
+            fence: fence.clone(),
+            health: health.clone(),
+            channels: channels.clone(),
+            metrics: metrics.clone(),
+            poll_freshness: config.control_plane.poll_timeout + Duration::from_secs(30),
+        });
+        let ops_task = tokio::spawn(crate::ops::serve(listener, ops_state, ops_stop.clone()));
+
+        let dispatcher = Dispatcher::new(
+            control,
+            fence.clone(),
+            channels.clone(),
+            metrics.clone(),
+            health.clone(),
+            Policy {
+                strict,
+                ambiguity_is_fatal: config.strict.on_downstream_ambiguity == AmbiguityPolicy::Fatal,
+                cleanup_timeout: config.strict.cleanup_timeout,
+                max_inflight: config.control_plane.max_inflight.get(),
+            },
+            tracker.clone(),
+            hard_stop.clone(),
+        );
+        tracing::info!(mode = if strict { "strict" } else { "default" }, channels = channels.status().len(), "gateway starting");
+        {
+            let channels = channels.clone();
+            let fence = fence.clone();
+            tracker.spawn(async move { channels.warm(&fence).await });
+        }
+        tracker.spawn(dispatcher.clone().poll_loop(poll_stop.clone()));
+
+        let latched = fence.latched_token();
+        let outcome = tokio::select! {
+            biased;
+            // cancel-safe: waiting only.
+            _ = latched.cancelled() => None,
+            // cancel-safe: a received stop request is acted on below.
+            _ = stop_rx.recv() => Some(()),
+        };
+        let result = match outcome {
+            None => fatal_stop(&config, &fence, &channels, &poll_stop, &tracker, &hard_stop).await,
+            Some(()) => {
+                graceful_stop(&config, &fence, &channels, &health, &metrics, &poll_stop, &tracker, &hard_stop, &mut stop_rx).await
+            }
+        };
+        root.cancel();
+        ops_stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(1), ops_task).await;
+        Ok(result)
+    }
+}
+
+/// Honours a persisted latch: never polls or touches an MCP server.
+fn previous_latch(config: &Config) -> Option<Fatal> {
+    let path = &config.strict.latch_file;
+    let found = match latch_file::read(path) {
+        Ok(None) => return None,
+        Ok(Some(previous)) => {
+            eprintln!("tunnelgate: refusing to start: {}", previous.one_line());
+            previous
+        }
+        Err(e) => {
+            eprintln!("tunnelgate: refusing to start: {e}");
+            Fatal::new(FatalCategory::LatchedPreviously, &CommandRef::default())
+        }
+    };
+    eprintln!("tunnelgate: inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the cause is understood");
+    let mut fatal = Fatal::new(FatalCategory::LatchedPreviously, &CommandRef {
+        request_id: found.request_id.clone(),
+        channel: found.channel.clone(),
+        method: found.method.clone(),
+    });
+    fatal.persisted = true;
+    Some(fatal)
+}
+
+async fn fatal_stop(
+    config: &Config,
+    fence: &Fence,
+    channels: &Channels,
+    poll_stop: &CancellationToken,
+    tracker: &TaskTracker,
+    hard_stop: &CancellationToken,
+) -> RunOutcome {
+    let latched_at = Instant::now();
+    poll_stop.cancel();
+    channels.kill_all();
+    let fatal = fence.fatal().expect("the latched token is cancelled only after the cause is recorded");
+    match latch_file::write(&config.strict.latch_file, &fatal) {
+        Ok(()) => fence.mark_persisted(),
+        Err(e) => eprintln!("tunnelgate: {e}; the latch holds for this run only"),
+    }
+    let fatal = fence.fatal().unwrap_or(fatal);
+    // The machine-readable contract goes to stderr directly, never through telemetry.
+    eprintln!("tunnelgate: {}", fatal.one_line());
+    tracker.close();
+    let cleanup_end = latched_at + config.strict.cleanup_timeout;
+    if tokio::time::timeout_at(cleanup_end, tracker.wait()).await.is_err() {
+        hard_stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_millis(500), tracker.wait()).await;
+    }
+    RunOutcome::Fatal(fatal)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn graceful_stop(
+    config: &Config,
+    fence: &Fence,
+    channels: &Channels,
+    health: &Health,
+    metrics: &Metrics,
+    poll_stop: &CancellationToken,
+    tracker: &TaskTracker,
+    hard_stop: &CancellationToken,
+    stop_rx: &mut mpsc::UnboundedReceiver<()>,
+) -> RunOutcome {
+    tracing::info!(in_flight = health.in_flight(), queued = health.queued(), "stop requested: polling stops, in-flight commands get the grace");
+    health.set_draining();
+    poll_stop.cancel();
+    fence.stop_admitting();
+    tracker.close();
+    let grace_end = Instant::now() + config.strict.shutdown_grace;
+    let latched = fence.latched_token();
+    let drained = tokio::select! {
+        biased;
+        // cancel-safe: waiting only.
+        _ = latched.cancelled() => false,
+        // cancel-safe: a second stop request means "now".
+        _ = stop_rx.recv() => false,
+        // cancel-safe: waiting only.
+        r = tokio::time::timeout_at(grace_end, tracker.wait()) => r.is_ok(),
+    };
+    if !drained && fence.fatal().is_none() {
+        let held = fence.snapshot();
+        if fence.is_strict() && held.held {
+            let command = CommandRef { request_id: held.request_id, channel: held.channel, method: None };
+            let fatal = fence.latch(FatalCategory::StoppedBeforeAck, &command);
+            if fatal.category == FatalCategory::StoppedBeforeAck {
+                metrics.fatal_latched(FatalCategory::StoppedBeforeAck);
+            }
+        } else if health.alive() > 0 {
+            tracing::warn!(unfinished = health.alive(), "grace over: cancelling commands that did not finish");
+        }
+    }
+    if fence.fatal().is_some() {
+        return fatal_stop(config, fence, channels, poll_stop, tracker, hard_stop).await;
+    }
+    hard_stop.cancel();
+    let _ = tokio::time::timeout(config.strict.cleanup_timeout, tracker.wait()).await;
+    channels.shutdown().await;
+    tracing::info!("stopped cleanly");
+    RunOutcome::Clean
+}
+
+fn build_channels(config: &Config, metrics: &Arc<Metrics>) -> Result<Channels, GatewayError> {
+    let mut by_name = BTreeMap::new();
+    for (name, channel) in &config.mcp.channels {
+        let transport = match channel {
+            ChannelConfig::Http { url } => {
+                let settings = HttpSettings {
+                    connect_timeout: config.mcp.connect_timeout,
+                    request_timeout: config.mcp.request_timeout,
+                    max_body_bytes: 16 * 1024 * 1024,
+                };
+                Transport::Http(HttpTransport::new(name, url, settings).map_err(|e| GatewayError::Channel {
+                    channel: name.clone(),
+                    problem: e.to_string(),
+                })?)
+            }
+            ChannelConfig::Stdio { command, env } => {
+                let settings = StdioSettings {
+                    request_timeout: config.mcp.request_timeout,
+                    restart_backoff_min: Duration::from_millis(200),
+                    restart_backoff_max: Duration::from_secs(10),
+                    stop_grace: Duration::from_secs(2),
+                };
+                Transport::Stdio(StdioTransport::new(name, command.clone(), env.clone(), settings, metrics.clone()))
+            }
+        };
+        by_name.insert(name.clone(), transport);
+    }
+    Ok(Channels::new(by_name))
+}
+
+fn build_control(config: &Config, metrics: &Arc<Metrics>) -> Result<ControlClient, GatewayError> {
+    let declared: Vec<ServerInfoChannel> = config
+        .mcp
+        .channels
+        .iter()
+        .map(|(name, c)| ServerInfoChannel { name: name.clone(), proc_affinity: matches!(c, ChannelConfig::Stdio { .. }) })
+        .collect();
+    let cp = &config.control_plane;
+    let settings = ControlSettings {
+        base_url: cp.base_url.clone(),
+        url_path: cp.url_path.clone(),
+        tunnel_id: cp.tunnel_id.clone(),
+        api_key: cp.api_key.expose().to_owned(),
+        poll_timeout: cp.poll_timeout,
+        post_timeout: cp.post_timeout,
+        post_attempts: cp.post_attempts.get(),
+        server_info: server_info_header(&declared),
+    };
+    ControlClient::new(settings, &random_hex(16), metrics.clone()).map_err(|e| GatewayError::ControlClient(e.to_string()))
+}

@@ -1,0 +1,240 @@
+//! Command-line surface (names are API): `run`, `check`, `status`, `latch show|clear`,
+//! `sim`, `demo`. Parsing lives here so `main.rs` stays a thin exit-code mapper.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::app::Gateway;
+use crate::config::{Config, LogFormat, Overrides};
+use crate::strict::latch_file;
+use crate::telemetry::logging;
+
+const EXAMPLES: &str = "\
+Examples:
+  tunnelgate demo                                  # the whole path on embedded defaults
+  tunnelgate check --config config.example.toml    # validate, print with secrets masked
+  tunnelgate run --config /etc/tunnelgate/config.toml
+  TUNNELGATE_STRICT__ENABLED=true tunnelgate run --config config.toml
+  tunnelgate status                                # exits 80-89 when latched
+  tunnelgate latch show --config config.toml
+  tunnelgate sim --listen 127.0.0.1:8080 --tunnel-id tunnel_local --api-key dev-key
+
+Exit codes: 0 clean, 1 unexpected error, 2 usage, 78 invalid configuration,
+80-89 strict-mode fatal categories (see README).";
+
+#[derive(Parser, Debug)]
+#[command(name = "tunnelgate", version, about = "Secure MCP Tunnel client that tells the truth about delivery", after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Poll the control plane and forward commands to the configured MCP servers.
+    Run(ConfigArgs),
+    /// Validate the configuration and print the effective values with secrets masked.
+    Check(ConfigArgs),
+    /// Query a running gateway's /status; exits with the fatal category's code if latched.
+    Status(StatusArgs),
+    /// Inspect or clear the persisted strict-mode latch.
+    Latch(LatchArgs),
+    /// Run the control-plane simulator (poll/response endpoints, MCP ingress, faults).
+    Sim(SimArgs),
+    /// Run the whole path on embedded defaults: simulator, MCP stub, strict gateway, drill.
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ConfigArgs {
+    /// TOML configuration file (layered over defaults, under TUNNELGATE_* variables).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Enable strict mode (overrides strict.enabled).
+    #[arg(long)]
+    pub strict: bool,
+    /// Operator listener address (overrides ops.listen).
+    #[arg(long, value_name = "ADDR")]
+    pub ops_listen: Option<String>,
+    /// Log filter, e.g. "info" or "tunnelgate=debug" (overrides telemetry.log_level).
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// "json" or "text" (overrides telemetry.log_format).
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// Latch file path (overrides strict.latch_file).
+    #[arg(long, value_name = "PATH")]
+    pub latch_file: Option<PathBuf>,
+}
+
+impl ConfigArgs {
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            strict: self.strict.then_some(true),
+            ops_listen: self.ops_listen.clone(),
+            log_level: self.log_level.clone(),
+            log_format: self.log_format.clone(),
+            latch_file: self.latch_file.clone(),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Base URL of the gateway's operator listener.
+    #[arg(long, default_value = "http://127.0.0.1:9464")]
+    pub url: String,
+}
+
+#[derive(Args, Debug)]
+pub struct LatchArgs {
+    #[command(subcommand)]
+    pub action: LatchAction,
+    /// Configuration file naming strict.latch_file.
+    #[arg(long, short, global = true)]
+    pub config: Option<PathBuf>,
+    /// Latch file path (instead of reading it from the configuration).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub latch_file: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LatchAction {
+    /// Print the persisted cause.
+    Show,
+    /// Remove the latch so a strict gateway may run again.
+    Clear {
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Tunnel id the simulator serves.
+    #[arg(long, default_value = "tunnel_local")]
+    pub tunnel_id: String,
+    /// Bearer key the simulator requires (use the same value as control_plane.api_key).
+    #[arg(long, env = "TUNNELGATE_SIM_API_KEY", default_value = "dev-key", hide_env_values = true)]
+    pub api_key: String,
+    /// TOML fault script (see the simulator's documentation in the README).
+    #[arg(long, value_name = "FILE")]
+    pub faults: Option<PathBuf>,
+    /// Also start the embedded MCP stub on this address.
+    #[arg(long, value_name = "ADDR")]
+    pub with_stub: Option<SocketAddr>,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Keep the demo's working directory (latch file) instead of removing it.
+    #[arg(long)]
+    pub keep_dir: bool,
+}
+
+/// `tunnelgate run`: logs, signals, the gateway; returns the exit code.
+pub async fn run(config: Config) -> anyhow::Result<u8> {
+    let format = match config.telemetry.log_format {
+        LogFormat::Json => logging::Format::Json,
+        LogFormat::Text => logging::Format::Text,
+    };
+    let _guard = logging::init(format, &config.telemetry.log_level);
+    if config.telemetry.otlp_endpoint.is_some() {
+        tracing::warn!("telemetry.otlp_endpoint is set but this build does not export OTLP yet; spans stay in the log");
+    }
+    let gateway = Gateway::new(config);
+    let stop = gateway.stop_handle();
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot watch SIGTERM");
+                return;
+            }
+        };
+        loop {
+            tokio::select! {
+                // cancel-safe: signal streams.
+                _ = term.recv() => {},
+                // cancel-safe: signal streams.
+                _ = tokio::signal::ctrl_c() => {},
+            }
+            tracing::info!("stop signal received (a second one stops now)");
+            stop.stop();
+        }
+    });
+    let outcome = gateway.run().await.context("the gateway could not start")?;
+    Ok(outcome.exit_code())
+}
+
+/// `tunnelgate status`.
+pub async fn status(base: &str) -> anyhow::Result<u8> {
+    let url = format!("{}/status", base.trim_end_matches('/'));
+    let client = reqwest::Client::builder().no_proxy().timeout(std::time::Duration::from_secs(5)).build()?;
+    let body = client.get(&url).send().await.with_context(|| format!("no gateway answered at {url}"))?.text().await?;
+    let doc: serde_json::Value = serde_json::from_str(&body).with_context(|| format!("{url} did not return status JSON"))?;
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    let code = doc["fatal"]["exit_code"].as_u64().and_then(|c| u8::try_from(c).ok()).unwrap_or(0);
+    Ok(code)
+}
+
+/// `tunnelgate latch show`.
+pub fn latch_show(path: &Path) -> anyhow::Result<u8> {
+    match latch_file::read(path)? {
+        None => println!("no latch at {}", path.display()),
+        Some(f) => {
+            println!("{}", f.one_line());
+            println!("{}", serde_json::to_string_pretty(&f)?);
+        }
+    }
+    Ok(0)
+}
+
+/// `tunnelgate latch clear`.
+pub fn latch_clear(path: &Path, yes: bool) -> anyhow::Result<u8> {
+    let cause = match latch_file::read(path) {
+        Ok(None) => {
+            println!("no latch at {}; nothing to clear", path.display());
+            return Ok(0);
+        }
+        Ok(Some(f)) => f.one_line(),
+        Err(e) => format!("unreadable latch ({e})"),
+    };
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            anyhow::bail!("refusing to clear {} without confirmation: pass --yes", path.display());
+        }
+        print!("{cause}\nClear this latch and allow the strict gateway to run again? Type 'yes': ");
+        std::io::stdout().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if answer.trim() != "yes" {
+            println!("not cleared");
+            return Ok(1);
+        }
+    }
+    latch_file::clear(path)?;
+    println!("cleared {}", path.display());
+    Ok(0)
+}
+
+/// `tunnelgate sim`.
+pub async fn sim(args: SimArgs) -> anyhow::Result<u8> {
+    let sim_args = crate::sim::SimArgs {
+        listen: args.listen,
+        tunnel_id: args.tunnel_id,
+        api_key: args.api_key,
+        faults: args.faults,
+        with_stub: args.with_stub,
+    };
+    crate::sim::run_cli(sim_args).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(0)
+}

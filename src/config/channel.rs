@@ -1,0 +1,145 @@
+//! The `[mcp.channels.NAME]` rules: names, transports, and what a stdio child may get.
+//!
+//! Invariants of the result: 1 to 32 channels; names match `[A-Za-z0-9_-]{1,64}` (they
+//! are sent in a header and used as metric labels); each channel is exactly one of
+//! Streamable HTTP (`url`) or stdio (`command`, optional `env`); a child's `env` never
+//! names the API key variable, `TUNNELGATE_*` or `CONTROL_PLANE_*`, nor holds the API
+//! key's value.
+
+use std::collections::BTreeMap;
+
+use super::error::{ConfigError, ErrorKind};
+use super::http_url::{self, UrlRole};
+use super::raw::RawChannel;
+use super::{ChannelConfig, Secret};
+
+const MAX_CHANNELS: usize = 32;
+const MAX_CHANNEL_NAME: usize = 64;
+
+pub(super) fn channels(
+    raw: BTreeMap<String, RawChannel>,
+    api_key: &Secret,
+) -> Result<BTreeMap<String, ChannelConfig>, ConfigError> {
+    const KEY: &str = "mcp.channels";
+    if raw.is_empty() {
+        let fix = "add [mcp.channels.main] with url = \"http://...\" or command = [...]";
+        return Err(ConfigError::new(
+            ErrorKind::Missing,
+            KEY,
+            format!("no channel configured; {fix}"),
+        ));
+    }
+    if raw.len() > MAX_CHANNELS {
+        return Err(ConfigError::invalid(
+            KEY,
+            format!(
+                "{} channels configured; at most {MAX_CHANNELS} are supported",
+                raw.len()
+            ),
+        ));
+    }
+    raw.into_iter()
+        .map(|(name, channel)| {
+            channel_name(&name)?;
+            let config = channel_config(&format!("{KEY}.{name}"), channel, api_key)?;
+            Ok((name, config))
+        })
+        .collect()
+}
+
+/// `[A-Za-z0-9_-]{1,64}`: names go into a header and metric labels.
+fn channel_name(name: &str) -> Result<(), ConfigError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if name.is_empty() || name.len() > MAX_CHANNEL_NAME || !name.chars().all(allowed) {
+        let problem = format!(
+            "channel name {name:?} is not allowed: use 1 to {MAX_CHANNEL_NAME} letters, digits, '_' or '-' (it is sent in a header and used as a metric label)"
+        );
+        return Err(ConfigError::invalid("mcp.channels", problem));
+    }
+    Ok(())
+}
+
+fn channel_config(
+    key: &str,
+    raw: RawChannel,
+    api_key: &Secret,
+) -> Result<ChannelConfig, ConfigError> {
+    match (raw.url, raw.command) {
+        (Some(_), Some(_)) => Err(ConfigError::invalid(
+            key,
+            "sets both url and command; keep url for Streamable HTTP or command for stdio",
+        )),
+        (None, None) => Err(ConfigError::new(
+            ErrorKind::Missing,
+            key,
+            "sets neither url nor command; add url = \"http://...\" (Streamable HTTP) or command = [\"program\", \"arg\"] (stdio)",
+        )),
+        (Some(url), None) => match raw.env {
+            Some(_) => Err(ConfigError::invalid(
+                format!("{key}.env"),
+                "only applies to stdio channels (command = [...]), not to url",
+            )),
+            None => Ok(ChannelConfig::Http {
+                url: http_url::parse(&format!("{key}.url"), &url, UrlRole::Endpoint)?,
+            }),
+        },
+        (None, Some(command)) => Ok(ChannelConfig::Stdio {
+            command: command_argv(&format!("{key}.command"), command)?,
+            env: child_env(&format!("{key}.env"), raw.env.unwrap_or_default(), api_key)?,
+        }),
+    }
+}
+
+fn command_argv(key: &str, command: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    match command.first() {
+        None => Err(ConfigError::invalid(
+            key,
+            "is empty; give the program and its arguments, e.g. [\"node\", \"server.js\"]",
+        )),
+        Some(program) if program.trim().is_empty() => Err(ConfigError::invalid(
+            key,
+            "the program (first element) is empty",
+        )),
+        Some(_) if command.iter().any(|arg| arg.contains('\0')) => Err(ConfigError::invalid(
+            key,
+            "an argument contains a NUL character",
+        )),
+        Some(_) => Ok(command),
+    }
+}
+
+/// Variables for a stdio child; credentials of this process never reach it.
+fn child_env(
+    key: &str,
+    env: BTreeMap<String, String>,
+    api_key: &Secret,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    for (name, value) in &env {
+        if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+            return Err(ConfigError::invalid(
+                key,
+                format!("{name:?} is not a usable variable (no '=' or NUL, non-empty name)"),
+            ));
+        }
+        if is_forbidden_child_var(name, api_key.env_var()) {
+            return Err(ConfigError::invalid(
+                format!("{key}.{name}"),
+                "must not be set: the API key variable, TUNNELGATE_* and CONTROL_PLANE_* never reach MCP servers",
+            ));
+        }
+        if value == api_key.expose() {
+            return Err(ConfigError::invalid(
+                format!("{key}.{name}"),
+                "holds the API key's value; the API key never reaches MCP servers",
+            ));
+        }
+    }
+    Ok(env)
+}
+
+fn is_forbidden_child_var(name: &str, api_key_var: Option<&str>) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper.starts_with("TUNNELGATE_")
+        || upper.starts_with("CONTROL_PLANE_")
+        || api_key_var.is_some_and(|var| upper == var.to_ascii_uppercase())
+}

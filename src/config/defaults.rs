@@ -1,0 +1,31 @@
+//! The built-in defaults: the lowest configuration layer.
+//!
+//! Applied after the other layers are merged, to keys no layer set, so that
+//! validation can tell an explicit value from a default (see `mcp.max_concurrent`).
+
+pub(super) const BASE_URL: &str = "https://api.openai.com";
+pub(super) const URL_PATH: &str = "";
+pub(super) const API_KEY: &str = "env:CONTROL_PLANE_API_KEY";
+pub(super) const POLL_TIMEOUT: &str = "30s";
+pub(super) const MAX_INFLIGHT: u64 = 20;
+pub(super) const POST_TIMEOUT: &str = "10s";
+pub(super) const POST_ATTEMPTS: u64 = 3;
+
+pub(super) const MAX_CONCURRENT: u64 = 10;
+/// `mcp.max_concurrent` when strict mode is on and no layer set it.
+pub(super) const STRICT_MAX_CONCURRENT: u64 = 1;
+pub(super) const REQUEST_TIMEOUT: &str = "300s";
+pub(super) const CONNECT_TIMEOUT: &str = "5s";
+
+pub(super) const STRICT_ENABLED: bool = false;
+pub(super) const ON_DOWNSTREAM_AMBIGUITY: &str = "fatal";
+pub(super) const LATCH_FILE: &str = "/var/lib/tunnelgate/latch.json";
+pub(super) const SHUTDOWN_GRACE: &str = "10s";
+pub(super) const CLEANUP_TIMEOUT: &str = "5s";
+
+pub(super) const LISTEN: &str = "127.0.0.1:9464";
+pub(super) const ALLOW_REMOTE: bool = false;
+
+pub(super) const LOG_FORMAT: &str = "json";
+pub(super) const LOG_LEVEL: &str = "info";
+pub(super) const OTLP_ENDPOINT: &str = "";

@@ -1,0 +1,215 @@
+//! `ConfigError`: one invalid key, named by its dotted path, and the problem in words.
+//!
+//! Also maps figment's deserialization errors onto that shape. Messages describe the
+//! type that was found, never the value (it may be a secret).
+
+use figment::error::{Actual, Kind};
+use figment::Figment;
+
+use super::layers;
+
+/// An invalid configuration: which key, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {key}: {problem}")]
+pub struct ConfigError {
+    key: String,
+    problem: String,
+    kind: ErrorKind,
+}
+
+/// The stable labels behind [`ConfigError::kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ErrorKind {
+    Missing,
+    UnknownKey,
+    InvalidType,
+    InvalidValue,
+    Secret,
+    UnreadableFile,
+    Syntax,
+}
+
+impl ConfigError {
+    pub(super) fn new(kind: ErrorKind, key: impl Into<String>, problem: impl Into<String>) -> Self {
+        ConfigError {
+            key: key.into(),
+            problem: problem.into(),
+            kind,
+        }
+    }
+
+    pub(super) fn invalid(key: impl Into<String>, problem: impl Into<String>) -> Self {
+        ConfigError::new(ErrorKind::InvalidValue, key, problem)
+    }
+
+    /// The dotted key, e.g. `control_plane.tunnel_id` (or the config file's path for
+    /// errors about the file as a whole).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The problem in plain words, without the key.
+    pub fn problem(&self) -> &str {
+        &self.problem
+    }
+
+    /// A stable label: `missing`, `unknown_key`, `invalid_type`, `invalid_value`,
+    /// `secret`, `unreadable_file` or `syntax`.
+    pub fn kind(&self) -> &'static str {
+        match self.kind {
+            ErrorKind::Missing => "missing",
+            ErrorKind::UnknownKey => "unknown_key",
+            ErrorKind::InvalidType => "invalid_type",
+            ErrorKind::InvalidValue => "invalid_value",
+            ErrorKind::Secret => "secret",
+            ErrorKind::UnreadableFile => "unreadable_file",
+            ErrorKind::Syntax => "syntax",
+        }
+    }
+
+    /// Appends which variable or flag set the key, when it was not the config file.
+    pub(super) fn with_source(mut self, figment: &Figment) -> Self {
+        if let Some(source) = layers::source_of(figment, &self.key) {
+            self.problem = format!("{} (set by {source})", self.problem);
+        }
+        self
+    }
+
+    /// Maps the first of figment's errors to the key it concerns.
+    pub(super) fn from_figment(error: figment::Error) -> Self {
+        let error = error
+            .into_iter()
+            .next()
+            .expect("a figment error holds at least one error");
+        let mut path = error.path;
+        let (kind, problem) = match error.kind {
+            Kind::UnknownField(field, expected) => {
+                push_field(&mut path, field);
+                (ErrorKind::UnknownKey, unknown_key(&path, expected))
+            }
+            Kind::MissingField(field) => {
+                push_field(&mut path, field.into_owned());
+                (ErrorKind::Missing, "missing".to_owned())
+            }
+            Kind::DuplicateField(field) => {
+                push_field(&mut path, field.to_owned());
+                (ErrorKind::InvalidValue, "is set twice".to_owned())
+            }
+            Kind::InvalidType(actual, expected) | Kind::InvalidValue(actual, expected) => (
+                ErrorKind::InvalidType,
+                format!(
+                    "expected {}, found {}",
+                    expected_words(&expected),
+                    actual_words(&actual)
+                ),
+            ),
+            Kind::InvalidLength(len, expected) => (
+                ErrorKind::InvalidValue,
+                format!("has {len} elements, expected {expected}"),
+            ),
+            Kind::UnknownVariant(_, expected) => (
+                ErrorKind::InvalidValue,
+                format!("is not one of: {}", expected.join(", ")),
+            ),
+            Kind::ISizeOutOfRange(_) | Kind::USizeOutOfRange(_) => {
+                (ErrorKind::InvalidValue, "is out of range".to_owned())
+            }
+            Kind::Unsupported(actual) | Kind::UnsupportedKey(actual, _) => (
+                ErrorKind::InvalidType,
+                format!("{} is not supported here", actual_words(&actual)),
+            ),
+            Kind::Message(message) => (ErrorKind::InvalidValue, message),
+        };
+        let key = if path.is_empty() {
+            "configuration".to_owned()
+        } else {
+            path.join(".")
+        };
+        ConfigError::new(kind, key, problem)
+    }
+}
+
+/// Figment's path usually ends with the field already; make sure it does.
+fn push_field(path: &mut Vec<String>, field: String) {
+    if path.last() != Some(&field) {
+        path.push(field);
+    }
+}
+
+/// "unknown key `a.b`", with a suggestion when a known key is one or two edits away.
+fn unknown_key(path: &[String], expected: &[&str]) -> String {
+    let dotted = path.join(".");
+    let field = path.last().map_or("", String::as_str);
+    let closest = expected
+        .iter()
+        .map(|candidate| (edit_distance(field, candidate), candidate))
+        .filter(|(distance, _)| *distance <= 2)
+        .min();
+    match closest {
+        Some((_, candidate)) => format!("unknown key `{dotted}` (did you mean `{candidate}`?)"),
+        None if expected.is_empty() => format!("unknown key `{dotted}`"),
+        None => format!(
+            "unknown key `{dotted}` (expected one of: {})",
+            expected.join(", ")
+        ),
+    }
+}
+
+/// Levenshtein distance, for "did you mean" hints on short key names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
+/// serde's "expected" phrases in configuration words.
+fn expected_words(expected: &str) -> String {
+    match expected {
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a whole number".to_owned(),
+        "a sequence" => "an array".to_owned(),
+        "a map" => "a table".to_owned(),
+        other if other.starts_with("struct ") => "a table".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// The kind of value found, without the value itself.
+fn actual_words(actual: &Actual) -> &'static str {
+    match actual {
+        Actual::Bool(_) => "a boolean",
+        Actual::Unsigned(_) => "a whole number",
+        Actual::Signed(n) if *n < 0 => "a negative number",
+        Actual::Signed(_) => "a whole number",
+        Actual::Float(_) => "a decimal number",
+        Actual::Char(_) | Actual::Str(_) => "a string",
+        Actual::Seq => "an array",
+        Actual::Map => "a table",
+        Actual::Bytes(_) => "bytes",
+        Actual::Unit | Actual::Option => "an empty value",
+        Actual::NewtypeStruct
+        | Actual::Enum
+        | Actual::UnitVariant
+        | Actual::NewtypeVariant
+        | Actual::TupleVariant
+        | Actual::StructVariant
+        | Actual::Other(_) => "another kind of value",
+    }
+}
+
+/// An I/O error without the "(os error N)" suffix.
+pub(super) fn io_words(error: &std::io::Error) -> String {
+    let text = error.to_string();
+    match text.find(" (os error") {
+        Some(end) => text[..end].to_owned(),
+        None => text,
+    }
+}

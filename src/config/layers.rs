@@ -1,0 +1,308 @@
+//! The configuration layers as figment providers, and their order.
+//!
+//! Lowest first: the anchor client's variables < the TOML file < `TUNNELGATE_`
+//! variables < command-line overrides (defaults are applied later, in `validation`).
+//! The anchor's `MCP_SERVER_URL` / `MCP_COMMAND` become channel `main` only when no
+//! other layer configures a channel: a channel is one unit, never half from each.
+//!
+//! Environment variables come from an [`EnvVars`] snapshot, never read here, so the
+//! layering is testable without touching the process environment. The `TUNNELGATE_`
+//! layer has figment `Env` semantics (prefix matched case-insensitively, `__` between
+//! levels, keys lowercased, values parsed with TOML-like types), except that the
+//! variable names under `mcp.channels.NAME.env` keep their case.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+
+use super::error::{io_words, ConfigError, ErrorKind};
+use super::Overrides;
+
+const FILE: &str = "config file";
+const PREFIXED_ENV: &str = "TUNNELGATE_ environment variables";
+const ANCHOR: &str = "anchor client variables";
+const FLAGS: &str = "command-line overrides";
+
+const PREFIX: &str = "TUNNELGATE_";
+
+/// A snapshot of environment variables (the process's, or a test's).
+#[derive(Debug, Default)]
+pub(super) struct EnvVars {
+    vars: BTreeMap<String, String>,
+}
+
+/// The parsed TOML file (or inline TOML), ready to be layered.
+#[derive(Debug)]
+pub(super) struct FileLayer(Layer);
+
+/// One layer: a nested dictionary plus how to name the source of one of its keys.
+#[derive(Debug)]
+struct Layer {
+    name: &'static str,
+    dict: Dict,
+    /// Names the variable or flag behind a key path; `None` for the file.
+    source: Option<fn(&[&str]) -> String>,
+}
+
+/// Merges every layer in order.
+pub(super) fn figment(file: Option<FileLayer>, overrides: &Overrides, env: &EnvVars) -> Figment {
+    let mut figment = Figment::new().merge(anchor_scalars(env));
+    if let Some(FileLayer(file)) = file {
+        figment = figment.merge(file);
+    }
+    figment = figment.merge(prefixed_env(env)).merge(flags(overrides));
+    if !has_channels(&figment) {
+        figment = figment.join(anchor_channel(env));
+    }
+    figment
+}
+
+/// The variable or flag that set `key`, if it was not the config file.
+pub(super) fn source_of(figment: &Figment, key: &str) -> Option<String> {
+    let metadata = figment.find_metadata(key)?;
+    if metadata.name == FILE {
+        return None;
+    }
+    let keys: Vec<&str> = key.split('.').collect();
+    Some(metadata.interpolate(&Profile::Default, &keys))
+}
+
+impl EnvVars {
+    pub(super) fn new(pairs: &[(String, String)]) -> Self {
+        EnvVars {
+            vars: pairs.iter().cloned().collect(),
+        }
+    }
+
+    pub(super) fn get(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
+    }
+
+    /// The trimmed value, if set and not blank (how the anchor client read them).
+    fn non_blank(&self, name: &str) -> Option<&str> {
+        self.get(name).map(str::trim).filter(|v| !v.is_empty())
+    }
+}
+
+impl FileLayer {
+    /// Reads and parses the TOML file at `path`.
+    pub(super) fn read(path: &Path) -> Result<FileLayer, ConfigError> {
+        let shown = path.display().to_string();
+        let contents = std::fs::read_to_string(path).map_err(|e| {
+            let problem = format!("cannot read config file: {}", io_words(&e));
+            ConfigError::new(ErrorKind::UnreadableFile, &shown, problem)
+        })?;
+        FileLayer::parse(&shown, &contents)
+    }
+
+    /// Parses TOML given as a string.
+    pub(super) fn inline(toml: &str) -> Result<FileLayer, ConfigError> {
+        FileLayer::parse("configuration", toml)
+    }
+
+    fn parse(shown: &str, contents: &str) -> Result<FileLayer, ConfigError> {
+        let dict: Dict = toml::from_str(contents).map_err(|e| syntax_error(shown, contents, &e))?;
+        Ok(FileLayer(Layer {
+            name: FILE,
+            dict,
+            source: None,
+        }))
+    }
+}
+
+/// A TOML syntax error with its position; no excerpt, as the line may hold a secret.
+fn syntax_error(shown: &str, contents: &str, error: &toml::de::Error) -> ConfigError {
+    let message = error.message().trim().replace('\n', "; ");
+    let problem = match error.span() {
+        Some(span) => {
+            let before = &contents[..span.start.min(contents.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("not valid TOML at line {line}, column {column}: {message}")
+        }
+        None => format!("not valid TOML: {message}"),
+    };
+    ConfigError::new(ErrorKind::Syntax, shown, problem)
+}
+
+/// `TUNNELGATE_A__B=v` -> `a.b = v`, as figment's `Env::prefixed(..).split("__")`.
+fn prefixed_env(env: &EnvVars) -> Layer {
+    let mut dict = Dict::new();
+    for (name, value) in &env.vars {
+        if let Some(path) = prefixed_env_path(name) {
+            let value: Value = value
+                .parse()
+                .expect("parsing an environment value is infallible");
+            insert(&mut dict, &path, value);
+        }
+    }
+    Layer {
+        name: PREFIXED_ENV,
+        dict,
+        source: Some(prefixed_env_var),
+    }
+}
+
+/// The key path for a `TUNNELGATE_` variable, or `None` if it is not one.
+fn prefixed_env_path(name: &str) -> Option<Vec<String>> {
+    let name = name.trim();
+    let head = name.get(..PREFIX.len())?;
+    if !head.eq_ignore_ascii_case(PREFIX) {
+        return None;
+    }
+    let rest = name[PREFIX.len()..].trim().replace("__", ".");
+    let segments: Vec<&str> = rest.split('.').collect();
+    if segments.iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    let mut path: Vec<String> = segments.iter().map(|s| s.to_ascii_lowercase()).collect();
+    if let ["mcp", "channels", _, "env", _] =
+        path.iter().map(String::as_str).collect::<Vec<_>>()[..]
+    {
+        path[4] = segments[4].to_owned(); // a child's variable name keeps its case
+    }
+    Some(path)
+}
+
+fn prefixed_env_var(keys: &[&str]) -> String {
+    let upper: Vec<String> = keys.iter().map(|k| k.to_ascii_uppercase()).collect();
+    format!("{PREFIX}{}", upper.join("__"))
+}
+
+/// `CONTROL_PLANE_TUNNEL_ID` and `CONTROL_PLANE_BASE_URL`, taken as plain strings.
+fn anchor_scalars(env: &EnvVars) -> Layer {
+    let mut dict = Dict::new();
+    for (var, key) in [
+        ("CONTROL_PLANE_TUNNEL_ID", "tunnel_id"),
+        ("CONTROL_PLANE_BASE_URL", "base_url"),
+    ] {
+        if let Some(value) = env.non_blank(var) {
+            insert(&mut dict, &path(&["control_plane", key]), value.into());
+        }
+    }
+    anchor_layer(dict)
+}
+
+/// `MCP_SERVER_URL` and `MCP_COMMAND` (split on whitespace) as channel `main`.
+fn anchor_channel(env: &EnvVars) -> Layer {
+    let mut dict = Dict::new();
+    if let Some(url) = env.non_blank("MCP_SERVER_URL") {
+        insert(
+            &mut dict,
+            &path(&["mcp", "channels", "main", "url"]),
+            url.into(),
+        );
+    }
+    if let Some(command) = env.non_blank("MCP_COMMAND") {
+        let argv: Vec<&str> = command.split_whitespace().collect();
+        insert(
+            &mut dict,
+            &path(&["mcp", "channels", "main", "command"]),
+            argv.into(),
+        );
+    }
+    anchor_layer(dict)
+}
+
+fn anchor_layer(dict: Dict) -> Layer {
+    Layer {
+        name: ANCHOR,
+        dict,
+        source: Some(anchor_var),
+    }
+}
+
+fn anchor_var(keys: &[&str]) -> String {
+    let var = match keys {
+        ["control_plane", "tunnel_id"] => "CONTROL_PLANE_TUNNEL_ID",
+        ["control_plane", "base_url"] => "CONTROL_PLANE_BASE_URL",
+        ["mcp", "channels", "main", "url"] => "MCP_SERVER_URL",
+        ["mcp", "channels", "main", "command", ..] => "MCP_COMMAND",
+        _ => "MCP_SERVER_URL and MCP_COMMAND",
+    };
+    var.to_owned()
+}
+
+fn flags(overrides: &Overrides) -> Layer {
+    let mut dict = Dict::new();
+    let mut set = |keys: &[&str], value: Option<Value>| {
+        if let Some(value) = value {
+            insert(&mut dict, &path(keys), value);
+        }
+    };
+    set(&["strict", "enabled"], overrides.strict.map(Value::from));
+    set(
+        &["strict", "latch_file"],
+        overrides
+            .latch_file
+            .as_ref()
+            .map(|p| Value::from(p.to_string_lossy().into_owned())),
+    );
+    set(
+        &["ops", "listen"],
+        overrides.ops_listen.as_deref().map(Value::from),
+    );
+    set(
+        &["telemetry", "log_level"],
+        overrides.log_level.as_deref().map(Value::from),
+    );
+    set(
+        &["telemetry", "log_format"],
+        overrides.log_format.as_deref().map(Value::from),
+    );
+    Layer {
+        name: FLAGS,
+        dict,
+        source: Some(|_| "a command-line flag".to_owned()),
+    }
+}
+
+/// Whether any layer so far configures a channel (or sets `mcp.channels` at all).
+fn has_channels(figment: &Figment) -> bool {
+    match figment.find_value("mcp.channels") {
+        Ok(Value::Dict(_, channels)) => !channels.is_empty(),
+        Ok(_) => true,
+        Err(_) => false,
+    }
+}
+
+fn path(keys: &[&str]) -> Vec<String> {
+    keys.iter().map(|k| (*k).to_owned()).collect()
+}
+
+/// Sets `path` in `dict`, creating (or replacing scalars with) tables on the way.
+fn insert(dict: &mut Dict, path: &[String], value: Value) {
+    match path {
+        [] => {}
+        [last] => {
+            dict.insert(last.clone(), value);
+        }
+        [first, rest @ ..] => match dict
+            .entry(first.clone())
+            .or_insert_with(|| Dict::new().into())
+        {
+            Value::Dict(_, inner) => insert(inner, rest, value),
+            scalar => {
+                let mut inner = Dict::new();
+                insert(&mut inner, rest, value);
+                *scalar = inner.into();
+            }
+        },
+    }
+}
+
+impl Provider for Layer {
+    fn metadata(&self) -> Metadata {
+        let metadata = Metadata::named(self.name);
+        match self.source {
+            Some(source) => metadata.interpolater(move |_: &Profile, keys: &[&str]| source(keys)),
+            None => metadata,
+        }
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(Profile::Default.collect(self.dict.clone()))
+    }
+}

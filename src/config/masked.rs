@@ -1,0 +1,143 @@
+//! Renders the effective configuration as TOML for `tunnelgate check`.
+//!
+//! Invariant: a secret's value never reaches the output; `api_key` shows its reference
+//! and length (`"env:NAME (set, 24 bytes)"`), or `"<literal, redacted>"`.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{ChannelConfig, Config};
+
+#[derive(Serialize)]
+struct View<'a> {
+    control_plane: ControlPlaneView<'a>,
+    mcp: McpView<'a>,
+    strict: StrictView<'a>,
+    ops: OpsView,
+    telemetry: TelemetryView<'a>,
+}
+
+#[derive(Serialize)]
+struct ControlPlaneView<'a> {
+    base_url: &'a str,
+    url_path: &'a str,
+    tunnel_id: &'a str,
+    api_key: String,
+    poll_timeout: String,
+    max_inflight: usize,
+    post_timeout: String,
+    post_attempts: u32,
+}
+
+#[derive(Serialize)]
+struct McpView<'a> {
+    max_concurrent: usize,
+    request_timeout: String,
+    connect_timeout: String,
+    channels: BTreeMap<&'a str, ChannelView<'a>>,
+}
+
+#[derive(Serialize)]
+struct ChannelView<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    env: Option<&'a BTreeMap<String, String>>,
+}
+
+#[derive(Serialize)]
+struct StrictView<'a> {
+    enabled: bool,
+    on_downstream_ambiguity: &'static str,
+    latch_file: std::borrow::Cow<'a, str>,
+    shutdown_grace: String,
+    cleanup_timeout: String,
+}
+
+#[derive(Serialize)]
+struct OpsView {
+    listen: String,
+    allow_remote: bool,
+}
+
+#[derive(Serialize)]
+struct TelemetryView<'a> {
+    log_format: &'static str,
+    log_level: &'a str,
+    otlp_endpoint: &'a str,
+}
+
+pub(super) fn render(config: &Config) -> String {
+    let view = View {
+        control_plane: control_plane(config),
+        mcp: mcp(config),
+        strict: StrictView {
+            enabled: config.strict.enabled,
+            on_downstream_ambiguity: config.strict.on_downstream_ambiguity.as_str(),
+            latch_file: config.strict.latch_file.to_string_lossy(),
+            shutdown_grace: duration(config.strict.shutdown_grace),
+            cleanup_timeout: duration(config.strict.cleanup_timeout),
+        },
+        ops: OpsView {
+            listen: config.ops.listen.to_string(),
+            allow_remote: config.ops.allow_remote,
+        },
+        telemetry: TelemetryView {
+            log_format: config.telemetry.log_format.as_str(),
+            log_level: &config.telemetry.log_level,
+            otlp_endpoint: config.telemetry.otlp_endpoint.as_deref().unwrap_or(""),
+        },
+    };
+    toml::to_string(&view).expect("the configuration view is plain tables, strings and numbers")
+}
+
+fn control_plane(config: &Config) -> ControlPlaneView<'_> {
+    let cp = &config.control_plane;
+    ControlPlaneView {
+        base_url: &cp.base_url,
+        url_path: &cp.url_path,
+        tunnel_id: &cp.tunnel_id,
+        api_key: cp.api_key.masked(),
+        poll_timeout: duration(cp.poll_timeout),
+        max_inflight: cp.max_inflight.get(),
+        post_timeout: duration(cp.post_timeout),
+        post_attempts: cp.post_attempts.get(),
+    }
+}
+
+fn mcp(config: &Config) -> McpView<'_> {
+    let channels = config
+        .mcp
+        .channels
+        .iter()
+        .map(|(name, channel)| (name.as_str(), channel_view(channel)))
+        .collect();
+    McpView {
+        max_concurrent: config.mcp.max_concurrent.get(),
+        request_timeout: duration(config.mcp.request_timeout),
+        connect_timeout: duration(config.mcp.connect_timeout),
+        channels,
+    }
+}
+
+fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
+    match channel {
+        ChannelConfig::Http { url } => ChannelView {
+            url: Some(url),
+            command: None,
+            env: None,
+        },
+        ChannelConfig::Stdio { command, env } => ChannelView {
+            url: None,
+            command: Some(command),
+            env: (!env.is_empty()).then_some(env),
+        },
+    }
+}
+
+fn duration(value: std::time::Duration) -> String {
+    humantime::format_duration(value).to_string()
+}

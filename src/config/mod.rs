@@ -1,0 +1,219 @@
+//! Configuration: the layered sources, their validation, and the typed result.
+//!
+//! Owns the mapping from configuration inputs to [`Config`]. Layers, lowest first:
+//! built-in defaults < the anchor client's variables (`CONTROL_PLANE_TUNNEL_ID`,
+//! `CONTROL_PLANE_BASE_URL`, `MCP_SERVER_URL`, `MCP_COMMAND`) < the TOML file <
+//! `TUNNELGATE_` environment variables (`__` between levels) < command-line overrides.
+//! The anchor's `MCP_SERVER_URL` / `MCP_COMMAND` supply the `main` channel only when no
+//! other layer configures any channel.
+//!
+//! Invariants: a [`Config`] is fully validated (parse, don't validate); secrets are
+//! resolved once at load and never printed (`Debug`, `Display` and [`Config::masked`]
+//! show only their reference); errors name the dotted key and never echo secret values
+//! or URLs. This module performs no network I/O and never mutates the process
+//! environment; the only I/O is reading the config file and `file:` secrets.
+
+mod channel;
+mod defaults;
+mod error;
+mod http_url;
+mod layers;
+mod masked;
+mod raw;
+mod secret;
+mod validation;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use error::ConfigError;
+pub use secret::Secret;
+
+use layers::{EnvVars, FileLayer};
+
+/// The validated, effective configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub control_plane: ControlPlane,
+    pub mcp: Mcp,
+    pub strict: Strict,
+    pub ops: Ops,
+    pub telemetry: Telemetry,
+}
+
+/// `[control_plane]`: where commands are polled from and responses posted to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlPlane {
+    /// An http(s) URL without a trailing slash, query or fragment.
+    pub base_url: String,
+    /// `""` or a path starting with `/`, without a trailing `/`.
+    pub url_path: String,
+    /// Non-empty, free of whitespace and of `/ ? # %` (it is placed in request paths).
+    pub tunnel_id: String,
+    pub api_key: Secret,
+    /// Non-zero.
+    pub poll_timeout: Duration,
+    pub max_inflight: NonZeroUsize,
+    /// Non-zero; bounds one response POST attempt.
+    pub post_timeout: Duration,
+    pub post_attempts: NonZeroU32,
+}
+
+/// `[mcp]`: the downstream MCP servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mcp {
+    /// Exactly 1 when `strict.enabled`.
+    pub max_concurrent: NonZeroUsize,
+    /// Non-zero; bounds one downstream leg when the command carries no `response_timeout`.
+    pub request_timeout: Duration,
+    /// Non-zero.
+    pub connect_timeout: Duration,
+    /// 1 to 32 channels; names match `[A-Za-z0-9_-]{1,64}`.
+    pub channels: BTreeMap<String, ChannelConfig>,
+}
+
+/// One `[mcp.channels.NAME]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelConfig {
+    /// Streamable HTTP; `url` is an http(s) URL without a fragment.
+    Http { url: String },
+    /// stdio; `command` is a non-empty argv (no shell). `env` is added on top of a
+    /// minimal base and never names the API key variable, `TUNNELGATE_*` or
+    /// `CONTROL_PLANE_*`.
+    Stdio {
+        command: Vec<String>,
+        env: BTreeMap<String, String>,
+    },
+}
+
+/// `[strict]`: the fail-closed mode (DESIGN.md section 3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Strict {
+    pub enabled: bool,
+    pub on_downstream_ambiguity: AmbiguityPolicy,
+    pub latch_file: PathBuf,
+    pub shutdown_grace: Duration,
+    pub cleanup_timeout: Duration,
+}
+
+/// What strict mode does when a downstream leg ends `abandoned`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmbiguityPolicy {
+    Fatal,
+    Report,
+}
+
+/// `[ops]`: the local operator listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ops {
+    /// Loopback unless `allow_remote`.
+    pub listen: SocketAddr,
+    pub allow_remote: bool,
+}
+
+/// `[telemetry]`: logs and traces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Telemetry {
+    pub log_format: LogFormat,
+    /// A non-empty `tracing` filter directive (accepted by `EnvFilter`).
+    pub log_level: String,
+    /// An http(s) base URL without a trailing slash; `None` when export is off.
+    pub otlp_endpoint: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Values given on the command line; they override every other layer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub strict: Option<bool>,
+    pub ops_listen: Option<String>,
+    pub log_level: Option<String>,
+    pub log_format: Option<String>,
+    pub latch_file: Option<PathBuf>,
+}
+
+impl Config {
+    /// Loads every layer, reading the process environment.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let env: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        Config::load_with_env(path, overrides, &env)
+    }
+
+    /// Like [`Config::load`], with `env` standing in for the process environment
+    /// (for layering, anchor variables and `env:` secrets alike).
+    pub fn load_with_env(
+        path: Option<&Path>,
+        overrides: &Overrides,
+        env: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let file = path.map(FileLayer::read).transpose()?;
+        Config::from_layers(file, overrides, env)
+    }
+
+    /// Defaults plus this TOML only: no environment variables are read, not even for
+    /// `env:` secrets (so the TOML must give `api_key` as a literal or `file:`).
+    pub fn from_toml_str(toml: &str) -> Result<Config, ConfigError> {
+        Config::from_layers(Some(FileLayer::inline(toml)?), &Overrides::default(), &[])
+    }
+
+    /// The effective configuration as TOML; secrets appear only as their reference.
+    pub fn masked(&self) -> String {
+        masked::render(self)
+    }
+
+    /// Names of the stdio channels, sorted.
+    pub fn stdio_channel_names(&self) -> Vec<String> {
+        self.mcp
+            .channels
+            .iter()
+            .filter(|(_, channel)| matches!(channel, ChannelConfig::Stdio { .. }))
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    fn from_layers(
+        file: Option<FileLayer>,
+        overrides: &Overrides,
+        env: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let env = EnvVars::new(env);
+        let figment = layers::figment(file, overrides, &env);
+        let raw: raw::RawConfig = figment
+            .extract()
+            .map_err(|e| ConfigError::from_figment(e).with_source(&figment))?;
+        validation::build(raw, &env).map_err(|e| e.with_source(&figment))
+    }
+}
+
+impl AmbiguityPolicy {
+    /// The configuration spelling: `"fatal"` or `"report"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AmbiguityPolicy::Fatal => "fatal",
+            AmbiguityPolicy::Report => "report",
+        }
+    }
+}
+
+impl LogFormat {
+    /// The configuration spelling: `"json"` or `"text"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Json => "json",
+            LogFormat::Text => "text",
+        }
+    }
+}

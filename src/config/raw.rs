@@ -1,0 +1,75 @@
+//! The input shape: what the merged layers deserialize into before validation.
+//!
+//! Every key is optional (defaults are applied in `validation`, so an explicit value
+//! can be told from a default) and every table rejects unknown keys. Durations, enums,
+//! URLs and addresses stay strings here; `validation` parses them with key-naming
+//! errors.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) control_plane: RawControlPlane,
+    pub(super) mcp: RawMcp,
+    pub(super) strict: RawStrict,
+    pub(super) ops: RawOps,
+    pub(super) telemetry: RawTelemetry,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawControlPlane {
+    pub(super) base_url: Option<String>,
+    pub(super) url_path: Option<String>,
+    pub(super) tunnel_id: Option<String>,
+    pub(super) api_key: Option<String>,
+    pub(super) poll_timeout: Option<String>,
+    pub(super) max_inflight: Option<u64>,
+    pub(super) post_timeout: Option<String>,
+    pub(super) post_attempts: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawMcp {
+    pub(super) max_concurrent: Option<u64>,
+    pub(super) request_timeout: Option<String>,
+    pub(super) connect_timeout: Option<String>,
+    pub(super) channels: BTreeMap<String, RawChannel>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawChannel {
+    pub(super) url: Option<String>,
+    pub(super) command: Option<Vec<String>>,
+    pub(super) env: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawStrict {
+    pub(super) enabled: Option<bool>,
+    pub(super) on_downstream_ambiguity: Option<String>,
+    pub(super) latch_file: Option<String>,
+    pub(super) shutdown_grace: Option<String>,
+    pub(super) cleanup_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawOps {
+    pub(super) listen: Option<String>,
+    pub(super) allow_remote: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawTelemetry {
+    pub(super) log_format: Option<String>,
+    pub(super) log_level: Option<String>,
+    pub(super) otlp_endpoint: Option<String>,
+}

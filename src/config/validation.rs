@@ -1,0 +1,281 @@
+//! Turns the merged raw input into a [`Config`]: applies defaults, parses every value
+//! into its type, resolves secrets, and checks the rules that span keys.
+//!
+//! Each error names the full dotted key. Checks run in key order, section by section,
+//! so the first problem reported is the first one in the file's natural order.
+
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::channel;
+use super::defaults as default;
+use super::error::{ConfigError, ErrorKind};
+use super::http_url::{self, UrlRole};
+use super::layers::EnvVars;
+use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawStrict, RawTelemetry};
+use super::{
+    AmbiguityPolicy, Config, ControlPlane, LogFormat, Mcp, Ops, Secret, Strict, Telemetry,
+};
+
+pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
+    let control_plane = control_plane(raw.control_plane, env)?;
+    let strict_enabled = raw.strict.enabled.unwrap_or(default::STRICT_ENABLED);
+    let mcp = mcp(raw.mcp, strict_enabled, &control_plane.api_key)?;
+    Ok(Config {
+        control_plane,
+        mcp,
+        strict: strict(raw.strict)?,
+        ops: ops(raw.ops)?,
+        telemetry: telemetry(raw.telemetry)?,
+    })
+}
+
+fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, ConfigError> {
+    let base_url = raw.base_url.as_deref().unwrap_or(default::BASE_URL);
+    let api_key = raw.api_key.as_deref().unwrap_or(default::API_KEY);
+    Ok(ControlPlane {
+        base_url: http_url::parse("control_plane.base_url", base_url, UrlRole::Base)?,
+        url_path: url_path(raw.url_path.as_deref().unwrap_or(default::URL_PATH))?,
+        tunnel_id: tunnel_id(raw.tunnel_id)?,
+        api_key: Secret::resolve("control_plane.api_key", api_key, env)?,
+        poll_timeout: positive_duration(
+            "control_plane.poll_timeout",
+            raw.poll_timeout,
+            default::POLL_TIMEOUT,
+        )?,
+        max_inflight: count(
+            "control_plane.max_inflight",
+            raw.max_inflight.unwrap_or(default::MAX_INFLIGHT),
+        )?,
+        post_timeout: positive_duration(
+            "control_plane.post_timeout",
+            raw.post_timeout,
+            default::POST_TIMEOUT,
+        )?,
+        post_attempts: attempts(
+            "control_plane.post_attempts",
+            raw.post_attempts.unwrap_or(default::POST_ATTEMPTS),
+        )?,
+    })
+}
+
+/// `""` stays `""`; otherwise it must start with `/`; trailing slashes are removed.
+fn url_path(value: &str) -> Result<String, ConfigError> {
+    const KEY: &str = "control_plane.url_path";
+    if value.is_empty() {
+        return Ok(String::new());
+    }
+    if !value.starts_with('/') {
+        return Err(ConfigError::invalid(
+            KEY,
+            format!("{value:?} must start with '/' (e.g. \"/proxy\"), or be \"\""),
+        ));
+    }
+    if value
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '?' || c == '#')
+    {
+        return Err(ConfigError::invalid(
+            KEY,
+            "must be a plain path, without whitespace, '?' or '#'",
+        ));
+    }
+    Ok(value.trim_end_matches('/').to_owned())
+}
+
+fn tunnel_id(value: Option<String>) -> Result<String, ConfigError> {
+    const KEY: &str = "control_plane.tunnel_id";
+    let value = value.filter(|v| !v.is_empty()).ok_or_else(|| {
+        let fix = "set it in the config file or TUNNELGATE_CONTROL_PLANE__TUNNEL_ID / CONTROL_PLANE_TUNNEL_ID";
+        ConfigError::new(ErrorKind::Missing, KEY, format!("missing; {fix}"))
+    })?;
+    let bad = |c: char| c.is_whitespace() || c.is_control() || matches!(c, '/' | '?' | '#' | '%');
+    if value.chars().any(bad) {
+        let problem =
+            "must not contain whitespace, '/', '?', '#' or '%' (it is placed in request paths)";
+        return Err(ConfigError::invalid(KEY, problem));
+    }
+    Ok(value)
+}
+
+fn mcp(raw: RawMcp, strict: bool, api_key: &Secret) -> Result<Mcp, ConfigError> {
+    Ok(Mcp {
+        max_concurrent: max_concurrent(raw.max_concurrent, strict)?,
+        request_timeout: positive_duration(
+            "mcp.request_timeout",
+            raw.request_timeout,
+            default::REQUEST_TIMEOUT,
+        )?,
+        connect_timeout: positive_duration(
+            "mcp.connect_timeout",
+            raw.connect_timeout,
+            default::CONNECT_TIMEOUT,
+        )?,
+        channels: channel::channels(raw.channels, api_key)?,
+    })
+}
+
+/// Strict mode admits one command at a time: an unset value becomes 1 there, and an
+/// explicit value above 1 is an error rather than silently lowered.
+fn max_concurrent(value: Option<u64>, strict: bool) -> Result<NonZeroUsize, ConfigError> {
+    const KEY: &str = "mcp.max_concurrent";
+    match (value, strict) {
+        (None, true) => count(KEY, default::STRICT_MAX_CONCURRENT),
+        (None, false) => count(KEY, default::MAX_CONCURRENT),
+        (Some(n), true) if n > 1 => Err(ConfigError::invalid(
+            KEY,
+            format!("is {n}, but must be 1 when strict.enabled = true (strict mode admits one command at a time)"),
+        )),
+        (Some(n), _) => count(KEY, n),
+    }
+}
+
+fn strict(raw: RawStrict) -> Result<Strict, ConfigError> {
+    let latch_file = raw.latch_file.as_deref().unwrap_or(default::LATCH_FILE);
+    if latch_file.is_empty() {
+        return Err(ConfigError::invalid(
+            "strict.latch_file",
+            "is empty; give a path, e.g. \"/var/lib/tunnelgate/latch.json\"",
+        ));
+    }
+    Ok(Strict {
+        enabled: raw.enabled.unwrap_or(default::STRICT_ENABLED),
+        on_downstream_ambiguity: ambiguity_policy(raw.on_downstream_ambiguity.as_deref())?,
+        latch_file: PathBuf::from(latch_file),
+        shutdown_grace: duration(
+            "strict.shutdown_grace",
+            raw.shutdown_grace,
+            default::SHUTDOWN_GRACE,
+        )?,
+        cleanup_timeout: duration(
+            "strict.cleanup_timeout",
+            raw.cleanup_timeout,
+            default::CLEANUP_TIMEOUT,
+        )?,
+    })
+}
+
+fn ambiguity_policy(value: Option<&str>) -> Result<AmbiguityPolicy, ConfigError> {
+    match value.unwrap_or(default::ON_DOWNSTREAM_AMBIGUITY) {
+        "fatal" => Ok(AmbiguityPolicy::Fatal),
+        "report" => Ok(AmbiguityPolicy::Report),
+        other => Err(ConfigError::invalid(
+            "strict.on_downstream_ambiguity",
+            format!("{other:?} is not a policy; use \"fatal\" or \"report\""),
+        )),
+    }
+}
+
+fn ops(raw: RawOps) -> Result<Ops, ConfigError> {
+    const KEY: &str = "ops.listen";
+    let allow_remote = raw.allow_remote.unwrap_or(default::ALLOW_REMOTE);
+    let text = raw.listen.as_deref().unwrap_or(default::LISTEN);
+    let listen: SocketAddr = text.parse().map_err(|_| {
+        ConfigError::invalid(
+            KEY,
+            format!("{text:?} is not an IP address and port (use e.g. \"127.0.0.1:9464\")"),
+        )
+    })?;
+    if !listen.ip().is_loopback() && !allow_remote {
+        return Err(ConfigError::invalid(
+            KEY,
+            format!(
+                "{listen} is not a loopback address; set ops.allow_remote = true to listen on it"
+            ),
+        ));
+    }
+    Ok(Ops {
+        listen,
+        allow_remote,
+    })
+}
+
+fn telemetry(raw: RawTelemetry) -> Result<Telemetry, ConfigError> {
+    Ok(Telemetry {
+        log_format: log_format(raw.log_format.as_deref().unwrap_or(default::LOG_FORMAT))?,
+        log_level: log_level(
+            raw.log_level
+                .unwrap_or_else(|| default::LOG_LEVEL.to_owned()),
+        )?,
+        otlp_endpoint: otlp_endpoint(
+            raw.otlp_endpoint
+                .as_deref()
+                .unwrap_or(default::OTLP_ENDPOINT),
+        )?,
+    })
+}
+
+fn log_format(value: &str) -> Result<LogFormat, ConfigError> {
+    match value {
+        "json" => Ok(LogFormat::Json),
+        "text" => Ok(LogFormat::Text),
+        other => Err(ConfigError::invalid(
+            "telemetry.log_format",
+            format!("{other:?} is not a log format; use \"json\" or \"text\""),
+        )),
+    }
+}
+
+/// A non-empty filter that `tracing_subscriber::EnvFilter` accepts.
+fn log_level(value: String) -> Result<String, ConfigError> {
+    const KEY: &str = "telemetry.log_level";
+    const EXAMPLE: &str = "use e.g. \"info\" or \"tunnelgate=debug,info\"";
+    if value.trim().is_empty() {
+        return Err(ConfigError::invalid(KEY, format!("is empty; {EXAMPLE}")));
+    }
+    match tracing_subscriber::EnvFilter::try_new(&value) {
+        Ok(_) => Ok(value),
+        Err(e) => Err(ConfigError::invalid(
+            KEY,
+            format!("{value:?} is not a log filter ({e}); {EXAMPLE}"),
+        )),
+    }
+}
+
+fn otlp_endpoint(value: &str) -> Result<Option<String>, ConfigError> {
+    match value {
+        "" => Ok(None),
+        url => http_url::parse("telemetry.otlp_endpoint", url, UrlRole::Base).map(Some),
+    }
+}
+
+/// A humantime duration such as "30s", "250ms" or "1m".
+fn duration(key: &str, value: Option<String>, default: &str) -> Result<Duration, ConfigError> {
+    let text = value.as_deref().unwrap_or(default);
+    humantime::parse_duration(text).map_err(|_| {
+        ConfigError::invalid(
+            key,
+            format!("{text:?} is not a duration (use e.g. \"10s\", \"250ms\")"),
+        )
+    })
+}
+
+fn positive_duration(
+    key: &str,
+    value: Option<String>,
+    default: &str,
+) -> Result<Duration, ConfigError> {
+    let parsed = duration(key, value, default)?;
+    if parsed.is_zero() {
+        return Err(ConfigError::invalid(
+            key,
+            "must be greater than zero (use e.g. \"10s\", \"250ms\")",
+        ));
+    }
+    Ok(parsed)
+}
+
+fn count(key: &str, value: u64) -> Result<NonZeroUsize, ConfigError> {
+    let value = usize::try_from(value)
+        .map_err(|_| ConfigError::invalid(key, format!("{value} is too large")))?;
+    NonZeroUsize::new(value)
+        .ok_or_else(|| ConfigError::invalid(key, "must be at least 1 (found 0)"))
+}
+
+fn attempts(key: &str, value: u64) -> Result<NonZeroU32, ConfigError> {
+    let value = u32::try_from(value)
+        .map_err(|_| ConfigError::invalid(key, format!("{value} is too large")))?;
+    NonZeroU32::new(value).ok_or_else(|| ConfigError::invalid(key, "must be at least 1 (found 0)"))
+}

@@ -1,0 +1,98 @@
+//! Live counters and poll health shared with `/status` and `/readyz`. Writers are the
+//! poller and command tasks; readers only observe.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Poll health and command counts.
+#[derive(Default)]
+pub struct Health {
+    last_successful_poll: Mutex<Option<Instant>>,
+    consecutive_poll_errors: AtomicU64,
+    last_poll_error_kind: Mutex<Option<&'static str>>,
+    draining: AtomicBool,
+    polling_stopped: AtomicBool,
+    /// Commands received and not yet finished (queued + in flight).
+    alive: AtomicUsize,
+    /// Commands admitted through the fence and not yet finished.
+    in_flight: AtomicUsize,
+}
+
+/// `/status` `control_plane` object.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PollHealth {
+    pub last_successful_poll_age_seconds: Option<f64>,
+    pub consecutive_poll_errors: u64,
+    pub last_poll_error_kind: Option<&'static str>,
+}
+
+impl Health {
+    pub fn poll_succeeded(&self) {
+        *self.last_successful_poll.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        self.consecutive_poll_errors.store(0, Ordering::Relaxed);
+    }
+
+    pub fn poll_failed(&self, kind: &'static str) {
+        self.consecutive_poll_errors.fetch_add(1, Ordering::Relaxed);
+        *self.last_poll_error_kind.lock().unwrap_or_else(|p| p.into_inner()) = Some(kind);
+    }
+
+    pub fn poll_health(&self) -> PollHealth {
+        PollHealth {
+            last_successful_poll_age_seconds: self.last_poll_age().map(|d| d.as_secs_f64()),
+            consecutive_poll_errors: self.consecutive_poll_errors.load(Ordering::Relaxed),
+            last_poll_error_kind: *self.last_poll_error_kind.lock().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+
+    pub fn last_poll_age(&self) -> Option<Duration> {
+        self.last_successful_poll.lock().unwrap_or_else(|p| p.into_inner()).map(|t| t.elapsed())
+    }
+
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    pub fn set_polling_stopped(&self) {
+        self.polling_stopped.store(true, Ordering::SeqCst);
+    }
+
+    pub fn polling_stopped(&self) -> bool {
+        self.polling_stopped.load(Ordering::SeqCst)
+    }
+
+    pub fn alive(&self) -> usize {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    pub fn queued(&self) -> usize {
+        self.alive().saturating_sub(self.in_flight())
+    }
+
+    pub(crate) fn command_started(&self) {
+        self.alive.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn command_finished(&self) {
+        self.alive.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn admitted(&self) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn released(&self) {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,338 @@
+//! One command, start to finish: deadline, route, fence, downstream, notifications,
+//! terminal delivery, and the strict-mode latch decisions (taken while the permit is held).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::Dispatcher;
+use crate::control::{Delivery, DeliveryReport, PostKind};
+use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Notification, Reply, Transport};
+use crate::protocol::{synthesize_error, Command, CommandKind, FailureSource, InvalidCommand, RespType, ResponseBody, TunnelFailure};
+use crate::protocol::{ChannelName, RequestId, ShardToken};
+use crate::strict::{Admission, CommandRef, FatalCategory, FenceLeg, Refusal};
+use crate::telemetry::{DropReason, DurationLeg};
+
+/// Notifications buffered between a transport and the control plane.
+const NOTIFY_BUFFER: usize = 64;
+
+/// Said when a command was refused before reaching any MCP server.
+const NOT_EXECUTED_MESSAGE: &str = "not delivered to the MCP server; safe to retry";
+
+impl Dispatcher {
+    pub(super) async fn run(self: &Arc<Self>, cmd: Command, received_at: Instant) {
+        let deadline = cmd.response_timeout.budget().map(|b| received_at + b);
+        let method = match &cmd.kind {
+            CommandKind::JsonRpc(p) => p.method(),
+            CommandKind::SessionTermination => None,
+            CommandKind::Unknown(t) => {
+                tracing::warn!(command_type = %crate::telemetry::safe_method(t), "unknown command type; skipped");
+                self.metrics.command_dropped(DropReason::UnknownType);
+                return;
+            }
+        };
+        if is_expired(deadline) {
+            tracing::info!("response_timeout already passed at receipt; dropped without contacting the MCP server");
+            self.metrics.command_dropped(DropReason::Expired);
+            return;
+        }
+        let Some(transport) = self.channels.get(cmd.channel.as_str()) else {
+            tracing::warn!("no channel of that name is configured; answered with an error, never routed elsewhere");
+            self.metrics.command_dropped(DropReason::Unroutable);
+            self.answer_not_executed(&cmd, "unroutable").await;
+            return;
+        };
+        let command_ref = CommandRef::new(cmd.request_id.as_str(), cmd.channel.as_str(), method);
+        self.metrics.leg_duration(DurationLeg::Queue, received_at.elapsed().as_secs_f64());
+
+        let wait_started = Instant::now();
+        let admitted = async {
+            tokio::select! {
+                biased;
+                // cancel-safe: an admission not yet granted takes no permit.
+                _ = sleep_until_opt(deadline) => None,
+                r = self.fence.admit(command_ref) => Some(r),
+            }
+        }
+        .instrument(tracing::info_span!("tunnelgate.fence_wait"))
+        .await;
+        self.metrics.leg_duration(DurationLeg::FenceWait, wait_started.elapsed().as_secs_f64());
+        let admission = match admitted {
+            None => {
+                tracing::info!("response_timeout passed while waiting for the fence; dropped without contacting the MCP server");
+                self.metrics.command_dropped(DropReason::Expired);
+                return;
+            }
+            Some(Err(refusal)) => {
+                let reason = match refusal {
+                    Refusal::Latched => DropReason::Fatal,
+                    Refusal::Stopping => DropReason::Shutdown,
+                };
+                tracing::info!(reason = refusal.kind(), "not executed; answered with a retry-safe error");
+                self.metrics.command_dropped(reason);
+                self.answer_not_executed(&cmd, refusal.kind()).await;
+                return;
+            }
+            Some(Ok(a)) => a,
+        };
+        self.health.admitted();
+        self.metrics.set_in_flight(self.health.in_flight());
+        self.metrics.set_fence_held(self.fence.is_strict());
+        self.metrics.set_queue_depth(self.health.queued());
+        self.admitted_lifecycle(&cmd, transport, admission, deadline, received_at).await;
+        self.health.released();
+        self.metrics.set_in_flight(self.health.in_flight());
+        self.metrics.set_fence_held(self.fence.snapshot().held);
+        self.metrics.leg_duration(DurationLeg::Total, received_at.elapsed().as_secs_f64());
+    }
+
+    async fn admitted_lifecycle(
+        self: &Arc<Self>,
+        cmd: &Command,
+        transport: &Transport,
+        admission: Admission,
+        deadline: Option<Instant>,
+        _received_at: Instant,
+    ) {
+        if is_expired(deadline) {
+            tracing::info!("response_timeout passed before dispatch; dropped without contacting the MCP server");
+            self.metrics.command_dropped(DropReason::Expired);
+            return;
+        }
+        // Notifications are posted in order by their own task while the leg runs.
+        let (notes_tx, notes_rx) = tokio::sync::mpsc::channel(NOTIFY_BUFFER);
+        let notifier = tokio::spawn(
+            self.clone()
+                .post_notifications(notes_rx, cmd.request_id.clone(), cmd.channel.clone(), cmd.shard_token.clone(), deadline)
+                .in_current_span(),
+        );
+        let started = Instant::now();
+        let leg = self.downstream_leg(cmd, transport, &admission, deadline, notes_tx).await;
+        self.metrics.leg_duration(DurationLeg::Downstream, started.elapsed().as_secs_f64());
+        self.metrics.downstream_finished(transport.kind(), leg.outcome);
+        let span = tracing::Span::current();
+        span.record("leg_outcome", leg.outcome.as_str());
+        if let Some(f) = &leg.failure {
+            span.record("error.type", f.kind());
+            match leg.outcome {
+                LegOutcome::NotSent => tracing::warn!(outcome = "not_sent", reason = f.kind(), "downstream leg failed before sending; safe to retry"),
+                LegOutcome::Abandoned => tracing::warn!(outcome = "abandoned", reason = f.kind(), "downstream leg abandoned: effect unknown"),
+                LegOutcome::Answered => tracing::info!(outcome = "answered", reason = f.kind(), "the MCP server refused the request"),
+            }
+        }
+        // Notifications go out before the terminal response, whatever happens to them.
+        let _ = notifier.await;
+        let dispatched = leg.outcome != LegOutcome::NotSent;
+
+        if self.policy.strict && leg.outcome == LegOutcome::Abandoned && self.policy.ambiguity_is_fatal {
+            self.latch(&admission, FatalCategory::DownstreamAmbiguous);
+            // The caller has not been told yet: post "effect unknown", bounded by cleanup.
+            let cleanup = Instant::now() + self.policy.cleanup_timeout;
+            let report = self.deliver_terminal(cmd, &leg.reply, Some(deadline.map_or(cleanup, |d| d.min(cleanup)))).await;
+            tracing::info!(delivery = report.delivery.as_str(), "effect-unknown response after the latch");
+            return;
+        }
+        if is_expired(deadline) {
+            // Never synthesize a late error; a late answer is not posted either.
+            tracing::warn!(dispatched, "response_timeout passed during the downstream leg; nothing posted");
+            self.metrics.command_dropped(DropReason::Expired);
+            if self.policy.strict && dispatched {
+                self.latch(&admission, FatalCategory::DeadlineExpired);
+            }
+            return;
+        }
+        admission.set_leg(FenceLeg::Deliver);
+        let started = Instant::now();
+        let report = self.deliver_terminal(cmd, &leg.reply, deadline).await;
+        self.metrics.leg_duration(DurationLeg::Deliver, started.elapsed().as_secs_f64());
+        span.record("delivery_outcome", report.delivery.as_str());
+        if report.delivery == Delivery::Acked {
+            return;
+        }
+        let category = if is_expired(deadline) {
+            FatalCategory::DeadlineExpired
+        } else {
+            report.last_attempt.fatal_category().unwrap_or(FatalCategory::InternalError)
+        };
+        if self.policy.strict && dispatched {
+            self.latch(&admission, category);
+        } else {
+            tracing::warn!(
+                delivery = report.delivery.as_str(),
+                attempt_result = report.last_attempt.as_str(),
+                attempts = report.attempts,
+                dispatched,
+                "terminal response not acknowledged; the caller may not have its result"
+            );
+        }
+    }
+
+    async fn downstream_leg(
+        &self,
+        cmd: &Command,
+        transport: &Transport,
+        admission: &Admission,
+        deadline: Option<Instant>,
+        notes: tokio::sync::mpsc::Sender<Notification>,
+    ) -> LegResult {
+        let span = downstream_span(cmd, transport);
+        async {
+            match &cmd.kind {
+                CommandKind::JsonRpc(payload) => {
+                    let req = DownstreamRequest { payload, headers: &cmd.headers, deadline };
+                    transport.call(admission, &req, &notes).await
+                }
+                CommandKind::SessionTermination => transport.terminate_session(admission, &cmd.headers, deadline).await,
+                CommandKind::Unknown(_) => LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn latch(&self, admission: &Admission, category: FatalCategory) {
+        let fatal = admission.latch(category);
+        if fatal.category == category {
+            self.metrics.fatal_latched(category);
+            tracing::error!(category = category.as_str(), exit_code = category.exit_code(), "fatal latch set");
+        }
+    }
+
+    async fn deliver_terminal(&self, cmd: &Command, reply: &Reply, deadline: Option<Instant>) -> DeliveryReport {
+        let body = ResponseBody {
+            request_id: &cmd.request_id,
+            channel: &cmd.channel,
+            resp_json: reply.resp_json.as_deref(),
+            resp_headers: &reply.resp_headers,
+            resp_code: reply.resp_code,
+            resp_type: reply.resp_type,
+        }
+        .to_bytes();
+        self.control
+            .deliver(PostKind::Terminal, body, &cmd.shard_token, deadline, &self.hard_stop)
+            .instrument(tracing::info_span!("tunnelgate.deliver", http.request.resend_count = tracing::field::Empty))
+            .await
+    }
+
+    /// Posts `jsonrpc_notify` messages in order; after one fails, skips the rest for this
+    /// command (the terminal response is still delivered).
+    async fn post_notifications(
+        self: Arc<Self>,
+        mut rx: tokio::sync::mpsc::Receiver<Notification>,
+        request_id: RequestId,
+        channel: ChannelName,
+        shard_token: ShardToken,
+        deadline: Option<Instant>,
+    ) {
+        let mut failed = false;
+        let mut skipped = 0u64;
+        while let Some(n) = rx.recv().await {
+            if failed {
+                skipped += 1;
+                continue;
+            }
+            tracing::debug!("notification forwarded");
+            let body = ResponseBody {
+                request_id: &request_id,
+                channel: &channel,
+                resp_json: Some(&n.resp_json),
+                resp_headers: &n.resp_headers,
+                resp_code: 200,
+                resp_type: RespType::JsonrpcNotify,
+            }
+            .to_bytes();
+            let report = self.control.deliver(PostKind::Notify, body, &shard_token, deadline, &self.hard_stop).await;
+            if report.delivery != Delivery::Acked {
+                failed = true;
+                tracing::warn!(delivery = report.delivery.as_str(), "notification not acknowledged; later notifications of this command are skipped");
+            }
+        }
+        if skipped > 0 {
+            tracing::warn!(skipped, "notifications skipped after an earlier one failed");
+        }
+    }
+
+    /// Answers a command that will never reach an MCP server, best effort, bounded by
+    /// the cleanup timeout. Its failure never latches: nothing was sent.
+    async fn answer_not_executed(&self, cmd: &Command, reason: &'static str) {
+        let (id, resp_type) = match &cmd.kind {
+            CommandKind::JsonRpc(p) if p.expects_response() => (p.id(), RespType::JsonrpcResponse),
+            CommandKind::JsonRpc(_) => (None, RespType::NotifyAck),
+            CommandKind::SessionTermination => (None, RespType::SessionTerminationResponse),
+            CommandKind::Unknown(_) => return,
+        };
+        let failure = TunnelFailure::new(FailureSource::ClientInternal, None, false, None);
+        let resp_json = (resp_type == RespType::JsonrpcResponse).then(|| synthesize_error(id, NOT_EXECUTED_MESSAGE, &failure));
+        let mut headers = BTreeMap::new();
+        if resp_json.is_some() {
+            headers.insert("Content-Type".to_owned(), vec!["application/json".to_owned()]);
+        }
+        let reply = Reply { resp_json, resp_headers: headers, resp_code: 503, resp_type };
+        let deadline = Instant::now() + self.policy.cleanup_timeout;
+        let report = self.deliver_terminal(cmd, &reply, Some(deadline)).await;
+        tracing::info!(reason, delivery = report.delivery.as_str(), "not-executed response");
+    }
+
+    /// A command that could not be decoded: answered when it carries what a response
+    /// needs, otherwise counted and skipped.
+    pub(super) async fn answer_invalid(&self, invalid: InvalidCommand) {
+        self.metrics.command_dropped(DropReason::Invalid);
+        let (Some(request_id), Some(shard_token)) = (invalid.request_id, invalid.shard_token) else {
+            tracing::warn!(reason = invalid.reason, "malformed command without request id or shard token; skipped");
+            return;
+        };
+        tracing::warn!(reason = invalid.reason, "malformed command; answered with an error");
+        let failure = TunnelFailure::new(FailureSource::Protocol, Some("invalid_protocol_response"), false, None);
+        let resp_json = synthesize_error(None, "not delivered to the MCP server: the tunnel command was malformed", &failure);
+        let headers = BTreeMap::from([("Content-Type".to_owned(), vec!["application/json".to_owned()])]);
+        let body = ResponseBody {
+            request_id: &request_id,
+            channel: &invalid.channel,
+            resp_json: Some(&resp_json),
+            resp_headers: &headers,
+            resp_code: 400,
+            resp_type: RespType::JsonrpcResponse,
+        }
+        .to_bytes();
+        let deadline = Instant::now() + self.policy.cleanup_timeout;
+        let report = self.control.deliver(PostKind::Terminal, body, &shard_token, Some(deadline), &self.hard_stop).await;
+        tracing::info!(delivery = report.delivery.as_str(), "malformed-command response");
+    }
+}
+
+/// The downstream CLIENT span, named `{mcp.method.name}` or `{mcp.method.name} {tool}`.
+fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::Span {
+    let (method, tool) = match &cmd.kind {
+        CommandKind::JsonRpc(p) => (
+            p.method().map(crate::telemetry::safe_method).unwrap_or_else(|| "response".to_owned()),
+            p.tool_name().map(|t| crate::telemetry::safe_method(&t)),
+        ),
+        CommandKind::SessionTermination => ("session/terminate".to_owned(), None),
+        CommandKind::Unknown(_) => ("unknown".to_owned(), None),
+    };
+    let name = match &tool {
+        Some(t) => format!("{method} {t}"),
+        None => method.clone(),
+    };
+    tracing::info_span!(
+        "tunnelgate.downstream",
+        otel.name = %name,
+        otel.kind = "client",
+        mcp.method.name = %method,
+        gen_ai.tool.name = tool,
+        network.transport = transport.network_transport(),
+    )
+}
+
+fn is_expired(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

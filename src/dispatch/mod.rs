@@ -1,0 +1,206 @@
+//! The prefetch queue, the poll loop and the per-command lifecycle.
+//!
+//! Owns: how many commands the gateway holds (`control_plane.max_inflight`), the order
+//! `receipt -> fence -> downstream -> deliver`, deadlines (anchored at poll receipt),
+//! and the strict-mode reactions (latching while the permit is held). Must not touch
+//! sockets itself: the control client and the transports do the I/O.
+//!
+//! Every command runs in its own task on the gateway's [`TaskTracker`], inside a
+//! `tunnelgate.command` span created where the task is spawned.
+
+mod health;
+mod lifecycle;
+
+pub use health::{Health, PollHealth};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::control::{Backoff, ControlClient};
+use crate::control::backoff::UNAUTHORIZED_FLOOR;
+use crate::control::PollErrorKind;
+use crate::downstream::Channels;
+use crate::protocol::{Command, CommandKind, InvalidCommand};
+use crate::strict::Fence;
+use crate::telemetry::Metrics;
+
+/// What the lifecycle needs to decide, fixed at startup.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    pub strict: bool,
+    /// `strict.on_downstream_ambiguity = "fatal"`.
+    pub ambiguity_is_fatal: bool,
+    /// Bound on best-effort error responses after a latch or at shutdown.
+    pub cleanup_timeout: Duration,
+    /// Prefetch capacity: commands held at once (queued + in flight).
+    pub max_inflight: usize,
+}
+
+/// Everything a command task shares with the rest of the gateway.
+pub struct Dispatcher {
+    pub(crate) control: ControlClient,
+    pub(crate) fence: Fence,
+    pub(crate) channels: Channels,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) health: Arc<Health>,
+    pub(crate) policy: Policy,
+    pub(crate) tracker: TaskTracker,
+    /// Cancelled when in-flight work must stop now (grace over, or latched cleanup over).
+    pub(crate) hard_stop: CancellationToken,
+    space: Notify,
+}
+
+impl Dispatcher {
+    pub fn new(
+        control: ControlClient,
+        fence: Fence,
+        channels: Channels,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+        policy: Policy,
+        tracker: TaskTracker,
+        hard_stop: CancellationToken,
+    ) -> Arc<Self> {
+        Arc::new(Self { control, fence, channels, metrics, health, policy, tracker, hard_stop, space: Notify::new() })
+    }
+
+    /// The poll loop: runs until `stop` is cancelled or the fence latches.
+    ///
+    /// Asks for `min(free slots, 25)` commands, pauses while the prefetch queue is full,
+    /// and processes every command returned, even beyond the limit.
+    pub async fn poll_loop(self: Arc<Self>, stop: CancellationToken) {
+        let latched = self.fence.latched_token();
+        let mut backoff = Backoff::default();
+        loop {
+            let free = loop {
+                let held = self.health.alive();
+                if held < self.policy.max_inflight {
+                    break self.policy.max_inflight - held;
+                }
+                tokio::select! {
+                    biased;
+                    // cancel-safe: waiting only.
+                    _ = stop.cancelled() => return self.polling_ended(),
+                    // cancel-safe: waiting only.
+                    _ = latched.cancelled() => return self.polling_ended(),
+                    // cancel-safe: a lost wakeup is re-checked by the loop.
+                    _ = self.space.notified() => {}
+                }
+            };
+            let result = tokio::select! {
+                biased;
+                // cancel-safe: an unanswered poll hands out no command.
+                _ = stop.cancelled() => return self.polling_ended(),
+                // cancel-safe: as above.
+                _ = latched.cancelled() => return self.polling_ended(),
+                r = self.control.poll(free.min(25)) => r,
+            };
+            match result {
+                Ok(polled) => {
+                    backoff.reset();
+                    self.health.poll_succeeded();
+                    self.metrics.poll_succeeded_at(unix_now());
+                    self.metrics.poll_finished(if polled.commands.is_empty() { "empty" } else { "commands" });
+                    for command in polled.commands {
+                        self.spawn_command(command, polled.received_at);
+                    }
+                }
+                Err(e) => {
+                    self.metrics.poll_failed(e.kind());
+                    self.health.poll_failed(e.kind());
+                    let mut delay = backoff.next_delay(rand::random::<f64>(), e.retry_after);
+                    if e.kind == PollErrorKind::Unauthorized {
+                        delay = delay.max(UNAUTHORIZED_FLOOR);
+                        tracing::error!(status = e.status, retry_in_ms = delay.as_millis() as u64,
+                            "the control plane refused the API key or tunnel; an operator must fix the credentials");
+                    } else {
+                        tracing::warn!(kind = e.kind(), status = e.status, failures = backoff.failures(),
+                            retry_in_ms = delay.as_millis() as u64, "poll failed; backing off");
+                    }
+                    tokio::select! {
+                        biased;
+                        // cancel-safe: waiting only.
+                        _ = stop.cancelled() => return self.polling_ended(),
+                        // cancel-safe: waiting only.
+                        _ = latched.cancelled() => return self.polling_ended(),
+                        // cancel-safe: a sleep.
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    fn polling_ended(&self) {
+        self.health.set_polling_stopped();
+        tracing::info!("polling stopped");
+    }
+
+    fn spawn_command(self: &Arc<Self>, command: Result<Command, InvalidCommand>, received_at: Instant) {
+        let command_type = match &command {
+            Ok(c) => match &c.kind {
+                CommandKind::JsonRpc(_) => "jsonrpc",
+                CommandKind::SessionTermination => "session_termination",
+                CommandKind::Unknown(_) => "unknown",
+            },
+            Err(_) => "unknown",
+        };
+        self.metrics.command_received(command_type);
+        let span = match &command {
+            Ok(c) => tracing::info_span!(
+                "tunnelgate.command",
+                request_id = %crate::telemetry::safe_token(c.request_id.as_str()),
+                channel = %crate::telemetry::safe_token(c.channel.as_str()),
+                command_type,
+                mcp.method.name = match &c.kind { CommandKind::JsonRpc(p) => p.method().map(crate::telemetry::safe_method), _ => None },
+                strict = self.policy.strict,
+                leg_outcome = tracing::field::Empty,
+                delivery_outcome = tracing::field::Empty,
+                error.r#type = tracing::field::Empty,
+            ),
+            Err(invalid) => tracing::info_span!(
+                "tunnelgate.command",
+                request_id = invalid.request_id.as_ref().map(|r| crate::telemetry::safe_token(r.as_str())),
+                channel = %crate::telemetry::safe_token(invalid.channel.as_str()),
+                command_type,
+                strict = self.policy.strict,
+                error.r#type = invalid.reason,
+            ),
+        };
+        self.health.command_started();
+        self.metrics.set_queue_depth(self.health.queued());
+        let this = self.clone();
+        self.tracker.spawn(
+            async move {
+                let _done = FinishGuard(&this);
+                match command {
+                    Ok(c) => this.run(c, received_at).await,
+                    Err(invalid) => this.answer_invalid(invalid).await,
+                }
+            }
+            .instrument(span),
+        );
+    }
+}
+
+/// Marks a command finished however its task ends (including a panic), and wakes the
+/// poller when the prefetch queue has room again.
+struct FinishGuard<'a>(&'a Arc<Dispatcher>);
+
+impl Drop for FinishGuard<'_> {
+    fn drop(&mut self) {
+        self.0.health.command_finished();
+        self.0.metrics.set_queue_depth(self.0.health.queued());
+        self.0.space.notify_one();
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}

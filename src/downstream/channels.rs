@@ -1,0 +1,117 @@
+//! The configured channels: name -> transport, and the one dispatch point over both
+//! transports (so the dispatcher never matches on transport kinds itself).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{ChannelStatus, DownstreamRequest, HttpTransport, LegResult, NotifySink, StdioTransport};
+use crate::protocol::WireHeaders;
+use crate::strict::Admission;
+
+/// One channel's transport.
+pub enum Transport {
+    Http(HttpTransport),
+    Stdio(StdioTransport),
+}
+
+impl Transport {
+    /// `transport` label for metrics and `network.transport` for spans.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Http(_) => "http",
+            Self::Stdio(_) => "stdio",
+        }
+    }
+
+    /// OpenTelemetry `network.transport`.
+    pub fn network_transport(&self) -> &'static str {
+        match self {
+            Self::Http(_) => "tcp",
+            Self::Stdio(_) => "pipe",
+        }
+    }
+
+    pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
+        match self {
+            Self::Http(t) => t.call(admission, req, notes).await,
+            Self::Stdio(t) => t.call(admission, req, notes).await,
+        }
+    }
+
+    pub async fn terminate_session(
+        &self,
+        admission: &Admission,
+        headers: &WireHeaders,
+        deadline: Option<tokio::time::Instant>,
+    ) -> LegResult {
+        match self {
+            Self::Http(t) => t.terminate_session(admission, headers, deadline).await,
+            Self::Stdio(t) => t.terminate_session(admission).await,
+        }
+    }
+
+    pub fn status(&self) -> ChannelStatus {
+        match self {
+            Self::Http(t) => t.status(),
+            Self::Stdio(t) => t.status(),
+        }
+    }
+}
+
+/// All channels, by name. Unknown names are never routed to `main`.
+#[derive(Clone, Default)]
+pub struct Channels {
+    by_name: Arc<BTreeMap<String, Transport>>,
+}
+
+impl Channels {
+    pub fn new(by_name: BTreeMap<String, Transport>) -> Self {
+        Self { by_name: Arc::new(by_name) }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Transport> {
+        self.by_name.get(name)
+    }
+
+    pub fn status(&self) -> Vec<ChannelStatus> {
+        self.by_name.values().map(Transport::status).collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Transport)> {
+        self.by_name.iter()
+    }
+
+    /// Spawns stdio children ahead of the first command (each under its own admission).
+    pub async fn warm(&self, fence: &crate::strict::Fence) {
+        for (name, t) in self.by_name.iter() {
+            if let Transport::Stdio(s) = t {
+                let Ok(admission) = fence.admit(crate::strict::CommandRef::default()).await else { return };
+                if let Err(failure) = s.warm(&admission).await {
+                    tracing::warn!(channel = %name, reason = failure.kind(), "stdio child did not start; the next command will retry");
+                }
+            }
+        }
+    }
+
+    /// Fatal-latch cleanup: kill stdio groups now, drop HTTP connections. Nothing restarts.
+    pub fn kill_all(&self) {
+        for t in self.by_name.values() {
+            match t {
+                Transport::Http(h) => h.close_connections(),
+                Transport::Stdio(s) => s.kill_now(),
+            }
+        }
+    }
+
+    /// Graceful stop of every stdio child (bounded inside each transport).
+    pub async fn shutdown(&self) {
+        let stops = self.by_name.values().filter_map(|t| match t {
+            Transport::Stdio(s) => Some(s.shutdown()),
+            Transport::Http(h) => {
+                h.close_connections();
+                None
+            }
+        });
+        futures_util::future::join_all(stops).await;
+    }
+}

@@ -1,0 +1,790 @@
+//! Streamable HTTP transport: one pooled keep-alive client per channel that forwards a
+//! JSON-RPC message byte for byte and says truthfully how the leg ended.
+//!
+//! Invariants:
+//! - nothing is sent without a fresh [`Admission::recheck`] right before the send (POST,
+//!   resume GET, session DELETE), and nothing is sent once the leg's deadline has passed;
+//! - a request is sent at most once: no redirects, no client-side retries, no proxy; the
+//!   only follow-up request is a bounded resume (`GET` with `Last-Event-ID`), never a
+//!   replay of the POST;
+//! - `not_sent` only when the failure happened while connecting (DNS, TCP, TLS) or before
+//!   the send began; anything after that without a terminal response is `abandoned`;
+//! - `answered` only for a whole JSON body holding a JSON-RPC response for the request's
+//!   id, or the SSE event carrying it (the sentinel); a closed stream is never "done";
+//! - every wait ends by `min(command deadline, now + request_timeout)`;
+//! - response bytes are forwarded exactly; server bodies that are not JSON-RPC never
+//!   reach the caller (a synthesized `-32603` does);
+//! - header values, payloads, bodies and the URL are never logged.
+//!
+//! Must not touch: the control plane, the latch, metrics. Outcomes are returned; the
+//! dispatcher acts on them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use reqwest::{Method, StatusCode, Url};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+use tokio::time::{timeout_at, Instant};
+
+use super::sse::SseParser;
+use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, Notification, NotifySink, Reply};
+use crate::protocol::{filter_resp_headers, RespType, WireHeaders};
+use crate::strict::Admission;
+
+/// Bounds for one channel's HTTP legs.
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    /// TCP connect (and TLS handshake) bound.
+    pub connect_timeout: Duration,
+    /// Whole-leg bound when the command's own deadline is later or absent.
+    pub request_timeout: Duration,
+    /// Largest JSON body, or largest undispatched SSE event, the leg will hold.
+    pub max_body_bytes: usize,
+}
+
+/// Why a channel's transport could not be built. Messages name the channel, never the URL.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpSetupError {
+    #[error("channel {channel}: the MCP server URL is not a valid URL")]
+    InvalidUrl { channel: String },
+    #[error("channel {channel}: the MCP server URL must use http or https")]
+    UnsupportedScheme { channel: String },
+    #[error("channel {channel}: the HTTP client could not be built")]
+    Client {
+        channel: String,
+        #[source]
+        source: reqwest::Error,
+    },
+}
+
+impl HttpSetupError {
+    /// Stable label for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::InvalidUrl { .. } => "invalid_url",
+            Self::UnsupportedScheme { .. } => "unsupported_scheme",
+            Self::Client { .. } => "client_build",
+        }
+    }
+}
+
+/// The Streamable HTTP transport of one channel. Cheap to clone: clones share the pool.
+#[derive(Clone)]
+pub struct HttpTransport {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    channel: String,
+    url: Url,
+    https: bool,
+    settings: HttpSettings,
+    /// `None` after [`HttpTransport::close_connections`]: the next leg builds a fresh one.
+    client: Mutex<Option<reqwest::Client>>,
+    up: AtomicBool,
+}
+
+/// `Accept` sent with a POST when the command's headers carry none.
+const DEFAULT_ACCEPT: &str = "application/json, text/event-stream";
+/// The MCP revision from which servers cannot resume a stream (and must not be asked to).
+const NO_RESUME_FROM_VERSION: &str = "2026-07-28";
+/// Resume attempts per leg, at most.
+const MAX_RESUMES: u32 = 2;
+/// Cap on the server's `retry:` hint before a resume.
+const MAX_RESUME_WAIT: Duration = Duration::from_secs(1);
+/// Pooled connections idle longer than this are closed.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Request headers never forwarded: hop-by-hop headers and the ones this transport owns
+/// (framing, body type, and content codings it does not decode).
+const NOT_FORWARDED: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+    "accept-encoding",
+];
+
+/// Command headers carried on a resume `GET`.
+const RESUME_HEADERS: [&str; 3] = ["mcp-session-id", "mcp-protocol-version", "authorization"];
+
+/// How the response body announced itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodyKind {
+    EventStream,
+    Json,
+    Other,
+}
+
+/// Why reading a body stopped short.
+enum BodyError {
+    TooLarge,
+    Timeout,
+    Broken,
+}
+
+/// Why reading an SSE stream ended without the sentinel.
+enum StreamEnd {
+    /// EOF or a broken body: a resume may still recover the response.
+    Closed,
+    /// Final for this leg.
+    Failed(LegFailure),
+}
+
+/// What a JSON-RPC message on a response means for this request.
+enum Message {
+    /// The response for the request's id: the leg's answer.
+    Terminal(Box<RawValue>),
+    /// Any other JSON-RPC message: forwarded as a notification.
+    Other(Box<RawValue>),
+    /// Not a JSON object: skipped.
+    Noise,
+}
+
+/// Whether a field is present at all (even as `null`).
+#[derive(Default)]
+struct Present(bool);
+
+impl<'de> Deserialize<'de> for Present {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d)?;
+        Ok(Self(true))
+    }
+}
+
+#[derive(Deserialize)]
+struct MessageProbe<'a> {
+    #[serde(default)]
+    method: Present,
+    #[serde(default)]
+    result: Present,
+    #[serde(default)]
+    error: Present,
+    #[serde(default)]
+    jsonrpc: Present,
+    #[serde(default, borrow)]
+    id: Option<&'a RawValue>,
+}
+
+/// What the leg is waiting for: the request's id, parsed once for comparison.
+struct Expected {
+    id: Option<serde_json::Value>,
+}
+
+impl HttpTransport {
+    /// Builds the channel's transport. The URL must be `http` or `https`.
+    pub fn new(channel: &str, url: &str, settings: HttpSettings) -> Result<Self, HttpSetupError> {
+        let url = Url::parse(url).map_err(|_| HttpSetupError::InvalidUrl { channel: channel.to_owned() })?;
+        let https = match url.scheme() {
+            "https" => true,
+            "http" => false,
+            _ => return Err(HttpSetupError::UnsupportedScheme { channel: channel.to_owned() }),
+        };
+        if !url.has_host() {
+            return Err(HttpSetupError::InvalidUrl { channel: channel.to_owned() });
+        }
+        let client = build_client(&settings).map_err(|source| HttpSetupError::Client { channel: channel.to_owned(), source })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                channel: channel.to_owned(),
+                url,
+                https,
+                settings,
+                client: Mutex::new(Some(client)),
+                up: AtomicBool::new(true),
+            }),
+        })
+    }
+
+    /// Forwards one JSON-RPC message and reports how the leg ended.
+    ///
+    /// A request (`method` and `id`) is answered by the server's JSON-RPC response for its
+    /// id, from a JSON body or an SSE stream; every other message on that stream goes to
+    /// `notes`, in order, before this returns. A notification or client response is
+    /// answered with `notify_ack` and the server's status. Failures come back as a
+    /// synthesized error shaped for the message (see [`LegResult::failed`]).
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe once sending has begun: dropping the future after the admission
+    /// recheck may leave the request on the wire with no response read. A caller that
+    /// drops it must treat the leg as `abandoned` (effect unknown), never as `not_sent`.
+    pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
+        let expects_response = req.payload.expects_response();
+        let result = self.exchange(admission, req, notes, expects_response).await;
+        self.record(&result);
+        match result {
+            Ok(reply) => LegResult::answered(reply),
+            Err(failure) => {
+                let resp_type = if expects_response { RespType::JsonrpcResponse } else { RespType::NotifyAck };
+                LegResult::failed(failure, req.payload.id(), resp_type)
+            }
+        }
+    }
+
+    /// Ends an MCP session: `DELETE` to the URL with the command's headers (including
+    /// `Mcp-Session-Id`). Whatever status the server gives is the answer
+    /// (`session_termination_response`, no payload).
+    ///
+    /// # Cancel safety
+    /// As for [`call`](Self::call): dropping it after the send began is `abandoned`.
+    pub async fn terminate_session(&self, admission: &Admission, headers: &WireHeaders, deadline: Option<Instant>) -> LegResult {
+        let result = self.delete(admission, headers, deadline).await;
+        self.record(&result);
+        match result {
+            Ok(reply) => LegResult::answered(reply),
+            Err(failure) => LegResult::failed(failure, None, RespType::SessionTerminationResponse),
+        }
+    }
+
+    /// Drops the pool: idle connections close now, in-flight ones when their leg ends, and
+    /// the next leg connects afresh.
+    pub fn close_connections(&self) {
+        *lock(&self.inner.client) = None;
+    }
+
+    /// `/status` view: `up` turns false when a leg fails to connect (DNS, TCP, TLS) and
+    /// true again when a leg reaches the server.
+    pub fn status(&self) -> ChannelStatus {
+        ChannelStatus {
+            channel: self.inner.channel.clone(),
+            transport: "http",
+            up: self.inner.up.load(Ordering::Relaxed),
+            generation: 0,
+        }
+    }
+
+    async fn exchange(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+        expects_response: bool,
+    ) -> Result<Reply, LegFailure> {
+        let deadline = self.leg_deadline(req.deadline);
+        let client = self.client()?;
+        let mut headers = forward_headers(req.headers);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if !headers.contains_key(ACCEPT) {
+            headers.insert(ACCEPT, HeaderValue::from_static(DEFAULT_ACCEPT));
+        }
+        let body = Bytes::copy_from_slice(req.payload.raw().get().as_bytes());
+        let request = client
+            .request(Method::POST, self.inner.url.clone())
+            .headers(headers)
+            .body(body)
+            .build()
+            .map_err(|_| LegFailure::InternalBeforeSend)?;
+        let resp = self.send(&client, admission, request, deadline).await?;
+
+        let status = resp.status();
+        let resp_headers = response_headers(resp.headers());
+        if !status.is_success() {
+            return refusal(resp, status, resp_headers, expects_response, self.inner.settings.max_body_bytes, deadline).await;
+        }
+        if !expects_response {
+            return Ok(Reply { resp_json: None, resp_headers, resp_code: status.as_u16(), resp_type: RespType::NotifyAck });
+        }
+        if status == StatusCode::ACCEPTED || status == StatusCode::NO_CONTENT {
+            return Err(LegFailure::NonProtocolResponse);
+        }
+        let expected = Expected::of(req);
+        match body_kind(resp.headers()) {
+            BodyKind::Json => {
+                let body = read_body(resp, self.inner.settings.max_body_bytes, deadline).await.map_err(|e| match e {
+                    BodyError::TooLarge => LegFailure::BodyTooLarge,
+                    BodyError::Timeout => LegFailure::TimeoutAfterWrite,
+                    BodyError::Broken => LegFailure::TruncatedJson,
+                })?;
+                let raw = json_value(&body).ok_or(LegFailure::TruncatedJson)?;
+                match expected.classify_body(raw) {
+                    Message::Terminal(raw) => Ok(Reply {
+                        resp_json: Some(raw),
+                        resp_headers,
+                        resp_code: status.as_u16(),
+                        resp_type: RespType::JsonrpcResponse,
+                    }),
+                    Message::Other(_) | Message::Noise => Err(LegFailure::NonProtocolResponse),
+                }
+            }
+            BodyKind::EventStream => self.read_event_stream(admission, req, resp, resp_headers, &expected, notes, deadline).await,
+            BodyKind::Other => Err(LegFailure::NonProtocolResponse),
+        }
+    }
+
+    /// Regime (A): reads events until the sentinel, resuming a cut stream when allowed.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_event_stream(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        mut resp: reqwest::Response,
+        mut resp_headers: std::collections::BTreeMap<String, Vec<String>>,
+        expected: &Expected,
+        notes: &NotifySink,
+        deadline: Instant,
+    ) -> Result<Reply, LegFailure> {
+        let session_id = header_value(req.headers, "mcp-session-id")
+            .map(str::to_owned)
+            .or_else(|| resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned));
+        let resumable_version = [header_value(req.headers, "mcp-protocol-version"), resp.headers().get("mcp-protocol-version").and_then(|v| v.to_str().ok())]
+            .into_iter()
+            .flatten()
+            .all(|v| v.trim() < NO_RESUME_FROM_VERSION);
+        let mut parser = SseParser::new();
+        let mut sink_open = true;
+        let mut status = resp.status();
+        let mut resumes = 0;
+        loop {
+            match self.drain_stream(&mut resp, &mut parser, &resp_headers, expected, notes, &mut sink_open, deadline).await {
+                Ok(raw) => {
+                    // If the stream's end is already buffered, reading it lets the
+                    // connection go back to the pool; never wait for it.
+                    let _ = resp.chunk().now_or_never();
+                    return Ok(Reply {
+                        resp_json: Some(raw),
+                        resp_headers,
+                        resp_code: status.as_u16(),
+                        resp_type: RespType::JsonrpcResponse,
+                    });
+                }
+                Err(StreamEnd::Failed(failure)) => return Err(failure),
+                Err(StreamEnd::Closed) => {}
+            }
+            drop(resp);
+            let resumable = resumes < MAX_RESUMES && !parser.last_event_id().is_empty() && session_id.is_some() && resumable_version;
+            if !resumable {
+                return Err(LegFailure::StreamClosedBeforeResponse);
+            }
+            resumes += 1;
+            let wait = Duration::from_millis(parser.retry_ms().unwrap_or(0)).min(MAX_RESUME_WAIT);
+            if Instant::now() + wait >= deadline {
+                return Err(LegFailure::StreamClosedBeforeResponse);
+            }
+            tokio::time::sleep(wait).await;
+            tracing::debug!(channel = %self.inner.channel, attempt = resumes, "resuming a cut response stream");
+            resp = self.resume(admission, req.headers, parser.last_event_id(), session_id.as_deref(), deadline).await?;
+            status = resp.status();
+            resp_headers = response_headers(resp.headers());
+            parser = parser.resumed();
+        }
+    }
+
+    /// Reads one response stream until the sentinel (returned), its end, or a final failure.
+    #[allow(clippy::too_many_arguments)]
+    async fn drain_stream(
+        &self,
+        resp: &mut reqwest::Response,
+        parser: &mut SseParser,
+        resp_headers: &std::collections::BTreeMap<String, Vec<String>>,
+        expected: &Expected,
+        notes: &NotifySink,
+        sink_open: &mut bool,
+        deadline: Instant,
+    ) -> Result<Box<RawValue>, StreamEnd> {
+        let mut events = Vec::new();
+        loop {
+            let chunk = match timeout_at(deadline, resp.chunk()).await {
+                Err(_) => return Err(StreamEnd::Failed(LegFailure::TimeoutAfterWrite)),
+                Ok(Err(_)) | Ok(Ok(None)) => return Err(StreamEnd::Closed),
+                Ok(Ok(Some(chunk))) => chunk,
+            };
+            parser.feed(&chunk, &mut events);
+            if parser.buffered() > self.inner.settings.max_body_bytes {
+                return Err(StreamEnd::Failed(LegFailure::BodyTooLarge));
+            }
+            for event in events.drain(..) {
+                let Some(raw) = json_value(event.data.as_bytes()) else {
+                    continue; // not JSON: protocol noise
+                };
+                match expected.classify_event(raw) {
+                    Message::Terminal(raw) => return Ok(raw),
+                    Message::Other(raw) if *sink_open => {
+                        let note = Notification { resp_json: raw, resp_headers: resp_headers.clone() };
+                        match timeout_at(deadline, notes.send(note)).await {
+                            Err(_) => return Err(StreamEnd::Failed(LegFailure::TimeoutAfterWrite)),
+                            // The receiver is gone: keep reading for the terminal response.
+                            Ok(Err(_)) => *sink_open = false,
+                            Ok(Ok(())) => {}
+                        }
+                    }
+                    Message::Other(_) | Message::Noise => {}
+                }
+            }
+        }
+    }
+
+    /// One resume attempt: `GET` with `Last-Event-ID`. Anything but a 2xx event stream
+    /// leaves the leg abandoned.
+    async fn resume(
+        &self,
+        admission: &Admission,
+        command_headers: &WireHeaders,
+        last_event_id: &str,
+        session_id: Option<&str>,
+        deadline: Instant,
+    ) -> Result<reqwest::Response, LegFailure> {
+        let client = self.client().map_err(|_| LegFailure::StreamClosedBeforeResponse)?;
+        let mut headers = HeaderMap::new();
+        for (name, values) in command_headers {
+            let lower = name.to_ascii_lowercase();
+            if !RESUME_HEADERS.contains(&lower.as_str()) {
+                continue;
+            }
+            let Ok(name) = HeaderName::from_bytes(lower.as_bytes()) else { continue };
+            for value in values {
+                if let Ok(value) = HeaderValue::from_str(value) {
+                    headers.append(name.clone(), value);
+                }
+            }
+        }
+        if !headers.contains_key("mcp-session-id") {
+            if let Some(value) = session_id.and_then(|s| HeaderValue::from_str(s).ok()) {
+                headers.insert("mcp-session-id", value);
+            }
+        }
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let Ok(last_id) = HeaderValue::from_str(last_event_id) else {
+            return Err(LegFailure::StreamClosedBeforeResponse);
+        };
+        headers.insert("last-event-id", last_id);
+        let request = client
+            .request(Method::GET, self.inner.url.clone())
+            .headers(headers)
+            .build()
+            .map_err(|_| LegFailure::StreamClosedBeforeResponse)?;
+        let resp = match self.send(&client, admission, request, deadline).await {
+            Ok(resp) => resp,
+            Err(LegFailure::TimeoutAfterWrite) => return Err(LegFailure::TimeoutAfterWrite),
+            // The POST was delivered: whatever stops the resume leaves its effect unknown.
+            Err(_) => return Err(LegFailure::StreamClosedBeforeResponse),
+        };
+        if resp.status().is_success() && body_kind(resp.headers()) == BodyKind::EventStream {
+            Ok(resp)
+        } else {
+            Err(LegFailure::StreamClosedBeforeResponse)
+        }
+    }
+
+    async fn delete(&self, admission: &Admission, headers: &WireHeaders, deadline: Option<Instant>) -> Result<Reply, LegFailure> {
+        let deadline = self.leg_deadline(deadline);
+        let client = self.client()?;
+        let request = client
+            .request(Method::DELETE, self.inner.url.clone())
+            .headers(forward_headers(headers))
+            .build()
+            .map_err(|_| LegFailure::InternalBeforeSend)?;
+        let resp = self.send(&client, admission, request, deadline).await?;
+        let status = resp.status().as_u16();
+        let resp_headers = response_headers(resp.headers());
+        let _ = resp.bytes().now_or_never();
+        Ok(Reply { resp_json: None, resp_headers, resp_code: status, resp_type: RespType::SessionTerminationResponse })
+    }
+
+    /// Sends one request after the last checks: deadline not passed, admission still good.
+    /// Resolves when the response headers arrive.
+    async fn send(
+        &self,
+        client: &reqwest::Client,
+        admission: &Admission,
+        request: reqwest::Request,
+        deadline: Instant,
+    ) -> Result<reqwest::Response, LegFailure> {
+        if Instant::now() >= deadline {
+            return Err(LegFailure::DeadlineBeforeSend);
+        }
+        admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
+        // From here on bytes may reach the server.
+        match timeout_at(deadline, client.execute(request)).await {
+            // We cannot tell whether the connection was up and the request written.
+            Err(_) => Err(LegFailure::TimeoutAfterWrite),
+            Ok(Err(error)) => Err(classify_send_error(&error, self.inner.https)),
+            Ok(Ok(resp)) => Ok(resp),
+        }
+    }
+
+    fn leg_deadline(&self, command_deadline: Option<Instant>) -> Instant {
+        let own = Instant::now() + self.inner.settings.request_timeout;
+        command_deadline.map_or(own, |d| d.min(own))
+    }
+
+    fn client(&self) -> Result<reqwest::Client, LegFailure> {
+        let mut slot = lock(&self.inner.client);
+        if let Some(client) = slot.as_ref() {
+            return Ok(client.clone());
+        }
+        let client = build_client(&self.inner.settings).map_err(|_| LegFailure::InternalBeforeSend)?;
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    fn record(&self, result: &Result<Reply, LegFailure>) {
+        let up = match result {
+            Ok(_) => Some(true),
+            Err(failure) => reached_server(failure),
+        };
+        if let Some(up) = up {
+            self.inner.up.store(up, Ordering::Relaxed);
+        }
+    }
+}
+
+impl std::fmt::Debug for HttpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry credentials or private hostnames: never printed.
+        f.debug_struct("HttpTransport").field("channel", &self.inner.channel).finish_non_exhaustive()
+    }
+}
+
+impl Expected {
+    fn of(req: &DownstreamRequest<'_>) -> Self {
+        Self { id: req.payload.id().and_then(|raw| serde_json::from_str(raw.get()).ok()) }
+    }
+
+    fn matches(&self, id: Option<&RawValue>) -> bool {
+        match (&self.id, id.and_then(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok())) {
+            (Some(want), Some(got)) => *want == got,
+            _ => false,
+        }
+    }
+
+    /// An SSE event: the response for our id ends the leg; any other message is forwarded.
+    fn classify_event(&self, raw: Box<RawValue>) -> Message {
+        match probe(&raw) {
+            None => Message::Noise,
+            Some(p) if is_response(&p) && self.matches(p.id) => Message::Terminal(raw),
+            Some(_) => Message::Other(raw),
+        }
+    }
+
+    /// A whole JSON body: it answers this request, so an error without an id (the server
+    /// could not read it) is also the answer.
+    fn classify_body(&self, raw: Box<RawValue>) -> Message {
+        match probe(&raw) {
+            None => Message::Noise,
+            Some(p) if is_response(&p) && (self.matches(p.id) || (p.error.0 && p.id.is_none())) => Message::Terminal(raw),
+            Some(_) => Message::Other(raw),
+        }
+    }
+}
+
+/// Which failures say something about reachability: connect failures mark the channel
+/// down, anything that reached the server marks it up, refusals before sending say nothing.
+fn reached_server(failure: &LegFailure) -> Option<bool> {
+    match failure {
+        LegFailure::Dns | LegFailure::ConnectRefused | LegFailure::ConnectFailed | LegFailure::Tls => Some(false),
+        LegFailure::NotAdmitted
+        | LegFailure::DeadlineBeforeSend
+        | LegFailure::InternalBeforeSend
+        | LegFailure::ChildNotRunning
+        | LegFailure::TimeoutAfterWrite
+        | LegFailure::CancelledAfterWrite
+        | LegFailure::InternalAfterWrite => None,
+        LegFailure::HttpStatus(_)
+        | LegFailure::ConnectionLost
+        | LegFailure::StreamClosedBeforeResponse
+        | LegFailure::TruncatedJson
+        | LegFailure::NonProtocolResponse
+        | LegFailure::BodyTooLarge
+        | LegFailure::ChildExited
+        | LegFailure::ChildPipeBroken => Some(true),
+    }
+}
+
+/// Maps a send error (before response headers) to a failure. Errors while connecting
+/// (DNS, TCP, TLS) happen before any request byte is written: `not_sent`. Everything else
+/// may follow the write: `abandoned`.
+fn classify_send_error(error: &reqwest::Error, https: bool) -> LegFailure {
+    if error.is_dns() || chain_mentions(error, &["dns error", "failed to lookup address"]) {
+        return LegFailure::Dns;
+    }
+    if !error.is_connect() {
+        return if error.is_timeout() { LegFailure::TimeoutAfterWrite } else { LegFailure::ConnectionLost };
+    }
+    let io_kind = innermost_io_kind(error);
+    match io_kind {
+        Some(std::io::ErrorKind::ConnectionRefused) => LegFailure::ConnectRefused,
+        _ if error.is_timeout() => LegFailure::ConnectFailed,
+        Some(
+            std::io::ErrorKind::TimedOut
+            | std::io::ErrorKind::HostUnreachable
+            | std::io::ErrorKind::NetworkUnreachable
+            | std::io::ErrorKind::NetworkDown
+            | std::io::ErrorKind::AddrNotAvailable
+            | std::io::ErrorKind::AddrInUse
+            | std::io::ErrorKind::PermissionDenied,
+        ) => LegFailure::ConnectFailed,
+        // On an https URL, a connect-phase failure that is not a TCP one is the handshake.
+        _ if https => LegFailure::Tls,
+        _ => LegFailure::ConnectFailed,
+    }
+}
+
+fn innermost_io_kind(error: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    let mut kind = None;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            kind = Some(io.kind());
+        }
+        source = err.source();
+    }
+    kind
+}
+
+fn chain_mentions(error: &(dyn std::error::Error + 'static), needles: &[&str]) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(err) = source {
+        let text = err.to_string().to_ascii_lowercase();
+        if needles.iter().any(|n| text.contains(n)) {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// A non-2xx answer. A JSON-RPC error body is the server's own answer and is forwarded
+/// exactly, with the server's status; anything else becomes [`LegFailure::HttpStatus`]
+/// (its body never reaches the caller).
+async fn refusal(
+    resp: reqwest::Response,
+    status: StatusCode,
+    resp_headers: std::collections::BTreeMap<String, Vec<String>>,
+    expects_response: bool,
+    max: usize,
+    deadline: Instant,
+) -> Result<Reply, LegFailure> {
+    let failure = LegFailure::HttpStatus(status.as_u16());
+    if !expects_response {
+        return Err(failure);
+    }
+    let Ok(body) = read_body(resp, max, deadline).await else {
+        return Err(failure);
+    };
+    match json_value(&body) {
+        Some(raw) if probe(&raw).is_some_and(|p| p.error.0 && p.jsonrpc.0 && !p.method.0) => Ok(Reply {
+            resp_json: Some(raw),
+            resp_headers,
+            resp_code: status.as_u16(),
+            resp_type: RespType::JsonrpcResponse,
+        }),
+        _ => Err(failure),
+    }
+}
+
+fn build_client(settings: &HttpSettings) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(settings.connect_timeout)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        // Even "safe" protocol-level retries could resend a request the server processed.
+        .retry(reqwest::retry::never())
+        .referer(false)
+        .build()
+}
+
+/// The command's connector headers, multi-valued and in order, minus hop-by-hop headers
+/// and those this transport sets itself. Unrepresentable names or values are skipped.
+fn forward_headers(wire: &WireHeaders) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for (name, values) in wire {
+        let lower = name.to_ascii_lowercase();
+        if NOT_FORWARDED.contains(&lower.as_str()) || lower.starts_with("proxy-") {
+            continue;
+        }
+        let Ok(header) = HeaderName::from_bytes(lower.as_bytes()) else {
+            tracing::debug!(header = %lower, "skipping a connector header with an invalid name");
+            continue;
+        };
+        for value in values {
+            match HeaderValue::from_str(value) {
+                Ok(value) => {
+                    out.append(header.clone(), value);
+                }
+                Err(_) => tracing::debug!(header = %lower, "skipping a connector header value that is not valid in HTTP"),
+            }
+        }
+    }
+    out
+}
+
+/// The first value of a command header, by case-insensitive name.
+fn header_value<'a>(wire: &'a WireHeaders, name: &str) -> Option<&'a str> {
+    wire.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| v.first()).map(String::as_str)
+}
+
+fn response_headers(headers: &HeaderMap) -> std::collections::BTreeMap<String, Vec<String>> {
+    let pairs: Vec<(&str, &str)> = headers.iter().filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?))).collect();
+    filter_resp_headers(pairs.iter().copied())
+}
+
+fn body_kind(headers: &HeaderMap) -> BodyKind {
+    let Some(value) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return BodyKind::Other;
+    };
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    if essence.eq_ignore_ascii_case("text/event-stream") {
+        BodyKind::EventStream
+    } else if essence.eq_ignore_ascii_case("application/json") {
+        BodyKind::Json
+    } else {
+        BodyKind::Other
+    }
+}
+
+/// Reads a whole body, bounded in size and time.
+async fn read_body(mut resp: reqwest::Response, max: usize, deadline: Instant) -> Result<Vec<u8>, BodyError> {
+    if resp.content_length().is_some_and(|len| len > max as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = Vec::new();
+    loop {
+        match timeout_at(deadline, resp.chunk()).await {
+            Err(_) => return Err(BodyError::Timeout),
+            Ok(Err(_)) => return Err(BodyError::Broken),
+            Ok(Ok(None)) => return Ok(body),
+            Ok(Ok(Some(chunk))) => {
+                if body.len() + chunk.len() > max {
+                    return Err(BodyError::TooLarge);
+                }
+                body.extend_from_slice(&chunk);
+            }
+        }
+    }
+}
+
+/// The bytes as one JSON value, surrounding JSON whitespace trimmed, otherwise unchanged.
+fn json_value(bytes: &[u8]) -> Option<Box<RawValue>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let text = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
+    RawValue::from_string(text.to_owned()).ok()
+}
+
+fn probe(raw: &RawValue) -> Option<MessageProbe<'_>> {
+    if !raw.get().starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(raw.get()).ok()
+}
+
+fn is_response(p: &MessageProbe<'_>) -> bool {
+    (p.result.0 || p.error.0) && !p.method.0
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests;

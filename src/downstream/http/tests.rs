@@ -1,0 +1,830 @@
+//! Transport tests against in-process servers on loopback: axum where ordinary HTTP
+//! framing matters, a scripted raw TCP server where byte-level faults do.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+
+use super::*;
+use crate::downstream::LegOutcome;
+use crate::protocol::JsonRpcPayload;
+use crate::strict::{CommandRef, FatalCategory, Fence};
+
+/// Every test's outer bound: a hang fails the test instead of the suite.
+const TEST_BOUND: Duration = Duration::from_secs(10);
+
+// --- scripted raw server ---
+
+#[derive(Clone, Debug)]
+struct Seen {
+    method: String,
+    path: String,
+    /// Header lines in wire order, names lowercased.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Vec<&str> {
+        self.headers.iter().filter(|(n, _)| n == name).map(|(_, v)| v.as_str()).collect()
+    }
+}
+
+/// What the server does after reading one request.
+enum Act {
+    /// Write these bytes, then close.
+    Reply(Vec<u8>),
+    /// Write each part with a short pause between (separate TCP segments), then close.
+    Parts(Vec<Vec<u8>>),
+    /// Never answer; keep the connection open.
+    Hang,
+    /// Close the connection without a byte.
+    Close,
+    /// Reset the connection (RST).
+    Reset,
+}
+
+struct Server {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    accepted: Arc<AtomicUsize>,
+    acts: Arc<Mutex<VecDeque<Act>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Server {
+    async fn start(acts: Vec<Act>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let acts = Arc::new(Mutex::new(VecDeque::from(acts)));
+        let task = tokio::spawn({
+            let (seen, accepted, acts) = (seen.clone(), accepted.clone(), acts.clone());
+            async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else { return };
+                    accepted.fetch_add(1, Ordering::SeqCst);
+                    tokio::spawn(handle(stream, seen.clone(), acts.clone()));
+                }
+            }
+        });
+        Self { addr, seen, accepted, acts, task }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// The script was used up exactly: no step left over.
+    fn assert_consumed(&self) {
+        assert_eq!(self.acts.lock().unwrap().len(), 0, "the server script was not fully consumed");
+    }
+}
+
+async fn handle(mut stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>, acts: Arc<Mutex<VecDeque<Act>>>) {
+    let Some(request) = read_request(&mut stream).await else { return };
+    seen.lock().unwrap().push(request);
+    let act = acts.lock().unwrap().pop_front();
+    match act {
+        Some(Act::Reply(bytes)) => {
+            let _ = stream.write_all(&bytes).await;
+            let _ = stream.shutdown().await;
+        }
+        Some(Act::Parts(parts)) => {
+            for part in parts {
+                if stream.write_all(&part).await.is_err() {
+                    return;
+                }
+                let _ = stream.flush().await;
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+            let _ = stream.shutdown().await;
+        }
+        Some(Act::Hang) => {
+            // Hold the socket until the test drops the runtime.
+            std::future::pending::<()>().await;
+        }
+        Some(Act::Close) => drop(stream),
+        Some(Act::Reset) => {
+            let _ = stream.set_zero_linger();
+            drop(stream);
+        }
+        None => {
+            let _ = stream.write_all(&reply("599 Unscripted", &[], b"")).await;
+        }
+    }
+}
+
+async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    let head_end = loop {
+        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break pos;
+        }
+        let n = stream.read(&mut tmp).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    };
+    let head = String::from_utf8(buf[..head_end].to_vec()).ok()?;
+    let mut lines = head.split("\r\n");
+    let mut start = lines.next()?.split(' ');
+    let (method, path) = (start.next()?.to_owned(), start.next()?.to_owned());
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let len: usize = headers.iter().find(|(n, _)| n == "content-length").map_or(0, |(_, v)| v.parse().unwrap_or(0));
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < len {
+        let n = stream.read(&mut tmp).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        body.extend_from_slice(&tmp[..n]);
+    }
+    Some(Seen { method, path, headers, body })
+}
+
+/// A whole response with `Content-Length`.
+fn reply(status: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut out = format!("HTTP/1.1 {status}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (n, v) in headers {
+        out.push_str(&format!("{n}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// A response head whose body runs until the connection closes.
+fn head(status: &str, headers: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = format!("HTTP/1.1 {status}\r\nConnection: close\r\n");
+    for (n, v) in headers {
+        out.push_str(&format!("{n}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    out.into_bytes()
+}
+
+fn sse_head(extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut headers = vec![("Content-Type", "text/event-stream")];
+    headers.extend_from_slice(extra);
+    head("200 OK", &headers)
+}
+
+// --- leg helpers ---
+
+fn settings() -> HttpSettings {
+    HttpSettings { connect_timeout: Duration::from_secs(2), request_timeout: Duration::from_secs(5), max_body_bytes: 1 << 20 }
+}
+
+fn transport(url: &str) -> HttpTransport {
+    HttpTransport::new("main", url, settings()).unwrap()
+}
+
+async fn admission() -> Admission {
+    Fence::new(false, 1).admit(CommandRef::default()).await.unwrap()
+}
+
+fn payload(json: &str) -> JsonRpcPayload {
+    JsonRpcPayload::from_raw(RawValue::from_string(json.to_owned()).unwrap()).unwrap()
+}
+
+const CALL: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"z":1,"a":[1.50]}}}"#;
+
+fn headers(pairs: &[(&str, &[&str])]) -> WireHeaders {
+    pairs.iter().map(|(n, vs)| ((*n).to_owned(), vs.iter().map(|v| (*v).to_owned()).collect())).collect()
+}
+
+/// Runs one leg and returns its result with every notification it produced, in order.
+async fn run(t: &HttpTransport, payload: &JsonRpcPayload, headers: &WireHeaders, deadline: Option<Instant>) -> (LegResult, Vec<Notification>) {
+    let admission = admission().await;
+    let (tx, mut rx) = mpsc::channel(64);
+    let req = DownstreamRequest { payload, headers, deadline };
+    let result = timeout(TEST_BOUND, t.call(&admission, &req, &tx)).await.expect("the leg is bounded");
+    drop(tx);
+    let mut notes = Vec::new();
+    while let Ok(n) = rx.try_recv() {
+        notes.push(n);
+    }
+    (result, notes)
+}
+
+async fn call(url: &str, json: &str) -> (LegResult, Vec<Notification>) {
+    run(&transport(url), &payload(json), &Vec::new(), None).await
+}
+
+fn resp_json(result: &LegResult) -> &str {
+    result.reply.resp_json.as_deref().expect("a payload").get()
+}
+
+fn tunnel_failure(result: &LegResult) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(resp_json(result)).unwrap();
+    assert_eq!(v["error"]["code"], -32603);
+    v["error"]["data"]["tunnel_failure"].clone()
+}
+
+/// A loopback port nothing listens on.
+async fn dead_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
+// --- regime (B): JSON bodies ---
+
+#[tokio::test]
+async fn a_json_reply_is_forwarded_byte_for_byte_and_the_payload_reaches_the_server_unchanged() {
+    let body = r#"{"result":{"b":1,"a":2},"x-vendor":{"z":true},"id":1,"jsonrpc":"2.0"}"#;
+    let server = Server::start(vec![Act::Reply(reply(
+        "200 OK",
+        &[("Content-Type", "application/json; charset=utf-8"), ("Mcp-Session-Id", "s-1"), ("Set-Cookie", "no")],
+        format!("{body}\n").as_bytes(),
+    ))])
+    .await;
+    let (result, notes) = call(&server.url(), CALL).await;
+    assert_eq!(result.outcome, LegOutcome::Answered);
+    assert_eq!(resp_json(&result), body);
+    assert_eq!(result.reply.resp_code, 200);
+    assert_eq!(result.reply.resp_type, RespType::JsonrpcResponse);
+    assert_eq!(result.reply.resp_headers.keys().collect::<Vec<_>>(), vec!["Content-Type", "Mcp-Session-Id"]);
+    assert!(notes.is_empty());
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!((seen[0].method.as_str(), seen[0].path.as_str()), ("POST", "/mcp"));
+    assert_eq!(seen[0].body, CALL.as_bytes());
+    assert_eq!(seen[0].header("content-type"), vec!["application/json"]);
+    assert_eq!(seen[0].header("accept"), vec!["application/json, text/event-stream"]);
+    server.assert_consumed();
+}
+
+#[tokio::test]
+async fn a_json_body_for_another_id_is_not_an_answer() {
+    let server = Server::start(vec![Act::Reply(reply("200 OK", &[("Content-Type", "application/json")], br#"{"jsonrpc":"2.0","id":2,"result":{}}"#))]).await;
+    let (result, _) = call(&server.url(), CALL).await;
+    assert_eq!(result.outcome, LegOutcome::Abandoned);
+    assert_eq!(result.failure, Some(LegFailure::NonProtocolResponse));
+}
+
+#[tokio::test]
+async fn a_truncated_json_body_is_abandoned() {
+    // Content-Length promises more than arrives, and a close-delimited body that ends early.
+    let short = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"res".to_vec();
+    let mut cut = head("200 OK", &[("Content-Type", "application/json")]);
+    cut.extend_from_slice(br#"{"jsonrpc":"2.0","id":1,"result":{"#);
+    for act in [Act::Reply(short), Act::Reply(cut)] {
+        let server = Server::start(vec![act]).await;
+        let (result, _) = call(&server.url(), CALL).await;
+        assert_eq!(result.outcome, LegOutcome::Abandoned);
+        assert_eq!(result.failure, Some(LegFailure::TruncatedJson));
+        assert_eq!(tunnel_failure(&result)["transport_error_kind"], "malformed_json");
+    }
+}
+
+#[tokio::test]
+async fn a_json_body_over_the_bound_is_abandoned() {
+    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{}"}}"#, "x".repeat(2048));
+    let server = Server::start(vec![Act::Reply(reply("200 OK", &[("Content-Type", "application/json")], big.as_bytes()))]).await;
+    let t = HttpTransport::new("main", &server.url(), HttpSettings { max_body_bytes: 1024, ..settings() }).unwrap();
+    let (result, _) = run(&t, &payload(CALL), &Vec::new(), None).await;
+    assert_eq!(result.failure, Some(LegFailure::BodyTooLarge));
+    assert_eq!(result.outcome, LegOutcome::Abandoned);
+}
+
+// --- regime (C) and statuses ---
+
+#[tokio::test]
+async fn a_2xx_plain_text_reply_is_abandoned_as_non_protocol() {
+    let server = Server::start(vec![Act::Reply(reply("200 OK", &[("Content-Type", "text/plain")], b"all good"))]).await;
+    let (result, _) = call(&server.url(), CALL).await;
+    assert_eq!(result.outcome, LegOutcome::Abandoned);
+    assert_eq!(result.failure, Some(LegFailure::NonProtocolResponse));
+    assert!(!resp_json(&result).contains("all good"));
+}
+
+#[tokio::test]
+async fn a_request_answered_202_is_abandoned_as_non_protocol() {
+    let server = Server::start(vec![Act::Reply(reply("202 Accepted", &[], b""))]).await;
+    let (result, _) = call(&server.url(), CALL).await;
+    assert_eq!(result.failure, Some(LegFailure::NonProtocolResponse));
+    assert_eq!(result.outcome, LegOutcome::Abandoned);
+}
+
+#[tokio::test]
+async fn a_jsonrpc_error_with_http_400_is_forwarded_exactly() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad params","data":{"k":[1.50]}}}"#;
+    let server = Server::start(vec![Act::Reply(reply("400 Bad Request", &[("Content-Type", "application/json")], body.as_bytes()))]).await;
+    let (result, _) = call(&server.url(), CALL).await;
+    assert_eq!(result.outcome, LegOutcome::Answered);
+    assert_eq!(result.failure, None);
+    assert_eq!(resp_json(&result), body);
+    assert_eq!(result.reply.resp_code, 400);
+}
+
+#[tokio::test]
+async fn an_http_500_text_body_becomes_a_synthesized_error_without_the_body() {
+    let canary = "CANARY-7f3a secret stack trace";
+    let server = Server::start(vec![Act::Reply(reply("500 Internal Server Error", &[("Content-Type", "text/plain")], canary.as_bytes()))]).await;
+    let (result, _) = call(&server.url(), CALL).await;
+    assert_eq!(result.failure, Some(LegFailure::HttpStatus(500)));
+    assert_eq!(result.outcome, LegOutcome::Abandoned);
+    assert_eq!(result.reply.resp_code, 500);
+    let text = resp_json(&result);
+    assert!(!text.contains("CANARY"), "the server's body must never reach the caller");
+    let tf = tunnel_failure(&result);
+    assert_eq!(tf["source"], "target_http");
+    assert_eq!(tf["upstream_status"], 500);
+    let v: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(v["id"], 1);
+}
+
+// --- regime (A): event streams ---
+
+/// An axum server streaming the given SSE chunks (chunked transfer encoding), recording
+/// the request body it received.
+async fn axum_sse(chunks: Vec<&'static str>) -> (String, Arc<Mutex<Vec<Bytes>>>) {
+    use axum::response::IntoResponse;
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post({
+            let bodies = bodies.clone();
+            move |body: Bytes| {
+                bodies.lock().unwrap().push(body);
+                let chunks = chunks.clone();
+                async move {
+                    let stream = futures_util::stream::unfold(chunks.into_iter(), |mut it| async move {
+                        let next = it.next()?;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        Some((Ok::<_, std::convert::Infallible>(Bytes::from_static(next.as_bytes())), it))
+                    });
+                    ([(CONTENT_TYPE, "text/event-stream")], axum::body::Body::from_stream(stream)).into_response()
+                }
+            }
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, bodies)
+}
+
+#[tokio::test]
+async fn progress_notifications_are_delivered_in_order_before_the_result() {
+    let (url, bodies) = axum_sse(vec![
+        "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\n\n",
+        "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",",
+        "\"params\":{\"progress\":2}}\r\n\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":3}}\n\n",
+        "data: {\"result\":{\"b\":1,\"a\":2},\"id\":1,\n",
+        "data:  \"jsonrpc\":\"2.0\"}\n\n",
+    ])
+    .await;
+    let (result, notes) = call(&url, CALL).await;
+    assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
+    assert_eq!(resp_json(&result), "{\"result\":{\"b\":1,\"a\":2},\"id\":1,\n \"jsonrpc\":\"2.0\"}");
+    assert_eq!(result.reply.resp_headers["Content-Type"], vec!["text/event-stream"]);
+    let progress: Vec<String> = notes.iter().map(|n| n.resp_json.get().to_owned()).collect();
+    assert_eq!(
+        progress,
+        (1..=3)
+            .map(|i| format!(r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progress":{i}}}}}"#))
+            .collect::<Vec<_>>()
+    );
+    assert!(notes.iter().all(|n| n.resp_headers.contains_key("Content-Type")));
+    assert_eq!(bodies.lock().unwrap().as_slice(), &[Bytes::from_static(CALL.as_bytes())]);
+}
+
+#[tokio::test]
+async fn a_stream_closed_at_an_event_boundary_before_the_response_is_abandoned() {
+    let server = Server::start(vec![Act::Parts(vec![
+        sse_head(&[]),
+        b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n".to_vec(),
+    ])])
+    .await;
+    let (result, notes) = call(&server.url(), CALL).await;
+    assert_eq!(result.outcome, LegOutcome::Abandoned);
+    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+    assert_eq!(notes.len(), 1, "what arrived before the close is still forwarded");
+    assert_eq!(tunnel_failure(&result)["transport_error_kind"], "unexpected_eof");
+}
+
+#[tokio::test]
+async fn a_stream_closed_mid_event_is_abandoned_even_when_the_cut_event_holds_the_response() {
+    let server = Server::start(vec![Act::Parts(vec![sse_head(&[]), b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n".to_vec()])]).await;
+    let (result, notes) = call(&server.url(), CALL).await;
+    assert_eq!(result.outcome, LegOutcome::Abandoned);
+    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+    assert!(notes.is_empty());
+}
+
+#[tokio::test]
+async fn priming_events_and_keep_alive_comments_are_skipped() {
+    let server = Server::start(vec![Act::Parts(vec![
+        sse_head(&[]),
+        b"\xEF\xBB\xBFid: prime-0\ndata:\n\n".to_vec(),
+        b": keep-alive\n\n:\n\nretry: 5\n\nevent: ping\n\n".to_vec(),
+        b"data: not json at all\n\ndata: [1,2]\n\n".to_vec(),
+        b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"ok\":true}}\n\n".to_vec(),
+    ])])
+    .await;
+    let (result, notes) = call(&server.url(), CALL).await;
+    assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
+    assert_eq!(resp_json(&result), r#"{"jsonrpc":"2.0","id":1,"result":{"ok":true}}"#);
+    assert!(notes.is_empty(), "priming, keep-alive and noise are not messages");
+}
+
+#[tokio::test]
+async fn messages_for_other_ids_and_server_requests_are_forwarded_as_notifications() {
+    let other = r#"{"jsonrpc":"2.0","id":2,"result":{}}"#;
+    let string_one = r#"{"jsonrpc":"2.0","id":"1","result":{}}"#;
+    let server_request = r#"{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{}}"#;
+    let mine = r#"{"jsonrpc":"2.0","id": 1 ,"result":{"done":true}}"#;
+    let stream = format!("data: {other}\n\ndata: {string_one}\n\ndata: {server_request}\n\ndata: {mine}\n\ndata: {other}\n\n");
+    let mut bytes = sse_head(&[]);
+    bytes.extend_from_slice(stream.as_bytes());
+    let server = Server::start(vec![Act::Reply(bytes)]).await;
+    let (result, notes) = call(&server.url(), CALL).await;
+    assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
+    assert_eq!(resp_json(&result), mine);
+    let forwarded: Vec<&str> = notes.iter().map(|n| n.resp_json.get()).collect();
+    assert_eq!(forwarded, vec![other, string_one, server_request], "nothing after the terminal response is forwarded");
+}
+
+#[tokio::test]
+async fn a_string_id_matches_however_the_server_escapes_it() {
+    let mut bytes = sse_head(&[]);
+    bytes.extend_from_slice(b"data: {\"jsonrpc\":\"2.0\",\"id\":\"r\\u002d1\",\"result\":{}}\n\n");
+    let server = Server::start(vec![Act::Reply(bytes)]).await;
+    let (result, _) = call(&server.url(), r#"{"jsonrpc":"2.0","id":"r-1","method":"ping"}"#).await;
+    assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
+}
+
+#[tokio::test]
+async fn a_closed_notification_receiver_does_not_stop_the_stream() {
+    let mut bytes = sse_head(&[]);
+    bytes.extend_from_slice(b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n");
+    let server = Server::start(vec![Act::Reply(bytes)]).await;
+    let t = transport(&server.url());
+    let (tx, rx) = mpsc::channel(1);
+    drop(rx);
+    let admission = admission().await;
+    let p = payload(CALL);
+    let req = DownstreamRequest { payload: &p, headers: &Vec::new(), deadline: None };
+    let result = timeout(TEST_BOUND, t.call(&admission, &req, &tx)).await.unwrap();
+    assert_eq!(result.outcome, LegOutcome::Answered);
+}
+
+// --- failures before and after the write ---
+
+#[tokio::test]
+async fn a_server_that_never_sends_headers_is_abandoned_at_the_deadline() {
+    let server = Server::start(vec![Act::Hang]).await;
+    let started = Instant::now();
+    let deadline = Some(started + Duration::from_millis(300));
+    let (result, _) = run(&transport(&server.url()), &payload(CALL), &Vec::new(), deadline).await;
+    assert_eq!(result.failure, Some(LegFailure::TimeoutAfterWrite));
+    assert_eq!(result.outcome, LegOutcome::Abandoned);
+    assert!(started.elapsed() < Duration::from_secs(3), "the deadline bounds the wait for headers");
+    assert_eq!(server.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn a_stream_that_stalls_is_abandoned_at_the_deadline() {
+    // Headers and a keep-alive arrive, then nothing: the stream neither ends nor answers.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        read_request(&mut stream).await.unwrap();
+        stream.write_all(&sse_head(&[])).await.unwrap();
+        stream.write_all(b": keep-alive\n\n").await.unwrap();
+        std::future::pending::<()>().await;
+    });
+    let started = Instant::now();
+    let t = transport(&format!("http://{addr}/mcp"));
+    let (result, _) = run(&t, &payload(CALL), &Vec::new(), Some(started + Duration::from_millis(300))).await;
+    assert_eq!(result.failure, Some(LegFailure::TimeoutAfterWrite));
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn a_server_that_closes_or_resets_after_reading_the_request_is_abandoned() {
+    for act in [Act::Close, Act::Reset] {
+        let server = Server::start(vec![act]).await;
+        let (result, _) = call(&server.url(), CALL).await;
+        assert_eq!(result.outcome, LegOutcome::Abandoned);
+        assert_eq!(result.failure, Some(LegFailure::ConnectionLost));
+        assert_eq!(server.seen().len(), 1, "the server did read the request");
+    }
+}
+
+#[tokio::test]
+async fn connect_refused_is_not_sent_and_marks_the_channel_down() {
+    let addr = dead_port().await;
+    let t = transport(&format!("http://{addr}/mcp"));
+    assert!(t.status().up);
+    let (result, _) = run(&t, &payload(CALL), &Vec::new(), None).await;
+    assert_eq!(result.failure, Some(LegFailure::ConnectRefused));
+    assert_eq!(result.outcome, LegOutcome::NotSent);
+    assert_eq!(tunnel_failure(&result)["source"], "connect");
+    let status = t.status();
+    assert!(!status.up);
+    assert_eq!((status.transport, status.generation, status.channel.as_str()), ("http", 0, "main"));
+}
+
+#[tokio::test]
+async fn a_dns_failure_is_not_sent() {
+    let (result, _) = call("http://nonexistent.invalid/", CALL).await;
+    assert_eq!(result.failure, Some(LegFailure::Dns));
+    assert_eq!(result.outcome, LegOutcome::NotSent);
+    assert_eq!(tunnel_failure(&result)["source"], "dns");
+}
+
+#[tokio::test]
+async fn a_tls_handshake_failure_is_not_sent() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut buf = [0u8; 512];
+            let _ = stream.read(&mut buf).await;
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
+        }
+    });
+    let (result, _) = call(&format!("https://{addr}/mcp"), CALL).await;
+    assert_eq!(result.failure, Some(LegFailure::Tls));
+    assert_eq!(result.outcome, LegOutcome::NotSent);
+}
+
+#[tokio::test]
+async fn a_passed_deadline_sends_nothing() {
+    let server = Server::start(vec![]).await;
+    let deadline = Some(Instant::now() - Duration::from_millis(1));
+    let (result, _) = run(&transport(&server.url()), &payload(CALL), &Vec::new(), deadline).await;
+    assert_eq!(result.failure, Some(LegFailure::DeadlineBeforeSend));
+    assert_eq!(result.outcome, LegOutcome::NotSent);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 0, "no connection was even opened");
+}
+
+#[tokio::test]
+async fn a_latched_admission_sends_nothing() {
+    let server = Server::start(vec![]).await;
+    let fence = Fence::new(true, 1);
+    let admission = fence.admit(CommandRef::default()).await.unwrap();
+    admission.latch(FatalCategory::DownstreamAmbiguous);
+    let t = transport(&server.url());
+    let (tx, _rx) = mpsc::channel(1);
+    let p = payload(CALL);
+    let req = DownstreamRequest { payload: &p, headers: &Vec::new(), deadline: None };
+    let result = timeout(TEST_BOUND, t.call(&admission, &req, &tx)).await.unwrap();
+    assert_eq!(result.failure, Some(LegFailure::NotAdmitted));
+    assert_eq!(result.outcome, LegOutcome::NotSent);
+    let result = timeout(TEST_BOUND, t.terminate_session(&admission, &Vec::new(), None)).await.unwrap();
+    assert_eq!(result.failure, Some(LegFailure::NotAdmitted));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 0);
+}
+
+// --- notifications, sessions, headers ---
+
+#[tokio::test]
+async fn a_notification_answered_202_is_acknowledged() {
+    let server = Server::start(vec![Act::Reply(reply("202 Accepted", &[("Mcp-Session-Id", "s-1")], b""))]).await;
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (result, _) = call(&server.url(), note).await;
+    assert_eq!(result.outcome, LegOutcome::Answered);
+    assert_eq!(result.reply.resp_type, RespType::NotifyAck);
+    assert_eq!(result.reply.resp_code, 202);
+    assert!(result.reply.resp_json.is_none());
+    assert_eq!(result.reply.resp_headers["Mcp-Session-Id"], vec!["s-1"]);
+    assert_eq!(server.seen()[0].body, note.as_bytes());
+}
+
+#[tokio::test]
+async fn a_notification_refused_with_500_is_a_failed_ack() {
+    let server = Server::start(vec![Act::Reply(reply("500 Internal Server Error", &[], b"boom"))]).await;
+    let (result, _) = call(&server.url(), r#"{"jsonrpc":"2.0","method":"notifications/cancelled"}"#).await;
+    assert_eq!(result.failure, Some(LegFailure::HttpStatus(500)));
+    assert_eq!(result.reply.resp_type, RespType::NotifyAck);
+    assert!(result.reply.resp_json.is_none());
+}
+
+#[tokio::test]
+async fn session_termination_sends_delete_with_the_session_header() {
+    let server = Server::start(vec![Act::Reply(reply("204 No Content", &[], b""))]).await;
+    let t = transport(&server.url());
+    let admission = admission().await;
+    let h = headers(&[("Mcp-Session-Id", &["s-42"]), ("Mcp-Protocol-Version", &["2025-06-18"])]);
+    let result = timeout(TEST_BOUND, t.terminate_session(&admission, &h, None)).await.unwrap();
+    assert_eq!(result.outcome, LegOutcome::Answered);
+    assert_eq!(result.reply.resp_type, RespType::SessionTerminationResponse);
+    assert_eq!(result.reply.resp_code, 204);
+    assert!(result.reply.resp_json.is_none());
+    let seen = server.seen();
+    assert_eq!(seen[0].method, "DELETE");
+    assert_eq!(seen[0].header("mcp-session-id"), vec!["s-42"]);
+    assert_eq!(seen[0].header("mcp-protocol-version"), vec!["2025-06-18"]);
+}
+
+#[tokio::test]
+async fn session_termination_reports_the_servers_status_and_connect_failures() {
+    let server = Server::start(vec![Act::Reply(reply("405 Method Not Allowed", &[], b""))]).await;
+    let admission = admission().await;
+    let result = t_terminate(&server.url(), &admission).await;
+    assert_eq!((result.outcome, result.reply.resp_code), (LegOutcome::Answered, 405));
+    let dead = dead_port().await;
+    let result = t_terminate(&format!("http://{dead}/mcp"), &admission).await;
+    assert_eq!(result.failure, Some(LegFailure::ConnectRefused));
+    assert_eq!(result.reply.resp_type, RespType::SessionTerminationResponse);
+    assert!(result.reply.resp_json.is_none());
+}
+
+async fn t_terminate(url: &str, admission: &Admission) -> LegResult {
+    let h = headers(&[("Mcp-Session-Id", &["s"])]);
+    timeout(TEST_BOUND, transport(url).terminate_session(admission, &h, None)).await.unwrap()
+}
+
+#[tokio::test]
+async fn multi_valued_headers_are_forwarded_and_hop_by_hop_ones_are_not() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
+    let server = Server::start(vec![Act::Reply(reply("200 OK", &[("Content-Type", "application/json")], body.as_bytes()))]).await;
+    let h = headers(&[
+        ("X-Trace", &["a", "b"]),
+        ("Authorization", &["Bearer connector-token"]),
+        ("Mcp-Session-Id", &["s-1"]),
+        ("Accept", &["application/json"]),
+        ("Connection", &["x-trace"]),
+        ("Keep-Alive", &["timeout=5"]),
+        ("Transfer-Encoding", &["chunked"]),
+        ("Proxy-Authorization", &["Basic x"]),
+        ("Host", &["evil.example"]),
+        ("Content-Length", &["1"]),
+        ("Content-Type", &["text/plain"]),
+        ("Upgrade", &["h2c"]),
+        ("TE", &["trailers"]),
+    ]);
+    let (result, _) = run(&transport(&server.url()), &payload(CALL), &h, None).await;
+    assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
+    let seen = &server.seen()[0];
+    assert_eq!(seen.header("x-trace"), vec!["a", "b"]);
+    assert_eq!(seen.header("authorization"), vec!["Bearer connector-token"]);
+    assert_eq!(seen.header("mcp-session-id"), vec!["s-1"]);
+    assert_eq!(seen.header("accept"), vec!["application/json"], "the command's Accept replaces the default");
+    assert_eq!(seen.header("content-type"), vec!["application/json"]);
+    assert_eq!(seen.header("content-length"), vec![CALL.len().to_string().as_str()]);
+    assert_eq!(seen.header("host"), vec![server.addr.to_string().as_str()]);
+    for absent in ["keep-alive", "transfer-encoding", "proxy-authorization", "upgrade", "te"] {
+        assert!(seen.header(absent).is_empty(), "{absent} must not be forwarded");
+    }
+    assert!(!seen.header("connection").iter().any(|v| v.contains("x-trace")));
+}
+
+#[tokio::test]
+async fn closed_connections_are_rebuilt_on_the_next_leg() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
+    let ok = || Act::Reply(reply("200 OK", &[("Content-Type", "application/json")], body.as_bytes()));
+    let server = Server::start(vec![ok(), ok()]).await;
+    let t = transport(&server.url());
+    assert_eq!(run(&t, &payload(CALL), &Vec::new(), None).await.0.outcome, LegOutcome::Answered);
+    t.close_connections();
+    assert_eq!(run(&t, &payload(CALL), &Vec::new(), None).await.0.outcome, LegOutcome::Answered);
+    server.assert_consumed();
+}
+
+#[test]
+fn setup_rejects_bad_urls_without_echoing_them() {
+    let err = HttpTransport::new("main", "not a url ://secret", settings()).unwrap_err();
+    assert_eq!(err.kind(), "invalid_url");
+    assert!(!err.to_string().contains("secret"));
+    let err = HttpTransport::new("main", "ftp://host/secret", settings()).unwrap_err();
+    assert_eq!(err.kind(), "unsupported_scheme");
+    assert!(!err.to_string().contains("secret"));
+    let t = HttpTransport::new("main", "http://user:secret@127.0.0.1/", settings()).unwrap();
+    assert!(!format!("{t:?}").contains("secret"));
+}
+
+// --- resume ---
+
+const SESSION: [(&str, &str); 1] = [("Mcp-Session-Id", "s-9")];
+const PROGRESS: &[u8] = b"id: ev-1\nretry: 20\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\n\n";
+
+fn cut_stream() -> Act {
+    Act::Parts(vec![sse_head(&SESSION), PROGRESS.to_vec(), b"id: ev-2\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,".to_vec()])
+}
+
+#[tokio::test]
+async fn a_cut_stream_is_resumed_with_last_event_id_and_recovers_the_response() {
+    let mut resumed = sse_head(&SESSION);
+    resumed.extend_from_slice(b"id: ev-2\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resumed\":true}}\n\n");
+    let server = Server::start(vec![cut_stream(), Act::Reply(resumed)]).await;
+    let h = headers(&[("Mcp-Protocol-Version", &["2025-06-18"]), ("Authorization", &["Bearer t"]), ("X-Other", &["o"])]);
+    let (result, notes) = run(&transport(&server.url()), &payload(CALL), &h, None).await;
+    assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
+    assert_eq!(resp_json(&result), r#"{"jsonrpc":"2.0","id":1,"result":{"resumed":true}}"#);
+    assert_eq!(notes.len(), 1);
+    let seen = server.seen();
+    assert_eq!(seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(), vec!["POST", "GET"], "never a second POST");
+    let get = &seen[1];
+    assert_eq!(get.header("last-event-id"), vec!["ev-1"]);
+    assert_eq!(get.header("accept"), vec!["text/event-stream"]);
+    assert_eq!(get.header("mcp-session-id"), vec!["s-9"]);
+    assert_eq!(get.header("mcp-protocol-version"), vec!["2025-06-18"]);
+    assert_eq!(get.header("authorization"), vec!["Bearer t"]);
+    assert!(get.header("x-other").is_empty());
+    assert!(get.body.is_empty());
+    server.assert_consumed();
+}
+
+#[tokio::test]
+async fn the_2026_07_28_revision_is_never_resumed() {
+    let server = Server::start(vec![cut_stream()]).await;
+    let h = headers(&[("Mcp-Protocol-Version", &["2026-07-28"]), ("Mcp-Session-Id", &["s-9"])]);
+    let (result, _) = run(&transport(&server.url()), &payload(CALL), &h, None).await;
+    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(server.seen().len(), 1);
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_stream_without_event_ids_or_session_is_not_resumed() {
+    let no_ids = Act::Parts(vec![sse_head(&SESSION), b"data: {\"jsonrpc\":\"2.0\",\"method\":\"n\"}\n\n".to_vec()]);
+    let no_session = Act::Parts(vec![sse_head(&[]), PROGRESS.to_vec()]);
+    for act in [no_ids, no_session] {
+        let server = Server::start(vec![act]).await;
+        let (result, _) = call(&server.url(), CALL).await;
+        assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(server.seen().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_resume_refused_with_405_stays_abandoned() {
+    let server = Server::start(vec![cut_stream(), Act::Reply(reply("405 Method Not Allowed", &[], b""))]).await;
+    let (result, _) = call(&server.url(), CALL).await;
+    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+    assert_eq!(result.outcome, LegOutcome::Abandoned);
+    assert_eq!(server.seen().len(), 2);
+    server.assert_consumed();
+}
+
+#[tokio::test]
+async fn resume_stops_after_two_attempts() {
+    let mut recut = sse_head(&SESSION);
+    recut.extend_from_slice(b": still working\n\n");
+    let server = Server::start(vec![cut_stream(), Act::Reply(recut.clone()), Act::Reply(recut)]).await;
+    let (result, _) = call(&server.url(), CALL).await;
+    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+    let seen = server.seen();
+    assert_eq!(seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(), vec!["POST", "GET", "GET"]);
+    assert_eq!(seen[2].header("last-event-id"), vec!["ev-1"]);
+    server.assert_consumed();
+}
+
+#[tokio::test]
+async fn a_latch_between_the_cut_and_the_resume_sends_nothing_more() {
+    let server = Server::start(vec![cut_stream()]).await;
+    let fence = Fence::new(true, 1);
+    let admission = fence.admit(CommandRef::default()).await.unwrap();
+    let (tx, mut rx) = mpsc::channel(1);
+    let t = transport(&server.url());
+    let p = payload(CALL);
+    let leg = async {
+        let req = DownstreamRequest { payload: &p, headers: &Vec::new(), deadline: None };
+        t.call(&admission, &req, &tx).await
+    };
+    // Latch as soon as the first notification arrives: the stream is then cut, and the
+    // resume must be refused by the recheck.
+    let latch = async {
+        let note = rx.recv().await;
+        fence.latch(FatalCategory::DownstreamAmbiguous, &CommandRef::default());
+        note
+    };
+    let (result, note) = timeout(TEST_BOUND, async { tokio::join!(leg, latch) }).await.unwrap();
+    assert!(note.is_some());
+    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(server.seen().len(), 1, "no resume GET after the latch");
+}

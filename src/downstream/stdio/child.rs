@@ -1,0 +1,358 @@
+//! One spawned child: its process group, its stdin, the routing of its stdout to the
+//! request in flight, its stderr log, and the monitor that reaps it.
+//!
+//! Three tasks per child, each ending on its own: the monitor (ends when the child is
+//! reaped and its stdout closed), the stdout reader (ends at EOF) and the stderr logger
+//! (ends at EOF). Signals go to the whole process group (the child leads it).
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde_json::value::RawValue;
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::{timeout, Instant};
+use tokio_util::sync::CancellationToken;
+
+use super::line::{self, Line, LineReader, RawLine, WriteResult};
+use super::redact::{self, LogBudget};
+use super::Shared;
+use crate::downstream::{Notification, NotifySink};
+
+/// Longest stdout line accepted as a message; longer ones are dropped as invalid.
+pub(super) const MAX_MESSAGE_LINE: usize = 16 * 1024 * 1024;
+
+/// A spawned child and what is known about it.
+pub(super) struct Child {
+    pub(super) generation: u64,
+    pgid: Option<Pid>,
+    pub(super) spawned_at: Instant,
+    stdin: Mutex<StdinSlot>,
+    route: Mutex<Route>,
+    /// `wait()` returned.
+    pub(super) exited: CancellationToken,
+    /// The stdout reader saw EOF: nothing more can arrive.
+    pub(super) stdout_closed: CancellationToken,
+    /// SIGKILL was sent to the group.
+    pub(super) killed: CancellationToken,
+    /// The child outlived SIGKILL (reported once).
+    pub(super) held: CancellationToken,
+    /// Reaped and stdout closed: a new child may start.
+    pub(super) released: CancellationToken,
+}
+
+enum StdinSlot {
+    Ready(ChildStdin),
+    /// A write task owns the pipe.
+    Busy,
+    /// Closed (graceful stop, kill, or a failed write): nothing more is written.
+    Closed,
+}
+
+#[derive(Default)]
+struct Route {
+    inflight: Option<InFlight>,
+    next_seq: u64,
+}
+
+/// The one request waiting for its response.
+struct InFlight {
+    seq: u64,
+    /// Its raw JSON id, trimmed.
+    id: String,
+    tx: oneshot::Sender<Box<RawValue>>,
+    notes: NotifySink,
+    /// Cancelled when the call ends: a notification still being handed over is dropped.
+    done: CancellationToken,
+}
+
+/// A call's claim on the child's responses; dropping it retires the request.
+pub(super) struct Registration {
+    pub(super) rx: oneshot::Receiver<Box<RawValue>>,
+    guard: RouteGuard,
+}
+
+struct RouteGuard {
+    child: Arc<Child>,
+    seq: u64,
+    done: CancellationToken,
+}
+
+impl Child {
+    pub(super) fn pid(&self) -> Option<i32> {
+        self.pgid.map(Pid::as_raw)
+    }
+
+    /// Running: `wait()` has not returned.
+    pub(super) fn is_running(&self) -> bool {
+        !self.exited.is_cancelled()
+    }
+
+    /// Can take a request: running, not being killed, stdout open.
+    pub(super) fn is_usable(&self) -> bool {
+        !self.exited.is_cancelled() && !self.killed.is_cancelled() && !self.stdout_closed.is_cancelled()
+    }
+
+    fn stdin(&self) -> MutexGuard<'_, StdinSlot> {
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn route(&self) -> MutexGuard<'_, Route> {
+        self.route.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Claims the responses with this raw id (one request in flight at a time: the lane
+    /// guarantees it).
+    pub(super) fn register(self: &Arc<Self>, id: String, notes: NotifySink) -> Registration {
+        let (tx, rx) = oneshot::channel();
+        let done = CancellationToken::new();
+        let mut route = self.route();
+        route.next_seq += 1;
+        let seq = route.next_seq;
+        route.inflight = Some(InFlight { seq, id, tx, notes, done: done.clone() });
+        drop(route);
+        Registration { rx, guard: RouteGuard { child: self.clone(), seq, done } }
+    }
+
+    fn unregister(&self, seq: u64) {
+        let mut route = self.route();
+        if route.inflight.as_ref().is_some_and(|f| f.seq == seq) {
+            route.inflight = None;
+        }
+    }
+
+    /// The waiter for a response with this id, taken out of the route.
+    fn take_waiter(&self, id: Option<&str>) -> Option<oneshot::Sender<Box<RawValue>>> {
+        let mut route = self.route();
+        if id.is_some() && route.inflight.as_ref().map(|f| f.id.as_str()) == id {
+            route.inflight.take().map(|f| f.tx)
+        } else {
+            None
+        }
+    }
+
+    fn notify_target(&self) -> Option<(NotifySink, CancellationToken)> {
+        self.route().inflight.as_ref().map(|f| (f.notes.clone(), f.done.clone()))
+    }
+
+    /// Starts writing one whole line in its own task (so that nothing can cut it short).
+    /// `None` when stdin is closed or busy: nothing was written.
+    pub(super) fn start_write(self: &Arc<Self>, line: Vec<u8>) -> Option<JoinHandle<WriteResult>> {
+        let mut stdin = {
+            let mut slot = self.stdin();
+            match std::mem::replace(&mut *slot, StdinSlot::Busy) {
+                StdinSlot::Ready(stdin) => stdin,
+                other => {
+                    *slot = other;
+                    return None;
+                }
+            }
+        };
+        let child = self.clone();
+        Some(tokio::spawn(async move {
+            let result = line::write_line(&mut stdin, &line).await;
+            let mut slot = child.stdin();
+            if result == WriteResult::Done && matches!(*slot, StdinSlot::Busy) {
+                *slot = StdinSlot::Ready(stdin);
+            } else {
+                // Closed meanwhile, or broken: dropping the pipe closes it.
+                *slot = StdinSlot::Closed;
+            }
+            result
+        }))
+    }
+
+    /// Closes stdin (the child sees EOF); a write in flight finishes first.
+    pub(super) fn close_stdin(&self) {
+        *self.stdin() = StdinSlot::Closed;
+    }
+
+    /// Sends `signal` to the child's process group. A group already gone is fine.
+    pub(super) fn signal_group(&self, signal: Signal) {
+        let Some(pgid) = self.pgid else { return };
+        match killpg(pgid, signal) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+            Err(e) => tracing::warn!(pgid = pgid.as_raw(), ?signal, error = %e, "signalling the stdio child's process group failed"),
+        }
+    }
+
+    /// SIGKILL to the group; the monitor starts counting towards "held".
+    pub(super) fn kill_group(&self) {
+        self.signal_group(Signal::SIGKILL);
+        self.killed.cancel();
+    }
+
+    /// stdout reached EOF: the request in flight (if any) can no longer be answered.
+    fn stdout_eof(&self) {
+        let inflight = self.route().inflight.take();
+        drop(inflight);
+        self.stdout_closed.cancel();
+    }
+}
+
+impl Registration {
+    /// Retires the request: a response arriving from now on is discarded.
+    pub(super) fn retire(&self) {
+        self.guard.child.unregister(self.guard.seq);
+        self.guard.done.cancel();
+    }
+}
+
+impl Drop for RouteGuard {
+    fn drop(&mut self) {
+        self.child.unregister(self.seq);
+        self.done.cancel();
+    }
+}
+
+/// Spawns generation `generation` of the channel's child and its three tasks.
+pub(super) fn spawn(shared: &Arc<Shared>, generation: u64) -> std::io::Result<Arc<Child>> {
+    let Some((program, args)) = shared.command.split_first() else {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the command is empty"));
+    };
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(args)
+        .env_clear()
+        .envs(&shared.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut process = command.spawn()?;
+    let pgid = process.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let (Some(stdin), Some(stdout), Some(stderr)) = (process.stdin.take(), process.stdout.take(), process.stderr.take())
+    else {
+        // Dropping `process` kills it.
+        return Err(std::io::Error::other("the child's pipes were not set up"));
+    };
+    let child = Arc::new(Child {
+        generation,
+        pgid,
+        spawned_at: Instant::now(),
+        stdin: Mutex::new(StdinSlot::Ready(stdin)),
+        route: Mutex::new(Route::default()),
+        exited: CancellationToken::new(),
+        stdout_closed: CancellationToken::new(),
+        killed: CancellationToken::new(),
+        held: CancellationToken::new(),
+        released: CancellationToken::new(),
+    });
+    tokio::spawn(monitor(shared.clone(), child.clone(), process));
+    tokio::spawn(read_stdout(shared.clone(), child.clone(), stdout));
+    tokio::spawn(log_stderr(shared.clone(), generation, stderr));
+    Ok(child)
+}
+
+/// Reaps the child, then makes sure nothing still holds its stdout before releasing it.
+async fn monitor(shared: Arc<Shared>, child: Arc<Child>, mut process: tokio::process::Child) {
+    let grace = shared.settings.stop_grace;
+    let status = tokio::select! {
+        biased;
+        // cancel-safe: `Child::wait` may be dropped and called again.
+        status = process.wait() => status,
+        // cancel-safe: waiting on a token.
+        () = child.killed.cancelled() => match timeout(grace, process.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                shared.report_held(&child, "the process was not reaped within stop_grace of SIGKILL");
+                process.wait().await
+            }
+        },
+    };
+    shared.child_exited(&child, &status);
+    // Descendants may still hold the pipe: they go with the group.
+    if timeout(grace, child.stdout_closed.cancelled()).await.is_err() {
+        child.kill_group();
+        if timeout(grace, child.stdout_closed.cancelled()).await.is_err() {
+            shared.report_held(&child, "a process outside the group kept the child's stdout open after SIGKILL");
+            child.stdout_closed.cancelled().await;
+        }
+    }
+    shared.child_released(&child);
+}
+
+/// Routes each stdout line: responses to the request in flight, other messages to its
+/// notification sink, garbage counted and skipped.
+async fn read_stdout(shared: Arc<Shared>, child: Arc<Child>, stdout: ChildStdout) {
+    let mut reader = LineReader::new(stdout, MAX_MESSAGE_LINE, false);
+    loop {
+        match reader.next_line().await {
+            Ok(Some(line)) => route_line(&shared, &child, line).await,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(channel = %shared.channel, generation = child.generation, error = %e, "reading the stdio child's stdout failed");
+                break;
+            }
+        }
+    }
+    drop(reader);
+    child.stdout_eof();
+    // A child that closed its stdout can never answer again.
+    if timeout(shared.settings.stop_grace, child.exited.cancelled()).await.is_err() && !child.killed.is_cancelled() {
+        tracing::warn!(channel = %shared.channel, generation = child.generation, "stdio child closed its stdout but kept running: killing its group");
+        child.kill_group();
+    }
+}
+
+async fn route_line(shared: &Shared, child: &Child, line: RawLine) {
+    if line.overflow {
+        shared.invalid_line(child, line.len);
+        return;
+    }
+    let len = line.len;
+    match line::classify(line.bytes) {
+        Line::Blank => {}
+        Line::Invalid => shared.invalid_line(child, len),
+        Line::Response { id, raw } => match child.take_waiter(id.as_deref()) {
+            Some(tx) => {
+                if tx.send(raw).is_err() {
+                    tracing::debug!(channel = %shared.channel, "response for a call that was dropped; discarded");
+                }
+            }
+            None => shared.response_discarded(child),
+        },
+        Line::Message(raw) => {
+            let Some((notes, done)) = child.notify_target() else {
+                tracing::debug!(channel = %shared.channel, generation = child.generation, "message from the stdio child outside any request; dropped");
+                return;
+            };
+            let note = Notification { resp_json: raw, resp_headers: BTreeMap::new() };
+            tokio::select! {
+                biased;
+                // cancel-safe: waiting on a token.
+                () = done.cancelled() => {
+                    tracing::debug!(channel = %shared.channel, "request finished before its notification could be handed over; dropped");
+                }
+                // cancel-safe: `Sender::send` only enqueues when it resolves.
+                sent = notes.send(note) => {
+                    if sent.is_err() {
+                        tracing::debug!(channel = %shared.channel, "notification sink closed; dropped");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Logs stderr line by line, redacted, truncated and rate-limited.
+async fn log_stderr(shared: Arc<Shared>, generation: u64, stderr: ChildStderr) {
+    let mut reader = LineReader::new(stderr, redact::MAX_READ_LINE, true);
+    let mut budget = LogBudget::new(Instant::now());
+    while let Ok(Some(line)) = reader.next_line().await {
+        let Some(suppressed) = budget.admit(Instant::now()) else { continue };
+        if suppressed > 0 {
+            tracing::info!(target: "tunnelgate::stdio_child", channel = %shared.channel, generation, suppressed, "stderr lines over the log budget were skipped");
+        }
+        let mut text = redact::redact_line(&String::from_utf8_lossy(&line.bytes));
+        if line.overflow && !text.ends_with(redact::TRUNCATED) {
+            text.push_str(redact::TRUNCATED);
+        }
+        tracing::info!(target: "tunnelgate::stdio_child", channel = %shared.channel, generation, line = %text);
+    }
+}

@@ -1,0 +1,185 @@
+//! Newline-delimited JSON-RPC framing for stdio: writing one message as one line,
+//! reading bounded lines, and classifying what a child printed.
+//!
+//! Classification is pure. A line is a response (has `result` or `error`, no `method`),
+//! another JSON-RPC message (notification or server request), blank, or invalid (not
+//! UTF-8, not a JSON object, longer than the bound). Nothing here logs or counts.
+
+use std::pin::Pin;
+
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+
+/// What one line of a child's stdout is.
+#[derive(Debug)]
+pub(super) enum Line {
+    /// A terminal response; `id` is its raw JSON id, trimmed (`None` when absent or null).
+    Response { id: Option<String>, raw: Box<RawValue> },
+    /// Any other JSON-RPC object: a notification or a server-to-client request.
+    Message(Box<RawValue>),
+    /// Only whitespace: skipped silently.
+    Blank,
+    /// Not a JSON object: counted and skipped.
+    Invalid,
+}
+
+#[derive(Deserialize)]
+struct Probe<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(default, deserialize_with = "present")]
+    method: bool,
+    #[serde(default, deserialize_with = "present")]
+    result: bool,
+    #[serde(default, deserialize_with = "present")]
+    error: bool,
+}
+
+/// A member that is present counts, whatever its value (`"result": null` included).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    IgnoredAny::deserialize(d).map(|_| true)
+}
+
+fn is_json_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\r' | '\n')
+}
+
+/// Trims JSON whitespace (what may surround a value without changing it).
+pub(super) fn trim_json(s: &str) -> &str {
+    s.trim_matches(is_json_space)
+}
+
+/// Classifies one line (without its `\n`). The raw value kept is the line's exact bytes,
+/// trimmed of surrounding whitespace.
+pub(super) fn classify(bytes: Vec<u8>) -> Line {
+    let Ok(text) = String::from_utf8(bytes) else { return Line::Invalid };
+    let trimmed = trim_json(&text);
+    if trimmed.is_empty() {
+        return Line::Blank;
+    }
+    if !trimmed.starts_with('{') {
+        return Line::Invalid;
+    }
+    let (is_response, id) = match serde_json::from_str::<Probe<'_>>(trimmed) {
+        Ok(p) => ((p.result || p.error) && !p.method, p.id.map(|id| trim_json(id.get()).to_owned())),
+        Err(_) => return Line::Invalid,
+    };
+    let owned = if trimmed.len() == text.len() { text } else { trimmed.to_owned() };
+    let Ok(raw) = RawValue::from_string(owned) else { return Line::Invalid };
+    if is_response {
+        Line::Response { id, raw }
+    } else {
+        Line::Message(raw)
+    }
+}
+
+/// One message as one line: the payload's bytes and a `\n`.
+///
+/// Valid JSON text cannot hold a raw line break inside a string, so any `\r` or `\n` in it
+/// is insignificant whitespace; it becomes a space so that a pretty-printed payload still
+/// travels as exactly one line.
+pub(super) fn frame(json: &str) -> Vec<u8> {
+    let mut line = Vec::with_capacity(json.len() + 1);
+    line.extend(json.bytes().map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }));
+    line.push(b'\n');
+    line
+}
+
+/// How writing one line ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum WriteResult {
+    Done,
+    /// The write failed after `written` bytes of the line were accepted by the pipe.
+    Failed { written: usize, kind: std::io::ErrorKind },
+    /// The writing task ended without a result (runtime shutting down): unknown.
+    Lost,
+}
+
+/// Writes the whole line, counting what the pipe accepted (zero accepted bytes means the
+/// child cannot have seen any part of it).
+pub(super) async fn write_line(w: &mut (impl AsyncWrite + Unpin), line: &[u8]) -> WriteResult {
+    let mut written = 0;
+    while written < line.len() {
+        match w.write(&line[written..]).await {
+            Ok(0) => return WriteResult::Failed { written, kind: std::io::ErrorKind::WriteZero },
+            Ok(n) => written += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return WriteResult::Failed { written, kind: e.kind() },
+        }
+    }
+    match w.flush().await {
+        Ok(()) => WriteResult::Done,
+        Err(e) => WriteResult::Failed { written, kind: e.kind() },
+    }
+}
+
+/// One line read from a pipe.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct RawLine {
+    /// The line without its `\n` (empty when it overflowed and no prefix is kept; only the
+    /// first `max` bytes when a prefix is kept).
+    pub(super) bytes: Vec<u8>,
+    /// Its full length in bytes, without the `\n`.
+    pub(super) len: usize,
+    /// Longer than the bound.
+    pub(super) overflow: bool,
+}
+
+/// Reads `\n`-terminated lines without ever holding more than `max` bytes of one.
+pub(super) struct LineReader<R> {
+    inner: BufReader<R>,
+    max: usize,
+    keep_prefix: bool,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    /// `keep_prefix`: on overflow keep the first `max` bytes (logs) rather than nothing
+    /// (messages, which are dropped whole).
+    pub(super) fn new(inner: R, max: usize, keep_prefix: bool) -> Self {
+        Self { inner: BufReader::with_capacity(64 * 1024, inner), max, keep_prefix }
+    }
+
+    /// The next line; at end of input, a last unterminated line if there is one, then
+    /// `None`.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (a partly read line is lost); the reader tasks never cancel it.
+    pub(super) async fn next_line(&mut self) -> std::io::Result<Option<RawLine>> {
+        let mut bytes = Vec::new();
+        let mut len = 0usize;
+        let mut overflow = false;
+        loop {
+            let available = self.inner.fill_buf().await?;
+            if available.is_empty() {
+                return Ok((len > 0).then_some(RawLine { bytes, len, overflow }));
+            }
+            let (chunk, used, done) = match available.iter().position(|b| *b == b'\n') {
+                Some(i) => (&available[..i], i + 1, true),
+                None => (available, available.len(), false),
+            };
+            len += chunk.len();
+            if !overflow {
+                let room = self.max - bytes.len();
+                if chunk.len() <= room {
+                    bytes.extend_from_slice(chunk);
+                } else {
+                    overflow = true;
+                    if self.keep_prefix {
+                        bytes.extend_from_slice(&chunk[..room]);
+                    } else {
+                        bytes = Vec::new();
+                    }
+                }
+            }
+            Pin::new(&mut self.inner).consume(used);
+            if done {
+                return Ok(Some(RawLine { bytes, len, overflow }));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,554 @@
+//! Real children (python3 peers under `tests/peers/stdio/`), real pipes, real time with
+//! short explicit bounds.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::*;
+use crate::downstream::{LegOutcome, Notification};
+use crate::protocol::JsonRpcPayload;
+use crate::strict::{CommandRef, FatalCategory, Fence};
+
+const PEERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/stdio");
+const CHANNEL: &str = "t";
+/// No test may run longer than this, whatever goes wrong.
+const TEST_BOUND: Duration = Duration::from_secs(20);
+
+fn peer(script: &str, args: &[&str]) -> Vec<String> {
+    let mut argv = vec!["python3".to_owned(), format!("{PEERS}/{script}")];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    argv
+}
+
+fn settings() -> StdioSettings {
+    StdioSettings {
+        request_timeout: Duration::from_secs(5),
+        restart_backoff_min: Duration::from_millis(100),
+        restart_backoff_max: Duration::from_secs(1),
+        stop_grace: Duration::from_millis(300),
+    }
+}
+
+/// The gateway's environment as the transport would see it, with credentials in it.
+fn gateway_env() -> Vec<(String, String)> {
+    vec![
+        ("PATH".to_owned(), std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned())),
+        ("HOME".to_owned(), "/nonexistent".to_owned()),
+        ("TUNNELGATE_X".to_owned(), "must-not-leak".to_owned()),
+        ("CONTROL_PLANE_API_KEY".to_owned(), "sk-must-not-leak".to_owned()),
+        ("UNRELATED_SECRET".to_owned(), "must-not-leak".to_owned()),
+    ]
+}
+
+fn configured_env() -> BTreeMap<String, String> {
+    BTreeMap::from([("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned())])
+}
+
+fn transport_with(command: Vec<String>, settings: StdioSettings) -> (StdioTransport, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new(false, &[CHANNEL.to_owned()]));
+    let t = StdioTransport::with_base_env(CHANNEL, command, &configured_env(), gateway_env(), settings, metrics.clone());
+    (t, metrics)
+}
+
+fn transport(command: Vec<String>) -> (StdioTransport, Arc<Metrics>) {
+    transport_with(command, settings())
+}
+
+async fn admit(fence: &Fence) -> Admission {
+    fence.admit(CommandRef::new("req", CHANNEL, None)).await.unwrap()
+}
+
+async fn admission() -> Admission {
+    admit(&Fence::new(false, 4)).await
+}
+
+fn payload(json: &str) -> JsonRpcPayload {
+    JsonRpcPayload::from_raw(RawValue::from_string(json.to_owned()).unwrap()).unwrap()
+}
+
+/// One call with a deadline `within` from now; returns the result and what reached the sink.
+async fn send(t: &StdioTransport, admission: &Admission, json: &str, within: Duration) -> (LegResult, Vec<Notification>) {
+    let p = payload(json);
+    let headers = Vec::new();
+    let (tx, mut rx) = mpsc::channel(16);
+    let req = DownstreamRequest { payload: &p, headers: &headers, deadline: Some(Instant::now() + within) };
+    let result = t.call(admission, &req, &tx).await;
+    drop(tx);
+    let mut notes = Vec::new();
+    while let Ok(n) = rx.try_recv() {
+        notes.push(n);
+    }
+    (result, notes)
+}
+
+fn response_json(result: &LegResult) -> serde_json::Value {
+    serde_json::from_str(result.reply.resp_json.as_ref().expect("a JSON reply").get()).unwrap()
+}
+
+fn assert_answered(result: &LegResult, id: u64) {
+    assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
+    assert_eq!(result.reply.resp_code, 200);
+    assert_eq!(result.reply.resp_type, RespType::JsonrpcResponse);
+    assert_eq!(result.reply.resp_headers.get("Content-Type"), Some(&vec!["application/json".to_owned()]));
+    assert_eq!(response_json(result)["id"], id);
+}
+
+fn assert_failed(result: &LegResult, failure: LegFailure, outcome: LegOutcome) {
+    assert_eq!(result.failure.as_ref(), Some(&failure));
+    assert_eq!(result.outcome, outcome);
+}
+
+/// Runs a test body under [`TEST_BOUND`].
+async fn bounded(body: impl Future<Output = ()>) {
+    tokio::time::timeout(TEST_BOUND, body).await.expect("the test exceeded its time bound");
+}
+
+/// Waits for a condition, at most 5 s.
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let end = Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(Instant::now() < end, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn read_when_present(path: &Path) -> String {
+    eventually("the peer wrote its file", || path.exists()).await;
+    std::fs::read_to_string(path).unwrap()
+}
+
+fn metric(metrics: &Metrics, series: &str) -> Option<f64> {
+    metrics.render().lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+}
+
+fn is_alive(pid: i32) -> bool {
+    kill(Pid::from_raw(pid), None).is_ok()
+}
+
+impl StdioTransport {
+    fn is_held(&self) -> bool {
+        self.shared.lock().child.as_ref().is_some_and(|c| c.held.is_cancelled())
+    }
+
+    fn has_unreaped_child(&self) -> bool {
+        self.shared.lock().child.is_some()
+    }
+
+    fn discarded_responses(&self) -> u64 {
+        self.shared.discarded_responses.load(Ordering::Relaxed)
+    }
+}
+
+/// Kills a stray process when a test ends, however it ends.
+struct KillOnDrop(Option<i32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+
+#[tokio::test]
+async fn a_well_behaved_child_answers_each_request_with_its_exact_response_line() {
+    bounded(async {
+        let (t, metrics) = transport(peer("echo.py", &[]));
+        let adm = admission().await;
+        assert_eq!(t.status().generation, 0);
+        assert!(!t.status().up);
+
+        let (init, notes) = send(&t, &adm, INITIALIZE, Duration::from_secs(3)).await;
+        assert_answered(&init, 1);
+        assert!(notes.is_empty());
+        assert_eq!(response_json(&init)["result"]["serverInfo"]["name"], "tunnelgate-stdio-peer");
+
+        let (list, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
+        assert_answered(&list, 2);
+
+        let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#;
+        let (echo, _) = send(&t, &adm, call, Duration::from_secs(3)).await;
+        assert_eq!(
+            echo.reply.resp_json.as_ref().unwrap().get(),
+            r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"hi"}]}}"#,
+            "the reply is the child's line, byte for byte"
+        );
+
+        let status = t.status();
+        assert_eq!((status.channel.as_str(), status.transport, status.up, status.generation), (CHANNEL, "stdio", true, 1));
+        assert_eq!(metric(&metrics, "tunnelgate_stdio_up{channel=\"t\"}"), Some(1.0));
+        assert_eq!(metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"), Some(0.0));
+        t.shutdown().await;
+        assert!(!t.status().up);
+        assert_eq!(metric(&metrics, "tunnelgate_stdio_up{channel=\"t\"}"), Some(0.0));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn progress_notifications_reach_the_sink_before_the_response() {
+    bounded(async {
+        let (t, _) = transport(peer("echo.py", &[]));
+        let adm = admission().await;
+        let call = r#"{"jsonrpc":"2.0","id":"p-1","method":"tools/call","params":{"name":"echo","arguments":{"text":"x","progress":"tok"}}}"#;
+        let (result, notes) = send(&t, &adm, call, Duration::from_secs(3)).await;
+        assert_eq!(result.outcome, LegOutcome::Answered);
+        assert_eq!(response_json(&result)["id"], "p-1");
+        assert_eq!(notes.len(), 1);
+        assert_eq!(
+            notes[0].resp_json.get(),
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok","progress":1,"total":1}}"#
+        );
+        assert!(notes[0].resp_headers.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn notifications_are_acknowledged_with_202_once_written() {
+    bounded(async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("received.log");
+        let (t, _) = transport(peer("echo.py", &["--log", log.to_str().unwrap()]));
+        let adm = admission().await;
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        let (result, _) = send(&t, &adm, note, Duration::from_secs(3)).await;
+        assert_eq!(result.outcome, LegOutcome::Answered);
+        assert_eq!(result.reply.resp_type, RespType::NotifyAck);
+        assert_eq!(result.reply.resp_code, 202);
+        assert!(result.reply.resp_json.is_none());
+        // The child took the line: the next request is answered after it, in order.
+        let (list, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
+        assert_answered(&list, 2);
+        t.shutdown().await;
+        let received = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(received.lines().collect::<Vec<_>>(), [note, TOOLS_LIST]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn session_termination_is_answered_without_touching_the_child() {
+    bounded(async {
+        let (t, _) = transport(peer("echo.py", &[]));
+        let result = t.terminate_session(&admission().await).await;
+        assert_eq!(result.outcome, LegOutcome::Answered);
+        assert_eq!(result.reply.resp_code, 204);
+        assert_eq!(result.reply.resp_type, RespType::SessionTerminationResponse);
+        assert!(result.reply.resp_json.is_none());
+        assert_eq!(t.status().generation, 0, "no child was spawned for it");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn garbage_lines_are_counted_and_skipped_and_the_answer_is_delivered() {
+    bounded(async {
+        let (t, metrics) = transport(peer("echo.py", &["--garbage"]));
+        let adm = admission().await;
+        let (result, notes) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
+        assert_answered(&result, 2);
+        assert!(notes.is_empty(), "garbage is never forwarded");
+        // Four non-JSON lines (the blank one is not counted), all before the answer.
+        assert_eq!(metric(&metrics, "tunnelgate_stdio_stdout_invalid_lines_total"), Some(4.0));
+        let (again, _) = send(&t, &adm, INITIALIZE, Duration::from_secs(3)).await;
+        assert_answered(&again, 1);
+        assert_eq!(metric(&metrics, "tunnelgate_stdio_stdout_invalid_lines_total"), Some(8.0));
+        assert_eq!(t.status().generation, 1, "garbage is never fatal");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_child_that_exits_after_reading_the_request_is_abandoned_and_restarts_as_generation_2() {
+    bounded(async {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("marker");
+        let (t, metrics) = transport(peer("exit_after_read.py", &[marker.to_str().unwrap()]));
+        let adm = admission().await;
+        let (first, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
+        assert_failed(&first, LegFailure::ChildExited, LegOutcome::Abandoned);
+        assert_eq!(first.reply.resp_type, RespType::JsonrpcResponse);
+        assert_eq!(response_json(&first)["id"], 2, "the synthesized error echoes the request id");
+
+        let (second, _) = send(&t, &adm, INITIALIZE, Duration::from_secs(3)).await;
+        assert_answered(&second, 1);
+        let status = t.status();
+        assert_eq!((status.up, status.generation), (true, 2));
+        assert_eq!(metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"), Some(1.0));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_child_that_exits_mid_response_leaves_the_request_abandoned() {
+    bounded(async {
+        let (t, metrics) = transport(peer("partial_response.py", &[]));
+        let adm = admission().await;
+        let (result, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
+        assert_failed(&result, LegFailure::ChildExited, LegOutcome::Abandoned);
+        eventually("the partial line is counted", || {
+            metric(&metrics, "tunnelgate_stdio_stdout_invalid_lines_total") == Some(1.0)
+        })
+        .await;
+        eventually("the child is seen down", || !t.status().up).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_request_past_its_deadline_is_retired_and_its_late_answer_discarded() {
+    bounded(async {
+        let (t, _) = transport(peer("echo.py", &[]));
+        let adm = admission().await;
+        let slow = r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_delay_ms":800}}"#;
+        let started = Instant::now();
+        let (late, _) = send(&t, &adm, slow, Duration::from_millis(300)).await;
+        let took = started.elapsed();
+        assert_failed(&late, LegFailure::TimeoutAfterWrite, LegOutcome::Abandoned);
+        assert_eq!(late.reply.resp_code, 504);
+        assert!(took >= Duration::from_millis(290) && took < Duration::from_secs(2), "{took:?}");
+
+        // The child is kept; its answer to id 7 arrives first and must not be taken for id 2.
+        let (next, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
+        assert_answered(&next, 2);
+        assert_eq!(t.discarded_responses(), 1);
+        let status = t.status();
+        assert_eq!((status.up, status.generation), (true, 1));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_initialize_that_times_out_kills_the_child_and_the_next_call_restarts_it() {
+    bounded(async {
+        let (t, metrics) = transport(peer("echo.py", &[]));
+        let adm = admission().await;
+        let slow_init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"_delay_ms":5000}}"#;
+        let (result, _) = send(&t, &adm, slow_init, Duration::from_millis(300)).await;
+        assert_failed(&result, LegFailure::TimeoutAfterWrite, LegOutcome::Abandoned);
+        eventually("the child is killed", || !t.status().up).await;
+
+        let (next, _) = send(&t, &adm, INITIALIZE, Duration::from_secs(3)).await;
+        assert_answered(&next, 1);
+        assert_eq!(t.status().generation, 2);
+        assert_eq!(metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"), Some(1.0));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_child_never_sees_gateway_variables_but_gets_the_configured_ones() {
+    bounded(async {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("env.json");
+        let configured = BTreeMap::from([
+            ("LOG_LEVEL".to_owned(), "debug".to_owned()),
+            ("TUNNELGATE_FROM_CONFIG".to_owned(), "must-not-leak".to_owned()),
+        ]);
+        let metrics = Arc::new(Metrics::new(false, &[]));
+        let t = StdioTransport::with_base_env(
+            CHANNEL,
+            peer("echo.py", &["--env-out", out.to_str().unwrap()]),
+            &configured,
+            gateway_env(),
+            settings(),
+            metrics,
+        );
+        t.warm(&admission().await).await.unwrap();
+        let env: BTreeMap<String, String> = serde_json::from_str(&read_when_present(&out).await).unwrap();
+        assert_eq!(env.get("LOG_LEVEL").map(String::as_str), Some("debug"));
+        assert_eq!(env.get("HOME").map(String::as_str), Some("/nonexistent"));
+        assert!(env.contains_key("PATH"));
+        for leaked in ["TUNNELGATE_X", "CONTROL_PLANE_API_KEY", "UNRELATED_SECRET", "TUNNELGATE_FROM_CONFIG"] {
+            assert!(!env.contains_key(leaked), "{leaked} reached the child");
+        }
+        assert!(!env.values().any(|v| v.contains("must-not-leak")));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_child_that_ignores_sigterm_is_killed_within_bounds_on_shutdown() {
+    bounded(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (pidfile, termfile) = (dir.path().join("pid"), dir.path().join("term"));
+        let grace = Duration::from_millis(200);
+        let (t, _) = transport_with(
+            peer("ignore_sigterm.py", &[pidfile.to_str().unwrap(), termfile.to_str().unwrap()]),
+            StdioSettings { stop_grace: grace, ..settings() },
+        );
+        t.warm(&admission().await).await.unwrap();
+        let pid: i32 = read_when_present(&pidfile).await.parse().unwrap();
+        let _cleanup = KillOnDrop(Some(pid));
+
+        let started = Instant::now();
+        t.shutdown().await;
+        let took = started.elapsed();
+        assert!(took >= grace * 2, "stdin close and SIGTERM each get their grace: {took:?}");
+        assert!(took < grace * 4 + Duration::from_secs(1), "{took:?}");
+        assert!(!is_alive(pid), "SIGKILL ended it");
+        assert_eq!(std::fs::read_to_string(&termfile).unwrap(), "term\n", "SIGTERM came first");
+        assert!(!t.status().up);
+
+        // Stopped means stopped.
+        let (after, _) = send(&t, &admission().await, TOOLS_LIST, Duration::from_secs(1)).await;
+        assert_failed(&after, LegFailure::ChildNotRunning, LegOutcome::NotSent);
+        assert_eq!(t.status().generation, 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_grandchild_holding_the_pipes_holds_the_channel_until_it_is_reaped() {
+    bounded(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (marker, pidfile) = (dir.path().join("marker"), dir.path().join("grandchild"));
+        let (t, _) = transport_with(
+            peer("orphan.py", &[marker.to_str().unwrap(), pidfile.to_str().unwrap()]),
+            StdioSettings { stop_grace: Duration::from_millis(200), ..settings() },
+        );
+        let adm = admission().await;
+        t.warm(&adm).await.unwrap();
+        let grandchild: i32 = read_when_present(&pidfile).await.parse().unwrap();
+        let mut cleanup = KillOnDrop(Some(grandchild));
+        eventually("the old child is held", || t.is_held()).await;
+        assert!(!t.status().up);
+
+        let started = Instant::now();
+        let (refused, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
+        assert_failed(&refused, LegFailure::ChildNotRunning, LegOutcome::NotSent);
+        assert!(started.elapsed() < Duration::from_secs(1), "a held channel refuses at once");
+        assert_eq!(t.status().generation, 1, "no new child while the old one is unreaped");
+        assert_eq!(t.warm(&adm).await, Err(LegFailure::ChildNotRunning));
+
+        kill(Pid::from_raw(grandchild), Signal::SIGKILL).unwrap();
+        cleanup.0 = None;
+        eventually("the held child is reaped", || !t.has_unreaped_child()).await;
+        let (answered, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
+        assert_answered(&answered, 2);
+        assert_eq!(t.status().generation, 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_latched_admission_is_refused_and_the_child_never_sees_the_request() {
+    bounded(async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("received.log");
+        let (t, _) = transport(peer("echo.py", &["--log", log.to_str().unwrap()]));
+        let fence = Fence::new(true, 1);
+        let adm = admit(&fence).await;
+        let (first, _) = send(&t, &adm, INITIALIZE, Duration::from_secs(3)).await;
+        assert_answered(&first, 1);
+
+        adm.latch(FatalCategory::DownstreamAmbiguous);
+        let (refused, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
+        assert_failed(&refused, LegFailure::NotAdmitted, LegOutcome::NotSent);
+        assert_eq!(t.warm(&adm).await, Err(LegFailure::NotAdmitted));
+        assert_eq!(t.terminate_session(&adm).await.outcome, LegOutcome::NotSent);
+
+        t.shutdown().await;
+        let received = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(received.lines().collect::<Vec<_>>(), [INITIALIZE], "only the admitted request reached the child");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_latched_admission_never_spawns_a_child() {
+    bounded(async {
+        let (t, _) = transport(peer("echo.py", &[]));
+        let fence = Fence::new(true, 1);
+        let adm = admit(&fence).await;
+        adm.latch(FatalCategory::DownstreamAmbiguous);
+        let (refused, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
+        assert_failed(&refused, LegFailure::NotAdmitted, LegOutcome::NotSent);
+        assert_eq!(t.status().generation, 0);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_command_that_does_not_exist_is_not_sent() {
+    bounded(async {
+        let (t, _) = transport(vec!["tunnelgate-test-no-such-program".to_owned()]);
+        let adm = admission().await;
+        assert_eq!(t.warm(&adm).await, Err(LegFailure::ChildNotRunning));
+        let (result, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(1)).await;
+        assert_failed(&result, LegFailure::ChildNotRunning, LegOutcome::NotSent);
+        assert_eq!(result.reply.resp_code, 502);
+        let status = t.status();
+        assert_eq!((status.up, status.generation), (false, 0));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pretty_printed_request_travels_as_one_line() {
+    bounded(async {
+        let (t, _) = transport(peer("echo.py", &[]));
+        let adm = admission().await;
+        let pretty = "{\n  \"jsonrpc\": \"2.0\",\r\n  \"id\": 9,\n  \"method\": \"tools/list\"\n}";
+        let (result, _) = send(&t, &adm, pretty, Duration::from_secs(3)).await;
+        assert_answered(&result, 9);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn kill_now_stops_the_child_and_nothing_restarts() {
+    bounded(async {
+        let (t, _) = transport(peer("echo.py", &[]));
+        let adm = admission().await;
+        t.warm(&adm).await.unwrap();
+        assert!(t.status().up);
+        t.kill_now();
+        eventually("the child is dead", || !t.status().up).await;
+        let (result, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(1)).await;
+        assert_failed(&result, LegFailure::ChildNotRunning, LegOutcome::NotSent);
+        assert_eq!(t.warm(&adm).await, Err(LegFailure::ChildNotRunning));
+        assert_eq!(t.status().generation, 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn concurrent_calls_are_serialized_and_each_gets_its_own_response() {
+    bounded(async {
+        let (t, _) = transport(peer("echo.py", &[]));
+        let t = Arc::new(t);
+        let fence = Fence::new(false, 8);
+        let mut calls = Vec::new();
+        for id in 10..16u64 {
+            let t = t.clone();
+            let adm = admit(&fence).await;
+            calls.push(tokio::spawn(async move {
+                let json = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{id}"}}}}}}"#);
+                let (result, _) = send(&t, &adm, &json, Duration::from_secs(5)).await;
+                (id, result)
+            }));
+        }
+        for call in calls {
+            let (id, result) = call.await.unwrap();
+            assert_answered(&result, id);
+            assert_eq!(response_json(&result)["result"]["content"][0]["text"], id.to_string());
+        }
+        assert_eq!(t.status().generation, 1);
+    })
+    .await;
+}

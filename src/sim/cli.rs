@@ -1,0 +1,74 @@
+//! `tunnelgate sim` as a command: start the simulator (and optionally the MCP stub),
+//! print where they listen, run until ctrl-c, print a one-line summary.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use super::fault::{FaultScript, FaultScriptError};
+use super::stub::McpStub;
+use super::{SimConfig, Simulator};
+
+/// Arguments of `tunnelgate sim` (parsed by the binary).
+#[derive(Clone, Debug)]
+pub struct SimArgs {
+    pub listen: SocketAddr,
+    pub tunnel_id: String,
+    pub api_key: String,
+    /// A fault script (TOML, format in the `sim` module header).
+    pub faults: Option<PathBuf>,
+    /// Also start the embedded MCP stub on this address.
+    pub with_stub: Option<SocketAddr>,
+}
+
+/// Why `tunnelgate sim` could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Faults(#[from] FaultScriptError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot wait for ctrl-c: {0}")]
+    Signal(std::io::Error),
+}
+
+impl SimError {
+    /// Stable label for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Faults(_) => "faults",
+            Self::Listen { .. } => "listen",
+            Self::Signal(_) => "signal",
+        }
+    }
+}
+
+/// Runs the simulator until ctrl-c.
+pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
+    let faults = match &args.faults {
+        Some(path) => FaultScript::from_file(path)?,
+        None => FaultScript::default(),
+    };
+    let mut config = SimConfig::new(args.tunnel_id.clone(), args.api_key);
+    config.listen = args.listen;
+    config.faults = faults;
+    let sim = Simulator::start(config).await.map_err(|source| SimError::Listen { addr: args.listen, source })?;
+    let stub = match args.with_stub {
+        Some(addr) => Some(McpStub::start(addr).await.map_err(|source| SimError::Listen { addr, source })?),
+        None => None,
+    };
+    println!("sim listening on {} (tunnel {}); MCP ingress: {}", sim.base_url(), args.tunnel_id, sim.ingress_url());
+    if let Some(stub) = &stub {
+        println!("MCP stub listening on {}", stub.url());
+    }
+    let waited = tokio::signal::ctrl_c().await;
+    let t = sim.totals();
+    println!(
+        "sim stopped: {} commands issued, {} responses received, {} completed, {} faults applied",
+        t.issued, t.responses, t.completed, t.faults_applied
+    );
+    sim.shutdown().await;
+    if let Some(stub) = stub {
+        stub.shutdown().await;
+    }
+    waited.map_err(SimError::Signal)
+}

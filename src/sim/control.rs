@@ -1,0 +1,202 @@
+//! The control-plane endpoints: `GET .../poll` and `POST .../response`.
+//!
+//! Order of handling, for both: fault first (a fault models what sits in front of the
+//! service: it does not care about credentials), then bearer key and tunnel id, then the
+//! request itself. Every request is recorded, whatever its answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use bytes::Bytes;
+
+use super::command::poll_body;
+use super::fault::{FaultAction, PostView};
+use super::record::{record_headers, PollRecord, ResponseRecord};
+use super::server::{never, ConnHandle};
+use super::state::{Refusal, Shared};
+use super::validate::{self, ApiError};
+
+/// Larger response POST bodies get `413 request_body_too_large`.
+const MAX_RESPONSE_BODY: usize = 8 * 1024 * 1024;
+const LIMIT_MAX: u64 = 25;
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        json(self.status, self.body())
+    }
+}
+
+fn json(status: StatusCode, body: Bytes) -> Response {
+    (status, [(http::header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The response a status fault answers with (body, and `Retry-After` when scripted).
+fn fault_status(status: u16, retry_after: Option<&str>) -> Response {
+    let mut resp = ApiError::for_fault(status).into_response();
+    if let Some(v) = retry_after.and_then(|v| http::HeaderValue::from_str(v).ok()) {
+        resp.headers_mut().insert(http::header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query.split('&').filter_map(|kv| kv.split_once('=').or(Some((kv, "")))).find(|(k, _)| *k == name).map(|(_, v)| v)
+}
+
+/// Parses an integer query parameter within `min..=max`; absent is `Ok(None)`.
+fn bounded(query: &str, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
+    let Some(raw) = query_param(query, name) else { return Ok(None) };
+    match raw.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+        _ => Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", format!("{name} must be an integer in {min}..={max}"))),
+    }
+}
+
+/// `GET /v1/tunnels/{tunnel_id}/poll?limit=N&timeout_ms=T`.
+pub(crate) async fn poll(
+    State(sim): State<Arc<Shared>>,
+    Path(tunnel): Path<String>,
+    Extension(conn): Extension<ConnHandle>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let query = query.unwrap_or_default();
+    let nth = sim.next_poll();
+    let mut rec = PollRecord {
+        nth,
+        limit: query_param(&query, "limit").and_then(|v| v.parse().ok()),
+        timeout_ms: query_param(&query, "timeout_ms").and_then(|v| v.parse().ok()),
+        query: query.clone(),
+        headers: record_headers(&headers),
+        ..PollRecord::default()
+    };
+    let plan = sim.faults.poll_plan(nth);
+    if let Some(action) = plan.action {
+        sim.fault_applied();
+        rec.fault = Some(action.clone());
+        match action {
+            FaultAction::Hold | FaultAction::Close => {
+                sim.record_poll(rec);
+                if action == FaultAction::Close {
+                    conn.close();
+                }
+                match never().await {}
+            }
+            FaultAction::Status { status, retry_after } => {
+                rec.status = Some(status);
+                sim.record_poll(rec);
+                return fault_status(status, retry_after.as_deref());
+            }
+            FaultAction::Delay(d) => tokio::time::sleep(d).await,
+        }
+    }
+    let checked = validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id)
+        .and_then(|()| Ok((bounded(&query, "limit", 1, LIMIT_MAX)?, bounded(&query, "timeout_ms", 1, u64::MAX)?)));
+    let (limit, timeout_ms) = match checked {
+        Ok(v) => v,
+        Err(e) => {
+            rec.status = Some(e.status.as_u16());
+            sim.record_poll(rec);
+            return e.into_response();
+        }
+    };
+    let wait = timeout_ms.map_or(sim.max_poll_wait, |t| Duration::from_millis(t).min(sim.max_poll_wait));
+    let max = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX).saturating_add(plan.extra_commands));
+    let commands = sim.wait_for_commands(max, wait).await;
+    rec.commands = commands.len();
+    let resp = if commands.is_empty() {
+        rec.status = Some(204);
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        rec.status = Some(200);
+        json(StatusCode::OK, Bytes::from(poll_body(&commands)))
+    };
+    sim.record_poll(rec);
+    resp
+}
+
+/// `POST /v1/tunnels/{tunnel_id}/response`.
+pub(crate) async fn response(
+    State(sim): State<Arc<Shared>>,
+    Path(tunnel): Path<String>,
+    Extension(conn): Extension<ConnHandle>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let mut rec = ResponseRecord { headers: record_headers(&headers), attempt: 1, ..ResponseRecord::default() };
+    let body = match axum::body::to_bytes(body, MAX_RESPONSE_BODY).await {
+        Ok(b) => b,
+        Err(_) => {
+            let e = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request_body_too_large", "response body too large or unreadable");
+            return finish(&sim, rec, e.into_response());
+        }
+    };
+    rec.json = serde_json::from_slice(&body).ok();
+    rec.body = body.clone();
+    let field = |name: &str| rec.json.as_ref().and_then(|j| j.get(name)).and_then(|v| v.as_str()).map(str::to_owned);
+    rec.request_id = field("request_id");
+    rec.resp_type = field("resp_type");
+    let resp_type = rec.resp_type.clone().unwrap_or_else(|| "jsonrpc_response".to_owned());
+    let facts = sim.observe_post(rec.request_id.as_deref(), &resp_type);
+    rec.order = facts.order;
+    rec.attempt = facts.attempt;
+    let view = PostView {
+        order: facts.order,
+        method: facts.method.as_deref(),
+        tool: facts.tool.as_deref(),
+        resp_type: super::fault::parse_resp_type(&resp_type),
+        attempt: facts.attempt,
+    };
+    if let Some(action) = sim.faults.response_fault(&view).cloned() {
+        sim.fault_applied();
+        rec.fault = Some(action.clone());
+        match action {
+            FaultAction::Hold | FaultAction::Close => {
+                sim.record_response(rec);
+                if action == FaultAction::Close {
+                    conn.close();
+                }
+                match never().await {}
+            }
+            FaultAction::Status { status, retry_after } => return finish(&sim, rec, fault_status(status, retry_after.as_deref())),
+            FaultAction::Delay(d) => tokio::time::sleep(d).await,
+        }
+    }
+    if let Err(e) = validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id) {
+        return finish(&sim, rec, e.into_response());
+    }
+    if !validate::is_json_content_type(&headers) {
+        let e = ApiError::new(StatusCode::BAD_REQUEST, "invalid_content_type", "Content-Type must be application/json");
+        return finish(&sim, rec, e.into_response());
+    }
+    let payload = match validate::payload(&body) {
+        Ok(p) => p,
+        Err(e) => return finish(&sim, rec, e.into_response()),
+    };
+    let shard = headers.get("x-tunnel-shard-token").and_then(|v| v.to_str().ok());
+    match sim.accept(&payload.request_id, shard, payload.reply) {
+        Ok(completed) => {
+            rec.completed = completed;
+            finish(&sim, rec, json(StatusCode::OK, Bytes::from_static(br#"{"status":"ok"}"#)))
+        }
+        Err(Refusal::NotPending) => {
+            let e = ApiError::new(StatusCode::NOT_FOUND, "pending_request_not_found", "the pending request was already processed, expired, or never existed");
+            finish(&sim, rec, e.into_response())
+        }
+        Err(Refusal::ShardTokenMismatch) => {
+            let e = ApiError::new(StatusCode::UNAUTHORIZED, "tunnel_request_mismatch", "X-Tunnel-Shard-Token does not match the request");
+            finish(&sim, rec, e.into_response())
+        }
+    }
+}
+
+fn finish(sim: &Shared, mut rec: ResponseRecord, resp: Response) -> Response {
+    rec.status = Some(resp.status().as_u16());
+    sim.record_response(rec);
+    resp
+}

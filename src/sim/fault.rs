@@ -1,0 +1,370 @@
+//! Fault scripts: which response POSTs and polls misbehave, and how; commands fed in.
+//!
+//! Pure: parsing (TOML, see the module header of `sim` for the format) and matching.
+//! Applying an action (holding a connection, closing it) is the server's job.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::command::NewCommand;
+use crate::protocol::RespType;
+
+/// Everything a simulator run does differently from a healthy control plane.
+#[derive(Clone, Debug, Default)]
+pub struct FaultScript {
+    /// Response-POST faults; the first matching rule applies.
+    pub rules: Vec<FaultRule>,
+    /// Poll faults; the first matching rule with an action applies.
+    pub polls: Vec<PollFault>,
+    /// Commands queued at start (or after a given command's first response POST).
+    pub feed: Vec<FeedEntry>,
+}
+
+/// One response-POST fault.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultRule {
+    pub select: Selector,
+    pub attempts: Attempts,
+    pub action: FaultAction,
+}
+
+/// Which commands a rule applies to; every field that is set must match.
+/// A selector with no command field (`order`, `method`, `tool`) also matches POSTs
+/// for unknown request ids.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selector {
+    /// 1-based order in which commands were queued (raw ones included).
+    pub order: Option<u64>,
+    pub method: Option<String>,
+    /// `params.name` of a `tools/call`.
+    pub tool: Option<String>,
+    pub resp_type: Option<RespTypeSelector>,
+}
+
+/// The `resp_type` of the POST a rule applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RespTypeSelector {
+    Exactly(RespType),
+    /// Any final type (everything but `jsonrpc_notify`).
+    Terminal,
+}
+
+/// Which POST attempts a rule applies to. Attempt `n` is the `n`-th POST received for the
+/// same request id with the same `resp_type`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attempts {
+    All,
+    Only(Vec<u32>),
+}
+
+/// What the simulator does instead of (or before) normal handling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Read the whole request, then never answer (until the client gives up).
+    Hold,
+    /// Read the whole request, then drop the connection without a response.
+    Close,
+    /// Answer with this status (and an `APIErrorResponse` body); the request stays pending.
+    Status { status: u16, retry_after: Option<String> },
+    /// Wait, then handle normally.
+    Delay(Duration),
+}
+
+/// One poll fault. `nth` counts every poll request received, 1-based; absent: every poll.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PollFault {
+    pub nth: Option<u64>,
+    pub action: Option<FaultAction>,
+    /// Hand out up to `limit + extra_commands` commands (the limit is only a hint).
+    pub extra_commands: usize,
+}
+
+/// A command fed into the queue by the script.
+#[derive(Clone, Debug)]
+pub struct FeedEntry {
+    pub command: FeedCommand,
+    /// Queue it when the first response POST for the command of this order arrives;
+    /// absent: queue at start.
+    pub after_order: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+pub enum FeedCommand {
+    /// Verbatim JSON, one element of `commands` (malformed envelopes, unknown types).
+    Raw(serde_json::Value),
+    /// A well-formed command with fresh ids.
+    Built(NewCommand),
+}
+
+/// A fault script that could not be loaded; the message names the entry and the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultScriptError {
+    #[error("cannot read fault script {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("fault script is not valid TOML: {0}")]
+    Syntax(#[from] toml::de::Error),
+    #[error("fault script {entry}: {problem}")]
+    Invalid { entry: String, problem: String },
+}
+
+/// What a matched poll fault asks for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct PollPlan {
+    pub(crate) action: Option<FaultAction>,
+    pub(crate) extra_commands: usize,
+}
+
+/// What is known about the command a response POST refers to.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PostView<'a> {
+    pub(crate) order: Option<u64>,
+    pub(crate) method: Option<&'a str>,
+    pub(crate) tool: Option<&'a str>,
+    pub(crate) resp_type: Option<RespType>,
+    pub(crate) attempt: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScript {
+    #[serde(default)]
+    rule: Vec<RawRule>,
+    #[serde(default)]
+    poll: Vec<RawPoll>,
+    #[serde(default)]
+    feed: Vec<RawFeed>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    #[serde(rename = "match", default)]
+    select: RawSelect,
+    attempts: Option<RawAttempts>,
+    action: Option<String>,
+    status: Option<u16>,
+    retry_after: Option<String>,
+    delay: Option<String>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSelect {
+    order: Option<u64>,
+    method: Option<String>,
+    tool: Option<String>,
+    resp_type: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawAttempts {
+    Word(String),
+    List(Vec<u32>),
+}
+
+struct RawAction {
+    action: Option<String>,
+    status: Option<u16>,
+    retry_after: Option<String>,
+    delay: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPoll {
+    nth: Option<u64>,
+    extra_commands: Option<usize>,
+    action: Option<String>,
+    status: Option<u16>,
+    retry_after: Option<String>,
+    delay: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFeed {
+    raw: Option<String>,
+    jsonrpc: Option<String>,
+    command_type: Option<String>,
+    channel: Option<String>,
+    response_timeout: Option<String>,
+    after_order: Option<u64>,
+}
+
+impl FaultScript {
+    /// Parses the TOML format documented in the `sim` module header.
+    pub fn from_toml_str(text: &str) -> Result<Self, FaultScriptError> {
+        let raw: RawScript = toml::from_str(text)?;
+        let rules = raw.rule.into_iter().enumerate().map(|(i, r)| r.build(&format!("rule {}", i + 1))).collect::<Result<_, _>>()?;
+        let polls = raw.poll.into_iter().enumerate().map(|(i, p)| p.build(&format!("poll {}", i + 1))).collect::<Result<_, _>>()?;
+        let feed = raw.feed.into_iter().enumerate().map(|(i, f)| f.build(&format!("feed {}", i + 1))).collect::<Result<_, _>>()?;
+        Ok(Self { rules, polls, feed })
+    }
+
+    /// Reads and parses a fault script file.
+    pub fn from_file(path: &Path) -> Result<Self, FaultScriptError> {
+        let text = std::fs::read_to_string(path).map_err(|source| FaultScriptError::Read { path: path.display().to_string(), source })?;
+        Self::from_toml_str(&text)
+    }
+
+    /// The fault for a response POST, if a rule matches.
+    pub(crate) fn response_fault(&self, post: &PostView<'_>) -> Option<&FaultAction> {
+        self.rules.iter().find(|r| r.matches(post)).map(|r| &r.action)
+    }
+
+    /// The plan for the `nth` poll (1-based).
+    pub(crate) fn poll_plan(&self, nth: u64) -> PollPlan {
+        let applies = |p: &&PollFault| p.nth.is_none_or(|n| n == nth);
+        PollPlan {
+            action: self.polls.iter().filter(applies).find_map(|p| p.action.clone()),
+            extra_commands: self.polls.iter().filter(applies).map(|p| p.extra_commands).max().unwrap_or(0),
+        }
+    }
+}
+
+impl FaultScriptError {
+    /// Stable label for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "read",
+            Self::Syntax(_) => "syntax",
+            Self::Invalid { .. } => "invalid",
+        }
+    }
+}
+
+impl FaultRule {
+    fn matches(&self, post: &PostView<'_>) -> bool {
+        let s = &self.select;
+        let field = |want: &Option<String>, have: Option<&str>| want.as_deref().is_none_or(|w| have == Some(w));
+        let resp_type = match (s.resp_type, post.resp_type) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(RespTypeSelector::Exactly(want)), Some(have)) => want == have,
+            (Some(RespTypeSelector::Terminal), Some(have)) => have.is_terminal(),
+        };
+        let attempt = match &self.attempts {
+            Attempts::All => true,
+            Attempts::Only(list) => list.contains(&post.attempt),
+        };
+        s.order.is_none_or(|o| post.order == Some(o))
+            && field(&s.method, post.method)
+            && field(&s.tool, post.tool)
+            && resp_type
+            && attempt
+    }
+}
+
+fn invalid(entry: &str, problem: impl Into<String>) -> FaultScriptError {
+    FaultScriptError::Invalid { entry: entry.to_owned(), problem: problem.into() }
+}
+
+/// Parses a `resp_type` string as the wire spells it.
+pub(crate) fn parse_resp_type(s: &str) -> Option<RespType> {
+    match s {
+        "jsonrpc_response" => Some(RespType::JsonrpcResponse),
+        "jsonrpc_notify" => Some(RespType::JsonrpcNotify),
+        "notify_ack" => Some(RespType::NotifyAck),
+        "session_termination_response" => Some(RespType::SessionTerminationResponse),
+        _ => None,
+    }
+}
+
+impl RawAction {
+    fn build(self, entry: &str) -> Result<Option<FaultAction>, FaultScriptError> {
+        let mut found = Vec::new();
+        match self.action.as_deref() {
+            None => {}
+            Some("hold") => found.push(FaultAction::Hold),
+            Some("close") => found.push(FaultAction::Close),
+            Some(other) => return Err(invalid(entry, format!("action `{other}` is not `hold` or `close`"))),
+        }
+        if let Some(status) = self.status {
+            if !(400..=599).contains(&status) {
+                return Err(invalid(entry, format!("status {status} is not a 4xx or 5xx status")));
+            }
+            found.push(FaultAction::Status { status, retry_after: self.retry_after.clone() });
+        } else if self.retry_after.is_some() {
+            return Err(invalid(entry, "retry_after needs a status"));
+        }
+        if let Some(delay) = &self.delay {
+            let d = humantime::parse_duration(delay).map_err(|e| invalid(entry, format!("delay `{delay}`: {e}")))?;
+            found.push(FaultAction::Delay(d));
+        }
+        match found.len() {
+            0 | 1 => Ok(found.pop()),
+            _ => Err(invalid(entry, "give exactly one of action, status, delay")),
+        }
+    }
+}
+
+impl RawRule {
+    fn build(self, entry: &str) -> Result<FaultRule, FaultScriptError> {
+        let resp_type = match self.select.resp_type.as_deref() {
+            None => None,
+            Some("terminal") => Some(RespTypeSelector::Terminal),
+            Some(s) => Some(RespTypeSelector::Exactly(
+                parse_resp_type(s).ok_or_else(|| invalid(entry, format!("match.resp_type `{s}` is not a resp_type or `terminal`")))?,
+            )),
+        };
+        let attempts = match self.attempts {
+            None => Attempts::All,
+            Some(RawAttempts::Word(w)) if w == "all" => Attempts::All,
+            Some(RawAttempts::Word(w)) => return Err(invalid(entry, format!("attempts `{w}` is not \"all\" or a list"))),
+            Some(RawAttempts::List(l)) if l.contains(&0) => return Err(invalid(entry, "attempts are 1-based")),
+            Some(RawAttempts::List(l)) => Attempts::Only(l),
+        };
+        let action = RawAction { action: self.action, status: self.status, retry_after: self.retry_after, delay: self.delay }
+            .build(entry)?
+            .ok_or_else(|| invalid(entry, "give one of action, status, delay"))?;
+        let s = self.select;
+        Ok(FaultRule { select: Selector { order: s.order, method: s.method, tool: s.tool, resp_type }, attempts, action })
+    }
+}
+
+impl RawPoll {
+    fn build(self, entry: &str) -> Result<PollFault, FaultScriptError> {
+        let action = RawAction { action: self.action, status: self.status, retry_after: self.retry_after, delay: self.delay }.build(entry)?;
+        let extra_commands = self.extra_commands.unwrap_or(0);
+        if action.is_none() && extra_commands == 0 {
+            return Err(invalid(entry, "give an action, status, delay or extra_commands"));
+        }
+        Ok(PollFault { nth: self.nth, action, extra_commands })
+    }
+}
+
+impl RawFeed {
+    fn build(self, entry: &str) -> Result<FeedEntry, FaultScriptError> {
+        let json = |field: &str, text: &str| serde_json::from_str::<serde_json::Value>(text).map_err(|e| invalid(entry, format!("{field} is not JSON: {e}")));
+        let command = match (self.raw, self.jsonrpc) {
+            (Some(_), Some(_)) => return Err(invalid(entry, "give raw or jsonrpc, not both")),
+            (Some(raw), None) => {
+                if self.command_type.is_some() || self.channel.is_some() || self.response_timeout.is_some() {
+                    return Err(invalid(entry, "raw entries are sent verbatim: no other command fields"));
+                }
+                FeedCommand::Raw(json("raw", &raw)?)
+            }
+            (None, jsonrpc) => {
+                let mut cmd = match jsonrpc {
+                    Some(text) => NewCommand::jsonrpc(json("jsonrpc", &text)?),
+                    None if self.command_type.is_some() => NewCommand::session_termination(None),
+                    None => return Err(invalid(entry, "give raw, jsonrpc or command_type")),
+                };
+                if let Some(t) = self.command_type {
+                    cmd = cmd.command_type(t);
+                }
+                if let Some(c) = self.channel {
+                    cmd = cmd.channel(c);
+                }
+                if let Some(t) = self.response_timeout {
+                    cmd = cmd.response_timeout(t);
+                }
+                FeedCommand::Built(cmd)
+            }
+        };
+        Ok(FeedEntry { command, after_order: self.after_order })
+    }
+}

@@ -1,0 +1,316 @@
+//! The simulator's shared state: the command queue, every pending request, the record.
+//!
+//! Invariants: one `std::sync::Mutex` guards everything and is never held across an
+//! `.await`; a request completes at most once (its first accepted final response);
+//! completed requests are kept so a repeated POST gets `404`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+use super::command::{Issued, NewCommand, Queued};
+use super::fault::{FaultScript, FeedCommand, FeedEntry};
+use super::record::{CommandRecord, PollRecord, Record, ResponseRecord};
+use crate::protocol::RespType;
+
+/// The parts of the configuration handlers need, plus the mutable state.
+pub(crate) struct Shared {
+    pub(crate) tunnel_id: String,
+    pub(crate) api_key: String,
+    pub(crate) max_poll_wait: Duration,
+    pub(crate) ingress_timeout: Duration,
+    pub(crate) faults: FaultScript,
+    inner: Mutex<Inner>,
+    queued: Notify,
+    recorded: Notify,
+}
+
+#[derive(Default)]
+struct Inner {
+    queue: VecDeque<(u64, Queued)>,
+    pending: HashMap<String, Pending>,
+    next_order: u64,
+    waiting_feeds: Vec<FeedEntry>,
+    record: Record,
+    polls_seen: u64,
+    faults_applied: u64,
+}
+
+struct Pending {
+    order: u64,
+    shard_token: Option<String>,
+    method: Option<String>,
+    tool: Option<String>,
+    completed: bool,
+    attempts: HashMap<String, u32>,
+    waiter: Option<mpsc::UnboundedSender<GatewayReply>>,
+}
+
+/// An accepted response POST, as the MCP ingress relays it to its client.
+#[derive(Clone, Debug)]
+pub(crate) struct GatewayReply {
+    pub(crate) resp_type: RespType,
+    pub(crate) resp_code: i64,
+    /// `resp_json` exactly as posted; `None` when absent or null.
+    pub(crate) resp_json: Option<Bytes>,
+    pub(crate) resp_headers: Vec<(String, Vec<String>)>,
+}
+
+/// What is known about the command a response POST names.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PostFacts {
+    pub(crate) order: Option<u64>,
+    pub(crate) method: Option<String>,
+    pub(crate) tool: Option<String>,
+    pub(crate) attempt: u32,
+}
+
+/// Why an otherwise valid response POST is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Unknown, or already completed (`404 pending_request_not_found`).
+    NotPending,
+    /// `X-Tunnel-Shard-Token` missing or not the command's token.
+    ShardTokenMismatch,
+}
+
+/// Counters for the CLI summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    pub(crate) issued: usize,
+    pub(crate) responses: usize,
+    pub(crate) completed: usize,
+    pub(crate) faults_applied: u64,
+}
+
+impl Shared {
+    pub(crate) fn new(tunnel_id: String, api_key: String, max_poll_wait: Duration, ingress_timeout: Duration, faults: FaultScript) -> Self {
+        let (now, later): (Vec<_>, Vec<_>) = faults.feed.iter().cloned().partition(|f| f.after_order.is_none());
+        let shared = Self {
+            tunnel_id,
+            api_key,
+            max_poll_wait,
+            ingress_timeout,
+            faults,
+            inner: Mutex::new(Inner { waiting_feeds: later, ..Inner::default() }),
+            queued: Notify::new(),
+            recorded: Notify::new(),
+        };
+        {
+            let mut inner = shared.lock();
+            for feed in now {
+                inner.push_feed(feed.command);
+            }
+        }
+        shared
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues a command; `waiter` receives every accepted response POST for it.
+    pub(crate) fn enqueue(&self, command: NewCommand, waiter: Option<mpsc::UnboundedSender<GatewayReply>>) -> String {
+        let issued = Issued::new(command);
+        let request_id = issued.request_id.clone();
+        self.lock().push(Queued::Command(Box::new(issued)), waiter);
+        self.queued.notify_waiters();
+        self.recorded.notify_waiters();
+        request_id
+    }
+
+    pub(crate) fn enqueue_raw(&self, raw: serde_json::Value) {
+        self.lock().push(Queued::Raw(raw), None);
+        self.queued.notify_waiters();
+        self.recorded.notify_waiters();
+    }
+
+    /// Numbers a poll request (1-based, every poll received).
+    pub(crate) fn next_poll(&self) -> u64 {
+        let mut inner = self.lock();
+        inner.polls_seen += 1;
+        inner.polls_seen
+    }
+
+    /// Takes queued commands, waiting up to `wait` for the first one to arrive.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: commands are taken in one synchronous step after the last await.
+    pub(crate) async fn wait_for_commands(&self, max: Option<usize>, wait: Duration) -> Vec<Queued> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let notified = self.queued.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let taken = self.lock().take(max);
+            if !taken.is_empty() {
+                self.recorded.notify_waiters();
+                return taken;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Vec::new();
+            }
+        }
+    }
+
+    /// Looks up the command a POST names and counts the attempt. The first POST for a
+    /// command releases the feeds waiting on its order.
+    pub(crate) fn observe_post(&self, request_id: Option<&str>, resp_type: &str) -> PostFacts {
+        let mut inner = self.lock();
+        let Some(p) = request_id.and_then(|id| inner.pending.get_mut(id)) else {
+            return PostFacts { attempt: 1, ..PostFacts::default() };
+        };
+        let first_post = p.attempts.is_empty();
+        let attempt = p.attempts.entry(resp_type.to_owned()).or_insert(0);
+        *attempt += 1;
+        let facts = PostFacts { order: Some(p.order), method: p.method.clone(), tool: p.tool.clone(), attempt: *attempt };
+        if first_post {
+            let order = p.order;
+            let (ready, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.waiting_feeds).into_iter().partition(|f| f.after_order == Some(order));
+            inner.waiting_feeds = rest;
+            let fed = !ready.is_empty();
+            for feed in ready {
+                inner.push_feed(feed.command);
+            }
+            drop(inner);
+            if fed {
+                self.queued.notify_waiters();
+            }
+        }
+        facts
+    }
+
+    /// Accepts a valid response POST: a final type completes the request. Returns whether
+    /// it completed. The ingress waiting on the request, if any, receives `reply`.
+    pub(crate) fn accept(&self, request_id: &str, shard_token: Option<&str>, reply: GatewayReply) -> Result<bool, Refusal> {
+        let mut inner = self.lock();
+        let p = inner.pending.get_mut(request_id).ok_or(Refusal::NotPending)?;
+        if p.shard_token.is_none() || p.shard_token.as_deref() != shard_token {
+            return Err(Refusal::ShardTokenMismatch);
+        }
+        if p.completed {
+            return Err(Refusal::NotPending);
+        }
+        let completes = reply.resp_type.is_terminal();
+        let waiter = if completes {
+            p.completed = true;
+            p.waiter.take()
+        } else {
+            p.waiter.clone()
+        };
+        drop(inner);
+        if let Some(w) = waiter {
+            // The ingress client may have gone away; the POST is accepted regardless.
+            let _ = w.send(reply);
+        }
+        Ok(completes)
+    }
+
+    /// Poll requests received so far, finished or not.
+    #[cfg(test)]
+    pub(crate) fn polls_seen(&self) -> u64 {
+        self.lock().polls_seen
+    }
+
+    pub(crate) fn fault_applied(&self) {
+        self.lock().faults_applied += 1;
+    }
+
+    pub(crate) fn record_poll(&self, poll: PollRecord) {
+        self.lock().record.polls.push(poll);
+        self.recorded.notify_waiters();
+    }
+
+    pub(crate) fn record_response(&self, response: ResponseRecord) {
+        self.lock().record.responses.push(response);
+        self.recorded.notify_waiters();
+    }
+
+    pub(crate) fn record(&self) -> Record {
+        self.lock().record.clone()
+    }
+
+    /// Waits until `pred` holds on the record, up to `timeout`.
+    pub(crate) async fn wait_record(&self, what: &str, timeout: Duration, pred: impl Fn(&Record) -> bool) -> Result<Record, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notified = self.recorded.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let record = self.record();
+            if pred(&record) {
+                return Ok(record);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                let r = self.record();
+                return Err(format!(
+                    "timed out after {timeout:?} waiting for {what} ({} polls, {} responses, {} commands queued)",
+                    r.polls.len(),
+                    r.responses.len(),
+                    r.commands.len()
+                ));
+            }
+        }
+    }
+
+    pub(crate) fn totals(&self) -> Totals {
+        let inner = self.lock();
+        Totals {
+            issued: inner.record.issued(),
+            responses: inner.record.responses.len(),
+            completed: inner.record.responses.iter().filter(|r| r.completed).count(),
+            faults_applied: inner.faults_applied,
+        }
+    }
+}
+
+impl Inner {
+    fn push(&mut self, queued: Queued, waiter: Option<mpsc::UnboundedSender<GatewayReply>>) {
+        self.next_order += 1;
+        let order = self.next_order;
+        let facts = queued.facts();
+        if let Some(id) = &facts.request_id {
+            self.pending.entry(id.clone()).or_insert_with(|| Pending {
+                order,
+                shard_token: facts.shard_token.clone(),
+                method: facts.method.clone(),
+                tool: facts.tool.clone(),
+                completed: false,
+                attempts: HashMap::new(),
+                waiter,
+            });
+        }
+        self.record.commands.push(CommandRecord {
+            order,
+            request_id: facts.request_id,
+            command_type: facts.command_type,
+            method: facts.method,
+            tool: facts.tool,
+            issued: false,
+        });
+        self.queue.push_back((order, queued));
+    }
+
+    fn push_feed(&mut self, command: FeedCommand) {
+        match command {
+            FeedCommand::Raw(v) => self.push(Queued::Raw(v), None),
+            FeedCommand::Built(c) => self.push(Queued::Command(Box::new(Issued::new(c))), None),
+        }
+    }
+
+    fn take(&mut self, max: Option<usize>) -> Vec<Queued> {
+        let n = max.unwrap_or(usize::MAX).min(self.queue.len());
+        let mut out = Vec::with_capacity(n);
+        for (order, queued) in self.queue.drain(..n) {
+            if let Some(c) = usize::try_from(order - 1).ok().and_then(|i| self.record.commands.get_mut(i)) {
+                c.issued = true;
+            }
+            out.push(queued);
+        }
+        out
+    }
+}

@@ -1,0 +1,267 @@
+//! The control-plane wire contract as executable validators.
+//!
+//! Loads `../shared/contract/openapi.json` (unchanged upstream contract) and validates
+//! bodies against its schemas with the `jsonschema` crate (draft 2020-12, as OpenAPI 3.1
+//! uses): response POST bodies (`TunnelResponsePayload`, plus the nested
+//! `x-tunnel-failure-schema` for a synthesized `error.data.tunnel_failure`), poll bodies
+//! (`PolledCommandList`) and acks (`TunnelResponseAck`). Every body the gateway sends and
+//! every body the simulator produces goes through these in the black-box tests.
+
+use std::path::PathBuf;
+use std::sync::LazyLock;
+
+use jsonschema::Validator;
+use serde_json::{json, Value};
+use tunnelgate::protocol::{decode_poll, CommandKind};
+
+/// `../shared/contract` next to the repository.
+pub fn contract_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/contract")
+}
+
+/// The parsed `openapi.json`.
+pub fn openapi() -> &'static Value {
+    static OPENAPI: LazyLock<Value> = LazyLock::new(|| {
+        let path = contract_dir().join("openapi.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        serde_json::from_str(&text).expect("openapi.json is JSON")
+    });
+    &OPENAPI
+}
+
+/// A fixture from `../shared/contract/fixtures/`, as bytes.
+pub fn fixture(name: &str) -> Vec<u8> {
+    let path = contract_dir().join("fixtures").join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+struct Validators {
+    response: Validator,
+    poll: Validator,
+    ack: Validator,
+    tunnel_failure: Validator,
+}
+
+fn validators() -> &'static Validators {
+    static VALIDATORS: LazyLock<Validators> = LazyLock::new(|| {
+        let schemas = &openapi()["components"]["schemas"];
+        let failure = schemas["TunnelResponsePayload"]["properties"]["resp_json"]
+            ["x-tunnel-failure-schema"]
+            .clone();
+        assert!(
+            failure.is_object(),
+            "openapi.json has no x-tunnel-failure-schema"
+        );
+        Validators {
+            response: component_validator("TunnelResponsePayload"),
+            poll: component_validator("PolledCommandList"),
+            ack: component_validator("TunnelResponseAck"),
+            tunnel_failure: build(&failure, "x-tunnel-failure-schema"),
+        }
+    });
+    &VALIDATORS
+}
+
+/// A validator for `#/components/schemas/{name}`: a root document that refers to it and
+/// carries `components`, so that nested `$ref`s resolve inside the same document.
+fn component_validator(name: &str) -> Validator {
+    let components = &openapi()["components"];
+    assert!(
+        components["schemas"][name].is_object(),
+        "openapi.json has no schema {name}"
+    );
+    let root = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$ref": format!("#/components/schemas/{name}"),
+        "components": components,
+    });
+    build(&root, name)
+}
+
+fn build(schema: &Value, what: &str) -> Validator {
+    jsonschema::draft202012::options()
+        .build(schema)
+        .unwrap_or_else(|e| panic!("compile schema {what}: {e}"))
+}
+
+fn check(validator: &Validator, instance: &Value, what: &str) -> Result<(), String> {
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| format!("{} at '{}'", e, e.instance_path()))
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{what}: {}", errors.join("; ")))
+    }
+}
+
+fn parse(bytes: &[u8], what: &str) -> Result<Value, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("{what} is not JSON: {e}"))
+}
+
+/// Validates a `POST .../response` body: the `TunnelResponsePayload` schema (which pins
+/// `resp_type` to the `ResponsePayloadType` enum and forbids extra fields), `resp_type`
+/// present (the gateway always states it, though the schema has a default), and, when
+/// `resp_json.error.data.tunnel_failure` exists, the published `x-tunnel-failure-schema`.
+pub fn validate_response_body(bytes: &[u8]) -> Result<(), String> {
+    let body = parse(bytes, "response body")?;
+    check(&validators().response, &body, "TunnelResponsePayload")?;
+    if body.get("resp_type").is_none() {
+        return Err("TunnelResponsePayload: resp_type is missing".to_owned());
+    }
+    if let Some(failure) = body.pointer("/resp_json/error/data/tunnel_failure") {
+        validate_tunnel_failure(failure)?;
+    }
+    Ok(())
+}
+
+/// Validates `error.data.tunnel_failure` against `x-tunnel-failure-schema`.
+pub fn validate_tunnel_failure(failure: &Value) -> Result<(), String> {
+    check(&validators().tunnel_failure, failure, "tunnel_failure")
+}
+
+/// Validates a `200` poll body against `PolledCommandList`.
+pub fn validate_poll_body(bytes: &[u8]) -> Result<(), String> {
+    let body = parse(bytes, "poll body")?;
+    check(&validators().poll, &body, "PolledCommandList")
+}
+
+/// Validates a response-POST acknowledgement against `TunnelResponseAck`.
+pub fn validate_ack_body(bytes: &[u8]) -> Result<(), String> {
+    let body = parse(bytes, "ack body")?;
+    check(&validators().ack, &body, "TunnelResponseAck")
+}
+
+#[test]
+fn poll_fixture_validates_and_decodes_into_both_commands() {
+    let body = fixture("poll_command_envelope.json");
+
+    validate_poll_body(&body).unwrap();
+    let commands = decode_poll(&body).expect("the fixture decodes");
+
+    assert_eq!(commands.len(), 2);
+    let first = commands[0].as_ref().expect("first command is valid");
+    assert_eq!(first.request_id.as_str(), "cmd_fixture_jsonrpc");
+    assert_eq!(first.channel.as_str(), "harpoon");
+    match &first.kind {
+        CommandKind::JsonRpc(payload) => assert_eq!(payload.method(), Some("tools/list")),
+        other => panic!("expected a jsonrpc command, got {other:?}"),
+    }
+    let second = commands[1].as_ref().expect("second command is valid");
+    assert!(
+        matches!(second.kind, CommandKind::SessionTermination),
+        "{:?}",
+        second.kind
+    );
+}
+
+#[test]
+fn notify_fixture_validates_as_a_response_body() {
+    validate_response_body(&fixture("jsonrpc_notify_response.json")).unwrap();
+}
+
+#[test]
+fn ack_validator_accepts_ok_and_rejects_another_status() {
+    validate_ack_body(br#"{"status":"ok"}"#).unwrap();
+    assert!(validate_ack_body(br#"{"status":"accepted"}"#).is_err());
+}
+
+#[test]
+fn response_body_with_an_extra_field_is_rejected() {
+    let body = br#"{"request_id":"r1","channel":"main","resp_code":200,"resp_type":"notify_ack","shard_token":"s"}"#;
+
+    let err = validate_response_body(body).unwrap_err();
+
+    assert!(err.contains("shard_token"), "{err}");
+}
+
+#[test]
+fn response_body_with_an_unknown_resp_type_is_rejected() {
+    let body =
+        br#"{"request_id":"r1","channel":"main","resp_code":200,"resp_type":"jsonrpc_final"}"#;
+
+    assert!(validate_response_body(body).is_err());
+}
+
+#[test]
+fn response_body_without_resp_type_is_rejected() {
+    let body = br#"{"request_id":"r1","channel":"main","resp_code":202}"#;
+
+    assert!(validate_response_body(body).is_err());
+}
+
+fn failure_body(failure: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "request_id": "r1",
+        "channel": "main",
+        "resp_json": {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "error": {"code": -32603, "message": "MCP server unavailable", "data": {"tunnel_failure": failure}},
+        },
+        "resp_headers": {},
+        "resp_code": 502,
+        "resp_type": "jsonrpc_response",
+    }))
+    .unwrap()
+}
+
+#[test]
+fn target_http_failure_with_its_upstream_status_is_accepted() {
+    let body = failure_body(
+        json!({"version": 1, "source": "target_http", "upstream_response_received": true, "upstream_status": 502}),
+    );
+
+    validate_response_body(&body).unwrap();
+}
+
+#[test]
+fn target_http_failure_without_upstream_status_is_rejected() {
+    let body = failure_body(
+        json!({"version": 1, "source": "target_http", "upstream_response_received": true}),
+    );
+
+    let err = validate_response_body(&body).unwrap_err();
+
+    assert!(err.starts_with("tunnel_failure"), "{err}");
+}
+
+#[test]
+fn transport_closed_failure_claiming_a_response_is_rejected() {
+    let body = failure_body(
+        json!({"version": 1, "source": "transport_closed", "upstream_response_received": true}),
+    );
+
+    assert!(validate_response_body(&body).is_err());
+}
+
+#[test]
+fn body_built_by_the_library_with_a_synthesized_error_validates() {
+    use std::collections::BTreeMap;
+    use tunnelgate::protocol::{
+        synthesize_error, ChannelName, FailureSource, RequestId, RespType, ResponseBody,
+        TunnelFailure,
+    };
+
+    let id = serde_json::value::RawValue::from_string("7".to_owned()).unwrap();
+    let failure = TunnelFailure::new(
+        FailureSource::Connect,
+        Some("connection_refused"),
+        false,
+        None,
+    );
+    let error = synthesize_error(Some(&id), "MCP server unreachable", &failure);
+    let headers = BTreeMap::new();
+    let body = ResponseBody {
+        request_id: &RequestId::new("r1"),
+        channel: &ChannelName::main(),
+        resp_json: Some(&error),
+        resp_headers: &headers,
+        resp_code: 502,
+        resp_type: RespType::JsonrpcResponse,
+    };
+
+    validate_response_body(&body.to_bytes()).unwrap();
+}

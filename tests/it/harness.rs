@@ -1,0 +1,672 @@
+//! Black-box test harness: real processes on loopback, bounded waits, nothing left behind.
+//!
+//! Owns: locating the installed peers (`scripts/install-peers` puts them in `.peers/`),
+//! spawning them (server-everything over HTTP or stdio, the Python SDK server and client)
+//! and the real `tunnelgate` binary, capturing their output, and killing every process
+//! group it started when its guard drops (also when a test panics; the captured stderr
+//! is printed then, to explain the failure).
+//!
+//! Waits poll a condition against a deadline on the tokio clock: real sockets use real
+//! time, so no test that spawns processes may run with `start_paused`.
+
+use std::future::Future;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long a peer may take to start answering HTTP (a cold Python start is ~1.5 s).
+const PEER_READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bound on one `py_client.py` run, on top of its own `--timeout`.
+const PY_CLIENT_TIMEOUT: Duration = Duration::from_secs(40);
+/// Pause between two checks of a polled condition.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+// ---------------------------------------------------------------------------------------
+// Locations
+// ---------------------------------------------------------------------------------------
+
+/// The repository root (this package's manifest directory).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where `scripts/install-peers` installed the peers: `$TUNNELGATE_PEERS_DIR`, else
+/// `<repo>/.peers`. Panics with the fix when they are missing.
+pub fn peers_dir() -> PathBuf {
+    let dir = std::env::var_os("TUNNELGATE_PEERS_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".peers"));
+    assert!(
+        dir.join("stamp").is_file(),
+        "test peers are not installed in {}: run scripts/install-peers (or scripts/test)",
+        dir.display()
+    );
+    dir
+}
+
+/// `dist/index.js` of `@modelcontextprotocol/server-everything`.
+pub fn server_everything_entry() -> PathBuf {
+    let entry =
+        peers_dir().join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        entry.is_file(),
+        "{} is missing: run scripts/install-peers",
+        entry.display()
+    );
+    entry
+}
+
+/// The Python interpreter of the peers' venv (has the `mcp` SDK).
+pub fn python() -> PathBuf {
+    let python = peers_dir().join("venv/bin/python");
+    assert!(
+        python.is_file(),
+        "{} is missing: run scripts/install-peers",
+        python.display()
+    );
+    python
+}
+
+/// A script in `tests/peers/`.
+pub fn peer_script(name: &str) -> PathBuf {
+    repo_root().join("tests/peers").join(name)
+}
+
+/// Absolute path of `node` found on `PATH` (a spawned gateway may run children with a
+/// minimal environment, so argv carries no bare program names).
+pub fn node() -> PathBuf {
+    which("node").expect("`node` (Node.js 20+) must be on PATH for the MCP peers")
+}
+
+/// First executable named `program` on `PATH`.
+pub fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+// ---------------------------------------------------------------------------------------
+// Sockets and waiting
+// ---------------------------------------------------------------------------------------
+
+/// A port that was free on 127.0.0.1 a moment ago (bind to :0, read it, release it).
+/// Spawners retry with a new port if a peer loses the race for it.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener
+        .local_addr()
+        .expect("bound socket has an address")
+        .port()
+}
+
+/// Polls `condition` until it is true; panics naming `what` after `timeout`.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    wait_for(what, timeout, || {
+        let fut = condition();
+        async move { fut.await.then_some(()) }
+    })
+    .await
+}
+
+/// Polls `probe` until it yields a value and returns it; panics naming `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// An HTTP client for loopback: never goes through a proxy from the environment.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("build reqwest client")
+}
+
+/// Whether `url` answers HTTP at all (any status counts: the listener is up).
+pub async fn http_answers(url: &str) -> bool {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .expect("build reqwest client");
+    client.get(url).send().await.is_ok()
+}
+
+/// Waits until `url` accepts a TCP connection and gives any HTTP answer.
+pub async fn wait_http_ready(url: &str, timeout: Duration) {
+    wait_until(&format!("{url} to answer HTTP"), timeout, || {
+        http_answers(url)
+    })
+    .await
+}
+
+// ---------------------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------------------
+
+/// Bytes a child wrote, filled by a background reader thread.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn follow(&self, mut pipe: impl Read + Send + 'static) {
+        let sink = self.0.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => sink
+                        .lock()
+                        .expect("capture lock")
+                        .extend_from_slice(&buf[..n]),
+                }
+            }
+        });
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("capture lock")).into_owned()
+    }
+}
+
+/// A spawned process in its own process group, with stdout and stderr captured.
+/// Dropping it kills the whole group (`kill -KILL -- -PGID`) and reaps the child.
+pub struct ChildGuard {
+    name: String,
+    child: Child,
+    stdout: Captured,
+    stderr: Captured,
+    status: Option<ExitStatus>,
+}
+
+impl ChildGuard {
+    /// Spawns `cmd` (stdin closed, stdout/stderr captured) as the leader of a new
+    /// process group. `name` labels panics and the output dumped on failure.
+    pub fn spawn(name: &str, mut cmd: Command) -> ChildGuard {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name} ({:?}): {e}", cmd.get_program()));
+        let stdout = Captured::default();
+        let stderr = Captured::default();
+        stdout.follow(child.stdout.take().expect("stdout is piped"));
+        stderr.follow(child.stderr.take().expect("stderr is piped"));
+        ChildGuard {
+            name: name.to_owned(),
+            child,
+            stdout,
+            stderr,
+            status: None,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The child's pid, which is also its process group id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything the child wrote to stdout so far (lossy UTF-8).
+    pub fn stdout(&self) -> String {
+        self.stdout.text()
+    }
+
+    /// Everything the child wrote to stderr so far (lossy UTF-8).
+    pub fn stderr(&self) -> String {
+        self.stderr.text()
+    }
+
+    /// The exit status if the child has exited (never blocks).
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().expect("try_wait on own child");
+        }
+        self.status
+    }
+
+    /// Waits up to `timeout` for the child to exit. `None`: still running.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// Sends `signal` (a name such as `TERM`, `INT`, `KILL`) to the child only.
+    pub fn signal(&self, signal: &str) {
+        if self.status.is_none() {
+            kill(&format!("-{signal}"), &self.pid().to_string());
+        }
+    }
+
+    /// Kills the whole process group and reaps the child. Idempotent.
+    pub fn kill(&mut self) {
+        // The group outlives its leader when grandchildren remain: kill it regardless.
+        kill("-KILL", &format!("-{}", self.pid()));
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+    }
+
+    /// Panics with the child's output unless it is still running.
+    fn assert_running(&mut self, while_doing: &str) {
+        if let Some(status) = self.try_wait() {
+            panic!(
+                "{} exited with {status} while {while_doing}; stderr:\n{}",
+                self.name,
+                tail(&self.stderr(), 4000)
+            );
+        }
+    }
+
+    /// Waits until `url` answers HTTP; panics early if the child exits first.
+    pub async fn wait_http_ready(&mut self, url: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.assert_running(&format!("starting to serve {url}"));
+            if http_answers(url).await {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not answer on {url} within {timeout:?}; stderr:\n{}",
+                self.name,
+                tail(&self.stderr(), 4000)
+            );
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- {} (pid {}) stderr ----\n{}",
+                self.name,
+                self.pid(),
+                tail(&self.stderr(), 8000)
+            );
+        }
+    }
+}
+
+/// `kill SIGNAL TARGET` through the system `kill` (target `-PGID` means a group).
+fn kill(signal: &str, target: &str) {
+    let _ = Command::new("kill")
+        .args([signal, "--", target])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The last `max` bytes of `text`, cut on a char boundary.
+fn tail(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+/// Spawns a process that must serve HTTP on a fresh loopback port: `make(port)` builds
+/// the command, `path` is appended to `http://127.0.0.1:PORT`. Retries with another port
+/// when the child exits early (it lost the race for the port).
+async fn spawn_http_peer(
+    name: &str,
+    path: &str,
+    make: impl Fn(u16) -> Command,
+) -> (ChildGuard, String) {
+    const ATTEMPTS: usize = 3;
+    for attempt in 1..=ATTEMPTS {
+        let port = free_port();
+        let url = format!("http://127.0.0.1:{port}{path}");
+        let mut guard = ChildGuard::spawn(name, make(port));
+        let deadline = Instant::now() + PEER_READY_TIMEOUT;
+        loop {
+            if guard.try_wait().is_some() {
+                break;
+            }
+            if http_answers(&url).await {
+                return (guard, url);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} did not answer on {url} within {PEER_READY_TIMEOUT:?}; stderr:\n{}",
+                tail(&guard.stderr(), 4000)
+            );
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+        assert!(
+            attempt < ATTEMPTS,
+            "{name} exited before serving (tried {ATTEMPTS} ports); stderr:\n{}",
+            tail(&guard.stderr(), 4000)
+        );
+    }
+    unreachable!("the loop returns or panics")
+}
+
+// ---------------------------------------------------------------------------------------
+// Peers
+// ---------------------------------------------------------------------------------------
+
+/// `@modelcontextprotocol/server-everything` over Streamable HTTP (`PORT=N node dist/index.js
+/// streamableHttp`). Returns the guard and `http://127.0.0.1:PORT/mcp` once it answers.
+/// Note: it listens on all interfaces; tests reach it through 127.0.0.1 only.
+pub async fn spawn_server_everything_http() -> (ChildGuard, String) {
+    let node = node();
+    let entry = server_everything_entry();
+    spawn_http_peer("server-everything", "/mcp", |port| {
+        let mut cmd = Command::new(&node);
+        cmd.arg(&entry)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string());
+        cmd
+    })
+    .await
+}
+
+/// argv for server-everything over stdio: `[<abs node>, <abs dist/index.js>, "stdio"]`.
+pub fn server_everything_stdio_argv() -> Vec<String> {
+    vec![
+        node().display().to_string(),
+        server_everything_entry().display().to_string(),
+        "stdio".to_owned(),
+    ]
+}
+
+/// How `tests/peers/py_server.py` answers requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PyMode {
+    /// `application/json` answers, with a session id.
+    Json,
+    /// `text/event-stream` answers (the SDK default), with a session id.
+    Sse,
+    /// JSON answers, no session id.
+    Stateless,
+}
+
+impl PyMode {
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            PyMode::Json => "json",
+            PyMode::Sse => "sse",
+            PyMode::Stateless => "stateless",
+        }
+    }
+}
+
+/// The Python SDK MCP server (`tests/peers/py_server.py`, tools `echo`, `add`, `progress`)
+/// on 127.0.0.1. Returns the guard and `http://127.0.0.1:PORT/mcp` once it answers.
+pub async fn spawn_py_server(mode: PyMode) -> (ChildGuard, String) {
+    let python = python();
+    let script = peer_script("py_server.py");
+    spawn_http_peer(&format!("py_server({})", mode.as_arg()), "/mcp", |port| {
+        let mut cmd = Command::new(&python);
+        cmd.arg(&script)
+            .args(["--port", &port.to_string(), "--mode", mode.as_arg()]);
+        cmd.env("PYTHONUNBUFFERED", "1");
+        cmd
+    })
+    .await
+}
+
+/// Runs `tests/peers/py_client.py --url URL ARGS...` (e.g. `["--list-tools", "--call",
+/// "echo", r#"{"message":"hi"}"#]`) and returns its JSON line, or its stderr on failure.
+pub async fn try_run_py_client(url: &str, args: &[&str]) -> Result<serde_json::Value, String> {
+    let mut cmd = tokio::process::Command::new(python());
+    cmd.arg(peer_script("py_client.py"))
+        .args(["--url", url])
+        .args(args)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(PY_CLIENT_TIMEOUT, cmd.output())
+        .await
+        .map_err(|_| format!("py_client did not finish within {PY_CLIENT_TIMEOUT:?}"))?
+        .map_err(|e| format!("spawn py_client: {e}"))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        return Err(format!(
+            "py_client exited with {}: {}",
+            output.status,
+            stderr.trim()
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .last()
+        .ok_or_else(|| format!("py_client printed nothing; stderr: {}", stderr.trim()))?;
+    serde_json::from_str(line).map_err(|e| format!("py_client printed non-JSON ({e}): {line}"))
+}
+
+/// [`try_run_py_client`] that panics with the client's stderr on failure.
+pub async fn run_py_client(url: &str, args: &[&str]) -> serde_json::Value {
+    try_run_py_client(url, args)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// The gateway binary
+// ---------------------------------------------------------------------------------------
+
+/// Environment variables that would leak the developer's setup into a test gateway.
+fn is_ambient_config_var(name: &str) -> bool {
+    const EXACT: &[&str] = &[
+        "CONTROL_PLANE_API_KEY",
+        "CONTROL_PLANE_TUNNEL_ID",
+        "CONTROL_PLANE_BASE_URL",
+        "MCP_SERVER_URL",
+        "MCP_COMMAND",
+        "RUST_LOG",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ];
+    EXACT.contains(&name) || name.starts_with("TUNNELGATE_") || name.starts_with("OTEL_")
+}
+
+/// The real `tunnelgate` binary, spawned with a config written to a temp file.
+/// Output is captured; the process group is killed on drop.
+pub struct Gateway {
+    process: ChildGuard,
+    config: Option<tempfile::TempPath>,
+}
+
+/// What a one-shot `tunnelgate` command printed and how it ended.
+#[derive(Debug)]
+pub struct CliRun {
+    /// Exit code; `128 + N` when killed by signal N.
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Gateway {
+    /// `tunnelgate run --config <tempfile holding config_toml>`.
+    pub fn run(config_toml: &str) -> Gateway {
+        Gateway::spawn(&["run"], Some(config_toml), &[])
+    }
+
+    /// `tunnelgate ARGS... [--config <tempfile>]` with `envs` set on top of the test's
+    /// environment, minus ambient `TUNNELGATE_*`, `CONTROL_PLANE_*`, `OTEL_*`, `RUST_LOG`
+    /// and proxy variables.
+    pub fn spawn(args: &[&str], config_toml: Option<&str>, envs: &[(&str, &str)]) -> Gateway {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tunnelgate"));
+        cmd.args(args);
+        for (name, _) in std::env::vars_os() {
+            if name.to_str().is_some_and(is_ambient_config_var) {
+                cmd.env_remove(&name);
+            }
+        }
+        let config = config_toml.map(|toml| {
+            let mut file = tempfile::Builder::new()
+                .prefix("tunnelgate-test-")
+                .suffix(".toml")
+                .tempfile()
+                .expect("create temp config");
+            std::io::Write::write_all(&mut file, toml.as_bytes()).expect("write temp config");
+            let path = file.into_temp_path();
+            cmd.arg("--config").arg(&path);
+            path
+        });
+        cmd.envs(envs.iter().copied());
+        Gateway {
+            process: ChildGuard::spawn("tunnelgate", cmd),
+            config,
+        }
+    }
+
+    /// Runs a one-shot command (`check`, `latch show`, ...) to completion within `timeout`.
+    pub async fn cli(
+        args: &[&str],
+        config_toml: Option<&str>,
+        envs: &[(&str, &str)],
+        timeout: Duration,
+    ) -> CliRun {
+        let mut gateway = Gateway::spawn(args, config_toml, envs);
+        let Some(code) = gateway.wait_exit(timeout).await else {
+            panic!(
+                "tunnelgate {args:?} still running after {timeout:?}; stderr:\n{}",
+                gateway.stderr()
+            );
+        };
+        CliRun {
+            code,
+            stdout: gateway.stdout(),
+            stderr: gateway.stderr(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// The temp config file passed with `--config`, if any.
+    pub fn config_path(&self) -> Option<&Path> {
+        self.config.as_deref()
+    }
+
+    pub fn stdout(&self) -> String {
+        self.process.stdout()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.process.stderr()
+    }
+
+    /// Waits until stderr contains `needle`; panics with the stderr after `timeout`.
+    pub async fn wait_stderr_contains(&mut self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.stderr().contains(needle) {
+                return;
+            }
+            if let Some(status) = self.process.try_wait() {
+                if self.stderr().contains(needle) {
+                    return;
+                }
+                panic!(
+                    "tunnelgate exited with {status} before printing {needle:?}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tunnelgate did not print {needle:?} within {timeout:?}; stderr:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// Waits up to `timeout` for exit. `Some(code)`, `128 + N` if killed by signal N;
+    /// `None` if still running.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let status = self.process.wait_exit(timeout).await?;
+        Some(
+            status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        )
+    }
+
+    /// Whether the process has exited (never blocks).
+    pub fn has_exited(&mut self) -> bool {
+        self.process.try_wait().is_some()
+    }
+
+    /// `kill -TERM PID` (the gateway only, not its children).
+    pub fn sigterm(&self) {
+        self.process.signal("TERM");
+    }
+
+    /// `kill -INT PID`.
+    pub fn sigint(&self) {
+        self.process.signal("INT");
+    }
+
+    /// Waits until `url` (e.g. the ops listener's `/livez`) answers HTTP; panics early,
+    /// with the stderr, if the gateway exits first.
+    pub async fn wait_http_ready(&mut self, url: &str, timeout: Duration) {
+        self.process.wait_http_ready(url, timeout).await
+    }
+
+    /// Kills the gateway's process group now.
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+}

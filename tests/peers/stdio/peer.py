@@ -1,0 +1,98 @@
+"""Shared behaviour of the stdio MCP test peers (imported by the scripts beside it).
+
+A minimal newline-delimited JSON-RPC server: initialize, tools/list, tools/call "echo".
+Every request may carry params._delay_ms (answer late). tools/call echo with
+arguments.progress emits a notifications/progress before the result. No payloads on
+stderr; everything on stdout is flushed line by line.
+"""
+
+import json
+import os
+import sys
+import time
+
+GARBAGE = [b"hello, not json", b"[1, 2, 3]", b'{"unterminated": ', b"\xff\xfe\x00 binary", b""]
+
+
+def write_line(data: bytes) -> None:
+    sys.stdout.buffer.write(data + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def send(obj) -> None:
+    write_line(json.dumps(obj, separators=(",", ":")).encode())
+
+
+def answer(req, garbage: bool) -> None:
+    method = req.get("method")
+    rid = req.get("id")
+    params = req.get("params") or {}
+    if method is None or rid is None:
+        return  # notifications and client responses get no answer
+    delay = params.get("_delay_ms") if isinstance(params, dict) else None
+    if delay:
+        time.sleep(delay / 1000.0)
+    if garbage:
+        for line in GARBAGE:
+            write_line(line)
+    if method == "initialize":
+        result = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "tunnelgate-stdio-peer", "version": "0"},
+        }
+    elif method == "tools/list":
+        result = {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call" and params.get("name") == "echo":
+        args = params.get("arguments") or {}
+        if args.get("progress"):
+            send({"jsonrpc": "2.0", "method": "notifications/progress",
+                  "params": {"progressToken": args.get("progress"), "progress": 1, "total": 1}})
+        result = {"content": [{"type": "text", "text": str(args.get("text", ""))}]}
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
+        return
+    send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+def log_received(path, raw: bytes) -> None:
+    if path:
+        with open(path, "ab") as f:
+            f.write(raw.rstrip(b"\n") + b"\n")
+            f.flush()
+
+
+def serve(log_path=None, garbage=False) -> None:
+    while True:
+        raw = sys.stdin.buffer.readline()
+        if not raw:
+            return
+        log_received(log_path, raw)
+        try:
+            req = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(req, dict):
+            answer(req, garbage)
+
+
+def once(marker: str) -> bool:
+    """True the first time it is called for this marker file (across processes)."""
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def arg(name, default=None):
+    argv = sys.argv[1:]
+    if name in argv:
+        i = argv.index(name)
+        return argv[i + 1] if i + 1 < len(argv) else default
+    return default
+
+
+def flag(name) -> bool:
+    return name in sys.argv[1:]
