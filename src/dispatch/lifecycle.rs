@@ -15,6 +15,59 @@ use crate::protocol::{ChannelName, RequestId, ShardToken};
 use crate::strict::{Admission, CommandRef, FatalCategory, FenceLeg, Refusal};
 use crate::telemetry::{DropReason, DurationLeg};
 
+/// A command waiting for its turn at the fence.
+pub(crate) struct AdmitRequest {
+    command: CommandRef,
+    deadline: Option<Instant>,
+    reply: tokio::sync::oneshot::Sender<Admitted>,
+}
+
+/// What the admitter decided for one command.
+pub(crate) enum Admitted {
+    Yes(Admission),
+    Expired,
+    Refused(Refusal),
+}
+
+/// Grants admissions strictly in receipt order: commands returned by one poll reach the
+/// fence in the order the control plane sent them, whatever the task scheduling.
+/// Runs until `stop` is cancelled; a refused or expired head never blocks the rest.
+pub(crate) async fn admit_loop(
+    fence: crate::strict::Fence,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<AdmitRequest>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let request = tokio::select! {
+            biased;
+            // cancel-safe: waiting only.
+            _ = stop.cancelled() => return,
+            // cancel-safe: mpsc receive loses nothing.
+            r = rx.recv() => match r { Some(r) => r, None => return },
+        };
+        if request.reply.is_closed() {
+            continue;
+        }
+        let decision = if is_expired(request.deadline) {
+            Admitted::Expired
+        } else {
+            tokio::select! {
+                biased;
+                // cancel-safe: an admission not yet granted takes no permit.
+                _ = stop.cancelled() => Admitted::Refused(Refusal::Stopping),
+                // cancel-safe: as above.
+                _ = sleep_until_opt(request.deadline) => Admitted::Expired,
+                r = fence.admit(request.command) => match r {
+                    Ok(a) => Admitted::Yes(a),
+                    Err(refusal) => Admitted::Refused(refusal),
+                },
+            }
+        };
+        // A task that went away drops the admission here, releasing the permit.
+        let _ = request.reply.send(decision);
+    }
+}
+
 /// Notifications buffered between a transport and the control plane.
 const NOTIFY_BUFFER: usize = 64;
 
@@ -22,7 +75,31 @@ const NOTIFY_BUFFER: usize = 64;
 const NOT_EXECUTED_MESSAGE: &str = "not delivered to the MCP server; safe to retry";
 
 impl Dispatcher {
-    pub(super) async fn run(self: &Arc<Self>, cmd: Command, received_at: Instant) {
+    /// Takes the command's place in the admission line, in receipt order. Called
+    /// synchronously by the poller; `None` for commands that will never be admitted
+    /// (unknown type, expired, unroutable), which `run` handles on its own.
+    pub(super) fn request_admission(&self, cmd: &Command, received_at: Instant) -> Option<tokio::sync::oneshot::Receiver<Admitted>> {
+        let method = match &cmd.kind {
+            CommandKind::JsonRpc(p) => p.method(),
+            CommandKind::SessionTermination => None,
+            CommandKind::Unknown(_) => return None,
+        };
+        let deadline = cmd.response_timeout.budget().map(|b| received_at + b);
+        if is_expired(deadline) || self.channels.get(cmd.channel.as_str()).is_none() {
+            return None;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let command = CommandRef::new(cmd.request_id.as_str(), cmd.channel.as_str(), method);
+        let _ = self.admit_tx.send(AdmitRequest { command, deadline, reply: tx });
+        Some(rx)
+    }
+
+    pub(super) async fn run(
+        self: &Arc<Self>,
+        cmd: Command,
+        received_at: Instant,
+        place: Option<tokio::sync::oneshot::Receiver<Admitted>>,
+    ) {
         let deadline = cmd.response_timeout.budget().map(|b| received_at + b);
         let method = match &cmd.kind {
             CommandKind::JsonRpc(p) => p.method(),
@@ -44,28 +121,28 @@ impl Dispatcher {
             self.answer_not_executed(&cmd, "unroutable").await;
             return;
         };
-        let command_ref = CommandRef::new(cmd.request_id.as_str(), cmd.channel.as_str(), method);
         self.metrics.leg_duration(DurationLeg::Queue, received_at.elapsed().as_secs_f64());
 
+        // Admission is granted in receipt order by the admitter (see `admit_loop`).
         let wait_started = Instant::now();
-        let admitted = async {
-            tokio::select! {
-                biased;
-                // cancel-safe: an admission not yet granted takes no permit.
-                _ = sleep_until_opt(deadline) => None,
-                r = self.fence.admit(command_ref) => Some(r),
+        let rx = match place {
+            Some(rx) => rx,
+            None => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let command = CommandRef::new(cmd.request_id.as_str(), cmd.channel.as_str(), method);
+                let _ = self.admit_tx.send(AdmitRequest { command, deadline, reply: tx });
+                rx
             }
-        }
-        .instrument(tracing::info_span!("tunnelgate.fence_wait"))
-        .await;
+        };
+        let admitted = rx.instrument(tracing::info_span!("tunnelgate.fence_wait")).await;
         self.metrics.leg_duration(DurationLeg::FenceWait, wait_started.elapsed().as_secs_f64());
         let admission = match admitted {
-            None => {
+            Ok(Admitted::Expired) => {
                 tracing::info!("response_timeout passed while waiting for the fence; dropped without contacting the MCP server");
                 self.metrics.command_dropped(DropReason::Expired);
                 return;
             }
-            Some(Err(refusal)) => {
+            Ok(Admitted::Refused(refusal)) => {
                 let reason = match refusal {
                     Refusal::Latched => DropReason::Fatal,
                     Refusal::Stopping => DropReason::Shutdown,
@@ -75,7 +152,13 @@ impl Dispatcher {
                 self.answer_not_executed(&cmd, refusal.kind()).await;
                 return;
             }
-            Some(Ok(a)) => a,
+            Err(_) => {
+                // The admitter is gone: the gateway is stopping.
+                self.metrics.command_dropped(DropReason::Shutdown);
+                self.answer_not_executed(&cmd, "stopping").await;
+                return;
+            }
+            Ok(Admitted::Yes(a)) => a,
         };
         self.health.admitted();
         self.metrics.set_in_flight(self.health.in_flight());
@@ -126,14 +209,6 @@ impl Dispatcher {
         let _ = notifier.await;
         let dispatched = leg.outcome != LegOutcome::NotSent;
 
-        if self.policy.strict && leg.outcome == LegOutcome::Abandoned && self.policy.ambiguity_is_fatal {
-            self.latch(&admission, FatalCategory::DownstreamAmbiguous);
-            // The caller has not been told yet: post "effect unknown", bounded by cleanup.
-            let cleanup = Instant::now() + self.policy.cleanup_timeout;
-            let report = self.deliver_terminal(cmd, &leg.reply, Some(deadline.map_or(cleanup, |d| d.min(cleanup)))).await;
-            tracing::info!(delivery = report.delivery.as_str(), "effect-unknown response after the latch");
-            return;
-        }
         if is_expired(deadline) {
             // Never synthesize a late error; a late answer is not posted either.
             tracing::warn!(dispatched, "response_timeout passed during the downstream leg; nothing posted");
@@ -141,6 +216,14 @@ impl Dispatcher {
             if self.policy.strict && dispatched {
                 self.latch(&admission, FatalCategory::DeadlineExpired);
             }
+            return;
+        }
+        if self.policy.strict && leg.outcome == LegOutcome::Abandoned && self.policy.ambiguity_is_fatal {
+            self.latch(&admission, FatalCategory::DownstreamAmbiguous);
+            // The caller has not been told yet: post "effect unknown", bounded by cleanup.
+            let cleanup = Instant::now() + self.policy.cleanup_timeout;
+            let report = self.deliver_terminal(cmd, &leg.reply, Some(deadline.map_or(cleanup, |d| d.min(cleanup)))).await;
+            tracing::info!(delivery = report.delivery.as_str(), "effect-unknown response after the latch");
             return;
         }
         admission.set_leg(FenceLeg::Deliver);

@@ -54,6 +54,7 @@ pub struct Dispatcher {
     /// Cancelled when in-flight work must stop now (grace over, or latched cleanup over).
     pub(crate) hard_stop: CancellationToken,
     space: Notify,
+    admit_tx: tokio::sync::mpsc::UnboundedSender<lifecycle::AdmitRequest>,
 }
 
 impl Dispatcher {
@@ -67,7 +68,10 @@ impl Dispatcher {
         tracker: TaskTracker,
         hard_stop: CancellationToken,
     ) -> Arc<Self> {
-        Arc::new(Self { control, fence, channels, metrics, health, policy, tracker, hard_stop, space: Notify::new() })
+        let (admit_tx, admit_rx) = tokio::sync::mpsc::unbounded_channel();
+        // Not on the tracker: it idles until stop and must not hold up a drain.
+        tokio::spawn(lifecycle::admit_loop(fence.clone(), admit_rx, hard_stop.clone()));
+        Arc::new(Self { control, fence, channels, metrics, health, policy, tracker, hard_stop, space: Notify::new(), admit_tx })
     }
 
     /// The poll loop: runs until `stop` is cancelled or the fence latches.
@@ -175,12 +179,13 @@ impl Dispatcher {
         };
         self.health.command_started();
         self.metrics.set_queue_depth(self.health.queued());
+        let place = command.as_ref().ok().and_then(|c| self.request_admission(c, received_at));
         let this = self.clone();
         self.tracker.spawn(
             async move {
                 let _done = FinishGuard(&this);
                 match command {
-                    Ok(c) => this.run(c, received_at).await,
+                    Ok(c) => this.run(c, received_at, place).await,
                     Err(invalid) => this.answer_invalid(invalid).await,
                 }
             }

@@ -47,14 +47,15 @@ pub struct HttpSettings {
     pub max_body_bytes: usize,
 }
 
-/// Why a channel's transport could not be built. Messages name the channel, never the URL.
+/// Why a channel's transport could not be built. Messages never include the URL (it may
+/// carry credentials); the channel is a field, for callers that report it.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpSetupError {
-    #[error("channel {channel}: the MCP server URL is not a valid URL")]
+    #[error("the MCP server URL is not a valid URL")]
     InvalidUrl { channel: String },
-    #[error("channel {channel}: the MCP server URL must use http or https")]
+    #[error("the MCP server URL must use http or https")]
     UnsupportedScheme { channel: String },
-    #[error("channel {channel}: the HTTP client could not be built")]
+    #[error("the HTTP client could not be built")]
     Client {
         channel: String,
         #[source]
@@ -176,6 +177,20 @@ struct MessageProbe<'a> {
     id: Option<&'a RawValue>,
 }
 
+/// Response headers as posted back (`resp_headers`).
+type RespHeaders = std::collections::BTreeMap<String, Vec<String>>;
+
+/// What reading an event stream (and resuming it) needs from its leg.
+struct StreamLeg<'a> {
+    admission: &'a Admission,
+    command_headers: &'a WireHeaders,
+    expected: Expected,
+    notes: &'a NotifySink,
+    /// False once the notification receiver is gone: later messages are dropped.
+    sink_open: bool,
+    deadline: Instant,
+}
+
 /// What the leg is waiting for: the request's id, parsed once for comparison.
 struct Expected {
     id: Option<serde_json::Value>,
@@ -255,12 +270,7 @@ impl HttpTransport {
     /// `/status` view: `up` turns false when a leg fails to connect (DNS, TCP, TLS) and
     /// true again when a leg reaches the server.
     pub fn status(&self) -> ChannelStatus {
-        ChannelStatus {
-            channel: self.inner.channel.clone(),
-            transport: "http",
-            up: self.inner.up.load(Ordering::Relaxed),
-            generation: 0,
-        }
+        ChannelStatus { channel: self.inner.channel.clone(), transport: "http", up: self.inner.up.load(Ordering::Relaxed), generation: 0 }
     }
 
     async fn exchange(
@@ -305,47 +315,40 @@ impl HttpTransport {
                     BodyError::Timeout => LegFailure::TimeoutAfterWrite,
                     BodyError::Broken => LegFailure::TruncatedJson,
                 })?;
-                let raw = json_value(&body).ok_or(LegFailure::TruncatedJson)?;
+                let raw = String::from_utf8(body).ok().and_then(json_value).ok_or(LegFailure::TruncatedJson)?;
                 match expected.classify_body(raw) {
-                    Message::Terminal(raw) => Ok(Reply {
-                        resp_json: Some(raw),
-                        resp_headers,
-                        resp_code: status.as_u16(),
-                        resp_type: RespType::JsonrpcResponse,
-                    }),
+                    Message::Terminal(raw) => {
+                        Ok(Reply { resp_json: Some(raw), resp_headers, resp_code: status.as_u16(), resp_type: RespType::JsonrpcResponse })
+                    }
                     Message::Other(_) | Message::Noise => Err(LegFailure::NonProtocolResponse),
                 }
             }
-            BodyKind::EventStream => self.read_event_stream(admission, req, resp, resp_headers, &expected, notes, deadline).await,
+            BodyKind::EventStream => {
+                let mut leg = StreamLeg { admission, command_headers: req.headers, expected, notes, sink_open: true, deadline };
+                self.read_event_stream(&mut leg, resp, resp_headers).await
+            }
             BodyKind::Other => Err(LegFailure::NonProtocolResponse),
         }
     }
 
     /// Regime (A): reads events until the sentinel, resuming a cut stream when allowed.
-    #[allow(clippy::too_many_arguments)]
     async fn read_event_stream(
         &self,
-        admission: &Admission,
-        req: &DownstreamRequest<'_>,
+        leg: &mut StreamLeg<'_>,
         mut resp: reqwest::Response,
-        mut resp_headers: std::collections::BTreeMap<String, Vec<String>>,
-        expected: &Expected,
-        notes: &NotifySink,
-        deadline: Instant,
+        mut resp_headers: RespHeaders,
     ) -> Result<Reply, LegFailure> {
-        let session_id = header_value(req.headers, "mcp-session-id")
+        let session_id = header_value(leg.command_headers, "mcp-session-id")
             .map(str::to_owned)
             .or_else(|| resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned));
-        let resumable_version = [header_value(req.headers, "mcp-protocol-version"), resp.headers().get("mcp-protocol-version").and_then(|v| v.to_str().ok())]
-            .into_iter()
-            .flatten()
-            .all(|v| v.trim() < NO_RESUME_FROM_VERSION);
+        let request_version = header_value(leg.command_headers, "mcp-protocol-version");
+        let response_version = resp.headers().get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+        let resumable_version = [request_version, response_version].into_iter().flatten().all(|v| v.trim() < NO_RESUME_FROM_VERSION);
         let mut parser = SseParser::new();
-        let mut sink_open = true;
         let mut status = resp.status();
         let mut resumes = 0;
         loop {
-            match self.drain_stream(&mut resp, &mut parser, &resp_headers, expected, notes, &mut sink_open, deadline).await {
+            match self.drain_stream(leg, &mut resp, &mut parser, &resp_headers).await {
                 Ok(raw) => {
                     // If the stream's end is already buffered, reading it lets the
                     // connection go back to the pool; never wait for it.
@@ -367,12 +370,12 @@ impl HttpTransport {
             }
             resumes += 1;
             let wait = Duration::from_millis(parser.retry_ms().unwrap_or(0)).min(MAX_RESUME_WAIT);
-            if Instant::now() + wait >= deadline {
+            if Instant::now() + wait >= leg.deadline {
                 return Err(LegFailure::StreamClosedBeforeResponse);
             }
             tokio::time::sleep(wait).await;
             tracing::debug!(channel = %self.inner.channel, attempt = resumes, "resuming a cut response stream");
-            resp = self.resume(admission, req.headers, parser.last_event_id(), session_id.as_deref(), deadline).await?;
+            resp = self.resume(leg, parser.last_event_id(), session_id.as_deref()).await?;
             status = resp.status();
             resp_headers = response_headers(resp.headers());
             parser = parser.resumed();
@@ -380,20 +383,16 @@ impl HttpTransport {
     }
 
     /// Reads one response stream until the sentinel (returned), its end, or a final failure.
-    #[allow(clippy::too_many_arguments)]
     async fn drain_stream(
         &self,
+        leg: &mut StreamLeg<'_>,
         resp: &mut reqwest::Response,
         parser: &mut SseParser,
-        resp_headers: &std::collections::BTreeMap<String, Vec<String>>,
-        expected: &Expected,
-        notes: &NotifySink,
-        sink_open: &mut bool,
-        deadline: Instant,
+        resp_headers: &RespHeaders,
     ) -> Result<Box<RawValue>, StreamEnd> {
         let mut events = Vec::new();
         loop {
-            let chunk = match timeout_at(deadline, resp.chunk()).await {
+            let chunk = match timeout_at(leg.deadline, resp.chunk()).await {
                 Err(_) => return Err(StreamEnd::Failed(LegFailure::TimeoutAfterWrite)),
                 Ok(Err(_)) | Ok(Ok(None)) => return Err(StreamEnd::Closed),
                 Ok(Ok(Some(chunk))) => chunk,
@@ -403,17 +402,17 @@ impl HttpTransport {
                 return Err(StreamEnd::Failed(LegFailure::BodyTooLarge));
             }
             for event in events.drain(..) {
-                let Some(raw) = json_value(event.data.as_bytes()) else {
+                let Some(raw) = json_value(event.data) else {
                     continue; // not JSON: protocol noise
                 };
-                match expected.classify_event(raw) {
+                match leg.expected.classify_event(raw) {
                     Message::Terminal(raw) => return Ok(raw),
-                    Message::Other(raw) if *sink_open => {
+                    Message::Other(raw) if leg.sink_open => {
                         let note = Notification { resp_json: raw, resp_headers: resp_headers.clone() };
-                        match timeout_at(deadline, notes.send(note)).await {
+                        match timeout_at(leg.deadline, leg.notes.send(note)).await {
                             Err(_) => return Err(StreamEnd::Failed(LegFailure::TimeoutAfterWrite)),
                             // The receiver is gone: keep reading for the terminal response.
-                            Ok(Err(_)) => *sink_open = false,
+                            Ok(Err(_)) => leg.sink_open = false,
                             Ok(Ok(())) => {}
                         }
                     }
@@ -425,17 +424,10 @@ impl HttpTransport {
 
     /// One resume attempt: `GET` with `Last-Event-ID`. Anything but a 2xx event stream
     /// leaves the leg abandoned.
-    async fn resume(
-        &self,
-        admission: &Admission,
-        command_headers: &WireHeaders,
-        last_event_id: &str,
-        session_id: Option<&str>,
-        deadline: Instant,
-    ) -> Result<reqwest::Response, LegFailure> {
+    async fn resume(&self, leg: &StreamLeg<'_>, last_event_id: &str, session_id: Option<&str>) -> Result<reqwest::Response, LegFailure> {
         let client = self.client().map_err(|_| LegFailure::StreamClosedBeforeResponse)?;
         let mut headers = HeaderMap::new();
-        for (name, values) in command_headers {
+        for (name, values) in leg.command_headers {
             let lower = name.to_ascii_lowercase();
             if !RESUME_HEADERS.contains(&lower.as_str()) {
                 continue;
@@ -462,7 +454,7 @@ impl HttpTransport {
             .headers(headers)
             .build()
             .map_err(|_| LegFailure::StreamClosedBeforeResponse)?;
-        let resp = match self.send(&client, admission, request, deadline).await {
+        let resp = match self.send(&client, leg.admission, request, leg.deadline).await {
             Ok(resp) => resp,
             Err(LegFailure::TimeoutAfterWrite) => return Err(LegFailure::TimeoutAfterWrite),
             // The POST was delivered: whatever stops the resume leaves its effect unknown.
@@ -659,7 +651,7 @@ fn chain_mentions(error: &(dyn std::error::Error + 'static), needles: &[&str]) -
 async fn refusal(
     resp: reqwest::Response,
     status: StatusCode,
-    resp_headers: std::collections::BTreeMap<String, Vec<String>>,
+    resp_headers: RespHeaders,
     expects_response: bool,
     max: usize,
     deadline: Instant,
@@ -671,13 +663,10 @@ async fn refusal(
     let Ok(body) = read_body(resp, max, deadline).await else {
         return Err(failure);
     };
-    match json_value(&body) {
-        Some(raw) if probe(&raw).is_some_and(|p| p.error.0 && p.jsonrpc.0 && !p.method.0) => Ok(Reply {
-            resp_json: Some(raw),
-            resp_headers,
-            resp_code: status.as_u16(),
-            resp_type: RespType::JsonrpcResponse,
-        }),
+    match String::from_utf8(body).ok().and_then(json_value) {
+        Some(raw) if probe(&raw).is_some_and(|p| p.error.0 && p.jsonrpc.0 && !p.method.0) => {
+            Ok(Reply { resp_json: Some(raw), resp_headers, resp_code: status.as_u16(), resp_type: RespType::JsonrpcResponse })
+        }
         _ => Err(failure),
     }
 }
@@ -724,7 +713,7 @@ fn header_value<'a>(wire: &'a WireHeaders, name: &str) -> Option<&'a str> {
     wire.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| v.first()).map(String::as_str)
 }
 
-fn response_headers(headers: &HeaderMap) -> std::collections::BTreeMap<String, Vec<String>> {
+fn response_headers(headers: &HeaderMap) -> RespHeaders {
     let pairs: Vec<(&str, &str)> = headers.iter().filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?))).collect();
     filter_resp_headers(pairs.iter().copied())
 }
@@ -764,11 +753,14 @@ async fn read_body(mut resp: reqwest::Response, max: usize, deadline: Instant) -
     }
 }
 
-/// The bytes as one JSON value, surrounding JSON whitespace trimmed, otherwise unchanged.
-fn json_value(bytes: &[u8]) -> Option<Box<RawValue>> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    let text = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
-    RawValue::from_string(text.to_owned()).ok()
+/// The text as one JSON value, surrounding JSON whitespace trimmed, otherwise unchanged.
+fn json_value(text: String) -> Option<Box<RawValue>> {
+    let trimmed = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
+    if trimmed.len() == text.len() {
+        RawValue::from_string(text).ok()
+    } else {
+        RawValue::from_string(trimmed.to_owned()).ok()
+    }
 }
 
 fn probe(raw: &RawValue) -> Option<MessageProbe<'_>> {

@@ -149,18 +149,16 @@ impl SseParser {
                 self.event_type.clear();
                 self.event_type.extend_from_slice(value);
             }
-            b"id" => {
-                if !value.contains(&0) {
-                    self.id_buffer = String::from_utf8_lossy(value).into_owned();
-                }
+            // An id containing NUL is ignored.
+            b"id" if !value.contains(&0) => {
+                self.id_buffer = String::from_utf8_lossy(value).into_owned();
             }
-            b"retry" => {
-                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
-                    let ms = value.iter().fold(0u64, |acc, d| acc.saturating_mul(10).saturating_add(u64::from(d - b'0')));
-                    self.retry_ms = Some(ms);
-                }
+            // Only an all-digit value sets the retry hint.
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                let ms = value.iter().fold(0u64, |acc, d| acc.saturating_mul(10).saturating_add(u64::from(d - b'0')));
+                self.retry_ms = Some(ms);
             }
-            _ => {} // unknown fields are ignored
+            _ => {} // unknown fields (and rejected id/retry values) are ignored
         }
     }
 
@@ -171,11 +169,7 @@ impl SseParser {
             return;
         }
         self.data.pop(); // the LF appended after the last data line
-        let event = if self.event_type.is_empty() {
-            "message".to_owned()
-        } else {
-            String::from_utf8_lossy(&self.event_type).into_owned()
-        };
+        let event = if self.event_type.is_empty() { "message".to_owned() } else { String::from_utf8_lossy(&self.event_type).into_owned() };
         let data = match String::from_utf8(std::mem::take(&mut self.data)) {
             Ok(s) => s,
             Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),

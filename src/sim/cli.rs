@@ -26,7 +26,10 @@ pub enum SimError {
     #[error(transparent)]
     Faults(#[from] FaultScriptError),
     #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot wait for ctrl-c: {0}")]
     Signal(std::io::Error),
 }
@@ -51,12 +54,26 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
     let mut config = SimConfig::new(args.tunnel_id.clone(), args.api_key);
     config.listen = args.listen;
     config.faults = faults;
-    let sim = Simulator::start(config).await.map_err(|source| SimError::Listen { addr: args.listen, source })?;
+    let sim = Simulator::start(config)
+        .await
+        .map_err(|source| SimError::Listen {
+            addr: args.listen,
+            source,
+        })?;
     let stub = match args.with_stub {
-        Some(addr) => Some(McpStub::start(addr).await.map_err(|source| SimError::Listen { addr, source })?),
+        Some(addr) => Some(
+            McpStub::start(addr)
+                .await
+                .map_err(|source| SimError::Listen { addr, source })?,
+        ),
         None => None,
     };
-    println!("sim listening on {} (tunnel {}); MCP ingress: {}", sim.base_url(), args.tunnel_id, sim.ingress_url());
+    println!(
+        "sim listening on {} (tunnel {}); MCP ingress: {}",
+        sim.base_url(),
+        args.tunnel_id,
+        sim.ingress_url()
+    );
     if let Some(stub) = &stub {
         println!("MCP stub listening on {}", stub.url());
     }

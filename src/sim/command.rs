@@ -73,13 +73,20 @@ struct WireCommand<'a> {
 impl NewCommand {
     /// A `jsonrpc` command carrying `message` (a request, notification or response).
     pub fn jsonrpc(message: serde_json::Value) -> Self {
-        let raw = serde_json::value::to_raw_value(&message).expect("a serde_json::Value always serializes");
+        let raw = serde_json::value::to_raw_value(&message)
+            .expect("a serde_json::Value always serializes");
         Self::jsonrpc_raw(raw)
     }
 
     /// A `jsonrpc` command carrying these exact bytes.
     pub fn jsonrpc_raw(raw: Box<RawValue>) -> Self {
-        Self { jsonrpc: Some(raw), channel: None, response_timeout: None, headers: Vec::new(), command_type: "jsonrpc".to_owned() }
+        Self {
+            jsonrpc: Some(raw),
+            channel: None,
+            response_timeout: None,
+            headers: Vec::new(),
+            command_type: "jsonrpc".to_owned(),
+        }
     }
 
     /// A `session_termination` command, with `Mcp-Session-Id` when given.
@@ -158,7 +165,9 @@ impl Queued {
                 }
             }
             Self::Raw(v) => {
-                let text = |x: Option<&serde_json::Value>| x.and_then(serde_json::Value::as_str).map(str::to_owned);
+                let text = |x: Option<&serde_json::Value>| {
+                    x.and_then(serde_json::Value::as_str).map(str::to_owned)
+                };
                 let rpc = v.get("jsonrpc");
                 let tool = match text(rpc.and_then(|r| r.get("method"))).as_deref() {
                     Some("tools/call") => text(rpc.and_then(|r| r.pointer("/params/name"))),

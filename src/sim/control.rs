@@ -32,7 +32,12 @@ impl IntoResponse for ApiError {
 }
 
 fn json(status: StatusCode, body: Bytes) -> Response {
-    (status, [(http::header::CONTENT_TYPE, "application/json")], body).into_response()
+    (
+        status,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 /// The response a status fault answers with (body, and `Retry-After` when scripted).
@@ -45,15 +50,25 @@ fn fault_status(status: u16, retry_after: Option<&str>) -> Response {
 }
 
 fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
-    query.split('&').filter_map(|kv| kv.split_once('=').or(Some((kv, "")))).find(|(k, _)| *k == name).map(|(_, v)| v)
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
 }
 
 /// Parses an integer query parameter within `min..=max`; absent is `Ok(None)`.
 fn bounded(query: &str, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
-    let Some(raw) = query_param(query, name) else { return Ok(None) };
+    let Some(raw) = query_param(query, name) else {
+        return Ok(None);
+    };
     match raw.parse::<u64>() {
         Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
-        _ => Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", format!("{name} must be an integer in {min}..={max}"))),
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("{name} must be an integer in {min}..={max}"),
+        )),
     }
 }
 
@@ -67,56 +82,67 @@ pub(crate) async fn poll(
 ) -> Response {
     let query = query.unwrap_or_default();
     let nth = sim.next_poll();
-    let mut rec = PollRecord {
+    let idx = sim.record_poll(PollRecord {
         nth,
         limit: query_param(&query, "limit").and_then(|v| v.parse().ok()),
         timeout_ms: query_param(&query, "timeout_ms").and_then(|v| v.parse().ok()),
         query: query.clone(),
         headers: record_headers(&headers),
         ..PollRecord::default()
-    };
+    });
     let plan = sim.faults.poll_plan(nth);
     if let Some(action) = plan.action {
         sim.fault_applied();
-        rec.fault = Some(action.clone());
+        sim.update_poll(idx, |p| p.fault = Some(action.clone()));
         match action {
             FaultAction::Hold | FaultAction::Close => {
-                sim.record_poll(rec);
                 if action == FaultAction::Close {
                     conn.close();
                 }
                 match never().await {}
             }
-            FaultAction::Status { status, retry_after } => {
-                rec.status = Some(status);
-                sim.record_poll(rec);
-                return fault_status(status, retry_after.as_deref());
+            FaultAction::Status {
+                status,
+                retry_after,
+            } => {
+                return answer_poll(&sim, idx, 0, fault_status(status, retry_after.as_deref()));
             }
             FaultAction::Delay(d) => tokio::time::sleep(d).await,
         }
     }
-    let checked = validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id)
-        .and_then(|()| Ok((bounded(&query, "limit", 1, LIMIT_MAX)?, bounded(&query, "timeout_ms", 1, u64::MAX)?)));
+    let checked =
+        validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id).and_then(|()| {
+            Ok((
+                bounded(&query, "limit", 1, LIMIT_MAX)?,
+                bounded(&query, "timeout_ms", 1, u64::MAX)?,
+            ))
+        });
     let (limit, timeout_ms) = match checked {
         Ok(v) => v,
-        Err(e) => {
-            rec.status = Some(e.status.as_u16());
-            sim.record_poll(rec);
-            return e.into_response();
-        }
+        Err(e) => return answer_poll(&sim, idx, 0, e.into_response()),
     };
-    let wait = timeout_ms.map_or(sim.max_poll_wait, |t| Duration::from_millis(t).min(sim.max_poll_wait));
-    let max = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX).saturating_add(plan.extra_commands));
+    let wait = timeout_ms.map_or(sim.max_poll_wait, |t| {
+        Duration::from_millis(t).min(sim.max_poll_wait)
+    });
+    let max = limit.map(|l| {
+        usize::try_from(l)
+            .unwrap_or(usize::MAX)
+            .saturating_add(plan.extra_commands)
+    });
     let commands = sim.wait_for_commands(max, wait).await;
-    rec.commands = commands.len();
     let resp = if commands.is_empty() {
-        rec.status = Some(204);
         StatusCode::NO_CONTENT.into_response()
     } else {
-        rec.status = Some(200);
         json(StatusCode::OK, Bytes::from(poll_body(&commands)))
     };
-    sim.record_poll(rec);
+    answer_poll(&sim, idx, commands.len(), resp)
+}
+
+fn answer_poll(sim: &Shared, idx: usize, commands: usize, resp: Response) -> Response {
+    sim.update_poll(idx, |p| {
+        p.status = Some(resp.status().as_u16());
+        p.commands = commands;
+    });
     resp
 }
 
@@ -128,20 +154,38 @@ pub(crate) async fn response(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut rec = ResponseRecord { headers: record_headers(&headers), attempt: 1, ..ResponseRecord::default() };
+    let mut rec = ResponseRecord {
+        headers: record_headers(&headers),
+        attempt: 1,
+        ..ResponseRecord::default()
+    };
     let body = match axum::body::to_bytes(body, MAX_RESPONSE_BODY).await {
         Ok(b) => b,
         Err(_) => {
-            let e = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request_body_too_large", "response body too large or unreadable");
-            return finish(&sim, rec, e.into_response());
+            let e = ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_body_too_large",
+                "response body too large or unreadable",
+            );
+            let idx = sim.record_response(rec);
+            return finish(&sim, idx, e.into_response());
         }
     };
     rec.json = serde_json::from_slice(&body).ok();
     rec.body = body.clone();
-    let field = |name: &str| rec.json.as_ref().and_then(|j| j.get(name)).and_then(|v| v.as_str()).map(str::to_owned);
+    let field = |name: &str| {
+        rec.json
+            .as_ref()
+            .and_then(|j| j.get(name))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
     rec.request_id = field("request_id");
     rec.resp_type = field("resp_type");
-    let resp_type = rec.resp_type.clone().unwrap_or_else(|| "jsonrpc_response".to_owned());
+    let resp_type = rec
+        .resp_type
+        .clone()
+        .unwrap_or_else(|| "jsonrpc_response".to_owned());
     let facts = sim.observe_post(rec.request_id.as_deref(), &resp_type);
     rec.order = facts.order;
     rec.attempt = facts.attempt;
@@ -152,51 +196,72 @@ pub(crate) async fn response(
         resp_type: super::fault::parse_resp_type(&resp_type),
         attempt: facts.attempt,
     };
+    let idx = sim.record_response(rec);
     if let Some(action) = sim.faults.response_fault(&view).cloned() {
         sim.fault_applied();
-        rec.fault = Some(action.clone());
+        sim.update_response(idx, |r| r.fault = Some(action.clone()));
         match action {
             FaultAction::Hold | FaultAction::Close => {
-                sim.record_response(rec);
                 if action == FaultAction::Close {
                     conn.close();
                 }
                 match never().await {}
             }
-            FaultAction::Status { status, retry_after } => return finish(&sim, rec, fault_status(status, retry_after.as_deref())),
+            FaultAction::Status {
+                status,
+                retry_after,
+            } => return finish(&sim, idx, fault_status(status, retry_after.as_deref())),
             FaultAction::Delay(d) => tokio::time::sleep(d).await,
         }
     }
     if let Err(e) = validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id) {
-        return finish(&sim, rec, e.into_response());
+        return finish(&sim, idx, e.into_response());
     }
     if !validate::is_json_content_type(&headers) {
-        let e = ApiError::new(StatusCode::BAD_REQUEST, "invalid_content_type", "Content-Type must be application/json");
-        return finish(&sim, rec, e.into_response());
+        let e = ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_content_type",
+            "Content-Type must be application/json",
+        );
+        return finish(&sim, idx, e.into_response());
     }
     let payload = match validate::payload(&body) {
         Ok(p) => p,
-        Err(e) => return finish(&sim, rec, e.into_response()),
+        Err(e) => return finish(&sim, idx, e.into_response()),
     };
-    let shard = headers.get("x-tunnel-shard-token").and_then(|v| v.to_str().ok());
+    let shard = headers
+        .get("x-tunnel-shard-token")
+        .and_then(|v| v.to_str().ok());
     match sim.accept(&payload.request_id, shard, payload.reply) {
         Ok(completed) => {
-            rec.completed = completed;
-            finish(&sim, rec, json(StatusCode::OK, Bytes::from_static(br#"{"status":"ok"}"#)))
+            sim.update_response(idx, |r| r.completed = completed);
+            finish(
+                &sim,
+                idx,
+                json(StatusCode::OK, Bytes::from_static(br#"{"status":"ok"}"#)),
+            )
         }
         Err(Refusal::NotPending) => {
-            let e = ApiError::new(StatusCode::NOT_FOUND, "pending_request_not_found", "the pending request was already processed, expired, or never existed");
-            finish(&sim, rec, e.into_response())
+            let e = ApiError::new(
+                StatusCode::NOT_FOUND,
+                "pending_request_not_found",
+                "the pending request was already processed, expired, or never existed",
+            );
+            finish(&sim, idx, e.into_response())
         }
         Err(Refusal::ShardTokenMismatch) => {
-            let e = ApiError::new(StatusCode::UNAUTHORIZED, "tunnel_request_mismatch", "X-Tunnel-Shard-Token does not match the request");
-            finish(&sim, rec, e.into_response())
+            let e = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "tunnel_request_mismatch",
+                "X-Tunnel-Shard-Token does not match the request",
+            );
+            finish(&sim, idx, e.into_response())
         }
     }
 }
 
-fn finish(sim: &Shared, mut rec: ResponseRecord, resp: Response) -> Response {
-    rec.status = Some(resp.status().as_u16());
-    sim.record_response(rec);
+/// Records the status answered and returns the answer.
+fn finish(sim: &Shared, idx: usize, resp: Response) -> Response {
+    sim.update_response(idx, |r| r.status = Some(resp.status().as_u16()));
     resp
 }

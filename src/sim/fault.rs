@@ -6,10 +6,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use super::command::NewCommand;
 use crate::protocol::RespType;
+
+mod parse;
 
 /// Everything a simulator run does differently from a healthy control plane.
 #[derive(Clone, Debug, Default)]
@@ -67,7 +67,10 @@ pub enum FaultAction {
     /// Read the whole request, then drop the connection without a response.
     Close,
     /// Answer with this status (and an `APIErrorResponse` body); the request stays pending.
-    Status { status: u16, retry_after: Option<String> },
+    Status {
+        status: u16,
+        retry_after: Option<String>,
+    },
     /// Wait, then handle normally.
     Delay(Duration),
 }
@@ -102,7 +105,10 @@ pub enum FeedCommand {
 #[derive(Debug, thiserror::Error)]
 pub enum FaultScriptError {
     #[error("cannot read fault script {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("fault script is not valid TOML: {0}")]
     Syntax(#[from] toml::de::Error),
     #[error("fault script {entry}: {problem}")]
@@ -126,101 +132,45 @@ pub(crate) struct PostView<'a> {
     pub(crate) attempt: u32,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawScript {
-    #[serde(default)]
-    rule: Vec<RawRule>,
-    #[serde(default)]
-    poll: Vec<RawPoll>,
-    #[serde(default)]
-    feed: Vec<RawFeed>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRule {
-    #[serde(rename = "match", default)]
-    select: RawSelect,
-    attempts: Option<RawAttempts>,
-    action: Option<String>,
-    status: Option<u16>,
-    retry_after: Option<String>,
-    delay: Option<String>,
-}
-
-#[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSelect {
-    order: Option<u64>,
-    method: Option<String>,
-    tool: Option<String>,
-    resp_type: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawAttempts {
-    Word(String),
-    List(Vec<u32>),
-}
-
-struct RawAction {
-    action: Option<String>,
-    status: Option<u16>,
-    retry_after: Option<String>,
-    delay: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPoll {
-    nth: Option<u64>,
-    extra_commands: Option<usize>,
-    action: Option<String>,
-    status: Option<u16>,
-    retry_after: Option<String>,
-    delay: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFeed {
-    raw: Option<String>,
-    jsonrpc: Option<String>,
-    command_type: Option<String>,
-    channel: Option<String>,
-    response_timeout: Option<String>,
-    after_order: Option<u64>,
-}
-
 impl FaultScript {
     /// Parses the TOML format documented in the `sim` module header.
     pub fn from_toml_str(text: &str) -> Result<Self, FaultScriptError> {
-        let raw: RawScript = toml::from_str(text)?;
-        let rules = raw.rule.into_iter().enumerate().map(|(i, r)| r.build(&format!("rule {}", i + 1))).collect::<Result<_, _>>()?;
-        let polls = raw.poll.into_iter().enumerate().map(|(i, p)| p.build(&format!("poll {}", i + 1))).collect::<Result<_, _>>()?;
-        let feed = raw.feed.into_iter().enumerate().map(|(i, f)| f.build(&format!("feed {}", i + 1))).collect::<Result<_, _>>()?;
-        Ok(Self { rules, polls, feed })
+        parse::script(text)
     }
 
     /// Reads and parses a fault script file.
     pub fn from_file(path: &Path) -> Result<Self, FaultScriptError> {
-        let text = std::fs::read_to_string(path).map_err(|source| FaultScriptError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| FaultScriptError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         Self::from_toml_str(&text)
     }
 
     /// The fault for a response POST, if a rule matches.
     pub(crate) fn response_fault(&self, post: &PostView<'_>) -> Option<&FaultAction> {
-        self.rules.iter().find(|r| r.matches(post)).map(|r| &r.action)
+        self.rules
+            .iter()
+            .find(|r| r.matches(post))
+            .map(|r| &r.action)
     }
 
     /// The plan for the `nth` poll (1-based).
     pub(crate) fn poll_plan(&self, nth: u64) -> PollPlan {
         let applies = |p: &&PollFault| p.nth.is_none_or(|n| n == nth);
         PollPlan {
-            action: self.polls.iter().filter(applies).find_map(|p| p.action.clone()),
-            extra_commands: self.polls.iter().filter(applies).map(|p| p.extra_commands).max().unwrap_or(0),
+            action: self
+                .polls
+                .iter()
+                .filter(applies)
+                .find_map(|p| p.action.clone()),
+            extra_commands: self
+                .polls
+                .iter()
+                .filter(applies)
+                .map(|p| p.extra_commands)
+                .max()
+                .unwrap_or(0),
         }
     }
 }
@@ -239,7 +189,9 @@ impl FaultScriptError {
 impl FaultRule {
     fn matches(&self, post: &PostView<'_>) -> bool {
         let s = &self.select;
-        let field = |want: &Option<String>, have: Option<&str>| want.as_deref().is_none_or(|w| have == Some(w));
+        let field = |want: &Option<String>, have: Option<&str>| {
+            want.as_deref().is_none_or(|w| have == Some(w))
+        };
         let resp_type = match (s.resp_type, post.resp_type) {
             (None, _) => true,
             (Some(_), None) => false,
@@ -258,10 +210,6 @@ impl FaultRule {
     }
 }
 
-fn invalid(entry: &str, problem: impl Into<String>) -> FaultScriptError {
-    FaultScriptError::Invalid { entry: entry.to_owned(), problem: problem.into() }
-}
-
 /// Parses a `resp_type` string as the wire spells it.
 pub(crate) fn parse_resp_type(s: &str) -> Option<RespType> {
     match s {
@@ -270,101 +218,5 @@ pub(crate) fn parse_resp_type(s: &str) -> Option<RespType> {
         "notify_ack" => Some(RespType::NotifyAck),
         "session_termination_response" => Some(RespType::SessionTerminationResponse),
         _ => None,
-    }
-}
-
-impl RawAction {
-    fn build(self, entry: &str) -> Result<Option<FaultAction>, FaultScriptError> {
-        let mut found = Vec::new();
-        match self.action.as_deref() {
-            None => {}
-            Some("hold") => found.push(FaultAction::Hold),
-            Some("close") => found.push(FaultAction::Close),
-            Some(other) => return Err(invalid(entry, format!("action `{other}` is not `hold` or `close`"))),
-        }
-        if let Some(status) = self.status {
-            if !(400..=599).contains(&status) {
-                return Err(invalid(entry, format!("status {status} is not a 4xx or 5xx status")));
-            }
-            found.push(FaultAction::Status { status, retry_after: self.retry_after.clone() });
-        } else if self.retry_after.is_some() {
-            return Err(invalid(entry, "retry_after needs a status"));
-        }
-        if let Some(delay) = &self.delay {
-            let d = humantime::parse_duration(delay).map_err(|e| invalid(entry, format!("delay `{delay}`: {e}")))?;
-            found.push(FaultAction::Delay(d));
-        }
-        match found.len() {
-            0 | 1 => Ok(found.pop()),
-            _ => Err(invalid(entry, "give exactly one of action, status, delay")),
-        }
-    }
-}
-
-impl RawRule {
-    fn build(self, entry: &str) -> Result<FaultRule, FaultScriptError> {
-        let resp_type = match self.select.resp_type.as_deref() {
-            None => None,
-            Some("terminal") => Some(RespTypeSelector::Terminal),
-            Some(s) => Some(RespTypeSelector::Exactly(
-                parse_resp_type(s).ok_or_else(|| invalid(entry, format!("match.resp_type `{s}` is not a resp_type or `terminal`")))?,
-            )),
-        };
-        let attempts = match self.attempts {
-            None => Attempts::All,
-            Some(RawAttempts::Word(w)) if w == "all" => Attempts::All,
-            Some(RawAttempts::Word(w)) => return Err(invalid(entry, format!("attempts `{w}` is not \"all\" or a list"))),
-            Some(RawAttempts::List(l)) if l.contains(&0) => return Err(invalid(entry, "attempts are 1-based")),
-            Some(RawAttempts::List(l)) => Attempts::Only(l),
-        };
-        let action = RawAction { action: self.action, status: self.status, retry_after: self.retry_after, delay: self.delay }
-            .build(entry)?
-            .ok_or_else(|| invalid(entry, "give one of action, status, delay"))?;
-        let s = self.select;
-        Ok(FaultRule { select: Selector { order: s.order, method: s.method, tool: s.tool, resp_type }, attempts, action })
-    }
-}
-
-impl RawPoll {
-    fn build(self, entry: &str) -> Result<PollFault, FaultScriptError> {
-        let action = RawAction { action: self.action, status: self.status, retry_after: self.retry_after, delay: self.delay }.build(entry)?;
-        let extra_commands = self.extra_commands.unwrap_or(0);
-        if action.is_none() && extra_commands == 0 {
-            return Err(invalid(entry, "give an action, status, delay or extra_commands"));
-        }
-        Ok(PollFault { nth: self.nth, action, extra_commands })
-    }
-}
-
-impl RawFeed {
-    fn build(self, entry: &str) -> Result<FeedEntry, FaultScriptError> {
-        let json = |field: &str, text: &str| serde_json::from_str::<serde_json::Value>(text).map_err(|e| invalid(entry, format!("{field} is not JSON: {e}")));
-        let command = match (self.raw, self.jsonrpc) {
-            (Some(_), Some(_)) => return Err(invalid(entry, "give raw or jsonrpc, not both")),
-            (Some(raw), None) => {
-                if self.command_type.is_some() || self.channel.is_some() || self.response_timeout.is_some() {
-                    return Err(invalid(entry, "raw entries are sent verbatim: no other command fields"));
-                }
-                FeedCommand::Raw(json("raw", &raw)?)
-            }
-            (None, jsonrpc) => {
-                let mut cmd = match jsonrpc {
-                    Some(text) => NewCommand::jsonrpc(json("jsonrpc", &text)?),
-                    None if self.command_type.is_some() => NewCommand::session_termination(None),
-                    None => return Err(invalid(entry, "give raw, jsonrpc or command_type")),
-                };
-                if let Some(t) = self.command_type {
-                    cmd = cmd.command_type(t);
-                }
-                if let Some(c) = self.channel {
-                    cmd = cmd.channel(c);
-                }
-                if let Some(t) = self.response_timeout {
-                    cmd = cmd.response_timeout(t);
-                }
-                FeedCommand::Built(cmd)
-            }
-        };
-        Ok(FeedEntry { command, after_order: self.after_order })
     }
 }

@@ -31,7 +31,12 @@ use super::validate::ApiError;
 use crate::protocol::RespType;
 
 /// Client headers copied into the command, in their canonical spelling.
-const FORWARDED: [&str; 4] = ["Mcp-Session-Id", "Mcp-Protocol-Version", "Accept", "Last-Event-ID"];
+const FORWARDED: [&str; 4] = [
+    "Mcp-Session-Id",
+    "Mcp-Protocol-Version",
+    "Accept",
+    "Last-Event-ID",
+];
 /// `resp_headers` copied back to the client.
 const RETURNED: [&str; 2] = ["Mcp-Session-Id", "Mcp-Protocol-Version"];
 
@@ -50,22 +55,43 @@ impl futures_util::Stream for Events {
 }
 
 /// `POST /v1/mcp/{tunnel_id}`.
-pub(crate) async fn post(State(sim): State<Arc<Shared>>, Path(tunnel): Path<String>, RawQuery(query): RawQuery, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn post(
+    State(sim): State<Arc<Shared>>,
+    Path(tunnel): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if tunnel != sim.tunnel_id {
-        return ApiError::new(StatusCode::NOT_FOUND, "tunnel_not_found", "no such tunnel").into_response();
+        return ApiError::new(StatusCode::NOT_FOUND, "tunnel_not_found", "no such tunnel")
+            .into_response();
     }
-    let raw = String::from_utf8(body.to_vec()).ok().and_then(|s| RawValue::from_string(s).ok()).filter(|r| r.get().starts_with('{'));
+    let raw = String::from_utf8(body.to_vec())
+        .ok()
+        .and_then(|s| RawValue::from_string(s).ok())
+        .filter(|r| r.get().starts_with('{'));
     let Some(raw) = raw else {
-        return rpc_error(StatusCode::BAD_REQUEST, None, -32700, "parse error: the body is not a JSON-RPC message object");
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            -32700,
+            "parse error: the body is not a JSON-RPC message object",
+        );
     };
     #[derive(serde::Deserialize)]
     struct Probe {
         #[serde(default)]
         id: Option<Box<RawValue>>,
     }
-    let id = serde_json::from_str::<Probe>(raw.get()).ok().and_then(|p| p.id);
-    let mut cmd = NewCommand::jsonrpc_raw(raw).response_timeout(format!("{}ms", sim.ingress_timeout.as_millis()));
-    if let Some(channel) = query.as_deref().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("channel="))) {
+    let id = serde_json::from_str::<Probe>(raw.get())
+        .ok()
+        .and_then(|p| p.id);
+    let mut cmd = NewCommand::jsonrpc_raw(raw)
+        .response_timeout(format!("{}ms", sim.ingress_timeout.as_millis()));
+    if let Some(channel) = query
+        .as_deref()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("channel=")))
+    {
         cmd = cmd.channel(channel);
     }
     cmd = forward_headers(cmd, &headers);
@@ -73,21 +99,35 @@ pub(crate) async fn post(State(sim): State<Arc<Shared>>, Path(tunnel): Path<Stri
         .get_all(http::header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .any(|v| v.split(',').any(|t| t.trim().starts_with("text/event-stream")));
+        .any(|v| {
+            v.split(',')
+                .any(|t| t.trim().starts_with("text/event-stream"))
+        });
     let (tx, rx) = mpsc::unbounded_channel();
     sim.enqueue(cmd, Some(tx));
     relay(rx, Instant::now() + sim.ingress_timeout, accepts_sse, id).await
 }
 
 /// `DELETE /v1/mcp/{tunnel_id}`: a `session_termination` command.
-pub(crate) async fn delete(State(sim): State<Arc<Shared>>, Path(tunnel): Path<String>, headers: HeaderMap) -> Response {
+pub(crate) async fn delete(
+    State(sim): State<Arc<Shared>>,
+    Path(tunnel): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     if tunnel != sim.tunnel_id {
-        return ApiError::new(StatusCode::NOT_FOUND, "tunnel_not_found", "no such tunnel").into_response();
+        return ApiError::new(StatusCode::NOT_FOUND, "tunnel_not_found", "no such tunnel")
+            .into_response();
     }
     if !headers.contains_key("mcp-session-id") {
-        return ApiError::new(StatusCode::BAD_REQUEST, "missing_mcp_session_id", "DELETE needs the Mcp-Session-Id header").into_response();
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "missing_mcp_session_id",
+            "DELETE needs the Mcp-Session-Id header",
+        )
+        .into_response();
     }
-    let cmd = NewCommand::session_termination(None).response_timeout(format!("{}ms", sim.ingress_timeout.as_millis()));
+    let cmd = NewCommand::session_termination(None)
+        .response_timeout(format!("{}ms", sim.ingress_timeout.as_millis()));
     let (tx, rx) = mpsc::unbounded_channel();
     sim.enqueue(forward_headers(cmd, &headers), Some(tx));
     relay(rx, Instant::now() + sim.ingress_timeout, false, None).await
@@ -95,7 +135,11 @@ pub(crate) async fn delete(State(sim): State<Arc<Shared>>, Path(tunnel): Path<St
 
 /// `GET /v1/mcp/{tunnel_id}`: no standalone server-to-client stream.
 pub(crate) async fn get() -> Response {
-    (StatusCode::METHOD_NOT_ALLOWED, [(http::header::ALLOW, "POST, DELETE")]).into_response()
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(http::header::ALLOW, "POST, DELETE")],
+    )
+        .into_response()
 }
 
 fn forward_headers(mut cmd: NewCommand, headers: &HeaderMap) -> NewCommand {
@@ -108,12 +152,33 @@ fn forward_headers(mut cmd: NewCommand, headers: &HeaderMap) -> NewCommand {
 }
 
 /// Waits for the gateway's replies and answers the client (JSON, `202`, or SSE).
-async fn relay(mut rx: mpsc::UnboundedReceiver<GatewayReply>, deadline: Instant, accepts_sse: bool, id: Option<Box<RawValue>>) -> Response {
+async fn relay(
+    mut rx: mpsc::UnboundedReceiver<GatewayReply>,
+    deadline: Instant,
+    accepts_sse: bool,
+    id: Option<Box<RawValue>>,
+) -> Response {
     loop {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Err(_) => return rpc_error(StatusCode::GATEWAY_TIMEOUT, id.as_deref(), GATEWAY_TIMEOUT_CODE, "no response from the tunnel in time"),
-            Ok(None) => return rpc_error(StatusCode::BAD_GATEWAY, id.as_deref(), -32603, "the tunnel request was dropped"),
-            Ok(Some(r)) if r.resp_type == RespType::JsonrpcNotify && accepts_sse => return stream(r, rx, deadline, id),
+            Err(_) => {
+                return rpc_error(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    id.as_deref(),
+                    GATEWAY_TIMEOUT_CODE,
+                    "no response from the tunnel in time",
+                )
+            }
+            Ok(None) => {
+                return rpc_error(
+                    StatusCode::BAD_GATEWAY,
+                    id.as_deref(),
+                    -32603,
+                    "the tunnel request was dropped",
+                )
+            }
+            Ok(Some(r)) if r.resp_type == RespType::JsonrpcNotify && accepts_sse => {
+                return stream(r, rx, deadline, id)
+            }
             // A client that takes only JSON cannot receive notifications.
             Ok(Some(r)) if r.resp_type == RespType::JsonrpcNotify => continue,
             Ok(Some(r)) => return final_response(r),
@@ -121,12 +186,23 @@ async fn relay(mut rx: mpsc::UnboundedReceiver<GatewayReply>, deadline: Instant,
     }
 }
 
-fn stream(first: GatewayReply, mut rx: mpsc::UnboundedReceiver<GatewayReply>, deadline: Instant, id: Option<Box<RawValue>>) -> Response {
+fn stream(
+    first: GatewayReply,
+    mut rx: mpsc::UnboundedReceiver<GatewayReply>,
+    deadline: Instant,
+    id: Option<Box<RawValue>>,
+) -> Response {
     let (tx, body_rx) = mpsc::channel::<Bytes>(16);
     let mut resp = Response::new(Body::from_stream(Events(body_rx)));
     let h = resp.headers_mut();
-    h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/event-stream"));
-    h.insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache"),
+    );
     copy_returned(&first, h);
     tokio::spawn(async move {
         let mut next = Some(first);
@@ -146,7 +222,13 @@ fn stream(first: GatewayReply, mut rx: mpsc::UnboundedReceiver<GatewayReply>, de
                         Ok(None) => return,
                         Err(_) => {
                             if let Some(id) = &id {
-                                let _ = tx.send(sse_event(&rpc_error_body(Some(id), GATEWAY_TIMEOUT_CODE, "no response from the tunnel in time"))).await;
+                                let _ = tx
+                                    .send(sse_event(&rpc_error_body(
+                                        Some(id),
+                                        GATEWAY_TIMEOUT_CODE,
+                                        "no response from the tunnel in time",
+                                    )))
+                                    .await;
                             }
                             return;
                         }
@@ -181,16 +263,27 @@ pub(crate) fn sse_event(json: &[u8]) -> Bytes {
 }
 
 fn final_response(reply: GatewayReply) -> Response {
-    let code = u16::try_from(reply.resp_code).ok().and_then(|c| StatusCode::from_u16(c).ok()).filter(|s| s.as_u16() >= 200);
+    let code = u16::try_from(reply.resp_code)
+        .ok()
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .filter(|s| s.as_u16() >= 200);
     let status = match (reply.resp_type, code) {
         (_, None) => StatusCode::BAD_GATEWAY,
         (RespType::NotifyAck, Some(s)) if s.is_success() => StatusCode::ACCEPTED,
-        (RespType::JsonrpcResponse | RespType::JsonrpcNotify, Some(s)) if s.is_success() => StatusCode::OK,
+        (RespType::JsonrpcResponse | RespType::JsonrpcNotify, Some(s)) if s.is_success() => {
+            StatusCode::OK
+        }
         (_, Some(s)) => s,
     };
-    let has_body = reply.resp_type != RespType::NotifyAck && reply.resp_type != RespType::SessionTerminationResponse;
+    let has_body = reply.resp_type != RespType::NotifyAck
+        && reply.resp_type != RespType::SessionTerminationResponse;
     let mut resp = match reply.resp_json.clone().filter(|_| has_body) {
-        Some(json) => (status, [(http::header::CONTENT_TYPE, "application/json")], json).into_response(),
+        Some(json) => (
+            status,
+            [(http::header::CONTENT_TYPE, "application/json")],
+            json,
+        )
+            .into_response(),
         None => status.into_response(),
     };
     copy_returned(&reply, resp.headers_mut());
@@ -202,8 +295,13 @@ fn copy_returned(reply: &GatewayReply, headers: &mut HeaderMap) {
         if !RETURNED.iter().any(|r| r.eq_ignore_ascii_case(name)) {
             continue;
         }
-        let Ok(name) = http::HeaderName::from_bytes(name.as_bytes()) else { continue };
-        for v in values.iter().filter_map(|v| http::HeaderValue::from_str(v).ok()) {
+        let Ok(name) = http::HeaderName::from_bytes(name.as_bytes()) else {
+            continue;
+        };
+        for v in values
+            .iter()
+            .filter_map(|v| http::HeaderValue::from_str(v).ok())
+        {
             headers.append(name.clone(), v);
         }
     }
@@ -212,9 +310,15 @@ fn copy_returned(reply: &GatewayReply, headers: &mut HeaderMap) {
 fn rpc_error_body(id: Option<&RawValue>, code: i32, message: &str) -> Vec<u8> {
     let id = id.map_or("null", RawValue::get);
     let message = serde_json::to_string(message).expect("a str serializes");
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#).into_bytes()
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#)
+        .into_bytes()
 }
 
 fn rpc_error(status: StatusCode, id: Option<&RawValue>, code: i32, message: &str) -> Response {
-    (status, [(http::header::CONTENT_TYPE, "application/json")], rpc_error_body(id, code, message)).into_response()
+    (
+        status,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        rpc_error_body(id, code, message),
+    )
+        .into_response()
 }

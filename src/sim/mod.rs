@@ -82,7 +82,10 @@ use tokio_util::task::TaskTracker;
 
 pub use cli::{run_cli, SimArgs, SimError};
 pub use command::NewCommand;
-pub use fault::{Attempts, FaultAction, FaultRule, FaultScript, FaultScriptError, FeedCommand, FeedEntry, PollFault, RespTypeSelector, Selector};
+pub use fault::{
+    Attempts, FaultAction, FaultRule, FaultScript, FaultScriptError, FeedCommand, FeedEntry,
+    PollFault, RespTypeSelector, Selector,
+};
 pub use record::{CommandRecord, PollRecord, Record, RecordedHeaders, ResponseRecord};
 pub use stub::McpStub;
 
@@ -129,11 +132,27 @@ impl Simulator {
     pub async fn start(config: SimConfig) -> std::io::Result<Simulator> {
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared::new(config.tunnel_id, config.api_key, config.max_poll_wait, config.ingress_timeout, config.faults));
+        let shared = Arc::new(Shared::new(
+            config.tunnel_id,
+            config.api_key,
+            config.max_poll_wait,
+            config.ingress_timeout,
+            config.faults,
+        ));
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        tracker.spawn(server::serve(listener, server::router(shared.clone()), shutdown.clone(), tracker.clone()));
-        Ok(Simulator { addr, shared, shutdown, tracker })
+        tracker.spawn(server::serve(
+            listener,
+            server::router(shared.clone()),
+            shutdown.clone(),
+            tracker.clone(),
+        ));
+        Ok(Simulator {
+            addr,
+            shared,
+            shutdown,
+            tracker,
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -167,7 +186,12 @@ impl Simulator {
     }
 
     /// Waits until `pred` holds on the record, at most `timeout`; the error names `what`.
-    pub async fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&Record) -> bool) -> Result<Record, String> {
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&Record) -> bool,
+    ) -> Result<Record, String> {
         self.shared.wait_record(what, timeout, pred).await
     }
 

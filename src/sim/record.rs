@@ -5,8 +5,9 @@ use bytes::Bytes;
 
 use super::fault::FaultAction;
 
-/// Everything received so far, in arrival order (a record is added when its answer is
-/// decided: a long poll appears when it returns, a held POST when it starts hanging).
+/// Everything received so far, in arrival order. A poll is recorded on arrival and a
+/// response POST once its body is read; each gets its status when it is answered, so a
+/// `None` status means held, closed, still waiting, or abandoned by the client.
 #[derive(Clone, Debug, Default)]
 pub struct Record {
     pub polls: Vec<PollRecord>,
@@ -29,7 +30,7 @@ pub struct PollRecord {
     pub limit: Option<u64>,
     pub timeout_ms: Option<u64>,
     pub headers: RecordedHeaders,
-    /// `None` when the poll was held or its connection closed.
+    /// `None` until answered (and for good when held, closed or abandoned).
     pub status: Option<u16>,
     /// How many commands the answer carried.
     pub commands: usize,
@@ -51,7 +52,7 @@ pub struct ResponseRecord {
     pub order: Option<u64>,
     /// 1-based attempt among POSTs with the same request id and `resp_type`.
     pub attempt: u32,
-    /// `None` when the POST was held or its connection closed.
+    /// `None` until answered (and for good when held, closed or abandoned).
     pub status: Option<u16>,
     pub fault: Option<FaultAction>,
     /// Whether this POST completed its request (a final type, accepted).
@@ -72,13 +73,21 @@ pub struct CommandRecord {
 }
 
 fn find<'a>(headers: &'a RecordedHeaders, name: &str) -> Option<&'a str> {
-    headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
 impl Record {
     /// All POSTs for `request_id`, in arrival order.
-    pub fn responses_for<'a>(&'a self, request_id: &'a str) -> impl Iterator<Item = &'a ResponseRecord> + 'a {
-        self.responses.iter().filter(move |r| r.request_id.as_deref() == Some(request_id))
+    pub fn responses_for<'a>(
+        &'a self,
+        request_id: &'a str,
+    ) -> impl Iterator<Item = &'a ResponseRecord> + 'a {
+        self.responses
+            .iter()
+            .filter(move |r| r.request_id.as_deref() == Some(request_id))
     }
 
     /// Whether a final response for `request_id` was accepted.
@@ -108,5 +117,13 @@ impl ResponseRecord {
 
 /// Copies request headers for the record.
 pub(crate) fn record_headers(headers: &http::HeaderMap) -> RecordedHeaders {
-    headers.iter().map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect()
+    headers
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
 }

@@ -37,7 +37,12 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/tunnels/{tunnel_id}/poll", get(control::poll))
         .route("/v1/tunnels/{tunnel_id}/response", post(control::response))
-        .route("/v1/mcp/{tunnel_id}", post(ingress::post).delete(ingress::delete).get(ingress::get))
+        .route(
+            "/v1/mcp/{tunnel_id}",
+            post(ingress::post)
+                .delete(ingress::delete)
+                .get(ingress::get),
+        )
         .with_state(shared)
 }
 
@@ -45,7 +50,12 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 ///
 /// # Cancel safety
 /// Runs as its own task; stops accepting at once on `shutdown` (cancel-safe `accept`).
-pub(crate) async fn serve(listener: TcpListener, router: Router, shutdown: CancellationToken, tracker: TaskTracker) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
     loop {
         let accepted = tokio::select! {
             biased;

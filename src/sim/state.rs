@@ -88,15 +88,28 @@ pub(crate) struct Totals {
 }
 
 impl Shared {
-    pub(crate) fn new(tunnel_id: String, api_key: String, max_poll_wait: Duration, ingress_timeout: Duration, faults: FaultScript) -> Self {
-        let (now, later): (Vec<_>, Vec<_>) = faults.feed.iter().cloned().partition(|f| f.after_order.is_none());
+    pub(crate) fn new(
+        tunnel_id: String,
+        api_key: String,
+        max_poll_wait: Duration,
+        ingress_timeout: Duration,
+        faults: FaultScript,
+    ) -> Self {
+        let (now, later): (Vec<_>, Vec<_>) = faults
+            .feed
+            .iter()
+            .cloned()
+            .partition(|f| f.after_order.is_none());
         let shared = Self {
             tunnel_id,
             api_key,
             max_poll_wait,
             ingress_timeout,
             faults,
-            inner: Mutex::new(Inner { waiting_feeds: later, ..Inner::default() }),
+            inner: Mutex::new(Inner {
+                waiting_feeds: later,
+                ..Inner::default()
+            }),
             queued: Notify::new(),
             recorded: Notify::new(),
         };
@@ -114,7 +127,11 @@ impl Shared {
     }
 
     /// Queues a command; `waiter` receives every accepted response POST for it.
-    pub(crate) fn enqueue(&self, command: NewCommand, waiter: Option<mpsc::UnboundedSender<GatewayReply>>) -> String {
+    pub(crate) fn enqueue(
+        &self,
+        command: NewCommand,
+        waiter: Option<mpsc::UnboundedSender<GatewayReply>>,
+    ) -> String {
         let issued = Issued::new(command);
         let request_id = issued.request_id.clone();
         self.lock().push(Queued::Command(Box::new(issued)), waiter);
@@ -140,7 +157,11 @@ impl Shared {
     ///
     /// # Cancel safety
     /// Cancel-safe: commands are taken in one synchronous step after the last await.
-    pub(crate) async fn wait_for_commands(&self, max: Option<usize>, wait: Duration) -> Vec<Queued> {
+    pub(crate) async fn wait_for_commands(
+        &self,
+        max: Option<usize>,
+        wait: Duration,
+    ) -> Vec<Queued> {
         let deadline = Instant::now() + wait;
         loop {
             let notified = self.queued.notified();
@@ -162,15 +183,25 @@ impl Shared {
     pub(crate) fn observe_post(&self, request_id: Option<&str>, resp_type: &str) -> PostFacts {
         let mut inner = self.lock();
         let Some(p) = request_id.and_then(|id| inner.pending.get_mut(id)) else {
-            return PostFacts { attempt: 1, ..PostFacts::default() };
+            return PostFacts {
+                attempt: 1,
+                ..PostFacts::default()
+            };
         };
         let first_post = p.attempts.is_empty();
         let attempt = p.attempts.entry(resp_type.to_owned()).or_insert(0);
         *attempt += 1;
-        let facts = PostFacts { order: Some(p.order), method: p.method.clone(), tool: p.tool.clone(), attempt: *attempt };
+        let facts = PostFacts {
+            order: Some(p.order),
+            method: p.method.clone(),
+            tool: p.tool.clone(),
+            attempt: *attempt,
+        };
         if first_post {
             let order = p.order;
-            let (ready, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.waiting_feeds).into_iter().partition(|f| f.after_order == Some(order));
+            let (ready, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.waiting_feeds)
+                .into_iter()
+                .partition(|f| f.after_order == Some(order));
             inner.waiting_feeds = rest;
             let fed = !ready.is_empty();
             for feed in ready {
@@ -186,9 +217,17 @@ impl Shared {
 
     /// Accepts a valid response POST: a final type completes the request. Returns whether
     /// it completed. The ingress waiting on the request, if any, receives `reply`.
-    pub(crate) fn accept(&self, request_id: &str, shard_token: Option<&str>, reply: GatewayReply) -> Result<bool, Refusal> {
+    pub(crate) fn accept(
+        &self,
+        request_id: &str,
+        shard_token: Option<&str>,
+        reply: GatewayReply,
+    ) -> Result<bool, Refusal> {
         let mut inner = self.lock();
-        let p = inner.pending.get_mut(request_id).ok_or(Refusal::NotPending)?;
+        let p = inner
+            .pending
+            .get_mut(request_id)
+            .ok_or(Refusal::NotPending)?;
         if p.shard_token.is_none() || p.shard_token.as_deref() != shard_token {
             return Err(Refusal::ShardTokenMismatch);
         }
@@ -220,13 +259,39 @@ impl Shared {
         self.lock().faults_applied += 1;
     }
 
-    pub(crate) fn record_poll(&self, poll: PollRecord) {
-        self.lock().record.polls.push(poll);
+    /// Records a poll on arrival; returns its index for [`Shared::update_poll`].
+    pub(crate) fn record_poll(&self, poll: PollRecord) -> usize {
+        let idx = {
+            let mut inner = self.lock();
+            inner.record.polls.push(poll);
+            inner.record.polls.len() - 1
+        };
+        self.recorded.notify_waiters();
+        idx
+    }
+
+    pub(crate) fn update_poll(&self, idx: usize, f: impl FnOnce(&mut PollRecord)) {
+        if let Some(p) = self.lock().record.polls.get_mut(idx) {
+            f(p);
+        }
         self.recorded.notify_waiters();
     }
 
-    pub(crate) fn record_response(&self, response: ResponseRecord) {
-        self.lock().record.responses.push(response);
+    /// Records a response POST once its body is read; returns its index.
+    pub(crate) fn record_response(&self, response: ResponseRecord) -> usize {
+        let idx = {
+            let mut inner = self.lock();
+            inner.record.responses.push(response);
+            inner.record.responses.len() - 1
+        };
+        self.recorded.notify_waiters();
+        idx
+    }
+
+    pub(crate) fn update_response(&self, idx: usize, f: impl FnOnce(&mut ResponseRecord)) {
+        if let Some(r) = self.lock().record.responses.get_mut(idx) {
+            f(r);
+        }
         self.recorded.notify_waiters();
     }
 
@@ -235,7 +300,12 @@ impl Shared {
     }
 
     /// Waits until `pred` holds on the record, up to `timeout`.
-    pub(crate) async fn wait_record(&self, what: &str, timeout: Duration, pred: impl Fn(&Record) -> bool) -> Result<Record, String> {
+    pub(crate) async fn wait_record(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&Record) -> bool,
+    ) -> Result<Record, String> {
         let deadline = Instant::now() + timeout;
         loop {
             let notified = self.recorded.notified();
@@ -262,7 +332,12 @@ impl Shared {
         Totals {
             issued: inner.record.issued(),
             responses: inner.record.responses.len(),
-            completed: inner.record.responses.iter().filter(|r| r.completed).count(),
+            completed: inner
+                .record
+                .responses
+                .iter()
+                .filter(|r| r.completed)
+                .count(),
             faults_applied: inner.faults_applied,
         }
     }
@@ -306,7 +381,10 @@ impl Inner {
         let n = max.unwrap_or(usize::MAX).min(self.queue.len());
         let mut out = Vec::with_capacity(n);
         for (order, queued) in self.queue.drain(..n) {
-            if let Some(c) = usize::try_from(order - 1).ok().and_then(|i| self.record.commands.get_mut(i)) {
+            if let Some(c) = usize::try_from(order - 1)
+                .ok()
+                .and_then(|i| self.record.commands.get_mut(i))
+            {
                 c.issued = true;
             }
             out.push(queued);

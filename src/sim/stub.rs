@@ -50,11 +50,23 @@ impl McpStub {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let received: Received = Arc::default();
-        let router = Router::new().route("/mcp", post(handle).delete(end_session).get(no_stream)).with_state(received.clone());
+        let router = Router::new()
+            .route("/mcp", post(handle).delete(end_session).get(no_stream))
+            .with_state(received.clone());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        tracker.spawn(server::serve(listener, router, shutdown.clone(), tracker.clone()));
-        Ok(McpStub { addr, received, shutdown, tracker })
+        tracker.spawn(server::serve(
+            listener,
+            router,
+            shutdown.clone(),
+            tracker.clone(),
+        ));
+        Ok(McpStub {
+            addr,
+            received,
+            shutdown,
+            tracker,
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -99,11 +111,19 @@ impl Drop for McpStub {
 }
 
 fn remember(received: &Received, method: &str) {
-    received.lock().unwrap_or_else(PoisonError::into_inner).push(method.to_owned());
+    received
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(method.to_owned());
 }
 
 fn json_body(status: StatusCode, value: &Value) -> Response {
-    (status, [(http::header::CONTENT_TYPE, "application/json")], serde_json::to_vec(value).expect("a Value serializes")).into_response()
+    (
+        status,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(value).expect("a Value serializes"),
+    )
+        .into_response()
 }
 
 fn error(id: &Value, code: i64, message: &str) -> Value {
@@ -117,7 +137,10 @@ fn text_result(id: &Value, text: String) -> Value {
 async fn handle(State(received): State<Received>, body: Bytes) -> Response {
     let Ok(Value::Object(msg)) = serde_json::from_slice::<Value>(&body) else {
         remember(&received, "<invalid>");
-        return json_body(StatusCode::BAD_REQUEST, &error(&Value::Null, -32700, "parse error"));
+        return json_body(
+            StatusCode::BAD_REQUEST,
+            &error(&Value::Null, -32700, "parse error"),
+        );
     };
     let method = msg.get("method").and_then(Value::as_str);
     remember(&received, method.unwrap_or("<response>"));
@@ -127,7 +150,10 @@ async fn handle(State(received): State<Received>, body: Bytes) -> Response {
     let params = msg.get("params").cloned().unwrap_or(Value::Null);
     match method {
         "initialize" => {
-            let version = params.get("protocolVersion").and_then(Value::as_str).unwrap_or(DEFAULT_PROTOCOL_VERSION);
+            let version = params
+                .get("protocolVersion")
+                .and_then(Value::as_str)
+                .unwrap_or(DEFAULT_PROTOCOL_VERSION);
             let result = json!({
                 "jsonrpc": "2.0", "id": id,
                 "result": {
@@ -143,8 +169,14 @@ async fn handle(State(received): State<Received>, body: Bytes) -> Response {
             }
             resp
         }
-        "ping" => json_body(StatusCode::OK, &json!({ "jsonrpc": "2.0", "id": id, "result": {} })),
-        "tools/list" => json_body(StatusCode::OK, &json!({ "jsonrpc": "2.0", "id": id, "result": { "tools": tools() } })),
+        "ping" => json_body(
+            StatusCode::OK,
+            &json!({ "jsonrpc": "2.0", "id": id, "result": {} }),
+        ),
+        "tools/list" => json_body(
+            StatusCode::OK,
+            &json!({ "jsonrpc": "2.0", "id": id, "result": { "tools": tools() } }),
+        ),
         "tools/call" => call(id.clone(), &params).await,
         _ => json_body(StatusCode::OK, &error(id, -32601, "method not found")),
     }
@@ -172,7 +204,10 @@ async fn call(id: Value, params: &Value) -> Response {
         },
         Some("add") => match (args.get("a"), args.get("b")) {
             (Some(a), Some(b)) if a.is_i64() && b.is_i64() => {
-                let sum = a.as_i64().unwrap_or(0).saturating_add(b.as_i64().unwrap_or(0));
+                let sum = a
+                    .as_i64()
+                    .unwrap_or(0)
+                    .saturating_add(b.as_i64().unwrap_or(0));
                 json_body(StatusCode::OK, &text_result(&id, sum.to_string()))
             }
             (Some(a), Some(b)) if a.is_number() && b.is_number() => {
@@ -182,7 +217,9 @@ async fn call(id: Value, params: &Value) -> Response {
             _ => invalid(&id),
         },
         Some("slow") => {
-            let Some(ms) = args.get("ms").and_then(Value::as_u64) else { return invalid(&id) };
+            let Some(ms) = args.get("ms").and_then(Value::as_u64) else {
+                return invalid(&id);
+            };
             let total = Duration::from_millis(ms).min(SLOW_CAP);
             match params.pointer("/_meta/progressToken").cloned() {
                 Some(token) => slow_with_progress(id, token, total),
@@ -201,7 +238,11 @@ fn slow_with_progress(id: Value, token: Value, total: Duration) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(4);
     tokio::spawn(async move {
         let progress = |n: u32| json!({ "jsonrpc": "2.0", "method": "notifications/progress", "params": { "progressToken": token, "progress": n, "total": 2 } });
-        let events = [(Duration::ZERO, progress(1)), (total / 2, progress(2)), (total - total / 2, text_result(&id, "done".to_owned()))];
+        let events = [
+            (Duration::ZERO, progress(1)),
+            (total / 2, progress(2)),
+            (total - total / 2, text_result(&id, "done".to_owned())),
+        ];
         for (wait, event) in events {
             tokio::time::sleep(wait).await;
             let bytes = serde_json::to_vec(&event).expect("a Value serializes");
@@ -211,7 +252,10 @@ fn slow_with_progress(id: Value, token: Value, total: Duration) -> Response {
         }
     });
     let mut resp = Response::new(Body::from_stream(Events(rx)));
-    resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/event-stream"));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/event-stream"),
+    );
     resp
 }
 
@@ -221,5 +265,9 @@ async fn end_session(State(received): State<Received>) -> Response {
 }
 
 async fn no_stream() -> Response {
-    (StatusCode::METHOD_NOT_ALLOWED, [(http::header::ALLOW, "POST, DELETE")]).into_response()
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(http::header::ALLOW, "POST, DELETE")],
+    )
+        .into_response()
 }

@@ -24,7 +24,14 @@ pub(crate) struct Payload {
     pub(crate) reply: GatewayReply,
 }
 
-const PAYLOAD_FIELDS: [&str; 6] = ["request_id", "channel", "resp_json", "resp_headers", "resp_code", "resp_type"];
+const PAYLOAD_FIELDS: [&str; 6] = [
+    "request_id",
+    "channel",
+    "resp_json",
+    "resp_headers",
+    "resp_code",
+    "resp_type",
+];
 
 #[derive(Deserialize)]
 struct RawJson<'a> {
@@ -34,12 +41,20 @@ struct RawJson<'a> {
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
     }
 
     /// `{"error":{"message","type","param","code"}}`, as the contract's `APIErrorResponse`.
     pub(crate) fn body(&self) -> Bytes {
-        let kind = if self.status.is_server_error() { "server_error" } else { "invalid_request_error" };
+        let kind = if self.status.is_server_error() {
+            "server_error"
+        } else {
+            "invalid_request_error"
+        };
         let body = serde_json::json!({
             "error": { "message": self.message, "type": kind, "param": null, "code": self.code }
         });
@@ -58,34 +73,66 @@ impl ApiError {
             503 => "tunnel_transport_unavailable",
             _ => "simulated_fault",
         };
-        Self::new(status, code, format!("simulated fault: status {}", status.as_u16()))
+        Self::new(
+            status,
+            code,
+            format!("simulated fault: status {}", status.as_u16()),
+        )
     }
 }
 
 /// `tunnel_<32 lowercase alphanumeric>`, the format the service accepts.
 pub(crate) fn is_tunnel_id_format(id: &str) -> bool {
-    id.strip_prefix("tunnel_")
-        .is_some_and(|rest| rest.len() == 32 && rest.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+    id.strip_prefix("tunnel_").is_some_and(|rest| {
+        rest.len() == 32
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    })
 }
 
 /// Lowercase letters, digits, hyphens and underscores.
 pub(crate) fn is_channel_format(channel: &str) -> bool {
-    !channel.is_empty() && channel.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    !channel.is_empty()
+        && channel
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 /// Bearer key first (`401`), then the tunnel id (`400` malformed, `404` another tunnel).
-pub(crate) fn check_caller(headers: &HeaderMap, api_key: &str, path_tunnel: &str, tunnel_id: &str) -> Result<(), ApiError> {
+pub(crate) fn check_caller(
+    headers: &HeaderMap,
+    api_key: &str,
+    path_tunnel: &str,
+    tunnel_id: &str,
+) -> Result<(), ApiError> {
     let expected = format!("Bearer {api_key}");
-    if headers.get(http::header::AUTHORIZATION).map(HeaderValue::as_bytes) != Some(expected.as_bytes()) {
-        return Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", "missing or incorrect bearer API key"));
+    if headers
+        .get(http::header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes)
+        != Some(expected.as_bytes())
+    {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            "missing or incorrect bearer API key",
+        ));
     }
     if path_tunnel == tunnel_id {
         return Ok(());
     }
     if !is_tunnel_id_format(path_tunnel) {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_tunnel_id_format", "tunnel id is not tunnel_<32 lowercase alphanumeric>"));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_tunnel_id_format",
+            "tunnel id is not tunnel_<32 lowercase alphanumeric>",
+        ));
     }
-    Err(ApiError::new(StatusCode::NOT_FOUND, "tunnel_not_found", "no such tunnel"))
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        "tunnel_not_found",
+        "no such tunnel",
+    ))
 }
 
 /// `Content-Type` is `application/json` (parameters allowed).
@@ -101,8 +148,11 @@ pub(crate) fn is_json_content_type(headers: &HeaderMap) -> bool {
 /// (`additionalProperties: false`, `request_id` and `resp_code` required).
 pub(crate) fn payload(body: &Bytes) -> Result<Payload, ApiError> {
     let bad = |msg: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_json_payload", msg);
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| bad(format!("body is not JSON: {e}")))?;
-    let obj = value.as_object().ok_or_else(|| bad("body is not a JSON object".to_owned()))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| bad(format!("body is not JSON: {e}")))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| bad("body is not a JSON object".to_owned()))?;
     if let Some(extra) = obj.keys().find(|k| !PAYLOAD_FIELDS.contains(&k.as_str())) {
         return Err(bad(format!("unknown field `{extra}`")));
     }
@@ -112,18 +162,27 @@ pub(crate) fn payload(body: &Bytes) -> Result<Payload, ApiError> {
         None => return Err(bad("request_id is required".to_owned())),
     };
     let resp_code = match obj.get("resp_code") {
-        Some(v) => v.as_i64().ok_or_else(|| bad("resp_code is not an integer".to_owned()))?,
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| bad("resp_code is not an integer".to_owned()))?,
         None => return Err(bad("resp_code is required".to_owned())),
     };
     match obj.get("channel") {
         None | Some(serde_json::Value::Null) => {}
         Some(serde_json::Value::String(c)) if is_channel_format(c) => {}
         Some(serde_json::Value::String(_)) => {
-            return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_channel_format", "channel has unsupported characters"));
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_channel_format",
+                "channel has unsupported characters",
+            ));
         }
         Some(_) => return Err(bad("channel is not a string or null".to_owned())),
     }
-    if !matches!(obj.get("resp_json"), None | Some(serde_json::Value::Null | serde_json::Value::Object(_))) {
+    if !matches!(
+        obj.get("resp_json"),
+        None | Some(serde_json::Value::Null | serde_json::Value::Object(_))
+    ) {
         return Err(bad("resp_json is not an object or null".to_owned()));
     }
     let resp_headers = match obj.get("resp_headers") {
@@ -131,18 +190,36 @@ pub(crate) fn payload(body: &Bytes) -> Result<Payload, ApiError> {
         Some(serde_json::Value::Object(map)) => map
             .iter()
             .map(|(name, values)| {
-                let values = values.as_array().and_then(|a| a.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<Vec<_>>>());
-                values.map(|v| (name.clone(), v)).ok_or_else(|| bad(format!("resp_headers.{name} is not an array of strings")))
+                let values = values.as_array().and_then(|a| {
+                    a.iter()
+                        .map(|v| v.as_str().map(str::to_owned))
+                        .collect::<Option<Vec<_>>>()
+                });
+                values
+                    .map(|v| (name.clone(), v))
+                    .ok_or_else(|| bad(format!("resp_headers.{name} is not an array of strings")))
             })
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(bad("resp_headers is not an object".to_owned())),
     };
     let resp_type = match obj.get("resp_type") {
         None => crate::protocol::RespType::JsonrpcResponse,
-        Some(serde_json::Value::String(s)) => parse_resp_type(s).ok_or_else(|| bad(format!("resp_type `{s}` is not a ResponsePayloadType")))?,
+        Some(serde_json::Value::String(s)) => parse_resp_type(s)
+            .ok_or_else(|| bad(format!("resp_type `{s}` is not a ResponsePayloadType")))?,
         Some(_) => return Err(bad("resp_type is not a string".to_owned())),
     };
-    let raw: RawJson<'_> = serde_json::from_slice(body).map_err(|e| bad(format!("body is not JSON: {e}")))?;
-    let resp_json = raw.resp_json.map(|r| Bytes::copy_from_slice(r.get().as_bytes()));
-    Ok(Payload { request_id, reply: GatewayReply { resp_type, resp_code, resp_json, resp_headers } })
+    let raw: RawJson<'_> =
+        serde_json::from_slice(body).map_err(|e| bad(format!("body is not JSON: {e}")))?;
+    let resp_json = raw
+        .resp_json
+        .map(|r| Bytes::copy_from_slice(r.get().as_bytes()));
+    Ok(Payload {
+        request_id,
+        reply: GatewayReply {
+            resp_type,
+            resp_code,
+            resp_json,
+            resp_headers,
+        },
+    })
 }

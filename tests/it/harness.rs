@@ -175,13 +175,14 @@ pub async fn wait_http_ready(url: &str, timeout: Duration) {
 // Processes
 // ---------------------------------------------------------------------------------------
 
-/// Bytes a child wrote, filled by a background reader thread.
+/// Bytes a child wrote, filled by a background reader thread; `1` says the pipe ended.
 #[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+struct Captured(Arc<Mutex<Vec<u8>>>, Arc<std::sync::atomic::AtomicBool>);
 
 impl Captured {
     fn follow(&self, mut pipe: impl Read + Send + 'static) {
         let sink = self.0.clone();
+        let ended = self.1.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 8192];
             loop {
@@ -193,7 +194,12 @@ impl Captured {
                         .extend_from_slice(&buf[..n]),
                 }
             }
+            ended.store(true, std::sync::atomic::Ordering::SeqCst);
         });
+    }
+
+    fn ended(&self) -> bool {
+        self.1.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn text(&self) -> String {
@@ -267,6 +273,12 @@ impl ChildGuard {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.try_wait() {
+                // Let the reader threads drain what the child wrote before it exited
+                // (bounded: a grandchild may still hold the pipes).
+                let drained_by = Instant::now() + Duration::from_secs(2);
+                while !(self.stdout.ended() && self.stderr.ended()) && Instant::now() < drained_by {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
                 return Some(status);
             }
             if Instant::now() >= deadline {

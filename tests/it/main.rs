@@ -8,6 +8,8 @@
 mod contract;
 mod harness;
 mod peers;
+mod rig;
+mod strict;
 
 // Modules to come (declare each here when its file exists):
 // mod gateway_http;   // gateway + simulator + server-everything / py_server over HTTP

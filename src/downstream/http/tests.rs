@@ -149,10 +149,8 @@ async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
     let mut lines = head.split("\r\n");
     let mut start = lines.next()?.split(' ');
     let (method, path) = (start.next()?.to_owned(), start.next()?.to_owned());
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned())).collect();
     let len: usize = headers.iter().find(|(n, _)| n == "content-length").map_or(0, |(_, v)| v.parse().unwrap_or(0));
     let mut body = buf[head_end + 4..].to_vec();
     while body.len() < len {
@@ -218,7 +216,12 @@ fn headers(pairs: &[(&str, &[&str])]) -> WireHeaders {
 }
 
 /// Runs one leg and returns its result with every notification it produced, in order.
-async fn run(t: &HttpTransport, payload: &JsonRpcPayload, headers: &WireHeaders, deadline: Option<Instant>) -> (LegResult, Vec<Notification>) {
+async fn run(
+    t: &HttpTransport,
+    payload: &JsonRpcPayload,
+    headers: &WireHeaders,
+    deadline: Option<Instant>,
+) -> (LegResult, Vec<Notification>) {
     let admission = admission().await;
     let (tx, mut rx) = mpsc::channel(64);
     let req = DownstreamRequest { payload, headers, deadline };
@@ -280,7 +283,12 @@ async fn a_json_reply_is_forwarded_byte_for_byte_and_the_payload_reaches_the_ser
 
 #[tokio::test]
 async fn a_json_body_for_another_id_is_not_an_answer() {
-    let server = Server::start(vec![Act::Reply(reply("200 OK", &[("Content-Type", "application/json")], br#"{"jsonrpc":"2.0","id":2,"result":{}}"#))]).await;
+    let server = Server::start(vec![Act::Reply(reply(
+        "200 OK",
+        &[("Content-Type", "application/json")],
+        br#"{"jsonrpc":"2.0","id":2,"result":{}}"#,
+    ))])
+    .await;
     let (result, _) = call(&server.url(), CALL).await;
     assert_eq!(result.outcome, LegOutcome::Abandoned);
     assert_eq!(result.failure, Some(LegFailure::NonProtocolResponse));
@@ -289,7 +297,8 @@ async fn a_json_body_for_another_id_is_not_an_answer() {
 #[tokio::test]
 async fn a_truncated_json_body_is_abandoned() {
     // Content-Length promises more than arrives, and a close-delimited body that ends early.
-    let short = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"res".to_vec();
+    let short =
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"res".to_vec();
     let mut cut = head("200 OK", &[("Content-Type", "application/json")]);
     cut.extend_from_slice(br#"{"jsonrpc":"2.0","id":1,"result":{"#);
     for act in [Act::Reply(short), Act::Reply(cut)] {
@@ -344,7 +353,8 @@ async fn a_jsonrpc_error_with_http_400_is_forwarded_exactly() {
 #[tokio::test]
 async fn an_http_500_text_body_becomes_a_synthesized_error_without_the_body() {
     let canary = "CANARY-7f3a secret stack trace";
-    let server = Server::start(vec![Act::Reply(reply("500 Internal Server Error", &[("Content-Type", "text/plain")], canary.as_bytes()))]).await;
+    let server =
+        Server::start(vec![Act::Reply(reply("500 Internal Server Error", &[("Content-Type", "text/plain")], canary.as_bytes()))]).await;
     let (result, _) = call(&server.url(), CALL).await;
     assert_eq!(result.failure, Some(LegFailure::HttpStatus(500)));
     assert_eq!(result.outcome, LegOutcome::Abandoned);
@@ -430,7 +440,8 @@ async fn a_stream_closed_at_an_event_boundary_before_the_response_is_abandoned()
 
 #[tokio::test]
 async fn a_stream_closed_mid_event_is_abandoned_even_when_the_cut_event_holds_the_response() {
-    let server = Server::start(vec![Act::Parts(vec![sse_head(&[]), b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n".to_vec()])]).await;
+    let server =
+        Server::start(vec![Act::Parts(vec![sse_head(&[]), b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n".to_vec()])]).await;
     let (result, notes) = call(&server.url(), CALL).await;
     assert_eq!(result.outcome, LegOutcome::Abandoned);
     assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
@@ -482,7 +493,9 @@ async fn a_string_id_matches_however_the_server_escapes_it() {
 #[tokio::test]
 async fn a_closed_notification_receiver_does_not_stop_the_stream() {
     let mut bytes = sse_head(&[]);
-    bytes.extend_from_slice(b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n");
+    bytes.extend_from_slice(
+        b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n",
+    );
     let server = Server::start(vec![Act::Reply(bytes)]).await;
     let t = transport(&server.url());
     let (tx, rx) = mpsc::channel(1);
@@ -727,7 +740,8 @@ fn setup_rejects_bad_urls_without_echoing_them() {
 // --- resume ---
 
 const SESSION: [(&str, &str); 1] = [("Mcp-Session-Id", "s-9")];
-const PROGRESS: &[u8] = b"id: ev-1\nretry: 20\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\n\n";
+const PROGRESS: &[u8] =
+    b"id: ev-1\nretry: 20\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\n\n";
 
 fn cut_stream() -> Act {
     Act::Parts(vec![sse_head(&SESSION), PROGRESS.to_vec(), b"id: ev-2\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,".to_vec()])

@@ -105,8 +105,8 @@ impl Child {
         self.route.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Claims the responses with this raw id (one request in flight at a time: the lane
-    /// guarantees it).
+    /// Claims the responses with this raw id (one request in flight at a time: the
+    /// lifecycle lock guarantees it).
     pub(super) fn register(self: &Arc<Self>, id: String, notes: NotifySink) -> Registration {
         let (tx, rx) = oneshot::channel();
         let done = CancellationToken::new();
@@ -184,6 +184,17 @@ impl Child {
     pub(super) fn kill_group(&self) {
         self.signal_group(Signal::SIGKILL);
         self.killed.cancel();
+    }
+
+    /// Stops using this child: closes stdin and SIGKILLs the group while the child runs
+    /// (once it has exited, the monitor deals with what is left of its group).
+    pub(super) fn abort(&self) {
+        self.close_stdin();
+        if self.is_running() {
+            self.kill_group();
+        } else {
+            self.killed.cancel();
+        }
     }
 
     /// stdout reached EOF: the request in flight (if any) can no longer be answered.

@@ -51,7 +51,7 @@ const EXIT_DRAIN: Duration = Duration::from_millis(250);
 /// Timing of one stdio channel.
 #[derive(Clone, Debug)]
 pub struct StdioSettings {
-    /// Bound of one call from its start (waiting for the lane, spawning, writing, the
+    /// Bound of one call from its start (waiting for its turn, spawning, writing, the
     /// response); the command's deadline bounds it too, whichever comes first.
     pub request_timeout: Duration,
     /// First restart wait; it doubles per short-lived child up to `restart_backoff_max`.
@@ -86,16 +86,21 @@ struct Shared {
     env: BTreeMap<String, String>,
     settings: StdioSettings,
     metrics: Arc<Metrics>,
-    /// The request lifecycle: held from before the write until the response (or the
-    /// failure) of one call. The only lock held across `.await`.
-    lane: tokio::sync::Mutex<Lane>,
+    /// The request lifecycle: held by a request from before its write until its response
+    /// (or failure). Notifications and client responses do not take it, so that, e.g., a
+    /// `notifications/cancelled` or the answer to a server request reaches the child while
+    /// a request is in flight.
+    lifecycle: tokio::sync::Mutex<()>,
+    /// Held while one line is written, by requests and notifications alike. Lock order:
+    /// `lifecycle`, then `writer`. These two are the only locks held across `.await`.
+    writer: tokio::sync::Mutex<Writer>,
     state: Mutex<State>,
     /// Responses that matched no request in flight (late after a timeout, or unknown ids).
     discarded_responses: AtomicU64,
 }
 
 #[derive(Default)]
-struct Lane {
+struct Writer {
     /// A write that outlived its call's deadline; the next write waits for it.
     pending_write: Option<PendingWrite>,
 }
@@ -105,7 +110,7 @@ struct PendingWrite {
     task: JoinHandle<WriteResult>,
 }
 
-/// How waiting for the lane's write ended.
+/// How waiting for the writer's line ended.
 enum WriteWait {
     Idle,
     Finished(WriteResult),
@@ -176,7 +181,8 @@ impl StdioTransport {
                 env,
                 settings,
                 metrics,
-                lane: tokio::sync::Mutex::new(Lane::default()),
+                lifecycle: tokio::sync::Mutex::new(()),
+                writer: tokio::sync::Mutex::new(Writer::default()),
                 state: Mutex::new(State::default()),
                 discarded_responses: AtomicU64::new(0),
             }),
@@ -301,16 +307,22 @@ impl Shared {
     ) -> Result<Reply, LegFailure> {
         let payload = req.payload;
         let limit = self.limit(req.deadline);
+        let request_id = payload.id().filter(|_| payload.expects_response());
         admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
-        // cancel-safe: waiting for the lock takes nothing until it resolves.
-        let mut lane = timeout_at(limit, self.lane.lock()).await.map_err(|_| LegFailure::DeadlineBeforeSend)?;
+        // cancel-safe: waiting for a lock takes nothing until it resolves.
+        let lifecycle = match request_id {
+            Some(_) => Some(timeout_at(limit, self.lifecycle.lock()).await.map_err(|_| LegFailure::DeadlineBeforeSend)?),
+            None => None,
+        };
         let child = self.ensure_child(admission, limit).await?;
+        // cancel-safe: as above.
+        let mut writer = timeout_at(limit, self.writer.lock()).await.map_err(|_| LegFailure::DeadlineBeforeSend)?;
 
         // A write that outlived an earlier call must finish before ours starts.
-        if lane.pending_write.as_ref().is_some_and(|p| p.generation != child.generation) {
-            lane.pending_write = None;
+        if writer.pending_write.as_ref().is_some_and(|p| p.generation != child.generation) {
+            writer.pending_write = None;
         }
-        if let WriteWait::StillWriting = lane.wait_write(limit).await {
+        if let WriteWait::StillWriting = writer.wait_write(limit).await {
             return Err(LegFailure::DeadlineBeforeSend);
         }
         if Instant::now() >= limit {
@@ -318,22 +330,18 @@ impl Shared {
         }
 
         let line = line::frame(payload.raw().get());
-        let registration = match (payload.expects_response(), payload.id()) {
-            (true, Some(id)) => Some(child.register(line::trim_json(id.get()).to_owned(), notes.clone())),
-            _ => None,
-        };
+        let registration = request_id.map(|id| child.register(line::trim_json(id.get()).to_owned(), notes.clone()));
         // Recheck and start the write with no `.await` in between.
         admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
         let task = child.start_write(line).ok_or(LegFailure::ChildNotRunning)?;
-        lane.pending_write = Some(PendingWrite { generation: child.generation, task });
+        writer.pending_write = Some(PendingWrite { generation: child.generation, task });
 
         let is_initialize = payload.method() == Some("initialize");
-        match lane.wait_write(limit).await {
+        match writer.wait_write(limit).await {
             WriteWait::Finished(WriteResult::Done) => {}
             WriteWait::Finished(WriteResult::Failed { written, kind }) => {
                 tracing::warn!(channel = %self.channel, generation = child.generation, written, error = ?kind, "writing to the stdio child failed: killing it");
-                child.close_stdin();
-                child.kill_group();
+                child.abort();
                 return Err(if written == 0 { LegFailure::ChildNotRunning } else { LegFailure::ChildPipeBroken });
             }
             WriteWait::Finished(WriteResult::Lost) | WriteWait::Idle => return Err(LegFailure::InternalAfterWrite),
@@ -343,6 +351,7 @@ impl Shared {
                 return Err(LegFailure::TimeoutAfterWrite);
             }
         }
+        drop(writer);
 
         let Some(mut registration) = registration else {
             return Ok(Reply { resp_json: None, resp_headers: BTreeMap::new(), resp_code: 202, resp_type: RespType::NotifyAck });
@@ -377,7 +386,7 @@ impl Shared {
             }
             other => other,
         };
-        drop(lane);
+        drop(lifecycle);
         match waited {
             Waited::Response(raw) => Ok(Reply {
                 resp_json: Some(raw),
@@ -399,8 +408,7 @@ impl Shared {
     fn retire_timed_out(&self, child: &Child, is_initialize: bool) {
         if is_initialize {
             tracing::warn!(channel = %self.channel, generation = child.generation, "initialize timed out: killing the stdio child; the next call starts a new one");
-            child.close_stdin();
-            child.kill_group();
+            child.abort();
         }
     }
 
@@ -547,7 +555,7 @@ impl Shared {
     }
 }
 
-impl Lane {
+impl Writer {
     /// Waits until `limit` for the write in flight, if any, and forgets it once finished.
     async fn wait_write(&mut self, limit: Instant) -> WriteWait {
         let Some(pending) = self.pending_write.as_mut() else { return WriteWait::Idle };

@@ -241,6 +241,34 @@ async fn notifications_are_acknowledged_with_202_once_written() {
 }
 
 #[tokio::test]
+async fn a_notification_reaches_the_child_while_a_request_is_in_flight() {
+    bounded(async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("received.log");
+        let (t, _) = transport(peer("echo.py", &["--log", log.to_str().unwrap()]));
+        let t = Arc::new(t);
+        let fence = Fence::new(false, 4);
+        let adm = admit(&fence).await;
+        t.warm(&adm).await.unwrap();
+        let slow = r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_delay_ms":800}}"#;
+        let request = tokio::spawn({
+            let t = t.clone();
+            async move { send(&t, &adm, slow, Duration::from_secs(3)).await.0 }
+        });
+        eventually("the child read the slow request", || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("\"id\":5"))).await;
+
+        let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
+        let started = Instant::now();
+        let (ack, _) = send(&t, &admit(&fence).await, cancel, Duration::from_secs(3)).await;
+        assert_eq!((ack.outcome, ack.reply.resp_code), (LegOutcome::Answered, 202));
+        assert!(started.elapsed() < Duration::from_millis(500), "not queued behind the request: {:?}", started.elapsed());
+        assert!(!request.is_finished(), "the request is still in flight");
+        assert_answered(&request.await.unwrap(), 5);
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn session_termination_is_answered_without_touching_the_child() {
     bounded(async {
         let (t, _) = transport(peer("echo.py", &[]));
@@ -270,6 +298,54 @@ async fn garbage_lines_are_counted_and_skipped_and_the_answer_is_delivered() {
         assert_eq!(t.status().generation, 1, "garbage is never fatal");
     })
     .await;
+}
+
+/// Collects formatted log output in memory.
+#[derive(Clone, Default)]
+struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Capture {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn stderr_is_logged_redacted_and_stdout_garbage_by_length_only() {
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    // Current-thread runtime: the child's tasks log on this thread, under this subscriber.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    bounded(async {
+        let (t, _) = transport(peer("echo.py", &["--garbage"]));
+        let adm = admission().await;
+        let (result, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
+        assert_answered(&result, 2);
+        eventually("the stderr line is logged", || capture.text().contains("tunnelgate::stdio_child")).await;
+        t.shutdown().await;
+    })
+    .await;
+    let logs = capture.text();
+    assert!(logs.contains("echo peer ready token=[redacted]"), "{logs}");
+    assert!(!logs.contains("abc123"), "{logs}");
+    assert!(logs.contains("len=15"), "the garbage line is logged by its length: {logs}");
+    assert!(!logs.contains("hello, not json") && !logs.contains("unterminated"), "no stdout content in logs: {logs}");
+    assert!(!logs.contains("tools"), "no payload in logs: {logs}");
 }
 
 #[tokio::test]
@@ -358,6 +434,7 @@ async fn the_child_never_sees_gateway_variables_but_gets_the_configured_ones() {
         let configured = BTreeMap::from([
             ("LOG_LEVEL".to_owned(), "debug".to_owned()),
             ("TUNNELGATE_FROM_CONFIG".to_owned(), "must-not-leak".to_owned()),
+            ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
         ]);
         let metrics = Arc::new(Metrics::new(false, &[]));
         let t = StdioTransport::with_base_env(

@@ -15,20 +15,43 @@ async fn calls_without_the_right_bearer_key_are_unauthorized() {
     let none = c.http.get(&url).send().await.unwrap();
     assert_eq!(none.status(), 401);
     assert_eq!(error_code(none).await, "invalid_api_key");
-    let wrong = c.http.get(&url).bearer_auth("sk-other").send().await.unwrap();
+    let wrong = c
+        .http
+        .get(&url)
+        .bearer_auth("sk-other")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(wrong.status(), 401);
-    let post = c.http.post(c.url("response")).header("content-type", "application/json").body("{}").send().await.unwrap();
+    let post = c
+        .http
+        .post(c.url("response"))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(post.status(), 401);
     let rec = sim.record();
-    assert_eq!(rec.polls.iter().map(|p| p.status).collect::<Vec<_>>(), [Some(401), Some(401)]);
+    assert_eq!(
+        rec.polls.iter().map(|p| p.status).collect::<Vec<_>>(),
+        [Some(401), Some(401)]
+    );
     assert_eq!(rec.responses[0].status, Some(401));
 }
 
 #[tokio::test]
 async fn another_tunnel_is_not_found_and_a_malformed_tunnel_id_is_a_bad_request() {
     let (_sim, c) = start("").await;
-    let get = |tunnel: &str| c.http.get(format!("{}/v1/tunnels/{tunnel}/poll?timeout_ms=1", c.base)).bearer_auth(KEY).send();
-    let other = get("tunnel_99999999999999999999999999999999").await.unwrap();
+    let get = |tunnel: &str| {
+        c.http
+            .get(format!("{}/v1/tunnels/{tunnel}/poll?timeout_ms=1", c.base))
+            .bearer_auth(KEY)
+            .send()
+    };
+    let other = get("tunnel_99999999999999999999999999999999")
+        .await
+        .unwrap();
     assert_eq!(other.status(), 404);
     let malformed = get("Tunnel-1").await.unwrap();
     assert_eq!(malformed.status(), 400);
@@ -43,9 +66,15 @@ async fn an_empty_poll_answers_204_after_timeout_ms() {
     let waited = started.elapsed();
     assert_eq!(resp.status(), 204);
     assert!(resp.bytes().await.unwrap().is_empty());
-    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(3), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
     let poll = &sim.record().polls[0];
-    assert_eq!((poll.limit, poll.timeout_ms, poll.status, poll.commands), (Some(5), Some(300), Some(204), 0));
+    assert_eq!(
+        (poll.limit, poll.timeout_ms, poll.status, poll.commands),
+        (Some(5), Some(300), Some(204), 0)
+    );
 }
 
 #[tokio::test]
@@ -57,16 +86,28 @@ async fn a_long_poll_wakes_when_a_command_is_enqueued() {
         assert!(started.elapsed() < WAIT, "the poll never arrived");
         tokio::task::yield_now().await;
     }
-    sim.enqueue(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":1,"method":"ping"})));
+    sim.enqueue(NewCommand::jsonrpc(
+        json!({"jsonrpc":"2.0","id":1,"method":"ping"}),
+    ));
     let resp = poll.await.unwrap();
     assert_eq!(resp.status(), 200);
-    assert!(started.elapsed() < Duration::from_secs(3), "woke only at the timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "woke only at the timeout"
+    );
 }
 
 #[tokio::test]
 async fn limit_and_timeout_ms_are_validated() {
     let (sim, c) = start("").await;
-    for query in ["limit=0", "limit=26", "limit=x", "limit=-1", "timeout_ms=0", "timeout_ms=abc"] {
+    for query in [
+        "limit=0",
+        "limit=26",
+        "limit=x",
+        "limit=-1",
+        "timeout_ms=0",
+        "timeout_ms=abc",
+    ] {
         assert_eq!(c.poll(query).await.status(), 400, "{query}");
     }
     assert_eq!(c.poll("limit=25&timeout_ms=1").await.status(), 204);
@@ -79,22 +120,38 @@ async fn a_poll_hands_out_at_most_limit_commands_with_fresh_ids() {
     let (sim, c) = start("").await;
     let payload = r#"{"params":{"z":1,"a":[1.50]},"id":"x","jsonrpc":"2.0","method":"tools/list"}"#;
     let raw = serde_json::value::RawValue::from_string(payload.to_owned()).unwrap();
-    let first = sim.enqueue(NewCommand::jsonrpc_raw(raw).channel("side").response_timeout("30s").header("X-Test", "a").header("X-Test", "b"));
-    sim.enqueue(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":2,"method":"ping"})));
+    let first = sim.enqueue(
+        NewCommand::jsonrpc_raw(raw)
+            .channel("side")
+            .response_timeout("30s")
+            .header("X-Test", "a")
+            .header("X-Test", "b"),
+    );
+    sim.enqueue(NewCommand::jsonrpc(
+        json!({"jsonrpc":"2.0","id":2,"method":"ping"}),
+    ));
     sim.enqueue(NewCommand::session_termination(Some("sess-1")));
     let resp = c.poll("limit=2&timeout_ms=1000").await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "application/json");
     let text = String::from_utf8(resp.bytes().await.unwrap().to_vec()).unwrap();
-    assert!(text.contains(payload), "the payload is sent byte for byte: {text}");
+    assert!(
+        text.contains(payload),
+        "the payload is sent byte for byte: {text}"
+    );
     let body: Value = serde_json::from_str(&text).unwrap();
     let cmds = body["commands"].as_array().unwrap();
     assert_eq!(cmds.len(), 2);
     let cmd = &cmds[0];
     assert_eq!(cmd["request_id"], first.as_str());
-    assert!(first.starts_with("req_") && cmd["shard_token"].as_str().unwrap().starts_with("shard_"));
+    assert!(
+        first.starts_with("req_") && cmd["shard_token"].as_str().unwrap().starts_with("shard_")
+    );
     assert_ne!(cmds[0]["shard_token"], cmds[1]["shard_token"]);
-    assert_eq!((cmd["channel"].as_str(), cmd["command_type"].as_str()), (Some("side"), Some("jsonrpc")));
+    assert_eq!(
+        (cmd["channel"].as_str(), cmd["command_type"].as_str()),
+        (Some("side"), Some("jsonrpc"))
+    );
     assert_eq!(cmd["response_timeout"], "30s");
     assert_eq!(cmd["headers"], json!({"X-Test": ["a", "b"]}));
     assert!(humantime::parse_rfc3339(cmd["created_at"].as_str().unwrap()).is_ok());
@@ -116,7 +173,12 @@ async fn raw_commands_are_handed_out_verbatim() {
     sim.enqueue_raw(json!(17));
     let cmds = c.commands().await;
     assert_eq!(cmds, vec![raw, json!(17)]);
-    let ack = c.respond("tok", &json!({"request_id": "req_raw", "resp_code": 200, "resp_type": "notify_ack"})).await;
+    let ack = c
+        .respond(
+            "tok",
+            &json!({"request_id": "req_raw", "resp_code": 200, "resp_type": "notify_ack"}),
+        )
+        .await;
     assert_eq!(ack.status(), 200, "a raw command with ids can be answered");
 }
 
@@ -134,7 +196,10 @@ async fn a_final_response_is_acked_once_and_then_not_found() {
     assert_eq!(error_code(again).await, "pending_request_not_found");
     let rec = sim.record();
     assert!(rec.is_completed(&id));
-    let attempts: Vec<_> = rec.responses_for(&id).map(|r| (r.attempt, r.status, r.completed)).collect();
+    let attempts: Vec<_> = rec
+        .responses_for(&id)
+        .map(|r| (r.attempt, r.status, r.completed))
+        .collect();
     assert_eq!(attempts, [(1, Some(200), true), (2, Some(404), false)]);
 }
 
@@ -147,7 +212,11 @@ async fn a_notification_does_not_complete_the_request() {
     assert_eq!(c.respond(&shard, &notify_body(&id)).await.status(), 200);
     assert!(!sim.record().is_completed(&id));
     assert_eq!(c.respond(&shard, &final_body(&id, 1)).await.status(), 200);
-    assert_eq!(c.respond(&shard, &notify_body(&id)).await.status(), 404, "nothing is pending after the final");
+    assert_eq!(
+        c.respond(&shard, &notify_body(&id)).await.status(),
+        404,
+        "nothing is pending after the final"
+    );
     let completed: Vec<_> = sim.record().responses.iter().map(|r| r.completed).collect();
     assert_eq!(completed, [false, false, true, false]);
 }
@@ -158,11 +227,23 @@ async fn a_wrong_or_missing_shard_token_is_rejected() {
     let id = sim.enqueue(NewCommand::jsonrpc(call(1, "echo")));
     let (_, shard) = ids(&c.one_command().await);
     let body = serde_json::to_vec(&final_body(&id, 1)).unwrap();
-    let wrong = c.respond_bytes(Some("shard_other"), "application/json", body.clone()).await;
+    let wrong = c
+        .respond_bytes(Some("shard_other"), "application/json", body.clone())
+        .await;
     assert_eq!(wrong.status(), 401);
     assert_eq!(error_code(wrong).await, "tunnel_request_mismatch");
-    assert_eq!(c.respond_bytes(None, "application/json", body.clone()).await.status(), 401);
-    assert_eq!(c.respond_bytes(Some(&shard), "application/json", body).await.status(), 200);
+    assert_eq!(
+        c.respond_bytes(None, "application/json", body.clone())
+            .await
+            .status(),
+        401
+    );
+    assert_eq!(
+        c.respond_bytes(Some(&shard), "application/json", body)
+            .await
+            .status(),
+        200
+    );
 }
 
 #[tokio::test]
@@ -185,15 +266,36 @@ async fn payloads_that_break_the_schema_are_bad_requests() {
         json!({"request_id": 5, "resp_code": 200}).to_string(),
     ];
     for body in &cases {
-        let resp = c.respond_bytes(Some(&shard), "application/json", body.clone().into_bytes()).await;
+        let resp = c
+            .respond_bytes(Some(&shard), "application/json", body.clone().into_bytes())
+            .await;
         assert_eq!(resp.status(), 400, "{body}");
     }
     let valid = serde_json::to_vec(&final_body(&id, 1)).unwrap();
-    assert_eq!(c.respond_bytes(Some(&shard), "text/plain", valid.clone()).await.status(), 400, "Content-Type is checked");
-    assert!(!sim.record().is_completed(&id), "rejected POSTs complete nothing");
-    let minimal = json!({"request_id": id, "resp_code": 200}).to_string().into_bytes();
-    assert_eq!(c.respond_bytes(Some(&shard), "application/json; charset=utf-8", minimal).await.status(), 200);
-    assert!(sim.record().is_completed(&id), "resp_type defaults to jsonrpc_response, a final type");
+    assert_eq!(
+        c.respond_bytes(Some(&shard), "text/plain", valid.clone())
+            .await
+            .status(),
+        400,
+        "Content-Type is checked"
+    );
+    assert!(
+        !sim.record().is_completed(&id),
+        "rejected POSTs complete nothing"
+    );
+    let minimal = json!({"request_id": id, "resp_code": 200})
+        .to_string()
+        .into_bytes();
+    assert_eq!(
+        c.respond_bytes(Some(&shard), "application/json; charset=utf-8", minimal)
+            .await
+            .status(),
+        200
+    );
+    assert!(
+        sim.record().is_completed(&id),
+        "resp_type defaults to jsonrpc_response, a final type"
+    );
 }
 
 #[tokio::test]
@@ -208,28 +310,66 @@ async fn unknown_request_ids_are_not_found() {
 async fn headers_and_body_bytes_are_recorded_as_sent() {
     let (sim, c) = start("").await;
     let id = sim.enqueue(NewCommand::jsonrpc(call(1, "echo")));
-    let resp = c.http.get(c.url("poll?limit=1&timeout_ms=500")).bearer_auth(KEY).header("X-Tunnel-Client-Name", "TunnelGate").send().await.unwrap();
+    let resp = c
+        .http
+        .get(c.url("poll?limit=1&timeout_ms=500"))
+        .bearer_auth(KEY)
+        .header("X-Tunnel-Client-Name", "TunnelGate")
+        .send()
+        .await
+        .unwrap();
     let cmd: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
-    let shard = cmd["commands"][0]["shard_token"].as_str().unwrap().to_owned();
+    let shard = cmd["commands"][0]["shard_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let body = format!(r#"{{"request_id":"{id}","resp_code":200,"resp_json":{{"jsonrpc":"2.0","id":1,"result":{{"n":1.50}}}}}}"#).into_bytes();
-    assert_eq!(c.respond_bytes(Some(&shard), "application/json", body.clone()).await.status(), 200);
+    assert_eq!(
+        c.respond_bytes(Some(&shard), "application/json", body.clone())
+            .await
+            .status(),
+        200
+    );
     let rec = sim.record();
-    assert_eq!(rec.polls[0].header("x-tunnel-client-name"), Some("TunnelGate"));
-    assert!(rec.polls[0].headers.iter().any(|(n, _)| n == "x-tunnel-client-name"), "names are lowercased");
-    assert_eq!(rec.polls[0].header("authorization"), Some(format!("Bearer {KEY}").as_str()));
+    assert_eq!(
+        rec.polls[0].header("x-tunnel-client-name"),
+        Some("TunnelGate")
+    );
+    assert!(
+        rec.polls[0]
+            .headers
+            .iter()
+            .any(|(n, _)| n == "x-tunnel-client-name"),
+        "names are lowercased"
+    );
+    assert_eq!(
+        rec.polls[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
     let r = &rec.responses[0];
     assert_eq!(r.body.as_ref(), &body[..]);
     assert_eq!(r.header("X-Tunnel-Shard-Token"), Some(shard.as_str()));
-    assert_eq!((r.request_id.as_deref(), r.order, r.resp_type.as_deref()), (Some(id.as_str()), Some(1), None));
+    assert_eq!(
+        (r.request_id.as_deref(), r.order, r.resp_type.as_deref()),
+        (Some(id.as_str()), Some(1), None)
+    );
 }
 
 #[tokio::test]
 async fn wait_for_names_what_it_waited_for_when_it_times_out() {
     let (sim, _c) = start("").await;
-    let err = sim.wait_for("a response", Duration::from_millis(50), |r| !r.responses.is_empty()).await.unwrap_err();
+    let err = sim
+        .wait_for("a response", Duration::from_millis(50), |r| {
+            !r.responses.is_empty()
+        })
+        .await
+        .unwrap_err();
     assert!(err.contains("a response"), "{err}");
     sim.enqueue(NewCommand::jsonrpc(call(1, "echo")));
-    let rec = sim.wait_for("a queued command", WAIT, |r| r.commands.len() == 1).await.unwrap();
+    let rec = sim
+        .wait_for("a queued command", WAIT, |r| r.commands.len() == 1)
+        .await
+        .unwrap();
     assert_eq!(rec.commands[0].tool.as_deref(), Some("echo"));
     sim.shutdown().await;
 }

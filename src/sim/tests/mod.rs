@@ -26,7 +26,9 @@ pub(super) async fn start(faults: &str) -> (Simulator, Client) {
 }
 
 pub(super) async fn start_with(config: SimConfig) -> (Simulator, Client) {
-    let sim = Simulator::start(config).await.expect("the simulator binds loopback");
+    let sim = Simulator::start(config)
+        .await
+        .expect("the simulator binds loopback");
     let client = Client::new(&sim.base_url());
     (sim, client)
 }
@@ -39,8 +41,14 @@ pub(super) struct Client {
 
 impl Client {
     pub(super) fn new(base: &str) -> Self {
-        let http = reqwest::Client::builder().timeout(WAIT).build().expect("a reqwest client builds");
-        Self { http, base: base.to_owned() }
+        let http = reqwest::Client::builder()
+            .timeout(WAIT)
+            .build()
+            .expect("a reqwest client builds");
+        Self {
+            http,
+            base: base.to_owned(),
+        }
     }
 
     pub(super) fn url(&self, tail: &str) -> String {
@@ -49,7 +57,12 @@ impl Client {
 
     /// `GET .../poll?{query}` with the bearer key.
     pub(super) async fn poll(&self, query: &str) -> reqwest::Response {
-        self.http.get(self.url(&format!("poll?{query}"))).bearer_auth(KEY).send().await.expect("poll is answered")
+        self.http
+            .get(self.url(&format!("poll?{query}")))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .expect("poll is answered")
     }
 
     /// Polls once (25 at most, waiting up to 2 s) and returns the commands (none on 204).
@@ -78,15 +91,37 @@ impl Client {
 
     /// `POST .../response` with the shard token and a JSON body.
     pub(super) async fn respond(&self, shard: &str, body: &Value) -> reqwest::Response {
-        self.respond_bytes(Some(shard), "application/json", serde_json::to_vec(body).unwrap()).await
+        self.respond_bytes(
+            Some(shard),
+            "application/json",
+            serde_json::to_vec(body).unwrap(),
+        )
+        .await
     }
 
-    pub(super) async fn respond_bytes(&self, shard: Option<&str>, content_type: &str, body: Vec<u8>) -> reqwest::Response {
-        self.send_response(shard, content_type, body).await.expect("response POST is answered")
+    pub(super) async fn respond_bytes(
+        &self,
+        shard: Option<&str>,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> reqwest::Response {
+        self.send_response(shard, content_type, body)
+            .await
+            .expect("response POST is answered")
     }
 
-    pub(super) async fn send_response(&self, shard: Option<&str>, content_type: &str, body: Vec<u8>) -> reqwest::Result<reqwest::Response> {
-        let mut req = self.http.post(self.url("response")).bearer_auth(KEY).header("content-type", content_type).body(body);
+    pub(super) async fn send_response(
+        &self,
+        shard: Option<&str>,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> reqwest::Result<reqwest::Response> {
+        let mut req = self
+            .http
+            .post(self.url("response"))
+            .bearer_auth(KEY)
+            .header("content-type", content_type)
+            .body(body);
         if let Some(shard) = shard {
             req = req.header("x-tunnel-shard-token", shard);
         }
@@ -96,7 +131,10 @@ impl Client {
 
 /// Request id and shard token of a polled command.
 pub(super) fn ids(cmd: &Value) -> (String, String) {
-    (cmd["request_id"].as_str().unwrap().to_owned(), cmd["shard_token"].as_str().unwrap().to_owned())
+    (
+        cmd["request_id"].as_str().unwrap().to_owned(),
+        cmd["shard_token"].as_str().unwrap().to_owned(),
+    )
 }
 
 pub(super) fn final_body(request_id: &str, id: i64) -> Value {
@@ -122,6 +160,10 @@ pub(super) fn call(id: i64, tool: &str) -> Value {
 
 /// The `error.code` of an `APIErrorResponse` body.
 pub(super) async fn error_code(resp: reqwest::Response) -> String {
-    let body: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).expect("error bodies are JSON");
-    body["error"]["code"].as_str().expect("error.code is a string").to_owned()
+    let body: Value =
+        serde_json::from_slice(&resp.bytes().await.unwrap()).expect("error bodies are JSON");
+    body["error"]["code"]
+        .as_str()
+        .expect("error.code is a string")
+        .to_owned()
 }

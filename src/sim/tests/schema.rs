@@ -6,8 +6,14 @@ use super::*;
 use crate::sim::NewCommand;
 
 fn openapi() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/contract/openapi.json");
-    serde_json::from_str(&std::fs::read_to_string(path).expect("the shared contract sits beside the checkout")).unwrap()
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/contract/openapi.json"
+    );
+    serde_json::from_str(
+        &std::fs::read_to_string(path).expect("the shared contract sits beside the checkout"),
+    )
+    .unwrap()
 }
 
 /// Validates `instance` against `#/components/schemas/{name}` of the contract.
@@ -26,14 +32,27 @@ async fn body(resp: reqwest::Response) -> Value {
 #[tokio::test]
 async fn poll_bodies_acks_and_error_bodies_satisfy_the_contract() {
     let (sim, c) = start("[[rule]]\nmatch = { order = 1 }\nattempts = [1]\nstatus = 429").await;
-    let id = sim.enqueue(NewCommand::jsonrpc(call(1, "echo")).header("Mcp-Session-Id", "s").response_timeout("4500ms"));
+    let id = sim.enqueue(
+        NewCommand::jsonrpc(call(1, "echo"))
+            .header("Mcp-Session-Id", "s")
+            .response_timeout("4500ms"),
+    );
     sim.enqueue(NewCommand::session_termination(Some("s")).channel("side"));
     let polled = body(c.poll("limit=5&timeout_ms=500").await).await;
     assert_valid("PolledCommandList", &polled);
-    let shard = polled["commands"][0]["shard_token"].as_str().unwrap().to_owned();
-    assert_valid("APIErrorResponse", &body(c.respond(&shard, &final_body(&id, 1)).await).await);
+    let shard = polled["commands"][0]["shard_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_valid(
+        "APIErrorResponse",
+        &body(c.respond(&shard, &final_body(&id, 1)).await).await,
+    );
     assert_valid("TunnelResponsePayload", &final_body(&id, 1));
-    assert_valid("TunnelResponseAck", &body(c.respond(&shard, &final_body(&id, 1)).await).await);
+    assert_valid(
+        "TunnelResponseAck",
+        &body(c.respond(&shard, &final_body(&id, 1)).await).await,
+    );
     for resp in [
         c.respond(&shard, &final_body(&id, 1)).await,
         c.http.get(c.url("poll")).send().await.unwrap(),
@@ -45,16 +64,24 @@ async fn poll_bodies_acks_and_error_bodies_satisfy_the_contract() {
 
 #[test]
 fn the_contract_fixture_response_passes_the_simulator_validation() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/contract/fixtures/jsonrpc_notify_response.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/contract/fixtures/jsonrpc_notify_response.json"
+    );
     let fixture = bytes::Bytes::from(std::fs::read(path).unwrap());
     let payload = crate::sim::validate::payload(&fixture).unwrap();
     assert_eq!(payload.request_id, "cmd_fixture_jsonrpc");
     assert!(!payload.reply.resp_type.is_terminal());
-    assert_eq!(payload.reply.resp_json.as_deref(), Some(&br#"{
+    assert_eq!(
+        payload.reply.resp_json.as_deref(),
+        Some(
+            &br#"{
     "jsonrpc": "2.0",
     "method": "notifications/progress",
     "params": {
       "progress": 0.5
     }
-  }"#[..]));
+  }"#[..]
+        )
+    );
 }
