@@ -205,7 +205,7 @@ fn failure_body(failure: Value) -> Vec<u8> {
         "resp_code": 502,
         "resp_type": "jsonrpc_response",
     }))
-    .unwrap()
+    .expect("a JSON value serializes")
 }
 
 #[test]

@@ -6,6 +6,7 @@
 #![allow(unreachable_pub, dead_code)]
 
 mod contract;
+mod gateway_http;
 mod harness;
 mod peers;
 mod rig;

@@ -96,7 +96,16 @@ log_level = "info"
     }
 
     pub async fn gateway(&self, o: &RigOptions<'_>) -> Gateway {
-        let mut gw = Gateway::run(&self.config(o));
+        self.gateway_with(&self.config(o)).await
+    }
+
+    /// The gateway with `main` pointing at `url` instead of the stub.
+    pub async fn gateway_to(&self, url: &str, o: &RigOptions<'_>) -> Gateway {
+        self.gateway_with(&self.config(o).replace(&self.stub.url(), url)).await
+    }
+
+    pub async fn gateway_with(&self, config: &str) -> Gateway {
+        let mut gw = Gateway::run(config);
         gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", self.ops_port), Duration::from_secs(20)).await;
         gw
     }
