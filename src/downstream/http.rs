@@ -602,35 +602,35 @@ fn classify_send_error(error: &reqwest::Error, https: bool) -> LegFailure {
     if !error.is_connect() {
         return if error.is_timeout() { LegFailure::TimeoutAfterWrite } else { LegFailure::ConnectionLost };
     }
-    let io_kind = innermost_io_kind(error);
-    match io_kind {
-        Some(std::io::ErrorKind::ConnectionRefused) => LegFailure::ConnectRefused,
-        _ if error.is_timeout() => LegFailure::ConnectFailed,
-        Some(
-            std::io::ErrorKind::TimedOut
-            | std::io::ErrorKind::HostUnreachable
-            | std::io::ErrorKind::NetworkUnreachable
-            | std::io::ErrorKind::NetworkDown
-            | std::io::ErrorKind::AddrNotAvailable
-            | std::io::ErrorKind::AddrInUse
-            | std::io::ErrorKind::PermissionDenied,
-        ) => LegFailure::ConnectFailed,
-        // On an https URL, a connect-phase failure that is not a TCP one is the handshake.
-        _ if https => LegFailure::Tls,
-        _ => LegFailure::ConnectFailed,
+    if io_kinds(error).contains(&std::io::ErrorKind::ConnectionRefused) {
+        return LegFailure::ConnectRefused;
+    }
+    // The TCP stage names itself; a connect-phase failure past it on an https URL is the
+    // TLS handshake (the connect timeout spans both, and stays a connect failure).
+    if error.is_timeout() || chain_mentions(error, &["tcp connect error"]) || !https {
+        LegFailure::ConnectFailed
+    } else {
+        LegFailure::Tls
     }
 }
 
-fn innermost_io_kind(error: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
-    let mut kind = None;
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(err) = source {
+/// Every `io::ErrorKind` in the chain, including errors wrapped inside `io::Error`s.
+fn io_kinds(error: &(dyn std::error::Error + 'static)) -> Vec<std::io::ErrorKind> {
+    let mut kinds = Vec::new();
+    let mut pending: Vec<&(dyn std::error::Error + 'static)> = vec![error];
+    while let Some(err) = pending.pop() {
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            kind = Some(io.kind());
+            kinds.push(io.kind());
+            if let Some(inner) = io.get_ref() {
+                pending.push(inner);
+                continue;
+            }
         }
-        source = err.source();
+        if let Some(next) = err.source() {
+            pending.push(next);
+        }
     }
-    kind
+    kinds
 }
 
 fn chain_mentions(error: &(dyn std::error::Error + 'static), needles: &[&str]) -> bool {

@@ -5,6 +5,7 @@
 //! every helper is used by every module.
 #![allow(unreachable_pub, dead_code)]
 
+mod cli;
 mod contract;
 mod gateway_http;
 mod harness;

@@ -66,7 +66,11 @@ impl Drop for Server {
 
 impl Server {
     async fn start(acts: Vec<Act>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on("127.0.0.1:0".parse().unwrap(), acts).await
+    }
+
+    async fn start_on(addr: SocketAddr, acts: Vec<Act>) -> Self {
+        let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -563,6 +567,41 @@ async fn connect_refused_is_not_sent_and_marks_the_channel_down() {
     let status = t.status();
     assert!(!status.up);
     assert_eq!((status.transport, status.generation, status.channel.as_str()), ("http", 0, "main"));
+}
+
+#[tokio::test]
+async fn the_channel_is_up_again_once_a_leg_reaches_the_server() {
+    let addr = dead_port().await;
+    let t = transport(&format!("http://{addr}/mcp"));
+    run(&t, &payload(CALL), &Vec::new(), None).await;
+    assert!(!t.status().up);
+    let body = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
+    let _server = Server::start_on(addr, vec![Act::Reply(reply("200 OK", &[("Content-Type", "application/json")], body.as_bytes()))]).await;
+    assert_eq!(run(&t, &payload(CALL), &Vec::new(), None).await.0.outcome, LegOutcome::Answered);
+    assert!(t.status().up);
+}
+
+#[tokio::test]
+async fn a_connect_timeout_is_not_sent() {
+    // A listener that never accepts, with its backlog filled: further SYNs go unanswered.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..8 {
+        if let Ok(Ok(stream)) = timeout(Duration::from_millis(100), TcpStream::connect(addr)).await {
+            fillers.push(stream);
+        }
+    }
+    let settings = HttpSettings { connect_timeout: Duration::from_millis(200), ..settings() };
+    let t = HttpTransport::new("main", &format!("http://{addr}/mcp"), settings).unwrap();
+    let started = Instant::now();
+    let (result, _) = run(&t, &payload(CALL), &Vec::new(), None).await;
+    assert_eq!(result.failure, Some(LegFailure::ConnectFailed));
+    assert_eq!(result.outcome, LegOutcome::NotSent);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    drop(listener);
 }
 
 #[tokio::test]
