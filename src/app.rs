@@ -92,11 +92,18 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(config: Config) -> Self {
         let (stop_tx, stop_rx) = mpsc::unbounded_channel();
-        Self { config, stop_tx, stop_rx, ops_addr_tx: None }
+        Self {
+            config,
+            stop_tx,
+            stop_rx,
+            ops_addr_tx: None,
+        }
     }
 
     pub fn stop_handle(&self) -> StopHandle {
-        StopHandle { tx: self.stop_tx.clone() }
+        StopHandle {
+            tx: self.stop_tx.clone(),
+        }
     }
 
     /// Reports the bound ops address once the listener is up (useful with port 0).
@@ -108,7 +115,12 @@ impl Gateway {
 
     /// Runs until stopped or latched.
     pub async fn run(self) -> Result<RunOutcome, GatewayError> {
-        let Gateway { config, stop_tx: _keep, mut stop_rx, ops_addr_tx } = self;
+        let Gateway {
+            config,
+            stop_tx: _keep,
+            mut stop_rx,
+            ops_addr_tx,
+        } = self;
         let strict = config.strict.enabled;
         if strict {
             if let Some(fatal) = previous_latch(&config) {
@@ -130,7 +142,10 @@ impl Gateway {
 
         let listener = crate::ops::bind(config.ops.listen)
             .await
-            .map_err(|source| GatewayError::OpsListen { addr: config.ops.listen, source })?;
+            .map_err(|source| GatewayError::OpsListen {
+                addr: config.ops.listen,
+                source,
+            })?;
         let ops_addr = listener.local_addr().unwrap_or(config.ops.listen);
         tracing::info!(addr = %ops_addr, "ops listener ready");
         if let Some(tx) = ops_addr_tx {
@@ -160,7 +175,11 @@ impl Gateway {
             tracker.clone(),
             hard_stop.clone(),
         );
-        tracing::info!(mode = if strict { "strict" } else { "default" }, channels = channels.status().len(), "gateway starting");
+        tracing::info!(
+            mode = if strict { "strict" } else { "default" },
+            channels = channels.status().len(),
+            "gateway starting"
+        );
         {
             let channels = channels.clone();
             let fence = fence.clone();
@@ -179,7 +198,18 @@ impl Gateway {
         let result = match outcome {
             None => fatal_stop(&config, &fence, &channels, &poll_stop, &tracker, &hard_stop).await,
             Some(()) => {
-                graceful_stop(&config, &fence, &channels, &health, &metrics, &poll_stop, &tracker, &hard_stop, &mut stop_rx).await
+                graceful_stop(
+                    &config,
+                    &fence,
+                    &channels,
+                    &health,
+                    &metrics,
+                    &poll_stop,
+                    &tracker,
+                    &hard_stop,
+                    &mut stop_rx,
+                )
+                .await
             }
         };
         root.cancel();
@@ -204,11 +234,14 @@ fn previous_latch(config: &Config) -> Option<Fatal> {
         }
     };
     eprintln!("tunnelgate: inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the cause is understood");
-    let mut fatal = Fatal::new(FatalCategory::LatchedPreviously, &CommandRef {
-        request_id: found.request_id.clone(),
-        channel: found.channel.clone(),
-        method: found.method.clone(),
-    });
+    let mut fatal = Fatal::new(
+        FatalCategory::LatchedPreviously,
+        &CommandRef {
+            request_id: found.request_id.clone(),
+            channel: found.channel.clone(),
+            method: found.method.clone(),
+        },
+    );
     fatal.persisted = true;
     Some(fatal)
 }
@@ -224,7 +257,9 @@ async fn fatal_stop(
     let latched_at = Instant::now();
     poll_stop.cancel();
     channels.kill_all();
-    let fatal = fence.fatal().expect("the latched token is cancelled only after the cause is recorded");
+    let fatal = fence
+        .fatal()
+        .expect("the latched token is cancelled only after the cause is recorded");
     match latch_file::write(&config.strict.latch_file, &fatal) {
         Ok(()) => fence.mark_persisted(),
         Err(e) => eprintln!("tunnelgate: {e}; the latch holds for this run only"),
@@ -253,7 +288,11 @@ async fn graceful_stop(
     hard_stop: &CancellationToken,
     stop_rx: &mut mpsc::UnboundedReceiver<()>,
 ) -> RunOutcome {
-    tracing::info!(in_flight = health.in_flight(), queued = health.queued(), "stop requested: polling stops, in-flight commands get the grace");
+    tracing::info!(
+        in_flight = health.in_flight(),
+        queued = health.queued(),
+        "stop requested: polling stops, in-flight commands get the grace"
+    );
     health.set_draining();
     poll_stop.cancel();
     fence.stop_admitting();
@@ -272,13 +311,20 @@ async fn graceful_stop(
     if !drained && fence.fatal().is_none() {
         let held = fence.snapshot();
         if fence.is_strict() && held.held {
-            let command = CommandRef { request_id: held.request_id, channel: held.channel, method: None };
+            let command = CommandRef {
+                request_id: held.request_id,
+                channel: held.channel,
+                method: None,
+            };
             let fatal = fence.latch(FatalCategory::StoppedBeforeAck, &command);
             if fatal.category == FatalCategory::StoppedBeforeAck {
                 metrics.fatal_latched(FatalCategory::StoppedBeforeAck);
             }
         } else if health.alive() > 0 {
-            tracing::warn!(unfinished = health.alive(), "grace over: cancelling commands that did not finish");
+            tracing::warn!(
+                unfinished = health.alive(),
+                "grace over: cancelling commands that did not finish"
+            );
         }
     }
     if fence.fatal().is_some() {
@@ -301,10 +347,12 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>) -> Result<Channels, G
                     request_timeout: config.mcp.request_timeout,
                     max_body_bytes: 16 * 1024 * 1024,
                 };
-                Transport::Http(HttpTransport::new(name, url, settings).map_err(|e| GatewayError::Channel {
-                    channel: name.clone(),
-                    problem: e.to_string(),
-                })?)
+                Transport::Http(
+                    HttpTransport::new(name, url, settings).map_err(|e| GatewayError::Channel {
+                        channel: name.clone(),
+                        problem: e.to_string(),
+                    })?,
+                )
             }
             ChannelConfig::Stdio { command, env } => {
                 let settings = StdioSettings {
@@ -313,7 +361,13 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>) -> Result<Channels, G
                     restart_backoff_max: Duration::from_secs(10),
                     stop_grace: Duration::from_secs(2),
                 };
-                Transport::Stdio(StdioTransport::new(name, command.clone(), env.clone(), settings, metrics.clone()))
+                Transport::Stdio(StdioTransport::new(
+                    name,
+                    command.clone(),
+                    env.clone(),
+                    settings,
+                    metrics.clone(),
+                ))
             }
         };
         by_name.insert(name.clone(), transport);
@@ -326,7 +380,10 @@ fn build_control(config: &Config, metrics: &Arc<Metrics>) -> Result<ControlClien
         .mcp
         .channels
         .iter()
-        .map(|(name, c)| ServerInfoChannel { name: name.clone(), proc_affinity: matches!(c, ChannelConfig::Stdio { .. }) })
+        .map(|(name, c)| ServerInfoChannel {
+            name: name.clone(),
+            proc_affinity: matches!(c, ChannelConfig::Stdio { .. }),
+        })
         .collect();
     let cp = &config.control_plane;
     let settings = ControlSettings {
@@ -339,5 +396,6 @@ fn build_control(config: &Config, metrics: &Arc<Metrics>) -> Result<ControlClien
         post_attempts: cp.post_attempts.get(),
         server_info: server_info_header(&declared),
     };
-    ControlClient::new(settings, &random_hex(16), metrics.clone()).map_err(|e| GatewayError::ControlClient(e.to_string()))
+    ControlClient::new(settings, &random_hex(16), metrics.clone())
+        .map_err(|e| GatewayError::ControlClient(e.to_string()))
 }

@@ -123,7 +123,12 @@ pub struct SimArgs {
     #[arg(long, default_value = "tunnel_local")]
     pub tunnel_id: String,
     /// Bearer key the simulator requires (use the same value as control_plane.api_key).
-    #[arg(long, env = "TUNNELGATE_SIM_API_KEY", default_value = "dev-key", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "TUNNELGATE_SIM_API_KEY",
+        default_value = "dev-key",
+        hide_env_values = true
+    )]
     pub api_key: String,
     /// TOML fault script (see the simulator's documentation in the README).
     #[arg(long, value_name = "FILE")]
@@ -178,11 +183,24 @@ pub async fn run(config: Config) -> anyhow::Result<u8> {
 /// `tunnelgate status`.
 pub async fn status(base: &str) -> anyhow::Result<u8> {
     let url = format!("{}/status", base.trim_end_matches('/'));
-    let client = reqwest::Client::builder().no_proxy().timeout(std::time::Duration::from_secs(5)).build()?;
-    let body = client.get(&url).send().await.with_context(|| format!("no gateway answered at {url}"))?.text().await?;
-    let doc: serde_json::Value = serde_json::from_str(&body).with_context(|| format!("{url} did not return status JSON"))?;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(std::time::Duration::from_secs(5))
+        .build()?;
+    let body = client
+        .get(&url)
+        .send()
+        .await
+        .with_context(|| format!("no gateway answered at {url}"))?
+        .text()
+        .await?;
+    let doc: serde_json::Value =
+        serde_json::from_str(&body).with_context(|| format!("{url} did not return status JSON"))?;
     println!("{}", serde_json::to_string_pretty(&doc)?);
-    let code = doc["fatal"]["exit_code"].as_u64().and_then(|c| u8::try_from(c).ok()).unwrap_or(0);
+    let code = doc["fatal"]["exit_code"]
+        .as_u64()
+        .and_then(|c| u8::try_from(c).ok())
+        .unwrap_or(0);
     Ok(code)
 }
 
@@ -235,6 +253,8 @@ pub async fn sim(args: SimArgs) -> anyhow::Result<u8> {
         faults: args.faults,
         with_stub: args.with_stub,
     };
-    crate::sim::run_cli(sim_args).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    crate::sim::run_cli(sim_args)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(0)
 }

@@ -42,7 +42,9 @@ pub async fn run(keep_dir: bool) -> anyhow::Result<u8> {
 
 async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let stub = McpStub::start(loopback).await.context("starting the embedded MCP stub")?;
+    let stub = McpStub::start(loopback)
+        .await
+        .context("starting the embedded MCP stub")?;
     let mut sim_config = SimConfig::new(TUNNEL, KEY);
     sim_config.faults = FaultScript::from_toml_str(DRILL_FAULTS).map_err(|e| anyhow::anyhow!("{e}"))?;
     sim_config.ingress_timeout = Duration::from_secs(20);
@@ -58,32 +60,61 @@ async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
     let mut gateway = Gateway::new(config.clone());
     let ops = gateway.ops_addr();
     let running = tokio::spawn(gateway.run());
-    let ops = tokio::time::timeout(Duration::from_secs(10), ops).await.context("gateway did not start")??;
+    let ops = tokio::time::timeout(Duration::from_secs(10), ops)
+        .await
+        .context("gateway did not start")??;
     println!("   gateway ops http://{ops}/status (strict mode, one command at a time)");
 
     step("2. MCP calls through the tunnel (client -> simulator -> gateway -> MCP server)");
-    let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build()?;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(20))
+        .build()?;
     let ingress = sim.ingress_url();
-    let init = mcp(&client, &ingress, json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"tunnelgate-demo","version":"1"}}})).await?;
-    println!("   initialize          -> server {}", init["result"]["serverInfo"]["name"].as_str().unwrap_or("?"));
-    let status = client.post(&ingress).header("accept", "application/json, text/event-stream")
-        .json(&json!({"jsonrpc":"2.0","method":"notifications/initialized"})).send().await?.status();
+    let init = mcp(
+        &client,
+        &ingress,
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"tunnelgate-demo","version":"1"}}}),
+    )
+    .await?;
+    println!(
+        "   initialize          -> server {}",
+        init["result"]["serverInfo"]["name"].as_str().unwrap_or("?")
+    );
+    let status = client
+        .post(&ingress)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .send()
+        .await?
+        .status();
     println!("   notifications/initialized -> HTTP {status} (notify_ack)");
     let tools = mcp(&client, &ingress, json!({"jsonrpc":"2.0","id":2,"method":"tools/list"})).await?;
-    let names: Vec<&str> = tools["result"]["tools"].as_array().map(|t| t.iter().filter_map(|x| x["name"].as_str()).collect()).unwrap_or_default();
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|x| x["name"].as_str()).collect())
+        .unwrap_or_default();
     println!("   tools/list          -> {}", names.join(", "));
     let echo = mcp(&client, &ingress, json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello through the tunnel"}}})).await?;
-    println!("   tools/call echo     -> {}", echo["result"]["content"][0]["text"].as_str().unwrap_or("?"));
+    println!(
+        "   tools/call echo     -> {}",
+        echo["result"]["content"][0]["text"].as_str().unwrap_or("?")
+    );
     let slow = mcp(&client, &ingress, json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"slow","arguments":{"ms":300},"_meta":{"progressToken":"p1"}}})).await?;
-    println!("   tools/call slow     -> {} (progress notifications forwarded first)", slow["result"]["content"][0]["text"].as_str().unwrap_or("?"));
+    println!(
+        "   tools/call slow     -> {} (progress notifications forwarded first)",
+        slow["result"]["content"][0]["text"].as_str().unwrap_or("?")
+    );
 
     step("3. /status while healthy");
     let doc = get_status(&client, ops).await?;
     print_status(&doc);
 
     step("4. Drill: the simulator holds the acknowledgement of a tools/call add");
-    println!("   the gateway posts the result, gets no answer within post_timeout, retries the identical bytes, and latches");
+    println!(
+        "   the gateway posts the result, gets no answer within post_timeout, retries the identical bytes, and latches"
+    );
     let calls_before = stub.count("tools/call");
     let drill = tokio::spawn({
         let client = client.clone();
@@ -108,24 +139,42 @@ async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
         println!("   /status during cleanup:");
         print_status(doc);
     }
-    let outcome = tokio::time::timeout(Duration::from_secs(15), running).await.context("gateway did not stop after the latch")??
+    let outcome = tokio::time::timeout(Duration::from_secs(15), running)
+        .await
+        .context("gateway did not stop after the latch")??
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     drill.abort();
-    let RunOutcome::Fatal(fatal) = &outcome else { bail!("the drill should have latched, but the gateway stopped cleanly") };
-    println!("   gateway exited: category={} exit_code={} (the binary exits with this code)", fatal.category.as_str(), fatal.exit_code);
+    let RunOutcome::Fatal(fatal) = &outcome else {
+        bail!("the drill should have latched, but the gateway stopped cleanly")
+    };
+    println!(
+        "   gateway exited: category={} exit_code={} (the binary exits with this code)",
+        fatal.category.as_str(),
+        fatal.exit_code
+    );
     println!(
         "   MCP server received the drill's tools/call {} time(s): the retries re-posted the result, never the request",
         stub.count("tools/call") - calls_before
     );
     println!("   latch file {}:", latch_path.display());
-    for line in std::fs::read_to_string(latch_path).context("reading the latch file")?.lines() {
+    for line in std::fs::read_to_string(latch_path)
+        .context("reading the latch file")?
+        .lines()
+    {
         println!("     {line}");
     }
 
     step("5. Restart with the latch in place: the gateway refuses to run (exit 89)");
     let before = sim.record().polls.len();
-    let again = Gateway::new(config.clone()).run().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    println!("   exit code {}; polls made by the refused gateway: {}", again.exit_code(), sim.record().polls.len() - before);
+    let again = Gateway::new(config.clone())
+        .run()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!(
+        "   exit code {}; polls made by the refused gateway: {}",
+        again.exit_code(),
+        sim.record().polls.len() - before
+    );
 
     step("6. Operator clears the latch (`tunnelgate latch clear`)");
     latch_file::clear(latch_path)?;
@@ -173,26 +222,57 @@ log_level = "off"
 }
 
 async fn mcp(client: &reqwest::Client, url: &str, body: Value) -> anyhow::Result<Value> {
-    let response = client.post(url).header("accept", "application/json, text/event-stream").json(&body).send().await?;
-    let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let response = client
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .json(&body)
+        .send()
+        .await?;
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
     let text = response.text().await?;
     if content_type.starts_with("text/event-stream") {
         // The last `data:` line carries the terminal response.
-        let last = text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).filter(|d| !d.is_empty()).last();
+        let last = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim)
+            .rfind(|d| !d.is_empty());
         return serde_json::from_str(last.unwrap_or("null")).context("SSE reply without a JSON message");
     }
     serde_json::from_str(&text).context("reply is not JSON")
 }
 
 async fn get_status(client: &reqwest::Client, ops: SocketAddr) -> anyhow::Result<Value> {
-    Ok(client.get(format!("http://{ops}/status")).timeout(Duration::from_secs(2)).send().await?.json().await?)
+    Ok(client
+        .get(format!("http://{ops}/status"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await?
+        .json()
+        .await?)
 }
 
 fn print_status(doc: &Value) {
     println!(
         "   state={} ready={} mode={} fence.held={} commands.in_flight={} fatal={}",
-        doc["state"], doc["ready"], doc["mode"], doc["fence"]["held"], doc["commands"]["in_flight"],
-        if doc["fatal"].is_null() { "null".to_owned() } else { format!("{{category: {}, exit_code: {}}}", doc["fatal"]["category"], doc["fatal"]["exit_code"]) }
+        doc["state"],
+        doc["ready"],
+        doc["mode"],
+        doc["fence"]["held"],
+        doc["commands"]["in_flight"],
+        if doc["fatal"].is_null() {
+            "null".to_owned()
+        } else {
+            format!(
+                "{{category: {}, exit_code: {}}}",
+                doc["fatal"]["category"], doc["fatal"]["exit_code"]
+            )
+        }
     );
 }
 

@@ -69,4 +69,3 @@ fn config_error(e: &ConfigError) -> u8 {
     eprintln!("tunnelgate: {e}");
     78
 }
-

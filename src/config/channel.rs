@@ -59,11 +59,7 @@ fn channel_name(name: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn channel_config(
-    key: &str,
-    raw: RawChannel,
-    api_key: &Secret,
-) -> Result<ChannelConfig, ConfigError> {
+fn channel_config(key: &str, raw: RawChannel, api_key: &Secret) -> Result<ChannelConfig, ConfigError> {
     match (raw.url, raw.command) {
         (Some(_), Some(_)) => Err(ConfigError::invalid(
             key,
@@ -96,14 +92,12 @@ fn command_argv(key: &str, command: Vec<String>) -> Result<Vec<String>, ConfigEr
             key,
             "is empty; give the program and its arguments, e.g. [\"node\", \"server.js\"]",
         )),
-        Some(program) if program.trim().is_empty() => Err(ConfigError::invalid(
-            key,
-            "the program (first element) is empty",
-        )),
-        Some(_) if command.iter().any(|arg| arg.contains('\0')) => Err(ConfigError::invalid(
-            key,
-            "an argument contains a NUL character",
-        )),
+        Some(program) if program.trim().is_empty() => {
+            Err(ConfigError::invalid(key, "the program (first element) is empty"))
+        }
+        Some(_) if command.iter().any(|arg| arg.contains('\0')) => {
+            Err(ConfigError::invalid(key, "an argument contains a NUL character"))
+        }
         Some(_) => Ok(command),
     }
 }

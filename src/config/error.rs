@@ -148,10 +148,7 @@ fn unknown_key(path: &[String], expected: &[&str]) -> String {
     match closest {
         Some((_, candidate)) => format!("unknown key `{dotted}` (did you mean `{candidate}`?)"),
         None if expected.is_empty() => format!("unknown key `{dotted}`"),
-        None => format!(
-            "unknown key `{dotted}` (expected one of: {})",
-            expected.join(", ")
-        ),
+        None => format!("unknown key `{dotted}` (expected one of: {})", expected.join(", ")),
     }
 }
 

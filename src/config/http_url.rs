@@ -19,15 +19,11 @@ pub(super) enum UrlRole {
 pub(super) fn parse(key: &str, value: &str, role: UrlRole) -> Result<String, ConfigError> {
     let invalid = |problem: String| ConfigError::invalid(key, problem);
     if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(invalid(
-            "contains whitespace or control characters".to_owned(),
-        ));
+        return Err(invalid("contains whitespace or control characters".to_owned()));
     }
-    let (scheme, rest) = value.split_once("://").ok_or_else(|| {
-        invalid(
-            "has no scheme; write it as \"http://host:port/path\" or \"https://...\"".to_owned(),
-        )
-    })?;
+    let (scheme, rest) = value
+        .split_once("://")
+        .ok_or_else(|| invalid("has no scheme; write it as \"http://host:port/path\" or \"https://...\"".to_owned()))?;
     if scheme != "http" && scheme != "https" {
         return Err(invalid(format!(
             "scheme {scheme:?} is not supported; use http:// or https://"
@@ -49,10 +45,7 @@ fn check_authority(authority: &str) -> Result<(), String> {
         return Err("has no host".to_owned());
     }
     if authority.contains('@') {
-        return Err(
-            "must not contain credentials (user@host); they would be printed with the URL"
-                .to_owned(),
-        );
+        return Err("must not contain credentials (user@host); they would be printed with the URL".to_owned());
     }
     let (host, port) = split_host_port(authority)?;
     check_host(host)?;
@@ -64,14 +57,8 @@ fn check_authority(authority: &str) -> Result<(), String> {
 
 fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
     if let Some(bracketed) = authority.strip_prefix('[') {
-        let (v6, after) = bracketed
-            .split_once(']')
-            .ok_or("has an unclosed '[' in its host")?;
-        if v6.is_empty()
-            || !v6
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-        {
+        let (v6, after) = bracketed.split_once(']').ok_or("has an unclosed '[' in its host")?;
+        if v6.is_empty() || !v6.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') {
             return Err(format!("host [{v6}] is not an IPv6 address"));
         }
         return match after {
@@ -97,9 +84,7 @@ fn check_host(host: &str) -> Result<(), String> {
         return Err("has no host".to_owned());
     }
     if !host.chars().all(allowed) {
-        return Err(format!(
-            "host {host:?} has characters a host name cannot have"
-        ));
+        return Err(format!("host {host:?} has characters a host name cannot have"));
     }
     Ok(())
 }
@@ -118,12 +103,10 @@ fn check_port(port: &str) -> Result<(), String> {
 /// The path and what follows it.
 fn check_tail(tail: &str, role: UrlRole) -> Result<(), String> {
     match role {
-        UrlRole::Base if tail.contains(['?', '#']) => Err(
-            "must not have a query (?...) or fragment (#...); paths are appended to it".to_owned(),
-        ),
-        UrlRole::Endpoint if tail.contains('#') => {
-            Err("must not have a fragment (#...)".to_owned())
+        UrlRole::Base if tail.contains(['?', '#']) => {
+            Err("must not have a query (?...) or fragment (#...); paths are appended to it".to_owned())
         }
+        UrlRole::Endpoint if tail.contains('#') => Err("must not have a fragment (#...)".to_owned()),
         UrlRole::Base | UrlRole::Endpoint => Ok(()),
     }
 }

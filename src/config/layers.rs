@@ -132,9 +132,7 @@ fn prefixed_env(env: &EnvVars) -> Layer {
     let mut dict = Dict::new();
     for (name, value) in &env.vars {
         if let Some(path) = prefixed_env_path(name) {
-            let value: Value = value
-                .parse()
-                .expect("parsing an environment value is infallible");
+            let value: Value = value.parse().expect("parsing an environment value is infallible");
             insert(&mut dict, &path, value);
         }
     }
@@ -158,9 +156,7 @@ fn prefixed_env_path(name: &str) -> Option<Vec<String>> {
         return None;
     }
     let mut path: Vec<String> = segments.iter().map(|s| s.to_ascii_lowercase()).collect();
-    if let ["mcp", "channels", _, "env", _] =
-        path.iter().map(String::as_str).collect::<Vec<_>>()[..]
-    {
+    if let ["mcp", "channels", _, "env", _] = path.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         path[4] = segments[4].to_owned(); // a child's variable name keeps its case
     }
     Some(path)
@@ -189,19 +185,11 @@ fn anchor_scalars(env: &EnvVars) -> Layer {
 fn anchor_channel(env: &EnvVars) -> Layer {
     let mut dict = Dict::new();
     if let Some(url) = env.non_blank("MCP_SERVER_URL") {
-        insert(
-            &mut dict,
-            &path(&["mcp", "channels", "main", "url"]),
-            url.into(),
-        );
+        insert(&mut dict, &path(&["mcp", "channels", "main", "url"]), url.into());
     }
     if let Some(command) = env.non_blank("MCP_COMMAND") {
         let argv: Vec<&str> = command.split_whitespace().collect();
-        insert(
-            &mut dict,
-            &path(&["mcp", "channels", "main", "command"]),
-            argv.into(),
-        );
+        insert(&mut dict, &path(&["mcp", "channels", "main", "command"]), argv.into());
     }
     anchor_layer(dict)
 }
@@ -240,10 +228,7 @@ fn flags(overrides: &Overrides) -> Layer {
             .as_ref()
             .map(|p| Value::from(p.to_string_lossy().into_owned())),
     );
-    set(
-        &["ops", "listen"],
-        overrides.ops_listen.as_deref().map(Value::from),
-    );
+    set(&["ops", "listen"], overrides.ops_listen.as_deref().map(Value::from));
     set(
         &["telemetry", "log_level"],
         overrides.log_level.as_deref().map(Value::from),
@@ -279,10 +264,7 @@ fn insert(dict: &mut Dict, path: &[String], value: Value) {
         [last] => {
             dict.insert(last.clone(), value);
         }
-        [first, rest @ ..] => match dict
-            .entry(first.clone())
-            .or_insert_with(|| Dict::new().into())
-        {
+        [first, rest @ ..] => match dict.entry(first.clone()).or_insert_with(|| Dict::new().into()) {
             Value::Dict(_, inner) => insert(inner, rest, value),
             scalar => {
                 let mut inner = Dict::new();

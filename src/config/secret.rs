@@ -67,11 +67,7 @@ impl Secret {
     }
 
     /// Resolves `reference` for `key`, reading `env` or the file it names.
-    pub(super) fn resolve(
-        key: &str,
-        reference: &str,
-        env: &EnvVars,
-    ) -> Result<Secret, ConfigError> {
+    pub(super) fn resolve(key: &str, reference: &str, env: &EnvVars) -> Result<Secret, ConfigError> {
         let lowered = reference.to_ascii_lowercase();
         let secret = if let Some(name) = reference.strip_prefix("env:") {
             from_env(key, name, env)?
@@ -95,9 +91,7 @@ impl Secret {
     fn checked(self, key: &str) -> Result<Secret, ConfigError> {
         let what = self.describe();
         if self.value.chars().any(char::is_control) {
-            let problem = format!(
-                "{what} contains a newline or control character, which cannot be sent in a header"
-            );
+            let problem = format!("{what} contains a newline or control character, which cannot be sent in a header");
             return Err(secret_error(key, problem));
         }
         Ok(self)
@@ -106,9 +100,7 @@ impl Secret {
 
 fn from_env(key: &str, name: &str, env: &EnvVars) -> Result<Secret, ConfigError> {
     if !is_env_name(name) {
-        let problem = format!(
-            "{name:?} is not an environment variable name (use e.g. \"env:CONTROL_PLANE_API_KEY\")"
-        );
+        let problem = format!("{name:?} is not an environment variable name (use e.g. \"env:CONTROL_PLANE_API_KEY\")");
         return Err(secret_error(key, problem));
     }
     let value = env.get(name).ok_or_else(|| {
@@ -118,10 +110,7 @@ fn from_env(key: &str, name: &str, env: &EnvVars) -> Result<Secret, ConfigError>
         )
     })?;
     if value.is_empty() {
-        return Err(secret_error(
-            key,
-            format!("environment variable {name} is empty"),
-        ));
+        return Err(secret_error(key, format!("environment variable {name} is empty")));
     }
     Ok(Secret {
         value: value.to_owned(),
@@ -137,19 +126,12 @@ fn from_file(key: &str, path: &Path) -> Result<Secret, ConfigError> {
         ));
     }
     let contents = std::fs::read_to_string(path).map_err(|e| {
-        let problem = format!(
-            "cannot read secret file {}: {}",
-            path.display(),
-            io_words(&e)
-        );
+        let problem = format!("cannot read secret file {}: {}", path.display(), io_words(&e));
         secret_error(key, problem)
     })?;
     let value = strip_one_newline(contents);
     if value.is_empty() {
-        return Err(secret_error(
-            key,
-            format!("secret file {} is empty", path.display()),
-        ));
+        return Err(secret_error(key, format!("secret file {} is empty", path.display())));
     }
     Ok(Secret {
         value,
@@ -171,9 +153,7 @@ fn strip_one_newline(mut value: String) -> String {
 /// `[A-Za-z_][A-Za-z0-9_]*`
 fn is_env_name(name: &str) -> bool {
     let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 

@@ -15,9 +15,7 @@ use super::error::{ConfigError, ErrorKind};
 use super::http_url::{self, UrlRole};
 use super::layers::EnvVars;
 use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawStrict, RawTelemetry};
-use super::{
-    AmbiguityPolicy, Config, ControlPlane, LogFormat, Mcp, Ops, Secret, Strict, Telemetry,
-};
+use super::{AmbiguityPolicy, Config, ControlPlane, LogFormat, Mcp, Ops, Secret, Strict, Telemetry};
 
 pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
     let control_plane = control_plane(raw.control_plane, env)?;
@@ -40,20 +38,12 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
         url_path: url_path(raw.url_path.as_deref().unwrap_or(default::URL_PATH))?,
         tunnel_id: tunnel_id(raw.tunnel_id)?,
         api_key: Secret::resolve("control_plane.api_key", api_key, env)?,
-        poll_timeout: positive_duration(
-            "control_plane.poll_timeout",
-            raw.poll_timeout,
-            default::POLL_TIMEOUT,
-        )?,
+        poll_timeout: positive_duration("control_plane.poll_timeout", raw.poll_timeout, default::POLL_TIMEOUT)?,
         max_inflight: count(
             "control_plane.max_inflight",
             raw.max_inflight.unwrap_or(default::MAX_INFLIGHT),
         )?,
-        post_timeout: positive_duration(
-            "control_plane.post_timeout",
-            raw.post_timeout,
-            default::POST_TIMEOUT,
-        )?,
+        post_timeout: positive_duration("control_plane.post_timeout", raw.post_timeout, default::POST_TIMEOUT)?,
         post_attempts: attempts(
             "control_plane.post_attempts",
             raw.post_attempts.unwrap_or(default::POST_ATTEMPTS),
@@ -93,8 +83,7 @@ fn tunnel_id(value: Option<String>) -> Result<String, ConfigError> {
     })?;
     let bad = |c: char| c.is_whitespace() || c.is_control() || matches!(c, '/' | '?' | '#' | '%');
     if value.chars().any(bad) {
-        let problem =
-            "must not contain whitespace, '/', '?', '#' or '%' (it is placed in request paths)";
+        let problem = "must not contain whitespace, '/', '?', '#' or '%' (it is placed in request paths)";
         return Err(ConfigError::invalid(KEY, problem));
     }
     Ok(value)
@@ -103,16 +92,8 @@ fn tunnel_id(value: Option<String>) -> Result<String, ConfigError> {
 fn mcp(raw: RawMcp, strict: bool, api_key: &Secret) -> Result<Mcp, ConfigError> {
     Ok(Mcp {
         max_concurrent: max_concurrent(raw.max_concurrent, strict)?,
-        request_timeout: positive_duration(
-            "mcp.request_timeout",
-            raw.request_timeout,
-            default::REQUEST_TIMEOUT,
-        )?,
-        connect_timeout: positive_duration(
-            "mcp.connect_timeout",
-            raw.connect_timeout,
-            default::CONNECT_TIMEOUT,
-        )?,
+        request_timeout: positive_duration("mcp.request_timeout", raw.request_timeout, default::REQUEST_TIMEOUT)?,
+        connect_timeout: positive_duration("mcp.connect_timeout", raw.connect_timeout, default::CONNECT_TIMEOUT)?,
         channels: channel::channels(raw.channels, api_key)?,
     })
 }
@@ -144,16 +125,8 @@ fn strict(raw: RawStrict) -> Result<Strict, ConfigError> {
         enabled: raw.enabled.unwrap_or(default::STRICT_ENABLED),
         on_downstream_ambiguity: ambiguity_policy(raw.on_downstream_ambiguity.as_deref())?,
         latch_file: PathBuf::from(latch_file),
-        shutdown_grace: duration(
-            "strict.shutdown_grace",
-            raw.shutdown_grace,
-            default::SHUTDOWN_GRACE,
-        )?,
-        cleanup_timeout: duration(
-            "strict.cleanup_timeout",
-            raw.cleanup_timeout,
-            default::CLEANUP_TIMEOUT,
-        )?,
+        shutdown_grace: duration("strict.shutdown_grace", raw.shutdown_grace, default::SHUTDOWN_GRACE)?,
+        cleanup_timeout: duration("strict.cleanup_timeout", raw.cleanup_timeout, default::CLEANUP_TIMEOUT)?,
     })
 }
 
@@ -181,29 +154,17 @@ fn ops(raw: RawOps) -> Result<Ops, ConfigError> {
     if !listen.ip().is_loopback() && !allow_remote {
         return Err(ConfigError::invalid(
             KEY,
-            format!(
-                "{listen} is not a loopback address; set ops.allow_remote = true to listen on it"
-            ),
+            format!("{listen} is not a loopback address; set ops.allow_remote = true to listen on it"),
         ));
     }
-    Ok(Ops {
-        listen,
-        allow_remote,
-    })
+    Ok(Ops { listen, allow_remote })
 }
 
 fn telemetry(raw: RawTelemetry) -> Result<Telemetry, ConfigError> {
     Ok(Telemetry {
         log_format: log_format(raw.log_format.as_deref().unwrap_or(default::LOG_FORMAT))?,
-        log_level: log_level(
-            raw.log_level
-                .unwrap_or_else(|| default::LOG_LEVEL.to_owned()),
-        )?,
-        otlp_endpoint: otlp_endpoint(
-            raw.otlp_endpoint
-                .as_deref()
-                .unwrap_or(default::OTLP_ENDPOINT),
-        )?,
+        log_level: log_level(raw.log_level.unwrap_or_else(|| default::LOG_LEVEL.to_owned()))?,
+        otlp_endpoint: otlp_endpoint(raw.otlp_endpoint.as_deref().unwrap_or(default::OTLP_ENDPOINT))?,
     })
 }
 
@@ -244,19 +205,11 @@ fn otlp_endpoint(value: &str) -> Result<Option<String>, ConfigError> {
 /// A humantime duration such as "30s", "250ms" or "1m".
 fn duration(key: &str, value: Option<String>, default: &str) -> Result<Duration, ConfigError> {
     let text = value.as_deref().unwrap_or(default);
-    humantime::parse_duration(text).map_err(|_| {
-        ConfigError::invalid(
-            key,
-            format!("{text:?} is not a duration (use e.g. \"10s\", \"250ms\")"),
-        )
-    })
+    humantime::parse_duration(text)
+        .map_err(|_| ConfigError::invalid(key, format!("{text:?} is not a duration (use e.g. \"10s\", \"250ms\")")))
 }
 
-fn positive_duration(
-    key: &str,
-    value: Option<String>,
-    default: &str,
-) -> Result<Duration, ConfigError> {
+fn positive_duration(key: &str, value: Option<String>, default: &str) -> Result<Duration, ConfigError> {
     let parsed = duration(key, value, default)?;
     if parsed.is_zero() {
         return Err(ConfigError::invalid(
@@ -268,14 +221,11 @@ fn positive_duration(
 }
 
 fn count(key: &str, value: u64) -> Result<NonZeroUsize, ConfigError> {
-    let value = usize::try_from(value)
-        .map_err(|_| ConfigError::invalid(key, format!("{value} is too large")))?;
-    NonZeroUsize::new(value)
-        .ok_or_else(|| ConfigError::invalid(key, "must be at least 1 (found 0)"))
+    let value = usize::try_from(value).map_err(|_| ConfigError::invalid(key, format!("{value} is too large")))?;
+    NonZeroUsize::new(value).ok_or_else(|| ConfigError::invalid(key, "must be at least 1 (found 0)"))
 }
 
 fn attempts(key: &str, value: u64) -> Result<NonZeroU32, ConfigError> {
-    let value = u32::try_from(value)
-        .map_err(|_| ConfigError::invalid(key, format!("{value} is too large")))?;
+    let value = u32::try_from(value).map_err(|_| ConfigError::invalid(key, format!("{value} is too large")))?;
     NonZeroU32::new(value).ok_or_else(|| ConfigError::invalid(key, "must be at least 1 (found 0)"))
 }

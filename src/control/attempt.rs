@@ -68,7 +68,10 @@ impl AttemptResult {
     pub fn is_retryable(self, kind: PostKind, status: Option<u16>) -> bool {
         match (kind, self) {
             (_, Self::Ok | Self::NotFound | Self::RejectedStatus | Self::Cancelled) => false,
-            (PostKind::Terminal, Self::RetryableStatus | Self::TransportNotSent | Self::TransportAfterWrite | Self::Timeout) => true,
+            (
+                PostKind::Terminal,
+                Self::RetryableStatus | Self::TransportNotSent | Self::TransportAfterWrite | Self::Timeout,
+            ) => true,
             (PostKind::Notify, Self::TransportNotSent) => true,
             (PostKind::Notify, Self::RetryableStatus) => status == Some(429),
             (PostKind::Notify, Self::TransportAfterWrite | Self::Timeout) => false,
@@ -81,9 +84,11 @@ impl AttemptResult {
             Self::Ok => Delivery::Acked,
             Self::NotFound => Delivery::NotFound,
             Self::RejectedStatus => Delivery::Rejected,
-            Self::RetryableStatus | Self::TransportNotSent | Self::TransportAfterWrite | Self::Timeout | Self::Cancelled => {
-                Delivery::Ambiguous
-            }
+            Self::RetryableStatus
+            | Self::TransportNotSent
+            | Self::TransportAfterWrite
+            | Self::Timeout
+            | Self::Cancelled => Delivery::Ambiguous,
         }
     }
 
@@ -168,9 +173,21 @@ mod tests {
             (A::Ok, Delivery::Acked, None),
             (A::NotFound, Delivery::NotFound, Some(FatalCategory::AckNotFound)),
             (A::RejectedStatus, Delivery::Rejected, Some(FatalCategory::AckRejected)),
-            (A::RetryableStatus, Delivery::Ambiguous, Some(FatalCategory::AckRetriesExhausted)),
-            (A::TransportNotSent, Delivery::Ambiguous, Some(FatalCategory::AckRetriesExhausted)),
-            (A::TransportAfterWrite, Delivery::Ambiguous, Some(FatalCategory::AckConnectionLost)),
+            (
+                A::RetryableStatus,
+                Delivery::Ambiguous,
+                Some(FatalCategory::AckRetriesExhausted),
+            ),
+            (
+                A::TransportNotSent,
+                Delivery::Ambiguous,
+                Some(FatalCategory::AckRetriesExhausted),
+            ),
+            (
+                A::TransportAfterWrite,
+                Delivery::Ambiguous,
+                Some(FatalCategory::AckConnectionLost),
+            ),
             (A::Timeout, Delivery::Ambiguous, Some(FatalCategory::AckTimeout)),
             (A::Cancelled, Delivery::Ambiguous, Some(FatalCategory::StoppedBeforeAck)),
         ];

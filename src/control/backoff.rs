@@ -18,7 +18,11 @@ pub const UNAUTHORIZED_FLOOR: Duration = Duration::from_secs(10);
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self { failures: 0, base: Duration::from_millis(200), max: Duration::from_secs(10) }
+        Self {
+            failures: 0,
+            base: Duration::from_millis(200),
+            max: Duration::from_secs(10),
+        }
     }
 }
 
@@ -34,7 +38,10 @@ impl Backoff {
     /// Records a failure and returns the delay before the next try. `jitter` is a sample
     /// in `[0, 1)`; `floor` is a server-imposed minimum (`Retry-After`, already capped).
     pub fn next_delay(&mut self, jitter: f64, floor: Option<Duration>) -> Duration {
-        let exp = self.base.saturating_mul(1u32.checked_shl(self.failures.min(16)).unwrap_or(u32::MAX)).min(self.max);
+        let exp = self
+            .base
+            .saturating_mul(1u32.checked_shl(self.failures.min(16)).unwrap_or(u32::MAX))
+            .min(self.max);
         self.failures = self.failures.saturating_add(1);
         let half = exp / 2;
         let jittered = half + half.mul_f64(jitter.clamp(0.0, 1.0));

@@ -35,7 +35,9 @@ pub struct ControlSettings {
 
 impl std::fmt::Debug for ControlSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControlSettings").field("tunnel_id", &self.tunnel_id).finish_non_exhaustive()
+        f.debug_struct("ControlSettings")
+            .field("tunnel_id", &self.tunnel_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -138,12 +140,22 @@ impl ControlClient {
             headers.insert(AUTHORIZATION, v);
         }
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        headers.insert(HeaderName::from_static("x-tunnel-client-name"), HeaderValue::from_static(CLIENT_NAME));
-        headers.insert(HeaderName::from_static("x-tunnel-client-version"), HeaderValue::from_static(env!("CARGO_PKG_VERSION")));
+        headers.insert(
+            HeaderName::from_static("x-tunnel-client-name"),
+            HeaderValue::from_static(CLIENT_NAME),
+        );
+        headers.insert(
+            HeaderName::from_static("x-tunnel-client-version"),
+            HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+        );
         if let Ok(v) = HeaderValue::from_str(instance_id) {
             headers.insert(HeaderName::from_static("x-tunnel-client-instance-id"), v);
         }
-        if let Some(info) = settings.server_info.as_deref().and_then(|i| HeaderValue::from_str(i).ok()) {
+        if let Some(info) = settings
+            .server_info
+            .as_deref()
+            .and_then(|i| HeaderValue::from_str(i).ok())
+        {
             headers.insert(HeaderName::from_static("x-tunnel-mcp-server-info"), info);
         }
         Ok(Self {
@@ -166,7 +178,11 @@ impl ControlClient {
         let url = format!("{}?limit={}&timeout_ms={timeout_ms}", self.poll_url, limit.clamp(1, 25));
         let request = self.http.get(url).headers(self.headers.clone());
         let deadline = Instant::now() + self.settings.poll_timeout + POLL_SLACK;
-        let err = |kind, status, retry_after| PollError { kind, status, retry_after };
+        let err = |kind, status, retry_after| PollError {
+            kind,
+            status,
+            retry_after,
+        };
         let response = match tokio::time::timeout_at(deadline, request.send()).await {
             Err(_) => return Err(err(PollErrorKind::Timeout, None, None)),
             Ok(Err(e)) if e.is_timeout() => return Err(err(PollErrorKind::Timeout, None, None)),
@@ -181,7 +197,12 @@ impl ControlClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
         match status {
-            204 => return Ok(Polled { received_at, commands: Vec::new() }),
+            204 => {
+                return Ok(Polled {
+                    received_at,
+                    commands: Vec::new(),
+                })
+            }
             200 => {}
             _ => return Err(err(PollErrorKind::from_status(status), Some(status), retry_after)),
         }
@@ -233,13 +254,20 @@ impl ControlClient {
             attempt += 1;
             let (result, status, retry_after) = self.attempt(&headers, body.clone(), deadline, cancel).await;
             self.metrics.delivery_attempted(metric_kind, result.as_str());
-            let deadline_left = deadline.map_or(true, |d| Instant::now() < d);
-            if attempt >= max_attempts || !result.is_retryable(kind, status) || !deadline_left || cancel.is_cancelled() {
+            let deadline_left = deadline.is_none_or(|d| Instant::now() < d);
+            if attempt >= max_attempts || !result.is_retryable(kind, status) || !deadline_left || cancel.is_cancelled()
+            {
                 let delivery = result.final_delivery();
                 self.metrics.delivery_finished(metric_kind, delivery.as_str());
-                return DeliveryReport { delivery, last_attempt: result, attempts: attempt };
+                return DeliveryReport {
+                    delivery,
+                    last_attempt: result,
+                    attempts: attempt,
+                };
             }
-            let delay = backoff.next_delay(rand::random::<f64>(), retry_after).min(Duration::from_secs(5));
+            let delay = backoff
+                .next_delay(rand::random::<f64>(), retry_after)
+                .min(Duration::from_secs(5));
             let wake = deadline.map_or(Instant::now() + delay, |d| d.min(Instant::now() + delay));
             tokio::select! {
                 biased;
@@ -267,7 +295,13 @@ impl ControlClient {
         let per_attempt = Instant::now() + self.settings.post_timeout;
         let until = deadline.map_or(per_attempt, |d| d.min(per_attempt));
         let exchange = async {
-            let response = self.http.post(&self.response_url).headers(headers.clone()).body(body).send().await;
+            let response = self
+                .http
+                .post(&self.response_url)
+                .headers(headers.clone())
+                .body(body)
+                .send()
+                .await;
             let response = match response {
                 Ok(r) => r,
                 Err(e) if e.is_connect() => return (AttemptResult::TransportNotSent, None, None),
@@ -286,7 +320,11 @@ impl ControlClient {
                 Err(_) if status == 200 => return (AttemptResult::TransportAfterWrite, Some(status), None),
                 Err(_) => Bytes::new(),
             };
-            (AttemptResult::from_status(status, is_ack(&body)), Some(status), retry_after)
+            (
+                AttemptResult::from_status(status, is_ack(&body)),
+                Some(status),
+                retry_after,
+            )
         };
         tokio::select! {
             biased;

@@ -49,7 +49,10 @@ impl Health {
     }
 
     pub fn last_poll_age(&self) -> Option<Duration> {
-        self.last_successful_poll.lock().unwrap_or_else(|p| p.into_inner()).map(|t| t.elapsed())
+        self.last_successful_poll
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|t| t.elapsed())
     }
 
     pub fn set_draining(&self) {

@@ -10,7 +10,9 @@ use tracing::Instrument;
 use super::Dispatcher;
 use crate::control::{Delivery, DeliveryReport, PostKind};
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Notification, Reply, Transport};
-use crate::protocol::{synthesize_error, Command, CommandKind, FailureSource, InvalidCommand, RespType, ResponseBody, TunnelFailure};
+use crate::protocol::{
+    synthesize_error, Command, CommandKind, FailureSource, InvalidCommand, RespType, ResponseBody, TunnelFailure,
+};
 use crate::protocol::{ChannelName, RequestId, ShardToken};
 use crate::strict::{Admission, CommandRef, FatalCategory, FenceLeg, Refusal};
 use crate::telemetry::{DropReason, DurationLeg};
@@ -78,7 +80,11 @@ impl Dispatcher {
     /// Takes the command's place in the admission line, in receipt order. Called
     /// synchronously by the poller; `None` for commands that will never be admitted
     /// (unknown type, expired, unroutable), which `run` handles on its own.
-    pub(super) fn request_admission(&self, cmd: &Command, received_at: Instant) -> Option<tokio::sync::oneshot::Receiver<Admitted>> {
+    pub(super) fn request_admission(
+        &self,
+        cmd: &Command,
+        received_at: Instant,
+    ) -> Option<tokio::sync::oneshot::Receiver<Admitted>> {
         let method = match &cmd.kind {
             CommandKind::JsonRpc(p) => p.method(),
             CommandKind::SessionTermination => None,
@@ -90,7 +96,11 @@ impl Dispatcher {
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let command = CommandRef::new(cmd.request_id.as_str(), cmd.channel.as_str(), method);
-        let _ = self.admit_tx.send(AdmitRequest { command, deadline, reply: tx });
+        let _ = self.admit_tx.send(AdmitRequest {
+            command,
+            deadline,
+            reply: tx,
+        });
         Some(rx)
     }
 
@@ -121,7 +131,8 @@ impl Dispatcher {
             self.answer_not_executed(&cmd, "unroutable").await;
             return;
         };
-        self.metrics.leg_duration(DurationLeg::Queue, received_at.elapsed().as_secs_f64());
+        self.metrics
+            .leg_duration(DurationLeg::Queue, received_at.elapsed().as_secs_f64());
 
         // Admission is granted in receipt order by the admitter (see `admit_loop`).
         let wait_started = Instant::now();
@@ -130,15 +141,22 @@ impl Dispatcher {
             None => {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let command = CommandRef::new(cmd.request_id.as_str(), cmd.channel.as_str(), method);
-                let _ = self.admit_tx.send(AdmitRequest { command, deadline, reply: tx });
+                let _ = self.admit_tx.send(AdmitRequest {
+                    command,
+                    deadline,
+                    reply: tx,
+                });
                 rx
             }
         };
         let admitted = rx.instrument(tracing::info_span!("tunnelgate.fence_wait")).await;
-        self.metrics.leg_duration(DurationLeg::FenceWait, wait_started.elapsed().as_secs_f64());
+        self.metrics
+            .leg_duration(DurationLeg::FenceWait, wait_started.elapsed().as_secs_f64());
         let admission = match admitted {
             Ok(Admitted::Expired) => {
-                tracing::info!("response_timeout passed while waiting for the fence; dropped without contacting the MCP server");
+                tracing::info!(
+                    "response_timeout passed while waiting for the fence; dropped without contacting the MCP server"
+                );
                 self.metrics.command_dropped(DropReason::Expired);
                 return;
             }
@@ -147,7 +165,10 @@ impl Dispatcher {
                     Refusal::Latched => DropReason::Fatal,
                     Refusal::Stopping => DropReason::Shutdown,
                 };
-                tracing::info!(reason = refusal.kind(), "not executed; answered with a retry-safe error");
+                tracing::info!(
+                    reason = refusal.kind(),
+                    "not executed; answered with a retry-safe error"
+                );
                 self.metrics.command_dropped(reason);
                 self.answer_not_executed(&cmd, refusal.kind()).await;
                 return;
@@ -164,11 +185,13 @@ impl Dispatcher {
         self.metrics.set_in_flight(self.health.in_flight());
         self.metrics.set_fence_held(self.fence.is_strict());
         self.metrics.set_queue_depth(self.health.queued());
-        self.admitted_lifecycle(&cmd, transport, admission, deadline, received_at).await;
+        self.admitted_lifecycle(&cmd, transport, admission, deadline, received_at)
+            .await;
         self.health.released();
         self.metrics.set_in_flight(self.health.in_flight());
         self.metrics.set_fence_held(self.fence.snapshot().held);
-        self.metrics.leg_duration(DurationLeg::Total, received_at.elapsed().as_secs_f64());
+        self.metrics
+            .leg_duration(DurationLeg::Total, received_at.elapsed().as_secs_f64());
     }
 
     async fn admitted_lifecycle(
@@ -188,21 +211,42 @@ impl Dispatcher {
         let (notes_tx, notes_rx) = tokio::sync::mpsc::channel(NOTIFY_BUFFER);
         let notifier = tokio::spawn(
             self.clone()
-                .post_notifications(notes_rx, cmd.request_id.clone(), cmd.channel.clone(), cmd.shard_token.clone(), deadline)
+                .post_notifications(
+                    notes_rx,
+                    cmd.request_id.clone(),
+                    cmd.channel.clone(),
+                    cmd.shard_token.clone(),
+                    deadline,
+                )
                 .in_current_span(),
         );
         let started = Instant::now();
-        let leg = self.downstream_leg(cmd, transport, &admission, deadline, notes_tx).await;
-        self.metrics.leg_duration(DurationLeg::Downstream, started.elapsed().as_secs_f64());
+        let leg = self
+            .downstream_leg(cmd, transport, &admission, deadline, notes_tx)
+            .await;
+        self.metrics
+            .leg_duration(DurationLeg::Downstream, started.elapsed().as_secs_f64());
         self.metrics.downstream_finished(transport.kind(), leg.outcome);
         let span = tracing::Span::current();
         span.record("leg_outcome", leg.outcome.as_str());
         if let Some(f) = &leg.failure {
             span.record("error.type", f.kind());
             match leg.outcome {
-                LegOutcome::NotSent => tracing::warn!(outcome = "not_sent", reason = f.kind(), "downstream leg failed before sending; safe to retry"),
-                LegOutcome::Abandoned => tracing::warn!(outcome = "abandoned", reason = f.kind(), "downstream leg abandoned: effect unknown"),
-                LegOutcome::Answered => tracing::info!(outcome = "answered", reason = f.kind(), "the MCP server refused the request"),
+                LegOutcome::NotSent => tracing::warn!(
+                    outcome = "not_sent",
+                    reason = f.kind(),
+                    "downstream leg failed before sending; safe to retry"
+                ),
+                LegOutcome::Abandoned => tracing::warn!(
+                    outcome = "abandoned",
+                    reason = f.kind(),
+                    "downstream leg abandoned: effect unknown"
+                ),
+                LegOutcome::Answered => tracing::info!(
+                    outcome = "answered",
+                    reason = f.kind(),
+                    "the MCP server refused the request"
+                ),
             }
         }
         // Notifications go out before the terminal response, whatever happens to them.
@@ -211,7 +255,10 @@ impl Dispatcher {
 
         if is_expired(deadline) {
             // Never synthesize a late error; a late answer is not posted either.
-            tracing::warn!(dispatched, "response_timeout passed during the downstream leg; nothing posted");
+            tracing::warn!(
+                dispatched,
+                "response_timeout passed during the downstream leg; nothing posted"
+            );
             self.metrics.command_dropped(DropReason::Expired);
             if self.policy.strict && dispatched {
                 self.latch(&admission, FatalCategory::DeadlineExpired);
@@ -222,14 +269,20 @@ impl Dispatcher {
             self.latch(&admission, FatalCategory::DownstreamAmbiguous);
             // The caller has not been told yet: post "effect unknown", bounded by cleanup.
             let cleanup = Instant::now() + self.policy.cleanup_timeout;
-            let report = self.deliver_terminal(cmd, &leg.reply, Some(deadline.map_or(cleanup, |d| d.min(cleanup)))).await;
-            tracing::info!(delivery = report.delivery.as_str(), "effect-unknown response after the latch");
+            let report = self
+                .deliver_terminal(cmd, &leg.reply, Some(deadline.map_or(cleanup, |d| d.min(cleanup))))
+                .await;
+            tracing::info!(
+                delivery = report.delivery.as_str(),
+                "effect-unknown response after the latch"
+            );
             return;
         }
         admission.set_leg(FenceLeg::Deliver);
         let started = Instant::now();
         let report = self.deliver_terminal(cmd, &leg.reply, deadline).await;
-        self.metrics.leg_duration(DurationLeg::Deliver, started.elapsed().as_secs_f64());
+        self.metrics
+            .leg_duration(DurationLeg::Deliver, started.elapsed().as_secs_f64());
         span.record("delivery_outcome", report.delivery.as_str());
         if report.delivery == Delivery::Acked {
             return;
@@ -237,7 +290,10 @@ impl Dispatcher {
         let category = if is_expired(deadline) {
             FatalCategory::DeadlineExpired
         } else {
-            report.last_attempt.fatal_category().unwrap_or(FatalCategory::InternalError)
+            report
+                .last_attempt
+                .fatal_category()
+                .unwrap_or(FatalCategory::InternalError)
         };
         if self.policy.strict && dispatched {
             self.latch(&admission, category);
@@ -264,11 +320,17 @@ impl Dispatcher {
         async {
             match &cmd.kind {
                 CommandKind::JsonRpc(payload) => {
-                    let req = DownstreamRequest { payload, headers: &cmd.headers, deadline };
+                    let req = DownstreamRequest {
+                        payload,
+                        headers: &cmd.headers,
+                        deadline,
+                    };
                     transport.call(admission, &req, &notes).await
                 }
                 CommandKind::SessionTermination => transport.terminate_session(admission, &cmd.headers, deadline).await,
-                CommandKind::Unknown(_) => LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse),
+                CommandKind::Unknown(_) => {
+                    LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse)
+                }
             }
         }
         .instrument(span)
@@ -279,7 +341,11 @@ impl Dispatcher {
         let fatal = admission.latch(category);
         if fatal.category == category {
             self.metrics.fatal_latched(category);
-            tracing::error!(category = category.as_str(), exit_code = category.exit_code(), "fatal latch set");
+            tracing::error!(
+                category = category.as_str(),
+                exit_code = category.exit_code(),
+                "fatal latch set"
+            );
         }
     }
 
@@ -295,7 +361,10 @@ impl Dispatcher {
         .to_bytes();
         self.control
             .deliver(PostKind::Terminal, body, &cmd.shard_token, deadline, &self.hard_stop)
-            .instrument(tracing::info_span!("tunnelgate.deliver", http.request.resend_count = tracing::field::Empty))
+            .instrument(tracing::info_span!(
+                "tunnelgate.deliver",
+                http.request.resend_count = tracing::field::Empty
+            ))
             .await
     }
 
@@ -326,10 +395,16 @@ impl Dispatcher {
                 resp_type: RespType::JsonrpcNotify,
             }
             .to_bytes();
-            let report = self.control.deliver(PostKind::Notify, body, &shard_token, deadline, &self.hard_stop).await;
+            let report = self
+                .control
+                .deliver(PostKind::Notify, body, &shard_token, deadline, &self.hard_stop)
+                .await;
             if report.delivery != Delivery::Acked {
                 failed = true;
-                tracing::warn!(delivery = report.delivery.as_str(), "notification not acknowledged; later notifications of this command are skipped");
+                tracing::warn!(
+                    delivery = report.delivery.as_str(),
+                    "notification not acknowledged; later notifications of this command are skipped"
+                );
             }
         }
         if skipped > 0 {
@@ -347,12 +422,18 @@ impl Dispatcher {
             CommandKind::Unknown(_) => return,
         };
         let failure = TunnelFailure::new(FailureSource::ClientInternal, None, false, None);
-        let resp_json = (resp_type == RespType::JsonrpcResponse).then(|| synthesize_error(id, NOT_EXECUTED_MESSAGE, &failure));
+        let resp_json =
+            (resp_type == RespType::JsonrpcResponse).then(|| synthesize_error(id, NOT_EXECUTED_MESSAGE, &failure));
         let mut headers = BTreeMap::new();
         if resp_json.is_some() {
             headers.insert("Content-Type".to_owned(), vec!["application/json".to_owned()]);
         }
-        let reply = Reply { resp_json, resp_headers: headers, resp_code: 503, resp_type };
+        let reply = Reply {
+            resp_json,
+            resp_headers: headers,
+            resp_code: 503,
+            resp_type,
+        };
         let deadline = Instant::now() + self.policy.cleanup_timeout;
         let report = self.deliver_terminal(cmd, &reply, Some(deadline)).await;
         tracing::info!(reason, delivery = report.delivery.as_str(), "not-executed response");
@@ -363,12 +444,19 @@ impl Dispatcher {
     pub(super) async fn answer_invalid(&self, invalid: InvalidCommand) {
         self.metrics.command_dropped(DropReason::Invalid);
         let (Some(request_id), Some(shard_token)) = (invalid.request_id, invalid.shard_token) else {
-            tracing::warn!(reason = invalid.reason, "malformed command without request id or shard token; skipped");
+            tracing::warn!(
+                reason = invalid.reason,
+                "malformed command without request id or shard token; skipped"
+            );
             return;
         };
         tracing::warn!(reason = invalid.reason, "malformed command; answered with an error");
         let failure = TunnelFailure::new(FailureSource::Protocol, Some("invalid_protocol_response"), false, None);
-        let resp_json = synthesize_error(None, "not delivered to the MCP server: the tunnel command was malformed", &failure);
+        let resp_json = synthesize_error(
+            None,
+            "not delivered to the MCP server: the tunnel command was malformed",
+            &failure,
+        );
         let headers = BTreeMap::from([("Content-Type".to_owned(), vec!["application/json".to_owned()])]);
         let body = ResponseBody {
             request_id: &request_id,
@@ -380,7 +468,10 @@ impl Dispatcher {
         }
         .to_bytes();
         let deadline = Instant::now() + self.policy.cleanup_timeout;
-        let report = self.control.deliver(PostKind::Terminal, body, &shard_token, Some(deadline), &self.hard_stop).await;
+        let report = self
+            .control
+            .deliver(PostKind::Terminal, body, &shard_token, Some(deadline), &self.hard_stop)
+            .await;
         tracing::info!(delivery = report.delivery.as_str(), "malformed-command response");
     }
 }
@@ -389,7 +480,9 @@ impl Dispatcher {
 fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::Span {
     let (method, tool) = match &cmd.kind {
         CommandKind::JsonRpc(p) => (
-            p.method().map(crate::telemetry::safe_method).unwrap_or_else(|| "response".to_owned()),
+            p.method()
+                .map(crate::telemetry::safe_method)
+                .unwrap_or_else(|| "response".to_owned()),
             p.tool_name().map(|t| crate::telemetry::safe_method(&t)),
         ),
         CommandKind::SessionTermination => ("session/terminate".to_owned(), None),

@@ -22,9 +22,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::control::{Backoff, ControlClient};
 use crate::control::backoff::UNAUTHORIZED_FLOOR;
 use crate::control::PollErrorKind;
+use crate::control::{Backoff, ControlClient};
 use crate::downstream::Channels;
 use crate::protocol::{Command, CommandKind, InvalidCommand};
 use crate::strict::Fence;
@@ -58,6 +58,8 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
+    /// Every collaborator is passed in explicitly: the dispatcher owns none of them.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         control: ControlClient,
         fence: Fence,
@@ -71,7 +73,18 @@ impl Dispatcher {
         let (admit_tx, admit_rx) = tokio::sync::mpsc::unbounded_channel();
         // Not on the tracker: it idles until stop and must not hold up a drain.
         tokio::spawn(lifecycle::admit_loop(fence.clone(), admit_rx, hard_stop.clone()));
-        Arc::new(Self { control, fence, channels, metrics, health, policy, tracker, hard_stop, space: Notify::new(), admit_tx })
+        Arc::new(Self {
+            control,
+            fence,
+            channels,
+            metrics,
+            health,
+            policy,
+            tracker,
+            hard_stop,
+            space: Notify::new(),
+            admit_tx,
+        })
     }
 
     /// The poll loop: runs until `stop` is cancelled or the fence latches.
@@ -110,7 +123,11 @@ impl Dispatcher {
                     backoff.reset();
                     self.health.poll_succeeded();
                     self.metrics.poll_succeeded_at(unix_now());
-                    self.metrics.poll_finished(if polled.commands.is_empty() { "empty" } else { "commands" });
+                    self.metrics.poll_finished(if polled.commands.is_empty() {
+                        "empty"
+                    } else {
+                        "commands"
+                    });
                     for command in polled.commands {
                         self.spawn_command(command, polled.received_at);
                     }
@@ -121,11 +138,19 @@ impl Dispatcher {
                     let mut delay = backoff.next_delay(rand::random::<f64>(), e.retry_after);
                     if e.kind == PollErrorKind::Unauthorized {
                         delay = delay.max(UNAUTHORIZED_FLOOR);
-                        tracing::error!(status = e.status, retry_in_ms = delay.as_millis() as u64,
-                            "the control plane refused the API key or tunnel; an operator must fix the credentials");
+                        tracing::error!(
+                            status = e.status,
+                            retry_in_ms = delay.as_millis() as u64,
+                            "the control plane refused the API key or tunnel; an operator must fix the credentials"
+                        );
                     } else {
-                        tracing::warn!(kind = e.kind(), status = e.status, failures = backoff.failures(),
-                            retry_in_ms = delay.as_millis() as u64, "poll failed; backing off");
+                        tracing::warn!(
+                            kind = e.kind(),
+                            status = e.status,
+                            failures = backoff.failures(),
+                            retry_in_ms = delay.as_millis() as u64,
+                            "poll failed; backing off"
+                        );
                     }
                     tokio::select! {
                         biased;
@@ -179,7 +204,10 @@ impl Dispatcher {
         };
         self.health.command_started();
         self.metrics.set_queue_depth(self.health.queued());
-        let place = command.as_ref().ok().and_then(|c| self.request_admission(c, received_at));
+        let place = command
+            .as_ref()
+            .ok()
+            .and_then(|c| self.request_admission(c, received_at));
         let this = self.clone();
         self.tracker.spawn(
             async move {
@@ -207,5 +235,8 @@ impl Drop for FinishGuard<'_> {
 }
 
 fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }

@@ -66,7 +66,9 @@ pub struct Channels {
 
 impl Channels {
     pub fn new(by_name: BTreeMap<String, Transport>) -> Self {
-        Self { by_name: Arc::new(by_name) }
+        Self {
+            by_name: Arc::new(by_name),
+        }
     }
 
     pub fn get(&self, name: &str) -> Option<&Transport> {
@@ -85,7 +87,9 @@ impl Channels {
     pub async fn warm(&self, fence: &crate::strict::Fence) {
         for (name, t) in self.by_name.iter() {
             if let Transport::Stdio(s) = t {
-                let Ok(admission) = fence.admit(crate::strict::CommandRef::default()).await else { return };
+                let Ok(admission) = fence.admit(crate::strict::CommandRef::default()).await else {
+                    return;
+                };
                 if let Err(failure) = s.warm(&admission).await {
                     tracing::warn!(channel = %name, reason = failure.kind(), "stdio child did not start; the next command will retry");
                 }

@@ -199,16 +199,27 @@ struct Expected {
 impl HttpTransport {
     /// Builds the channel's transport. The URL must be `http` or `https`.
     pub fn new(channel: &str, url: &str, settings: HttpSettings) -> Result<Self, HttpSetupError> {
-        let url = Url::parse(url).map_err(|_| HttpSetupError::InvalidUrl { channel: channel.to_owned() })?;
+        let url = Url::parse(url).map_err(|_| HttpSetupError::InvalidUrl {
+            channel: channel.to_owned(),
+        })?;
         let https = match url.scheme() {
             "https" => true,
             "http" => false,
-            _ => return Err(HttpSetupError::UnsupportedScheme { channel: channel.to_owned() }),
+            _ => {
+                return Err(HttpSetupError::UnsupportedScheme {
+                    channel: channel.to_owned(),
+                })
+            }
         };
         if !url.has_host() {
-            return Err(HttpSetupError::InvalidUrl { channel: channel.to_owned() });
+            return Err(HttpSetupError::InvalidUrl {
+                channel: channel.to_owned(),
+            });
         }
-        let client = build_client(&settings).map_err(|source| HttpSetupError::Client { channel: channel.to_owned(), source })?;
+        let client = build_client(&settings).map_err(|source| HttpSetupError::Client {
+            channel: channel.to_owned(),
+            source,
+        })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 channel: channel.to_owned(),
@@ -240,7 +251,11 @@ impl HttpTransport {
         match result {
             Ok(reply) => LegResult::answered(reply),
             Err(failure) => {
-                let resp_type = if expects_response { RespType::JsonrpcResponse } else { RespType::NotifyAck };
+                let resp_type = if expects_response {
+                    RespType::JsonrpcResponse
+                } else {
+                    RespType::NotifyAck
+                };
                 LegResult::failed(failure, req.payload.id(), resp_type)
             }
         }
@@ -252,7 +267,12 @@ impl HttpTransport {
     ///
     /// # Cancel safety
     /// As for [`call`](Self::call): dropping it after the send began is `abandoned`.
-    pub async fn terminate_session(&self, admission: &Admission, headers: &WireHeaders, deadline: Option<Instant>) -> LegResult {
+    pub async fn terminate_session(
+        &self,
+        admission: &Admission,
+        headers: &WireHeaders,
+        deadline: Option<Instant>,
+    ) -> LegResult {
         let result = self.delete(admission, headers, deadline).await;
         self.record(&result);
         match result {
@@ -270,7 +290,12 @@ impl HttpTransport {
     /// `/status` view: `up` turns false when a leg fails to connect (DNS, TCP, TLS) and
     /// true again when a leg reaches the server.
     pub fn status(&self) -> ChannelStatus {
-        ChannelStatus { channel: self.inner.channel.clone(), transport: "http", up: self.inner.up.load(Ordering::Relaxed), generation: 0 }
+        ChannelStatus {
+            channel: self.inner.channel.clone(),
+            transport: "http",
+            up: self.inner.up.load(Ordering::Relaxed),
+            generation: 0,
+        }
     }
 
     async fn exchange(
@@ -299,10 +324,23 @@ impl HttpTransport {
         let status = resp.status();
         let resp_headers = response_headers(resp.headers());
         if !status.is_success() {
-            return refusal(resp, status, resp_headers, expects_response, self.inner.settings.max_body_bytes, deadline).await;
+            return refusal(
+                resp,
+                status,
+                resp_headers,
+                expects_response,
+                self.inner.settings.max_body_bytes,
+                deadline,
+            )
+            .await;
         }
         if !expects_response {
-            return Ok(Reply { resp_json: None, resp_headers, resp_code: status.as_u16(), resp_type: RespType::NotifyAck });
+            return Ok(Reply {
+                resp_json: None,
+                resp_headers,
+                resp_code: status.as_u16(),
+                resp_type: RespType::NotifyAck,
+            });
         }
         if status == StatusCode::ACCEPTED || status == StatusCode::NO_CONTENT {
             return Err(LegFailure::NonProtocolResponse);
@@ -310,21 +348,36 @@ impl HttpTransport {
         let expected = Expected::of(req);
         match body_kind(resp.headers()) {
             BodyKind::Json => {
-                let body = read_body(resp, self.inner.settings.max_body_bytes, deadline).await.map_err(|e| match e {
-                    BodyError::TooLarge => LegFailure::BodyTooLarge,
-                    BodyError::Timeout => LegFailure::TimeoutAfterWrite,
-                    BodyError::Broken => LegFailure::TruncatedJson,
-                })?;
-                let raw = String::from_utf8(body).ok().and_then(json_value).ok_or(LegFailure::TruncatedJson)?;
+                let body = read_body(resp, self.inner.settings.max_body_bytes, deadline)
+                    .await
+                    .map_err(|e| match e {
+                        BodyError::TooLarge => LegFailure::BodyTooLarge,
+                        BodyError::Timeout => LegFailure::TimeoutAfterWrite,
+                        BodyError::Broken => LegFailure::TruncatedJson,
+                    })?;
+                let raw = String::from_utf8(body)
+                    .ok()
+                    .and_then(json_value)
+                    .ok_or(LegFailure::TruncatedJson)?;
                 match expected.classify_body(raw) {
-                    Message::Terminal(raw) => {
-                        Ok(Reply { resp_json: Some(raw), resp_headers, resp_code: status.as_u16(), resp_type: RespType::JsonrpcResponse })
-                    }
+                    Message::Terminal(raw) => Ok(Reply {
+                        resp_json: Some(raw),
+                        resp_headers,
+                        resp_code: status.as_u16(),
+                        resp_type: RespType::JsonrpcResponse,
+                    }),
                     Message::Other(_) | Message::Noise => Err(LegFailure::NonProtocolResponse),
                 }
             }
             BodyKind::EventStream => {
-                let mut leg = StreamLeg { admission, command_headers: req.headers, expected, notes, sink_open: true, deadline };
+                let mut leg = StreamLeg {
+                    admission,
+                    command_headers: req.headers,
+                    expected,
+                    notes,
+                    sink_open: true,
+                    deadline,
+                };
                 self.read_event_stream(&mut leg, resp, resp_headers).await
             }
             BodyKind::Other => Err(LegFailure::NonProtocolResponse),
@@ -340,10 +393,18 @@ impl HttpTransport {
     ) -> Result<Reply, LegFailure> {
         let session_id = header_value(leg.command_headers, "mcp-session-id")
             .map(str::to_owned)
-            .or_else(|| resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned));
+            .or_else(|| {
+                resp.headers()
+                    .get("mcp-session-id")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            });
         let request_version = header_value(leg.command_headers, "mcp-protocol-version");
         let response_version = resp.headers().get("mcp-protocol-version").and_then(|v| v.to_str().ok());
-        let resumable_version = [request_version, response_version].into_iter().flatten().all(|v| v.trim() < NO_RESUME_FROM_VERSION);
+        let resumable_version = [request_version, response_version]
+            .into_iter()
+            .flatten()
+            .all(|v| v.trim() < NO_RESUME_FROM_VERSION);
         let mut parser = SseParser::new();
         let mut status = resp.status();
         let mut resumes = 0;
@@ -364,7 +425,10 @@ impl HttpTransport {
                 Err(StreamEnd::Closed) => {}
             }
             drop(resp);
-            let resumable = resumes < MAX_RESUMES && !parser.last_event_id().is_empty() && session_id.is_some() && resumable_version;
+            let resumable = resumes < MAX_RESUMES
+                && !parser.last_event_id().is_empty()
+                && session_id.is_some()
+                && resumable_version;
             if !resumable {
                 return Err(LegFailure::StreamClosedBeforeResponse);
             }
@@ -408,7 +472,10 @@ impl HttpTransport {
                 match leg.expected.classify_event(raw) {
                     Message::Terminal(raw) => return Ok(raw),
                     Message::Other(raw) if leg.sink_open => {
-                        let note = Notification { resp_json: raw, resp_headers: resp_headers.clone() };
+                        let note = Notification {
+                            resp_json: raw,
+                            resp_headers: resp_headers.clone(),
+                        };
                         match timeout_at(leg.deadline, leg.notes.send(note)).await {
                             Err(_) => return Err(StreamEnd::Failed(LegFailure::TimeoutAfterWrite)),
                             // The receiver is gone: keep reading for the terminal response.
@@ -424,7 +491,12 @@ impl HttpTransport {
 
     /// One resume attempt: `GET` with `Last-Event-ID`. Anything but a 2xx event stream
     /// leaves the leg abandoned.
-    async fn resume(&self, leg: &StreamLeg<'_>, last_event_id: &str, session_id: Option<&str>) -> Result<reqwest::Response, LegFailure> {
+    async fn resume(
+        &self,
+        leg: &StreamLeg<'_>,
+        last_event_id: &str,
+        session_id: Option<&str>,
+    ) -> Result<reqwest::Response, LegFailure> {
         let client = self.client().map_err(|_| LegFailure::StreamClosedBeforeResponse)?;
         let mut headers = HeaderMap::new();
         for (name, values) in leg.command_headers {
@@ -432,7 +504,9 @@ impl HttpTransport {
             if !RESUME_HEADERS.contains(&lower.as_str()) {
                 continue;
             }
-            let Ok(name) = HeaderName::from_bytes(lower.as_bytes()) else { continue };
+            let Ok(name) = HeaderName::from_bytes(lower.as_bytes()) else {
+                continue;
+            };
             for value in values {
                 if let Ok(value) = HeaderValue::from_str(value) {
                     headers.append(name.clone(), value);
@@ -467,7 +541,12 @@ impl HttpTransport {
         }
     }
 
-    async fn delete(&self, admission: &Admission, headers: &WireHeaders, deadline: Option<Instant>) -> Result<Reply, LegFailure> {
+    async fn delete(
+        &self,
+        admission: &Admission,
+        headers: &WireHeaders,
+        deadline: Option<Instant>,
+    ) -> Result<Reply, LegFailure> {
         let deadline = self.leg_deadline(deadline);
         let client = self.client()?;
         let request = client
@@ -479,7 +558,12 @@ impl HttpTransport {
         let status = resp.status().as_u16();
         let resp_headers = response_headers(resp.headers());
         let _ = resp.bytes().now_or_never();
-        Ok(Reply { resp_json: None, resp_headers, resp_code: status, resp_type: RespType::SessionTerminationResponse })
+        Ok(Reply {
+            resp_json: None,
+            resp_headers,
+            resp_code: status,
+            resp_type: RespType::SessionTerminationResponse,
+        })
     }
 
     /// Sends one request after the last checks: deadline not passed, admission still good.
@@ -533,17 +617,24 @@ impl HttpTransport {
 impl std::fmt::Debug for HttpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry credentials or private hostnames: never printed.
-        f.debug_struct("HttpTransport").field("channel", &self.inner.channel).finish_non_exhaustive()
+        f.debug_struct("HttpTransport")
+            .field("channel", &self.inner.channel)
+            .finish_non_exhaustive()
     }
 }
 
 impl Expected {
     fn of(req: &DownstreamRequest<'_>) -> Self {
-        Self { id: req.payload.id().and_then(|raw| serde_json::from_str(raw.get()).ok()) }
+        Self {
+            id: req.payload.id().and_then(|raw| serde_json::from_str(raw.get()).ok()),
+        }
     }
 
     fn matches(&self, id: Option<&RawValue>) -> bool {
-        match (&self.id, id.and_then(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok())) {
+        match (
+            &self.id,
+            id.and_then(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok()),
+        ) {
             (Some(want), Some(got)) => *want == got,
             _ => false,
         }
@@ -563,7 +654,9 @@ impl Expected {
     fn classify_body(&self, raw: Box<RawValue>) -> Message {
         match probe(&raw) {
             None => Message::Noise,
-            Some(p) if is_response(&p) && (self.matches(p.id) || (p.error.0 && p.id.is_none())) => Message::Terminal(raw),
+            Some(p) if is_response(&p) && (self.matches(p.id) || (p.error.0 && p.id.is_none())) => {
+                Message::Terminal(raw)
+            }
             Some(_) => Message::Other(raw),
         }
     }
@@ -600,7 +693,11 @@ fn classify_send_error(error: &reqwest::Error, https: bool) -> LegFailure {
         return LegFailure::Dns;
     }
     if !error.is_connect() {
-        return if error.is_timeout() { LegFailure::TimeoutAfterWrite } else { LegFailure::ConnectionLost };
+        return if error.is_timeout() {
+            LegFailure::TimeoutAfterWrite
+        } else {
+            LegFailure::ConnectionLost
+        };
     }
     if io_kinds(error).contains(&std::io::ErrorKind::ConnectionRefused) {
         return LegFailure::ConnectRefused;
@@ -664,9 +761,12 @@ async fn refusal(
         return Err(failure);
     };
     match String::from_utf8(body).ok().and_then(json_value) {
-        Some(raw) if probe(&raw).is_some_and(|p| p.error.0 && p.jsonrpc.0 && !p.method.0) => {
-            Ok(Reply { resp_json: Some(raw), resp_headers, resp_code: status.as_u16(), resp_type: RespType::JsonrpcResponse })
-        }
+        Some(raw) if probe(&raw).is_some_and(|p| p.error.0 && p.jsonrpc.0 && !p.method.0) => Ok(Reply {
+            resp_json: Some(raw),
+            resp_headers,
+            resp_code: status.as_u16(),
+            resp_type: RespType::JsonrpcResponse,
+        }),
         _ => Err(failure),
     }
 }
@@ -701,7 +801,9 @@ fn forward_headers(wire: &WireHeaders) -> HeaderMap {
                 Ok(value) => {
                     out.append(header.clone(), value);
                 }
-                Err(_) => tracing::debug!(header = %lower, "skipping a connector header value that is not valid in HTTP"),
+                Err(_) => {
+                    tracing::debug!(header = %lower, "skipping a connector header value that is not valid in HTTP")
+                }
             }
         }
     }
@@ -710,11 +812,17 @@ fn forward_headers(wire: &WireHeaders) -> HeaderMap {
 
 /// The first value of a command header, by case-insensitive name.
 fn header_value<'a>(wire: &'a WireHeaders, name: &str) -> Option<&'a str> {
-    wire.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| v.first()).map(String::as_str)
+    wire.iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .and_then(|(_, v)| v.first())
+        .map(String::as_str)
 }
 
 fn response_headers(headers: &HeaderMap) -> RespHeaders {
-    let pairs: Vec<(&str, &str)> = headers.iter().filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?))).collect();
+    let pairs: Vec<(&str, &str)> = headers
+        .iter()
+        .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
+        .collect();
     filter_resp_headers(pairs.iter().copied())
 }
 

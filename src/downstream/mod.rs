@@ -11,12 +11,12 @@ mod outcome;
 mod sse;
 mod stdio;
 
+pub use channels::{Channels, Transport};
+pub use http::{HttpSettings, HttpSetupError, HttpTransport};
 pub use outcome::{
     LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, ABANDONED_MESSAGE, NOT_SENT_MESSAGE,
     REFUSED_MESSAGE,
 };
-pub use channels::{Channels, Transport};
-pub use http::{HttpSettings, HttpSetupError, HttpTransport};
 pub use stdio::{StdioSettings, StdioTransport};
 
 use crate::protocol::{JsonRpcPayload, WireHeaders};

@@ -240,7 +240,11 @@ pub struct LegResult {
 impl LegResult {
     /// A leg that produced the server's own terminal response (including a JSON-RPC error).
     pub fn answered(reply: Reply) -> Self {
-        Self { outcome: LegOutcome::Answered, failure: None, reply }
+        Self {
+            outcome: LegOutcome::Answered,
+            failure: None,
+            reply,
+        }
     }
 
     /// A failed leg, answered with a synthesized error shaped for what the command expects.
@@ -250,9 +254,11 @@ impl LegResult {
     /// termination gets `session_termination_response`, each with the failure's code.
     pub fn failed(failure: LegFailure, rpc_id: Option<&RawValue>, resp_type: RespType) -> Self {
         let resp_json = match resp_type {
-            RespType::JsonrpcResponse | RespType::JsonrpcNotify => {
-                Some(synthesize_error(rpc_id, failure.caller_message(), &failure.tunnel_failure()))
-            }
+            RespType::JsonrpcResponse | RespType::JsonrpcNotify => Some(synthesize_error(
+                rpc_id,
+                failure.caller_message(),
+                &failure.tunnel_failure(),
+            )),
             RespType::NotifyAck | RespType::SessionTerminationResponse => None,
         };
         let mut resp_headers = BTreeMap::new();
@@ -261,7 +267,12 @@ impl LegResult {
         }
         Self {
             outcome: failure.outcome(),
-            reply: Reply { resp_json, resp_headers, resp_code: failure.resp_code(), resp_type },
+            reply: Reply {
+                resp_json,
+                resp_headers,
+                resp_code: failure.resp_code(),
+                resp_type,
+            },
             failure: Some(failure),
         }
     }

@@ -155,7 +155,9 @@ impl SseParser {
             }
             // Only an all-digit value sets the retry hint.
             b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
-                let ms = value.iter().fold(0u64, |acc, d| acc.saturating_mul(10).saturating_add(u64::from(d - b'0')));
+                let ms = value.iter().fold(0u64, |acc, d| {
+                    acc.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+                });
                 self.retry_ms = Some(ms);
             }
             _ => {} // unknown fields (and rejected id/retry values) are ignored
@@ -169,13 +171,21 @@ impl SseParser {
             return;
         }
         self.data.pop(); // the LF appended after the last data line
-        let event = if self.event_type.is_empty() { "message".to_owned() } else { String::from_utf8_lossy(&self.event_type).into_owned() };
+        let event = if self.event_type.is_empty() {
+            "message".to_owned()
+        } else {
+            String::from_utf8_lossy(&self.event_type).into_owned()
+        };
         let data = match String::from_utf8(std::mem::take(&mut self.data)) {
             Ok(s) => s,
             Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
         };
         self.event_type.clear();
-        out.push(SseEvent { event, data, id: self.last_event_id.clone() });
+        out.push(SseEvent {
+            event,
+            data,
+            id: self.last_event_id.clone(),
+        });
     }
 }
 

@@ -65,12 +65,18 @@ impl OpsState {
             None => return Err("no successful poll of the control plane yet".to_owned()),
             Some(age) if age > self.poll_freshness => {
                 let kind = self.health.poll_health().last_poll_error_kind.unwrap_or("none");
-                return Err(format!("last successful poll {}s ago (last error: {kind})", age.as_secs()));
+                return Err(format!(
+                    "last successful poll {}s ago (last error: {kind})",
+                    age.as_secs()
+                ));
             }
             Some(_) => {}
         }
         if let Some(down) = self.channels.status().iter().find(|c| !c.up) {
-            return Err(format!("downstream channel {} ({}) is down", down.channel, down.transport));
+            return Err(format!(
+                "downstream channel {} ({}) is down",
+                down.channel, down.transport
+            ));
         }
         Ok(())
     }
@@ -99,7 +105,10 @@ impl OpsState {
             fatal,
             control_plane: self.health.poll_health(),
             downstream: self.channels.status(),
-            commands: Commands { in_flight: self.health.in_flight(), queued: self.health.queued() },
+            commands: Commands {
+                in_flight: self.health.in_flight(),
+                queued: self.health.queued(),
+            },
         }
     }
 }
@@ -120,7 +129,9 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 }
 
 pub async fn serve(listener: tokio::net::TcpListener, state: Arc<OpsState>, stop: CancellationToken) {
-    let result = axum::serve(listener, router(state)).with_graceful_shutdown(async move { stop.cancelled().await }).await;
+    let result = axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
     if let Err(e) = result {
         tracing::warn!(error = %e, "ops listener stopped with an error");
     }
@@ -142,5 +153,9 @@ async fn status(State(s): State<Arc<OpsState>>) -> Response {
 }
 
 async fn metrics(State(s): State<Arc<OpsState>>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.metrics.render()).into_response()
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        s.metrics.render(),
+    )
+        .into_response()
 }

@@ -129,7 +129,14 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
     let command_type = match wire.command_type {
         None | Some(serde_json::Value::Null) => "jsonrpc".to_owned(),
         Some(serde_json::Value::String(s)) => s,
-        Some(_) => return Err(invalid("invalid_command_type", Some(request_id), Some(shard_token), channel)),
+        Some(_) => {
+            return Err(invalid(
+                "invalid_command_type",
+                Some(request_id),
+                Some(shard_token),
+                channel,
+            ))
+        }
     };
     let kind = match command_type.as_str() {
         "jsonrpc" => {
@@ -138,7 +145,14 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
             };
             match JsonRpcPayload::from_raw(raw) {
                 Some(p) => CommandKind::JsonRpc(p),
-                None => return Err(invalid("jsonrpc_not_object", Some(request_id), Some(shard_token), channel)),
+                None => {
+                    return Err(invalid(
+                        "jsonrpc_not_object",
+                        Some(request_id),
+                        Some(shard_token),
+                        channel,
+                    ))
+                }
             }
         }
         "session_termination" => CommandKind::SessionTermination,
@@ -186,7 +200,11 @@ impl JsonRpcPayload {
             return None;
         }
         let probe: RpcProbe = serde_json::from_str(raw.get()).ok()?;
-        Some(Self { raw, method: probe.method, id: probe.id })
+        Some(Self {
+            raw,
+            method: probe.method,
+            id: probe.id,
+        })
     }
 
     /// The exact bytes received from the control plane.
@@ -237,15 +255,20 @@ mod tests {
 
     #[test]
     fn the_contract_fixture_decodes() {
-        let body = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/contract/fixtures/poll_command_envelope.json"))
-            .expect("the shared contract sits beside the checkout");
+        let body = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/contract/fixtures/poll_command_envelope.json"
+        ))
+        .expect("the shared contract sits beside the checkout");
         let cmds = decode_poll(&body).unwrap();
         assert_eq!(cmds.len(), 2);
         let first = cmds[0].as_ref().unwrap();
         assert_eq!(first.request_id.as_str(), "cmd_fixture_jsonrpc");
         assert_eq!(first.channel.as_str(), "harpoon");
         assert_eq!(first.headers, vec![("x-test".to_owned(), vec!["alpha".to_owned()])]);
-        let CommandKind::JsonRpc(p) = &first.kind else { panic!("jsonrpc") };
+        let CommandKind::JsonRpc(p) = &first.kind else {
+            panic!("jsonrpc")
+        };
         assert_eq!(p.method(), Some("tools/list"));
         assert_eq!(p.id().unwrap().get(), r#""rpc-1""#);
         assert!(p.expects_response());
@@ -257,7 +280,10 @@ mod tests {
     #[test]
     fn payload_bytes_are_kept_exactly() {
         let payload = r#"{"params":{"z":1,"a":[1.50,2]},"id":7,"jsonrpc":"2.0","method":"tools/call","x-vendor":true}"#;
-        let cmd = decode_one(&format!(r#"{{"request_id":"r","shard_token":"s","created_at":"t","jsonrpc":{payload}}}"#)).unwrap();
+        let cmd = decode_one(&format!(
+            r#"{{"request_id":"r","shard_token":"s","created_at":"t","jsonrpc":{payload}}}"#
+        ))
+        .unwrap();
         let CommandKind::JsonRpc(p) = cmd.kind else { panic!() };
         assert_eq!(p.raw().get(), payload);
         assert_eq!(p.id().unwrap().get(), "7");
@@ -265,7 +291,8 @@ mod tests {
 
     #[test]
     fn unknown_command_types_are_kept_for_reporting() {
-        let cmd = decode_one(r#"{"request_id":"r","shard_token":"s","created_at":"t","command_type":"teleport"}"#).unwrap();
+        let cmd =
+            decode_one(r#"{"request_id":"r","shard_token":"s","created_at":"t","command_type":"teleport"}"#).unwrap();
         assert!(matches!(cmd.kind, CommandKind::Unknown(ref t) if t == "teleport"));
     }
 
@@ -283,13 +310,28 @@ mod tests {
         let cases = [
             (r#"[1,2]"#, "not_an_object"),
             (r#"{"shard_token":"s","jsonrpc":{}}"#, "missing_request_id"),
-            (r#"{"request_id":"","shard_token":"s","jsonrpc":{}}"#, "missing_request_id"),
+            (
+                r#"{"request_id":"","shard_token":"s","jsonrpc":{}}"#,
+                "missing_request_id",
+            ),
             (r#"{"request_id":"r","jsonrpc":{}}"#, "missing_shard_token"),
             (r#"{"request_id":"r","shard_token":"s"}"#, "missing_jsonrpc"),
-            (r#"{"request_id":"r","shard_token":"s","jsonrpc":[1]}"#, "jsonrpc_not_object"),
-            (r#"{"request_id":"r","shard_token":"s","jsonrpc":{},"headers":{"a":1}}"#, "invalid_headers"),
-            (r#"{"request_id":"r","shard_token":"s","jsonrpc":{},"channel":5}"#, "invalid_channel"),
-            (r#"{"request_id":"r","shard_token":"s","jsonrpc":{},"command_type":3}"#, "invalid_command_type"),
+            (
+                r#"{"request_id":"r","shard_token":"s","jsonrpc":[1]}"#,
+                "jsonrpc_not_object",
+            ),
+            (
+                r#"{"request_id":"r","shard_token":"s","jsonrpc":{},"headers":{"a":1}}"#,
+                "invalid_headers",
+            ),
+            (
+                r#"{"request_id":"r","shard_token":"s","jsonrpc":{},"channel":5}"#,
+                "invalid_channel",
+            ),
+            (
+                r#"{"request_id":"r","shard_token":"s","jsonrpc":{},"command_type":3}"#,
+                "invalid_command_type",
+            ),
         ];
         for (json, reason) in cases {
             let err = decode_one(json).expect_err(json);
@@ -307,7 +349,9 @@ mod tests {
         let cmds = decode_poll(body).unwrap();
         assert_eq!(cmds.len(), 3);
         assert!(cmds[0].is_ok() && cmds[1].is_err() && cmds[2].is_ok());
-        let CommandKind::JsonRpc(p) = &cmds[2].as_ref().unwrap().kind else { panic!() };
+        let CommandKind::JsonRpc(p) = &cmds[2].as_ref().unwrap().kind else {
+            panic!()
+        };
         assert!(!p.expects_response());
     }
 
@@ -320,9 +364,15 @@ mod tests {
 
     #[test]
     fn tool_names_are_read_only_from_tools_call() {
-        let p = JsonRpcPayload::from_raw(RawValue::from_string(r#"{"id":1,"method":"tools/call","params":{"name":"echo"}}"#.into()).unwrap()).unwrap();
+        let p = JsonRpcPayload::from_raw(
+            RawValue::from_string(r#"{"id":1,"method":"tools/call","params":{"name":"echo"}}"#.into()).unwrap(),
+        )
+        .unwrap();
         assert_eq!(p.tool_name().as_deref(), Some("echo"));
-        let p = JsonRpcPayload::from_raw(RawValue::from_string(r#"{"id":1,"method":"prompts/get","params":{"name":"x"}}"#.into()).unwrap()).unwrap();
+        let p = JsonRpcPayload::from_raw(
+            RawValue::from_string(r#"{"id":1,"method":"prompts/get","params":{"name":"x"}}"#.into()).unwrap(),
+        )
+        .unwrap();
         assert_eq!(p.tool_name(), None);
     }
 }

@@ -34,7 +34,13 @@ pub struct TunnelFailure {
 
 impl TunnelFailure {
     pub fn new(source: FailureSource, kind: Option<&'static str>, received: bool, status: Option<u16>) -> Self {
-        Self { version: 1, source, transport_error_kind: kind, upstream_response_received: received, upstream_status: status }
+        Self {
+            version: 1,
+            source,
+            transport_error_kind: kind,
+            upstream_response_received: received,
+            upstream_status: status,
+        }
     }
 }
 
@@ -65,7 +71,13 @@ pub fn synthesize_error(id: Option<&RawValue>, message: &str, failure: &TunnelFa
     let body = ErrorResponse {
         jsonrpc: "2.0",
         id: id.unwrap_or(&null),
-        error: ErrorObject { code: -32603, message, data: ErrorData { tunnel_failure: failure } },
+        error: ErrorObject {
+            code: -32603,
+            message,
+            data: ErrorData {
+                tunnel_failure: failure,
+            },
+        },
     };
     serde_json::value::to_raw_value(&body).expect("error responses serialize")
 }

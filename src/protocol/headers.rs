@@ -15,7 +15,9 @@ pub const RESP_HEADER_ALLOWLIST: [&str; 6] = [
 ];
 
 /// Keeps allowlisted headers, minus any named by `Connection` and empty values.
-pub fn filter_resp_headers<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)> + Clone) -> BTreeMap<String, Vec<String>> {
+pub fn filter_resp_headers<'a>(
+    headers: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
+) -> BTreeMap<String, Vec<String>> {
     let connection_named: Vec<String> = headers
         .clone()
         .into_iter()
@@ -83,7 +85,11 @@ mod tests {
 
     #[test]
     fn headers_named_by_connection_are_dropped() {
-        let h = [("Connection", "keep-alive, Mcp-Session-Id"), ("Mcp-Session-Id", "abc"), ("Content-Type", "application/json")];
+        let h = [
+            ("Connection", "keep-alive, Mcp-Session-Id"),
+            ("Mcp-Session-Id", "abc"),
+            ("Content-Type", "application/json"),
+        ];
         let out = filter_resp_headers(h.iter().copied());
         assert!(!out.contains_key("Mcp-Session-Id"));
         assert!(out.contains_key("Content-Type"));
@@ -91,7 +97,10 @@ mod tests {
 
     #[test]
     fn multi_valued_headers_are_kept_in_order() {
-        let h = [("Access-Control-Expose-Headers", "a"), ("access-control-expose-headers", "b")];
+        let h = [
+            ("Access-Control-Expose-Headers", "a"),
+            ("access-control-expose-headers", "b"),
+        ];
         let out = filter_resp_headers(h.iter().copied());
         assert_eq!(out["Access-Control-Expose-Headers"], vec!["a", "b"]);
     }
@@ -99,8 +108,14 @@ mod tests {
     #[test]
     fn server_info_is_compact_and_omits_false_affinity() {
         let chans = [
-            ServerInfoChannel { name: "main".into(), proc_affinity: true },
-            ServerInfoChannel { name: "web".into(), proc_affinity: false },
+            ServerInfoChannel {
+                name: "main".into(),
+                proc_affinity: true,
+            },
+            ServerInfoChannel {
+                name: "web".into(),
+                proc_affinity: false,
+            },
         ];
         assert_eq!(
             server_info_header(&chans).unwrap(),
@@ -110,9 +125,17 @@ mod tests {
 
     #[test]
     fn server_info_respects_the_contract_limits() {
-        let many: Vec<_> = (0..33).map(|i| ServerInfoChannel { name: format!("c{i}"), proc_affinity: false }).collect();
+        let many: Vec<_> = (0..33)
+            .map(|i| ServerInfoChannel {
+                name: format!("c{i}"),
+                proc_affinity: false,
+            })
+            .collect();
         assert!(server_info_header(&many).is_none());
-        let long = [ServerInfoChannel { name: "x".repeat(5000), proc_affinity: false }];
+        let long = [ServerInfoChannel {
+            name: "x".repeat(5000),
+            proc_affinity: false,
+        }];
         assert!(server_info_header(&long).is_none());
     }
 }

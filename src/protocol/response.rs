@@ -39,7 +39,9 @@ pub struct ResponseBody<'a> {
 
 impl ResponseBody<'_> {
     pub fn to_bytes(&self) -> Bytes {
-        Bytes::from(serde_json::to_vec(self).expect("response bodies hold only strings, numbers, maps and valid raw JSON"))
+        Bytes::from(
+            serde_json::to_vec(self).expect("response bodies hold only strings, numbers, maps and valid raw JSON"),
+        )
     }
 }
 
@@ -49,7 +51,10 @@ mod tests {
 
     #[test]
     fn raw_payloads_are_embedded_byte_for_byte() {
-        let raw = RawValue::from_string(r#"{"z":1,"jsonrpc":"2.0","id":"a","result":{"b":2,"a":1},"x-vendor":[1.50]}"#.into()).unwrap();
+        let raw = RawValue::from_string(
+            r#"{"z":1,"jsonrpc":"2.0","id":"a","result":{"b":2,"a":1},"x-vendor":[1.50]}"#.into(),
+        )
+        .unwrap();
         let headers = BTreeMap::from([("Content-Type".to_owned(), vec!["application/json".to_owned()])]);
         let body = ResponseBody {
             request_id: &RequestId::new("req_1"),

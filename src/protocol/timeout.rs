@@ -77,7 +77,9 @@ mod tests {
 
     #[test]
     fn malformed_values_fail_open() {
-        for input in ["", "s", "30", "30 s", " 30s", "30S", "1.5s", "-1s", "30sec", "1d", "+3s", "3s ", "٣s"] {
+        for input in [
+            "", "s", "30", "30 s", " 30s", "30S", "1.5s", "-1s", "30sec", "1d", "+3s", "3s ", "٣s",
+        ] {
             assert_eq!(ResponseTimeout::parse(input), ResponseTimeout::Unbounded, "{input:?}");
         }
     }
@@ -86,7 +88,10 @@ mod tests {
     fn json_values_other_than_strings_fail_open() {
         use serde_json::json;
         assert_eq!(ResponseTimeout::from_json(None), ResponseTimeout::Unbounded);
-        assert_eq!(ResponseTimeout::from_json(Some(&json!(null))), ResponseTimeout::Unbounded);
+        assert_eq!(
+            ResponseTimeout::from_json(Some(&json!(null))),
+            ResponseTimeout::Unbounded
+        );
         assert_eq!(ResponseTimeout::from_json(Some(&json!(30))), ResponseTimeout::Unbounded);
         assert_eq!(
             ResponseTimeout::from_json(Some(&json!("1s"))),
@@ -96,8 +101,14 @@ mod tests {
 
     #[test]
     fn overflowing_values_fail_open() {
-        assert_eq!(ResponseTimeout::parse("99999999999999999999999s"), ResponseTimeout::Unbounded);
-        assert_eq!(ResponseTimeout::parse("18446744073709551615h"), ResponseTimeout::Unbounded);
+        assert_eq!(
+            ResponseTimeout::parse("99999999999999999999999s"),
+            ResponseTimeout::Unbounded
+        );
+        assert_eq!(
+            ResponseTimeout::parse("18446744073709551615h"),
+            ResponseTimeout::Unbounded
+        );
     }
 
     proptest! {

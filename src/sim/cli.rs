@@ -26,10 +26,7 @@ pub enum SimError {
     #[error(transparent)]
     Faults(#[from] FaultScriptError),
     #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Listen { addr: SocketAddr, source: std::io::Error },
     #[error("cannot wait for ctrl-c: {0}")]
     Signal(std::io::Error),
 }
@@ -54,12 +51,10 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
     let mut config = SimConfig::new(args.tunnel_id.clone(), args.api_key);
     config.listen = args.listen;
     config.faults = faults;
-    let sim = Simulator::start(config)
-        .await
-        .map_err(|source| SimError::Listen {
-            addr: args.listen,
-            source,
-        })?;
+    let sim = Simulator::start(config).await.map_err(|source| SimError::Listen {
+        addr: args.listen,
+        source,
+    })?;
     let stub = match args.with_stub {
         Some(addr) => Some(
             McpStub::start(addr)

@@ -73,8 +73,7 @@ struct WireCommand<'a> {
 impl NewCommand {
     /// A `jsonrpc` command carrying `message` (a request, notification or response).
     pub fn jsonrpc(message: serde_json::Value) -> Self {
-        let raw = serde_json::value::to_raw_value(&message)
-            .expect("a serde_json::Value always serializes");
+        let raw = serde_json::value::to_raw_value(&message).expect("a serde_json::Value always serializes");
         Self::jsonrpc_raw(raw)
     }
 
@@ -165,9 +164,7 @@ impl Queued {
                 }
             }
             Self::Raw(v) => {
-                let text = |x: Option<&serde_json::Value>| {
-                    x.and_then(serde_json::Value::as_str).map(str::to_owned)
-                };
+                let text = |x: Option<&serde_json::Value>| x.and_then(serde_json::Value::as_str).map(str::to_owned);
                 let rpc = v.get("jsonrpc");
                 let tool = match text(rpc.and_then(|r| r.get("method"))).as_deref() {
                     Some("tools/call") => text(rpc.and_then(|r| r.pointer("/params/name"))),

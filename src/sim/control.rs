@@ -32,12 +32,7 @@ impl IntoResponse for ApiError {
 }
 
 fn json(status: StatusCode, body: Bytes) -> Response {
-    (
-        status,
-        [(http::header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response()
+    (status, [(http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// The response a status fault answers with (body, and `Retry-After` when scripted).
@@ -101,29 +96,23 @@ pub(crate) async fn poll(
                 }
                 match never().await {}
             }
-            FaultAction::Status {
-                status,
-                retry_after,
-            } => {
+            FaultAction::Status { status, retry_after } => {
                 return answer_poll(&sim, idx, 0, fault_status(status, retry_after.as_deref()));
             }
             FaultAction::Delay(d) => tokio::time::sleep(d).await,
         }
     }
-    let checked =
-        validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id).and_then(|()| {
-            Ok((
-                bounded(&query, "limit", 1, LIMIT_MAX)?,
-                bounded(&query, "timeout_ms", 1, u64::MAX)?,
-            ))
-        });
+    let checked = validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id).and_then(|()| {
+        Ok((
+            bounded(&query, "limit", 1, LIMIT_MAX)?,
+            bounded(&query, "timeout_ms", 1, u64::MAX)?,
+        ))
+    });
     let (limit, timeout_ms) = match checked {
         Ok(v) => v,
         Err(e) => return answer_poll(&sim, idx, 0, e.into_response()),
     };
-    let wait = timeout_ms.map_or(sim.max_poll_wait, |t| {
-        Duration::from_millis(t).min(sim.max_poll_wait)
-    });
+    let wait = timeout_ms.map_or(sim.max_poll_wait, |t| Duration::from_millis(t).min(sim.max_poll_wait));
     let max = limit.map(|l| {
         usize::try_from(l)
             .unwrap_or(usize::MAX)
@@ -182,10 +171,7 @@ pub(crate) async fn response(
     };
     rec.request_id = field("request_id");
     rec.resp_type = field("resp_type");
-    let resp_type = rec
-        .resp_type
-        .clone()
-        .unwrap_or_else(|| "jsonrpc_response".to_owned());
+    let resp_type = rec.resp_type.clone().unwrap_or_else(|| "jsonrpc_response".to_owned());
     let facts = sim.observe_post(rec.request_id.as_deref(), &resp_type);
     rec.order = facts.order;
     rec.attempt = facts.attempt;
@@ -207,10 +193,9 @@ pub(crate) async fn response(
                 }
                 match never().await {}
             }
-            FaultAction::Status {
-                status,
-                retry_after,
-            } => return finish(&sim, idx, fault_status(status, retry_after.as_deref())),
+            FaultAction::Status { status, retry_after } => {
+                return finish(&sim, idx, fault_status(status, retry_after.as_deref()))
+            }
             FaultAction::Delay(d) => tokio::time::sleep(d).await,
         }
     }
@@ -229,9 +214,7 @@ pub(crate) async fn response(
         Ok(p) => p,
         Err(e) => return finish(&sim, idx, e.into_response()),
     };
-    let shard = headers
-        .get("x-tunnel-shard-token")
-        .and_then(|v| v.to_str().ok());
+    let shard = headers.get("x-tunnel-shard-token").and_then(|v| v.to_str().ok());
     match sim.accept(&payload.request_id, shard, payload.reply) {
         Ok(completed) => {
             sim.update_response(idx, |r| r.completed = completed);

@@ -67,10 +67,7 @@ pub enum FaultAction {
     /// Read the whole request, then drop the connection without a response.
     Close,
     /// Answer with this status (and an `APIErrorResponse` body); the request stays pending.
-    Status {
-        status: u16,
-        retry_after: Option<String>,
-    },
+    Status { status: u16, retry_after: Option<String> },
     /// Wait, then handle normally.
     Delay(Duration),
 }
@@ -105,10 +102,7 @@ pub enum FeedCommand {
 #[derive(Debug, thiserror::Error)]
 pub enum FaultScriptError {
     #[error("cannot read fault script {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error("fault script is not valid TOML: {0}")]
     Syntax(#[from] toml::de::Error),
     #[error("fault script {entry}: {problem}")]
@@ -149,21 +143,14 @@ impl FaultScript {
 
     /// The fault for a response POST, if a rule matches.
     pub(crate) fn response_fault(&self, post: &PostView<'_>) -> Option<&FaultAction> {
-        self.rules
-            .iter()
-            .find(|r| r.matches(post))
-            .map(|r| &r.action)
+        self.rules.iter().find(|r| r.matches(post)).map(|r| &r.action)
     }
 
     /// The plan for the `nth` poll (1-based).
     pub(crate) fn poll_plan(&self, nth: u64) -> PollPlan {
         let applies = |p: &&PollFault| p.nth.is_none_or(|n| n == nth);
         PollPlan {
-            action: self
-                .polls
-                .iter()
-                .filter(applies)
-                .find_map(|p| p.action.clone()),
+            action: self.polls.iter().filter(applies).find_map(|p| p.action.clone()),
             extra_commands: self
                 .polls
                 .iter()
@@ -189,9 +176,7 @@ impl FaultScriptError {
 impl FaultRule {
     fn matches(&self, post: &PostView<'_>) -> bool {
         let s = &self.select;
-        let field = |want: &Option<String>, have: Option<&str>| {
-            want.as_deref().is_none_or(|w| have == Some(w))
-        };
+        let field = |want: &Option<String>, have: Option<&str>| want.as_deref().is_none_or(|w| have == Some(w));
         let resp_type = match (s.resp_type, post.resp_type) {
             (None, _) => true,
             (Some(_), None) => false,

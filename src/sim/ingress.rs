@@ -31,12 +31,7 @@ use super::validate::ApiError;
 use crate::protocol::RespType;
 
 /// Client headers copied into the command, in their canonical spelling.
-const FORWARDED: [&str; 4] = [
-    "Mcp-Session-Id",
-    "Mcp-Protocol-Version",
-    "Accept",
-    "Last-Event-ID",
-];
+const FORWARDED: [&str; 4] = ["Mcp-Session-Id", "Mcp-Protocol-Version", "Accept", "Last-Event-ID"];
 /// `resp_headers` copied back to the client.
 const RETURNED: [&str; 2] = ["Mcp-Session-Id", "Mcp-Protocol-Version"];
 
@@ -63,8 +58,7 @@ pub(crate) async fn post(
     body: Bytes,
 ) -> Response {
     if tunnel != sim.tunnel_id {
-        return ApiError::new(StatusCode::NOT_FOUND, "tunnel_not_found", "no such tunnel")
-            .into_response();
+        return ApiError::new(StatusCode::NOT_FOUND, "tunnel_not_found", "no such tunnel").into_response();
     }
     let raw = String::from_utf8(body.to_vec())
         .ok()
@@ -83,11 +77,8 @@ pub(crate) async fn post(
         #[serde(default)]
         id: Option<Box<RawValue>>,
     }
-    let id = serde_json::from_str::<Probe>(raw.get())
-        .ok()
-        .and_then(|p| p.id);
-    let mut cmd = NewCommand::jsonrpc_raw(raw)
-        .response_timeout(format!("{}ms", sim.ingress_timeout.as_millis()));
+    let id = serde_json::from_str::<Probe>(raw.get()).ok().and_then(|p| p.id);
+    let mut cmd = NewCommand::jsonrpc_raw(raw).response_timeout(format!("{}ms", sim.ingress_timeout.as_millis()));
     if let Some(channel) = query
         .as_deref()
         .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("channel=")))
@@ -99,24 +90,16 @@ pub(crate) async fn post(
         .get_all(http::header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .any(|v| {
-            v.split(',')
-                .any(|t| t.trim().starts_with("text/event-stream"))
-        });
+        .any(|v| v.split(',').any(|t| t.trim().starts_with("text/event-stream")));
     let (tx, rx) = mpsc::unbounded_channel();
     sim.enqueue(cmd, Some(tx));
     relay(rx, Instant::now() + sim.ingress_timeout, accepts_sse, id).await
 }
 
 /// `DELETE /v1/mcp/{tunnel_id}`: a `session_termination` command.
-pub(crate) async fn delete(
-    State(sim): State<Arc<Shared>>,
-    Path(tunnel): Path<String>,
-    headers: HeaderMap,
-) -> Response {
+pub(crate) async fn delete(State(sim): State<Arc<Shared>>, Path(tunnel): Path<String>, headers: HeaderMap) -> Response {
     if tunnel != sim.tunnel_id {
-        return ApiError::new(StatusCode::NOT_FOUND, "tunnel_not_found", "no such tunnel")
-            .into_response();
+        return ApiError::new(StatusCode::NOT_FOUND, "tunnel_not_found", "no such tunnel").into_response();
     }
     if !headers.contains_key("mcp-session-id") {
         return ApiError::new(
@@ -126,8 +109,7 @@ pub(crate) async fn delete(
         )
         .into_response();
     }
-    let cmd = NewCommand::session_termination(None)
-        .response_timeout(format!("{}ms", sim.ingress_timeout.as_millis()));
+    let cmd = NewCommand::session_termination(None).response_timeout(format!("{}ms", sim.ingress_timeout.as_millis()));
     let (tx, rx) = mpsc::unbounded_channel();
     sim.enqueue(forward_headers(cmd, &headers), Some(tx));
     relay(rx, Instant::now() + sim.ingress_timeout, false, None).await
@@ -135,11 +117,7 @@ pub(crate) async fn delete(
 
 /// `GET /v1/mcp/{tunnel_id}`: no standalone server-to-client stream.
 pub(crate) async fn get() -> Response {
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        [(http::header::ALLOW, "POST, DELETE")],
-    )
-        .into_response()
+    (StatusCode::METHOD_NOT_ALLOWED, [(http::header::ALLOW, "POST, DELETE")]).into_response()
 }
 
 fn forward_headers(mut cmd: NewCommand, headers: &HeaderMap) -> NewCommand {
@@ -176,9 +154,7 @@ async fn relay(
                     "the tunnel request was dropped",
                 )
             }
-            Ok(Some(r)) if r.resp_type == RespType::JsonrpcNotify && accepts_sse => {
-                return stream(r, rx, deadline, id)
-            }
+            Ok(Some(r)) if r.resp_type == RespType::JsonrpcNotify && accepts_sse => return stream(r, rx, deadline, id),
             // A client that takes only JSON cannot receive notifications.
             Ok(Some(r)) if r.resp_type == RespType::JsonrpcNotify => continue,
             Ok(Some(r)) => return final_response(r),
@@ -199,10 +175,7 @@ fn stream(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/event-stream"),
     );
-    h.insert(
-        http::header::CACHE_CONTROL,
-        http::HeaderValue::from_static("no-cache"),
-    );
+    h.insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
     copy_returned(&first, h);
     tokio::spawn(async move {
         let mut next = Some(first);
@@ -270,20 +243,12 @@ fn final_response(reply: GatewayReply) -> Response {
     let status = match (reply.resp_type, code) {
         (_, None) => StatusCode::BAD_GATEWAY,
         (RespType::NotifyAck, Some(s)) if s.is_success() => StatusCode::ACCEPTED,
-        (RespType::JsonrpcResponse | RespType::JsonrpcNotify, Some(s)) if s.is_success() => {
-            StatusCode::OK
-        }
+        (RespType::JsonrpcResponse | RespType::JsonrpcNotify, Some(s)) if s.is_success() => StatusCode::OK,
         (_, Some(s)) => s,
     };
-    let has_body = reply.resp_type != RespType::NotifyAck
-        && reply.resp_type != RespType::SessionTerminationResponse;
+    let has_body = reply.resp_type != RespType::NotifyAck && reply.resp_type != RespType::SessionTerminationResponse;
     let mut resp = match reply.resp_json.clone().filter(|_| has_body) {
-        Some(json) => (
-            status,
-            [(http::header::CONTENT_TYPE, "application/json")],
-            json,
-        )
-            .into_response(),
+        Some(json) => (status, [(http::header::CONTENT_TYPE, "application/json")], json).into_response(),
         None => status.into_response(),
     };
     copy_returned(&reply, resp.headers_mut());
@@ -298,10 +263,7 @@ fn copy_returned(reply: &GatewayReply, headers: &mut HeaderMap) {
         let Ok(name) = http::HeaderName::from_bytes(name.as_bytes()) else {
             continue;
         };
-        for v in values
-            .iter()
-            .filter_map(|v| http::HeaderValue::from_str(v).ok())
-        {
+        for v in values.iter().filter_map(|v| http::HeaderValue::from_str(v).ok()) {
             headers.append(name.clone(), v);
         }
     }
@@ -310,8 +272,7 @@ fn copy_returned(reply: &GatewayReply, headers: &mut HeaderMap) {
 fn rpc_error_body(id: Option<&RawValue>, code: i32, message: &str) -> Vec<u8> {
     let id = id.map_or("null", RawValue::get);
     let message = serde_json::to_string(message).expect("a str serializes");
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#)
-        .into_bytes()
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#).into_bytes()
 }
 
 fn rpc_error(status: StatusCode, id: Option<&RawValue>, code: i32, message: &str) -> Response {

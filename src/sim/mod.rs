@@ -83,8 +83,8 @@ use tokio_util::task::TaskTracker;
 pub use cli::{run_cli, SimArgs, SimError};
 pub use command::NewCommand;
 pub use fault::{
-    Attempts, FaultAction, FaultRule, FaultScript, FaultScriptError, FeedCommand, FeedEntry,
-    PollFault, RespTypeSelector, Selector,
+    Attempts, FaultAction, FaultRule, FaultScript, FaultScriptError, FeedCommand, FeedEntry, PollFault,
+    RespTypeSelector, Selector,
 };
 pub use record::{CommandRecord, PollRecord, Record, RecordedHeaders, ResponseRecord};
 pub use stub::McpStub;

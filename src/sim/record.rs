@@ -81,10 +81,7 @@ fn find<'a>(headers: &'a RecordedHeaders, name: &str) -> Option<&'a str> {
 
 impl Record {
     /// All POSTs for `request_id`, in arrival order.
-    pub fn responses_for<'a>(
-        &'a self,
-        request_id: &'a str,
-    ) -> impl Iterator<Item = &'a ResponseRecord> + 'a {
+    pub fn responses_for<'a>(&'a self, request_id: &'a str) -> impl Iterator<Item = &'a ResponseRecord> + 'a {
         self.responses
             .iter()
             .filter(move |r| r.request_id.as_deref() == Some(request_id))

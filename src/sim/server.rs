@@ -39,9 +39,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/tunnels/{tunnel_id}/response", post(control::response))
         .route(
             "/v1/mcp/{tunnel_id}",
-            post(ingress::post)
-                .delete(ingress::delete)
-                .get(ingress::get),
+            post(ingress::post).delete(ingress::delete).get(ingress::get),
         )
         .with_state(shared)
 }
@@ -50,12 +48,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 ///
 /// # Cancel safety
 /// Runs as its own task; stops accepting at once on `shutdown` (cancel-safe `accept`).
-pub(crate) async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: CancellationToken,
-    tracker: TaskTracker,
-) {
+pub(crate) async fn serve(listener: TcpListener, router: Router, shutdown: CancellationToken, tracker: TaskTracker) {
     loop {
         let accepted = tokio::select! {
             biased;

@@ -95,11 +95,7 @@ impl Shared {
         ingress_timeout: Duration,
         faults: FaultScript,
     ) -> Self {
-        let (now, later): (Vec<_>, Vec<_>) = faults
-            .feed
-            .iter()
-            .cloned()
-            .partition(|f| f.after_order.is_none());
+        let (now, later): (Vec<_>, Vec<_>) = faults.feed.iter().cloned().partition(|f| f.after_order.is_none());
         let shared = Self {
             tunnel_id,
             api_key,
@@ -127,11 +123,7 @@ impl Shared {
     }
 
     /// Queues a command; `waiter` receives every accepted response POST for it.
-    pub(crate) fn enqueue(
-        &self,
-        command: NewCommand,
-        waiter: Option<mpsc::UnboundedSender<GatewayReply>>,
-    ) -> String {
+    pub(crate) fn enqueue(&self, command: NewCommand, waiter: Option<mpsc::UnboundedSender<GatewayReply>>) -> String {
         let issued = Issued::new(command);
         let request_id = issued.request_id.clone();
         self.lock().push(Queued::Command(Box::new(issued)), waiter);
@@ -157,11 +149,7 @@ impl Shared {
     ///
     /// # Cancel safety
     /// Cancel-safe: commands are taken in one synchronous step after the last await.
-    pub(crate) async fn wait_for_commands(
-        &self,
-        max: Option<usize>,
-        wait: Duration,
-    ) -> Vec<Queued> {
+    pub(crate) async fn wait_for_commands(&self, max: Option<usize>, wait: Duration) -> Vec<Queued> {
         let deadline = Instant::now() + wait;
         loop {
             let notified = self.queued.notified();
@@ -224,10 +212,7 @@ impl Shared {
         reply: GatewayReply,
     ) -> Result<bool, Refusal> {
         let mut inner = self.lock();
-        let p = inner
-            .pending
-            .get_mut(request_id)
-            .ok_or(Refusal::NotPending)?;
+        let p = inner.pending.get_mut(request_id).ok_or(Refusal::NotPending)?;
         if p.shard_token.is_none() || p.shard_token.as_deref() != shard_token {
             return Err(Refusal::ShardTokenMismatch);
         }
@@ -332,12 +317,7 @@ impl Shared {
         Totals {
             issued: inner.record.issued(),
             responses: inner.record.responses.len(),
-            completed: inner
-                .record
-                .responses
-                .iter()
-                .filter(|r| r.completed)
-                .count(),
+            completed: inner.record.responses.iter().filter(|r| r.completed).count(),
             faults_applied: inner.faults_applied,
         }
     }

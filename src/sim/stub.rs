@@ -55,12 +55,7 @@ impl McpStub {
             .with_state(received.clone());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        tracker.spawn(server::serve(
-            listener,
-            router,
-            shutdown.clone(),
-            tracker.clone(),
-        ));
+        tracker.spawn(server::serve(listener, router, shutdown.clone(), tracker.clone()));
         Ok(McpStub {
             addr,
             received,
@@ -137,10 +132,7 @@ fn text_result(id: &Value, text: String) -> Value {
 async fn handle(State(received): State<Received>, body: Bytes) -> Response {
     let Ok(Value::Object(msg)) = serde_json::from_slice::<Value>(&body) else {
         remember(&received, "<invalid>");
-        return json_body(
-            StatusCode::BAD_REQUEST,
-            &error(&Value::Null, -32700, "parse error"),
-        );
+        return json_body(StatusCode::BAD_REQUEST, &error(&Value::Null, -32700, "parse error"));
     };
     let method = msg.get("method").and_then(Value::as_str);
     remember(&received, method.unwrap_or("<response>"));
@@ -169,10 +161,7 @@ async fn handle(State(received): State<Received>, body: Bytes) -> Response {
             }
             resp
         }
-        "ping" => json_body(
-            StatusCode::OK,
-            &json!({ "jsonrpc": "2.0", "id": id, "result": {} }),
-        ),
+        "ping" => json_body(StatusCode::OK, &json!({ "jsonrpc": "2.0", "id": id, "result": {} })),
         "tools/list" => json_body(
             StatusCode::OK,
             &json!({ "jsonrpc": "2.0", "id": id, "result": { "tools": tools() } }),
@@ -204,10 +193,7 @@ async fn call(id: Value, params: &Value) -> Response {
         },
         Some("add") => match (args.get("a"), args.get("b")) {
             (Some(a), Some(b)) if a.is_i64() && b.is_i64() => {
-                let sum = a
-                    .as_i64()
-                    .unwrap_or(0)
-                    .saturating_add(b.as_i64().unwrap_or(0));
+                let sum = a.as_i64().unwrap_or(0).saturating_add(b.as_i64().unwrap_or(0));
                 json_body(StatusCode::OK, &text_result(&id, sum.to_string()))
             }
             (Some(a), Some(b)) if a.is_number() && b.is_number() => {
@@ -265,9 +251,5 @@ async fn end_session(State(received): State<Received>) -> Response {
 }
 
 async fn no_stream() -> Response {
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        [(http::header::ALLOW, "POST, DELETE")],
-    )
-        .into_response()
+    (StatusCode::METHOD_NOT_ALLOWED, [(http::header::ALLOW, "POST, DELETE")]).into_response()
 }

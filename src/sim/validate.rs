@@ -73,22 +73,14 @@ impl ApiError {
             503 => "tunnel_transport_unavailable",
             _ => "simulated_fault",
         };
-        Self::new(
-            status,
-            code,
-            format!("simulated fault: status {}", status.as_u16()),
-        )
+        Self::new(status, code, format!("simulated fault: status {}", status.as_u16()))
     }
 }
 
 /// `tunnel_<32 lowercase alphanumeric>`, the format the service accepts.
 pub(crate) fn is_tunnel_id_format(id: &str) -> bool {
-    id.strip_prefix("tunnel_").is_some_and(|rest| {
-        rest.len() == 32
-            && rest
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-    })
+    id.strip_prefix("tunnel_")
+        .is_some_and(|rest| rest.len() == 32 && rest.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
 }
 
 /// Lowercase letters, digits, hyphens and underscores.
@@ -107,11 +99,7 @@ pub(crate) fn check_caller(
     tunnel_id: &str,
 ) -> Result<(), ApiError> {
     let expected = format!("Bearer {api_key}");
-    if headers
-        .get(http::header::AUTHORIZATION)
-        .map(HeaderValue::as_bytes)
-        != Some(expected.as_bytes())
-    {
+    if headers.get(http::header::AUTHORIZATION).map(HeaderValue::as_bytes) != Some(expected.as_bytes()) {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_api_key",
@@ -148,8 +136,7 @@ pub(crate) fn is_json_content_type(headers: &HeaderMap) -> bool {
 /// (`additionalProperties: false`, `request_id` and `resp_code` required).
 pub(crate) fn payload(body: &Bytes) -> Result<Payload, ApiError> {
     let bad = |msg: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_json_payload", msg);
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| bad(format!("body is not JSON: {e}")))?;
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| bad(format!("body is not JSON: {e}")))?;
     let obj = value
         .as_object()
         .ok_or_else(|| bad("body is not a JSON object".to_owned()))?;
@@ -204,15 +191,13 @@ pub(crate) fn payload(body: &Bytes) -> Result<Payload, ApiError> {
     };
     let resp_type = match obj.get("resp_type") {
         None => crate::protocol::RespType::JsonrpcResponse,
-        Some(serde_json::Value::String(s)) => parse_resp_type(s)
-            .ok_or_else(|| bad(format!("resp_type `{s}` is not a ResponsePayloadType")))?,
+        Some(serde_json::Value::String(s)) => {
+            parse_resp_type(s).ok_or_else(|| bad(format!("resp_type `{s}` is not a ResponsePayloadType")))?
+        }
         Some(_) => return Err(bad("resp_type is not a string".to_owned())),
     };
-    let raw: RawJson<'_> =
-        serde_json::from_slice(body).map_err(|e| bad(format!("body is not JSON: {e}")))?;
-    let resp_json = raw
-        .resp_json
-        .map(|r| Bytes::copy_from_slice(r.get().as_bytes()));
+    let raw: RawJson<'_> = serde_json::from_slice(body).map_err(|e| bad(format!("body is not JSON: {e}")))?;
+    let resp_json = raw.resp_json.map(|r| Bytes::copy_from_slice(r.get().as_bytes()));
     Ok(Payload {
         request_id,
         reply: GatewayReply {

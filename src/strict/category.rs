@@ -67,11 +67,19 @@ impl FatalCategory {
     /// What the operator should know, one sentence, no identifiers.
     pub fn explanation(self) -> &'static str {
         match self {
-            Self::AckTimeout => "the terminal response POST timed out on every attempt; the caller may not have its result",
-            Self::AckConnectionLost => "the connection to the control plane was lost after the terminal response may have been written",
-            Self::AckNotFound => "the control plane answered 404 to the terminal response; it may or may not have accepted it",
+            Self::AckTimeout => {
+                "the terminal response POST timed out on every attempt; the caller may not have its result"
+            }
+            Self::AckConnectionLost => {
+                "the connection to the control plane was lost after the terminal response may have been written"
+            }
+            Self::AckNotFound => {
+                "the control plane answered 404 to the terminal response; it may or may not have accepted it"
+            }
             Self::AckRejected => "the control plane rejected the terminal response with a final status",
-            Self::AckRetriesExhausted => "the control plane kept answering retryable statuses until the attempt budget ran out",
+            Self::AckRetriesExhausted => {
+                "the control plane kept answering retryable statuses until the attempt budget ran out"
+            }
             Self::DeadlineExpired => "the command's response_timeout passed after it reached the MCP server",
             Self::StoppedBeforeAck => "the gateway stopped while a dispatched command was not yet acknowledged",
             Self::DownstreamAmbiguous => "the MCP server may have acted but no terminal response arrived",

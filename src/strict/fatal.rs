@@ -30,7 +30,11 @@ pub struct CommandRef {
 
 impl CommandRef {
     pub fn new(request_id: &str, channel: &str, method: Option<&str>) -> Self {
-        Self { request_id: Some(request_id.to_owned()), channel: Some(channel.to_owned()), method: method.map(str::to_owned) }
+        Self {
+            request_id: Some(request_id.to_owned()),
+            channel: Some(channel.to_owned()),
+            method: method.map(str::to_owned),
+        }
     }
 }
 
@@ -80,9 +84,14 @@ mod tests {
 
     #[test]
     fn ordinary_identifiers_are_kept() {
-        let f = Fatal::new(FatalCategory::AckNotFound, &CommandRef::new("req_abc-1", "main", Some("tools/call")));
+        let f = Fatal::new(
+            FatalCategory::AckNotFound,
+            &CommandRef::new("req_abc-1", "main", Some("tools/call")),
+        );
         assert_eq!(f.request_id.as_deref(), Some("req_abc-1"));
         assert_eq!(f.method.as_deref(), Some("tools/call"));
-        assert!(f.one_line().starts_with("fatal latch: category=ack_not_found exit_code=82"));
+        assert!(f
+            .one_line()
+            .starts_with("fatal latch: category=ack_not_found exit_code=82"));
     }
 }

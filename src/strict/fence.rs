@@ -100,7 +100,10 @@ pub struct Admission {
 impl Fence {
     /// A fence admitting `permits` commands at once; strict fences must have one.
     pub fn new(strict: bool, permits: usize) -> Self {
-        assert!(!strict || permits == 1, "a strict fence admits exactly one command at a time");
+        assert!(
+            !strict || permits == 1,
+            "a strict fence admits exactly one command at a time"
+        );
         Self {
             inner: Arc::new(Inner {
                 strict,
@@ -121,7 +124,13 @@ impl Fence {
     /// Cancel-safe: dropping the future before it resolves takes no permit.
     pub async fn admit(&self, command: CommandRef) -> Result<Admission, Refusal> {
         self.inner.refusal()?;
-        let permit = self.inner.permits.clone().acquire_owned().await.map_err(|_| self.inner.refusal().err().unwrap_or(Refusal::Stopping))?;
+        let permit = self
+            .inner
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| self.inner.refusal().err().unwrap_or(Refusal::Stopping))?;
         let mut state = self.inner.lock();
         if state.fatal.is_some() {
             return Err(Refusal::Latched);
@@ -132,10 +141,20 @@ impl Fence {
         state.next_ticket += 1;
         let ticket = state.next_ticket;
         if self.inner.strict {
-            state.held = Some(Held { ticket, leg: FenceLeg::Downstream, command: command.clone(), since: Instant::now() });
+            state.held = Some(Held {
+                ticket,
+                leg: FenceLeg::Downstream,
+                command: command.clone(),
+                since: Instant::now(),
+            });
         }
         drop(state);
-        Ok(Admission { inner: self.inner.clone(), ticket, command, _permit: permit })
+        Ok(Admission {
+            inner: self.inner.clone(),
+            ticket,
+            command,
+            _permit: permit,
+        })
     }
 
     /// Latches fatal (first cause wins) and closes the fence. Returns the winning cause.
@@ -179,7 +198,13 @@ impl Fence {
                 channel: h.command.channel.clone(),
                 held_seconds: Some(h.since.elapsed().as_secs_f64()),
             },
-            None => FenceSnapshot { held: false, leg: None, request_id: None, channel: None, held_seconds: None },
+            None => FenceSnapshot {
+                held: false,
+                leg: None,
+                request_id: None,
+                channel: None,
+                held_seconds: None,
+            },
         }
     }
 }

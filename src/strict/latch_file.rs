@@ -41,19 +41,33 @@ impl LatchFileError {
 
 /// Writes the cause atomically. The file holds only the privacy-safe [`Fatal`].
 pub fn write(path: &Path, fatal: &Fatal) -> Result<(), LatchFileError> {
-    let err = |source| LatchFileError::Write { path: path.to_owned(), source };
+    let err = |source| LatchFileError::Write {
+        path: path.to_owned(),
+        source,
+    };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&dir).map_err(err)?;
-    let mut doc = LatchDocument { schema_version: 1, tunnelgate_version: env!("CARGO_PKG_VERSION").to_owned(), fatal: fatal.clone() };
+    let mut doc = LatchDocument {
+        schema_version: 1,
+        tunnelgate_version: env!("CARGO_PKG_VERSION").to_owned(),
+        fatal: fatal.clone(),
+    };
     doc.fatal.persisted = true;
     let bytes = serde_json::to_vec_pretty(&doc).expect("latch documents serialize");
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "latch.json".into());
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "latch.json".into());
     let tmp = dir.join(format!(".{file_name}.tmp.{}", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
         f.write_all(&bytes)?;
         f.write_all(b"\n")?;
         f.sync_all()?;
@@ -72,10 +86,17 @@ pub fn read(path: &Path) -> Result<Option<Fatal>, LatchFileError> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(LatchFileError::Read { path: path.to_owned(), source }),
+        Err(source) => {
+            return Err(LatchFileError::Read {
+                path: path.to_owned(),
+                source,
+            })
+        }
     };
-    let doc: LatchDocument = serde_json::from_slice(&bytes)
-        .map_err(|e| LatchFileError::Corrupt { path: path.to_owned(), reason: format!("line {} column {}: {}", e.line(), e.column(), e.classify_name()) })?;
+    let doc: LatchDocument = serde_json::from_slice(&bytes).map_err(|e| LatchFileError::Corrupt {
+        path: path.to_owned(),
+        reason: format!("line {} column {}: {}", e.line(), e.column(), e.classify_name()),
+    })?;
     Ok(Some(doc.fatal))
 }
 
@@ -84,7 +105,10 @@ pub fn clear(path: &Path) -> Result<bool, LatchFileError> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(source) => Err(LatchFileError::Remove { path: path.to_owned(), source }),
+        Err(source) => Err(LatchFileError::Remove {
+            path: path.to_owned(),
+            source,
+        }),
     }
 }
 
@@ -112,12 +136,19 @@ mod tests {
     fn a_written_latch_reads_back_persisted() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/latch.json");
-        let fatal = Fatal::new(FatalCategory::AckTimeout, &CommandRef::new("req_1", "main", Some("tools/call")));
+        let fatal = Fatal::new(
+            FatalCategory::AckTimeout,
+            &CommandRef::new("req_1", "main", Some("tools/call")),
+        );
         write(&path, &fatal).unwrap();
         let back = read(&path).unwrap().unwrap();
         assert_eq!(back.category, FatalCategory::AckTimeout);
         assert!(back.persisted);
-        assert_eq!(std::fs::read_dir(path.parent().unwrap()).unwrap().count(), 1, "no temp file left behind");
+        assert_eq!(
+            std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+            1,
+            "no temp file left behind"
+        );
         assert!(clear(&path).unwrap());
         assert!(!clear(&path).unwrap());
         assert!(read(&path).unwrap().is_none());

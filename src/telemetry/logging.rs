@@ -27,9 +27,21 @@ pub fn init(format: Format, level: &str) -> TelemetryGuard {
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
         Format::Json => registry
-            .with(tracing_subscriber::fmt::layer().json().with_current_span(true).with_span_list(false).with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_current_span(true)
+                    .with_span_list(false)
+                    .with_writer(std::io::stderr),
+            )
             .try_init(),
-        Format::Text => registry.with(tracing_subscriber::fmt::layer().with_target(false).with_writer(std::io::stderr)).try_init(),
+        Format::Text => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_target(false)
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
     };
     drop(result);
     TelemetryGuard { _private: () }

@@ -40,7 +40,14 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 6] = [Self::Expired, Self::Invalid, Self::UnknownType, Self::Unroutable, Self::Fatal, Self::Shutdown];
+    pub const ALL: [DropReason; 6] = [
+        Self::Expired,
+        Self::Invalid,
+        Self::UnknownType,
+        Self::Unroutable,
+        Self::Fatal,
+        Self::Shutdown,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Expired => "expired",
@@ -76,11 +83,27 @@ impl DurationLeg {
 }
 
 pub const POLL_RESULTS: [&str; 3] = ["commands", "empty", "error"];
-pub const POLL_ERROR_KINDS: [&str; 7] = ["timeout", "transport", "unauthorized", "rate_limited", "server_error", "client_error", "decode"];
+pub const POLL_ERROR_KINDS: [&str; 7] = [
+    "timeout",
+    "transport",
+    "unauthorized",
+    "rate_limited",
+    "server_error",
+    "client_error",
+    "decode",
+];
 pub const COMMAND_TYPES: [&str; 3] = ["jsonrpc", "session_termination", "unknown"];
 pub const DELIVERY_OUTCOMES: [&str; 4] = ["acked", "not_found", "rejected", "ambiguous"];
-pub const ATTEMPT_RESULTS: [&str; 8] =
-    ["ok", "not_found", "retryable_status", "rejected_status", "transport_not_sent", "transport_after_write", "timeout", "cancelled"];
+pub const ATTEMPT_RESULTS: [&str; 8] = [
+    "ok",
+    "not_found",
+    "retryable_status",
+    "rejected_status",
+    "transport_not_sent",
+    "transport_after_write",
+    "timeout",
+    "cancelled",
+];
 
 /// The metric set. Cheap to clone handles live inside; share it behind an `Arc`.
 pub struct Metrics {
@@ -106,7 +129,8 @@ pub struct Metrics {
 }
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(format!("tunnelgate_{name}"), help), labels).expect("metric definitions are valid");
+    let c = IntCounterVec::new(Opts::new(format!("tunnelgate_{name}"), help), labels)
+        .expect("metric definitions are valid");
     r.register(Box::new(c.clone())).expect("each metric is registered once");
     c
 }
@@ -121,8 +145,11 @@ impl Metrics {
     /// Registers every metric and creates the alerting series at zero.
     pub fn new(strict: bool, stdio_channels: &[String]) -> Self {
         let r = Registry::new();
-        let build = IntGaugeVec::new(Opts::new("tunnelgate_build_info", "Build information; always 1."), &["version"])
-            .expect("metric definitions are valid");
+        let build = IntGaugeVec::new(
+            Opts::new("tunnelgate_build_info", "Build information; always 1."),
+            &["version"],
+        )
+        .expect("metric definitions are valid");
         r.register(Box::new(build.clone())).expect("registered once");
         build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         let strict_mode = int_gauge(&r, "strict_mode", "1 when strict mode is enabled.");
@@ -135,22 +162,42 @@ impl Metrics {
             "Unix time of the last successful poll (0: none yet).",
         )
         .expect("metric definitions are valid");
-        r.register(Box::new(last_successful_poll.clone())).expect("registered once");
-        let commands_received = counter_vec(&r, "commands_received_total", "Commands received by type.", &["command_type"]);
-        let commands_dropped =
-            counter_vec(&r, "commands_dropped_total", "Commands that never reached downstream, by reason.", &["reason"]);
+        r.register(Box::new(last_successful_poll.clone()))
+            .expect("registered once");
+        let commands_received = counter_vec(
+            &r,
+            "commands_received_total",
+            "Commands received by type.",
+            &["command_type"],
+        );
+        let commands_dropped = counter_vec(
+            &r,
+            "commands_dropped_total",
+            "Commands that never reached downstream, by reason.",
+            &["reason"],
+        );
         let downstream_requests = counter_vec(
             &r,
             "downstream_requests_total",
             "Downstream legs by transport and outcome (abandoned: effect unknown).",
             &["transport", "outcome"],
         );
-        let deliveries = counter_vec(&r, "deliveries_total", "Response deliveries by kind and final outcome.", &["kind", "outcome"]);
-        let delivery_attempts =
-            counter_vec(&r, "delivery_attempts_total", "Response POST attempts by kind and result.", &["kind", "result"]);
+        let deliveries = counter_vec(
+            &r,
+            "deliveries_total",
+            "Response deliveries by kind and final outcome.",
+            &["kind", "outcome"],
+        );
+        let delivery_attempts = counter_vec(
+            &r,
+            "delivery_attempts_total",
+            "Response POST attempts by kind and result.",
+            &["kind", "result"],
+        );
         let command_duration = HistogramVec::new(
-            HistogramOpts::new("tunnelgate_command_duration_seconds", "Time spent per command leg.")
-                .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
+            HistogramOpts::new("tunnelgate_command_duration_seconds", "Time spent per command leg.").buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+            ]),
             &["leg"],
         )
         .expect("metric definitions are valid");
@@ -160,10 +207,18 @@ impl Metrics {
         let fatal_latches = counter_vec(&r, "fatal_latches_total", "Fatal latches by category.", &["category"]);
         let commands_in_flight = int_gauge(&r, "commands_in_flight", "Commands admitted and not yet finished.");
         let queue_depth = int_gauge(&r, "queue_depth", "Commands received and waiting for a worker.");
-        let stdio_up = IntGaugeVec::new(Opts::new("tunnelgate_stdio_up", "1 while the channel's stdio child runs."), &["channel"])
-            .expect("metric definitions are valid");
+        let stdio_up = IntGaugeVec::new(
+            Opts::new("tunnelgate_stdio_up", "1 while the channel's stdio child runs."),
+            &["channel"],
+        )
+        .expect("metric definitions are valid");
         r.register(Box::new(stdio_up.clone())).expect("registered once");
-        let stdio_restarts = counter_vec(&r, "stdio_restarts_total", "Stdio child restarts by channel.", &["channel"]);
+        let stdio_restarts = counter_vec(
+            &r,
+            "stdio_restarts_total",
+            "Stdio child restarts by channel.",
+            &["channel"],
+        );
         let stdout_garbage = IntCounter::new(
             "tunnelgate_stdio_stdout_invalid_lines_total",
             "Non-JSON lines a stdio child printed on stdout (skipped).",
@@ -231,7 +286,9 @@ impl Metrics {
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut buf).expect("text encoding of gathered metrics cannot fail");
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding of gathered metrics cannot fail");
         String::from_utf8(buf).expect("prometheus text is UTF-8")
     }
 
@@ -252,7 +309,9 @@ impl Metrics {
         self.commands_dropped.with_label_values(&[reason.as_str()]).inc();
     }
     pub fn downstream_finished(&self, transport: &'static str, outcome: LegOutcome) {
-        self.downstream_requests.with_label_values(&[transport, outcome.as_str()]).inc();
+        self.downstream_requests
+            .with_label_values(&[transport, outcome.as_str()])
+            .inc();
     }
     pub fn delivery_finished(&self, kind: DeliveryKind, outcome: &'static str) {
         self.deliveries.with_label_values(&[kind.as_str(), outcome]).inc();
@@ -261,7 +320,9 @@ impl Metrics {
         self.delivery_attempts.with_label_values(&[kind.as_str(), result]).inc();
     }
     pub fn leg_duration(&self, leg: DurationLeg, seconds: f64) {
-        self.command_duration.with_label_values(&[leg.as_str()]).observe(seconds);
+        self.command_duration
+            .with_label_values(&[leg.as_str()])
+            .observe(seconds);
     }
     pub fn set_fence_held(&self, held: bool) {
         self.fence_held.set(i64::from(held));
@@ -296,13 +357,22 @@ mod tests {
         let m = Metrics::new(true, &["main".to_owned()]);
         let text = m.render();
         for c in FatalCategory::ALL {
-            assert!(text.contains(&format!("tunnelgate_fatal_latches_total{{category=\"{}\"}} 0", c.as_str())), "{c:?}");
+            assert!(
+                text.contains(&format!(
+                    "tunnelgate_fatal_latches_total{{category=\"{}\"}} 0",
+                    c.as_str()
+                )),
+                "{c:?}"
+            );
         }
         assert!(text.contains("tunnelgate_deliveries_total{kind=\"terminal\",outcome=\"ambiguous\"} 0"));
         assert!(text.contains("tunnelgate_downstream_requests_total{outcome=\"abandoned\",transport=\"http\"} 0"));
         assert!(text.contains("tunnelgate_stdio_up{channel=\"main\"} 0"));
         assert!(text.contains("tunnelgate_strict_mode 1"));
-        assert!(text.contains(&format!("tunnelgate_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))));
+        assert!(text.contains(&format!(
+            "tunnelgate_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )));
     }
 
     #[test]

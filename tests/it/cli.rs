@@ -32,14 +32,49 @@ async fn check_prints_the_effective_configuration_with_secrets_masked() {
 async fn every_bad_configuration_exits_78_naming_the_key_and_the_problem() {
     let secret_file = "/nonexistent/tunnelgate/secret";
     let cases: Vec<(String, &str, &str)> = vec![
-        (GOOD.replace("tunnel_id = \"tunnel_cli\"\n", ""), "control_plane.tunnel_id", "missing"),
-        (format!("{GOOD}\n[strict]\nshutdown_grace = \"ten\"\n"), "strict.shutdown_grace", "duration"),
-        (format!("{GOOD}\n[mcp]\nmax_concurrent = 0\n").replace("[mcp.channels.main]", "[mcp.channels.main]"), "mcp.max_concurrent", ""),
-        (GOOD.replace("env:CLI_TEST_KEY", &format!("file:{secret_file}")), "control_plane.api_key", secret_file),
-        (GOOD.replace("tunnel_id", "tunel_id"), "control_plane.tunel_id", "unknown"),
-        (GOOD.replace("http://127.0.0.1:3001/mcp", "127.0.0.1:3001/mcp"), "mcp.channels.main.url", ""),
-        (GOOD.replace("url = \"http://127.0.0.1:3001/mcp\"", "env = { A = \"b\" }"), "mcp.channels.main", ""),
-        (GOOD.replace("url = \"http://127.0.0.1:3001/mcp\"", "url = \"http://127.0.0.1:3001/mcp\"\ncommand = [\"node\"]"), "mcp.channels.main", ""),
+        (
+            GOOD.replace("tunnel_id = \"tunnel_cli\"\n", ""),
+            "control_plane.tunnel_id",
+            "missing",
+        ),
+        (
+            format!("{GOOD}\n[strict]\nshutdown_grace = \"ten\"\n"),
+            "strict.shutdown_grace",
+            "duration",
+        ),
+        (
+            format!("{GOOD}\n[mcp]\nmax_concurrent = 0\n").replace("[mcp.channels.main]", "[mcp.channels.main]"),
+            "mcp.max_concurrent",
+            "",
+        ),
+        (
+            GOOD.replace("env:CLI_TEST_KEY", &format!("file:{secret_file}")),
+            "control_plane.api_key",
+            secret_file,
+        ),
+        (
+            GOOD.replace("tunnel_id", "tunel_id"),
+            "control_plane.tunel_id",
+            "unknown",
+        ),
+        (
+            GOOD.replace("http://127.0.0.1:3001/mcp", "127.0.0.1:3001/mcp"),
+            "mcp.channels.main.url",
+            "",
+        ),
+        (
+            GOOD.replace("url = \"http://127.0.0.1:3001/mcp\"", "env = { A = \"b\" }"),
+            "mcp.channels.main",
+            "",
+        ),
+        (
+            GOOD.replace(
+                "url = \"http://127.0.0.1:3001/mcp\"",
+                "url = \"http://127.0.0.1:3001/mcp\"\ncommand = [\"node\"]",
+            ),
+            "mcp.channels.main",
+            "",
+        ),
     ];
     for (toml, key, problem) in cases {
         let run = check(&toml).await;
@@ -67,19 +102,39 @@ async fn a_bad_flag_is_a_usage_error_with_exit_2() {
 #[tokio::test]
 async fn status_prints_the_document_and_exits_zero_while_healthy() {
     let rig = crate::rig::Rig::start("").await;
-    let mut gw = rig.gateway(&crate::rig::RigOptions { strict: false, ..Default::default() }).await;
+    let mut gw = rig
+        .gateway(&crate::rig::RigOptions {
+            strict: false,
+            ..Default::default()
+        })
+        .await;
     rig.wait("a poll", |r| r.polls.len() >= 2).await;
     let url = format!("http://127.0.0.1:{}", rig.ops_port);
     let run = Gateway::cli(&["status", "--url", &url], None, &[], T).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
-    for key in ["schema_version", "version", "mode", "state", "ready", "fence", "fatal", "control_plane", "downstream", "commands"] {
+    for key in [
+        "schema_version",
+        "version",
+        "mode",
+        "state",
+        "ready",
+        "fence",
+        "fatal",
+        "control_plane",
+        "downstream",
+        "commands",
+    ] {
         assert!(doc.get(key).is_some(), "/status lacks {key}: {doc}");
     }
     assert_eq!(doc["mode"], "default");
     assert_eq!(doc["state"], "ready");
     assert_eq!(doc["downstream"][0]["transport"], "http");
-    let ready = crate::harness::http_client().get(format!("{url}/readyz")).send().await.unwrap();
+    let ready = crate::harness::http_client()
+        .get(format!("{url}/readyz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 200);
     let unreachable = Gateway::cli(&["status", "--url", "http://127.0.0.1:9"], None, &[], T).await;
     assert_eq!(unreachable.code, 1);
@@ -90,17 +145,30 @@ async fn status_prints_the_document_and_exits_zero_while_healthy() {
 #[tokio::test]
 async fn readyz_says_why_when_the_control_plane_refuses_the_key() {
     let rig = crate::rig::Rig::start("").await;
-    let config = rig.config(&crate::rig::RigOptions { strict: false, ..Default::default() }).replace(crate::rig::KEY, "wrong-key");
+    let config = rig
+        .config(&crate::rig::RigOptions {
+            strict: false,
+            ..Default::default()
+        })
+        .replace(crate::rig::KEY, "wrong-key");
     let mut gw = rig.gateway_with(&config).await;
-    rig.wait("a refused poll", |r| r.polls.iter().any(|p| p.status == Some(401))).await;
+    rig.wait("a refused poll", |r| r.polls.iter().any(|p| p.status == Some(401)))
+        .await;
     let url = format!("http://127.0.0.1:{}", rig.ops_port);
-    let ready = crate::harness::http_client().get(format!("{url}/readyz")).send().await.unwrap();
+    let ready = crate::harness::http_client()
+        .get(format!("{url}/readyz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 503);
     let reason = ready.text().await.unwrap();
     assert!(reason.starts_with("not ready:"), "{reason}");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let polls = rig.sim.record().polls.len();
-    assert!(polls <= 2, "401 needs an operator: no tight loop ({polls} polls in 1.5 s)");
+    assert!(
+        polls <= 2,
+        "401 needs an operator: no tight loop ({polls} polls in 1.5 s)"
+    );
     gw.sigterm();
     assert_eq!(gw.wait_exit(T).await, Some(0));
 }
@@ -109,7 +177,12 @@ async fn readyz_says_why_when_the_control_plane_refuses_the_key() {
 async fn the_demo_runs_the_whole_path_and_exits_zero() {
     let run = Gateway::cli(&["demo"], None, &[], Duration::from_secs(60)).await;
     assert_eq!(run.code, 0, "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
-    for needle in ["Echo: hello through the tunnel", "category=ack_timeout exit_code=80", "exit code 89", "cleared"] {
+    for needle in [
+        "Echo: hello through the tunnel",
+        "category=ack_timeout exit_code=80",
+        "exit code 89",
+        "cleared",
+    ] {
         assert!(run.stdout.contains(needle), "{needle:?} missing:\n{}", run.stdout);
     }
 }

@@ -23,8 +23,7 @@ pub fn contract_dir() -> PathBuf {
 pub fn openapi() -> &'static Value {
     static OPENAPI: LazyLock<Value> = LazyLock::new(|| {
         let path = contract_dir().join("openapi.json");
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         serde_json::from_str(&text).expect("openapi.json is JSON")
     });
     &OPENAPI
@@ -46,13 +45,8 @@ struct Validators {
 fn validators() -> &'static Validators {
     static VALIDATORS: LazyLock<Validators> = LazyLock::new(|| {
         let schemas = &openapi()["components"]["schemas"];
-        let failure = schemas["TunnelResponsePayload"]["properties"]["resp_json"]
-            ["x-tunnel-failure-schema"]
-            .clone();
-        assert!(
-            failure.is_object(),
-            "openapi.json has no x-tunnel-failure-schema"
-        );
+        let failure = schemas["TunnelResponsePayload"]["properties"]["resp_json"]["x-tunnel-failure-schema"].clone();
+        assert!(failure.is_object(), "openapi.json has no x-tunnel-failure-schema");
         Validators {
             response: component_validator("TunnelResponsePayload"),
             poll: component_validator("PolledCommandList"),
@@ -179,8 +173,7 @@ fn response_body_with_an_extra_field_is_rejected() {
 
 #[test]
 fn response_body_with_an_unknown_resp_type_is_rejected() {
-    let body =
-        br#"{"request_id":"r1","channel":"main","resp_code":200,"resp_type":"jsonrpc_final"}"#;
+    let body = br#"{"request_id":"r1","channel":"main","resp_code":200,"resp_type":"jsonrpc_final"}"#;
 
     assert!(validate_response_body(body).is_err());
 }
@@ -219,9 +212,7 @@ fn target_http_failure_with_its_upstream_status_is_accepted() {
 
 #[test]
 fn target_http_failure_without_upstream_status_is_rejected() {
-    let body = failure_body(
-        json!({"version": 1, "source": "target_http", "upstream_response_received": true}),
-    );
+    let body = failure_body(json!({"version": 1, "source": "target_http", "upstream_response_received": true}));
 
     let err = validate_response_body(&body).unwrap_err();
 
@@ -230,9 +221,7 @@ fn target_http_failure_without_upstream_status_is_rejected() {
 
 #[test]
 fn transport_closed_failure_claiming_a_response_is_rejected() {
-    let body = failure_body(
-        json!({"version": 1, "source": "transport_closed", "upstream_response_received": true}),
-    );
+    let body = failure_body(json!({"version": 1, "source": "transport_closed", "upstream_response_received": true}));
 
     assert!(validate_response_body(&body).is_err());
 }
@@ -241,17 +230,11 @@ fn transport_closed_failure_claiming_a_response_is_rejected() {
 fn body_built_by_the_library_with_a_synthesized_error_validates() {
     use std::collections::BTreeMap;
     use tunnelgate::protocol::{
-        synthesize_error, ChannelName, FailureSource, RequestId, RespType, ResponseBody,
-        TunnelFailure,
+        synthesize_error, ChannelName, FailureSource, RequestId, RespType, ResponseBody, TunnelFailure,
     };
 
     let id = serde_json::value::RawValue::from_string("7".to_owned()).unwrap();
-    let failure = TunnelFailure::new(
-        FailureSource::Connect,
-        Some("connection_refused"),
-        false,
-        None,
-    );
+    let failure = TunnelFailure::new(FailureSource::Connect, Some("connection_refused"), false, None);
     let error = synthesize_error(Some(&id), "MCP server unreachable", &failure);
     let headers = BTreeMap::new();
     let body = ResponseBody {

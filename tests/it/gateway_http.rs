@@ -13,7 +13,10 @@ use crate::rig::{final_json, Rig, RigOptions, KEY};
 const EXIT: Duration = Duration::from_secs(20);
 
 fn default_mode() -> RigOptions<'static> {
-    RigOptions { strict: false, ..Default::default() }
+    RigOptions {
+        strict: false,
+        ..Default::default()
+    }
 }
 
 fn call(id: u64, tool: &str, args: Value) -> NewCommand {
@@ -37,28 +40,68 @@ async fn server_everything_over_http_initialize_list_echo_progress_and_session_d
     assert_eq!(body["resp_type"], "jsonrpc_response");
     assert_eq!(body["resp_json"]["id"], 1);
     assert!(body["resp_json"]["result"]["serverInfo"]["name"].is_string(), "{body}");
-    let session = body["resp_headers"]["Mcp-Session-Id"][0].as_str().expect("session id in resp_headers").to_owned();
+    let session = body["resp_headers"]["Mcp-Session-Id"][0]
+        .as_str()
+        .expect("session id in resp_headers")
+        .to_owned();
     assert!(body["resp_headers"].get("Content-Type").is_some());
 
-    let with_session = |c: NewCommand| c.header("Mcp-Session-Id", session.clone()).header("Mcp-Protocol-Version", "2025-06-18");
-    let note = rig.sim.enqueue(with_session(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))));
-    let list = rig.sim.enqueue(with_session(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}))));
-    let echo = rig.sim.enqueue(with_session(call(3, "echo", json!({"message":"through the tunnel"}))));
+    let with_session = |c: NewCommand| {
+        c.header("Mcp-Session-Id", session.clone())
+            .header("Mcp-Protocol-Version", "2025-06-18")
+    };
+    let note = rig.sim.enqueue(with_session(NewCommand::jsonrpc(
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    )));
+    let list = rig.sim.enqueue(with_session(NewCommand::jsonrpc(
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}),
+    )));
+    let echo = rig
+        .sim
+        .enqueue(with_session(call(3, "echo", json!({"message":"through the tunnel"}))));
     let long = rig.sim.enqueue(with_session(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":4,"method":"tools/call",
         "params":{"name":"trigger-long-running-operation","arguments":{"duration":1,"steps":3},"_meta":{"progressToken":"tok-1"}}}))));
-    let rec = rig.wait("all answered", |r| [&note, &list, &echo, &long].iter().all(|id| r.is_completed(id))).await;
+    let rec = rig
+        .wait("all answered", |r| {
+            [&note, &list, &echo, &long].iter().all(|id| r.is_completed(id))
+        })
+        .await;
 
     assert_eq!(final_json(&rec, &note)["resp_type"], "notify_ack");
     let tools: Vec<String> = final_json(&rec, &list)["resp_json"]["result"]["tools"]
-        .as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
-    assert!(tools.contains(&"echo".to_owned()) && tools.contains(&"trigger-long-running-operation".to_owned()), "{tools:?}");
-    assert_eq!(final_json(&rec, &echo)["resp_json"]["result"]["content"][0]["text"], "Echo: through the tunnel");
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        tools.contains(&"echo".to_owned()) && tools.contains(&"trigger-long-running-operation".to_owned()),
+        "{tools:?}"
+    );
+    assert_eq!(
+        final_json(&rec, &echo)["resp_json"]["result"]["content"][0]["text"],
+        "Echo: through the tunnel"
+    );
 
     let posts: Vec<_> = rec.responses_for(&long).collect();
-    let notifies: Vec<_> = posts.iter().filter(|r| r.resp_type.as_deref() == Some("jsonrpc_notify")).collect();
-    assert!(notifies.len() >= 2, "progress notifications are posted: {}", notifies.len());
-    assert_eq!(notifies[0].json.as_ref().unwrap()["resp_json"]["method"], "notifications/progress");
-    assert_eq!(posts.last().unwrap().resp_type.as_deref(), Some("jsonrpc_response"), "the terminal response comes last");
+    let notifies: Vec<_> = posts
+        .iter()
+        .filter(|r| r.resp_type.as_deref() == Some("jsonrpc_notify"))
+        .collect();
+    assert!(
+        notifies.len() >= 2,
+        "progress notifications are posted: {}",
+        notifies.len()
+    );
+    assert_eq!(
+        notifies[0].json.as_ref().unwrap()["resp_json"]["method"],
+        "notifications/progress"
+    );
+    assert_eq!(
+        posts.last().unwrap().resp_type.as_deref(),
+        Some("jsonrpc_response"),
+        "the terminal response comes last"
+    );
 
     let end = rig.sim.enqueue(NewCommand::session_termination(Some(&session)));
     let rec = rig.wait("session ended", |r| r.is_completed(&end)).await;
@@ -82,7 +125,8 @@ async fn python_server_answers_echo(mode: PyMode) {
         assert_ne!(mode, PyMode::Stateless, "a stateless server issues no session");
         echo_cmd = echo_cmd.header("Mcp-Session-Id", session);
         let note = rig.sim.enqueue(
-            NewCommand::jsonrpc(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).header("Mcp-Session-Id", session),
+            NewCommand::jsonrpc(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+                .header("Mcp-Session-Id", session),
         );
         rig.wait("initialized", |r| r.is_completed(&note)).await;
     }
@@ -90,7 +134,12 @@ async fn python_server_answers_echo(mode: PyMode) {
     let rec = rig.wait("echo", |r| r.is_completed(&echo)).await;
     let body = final_json(&rec, &echo);
     assert_eq!(body["resp_json"]["result"]["content"][0]["text"], "Echo: py", "{body}");
-    assert_eq!(body["resp_headers"]["Content-Type"][0].as_str().map(|c| c.starts_with("application/json")), Some(true));
+    assert_eq!(
+        body["resp_headers"]["Content-Type"][0]
+            .as_str()
+            .map(|c| c.starts_with("application/json")),
+        Some(true)
+    );
     rig.assert_all_bodies_valid();
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
@@ -111,7 +160,11 @@ async fn a_real_mcp_client_gets_echo_through_the_simulator_ingress_and_the_gatew
     let (_server, url) = spawn_server_everything_http().await;
     let rig = Rig::start("").await;
     let mut gw = rig.gateway_to(&url, &default_mode()).await;
-    let out = run_py_client(&rig.sim.ingress_url(), &["--list-tools", "--call", "echo", r#"{"message":"hi"}"#]).await;
+    let out = run_py_client(
+        &rig.sim.ingress_url(),
+        &["--list-tools", "--call", "echo", r#"{"message":"hi"}"#],
+    )
+    .await;
     assert_eq!(out["ok"], true, "{out}");
     let results = out["results"].as_array().unwrap();
     assert!(results[0]["tools"].as_array().unwrap().iter().any(|t| t == "echo"));
@@ -133,7 +186,11 @@ async fn vendor_server() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) 
             async move {
                 *store.lock().unwrap() = body.to_vec();
                 (
-                    [("content-type", "application/json"), ("x-internal", "dropped"), ("mcp-session-id", "s-1")],
+                    [
+                        ("content-type", "application/json"),
+                        ("x-internal", "dropped"),
+                        ("mcp-session-id", "s-1"),
+                    ],
                     r#"{"result":{"b":1,"a":[1.50,2e3]},"x-vendor":{"z":true,"a":null},"id":"rpc-v","jsonrpc":"2.0"}"#,
                 )
             }
@@ -150,11 +207,20 @@ async fn payloads_and_replies_pass_through_byte_for_byte() {
     let (url, seen) = vendor_server().await;
     let rig = Rig::start("").await;
     let mut gw = rig.gateway_to(&url, &default_mode()).await;
-    let payload = r#"{"params":{"z":[1.0,-0],"a":"\u00e9"},"id":"rpc-v","method":"tools/call","jsonrpc":"2.0","x-extra":{}}"#;
-    let id = rig.sim.enqueue(NewCommand::jsonrpc_raw(serde_json::value::RawValue::from_string(payload.to_owned()).unwrap()));
+    let payload =
+        r#"{"params":{"z":[1.0,-0],"a":"\u00e9"},"id":"rpc-v","method":"tools/call","jsonrpc":"2.0","x-extra":{}}"#;
+    let id = rig.sim.enqueue(NewCommand::jsonrpc_raw(
+        serde_json::value::RawValue::from_string(payload.to_owned()).unwrap(),
+    ));
     let rec = rig.wait("answered", |r| r.is_completed(&id)).await;
-    assert_eq!(String::from_utf8(seen.lock().unwrap().clone()).unwrap(), payload, "the MCP server receives the exact bytes");
-    let body = std::str::from_utf8(&rec.responses_for(&id).last().unwrap().body).unwrap().to_owned();
+    assert_eq!(
+        String::from_utf8(seen.lock().unwrap().clone()).unwrap(),
+        payload,
+        "the MCP server receives the exact bytes"
+    );
+    let body = std::str::from_utf8(&rec.responses_for(&id).last().unwrap().body)
+        .unwrap()
+        .to_owned();
     assert!(
         body.contains(r#""resp_json":{"result":{"b":1,"a":[1.50,2e3]},"x-vendor":{"z":true,"a":null},"id":"rpc-v","jsonrpc":"2.0"}"#),
         "the reply is embedded exactly as the server sent it: {body}"
@@ -177,11 +243,22 @@ async fn polls_carry_every_contract_header_and_a_limit_within_bounds() {
     assert_eq!(first.header("accept"), Some("application/json"));
     assert_eq!(first.header("x-tunnel-client-name"), Some("tunnelgate"));
     assert_eq!(first.header("x-tunnel-client-version"), Some(env!("CARGO_PKG_VERSION")));
-    assert_eq!(first.header("x-tunnel-mcp-server-info"), Some(r#"{"version":1,"channels":[{"name":"main"}]}"#));
+    assert_eq!(
+        first.header("x-tunnel-mcp-server-info"),
+        Some(r#"{"version":1,"channels":[{"name":"main"}]}"#)
+    );
     let instance = first.header("x-tunnel-client-instance-id").unwrap();
     assert!(instance.len() >= 16);
-    assert!(rec.polls.iter().all(|p| p.header("x-tunnel-client-instance-id") == Some(instance)), "one instance id per process");
-    assert!(rec.polls.iter().all(|p| p.limit.is_some_and(|l| (1..=20).contains(&l))), "limit = min(free slots, 25)");
+    assert!(
+        rec.polls
+            .iter()
+            .all(|p| p.header("x-tunnel-client-instance-id") == Some(instance)),
+        "one instance id per process"
+    );
+    assert!(
+        rec.polls.iter().all(|p| p.limit.is_some_and(|l| (1..=20).contains(&l))),
+        "limit = min(free slots, 25)"
+    );
     assert_eq!(first.timeout_ms, Some(1000));
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
@@ -191,27 +268,60 @@ async fn polls_carry_every_contract_header_and_a_limit_within_bounds() {
 async fn odd_commands_are_skipped_answered_or_dropped_as_the_contract_says() {
     let rig = Rig::start("").await;
     let mut gw = rig.gateway(&default_mode()).await;
-    rig.sim.enqueue_raw(json!({"request_id":"req_unknown","shard_token":"s1","command_type":"teleport","created_at":"t"}));
-    rig.sim.enqueue_raw(json!({"request_id":"req_bad","shard_token":"s2","command_type":"jsonrpc","created_at":"t","jsonrpc":[1,2]}));
+    rig.sim
+        .enqueue_raw(json!({"request_id":"req_unknown","shard_token":"s1","command_type":"teleport","created_at":"t"}));
+    rig.sim.enqueue_raw(
+        json!({"request_id":"req_bad","shard_token":"s2","command_type":"jsonrpc","created_at":"t","jsonrpc":[1,2]}),
+    );
     rig.sim.enqueue_raw(json!(17));
-    let expired = rig.sim.enqueue(call(1, "echo", json!({"message":"late"})).response_timeout("0s"));
-    let elsewhere = rig.sim.enqueue(call(2, "echo", json!({"message":"where"})).channel("nowhere"));
-    let fine = rig.sim.enqueue(call(3, "echo", json!({"message":"fine"})).response_timeout("30s"));
-    let rec = rig.wait("the good and unroutable commands answered", |r| r.is_completed(&fine) && r.responses_for(&elsewhere).next().is_some()).await;
-    assert_eq!(rig.stub.count("tools/call"), 1, "only the valid, routable, live command reached the MCP server");
-    assert_eq!(rec.responses_for("req_unknown").count(), 0, "unknown command types are skipped");
-    assert_eq!(rec.responses_for(&expired).count(), 0, "expired commands are dropped without posting");
+    let expired = rig
+        .sim
+        .enqueue(call(1, "echo", json!({"message":"late"})).response_timeout("0s"));
+    let elsewhere = rig
+        .sim
+        .enqueue(call(2, "echo", json!({"message":"where"})).channel("nowhere"));
+    let fine = rig
+        .sim
+        .enqueue(call(3, "echo", json!({"message":"fine"})).response_timeout("30s"));
+    let rec = rig
+        .wait("the good and unroutable commands answered", |r| {
+            r.is_completed(&fine) && r.responses_for(&elsewhere).next().is_some()
+        })
+        .await;
+    assert_eq!(
+        rig.stub.count("tools/call"),
+        1,
+        "only the valid, routable, live command reached the MCP server"
+    );
+    assert_eq!(
+        rec.responses_for("req_unknown").count(),
+        0,
+        "unknown command types are skipped"
+    );
+    assert_eq!(
+        rec.responses_for(&expired).count(),
+        0,
+        "expired commands are dropped without posting"
+    );
     let bad = final_json(&rec, "req_bad");
     assert_eq!(bad["resp_json"]["error"]["code"], -32603);
     let routed = final_json(&rec, &elsewhere);
     assert_eq!(routed["channel"], "nowhere");
-    assert_eq!(routed["resp_json"]["error"]["message"], "not delivered to the MCP server; safe to retry");
+    assert_eq!(
+        routed["resp_json"]["error"]["message"],
+        "not delivered to the MCP server; safe to retry"
+    );
     // Polling went on after all of it.
     let polls = rec.polls.len();
     rig.wait("polling continues", |r| r.polls.len() > polls).await;
     let metrics = crate::harness::http_client()
         .get(format!("http://127.0.0.1:{}/metrics", rig.ops_port))
-        .send().await.unwrap().text().await.unwrap();
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for needle in [
         "tunnelgate_commands_dropped_total{reason=\"unknown_type\"} 1",
         "tunnelgate_commands_dropped_total{reason=\"expired\"} 1",
@@ -229,11 +339,16 @@ async fn odd_commands_are_skipped_answered_or_dropped_as_the_contract_says() {
 async fn a_json_rpc_error_from_the_server_is_forwarded_with_its_status() {
     let rig = Rig::start("").await;
     let mut gw = rig.gateway(&default_mode()).await;
-    let id = rig.sim.enqueue(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":9,"method":"no/such"})));
+    let id = rig
+        .sim
+        .enqueue(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":9,"method":"no/such"})));
     let rec = rig.wait("answered", |r| r.is_completed(&id)).await;
     let body = final_json(&rec, &id);
     assert_eq!(body["resp_json"]["error"]["code"], -32601, "{body}");
-    assert!(body["resp_json"]["error"]["data"].get("tunnel_failure").is_none(), "the server's own error is not rewritten");
+    assert!(
+        body["resp_json"]["error"]["data"].get("tunnel_failure").is_none(),
+        "the server's own error is not rewritten"
+    );
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }
@@ -246,5 +361,8 @@ async fn sigterm_lets_an_in_flight_command_finish_then_exits_zero() {
     rig.wait("dispatched", |_| rig.stub.count("tools/call") == 1).await;
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
-    assert!(rig.sim.record().is_completed(&slow), "the in-flight command finished within the grace");
+    assert!(
+        rig.sim.record().is_completed(&slow),
+        "the in-flight command finished within the grace"
+    );
 }

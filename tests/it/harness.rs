@@ -53,8 +53,7 @@ pub fn peers_dir() -> PathBuf {
 
 /// `dist/index.js` of `@modelcontextprotocol/server-everything`.
 pub fn server_everything_entry() -> PathBuf {
-    let entry =
-        peers_dir().join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let entry = peers_dir().join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(
         entry.is_file(),
         "{} is missing: run scripts/install-peers",
@@ -105,10 +104,7 @@ pub fn which(program: &str) -> Option<PathBuf> {
 /// Spawners retry with a new port if a peer loses the race for it.
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener
-        .local_addr()
-        .expect("bound socket has an address")
-        .port()
+    listener.local_addr().expect("bound socket has an address").port()
 }
 
 /// Polls `condition` until it is true; panics naming `what` after `timeout`.
@@ -165,10 +161,7 @@ pub async fn http_answers(url: &str) -> bool {
 
 /// Waits until `url` accepts a TCP connection and gives any HTTP answer.
 pub async fn wait_http_ready(url: &str, timeout: Duration) {
-    wait_until(&format!("{url} to answer HTTP"), timeout, || {
-        http_answers(url)
-    })
-    .await
+    wait_until(&format!("{url} to answer HTTP"), timeout, || http_answers(url)).await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -188,10 +181,7 @@ impl Captured {
             loop {
                 match pipe.read(&mut buf) {
                     Ok(0) | Err(_) => break,
-                    Ok(n) => sink
-                        .lock()
-                        .expect("capture lock")
-                        .extend_from_slice(&buf[..n]),
+                    Ok(n) => sink.lock().expect("capture lock").extend_from_slice(&buf[..n]),
                 }
             }
             ended.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -373,11 +363,7 @@ fn tail(text: &str, max: usize) -> &str {
 /// Spawns a process that must serve HTTP on a fresh loopback port: `make(port)` builds
 /// the command, `path` is appended to `http://127.0.0.1:PORT`. Retries with another port
 /// when the child exits early (it lost the race for the port).
-async fn spawn_http_peer(
-    name: &str,
-    path: &str,
-    make: impl Fn(u16) -> Command,
-) -> (ChildGuard, String) {
+async fn spawn_http_peer(name: &str, path: &str, make: impl Fn(u16) -> Command) -> (ChildGuard, String) {
     const ATTEMPTS: usize = 3;
     for attempt in 1..=ATTEMPTS {
         let port = free_port();
@@ -419,9 +405,7 @@ pub async fn spawn_server_everything_http() -> (ChildGuard, String) {
     let entry = server_everything_entry();
     spawn_http_peer("server-everything", "/mcp", |port| {
         let mut cmd = Command::new(&node);
-        cmd.arg(&entry)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string());
+        cmd.arg(&entry).arg("streamableHttp").env("PORT", port.to_string());
         cmd
     })
     .await
@@ -487,11 +471,7 @@ pub async fn try_run_py_client(url: &str, args: &[&str]) -> Result<serde_json::V
         .map_err(|e| format!("spawn py_client: {e}"))?;
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
-        return Err(format!(
-            "py_client exited with {}: {}",
-            output.status,
-            stderr.trim()
-        ));
+        return Err(format!("py_client exited with {}: {}", output.status, stderr.trim()));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout
@@ -503,9 +483,7 @@ pub async fn try_run_py_client(url: &str, args: &[&str]) -> Result<serde_json::V
 
 /// [`try_run_py_client`] that panics with the client's stderr on failure.
 pub async fn run_py_client(url: &str, args: &[&str]) -> serde_json::Value {
-    try_run_py_client(url, args)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
+    try_run_py_client(url, args).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -583,12 +561,7 @@ impl Gateway {
     }
 
     /// Runs a one-shot command (`check`, `latch show`, ...) to completion within `timeout`.
-    pub async fn cli(
-        args: &[&str],
-        config_toml: Option<&str>,
-        envs: &[(&str, &str)],
-        timeout: Duration,
-    ) -> CliRun {
+    pub async fn cli(args: &[&str], config_toml: Option<&str>, envs: &[(&str, &str)], timeout: Duration) -> CliRun {
         let mut gateway = Gateway::spawn(args, config_toml, envs);
         let Some(code) = gateway.wait_exit(timeout).await else {
             panic!(
@@ -649,11 +622,7 @@ impl Gateway {
     /// `None` if still running.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
         let status = self.process.wait_exit(timeout).await?;
-        Some(
-            status
-                .code()
-                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
-        )
+        Some(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
     }
 
     /// Whether the process has exited (never blocks).

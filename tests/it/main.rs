@@ -3,7 +3,7 @@
 //!
 //! The binary is one crate: `pub` items in its modules are for sibling modules, and not
 //! every helper is used by every module.
-#![allow(unreachable_pub, dead_code)]
+#![allow(unreachable_pub, dead_code, clippy::unwrap_used)]
 
 mod cli;
 mod contract;

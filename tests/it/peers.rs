@@ -70,10 +70,7 @@ async fn server_everything_over_http_answers_initialize_with_sse_event_ids_and_a
         content_type.starts_with("text/event-stream"),
         "content-type {content_type}"
     );
-    let session = resp
-        .headers()
-        .get("mcp-session-id")
-        .expect("an Mcp-Session-Id header");
+    let session = resp.headers().get("mcp-session-id").expect("an Mcp-Session-Id header");
     assert!(!session.is_empty());
 
     let mut buf = String::new();
@@ -103,10 +100,7 @@ async fn server_everything_over_http_answers_initialize_with_sse_event_ids_and_a
         event.id.as_deref().is_some_and(|id| !id.is_empty()),
         "the answer event carries an id: {event:?}"
     );
-    assert_eq!(
-        message["result"]["serverInfo"]["name"],
-        "mcp-servers/everything"
-    );
+    assert_eq!(message["result"]["serverInfo"]["name"], "mcp-servers/everything");
     assert!(message["result"]["protocolVersion"].is_string());
 }
 
@@ -133,10 +127,7 @@ async fn server_everything_over_stdio_answers_initialize_on_stdout() {
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
 
-    stdin
-        .write_all(format!("{INITIALIZE}\n").as_bytes())
-        .await
-        .unwrap();
+    stdin.write_all(format!("{INITIALIZE}\n").as_bytes()).await.unwrap();
     stdin.flush().await.unwrap();
     let message = tokio::time::timeout(Duration::from_secs(15), async {
         loop {
@@ -155,10 +146,7 @@ async fn server_everything_over_stdio_answers_initialize_on_stdout() {
     .await
     .expect("initialize answer within 15 s");
 
-    assert_eq!(
-        message["result"]["serverInfo"]["name"],
-        "mcp-servers/everything"
-    );
+    assert_eq!(message["result"]["serverInfo"]["name"], "mcp-servers/everything");
     child.kill().await.unwrap();
 }
 
@@ -177,10 +165,7 @@ async fn python_server_in_json_mode_answers_initialize_with_application_json() {
     assert!(resp.headers().contains_key("mcp-session-id"));
     let message: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
     assert_eq!(message["id"], 1);
-    assert_eq!(
-        message["result"]["serverInfo"]["name"],
-        "tunnelgate-py-peer"
-    );
+    assert_eq!(message["result"]["serverInfo"]["name"], "tunnelgate-py-peer");
 }
 
 #[tokio::test]
@@ -202,28 +187,17 @@ async fn python_client_lists_tools_and_sees_progress_from_the_python_server() {
     .await;
 
     assert_eq!(out["ok"], true);
-    assert_eq!(
-        out["results"][0]["tools"],
-        json!(["echo", "add", "progress"])
-    );
+    assert_eq!(out["results"][0]["tools"], json!(["echo", "add", "progress"]));
     assert_eq!(out["results"][1]["texts"], json!(["Echo: hi"]));
     assert_eq!(out["results"][1]["is_error"], false);
-    assert_eq!(
-        out["results"][2]["progress"].as_array().map(Vec::len),
-        Some(3),
-        "{out}"
-    );
+    assert_eq!(out["results"][2]["progress"].as_array().map(Vec::len), Some(3), "{out}");
 }
 
 #[tokio::test]
 async fn python_client_calls_echo_on_server_everything() {
     let (_server, url) = harness::spawn_server_everything_http().await;
 
-    let out = harness::run_py_client(
-        &url,
-        &["--list-tools", "--call", "echo", r#"{"message":"hi"}"#],
-    )
-    .await;
+    let out = harness::run_py_client(&url, &["--list-tools", "--call", "echo", r#"{"message":"hi"}"#]).await;
 
     let tools: Vec<&str> = out["results"][0]["tools"]
         .as_array()

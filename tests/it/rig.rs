@@ -32,7 +32,13 @@ pub struct RigOptions<'a> {
 
 impl Default for RigOptions<'_> {
     fn default() -> Self {
-        Self { strict: true, faults: "", extra: "", post_timeout: "700ms", post_attempts: 2 }
+        Self {
+            strict: true,
+            faults: "",
+            extra: "",
+            post_timeout: "700ms",
+            post_attempts: 2,
+        }
     }
 }
 
@@ -44,7 +50,12 @@ impl Rig {
         config.max_poll_wait = Duration::from_millis(500);
         config.ingress_timeout = Duration::from_secs(15);
         let sim = Simulator::start(config).await.expect("simulator starts");
-        Rig { sim, stub, dir: tempfile::tempdir().expect("tempdir"), ops_port: free_port() }
+        Rig {
+            sim,
+            stub,
+            dir: tempfile::tempdir().expect("tempdir"),
+            ops_port: free_port(),
+        }
     }
 
     pub fn latch_path(&self) -> PathBuf {
@@ -106,7 +117,11 @@ log_level = "info"
 
     pub async fn gateway_with(&self, config: &str) -> Gateway {
         let mut gw = Gateway::run(config);
-        gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", self.ops_port), Duration::from_secs(20)).await;
+        gw.wait_http_ready(
+            &format!("http://127.0.0.1:{}/livez", self.ops_port),
+            Duration::from_secs(20),
+        )
+        .await;
         gw
     }
 
@@ -118,7 +133,10 @@ log_level = "info"
     }
 
     pub async fn wait(&self, what: &str, pred: impl Fn(&Record) -> bool) -> Record {
-        self.sim.wait_for(what, Duration::from_secs(20), pred).await.unwrap_or_else(|e| panic!("{e}"))
+        self.sim
+            .wait_for(what, Duration::from_secs(20), pred)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     pub async fn status(&self) -> Value {
@@ -135,7 +153,8 @@ log_level = "info"
     /// Every body the gateway posted must satisfy the contract.
     pub fn assert_all_bodies_valid(&self) {
         for r in self.sim.record().responses {
-            validate_response_body(&r.body).unwrap_or_else(|e| panic!("posted body violates the contract: {e}\n{:?}", r.body));
+            validate_response_body(&r.body)
+                .unwrap_or_else(|e| panic!("posted body violates the contract: {e}\n{:?}", r.body));
         }
     }
 }

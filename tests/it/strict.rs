@@ -1,7 +1,9 @@
 //! Strict mode acceptance: each row of the table, through the real binary
 //! against the simulator, asserting on what the MCP server actually received.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde_json::json;
 
@@ -20,8 +22,13 @@ async fn acknowledged_terminal_post_releases_the_fence_for_the_next_command() {
     let mut gw = rig.gateway(&RigOptions::default()).await;
     let a = rig.enqueue_call("echo", json!({"message": "one"}));
     let b = rig.enqueue_call("add", json!({"a": 1, "b": 2}));
-    let rec = rig.wait("both completed", |r| r.is_completed(&a) && r.is_completed(&b)).await;
-    assert_eq!(final_json(&rec, &a)["resp_json"]["result"]["content"][0]["text"], "Echo: one");
+    let rec = rig
+        .wait("both completed", |r| r.is_completed(&a) && r.is_completed(&b))
+        .await;
+    assert_eq!(
+        final_json(&rec, &a)["resp_json"]["result"]["content"][0]["text"],
+        "Echo: one"
+    );
     assert_eq!(rig.stub.count("tools/call"), 2);
     assert!(!gw.has_exited());
     rig.assert_all_bodies_valid();
@@ -30,16 +37,28 @@ async fn acknowledged_terminal_post_releases_the_fence_for_the_next_command() {
 }
 
 async fn ambiguous_then_acked(action: &str) {
-    let faults = format!("[[rule]]\nmatch = {{ tool = \"echo\", resp_type = \"terminal\" }}\nattempts = [1]\n{action}\n");
+    let faults =
+        format!("[[rule]]\nmatch = {{ tool = \"echo\", resp_type = \"terminal\" }}\nattempts = [1]\n{action}\n");
     let rig = Rig::start(&faults).await;
-    let mut gw = rig.gateway(&RigOptions { post_attempts: 3, ..Default::default() }).await;
+    let mut gw = rig
+        .gateway(&RigOptions {
+            post_attempts: 3,
+            ..Default::default()
+        })
+        .await;
     let a = rig.enqueue_call("echo", json!({"message": "retry me"}));
     let rec = rig.wait("completed on a retry", |r| r.is_completed(&a)).await;
     let attempts: Vec<_> = rec.responses_for(&a).collect();
     assert!(attempts.len() >= 2, "the first attempt was ambiguous, a retry followed");
-    assert!(attempts.windows(2).all(|w| w[0].body == w[1].body), "every attempt carries identical bytes");
+    assert!(
+        attempts.windows(2).all(|w| w[0].body == w[1].body),
+        "every attempt carries identical bytes"
+    );
     let token = |r: &tunnelgate::sim::ResponseRecord| r.header("x-tunnel-shard-token").map(str::to_owned);
-    assert!(attempts.windows(2).all(|w| token(w[0]) == token(w[1])), "identical headers");
+    assert!(
+        attempts.windows(2).all(|w| token(w[0]) == token(w[1])),
+        "identical headers"
+    );
     assert_eq!(rig.stub.count("tools/call"), 1, "the MCP request is never sent again");
     let b = rig.enqueue_call("add", json!({"a": 1, "b": 1}));
     rig.wait("the next command runs", |r| r.is_completed(&b)).await;
@@ -64,12 +83,18 @@ async fn latches_with(action: &str, category: &str, code: i32) {
     let rig = Rig::start(&hold_echo_terminal(action)).await;
     let mut gw = rig.gateway(&RigOptions::default()).await;
     let a = rig.enqueue_call("echo", json!({"message": "fatal"}));
-    rig.wait("the first command's POST", |r| r.responses_for(&a).next().is_some()).await;
+    rig.wait("the first command's POST", |r| r.responses_for(&a).next().is_some())
+        .await;
     let b = rig.enqueue_call("add", json!({"a": 2, "b": 2}));
     let exit = gw.wait_exit(EXIT).await;
     assert_eq!(exit, Some(code), "stderr:\n{}", gw.stderr());
-    assert_eq!(rig.stub.count("tools/call"), 1, "nothing reaches the MCP server after the latch");
-    let latch: serde_json::Value = serde_json::from_slice(&std::fs::read(rig.latch_path()).expect("latch file written")).unwrap();
+    assert_eq!(
+        rig.stub.count("tools/call"),
+        1,
+        "nothing reaches the MCP server after the latch"
+    );
+    let latch: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(rig.latch_path()).expect("latch file written")).unwrap();
     assert_eq!(latch["fatal"]["category"], category);
     assert_eq!(latch["fatal"]["exit_code"], code);
     assert_eq!(latch["fatal"]["request_id"], a.as_str());
@@ -78,7 +103,10 @@ async fn latches_with(action: &str, category: &str, code: i32) {
     let rec = rig.sim.record();
     if let Some(r) = rec.responses_for(&b).last() {
         let body = r.json.as_ref().unwrap();
-        assert!(body["resp_json"]["error"]["message"].as_str().unwrap().contains("safe to retry"));
+        assert!(body["resp_json"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("safe to retry"));
     }
     rig.assert_all_bodies_valid();
 }
@@ -117,10 +145,17 @@ async fn a_command_returned_in_the_same_poll_never_reaches_the_mcp_server_after_
     let mut gw = rig.gateway(&RigOptions::default()).await;
     assert_eq!(gw.wait_exit(EXIT).await, Some(82), "{}", gw.stderr());
     let rec = rig.sim.record();
-    assert_eq!(rec.polls.iter().filter(|p| p.commands > 0).count(), 1, "both came in one poll");
+    assert_eq!(
+        rec.polls.iter().filter(|p| p.commands > 0).count(),
+        1,
+        "both came in one poll"
+    );
     assert_eq!(rig.stub.count("tools/call"), 1);
     let not_executed = final_json(&rec, &b);
-    assert_eq!(not_executed["resp_json"]["error"]["message"], "not delivered to the MCP server; safe to retry");
+    assert_eq!(
+        not_executed["resp_json"]["error"]["message"],
+        "not delivered to the MCP server; safe to retry"
+    );
     assert!(rec.responses_for(&a).count() == 1, "404 is final: no retry");
 }
 
@@ -130,7 +165,8 @@ async fn the_latch_fires_and_the_process_exits_within_cleanup_timeout_plus_one_s
     let mut gw = rig.gateway(&RigOptions::default()).await;
     let a = rig.enqueue_call("echo", json!({"message": "x"}));
     let _queued = rig.enqueue_call("add", json!({"a": 1, "b": 1}));
-    rig.wait("the 404", |r| r.responses_for(&a).any(|x| x.status == Some(404))).await;
+    rig.wait("the 404", |r| r.responses_for(&a).any(|x| x.status == Some(404)))
+        .await;
     let seen = Instant::now();
     assert_eq!(gw.wait_exit(EXIT).await, Some(82));
     let elapsed = seen.elapsed();
@@ -141,23 +177,39 @@ async fn the_latch_fires_and_the_process_exits_within_cleanup_timeout_plus_one_s
 #[tokio::test]
 async fn another_channel_and_command_type_are_blocked_by_the_same_fence() {
     let rig = Rig::start(&hold_echo_terminal("action = \"hold\"")).await;
-    let side = tunnelgate::sim::McpStub::start(([127, 0, 0, 1], 0).into()).await.unwrap();
+    let side = tunnelgate::sim::McpStub::start(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
     let extra = format!("[mcp.channels.side]\nurl = \"{}\"\n", side.url());
-    let mut gw = rig.gateway(&RigOptions { extra: &extra, post_timeout: "1500ms", ..Default::default() }).await;
+    let mut gw = rig
+        .gateway(&RigOptions {
+            extra: &extra,
+            post_timeout: "1500ms",
+            ..Default::default()
+        })
+        .await;
     let a = rig.enqueue_call("echo", json!({"message": "holds the fence"}));
-    rig.wait("the held POST", |r| r.responses_for(&a).next().is_some()).await;
-    rig.sim.enqueue(tunnelgate::sim::NewCommand::session_termination(Some("sess-1")).channel("side"));
+    rig.wait("the held POST", |r| r.responses_for(&a).next().is_some())
+        .await;
+    rig.sim
+        .enqueue(tunnelgate::sim::NewCommand::session_termination(Some("sess-1")).channel("side"));
     rig.sim.enqueue(
         tunnelgate::sim::NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":7,"method":"tools/list"})).channel("side"),
     );
     assert_eq!(gw.wait_exit(EXIT).await, Some(80), "{}", gw.stderr());
-    assert_eq!(side.received(), 0, "the other channel never got a byte while the fence was held, nor after the latch");
+    assert_eq!(
+        side.received(),
+        0,
+        "the other channel never got a byte while the fence was held, nor after the latch"
+    );
 }
 
 #[tokio::test]
 async fn strict_with_more_than_one_concurrent_command_is_a_configuration_error() {
     let rig = Rig::start("").await;
-    let config = rig.config(&RigOptions::default()).replace("max_concurrent = 1", "max_concurrent = 4");
+    let config = rig
+        .config(&RigOptions::default())
+        .replace("max_concurrent = 1", "max_concurrent = 4");
     let run = Gateway::cli(&["check"], Some(&config), &[], EXIT).await;
     assert_eq!(run.code, 78, "{}", run.stderr);
     assert!(run.stderr.contains("mcp.max_concurrent"), "{}", run.stderr);
@@ -175,7 +227,10 @@ async fn a_failed_progress_notification_keeps_the_fence_and_the_terminal_ack_dec
         "jsonrpc":"2.0","id":1,"method":"tools/call",
         "params":{"name":"slow","arguments":{"ms":200},"_meta":{"progressToken":"p"}}})));
     let rec = rig.wait("terminal delivered", |r| r.is_completed(&a)).await;
-    let notifies = rec.responses_for(&a).filter(|r| r.resp_type.as_deref() == Some("jsonrpc_notify")).count();
+    let notifies = rec
+        .responses_for(&a)
+        .filter(|r| r.resp_type.as_deref() == Some("jsonrpc_notify"))
+        .count();
     assert_eq!(notifies, 1, "after one notification fails, later ones are skipped");
     let b = rig.enqueue_call("echo", json!({"message": "after"}));
     rig.wait("next command", |r| r.is_completed(&b)).await;
@@ -202,12 +257,20 @@ async fn stop_before_dispatch_or_after_the_acknowledgement_exits_zero() {
 #[tokio::test]
 async fn stop_after_dispatch_before_the_acknowledgement_past_the_grace_exits_86() {
     let rig = Rig::start(&hold_echo_terminal("action = \"hold\"")).await;
-    let mut gw = rig.gateway(&RigOptions { post_timeout: "10s", ..Default::default() }).await;
+    let mut gw = rig
+        .gateway(&RigOptions {
+            post_timeout: "10s",
+            ..Default::default()
+        })
+        .await;
     let a = rig.enqueue_call("echo", json!({"message": "in flight"}));
-    rig.wait("the held POST", |r| r.responses_for(&a).next().is_some()).await;
+    rig.wait("the held POST", |r| r.responses_for(&a).next().is_some())
+        .await;
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(86), "{}", gw.stderr());
-    assert!(std::fs::read_to_string(rig.latch_path()).unwrap().contains("stopped_before_ack"));
+    assert!(std::fs::read_to_string(rig.latch_path())
+        .unwrap()
+        .contains("stopped_before_ack"));
 }
 
 #[tokio::test]
@@ -215,28 +278,45 @@ async fn response_timeout_passing_after_dispatch_exits_85() {
     let rig = Rig::start("").await;
     let mut gw = rig.gateway(&RigOptions::default()).await;
     rig.sim.enqueue(
-        tunnelgate::sim::NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1500}}}))
-            .response_timeout("400ms"),
+        tunnelgate::sim::NewCommand::jsonrpc(
+            json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1500}}}),
+        )
+        .response_timeout("400ms"),
     );
     assert_eq!(gw.wait_exit(EXIT).await, Some(85), "{}", gw.stderr());
-    assert!(rig.sim.record().responses.is_empty(), "no late error is ever synthesized");
+    assert!(
+        rig.sim.record().responses.is_empty(),
+        "no late error is ever synthesized"
+    );
 }
 
 #[tokio::test]
 async fn strict_disabled_keeps_running_and_dispatches_the_next_command() {
     let rig = Rig::start(&hold_echo_terminal("status = 404")).await;
-    let opts = RigOptions { strict: false, ..Default::default() };
+    let opts = RigOptions {
+        strict: false,
+        ..Default::default()
+    };
     let mut gw = rig.gateway(&opts).await;
     let a = rig.enqueue_call("echo", json!({"message": "404 is counted"}));
-    rig.wait("the 404", |r| r.responses_for(&a).any(|x| x.status == Some(404))).await;
+    rig.wait("the 404", |r| r.responses_for(&a).any(|x| x.status == Some(404)))
+        .await;
     let b = rig.enqueue_call("add", json!({"a": 1, "b": 2}));
     rig.wait("second dispatched", |r| r.is_completed(&b)).await;
     assert_eq!(rig.stub.count("tools/call"), 2);
     assert!(!gw.has_exited());
     let metrics = crate::harness::http_client()
         .get(format!("http://127.0.0.1:{}/metrics", rig.ops_port))
-        .send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("tunnelgate_deliveries_total{kind=\"terminal\",outcome=\"not_found\"} 1"), "{metrics}");
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("tunnelgate_deliveries_total{kind=\"terminal\",outcome=\"not_found\"} 1"),
+        "{metrics}"
+    );
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }
@@ -270,9 +350,12 @@ async fn a_persisted_latch_refuses_to_run_until_cleared() {
     assert!(!latch.exists());
 
     let rig2 = Rig::start("").await;
-    let config = rig2.config(&RigOptions::default()).replace(&rig2.latch_path().display().to_string(), path);
+    let config = rig2
+        .config(&RigOptions::default())
+        .replace(&rig2.latch_path().display().to_string(), path);
     let mut gw = Gateway::run(&config);
-    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig2.ops_port), EXIT).await;
+    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig2.ops_port), EXIT)
+        .await;
     let b = rig2.enqueue_call("echo", json!({"message": "runs again"}));
     rig2.wait("runs normally", |r| r.is_completed(&b)).await;
     gw.sigterm();
@@ -284,20 +367,32 @@ async fn no_canary_appears_in_the_latch_file_status_or_stderr() {
     // Every terminal POST is held: the latch fires on the first, and the second
     // command's "not executed" answer keeps the cleanup (and /status) alive a moment.
     let rig = Rig::start("[[rule]]\nmatch = { resp_type = \"terminal\" }\naction = \"hold\"\n").await;
-    let mut gw = rig.gateway(&RigOptions { post_timeout: "300ms", ..Default::default() }).await;
+    let mut gw = rig
+        .gateway(&RigOptions {
+            post_timeout: "300ms",
+            ..Default::default()
+        })
+        .await;
     let payload_canary = "PAYLOAD-CANARY-7731";
     let header_canary = "HEADER-CANARY-9124";
     let a = rig.sim.enqueue(
         tunnelgate::sim::NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":"rpc-c","method":"tools/call",
             "params":{"name":"echo","arguments":{"message": payload_canary}}}))
-            .header("Authorization", format!("Bearer {header_canary}"))
-            .header("X-Custom", header_canary),
+        .header("Authorization", format!("Bearer {header_canary}"))
+        .header("X-Custom", header_canary),
     );
-    rig.wait("the first POST", |r| r.responses_for(&a).next().is_some()).await;
+    rig.wait("the first POST", |r| r.responses_for(&a).next().is_some())
+        .await;
     rig.enqueue_call("add", json!({"a": 1, "b": 1}));
     let mut status = String::new();
     for _ in 0..200 {
-        let Ok(resp) = crate::harness::http_client().get(format!("http://127.0.0.1:{}/status", rig.ops_port)).send().await else { break };
+        let Ok(resp) = crate::harness::http_client()
+            .get(format!("http://127.0.0.1:{}/status", rig.ops_port))
+            .send()
+            .await
+        else {
+            break;
+        };
         let doc: serde_json::Value = resp.json().await.unwrap();
         if !doc["fatal"].is_null() {
             status = doc.to_string();
@@ -308,10 +403,29 @@ async fn no_canary_appears_in_the_latch_file_status_or_stderr() {
     assert!(status.contains("ack_timeout"), "status while latched: {status}");
     assert_eq!(gw.wait_exit(EXIT).await, Some(80));
     let rec = rig.sim.record();
-    let shard = rec.responses_for(&a).next().unwrap().header("x-tunnel-shard-token").unwrap().to_owned();
+    let shard = rec
+        .responses_for(&a)
+        .next()
+        .unwrap()
+        .header("x-tunnel-shard-token")
+        .unwrap()
+        .to_owned();
     let latch = std::fs::read_to_string(rig.latch_path()).unwrap();
-    let outputs = [("stderr", gw.stderr()), ("stdout", gw.stdout()), ("latch file", latch), ("/status", status)];
-    let canaries = [payload_canary, header_canary, KEY, shard.as_str(), &rig.stub.url(), &rig.sim.base_url(), "Echo: "];
+    let outputs = [
+        ("stderr", gw.stderr()),
+        ("stdout", gw.stdout()),
+        ("latch file", latch),
+        ("/status", status),
+    ];
+    let canaries = [
+        payload_canary,
+        header_canary,
+        KEY,
+        shard.as_str(),
+        &rig.stub.url(),
+        &rig.sim.base_url(),
+        "Echo: ",
+    ];
     for (name, text) in &outputs {
         for canary in canaries {
             assert!(!text.contains(canary), "{canary:?} leaked into {name}:\n{text}");
@@ -344,15 +458,26 @@ async fn an_abandoned_downstream_leg_exits_87_after_telling_the_caller_effect_un
     let (url, seen) = cutting_server().await;
     let config = rig.config(&RigOptions::default()).replace(&rig.stub.url(), &url);
     let mut gw = Gateway::run(&config);
-    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig.ops_port), EXIT).await;
+    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig.ops_port), EXIT)
+        .await;
     let a = rig.enqueue_call("echo", json!({"message": "cut"}));
     let b = rig.enqueue_call("echo", json!({"message": "never"}));
     assert_eq!(gw.wait_exit(EXIT).await, Some(87), "{}", gw.stderr());
     let rec = rig.sim.record();
     let told = final_json(&rec, &a);
-    assert_eq!(told["resp_json"]["error"]["message"], "effect unknown: the MCP server may have acted; check before retrying");
-    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1, "the second command never reached the MCP server");
-    assert_eq!(final_json(&rec, &b)["resp_json"]["error"]["message"], "not delivered to the MCP server; safe to retry");
+    assert_eq!(
+        told["resp_json"]["error"]["message"],
+        "effect unknown: the MCP server may have acted; check before retrying"
+    );
+    assert_eq!(
+        seen.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the second command never reached the MCP server"
+    );
+    assert_eq!(
+        final_json(&rec, &b)["resp_json"]["error"]["message"],
+        "not delivered to the MCP server; safe to retry"
+    );
     rig.assert_all_bodies_valid();
 }
 
@@ -363,19 +488,36 @@ async fn with_ambiguity_reported_an_abandoned_leg_is_answered_and_the_gateway_ke
     let config = rig
         .config(&RigOptions::default())
         .replace(&rig.stub.url(), &url)
-        .replace("[strict]\nenabled = true", "[strict]\nenabled = true\non_downstream_ambiguity = \"report\"");
+        .replace(
+            "[strict]\nenabled = true",
+            "[strict]\nenabled = true\non_downstream_ambiguity = \"report\"",
+        );
     let mut gw = Gateway::run(&config);
-    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig.ops_port), EXIT).await;
+    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig.ops_port), EXIT)
+        .await;
     let a = rig.enqueue_call("echo", json!({"message": "cut"}));
     let b = rig.enqueue_call("echo", json!({"message": "next"}));
-    let rec = rig.wait("both answered", |r| r.is_completed(&a) && r.is_completed(&b)).await;
-    assert!(final_json(&rec, &a)["resp_json"]["error"]["message"].as_str().unwrap().starts_with("effect unknown"));
+    let rec = rig
+        .wait("both answered", |r| r.is_completed(&a) && r.is_completed(&b))
+        .await;
+    assert!(final_json(&rec, &a)["resp_json"]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("effect unknown"));
     assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert!(!gw.has_exited());
     let metrics = crate::harness::http_client()
         .get(format!("http://127.0.0.1:{}/metrics", rig.ops_port))
-        .send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("tunnelgate_downstream_requests_total{outcome=\"abandoned\",transport=\"http\"} 2"), "{metrics}");
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("tunnelgate_downstream_requests_total{outcome=\"abandoned\",transport=\"http\"} 2"),
+        "{metrics}"
+    );
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }
@@ -383,16 +525,26 @@ async fn with_ambiguity_reported_an_abandoned_leg_is_answered_and_the_gateway_ke
 #[tokio::test]
 async fn a_second_signal_during_the_grace_makes_the_latch_win() {
     let rig = Rig::start(&hold_echo_terminal("action = \"hold\"")).await;
-    let config = rig.config(&RigOptions { post_timeout: "10s", ..Default::default() }).replace("shutdown_grace = \"1s\"", "shutdown_grace = \"30s\"");
+    let config = rig
+        .config(&RigOptions {
+            post_timeout: "10s",
+            ..Default::default()
+        })
+        .replace("shutdown_grace = \"1s\"", "shutdown_grace = \"30s\"");
     let mut gw = Gateway::run(&config);
-    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig.ops_port), EXIT).await;
+    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig.ops_port), EXIT)
+        .await;
     let a = rig.enqueue_call("echo", json!({"message": "in flight"}));
-    rig.wait("the held POST", |r| r.responses_for(&a).next().is_some()).await;
+    rig.wait("the held POST", |r| r.responses_for(&a).next().is_some())
+        .await;
     gw.sigterm();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!gw.has_exited(), "the first signal waits for the grace");
     gw.sigterm();
     let started = Instant::now();
     assert_eq!(gw.wait_exit(EXIT).await, Some(86), "{}", gw.stderr());
-    assert!(started.elapsed() < Duration::from_secs(4), "the second signal does not wait for the 30 s grace");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the second signal does not wait for the 30 s grace"
+    );
 }

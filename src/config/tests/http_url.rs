@@ -18,11 +18,7 @@ fn accepts_hosts_ports_ipv4_ipv6_and_paths() {
         "http://mcp-server.internal_zone/mcp?x=1",
         "http://localhost",
     ] {
-        assert_eq!(
-            parse("k", url, UrlRole::Endpoint).as_deref(),
-            Ok(url),
-            "{url}"
-        );
+        assert_eq!(parse("k", url, UrlRole::Endpoint).as_deref(), Ok(url), "{url}");
     }
 }
 
@@ -75,10 +71,7 @@ fn base_urls_reject_queries_and_fragments() {
 #[test]
 fn errors_never_quote_the_path_or_query() {
     let got = problem("ftp://h/secret-token?k=canary", UrlRole::Endpoint);
-    assert!(
-        !got.contains("canary") && !got.contains("secret-token"),
-        "{got}"
-    );
+    assert!(!got.contains("canary") && !got.contains("secret-token"), "{got}");
 }
 
 proptest! {

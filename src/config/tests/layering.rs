@@ -9,9 +9,7 @@ fn with_env(toml: &str, pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
 }
 
 fn http(url: &str) -> ChannelConfig {
-    ChannelConfig::Http {
-        url: url.to_owned(),
-    }
+    ChannelConfig::Http { url: url.to_owned() }
 }
 
 #[test]
@@ -19,21 +17,12 @@ fn file_is_overridden_by_env_which_is_overridden_by_flags() {
     let toml = toml_with(&[("telemetry.log_level", "\"warn\"")]);
     assert_eq!(accepted(&toml).telemetry.log_level, "warn");
     let env = [("TUNNELGATE_TELEMETRY__LOG_LEVEL", "debug")];
-    assert_eq!(
-        with_env(&toml, &env).expect("valid").telemetry.log_level,
-        "debug"
-    );
+    assert_eq!(with_env(&toml, &env).expect("valid").telemetry.log_level, "debug");
     let flags = Overrides {
         log_level: Some("trace".to_owned()),
         ..Overrides::default()
     };
-    assert_eq!(
-        load(&toml, &flags, &env)
-            .expect("valid")
-            .telemetry
-            .log_level,
-        "trace"
-    );
+    assert_eq!(load(&toml, &flags, &env).expect("valid").telemetry.log_level, "trace");
 }
 
 #[test]
@@ -84,10 +73,7 @@ fn env_can_define_a_whole_channel_and_child_variable_names_keep_their_case() {
     let config = with_env(
         MINIMAL,
         &[
-            (
-                "TUNNELGATE_MCP__CHANNELS__TOOLS__COMMAND",
-                "[\"node\", \"server.js\"]",
-            ),
+            ("TUNNELGATE_MCP__CHANNELS__TOOLS__COMMAND", "[\"node\", \"server.js\"]"),
             ("TUNNELGATE_MCP__CHANNELS__TOOLS__ENV__LOG_LEVEL", "debug"),
         ],
     )
@@ -103,10 +89,7 @@ fn env_can_define_a_whole_channel_and_child_variable_names_keep_their_case() {
 fn env_can_replace_a_channel_url_from_the_file() {
     let config = with_env(
         MINIMAL,
-        &[(
-            "TUNNELGATE_MCP__CHANNELS__MAIN__URL",
-            "http://10.0.0.1:3001/mcp",
-        )],
+        &[("TUNNELGATE_MCP__CHANNELS__MAIN__URL", "http://10.0.0.1:3001/mcp")],
     );
     assert_eq!(
         config.expect("valid").mcp.channels["main"],
@@ -116,15 +99,13 @@ fn env_can_replace_a_channel_url_from_the_file() {
 
 #[test]
 fn errors_from_env_name_the_variable() {
-    let error =
-        with_env(MINIMAL, &[("TUNNELGATE_STRICT__SHUTDOWN_GRACE", "ten")]).expect_err("bad");
+    let error = with_env(MINIMAL, &[("TUNNELGATE_STRICT__SHUTDOWN_GRACE", "ten")]).expect_err("bad");
     assert_error(
         &error,
         "strict.shutdown_grace",
         "\"ten\" is not a duration (use e.g. \"10s\", \"250ms\") (set by TUNNELGATE_STRICT__SHUTDOWN_GRACE)",
     );
-    let error =
-        with_env(MINIMAL, &[("TUNNELGATE_CONTROL_PLANE__TUNEL_ID", "t")]).expect_err("unknown");
+    let error = with_env(MINIMAL, &[("TUNNELGATE_CONTROL_PLANE__TUNEL_ID", "t")]).expect_err("unknown");
     assert_error(
         &error,
         "control_plane.tunel_id",
@@ -183,10 +164,7 @@ fn anchor_server_url_is_the_main_channel_only_when_none_is_configured() {
     let no_channels = toml_with(&[("mcp.channels", "")]);
     let config = with_env(&no_channels, &anchor).expect("valid");
     assert_eq!(config.mcp.channels.len(), 1);
-    assert_eq!(
-        config.mcp.channels["main"],
-        http("http://127.0.0.1:4000/mcp")
-    );
+    assert_eq!(config.mcp.channels["main"], http("http://127.0.0.1:4000/mcp"));
 
     let configured = with_env(
         &toml_with(&[
@@ -202,8 +180,7 @@ fn anchor_server_url_is_the_main_channel_only_when_none_is_configured() {
 #[test]
 fn anchor_command_is_split_on_whitespace() {
     let no_channels = toml_with(&[("mcp.channels", "")]);
-    let config =
-        with_env(&no_channels, &[("MCP_COMMAND", "  npx -y  @acme/server ")]).expect("valid");
+    let config = with_env(&no_channels, &[("MCP_COMMAND", "  npx -y  @acme/server ")]).expect("valid");
     let main = ChannelConfig::Stdio {
         command: vec!["npx".to_owned(), "-y".to_owned(), "@acme/server".to_owned()],
         env: Default::default(),
@@ -214,10 +191,7 @@ fn anchor_command_is_split_on_whitespace() {
 #[test]
 fn anchor_url_and_command_together_are_ambiguous() {
     let no_channels = toml_with(&[("mcp.channels", "")]);
-    let pairs = [
-        ("MCP_SERVER_URL", "http://127.0.0.1:4000/mcp"),
-        ("MCP_COMMAND", "srv"),
-    ];
+    let pairs = [("MCP_SERVER_URL", "http://127.0.0.1:4000/mcp"), ("MCP_COMMAND", "srv")];
     let error = with_env(&no_channels, &pairs).expect_err("both");
     assert_error(
         &error,
@@ -230,8 +204,7 @@ fn anchor_url_and_command_together_are_ambiguous() {
 fn config_file_is_read_from_its_path() {
     let mut file = tempfile::NamedTempFile::new().expect("temp file");
     file.write_all(MINIMAL.as_bytes()).expect("write");
-    let config =
-        Config::load_with_env(Some(file.path()), &Overrides::default(), &[]).expect("valid");
+    let config = Config::load_with_env(Some(file.path()), &Overrides::default(), &[]).expect("valid");
     assert_eq!(config, accepted(MINIMAL));
 }
 
@@ -257,8 +230,5 @@ fn without_a_file_env_alone_can_configure_everything_required() {
     let config = Config::load_with_env(None, &Overrides::default(), &env(&pairs)).expect("valid");
     assert_eq!(config.control_plane.tunnel_id, "tunnel_env");
     assert_eq!(config.control_plane.api_key.expose(), "sk-env");
-    assert_eq!(
-        config.mcp.channels["main"],
-        http("http://127.0.0.1:3001/mcp")
-    );
+    assert_eq!(config.mcp.channels["main"], http("http://127.0.0.1:3001/mcp"));
 }

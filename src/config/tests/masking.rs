@@ -11,10 +11,7 @@ fn config_with_api_key(reference: &str, pairs: &[(&str, &str)]) -> Config {
 
 #[test]
 fn masked_env_secret_shows_the_reference_and_length_but_never_the_value() {
-    let config = config_with_api_key(
-        "env:CONTROL_PLANE_API_KEY",
-        &[("CONTROL_PLANE_API_KEY", CANARY)],
-    );
+    let config = config_with_api_key("env:CONTROL_PLANE_API_KEY", &[("CONTROL_PLANE_API_KEY", CANARY)]);
     let masked = config.masked();
     assert!(!masked.contains(CANARY), "{masked}");
     assert!(
@@ -43,10 +40,7 @@ fn masked_file_secret_shows_the_path_but_never_the_value() {
 fn masked_literal_secret_is_fully_redacted() {
     let masked = config_with_api_key(CANARY, &[]).masked();
     assert!(!masked.contains(CANARY), "{masked}");
-    assert!(
-        masked.contains("api_key = \"<literal, redacted>\""),
-        "{masked}"
-    );
+    assert!(masked.contains("api_key = \"<literal, redacted>\""), "{masked}");
 }
 
 #[test]
@@ -67,8 +61,7 @@ fn masked_output_is_toml_that_loads_back_to_the_same_config() {
         ("mcp.channels.tools.env", "{ LOG_LEVEL = \"info\" }"),
     ]);
     let config = accepted(&toml);
-    let mut reparsed: toml::Table =
-        toml::from_str(&config.masked()).expect("masked output is TOML");
+    let mut reparsed: toml::Table = toml::from_str(&config.masked()).expect("masked output is TOML");
     let control_plane = reparsed["control_plane"].as_table_mut().expect("table");
     control_plane.insert("api_key".to_owned(), "literal-test-key".into());
     let reloaded = accepted(&toml::to_string(&reparsed).expect("serializes"));

@@ -22,10 +22,7 @@ url = "http://127.0.0.1:3001/mcp"
 "#;
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
 }
 
 /// Loads `toml` as the file layer, with `pairs` as the environment.
@@ -56,8 +53,7 @@ fn toml_with(edits: &[(&str, &str)]) -> String {
         if value.is_empty() {
             node.remove(leaf);
         } else {
-            let parsed: toml::Table =
-                toml::from_str(&format!("v = {value}")).expect("edit value is TOML");
+            let parsed: toml::Table = toml::from_str(&format!("v = {value}")).expect("edit value is TOML");
             node.insert(leaf.to_owned(), parsed["v"].clone());
         }
     }
@@ -67,8 +63,5 @@ fn toml_with(edits: &[(&str, &str)]) -> String {
 /// Asserts the error's key and full message.
 fn assert_error(error: &ConfigError, key: &str, problem: &str) {
     assert_eq!(error.key(), key, "{error}");
-    assert_eq!(
-        error.to_string(),
-        format!("invalid configuration: {key}: {problem}")
-    );
+    assert_eq!(error.to_string(), format!("invalid configuration: {key}: {problem}"));
 }

@@ -24,17 +24,9 @@ fn env_reference_resolves_from_the_given_environment() {
 #[test]
 fn default_api_key_reads_control_plane_api_key() {
     let toml = toml_with(&[("control_plane.api_key", "")]);
-    let config = load(
-        &toml,
-        &Overrides::default(),
-        &[("CONTROL_PLANE_API_KEY", "sk-anchor")],
-    )
-    .expect("valid");
+    let config = load(&toml, &Overrides::default(), &[("CONTROL_PLANE_API_KEY", "sk-anchor")]).expect("valid");
     assert_eq!(config.control_plane.api_key.expose(), "sk-anchor");
-    assert_eq!(
-        config.control_plane.api_key.describe(),
-        "env:CONTROL_PLANE_API_KEY"
-    );
+    assert_eq!(config.control_plane.api_key.describe(), "env:CONTROL_PLANE_API_KEY");
 }
 
 #[test]
@@ -52,11 +44,7 @@ fn unset_env_reference_names_the_variable() {
 #[test]
 fn empty_env_reference_names_the_variable() {
     let error = with_api_key("env:MY_KEY", &[("MY_KEY", "")]).expect_err("empty");
-    assert_error(
-        &error,
-        "control_plane.api_key",
-        "environment variable MY_KEY is empty",
-    );
+    assert_error(&error, "control_plane.api_key", "environment variable MY_KEY is empty");
 }
 
 #[test]
@@ -65,9 +53,7 @@ fn env_reference_must_be_a_variable_name() {
         let error = with_api_key(reference, &[]).expect_err(reference);
         assert_eq!(error.key(), "control_plane.api_key");
         assert!(
-            error
-                .problem()
-                .contains("is not an environment variable name"),
+            error.problem().contains("is not an environment variable name"),
             "{error}"
         );
     }
@@ -96,9 +82,7 @@ fn file_secret_with_two_trailing_newlines_is_rejected() {
     assert_error(
         &error,
         "control_plane.api_key",
-        &format!(
-            "{reference} contains a newline or control character, which cannot be sent in a header"
-        ),
+        &format!("{reference} contains a newline or control character, which cannot be sent in a header"),
     );
 }
 

@@ -22,10 +22,7 @@ fn minimal_config_gets_every_default() {
     assert_eq!(config.mcp.request_timeout, Duration::from_secs(300));
     assert_eq!(config.mcp.connect_timeout, Duration::from_secs(5));
     assert!(!config.strict.enabled);
-    assert_eq!(
-        config.strict.on_downstream_ambiguity,
-        AmbiguityPolicy::Fatal
-    );
+    assert_eq!(config.strict.on_downstream_ambiguity, AmbiguityPolicy::Fatal);
     assert_eq!(
         config.strict.latch_file,
         PathBuf::from("/var/lib/tunnelgate/latch.json")
@@ -61,10 +58,7 @@ fn tunnel_id_that_would_break_a_request_path_is_rejected() {
     for bad in ["\"a/b\"", "\"a b\"", "\"a?b\""] {
         let error = rejected(&toml_with(&[("control_plane.tunnel_id", bad)]));
         assert_eq!(error.key(), "control_plane.tunnel_id");
-        assert!(
-            error.problem().contains("placed in request paths"),
-            "{error}"
-        );
+        assert!(error.problem().contains("placed in request paths"), "{error}");
     }
 }
 
@@ -88,10 +82,7 @@ fn durations_accept_humantime_forms() {
         ("strict.shutdown_grace", "\"0s\""),
     ]));
     assert_eq!(config.control_plane.poll_timeout, Duration::from_secs(60));
-    assert_eq!(
-        config.control_plane.post_timeout,
-        Duration::from_millis(250)
-    );
+    assert_eq!(config.control_plane.post_timeout, Duration::from_millis(250));
     assert_eq!(config.mcp.request_timeout, Duration::from_secs(5400));
     assert_eq!(config.strict.shutdown_grace, Duration::ZERO);
 }
@@ -105,11 +96,7 @@ fn zero_timeouts_that_would_always_fail_are_rejected() {
         "mcp.connect_timeout",
     ] {
         let error = rejected(&toml_with(&[(key, "\"0s\"")]));
-        assert_error(
-            &error,
-            key,
-            "must be greater than zero (use e.g. \"10s\", \"250ms\")",
-        );
+        assert_error(&error, key, "must be greater than zero (use e.g. \"10s\", \"250ms\")");
     }
 }
 
@@ -128,11 +115,7 @@ fn zero_counts_are_rejected() {
 #[test]
 fn post_attempts_beyond_u32_are_rejected() {
     let error = rejected(&toml_with(&[("control_plane.post_attempts", "4294967296")]));
-    assert_error(
-        &error,
-        "control_plane.post_attempts",
-        "4294967296 is too large",
-    );
+    assert_error(&error, "control_plane.post_attempts", "4294967296 is too large");
 }
 
 #[test]
@@ -148,11 +131,7 @@ fn wrong_types_are_reported_at_their_dotted_key_in_plain_words() {
             "-1",
             "expected a whole number, found a negative number",
         ),
-        (
-            "strict.enabled",
-            "\"yes\"",
-            "expected a boolean, found a string",
-        ),
+        ("strict.enabled", "\"yes\"", "expected a boolean, found a string"),
         (
             "control_plane.poll_timeout",
             "30",
@@ -163,11 +142,7 @@ fn wrong_types_are_reported_at_their_dotted_key_in_plain_words() {
             "\"node server.js\"",
             "expected an array, found a string",
         ),
-        (
-            "mcp.channels.main",
-            "\"http://x\"",
-            "expected a table, found a string",
-        ),
+        ("mcp.channels.main", "\"http://x\"", "expected a table, found a string"),
         ("ops", "1.5", "expected a table, found a decimal number"),
     ];
     for (key, value, problem) in cases {
@@ -179,15 +154,8 @@ fn wrong_types_are_reported_at_their_dotted_key_in_plain_words() {
 
 #[test]
 fn wrong_type_errors_never_echo_the_value() {
-    let error = rejected(&toml_with(&[(
-        "control_plane.api_key",
-        "[\"canary-4711\"]",
-    )]));
-    assert_error(
-        &error,
-        "control_plane.api_key",
-        "expected a string, found an array",
-    );
+    let error = rejected(&toml_with(&[("control_plane.api_key", "[\"canary-4711\"]")]));
+    assert_error(&error, "control_plane.api_key", "expected a string, found an array");
 }
 
 #[test]
@@ -202,10 +170,7 @@ fn unknown_keys_are_rejected_everywhere_with_a_suggestion() {
             "unknown key `mcp.channels.main.headers` (expected one of: url, command, env)",
         ),
         ("opps.listen", "unknown key `opps` (did you mean `ops`?)"),
-        (
-            "strict.enable",
-            "unknown key `strict.enable` (did you mean `enabled`?)",
-        ),
+        ("strict.enable", "unknown key `strict.enable` (did you mean `enabled`?)"),
     ];
     for (key, problem) in cases {
         let error = rejected(&toml_with(&[(key, "\"x\"")]));
@@ -244,10 +209,7 @@ fn base_url_must_be_an_http_or_https_url() {
 
 #[test]
 fn base_url_loses_its_trailing_slash() {
-    let config = accepted(&toml_with(&[(
-        "control_plane.base_url",
-        "\"http://127.0.0.1:8080/\"",
-    )]));
+    let config = accepted(&toml_with(&[("control_plane.base_url", "\"http://127.0.0.1:8080/\"")]));
     assert_eq!(config.control_plane.base_url, "http://127.0.0.1:8080");
 }
 
@@ -272,19 +234,13 @@ fn url_path_is_normalized_or_rejected() {
 
 #[test]
 fn channel_url_must_be_an_http_or_https_url() {
-    let error = rejected(&toml_with(&[(
-        "mcp.channels.main.url",
-        "\"127.0.0.1:3001/mcp\"",
-    )]));
+    let error = rejected(&toml_with(&[("mcp.channels.main.url", "\"127.0.0.1:3001/mcp\"")]));
     assert_error(
         &error,
         "mcp.channels.main.url",
         "has no scheme; write it as \"http://host:port/path\" or \"https://...\"",
     );
-    let error = rejected(&toml_with(&[(
-        "mcp.channels.main.url",
-        "\"ws://127.0.0.1:3001/mcp\"",
-    )]));
+    let error = rejected(&toml_with(&[("mcp.channels.main.url", "\"ws://127.0.0.1:3001/mcp\"")]));
     assert_error(
         &error,
         "mcp.channels.main.url",
@@ -332,10 +288,7 @@ fn stdio_command_must_name_a_program() {
 
 #[test]
 fn empty_channel_map_explains_how_to_add_one() {
-    for toml in [
-        toml_with(&[("mcp.channels", "")]),
-        toml_with(&[("mcp.channels", "{}")]),
-    ] {
+    for toml in [toml_with(&[("mcp.channels", "")]), toml_with(&[("mcp.channels", "{}")])] {
         let error = rejected(&toml);
         assert_error(
             &error,
@@ -349,8 +302,7 @@ fn empty_channel_map_explains_how_to_add_one() {
 fn channel_names_must_be_safe_for_headers_and_labels() {
     let long = "a".repeat(65);
     for name in ["my channel", "a.b", "ünï", long.as_str()] {
-        let toml =
-            format!("{MINIMAL}\n[mcp.channels.{name:?}]\nurl = \"http://127.0.0.1:1/mcp\"\n");
+        let toml = format!("{MINIMAL}\n[mcp.channels.{name:?}]\nurl = \"http://127.0.0.1:1/mcp\"\n");
         let error = rejected(&toml);
         assert_eq!(error.key(), "mcp.channels");
         assert!(
@@ -368,9 +320,7 @@ fn channel_names_must_be_safe_for_headers_and_labels() {
 fn at_most_32_channels_are_accepted() {
     let mut toml = MINIMAL.to_owned();
     for i in 0..31 {
-        toml.push_str(&format!(
-            "[mcp.channels.c{i}]\nurl = \"http://127.0.0.1:1/mcp\"\n"
-        ));
+        toml.push_str(&format!("[mcp.channels.c{i}]\nurl = \"http://127.0.0.1:1/mcp\"\n"));
     }
     assert_eq!(accepted(&toml).mcp.channels.len(), 32);
     toml.push_str("[mcp.channels.c31]\nurl = \"http://127.0.0.1:1/mcp\"\n");
@@ -410,11 +360,7 @@ fn stdio_env_may_not_pass_credentials_to_children() {
             ("control_plane.api_key", api_key),
             ("mcp.channels.main.env", env_table.as_str()),
         ]);
-        let result = load(
-            &toml_with(&edits),
-            &Overrides::default(),
-            &[("MY_KEY", "k")],
-        );
+        let result = load(&toml_with(&edits), &Overrides::default(), &[("MY_KEY", "k")]);
         assert_error(
             &result.expect_err(var),
             &format!("mcp.channels.main.env.{var}"),
@@ -439,10 +385,7 @@ fn stdio_env_may_not_pass_credentials_to_children() {
 
 #[test]
 fn strict_mode_rejects_an_explicit_max_concurrent_above_one() {
-    let error = rejected(&toml_with(&[
-        ("strict.enabled", "true"),
-        ("mcp.max_concurrent", "2"),
-    ]));
+    let error = rejected(&toml_with(&[("strict.enabled", "true"), ("mcp.max_concurrent", "2")]));
     assert_error(
         &error,
         "mcp.max_concurrent",
@@ -454,10 +397,7 @@ fn strict_mode_rejects_an_explicit_max_concurrent_above_one() {
 fn strict_mode_defaults_max_concurrent_to_one() {
     let strict = accepted(&toml_with(&[("strict.enabled", "true")]));
     assert_eq!(strict.mcp.max_concurrent.get(), 1);
-    let explicit_one = accepted(&toml_with(&[
-        ("strict.enabled", "true"),
-        ("mcp.max_concurrent", "1"),
-    ]));
+    let explicit_one = accepted(&toml_with(&[("strict.enabled", "true"), ("mcp.max_concurrent", "1")]));
     assert_eq!(explicit_one.mcp.max_concurrent.get(), 1);
     let relaxed = accepted(&toml_with(&[("mcp.max_concurrent", "5")]));
     assert_eq!(relaxed.mcp.max_concurrent.get(), 5);
@@ -494,18 +434,9 @@ fn otlp_endpoint_is_off_when_empty_and_an_http_url_otherwise() {
             .otlp_endpoint,
         None
     );
-    let on = accepted(&toml_with(&[(
-        "telemetry.otlp_endpoint",
-        "\"http://127.0.0.1:4318/\"",
-    )]));
-    assert_eq!(
-        on.telemetry.otlp_endpoint.as_deref(),
-        Some("http://127.0.0.1:4318")
-    );
-    let error = rejected(&toml_with(&[(
-        "telemetry.otlp_endpoint",
-        "\"127.0.0.1:4318\"",
-    )]));
+    let on = accepted(&toml_with(&[("telemetry.otlp_endpoint", "\"http://127.0.0.1:4318/\"")]));
+    assert_eq!(on.telemetry.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+    let error = rejected(&toml_with(&[("telemetry.otlp_endpoint", "\"127.0.0.1:4318\"")]));
     assert_eq!(error.key(), "telemetry.otlp_endpoint");
     assert!(error.problem().starts_with("has no scheme"), "{error}");
 }
@@ -524,15 +455,10 @@ fn log_format_and_log_level_are_checked() {
         "telemetry.log_level",
         "is empty; use e.g. \"info\" or \"tunnelgate=debug,info\"",
     );
-    let error = rejected(&toml_with(&[(
-        "telemetry.log_level",
-        "\"tunnelgate=loud\"",
-    )]));
+    let error = rejected(&toml_with(&[("telemetry.log_level", "\"tunnelgate=loud\"")]));
     assert_eq!(error.key(), "telemetry.log_level");
     assert!(
-        error
-            .problem()
-            .starts_with("\"tunnelgate=loud\" is not a log filter"),
+        error.problem().starts_with("\"tunnelgate=loud\" is not a log filter"),
         "{error}"
     );
     let text = accepted(&toml_with(&[
@@ -545,18 +471,9 @@ fn log_format_and_log_level_are_checked() {
 
 #[test]
 fn ambiguity_policy_is_fatal_or_report() {
-    let report = accepted(&toml_with(&[(
-        "strict.on_downstream_ambiguity",
-        "\"report\"",
-    )]));
-    assert_eq!(
-        report.strict.on_downstream_ambiguity,
-        AmbiguityPolicy::Report
-    );
-    let error = rejected(&toml_with(&[(
-        "strict.on_downstream_ambiguity",
-        "\"ignore\"",
-    )]));
+    let report = accepted(&toml_with(&[("strict.on_downstream_ambiguity", "\"report\"")]));
+    assert_eq!(report.strict.on_downstream_ambiguity, AmbiguityPolicy::Report);
+    let error = rejected(&toml_with(&[("strict.on_downstream_ambiguity", "\"ignore\"")]));
     assert_error(
         &error,
         "strict.on_downstream_ambiguity",
@@ -566,9 +483,7 @@ fn ambiguity_policy_is_fatal_or_report() {
 
 #[test]
 fn stdio_channel_names_lists_only_stdio_channels() {
-    let toml = format!(
-        "{MINIMAL}\n[mcp.channels.b]\ncommand = [\"srv\"]\n[mcp.channels.a]\ncommand = [\"srv\"]\n"
-    );
+    let toml = format!("{MINIMAL}\n[mcp.channels.b]\ncommand = [\"srv\"]\n[mcp.channels.a]\ncommand = [\"srv\"]\n");
     assert_eq!(accepted(&toml).stdio_channel_names(), ["a", "b"]);
 }
 
@@ -579,9 +494,7 @@ fn toml_syntax_errors_give_a_position_but_not_the_line() {
     assert_eq!(error.key(), "configuration");
     assert_eq!(error.kind(), "syntax");
     assert!(
-        error
-            .problem()
-            .starts_with("not valid TOML at line 2, column "),
+        error.problem().starts_with("not valid TOML at line 2, column "),
         "{error}"
     );
     assert!(!error.to_string().contains("canary"), "{error}");

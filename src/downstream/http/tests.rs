@@ -32,7 +32,11 @@ struct Seen {
 
 impl Seen {
     fn header(&self, name: &str) -> Vec<&str> {
-        self.headers.iter().filter(|(n, _)| n == name).map(|(_, v)| v.as_str()).collect()
+        self.headers
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
     }
 }
 
@@ -79,13 +83,21 @@ impl Server {
             let (seen, accepted, acts) = (seen.clone(), accepted.clone(), acts.clone());
             async move {
                 loop {
-                    let Ok((stream, _)) = listener.accept().await else { return };
+                    let Ok((stream, _)) = listener.accept().await else {
+                        return;
+                    };
                     accepted.fetch_add(1, Ordering::SeqCst);
                     tokio::spawn(handle(stream, seen.clone(), acts.clone()));
                 }
             }
         });
-        Self { addr, seen, accepted, acts, task }
+        Self {
+            addr,
+            seen,
+            accepted,
+            acts,
+            task,
+        }
     }
 
     fn url(&self) -> String {
@@ -98,12 +110,18 @@ impl Server {
 
     /// The script was used up exactly: no step left over.
     fn assert_consumed(&self) {
-        assert_eq!(self.acts.lock().unwrap().len(), 0, "the server script was not fully consumed");
+        assert_eq!(
+            self.acts.lock().unwrap().len(),
+            0,
+            "the server script was not fully consumed"
+        );
     }
 }
 
 async fn handle(mut stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>, acts: Arc<Mutex<VecDeque<Act>>>) {
-    let Some(request) = read_request(&mut stream).await else { return };
+    let Some(request) = read_request(&mut stream).await else {
+        return;
+    };
     seen.lock().unwrap().push(request);
     let act = acts.lock().unwrap().pop_front();
     match act {
@@ -153,9 +171,14 @@ async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
     let mut lines = head.split("\r\n");
     let mut start = lines.next()?.split(' ');
     let (method, path) = (start.next()?.to_owned(), start.next()?.to_owned());
-    let headers: Vec<(String, String)> =
-        lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned())).collect();
-    let len: usize = headers.iter().find(|(n, _)| n == "content-length").map_or(0, |(_, v)| v.parse().unwrap_or(0));
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map_or(0, |(_, v)| v.parse().unwrap_or(0));
     let mut body = buf[head_end + 4..].to_vec();
     while body.len() < len {
         let n = stream.read(&mut tmp).await.ok()?;
@@ -164,12 +187,20 @@ async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
         }
         body.extend_from_slice(&tmp[..n]);
     }
-    Some(Seen { method, path, headers, body })
+    Some(Seen {
+        method,
+        path,
+        headers,
+        body,
+    })
 }
 
 /// A whole response with `Content-Length`.
 fn reply(status: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut out = format!("HTTP/1.1 {status}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (n, v) in headers {
         out.push_str(&format!("{n}: {v}\r\n"));
     }
@@ -198,7 +229,11 @@ fn sse_head(extra: &[(&str, &str)]) -> Vec<u8> {
 // --- leg helpers ---
 
 fn settings() -> HttpSettings {
-    HttpSettings { connect_timeout: Duration::from_secs(2), request_timeout: Duration::from_secs(5), max_body_bytes: 1 << 20 }
+    HttpSettings {
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(5),
+        max_body_bytes: 1 << 20,
+    }
 }
 
 fn transport(url: &str) -> HttpTransport {
@@ -213,10 +248,14 @@ fn payload(json: &str) -> JsonRpcPayload {
     JsonRpcPayload::from_raw(RawValue::from_string(json.to_owned()).unwrap()).unwrap()
 }
 
-const CALL: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"z":1,"a":[1.50]}}}"#;
+const CALL: &str =
+    r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"z":1,"a":[1.50]}}}"#;
 
 fn headers(pairs: &[(&str, &[&str])]) -> WireHeaders {
-    pairs.iter().map(|(n, vs)| ((*n).to_owned(), vs.iter().map(|v| (*v).to_owned()).collect())).collect()
+    pairs
+        .iter()
+        .map(|(n, vs)| ((*n).to_owned(), vs.iter().map(|v| (*v).to_owned()).collect()))
+        .collect()
 }
 
 /// Runs one leg and returns its result with every notification it produced, in order.
@@ -228,8 +267,14 @@ async fn run(
 ) -> (LegResult, Vec<Notification>) {
     let admission = admission().await;
     let (tx, mut rx) = mpsc::channel(64);
-    let req = DownstreamRequest { payload, headers, deadline };
-    let result = timeout(TEST_BOUND, t.call(&admission, &req, &tx)).await.expect("the leg is bounded");
+    let req = DownstreamRequest {
+        payload,
+        headers,
+        deadline,
+    };
+    let result = timeout(TEST_BOUND, t.call(&admission, &req, &tx))
+        .await
+        .expect("the leg is bounded");
     drop(tx);
     let mut notes = Vec::new();
     while let Ok(n) = rx.try_recv() {
@@ -265,7 +310,11 @@ async fn a_json_reply_is_forwarded_byte_for_byte_and_the_payload_reaches_the_ser
     let body = r#"{"result":{"b":1,"a":2},"x-vendor":{"z":true},"id":1,"jsonrpc":"2.0"}"#;
     let server = Server::start(vec![Act::Reply(reply(
         "200 OK",
-        &[("Content-Type", "application/json; charset=utf-8"), ("Mcp-Session-Id", "s-1"), ("Set-Cookie", "no")],
+        &[
+            ("Content-Type", "application/json; charset=utf-8"),
+            ("Mcp-Session-Id", "s-1"),
+            ("Set-Cookie", "no"),
+        ],
         format!("{body}\n").as_bytes(),
     ))])
     .await;
@@ -274,7 +323,10 @@ async fn a_json_reply_is_forwarded_byte_for_byte_and_the_payload_reaches_the_ser
     assert_eq!(resp_json(&result), body);
     assert_eq!(result.reply.resp_code, 200);
     assert_eq!(result.reply.resp_type, RespType::JsonrpcResponse);
-    assert_eq!(result.reply.resp_headers.keys().collect::<Vec<_>>(), vec!["Content-Type", "Mcp-Session-Id"]);
+    assert_eq!(
+        result.reply.resp_headers.keys().collect::<Vec<_>>(),
+        vec!["Content-Type", "Mcp-Session-Id"]
+    );
     assert!(notes.is_empty());
     let seen = server.seen();
     assert_eq!(seen.len(), 1);
@@ -317,8 +369,21 @@ async fn a_truncated_json_body_is_abandoned() {
 #[tokio::test]
 async fn a_json_body_over_the_bound_is_abandoned() {
     let big = format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{}"}}"#, "x".repeat(2048));
-    let server = Server::start(vec![Act::Reply(reply("200 OK", &[("Content-Type", "application/json")], big.as_bytes()))]).await;
-    let t = HttpTransport::new("main", &server.url(), HttpSettings { max_body_bytes: 1024, ..settings() }).unwrap();
+    let server = Server::start(vec![Act::Reply(reply(
+        "200 OK",
+        &[("Content-Type", "application/json")],
+        big.as_bytes(),
+    ))])
+    .await;
+    let t = HttpTransport::new(
+        "main",
+        &server.url(),
+        HttpSettings {
+            max_body_bytes: 1024,
+            ..settings()
+        },
+    )
+    .unwrap();
     let (result, _) = run(&t, &payload(CALL), &Vec::new(), None).await;
     assert_eq!(result.failure, Some(LegFailure::BodyTooLarge));
     assert_eq!(result.outcome, LegOutcome::Abandoned);
@@ -328,7 +393,12 @@ async fn a_json_body_over_the_bound_is_abandoned() {
 
 #[tokio::test]
 async fn a_2xx_plain_text_reply_is_abandoned_as_non_protocol() {
-    let server = Server::start(vec![Act::Reply(reply("200 OK", &[("Content-Type", "text/plain")], b"all good"))]).await;
+    let server = Server::start(vec![Act::Reply(reply(
+        "200 OK",
+        &[("Content-Type", "text/plain")],
+        b"all good",
+    ))])
+    .await;
     let (result, _) = call(&server.url(), CALL).await;
     assert_eq!(result.outcome, LegOutcome::Abandoned);
     assert_eq!(result.failure, Some(LegFailure::NonProtocolResponse));
@@ -346,7 +416,12 @@ async fn a_request_answered_202_is_abandoned_as_non_protocol() {
 #[tokio::test]
 async fn a_jsonrpc_error_with_http_400_is_forwarded_exactly() {
     let body = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad params","data":{"k":[1.50]}}}"#;
-    let server = Server::start(vec![Act::Reply(reply("400 Bad Request", &[("Content-Type", "application/json")], body.as_bytes()))]).await;
+    let server = Server::start(vec![Act::Reply(reply(
+        "400 Bad Request",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    ))])
+    .await;
     let (result, _) = call(&server.url(), CALL).await;
     assert_eq!(result.outcome, LegOutcome::Answered);
     assert_eq!(result.failure, None);
@@ -357,14 +432,21 @@ async fn a_jsonrpc_error_with_http_400_is_forwarded_exactly() {
 #[tokio::test]
 async fn an_http_500_text_body_becomes_a_synthesized_error_without_the_body() {
     let canary = "CANARY-7f3a secret stack trace";
-    let server =
-        Server::start(vec![Act::Reply(reply("500 Internal Server Error", &[("Content-Type", "text/plain")], canary.as_bytes()))]).await;
+    let server = Server::start(vec![Act::Reply(reply(
+        "500 Internal Server Error",
+        &[("Content-Type", "text/plain")],
+        canary.as_bytes(),
+    ))])
+    .await;
     let (result, _) = call(&server.url(), CALL).await;
     assert_eq!(result.failure, Some(LegFailure::HttpStatus(500)));
     assert_eq!(result.outcome, LegOutcome::Abandoned);
     assert_eq!(result.reply.resp_code, 500);
     let text = resp_json(&result);
-    assert!(!text.contains("CANARY"), "the server's body must never reach the caller");
+    assert!(
+        !text.contains("CANARY"),
+        "the server's body must never reach the caller"
+    );
     let tf = tunnel_failure(&result);
     assert_eq!(tf["source"], "target_http");
     assert_eq!(tf["upstream_status"], 500);
@@ -390,9 +472,16 @@ async fn axum_sse(chunks: Vec<&'static str>) -> (String, Arc<Mutex<Vec<Bytes>>>)
                     let stream = futures_util::stream::unfold(chunks.into_iter(), |mut it| async move {
                         let next = it.next()?;
                         tokio::time::sleep(Duration::from_millis(10)).await;
-                        Some((Ok::<_, std::convert::Infallible>(Bytes::from_static(next.as_bytes())), it))
+                        Some((
+                            Ok::<_, std::convert::Infallible>(Bytes::from_static(next.as_bytes())),
+                            it,
+                        ))
                     });
-                    ([(CONTENT_TYPE, "text/event-stream")], axum::body::Body::from_stream(stream)).into_response()
+                    (
+                        [(CONTENT_TYPE, "text/event-stream")],
+                        axum::body::Body::from_stream(stream),
+                    )
+                        .into_response()
                 }
             }
         }),
@@ -415,7 +504,10 @@ async fn progress_notifications_are_delivered_in_order_before_the_result() {
     .await;
     let (result, notes) = call(&url, CALL).await;
     assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
-    assert_eq!(resp_json(&result), "{\"result\":{\"b\":1,\"a\":2},\"id\":1,\n \"jsonrpc\":\"2.0\"}");
+    assert_eq!(
+        resp_json(&result),
+        "{\"result\":{\"b\":1,\"a\":2},\"id\":1,\n \"jsonrpc\":\"2.0\"}"
+    );
     assert_eq!(result.reply.resp_headers["Content-Type"], vec!["text/event-stream"]);
     let progress: Vec<String> = notes.iter().map(|n| n.resp_json.get().to_owned()).collect();
     assert_eq!(
@@ -425,7 +517,10 @@ async fn progress_notifications_are_delivered_in_order_before_the_result() {
             .collect::<Vec<_>>()
     );
     assert!(notes.iter().all(|n| n.resp_headers.contains_key("Content-Type")));
-    assert_eq!(bodies.lock().unwrap().as_slice(), &[Bytes::from_static(CALL.as_bytes())]);
+    assert_eq!(
+        bodies.lock().unwrap().as_slice(),
+        &[Bytes::from_static(CALL.as_bytes())]
+    );
 }
 
 #[tokio::test]
@@ -444,8 +539,11 @@ async fn a_stream_closed_at_an_event_boundary_before_the_response_is_abandoned()
 
 #[tokio::test]
 async fn a_stream_closed_mid_event_is_abandoned_even_when_the_cut_event_holds_the_response() {
-    let server =
-        Server::start(vec![Act::Parts(vec![sse_head(&[]), b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n".to_vec()])]).await;
+    let server = Server::start(vec![Act::Parts(vec![
+        sse_head(&[]),
+        b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n".to_vec(),
+    ])])
+    .await;
     let (result, notes) = call(&server.url(), CALL).await;
     assert_eq!(result.outcome, LegOutcome::Abandoned);
     assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
@@ -474,7 +572,8 @@ async fn messages_for_other_ids_and_server_requests_are_forwarded_as_notificatio
     let string_one = r#"{"jsonrpc":"2.0","id":"1","result":{}}"#;
     let server_request = r#"{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{}}"#;
     let mine = r#"{"jsonrpc":"2.0","id": 1 ,"result":{"done":true}}"#;
-    let stream = format!("data: {other}\n\ndata: {string_one}\n\ndata: {server_request}\n\ndata: {mine}\n\ndata: {other}\n\n");
+    let stream =
+        format!("data: {other}\n\ndata: {string_one}\n\ndata: {server_request}\n\ndata: {mine}\n\ndata: {other}\n\n");
     let mut bytes = sse_head(&[]);
     bytes.extend_from_slice(stream.as_bytes());
     let server = Server::start(vec![Act::Reply(bytes)]).await;
@@ -482,7 +581,11 @@ async fn messages_for_other_ids_and_server_requests_are_forwarded_as_notificatio
     assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
     assert_eq!(resp_json(&result), mine);
     let forwarded: Vec<&str> = notes.iter().map(|n| n.resp_json.get()).collect();
-    assert_eq!(forwarded, vec![other, string_one, server_request], "nothing after the terminal response is forwarded");
+    assert_eq!(
+        forwarded,
+        vec![other, string_one, server_request],
+        "nothing after the terminal response is forwarded"
+    );
 }
 
 #[tokio::test]
@@ -506,7 +609,11 @@ async fn a_closed_notification_receiver_does_not_stop_the_stream() {
     drop(rx);
     let admission = admission().await;
     let p = payload(CALL);
-    let req = DownstreamRequest { payload: &p, headers: &Vec::new(), deadline: None };
+    let req = DownstreamRequest {
+        payload: &p,
+        headers: &Vec::new(),
+        deadline: None,
+    };
     let result = timeout(TEST_BOUND, t.call(&admission, &req, &tx)).await.unwrap();
     assert_eq!(result.outcome, LegOutcome::Answered);
 }
@@ -521,7 +628,10 @@ async fn a_server_that_never_sends_headers_is_abandoned_at_the_deadline() {
     let (result, _) = run(&transport(&server.url()), &payload(CALL), &Vec::new(), deadline).await;
     assert_eq!(result.failure, Some(LegFailure::TimeoutAfterWrite));
     assert_eq!(result.outcome, LegOutcome::Abandoned);
-    assert!(started.elapsed() < Duration::from_secs(3), "the deadline bounds the wait for headers");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the deadline bounds the wait for headers"
+    );
     assert_eq!(server.seen().len(), 1);
 }
 
@@ -539,7 +649,13 @@ async fn a_stream_that_stalls_is_abandoned_at_the_deadline() {
     });
     let started = Instant::now();
     let t = transport(&format!("http://{addr}/mcp"));
-    let (result, _) = run(&t, &payload(CALL), &Vec::new(), Some(started + Duration::from_millis(300))).await;
+    let (result, _) = run(
+        &t,
+        &payload(CALL),
+        &Vec::new(),
+        Some(started + Duration::from_millis(300)),
+    )
+    .await;
     assert_eq!(result.failure, Some(LegFailure::TimeoutAfterWrite));
     assert!(started.elapsed() < Duration::from_secs(3));
 }
@@ -566,7 +682,10 @@ async fn connect_refused_is_not_sent_and_marks_the_channel_down() {
     assert_eq!(tunnel_failure(&result)["source"], "connect");
     let status = t.status();
     assert!(!status.up);
-    assert_eq!((status.transport, status.generation, status.channel.as_str()), ("http", 0, "main"));
+    assert_eq!(
+        (status.transport, status.generation, status.channel.as_str()),
+        ("http", 0, "main")
+    );
 }
 
 #[tokio::test]
@@ -576,8 +695,19 @@ async fn the_channel_is_up_again_once_a_leg_reaches_the_server() {
     run(&t, &payload(CALL), &Vec::new(), None).await;
     assert!(!t.status().up);
     let body = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
-    let _server = Server::start_on(addr, vec![Act::Reply(reply("200 OK", &[("Content-Type", "application/json")], body.as_bytes()))]).await;
-    assert_eq!(run(&t, &payload(CALL), &Vec::new(), None).await.0.outcome, LegOutcome::Answered);
+    let _server = Server::start_on(
+        addr,
+        vec![Act::Reply(reply(
+            "200 OK",
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        ))],
+    )
+    .await;
+    assert_eq!(
+        run(&t, &payload(CALL), &Vec::new(), None).await.0.outcome,
+        LegOutcome::Answered
+    );
     assert!(t.status().up);
 }
 
@@ -594,7 +724,10 @@ async fn a_connect_timeout_is_not_sent() {
             fillers.push(stream);
         }
     }
-    let settings = HttpSettings { connect_timeout: Duration::from_millis(200), ..settings() };
+    let settings = HttpSettings {
+        connect_timeout: Duration::from_millis(200),
+        ..settings()
+    };
     let t = HttpTransport::new("main", &format!("http://{addr}/mcp"), settings).unwrap();
     let started = Instant::now();
     let (result, _) = run(&t, &payload(CALL), &Vec::new(), None).await;
@@ -620,7 +753,9 @@ async fn a_tls_handshake_failure_is_not_sent() {
         while let Ok((mut stream, _)) = listener.accept().await {
             let mut buf = [0u8; 512];
             let _ = stream.read(&mut buf).await;
-            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
+            let _ = stream
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .await;
         }
     });
     let (result, _) = call(&format!("https://{addr}/mcp"), CALL).await;
@@ -636,7 +771,11 @@ async fn a_passed_deadline_sends_nothing() {
     assert_eq!(result.failure, Some(LegFailure::DeadlineBeforeSend));
     assert_eq!(result.outcome, LegOutcome::NotSent);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(server.accepted.load(Ordering::SeqCst), 0, "no connection was even opened");
+    assert_eq!(
+        server.accepted.load(Ordering::SeqCst),
+        0,
+        "no connection was even opened"
+    );
 }
 
 #[tokio::test]
@@ -648,11 +787,17 @@ async fn a_latched_admission_sends_nothing() {
     let t = transport(&server.url());
     let (tx, _rx) = mpsc::channel(1);
     let p = payload(CALL);
-    let req = DownstreamRequest { payload: &p, headers: &Vec::new(), deadline: None };
+    let req = DownstreamRequest {
+        payload: &p,
+        headers: &Vec::new(),
+        deadline: None,
+    };
     let result = timeout(TEST_BOUND, t.call(&admission, &req, &tx)).await.unwrap();
     assert_eq!(result.failure, Some(LegFailure::NotAdmitted));
     assert_eq!(result.outcome, LegOutcome::NotSent);
-    let result = timeout(TEST_BOUND, t.terminate_session(&admission, &Vec::new(), None)).await.unwrap();
+    let result = timeout(TEST_BOUND, t.terminate_session(&admission, &Vec::new(), None))
+        .await
+        .unwrap();
     assert_eq!(result.failure, Some(LegFailure::NotAdmitted));
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(server.accepted.load(Ordering::SeqCst), 0);
@@ -662,7 +807,12 @@ async fn a_latched_admission_sends_nothing() {
 
 #[tokio::test]
 async fn a_notification_answered_202_is_acknowledged() {
-    let server = Server::start(vec![Act::Reply(reply("202 Accepted", &[("Mcp-Session-Id", "s-1")], b""))]).await;
+    let server = Server::start(vec![Act::Reply(reply(
+        "202 Accepted",
+        &[("Mcp-Session-Id", "s-1")],
+        b"",
+    ))])
+    .await;
     let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
     let (result, _) = call(&server.url(), note).await;
     assert_eq!(result.outcome, LegOutcome::Answered);
@@ -688,7 +838,9 @@ async fn session_termination_sends_delete_with_the_session_header() {
     let t = transport(&server.url());
     let admission = admission().await;
     let h = headers(&[("Mcp-Session-Id", &["s-42"]), ("Mcp-Protocol-Version", &["2025-06-18"])]);
-    let result = timeout(TEST_BOUND, t.terminate_session(&admission, &h, None)).await.unwrap();
+    let result = timeout(TEST_BOUND, t.terminate_session(&admission, &h, None))
+        .await
+        .unwrap();
     assert_eq!(result.outcome, LegOutcome::Answered);
     assert_eq!(result.reply.resp_type, RespType::SessionTerminationResponse);
     assert_eq!(result.reply.resp_code, 204);
@@ -714,13 +866,20 @@ async fn session_termination_reports_the_servers_status_and_connect_failures() {
 
 async fn t_terminate(url: &str, admission: &Admission) -> LegResult {
     let h = headers(&[("Mcp-Session-Id", &["s"])]);
-    timeout(TEST_BOUND, transport(url).terminate_session(admission, &h, None)).await.unwrap()
+    timeout(TEST_BOUND, transport(url).terminate_session(admission, &h, None))
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
 async fn multi_valued_headers_are_forwarded_and_hop_by_hop_ones_are_not() {
     let body = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
-    let server = Server::start(vec![Act::Reply(reply("200 OK", &[("Content-Type", "application/json")], body.as_bytes()))]).await;
+    let server = Server::start(vec![Act::Reply(reply(
+        "200 OK",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    ))])
+    .await;
     let h = headers(&[
         ("X-Trace", &["a", "b"]),
         ("Authorization", &["Bearer connector-token"]),
@@ -742,11 +901,21 @@ async fn multi_valued_headers_are_forwarded_and_hop_by_hop_ones_are_not() {
     assert_eq!(seen.header("x-trace"), vec!["a", "b"]);
     assert_eq!(seen.header("authorization"), vec!["Bearer connector-token"]);
     assert_eq!(seen.header("mcp-session-id"), vec!["s-1"]);
-    assert_eq!(seen.header("accept"), vec!["application/json"], "the command's Accept replaces the default");
+    assert_eq!(
+        seen.header("accept"),
+        vec!["application/json"],
+        "the command's Accept replaces the default"
+    );
     assert_eq!(seen.header("content-type"), vec!["application/json"]);
     assert_eq!(seen.header("content-length"), vec![CALL.len().to_string().as_str()]);
     assert_eq!(seen.header("host"), vec![server.addr.to_string().as_str()]);
-    for absent in ["keep-alive", "transfer-encoding", "proxy-authorization", "upgrade", "te"] {
+    for absent in [
+        "keep-alive",
+        "transfer-encoding",
+        "proxy-authorization",
+        "upgrade",
+        "te",
+    ] {
         assert!(seen.header(absent).is_empty(), "{absent} must not be forwarded");
     }
     assert!(!seen.header("connection").iter().any(|v| v.contains("x-trace")));
@@ -755,12 +924,24 @@ async fn multi_valued_headers_are_forwarded_and_hop_by_hop_ones_are_not() {
 #[tokio::test]
 async fn closed_connections_are_rebuilt_on_the_next_leg() {
     let body = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
-    let ok = || Act::Reply(reply("200 OK", &[("Content-Type", "application/json")], body.as_bytes()));
+    let ok = || {
+        Act::Reply(reply(
+            "200 OK",
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        ))
+    };
     let server = Server::start(vec![ok(), ok()]).await;
     let t = transport(&server.url());
-    assert_eq!(run(&t, &payload(CALL), &Vec::new(), None).await.0.outcome, LegOutcome::Answered);
+    assert_eq!(
+        run(&t, &payload(CALL), &Vec::new(), None).await.0.outcome,
+        LegOutcome::Answered
+    );
     t.close_connections();
-    assert_eq!(run(&t, &payload(CALL), &Vec::new(), None).await.0.outcome, LegOutcome::Answered);
+    assert_eq!(
+        run(&t, &payload(CALL), &Vec::new(), None).await.0.outcome,
+        LegOutcome::Answered
+    );
     server.assert_consumed();
 }
 
@@ -783,7 +964,11 @@ const PROGRESS: &[u8] =
     b"id: ev-1\nretry: 20\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\n\n";
 
 fn cut_stream() -> Act {
-    Act::Parts(vec![sse_head(&SESSION), PROGRESS.to_vec(), b"id: ev-2\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,".to_vec()])
+    Act::Parts(vec![
+        sse_head(&SESSION),
+        PROGRESS.to_vec(),
+        b"id: ev-2\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,".to_vec(),
+    ])
 }
 
 #[tokio::test]
@@ -791,13 +976,24 @@ async fn a_cut_stream_is_resumed_with_last_event_id_and_recovers_the_response() 
     let mut resumed = sse_head(&SESSION);
     resumed.extend_from_slice(b"id: ev-2\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resumed\":true}}\n\n");
     let server = Server::start(vec![cut_stream(), Act::Reply(resumed)]).await;
-    let h = headers(&[("Mcp-Protocol-Version", &["2025-06-18"]), ("Authorization", &["Bearer t"]), ("X-Other", &["o"])]);
+    let h = headers(&[
+        ("Mcp-Protocol-Version", &["2025-06-18"]),
+        ("Authorization", &["Bearer t"]),
+        ("X-Other", &["o"]),
+    ]);
     let (result, notes) = run(&transport(&server.url()), &payload(CALL), &h, None).await;
     assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
-    assert_eq!(resp_json(&result), r#"{"jsonrpc":"2.0","id":1,"result":{"resumed":true}}"#);
+    assert_eq!(
+        resp_json(&result),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"resumed":true}}"#
+    );
     assert_eq!(notes.len(), 1);
     let seen = server.seen();
-    assert_eq!(seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(), vec!["POST", "GET"], "never a second POST");
+    assert_eq!(
+        seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(),
+        vec!["POST", "GET"],
+        "never a second POST"
+    );
     let get = &seen[1];
     assert_eq!(get.header("last-event-id"), vec!["ev-1"]);
     assert_eq!(get.header("accept"), vec!["text/event-stream"]);
@@ -822,7 +1018,10 @@ async fn the_2026_07_28_revision_is_never_resumed() {
 
 #[tokio::test]
 async fn a_stream_without_event_ids_or_session_is_not_resumed() {
-    let no_ids = Act::Parts(vec![sse_head(&SESSION), b"data: {\"jsonrpc\":\"2.0\",\"method\":\"n\"}\n\n".to_vec()]);
+    let no_ids = Act::Parts(vec![
+        sse_head(&SESSION),
+        b"data: {\"jsonrpc\":\"2.0\",\"method\":\"n\"}\n\n".to_vec(),
+    ]);
     let no_session = Act::Parts(vec![sse_head(&[]), PROGRESS.to_vec()]);
     for act in [no_ids, no_session] {
         let server = Server::start(vec![act]).await;
@@ -835,7 +1034,11 @@ async fn a_stream_without_event_ids_or_session_is_not_resumed() {
 
 #[tokio::test]
 async fn a_resume_refused_with_405_stays_abandoned() {
-    let server = Server::start(vec![cut_stream(), Act::Reply(reply("405 Method Not Allowed", &[], b""))]).await;
+    let server = Server::start(vec![
+        cut_stream(),
+        Act::Reply(reply("405 Method Not Allowed", &[], b"")),
+    ])
+    .await;
     let (result, _) = call(&server.url(), CALL).await;
     assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
     assert_eq!(result.outcome, LegOutcome::Abandoned);
@@ -851,7 +1054,10 @@ async fn resume_stops_after_two_attempts() {
     let (result, _) = call(&server.url(), CALL).await;
     assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
     let seen = server.seen();
-    assert_eq!(seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(), vec!["POST", "GET", "GET"]);
+    assert_eq!(
+        seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(),
+        vec!["POST", "GET", "GET"]
+    );
     assert_eq!(seen[2].header("last-event-id"), vec!["ev-1"]);
     server.assert_consumed();
 }
@@ -865,7 +1071,11 @@ async fn a_latch_between_the_cut_and_the_resume_sends_nothing_more() {
     let t = transport(&server.url());
     let p = payload(CALL);
     let leg = async {
-        let req = DownstreamRequest { payload: &p, headers: &Vec::new(), deadline: None };
+        let req = DownstreamRequest {
+            payload: &p,
+            headers: &Vec::new(),
+            deadline: None,
+        };
         t.call(&admission, &req, &tx).await
     };
     // Latch as soon as the first notification arrives: the stream is then cut, and the

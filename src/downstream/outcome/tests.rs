@@ -8,10 +8,20 @@ fn table() -> Vec<(LegFailure, LegOutcome, &'static str, &'static str)> {
         (LegFailure::ConnectRefused, NotSent, "connect", NOT_SENT_MESSAGE),
         (LegFailure::ConnectFailed, NotSent, "connect", NOT_SENT_MESSAGE),
         (LegFailure::Tls, NotSent, "tls", NOT_SENT_MESSAGE),
-        (LegFailure::ChildNotRunning, NotSent, "transport_closed", NOT_SENT_MESSAGE),
+        (
+            LegFailure::ChildNotRunning,
+            NotSent,
+            "transport_closed",
+            NOT_SENT_MESSAGE,
+        ),
         (LegFailure::NotAdmitted, NotSent, "client_internal", NOT_SENT_MESSAGE),
         (LegFailure::DeadlineBeforeSend, NotSent, "timeout", NOT_SENT_MESSAGE),
-        (LegFailure::InternalBeforeSend, NotSent, "client_internal", NOT_SENT_MESSAGE),
+        (
+            LegFailure::InternalBeforeSend,
+            NotSent,
+            "client_internal",
+            NOT_SENT_MESSAGE,
+        ),
         (LegFailure::HttpStatus(400), Answered, "target_http", REFUSED_MESSAGE),
         (LegFailure::HttpStatus(404), Answered, "target_http", REFUSED_MESSAGE),
         (LegFailure::HttpStatus(406), Answered, "target_http", REFUSED_MESSAGE),
@@ -19,15 +29,50 @@ fn table() -> Vec<(LegFailure, LegOutcome, &'static str, &'static str)> {
         (LegFailure::HttpStatus(500), Abandoned, "target_http", ABANDONED_MESSAGE),
         (LegFailure::HttpStatus(503), Abandoned, "target_http", ABANDONED_MESSAGE),
         (LegFailure::TimeoutAfterWrite, Abandoned, "timeout", ABANDONED_MESSAGE),
-        (LegFailure::ConnectionLost, Abandoned, "transport_closed", ABANDONED_MESSAGE),
-        (LegFailure::StreamClosedBeforeResponse, Abandoned, "protocol", ABANDONED_MESSAGE),
+        (
+            LegFailure::ConnectionLost,
+            Abandoned,
+            "transport_closed",
+            ABANDONED_MESSAGE,
+        ),
+        (
+            LegFailure::StreamClosedBeforeResponse,
+            Abandoned,
+            "protocol",
+            ABANDONED_MESSAGE,
+        ),
         (LegFailure::TruncatedJson, Abandoned, "protocol", ABANDONED_MESSAGE),
-        (LegFailure::NonProtocolResponse, Abandoned, "protocol", ABANDONED_MESSAGE),
+        (
+            LegFailure::NonProtocolResponse,
+            Abandoned,
+            "protocol",
+            ABANDONED_MESSAGE,
+        ),
         (LegFailure::BodyTooLarge, Abandoned, "protocol", ABANDONED_MESSAGE),
-        (LegFailure::ChildExited, Abandoned, "transport_closed", ABANDONED_MESSAGE),
-        (LegFailure::ChildPipeBroken, Abandoned, "transport_closed", ABANDONED_MESSAGE),
-        (LegFailure::CancelledAfterWrite, Abandoned, "client_internal", ABANDONED_MESSAGE),
-        (LegFailure::InternalAfterWrite, Abandoned, "client_internal", ABANDONED_MESSAGE),
+        (
+            LegFailure::ChildExited,
+            Abandoned,
+            "transport_closed",
+            ABANDONED_MESSAGE,
+        ),
+        (
+            LegFailure::ChildPipeBroken,
+            Abandoned,
+            "transport_closed",
+            ABANDONED_MESSAGE,
+        ),
+        (
+            LegFailure::CancelledAfterWrite,
+            Abandoned,
+            "client_internal",
+            ABANDONED_MESSAGE,
+        ),
+        (
+            LegFailure::InternalAfterWrite,
+            Abandoned,
+            "client_internal",
+            ABANDONED_MESSAGE,
+        ),
     ]
 }
 
@@ -47,13 +92,19 @@ fn provenance_obeys_the_contract_conditionals() {
     for (failure, ..) in table() {
         let tf = failure.tunnel_failure();
         if tf.source == FailureSource::TargetHttp {
-            assert!(tf.upstream_response_received && tf.upstream_status.is_some(), "{failure:?}");
+            assert!(
+                tf.upstream_response_received && tf.upstream_status.is_some(),
+                "{failure:?}"
+            );
         }
         if tf.upstream_status.is_some() {
             assert_eq!(tf.source, FailureSource::TargetHttp, "{failure:?}");
         }
         if tf.source == FailureSource::TransportClosed {
-            assert!(!tf.upstream_response_received && tf.upstream_status.is_none(), "{failure:?}");
+            assert!(
+                !tf.upstream_response_received && tf.upstream_status.is_none(),
+                "{failure:?}"
+            );
         }
     }
 }

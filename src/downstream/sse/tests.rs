@@ -10,7 +10,11 @@ fn parse(bytes: &[u8]) -> (Vec<SseEvent>, SseParser) {
 }
 
 fn ev(event: &str, data: &str, id: &str) -> SseEvent {
-    SseEvent { event: event.to_owned(), data: data.to_owned(), id: id.to_owned() }
+    SseEvent {
+        event: event.to_owned(),
+        data: data.to_owned(),
+        id: id.to_owned(),
+    }
 }
 
 #[test]
@@ -21,7 +25,11 @@ fn a_blank_line_dispatches_one_message_event() {
 
 #[test]
 fn crlf_lf_and_cr_line_endings_are_equivalent() {
-    for stream in [&b"event: x\r\ndata: 1\r\n\r\n"[..], b"event: x\ndata: 1\n\n", b"event: x\rdata: 1\r\r"] {
+    for stream in [
+        &b"event: x\r\ndata: 1\r\n\r\n"[..],
+        b"event: x\ndata: 1\n\n",
+        b"event: x\rdata: 1\r\r",
+    ] {
         let (events, _) = parse(stream);
         assert_eq!(events, vec![ev("x", "1", "")], "{stream:?}");
     }
@@ -84,7 +92,10 @@ fn an_event_without_data_is_not_dispatched_but_its_id_counts() {
 #[test]
 fn ids_persist_across_events_until_changed() {
     let (events, parser) = parse(b"id: a\ndata: 1\n\ndata: 2\n\nid\ndata: 3\n\n");
-    assert_eq!(events, vec![ev("message", "1", "a"), ev("message", "2", "a"), ev("message", "3", "")]);
+    assert_eq!(
+        events,
+        vec![ev("message", "1", "a"), ev("message", "2", "a"), ev("message", "3", "")]
+    );
     assert_eq!(parser.last_event_id(), "");
 }
 
@@ -104,7 +115,11 @@ fn retry_accepts_only_digits() {
 fn an_event_cut_off_by_the_end_of_the_stream_is_never_dispatched() {
     let (events, parser) = parse(b"id: 1\ndata: {\"done\":1}\n\nid: 2\ndata: {\"half\":");
     assert_eq!(events.len(), 1);
-    assert_eq!(parser.last_event_id(), "1", "an undispatched id does not move the resume point");
+    assert_eq!(
+        parser.last_event_id(),
+        "1",
+        "an undispatched id does not move the resume point"
+    );
     let (events, _) = parse(b"data: {\"whole_line\":1}\n");
     assert!(events.is_empty(), "a data line without the blank line is not an event");
 }

@@ -51,7 +51,10 @@ mod tests {
 
     #[test]
     fn a_cap_below_the_minimum_wins() {
-        assert_eq!(restart_delay(1, Duration::from_secs(5), Duration::from_secs(1)), Duration::from_secs(1));
+        assert_eq!(
+            restart_delay(1, Duration::from_secs(5), Duration::from_secs(1)),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]

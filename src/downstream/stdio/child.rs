@@ -113,9 +113,22 @@ impl Child {
         let mut route = self.route();
         route.next_seq += 1;
         let seq = route.next_seq;
-        route.inflight = Some(InFlight { seq, id, tx, notes, done: done.clone() });
+        route.inflight = Some(InFlight {
+            seq,
+            id,
+            tx,
+            notes,
+            done: done.clone(),
+        });
         drop(route);
-        Registration { rx, guard: RouteGuard { child: self.clone(), seq, done } }
+        Registration {
+            rx,
+            guard: RouteGuard {
+                child: self.clone(),
+                seq,
+                done,
+            },
+        }
     }
 
     fn unregister(&self, seq: u64) {
@@ -136,7 +149,10 @@ impl Child {
     }
 
     fn notify_target(&self) -> Option<(NotifySink, CancellationToken)> {
-        self.route().inflight.as_ref().map(|f| (f.notes.clone(), f.done.clone()))
+        self.route()
+            .inflight
+            .as_ref()
+            .map(|f| (f.notes.clone(), f.done.clone()))
     }
 
     /// Starts writing one whole line in its own task (so that nothing can cut it short).
@@ -176,7 +192,9 @@ impl Child {
         let Some(pgid) = self.pgid else { return };
         match killpg(pgid, signal) {
             Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-            Err(e) => tracing::warn!(pgid = pgid.as_raw(), ?signal, error = %e, "signalling the stdio child's process group failed"),
+            Err(e) => {
+                tracing::warn!(pgid = pgid.as_raw(), ?signal, error = %e, "signalling the stdio child's process group failed")
+            }
         }
     }
 
@@ -223,7 +241,10 @@ impl Drop for RouteGuard {
 /// Spawns generation `generation` of the channel's child and its three tasks.
 pub(super) fn spawn(shared: &Arc<Shared>, generation: u64) -> std::io::Result<Arc<Child>> {
     let Some((program, args)) = shared.command.split_first() else {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the command is empty"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the command is empty",
+        ));
     };
     let mut command = tokio::process::Command::new(program);
     command
@@ -237,7 +258,8 @@ pub(super) fn spawn(shared: &Arc<Shared>, generation: u64) -> std::io::Result<Ar
         .kill_on_drop(true);
     let mut process = command.spawn()?;
     let pgid = process.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
-    let (Some(stdin), Some(stdout), Some(stderr)) = (process.stdin.take(), process.stdout.take(), process.stderr.take())
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (process.stdin.take(), process.stdout.take(), process.stderr.take())
     else {
         // Dropping `process` kills it.
         return Err(std::io::Error::other("the child's pipes were not set up"));
@@ -281,7 +303,10 @@ async fn monitor(shared: Arc<Shared>, child: Arc<Child>, mut process: tokio::pro
     if timeout(grace, child.stdout_closed.cancelled()).await.is_err() {
         child.kill_group();
         if timeout(grace, child.stdout_closed.cancelled()).await.is_err() {
-            shared.report_held(&child, "a process outside the group kept the child's stdout open after SIGKILL");
+            shared.report_held(
+                &child,
+                "a process outside the group kept the child's stdout open after SIGKILL",
+            );
             child.stdout_closed.cancelled().await;
         }
     }
@@ -305,7 +330,11 @@ async fn read_stdout(shared: Arc<Shared>, child: Arc<Child>, stdout: ChildStdout
     drop(reader);
     child.stdout_eof();
     // A child that closed its stdout can never answer again.
-    if timeout(shared.settings.stop_grace, child.exited.cancelled()).await.is_err() && !child.killed.is_cancelled() {
+    if timeout(shared.settings.stop_grace, child.exited.cancelled())
+        .await
+        .is_err()
+        && !child.killed.is_cancelled()
+    {
         tracing::warn!(channel = %shared.channel, generation = child.generation, "stdio child closed its stdout but kept running: killing its group");
         child.kill_group();
     }
@@ -333,7 +362,10 @@ async fn route_line(shared: &Shared, child: &Child, line: RawLine) {
                 tracing::debug!(channel = %shared.channel, generation = child.generation, "message from the stdio child outside any request; dropped");
                 return;
             };
-            let note = Notification { resp_json: raw, resp_headers: BTreeMap::new() };
+            let note = Notification {
+                resp_json: raw,
+                resp_headers: BTreeMap::new(),
+            };
             tokio::select! {
                 biased;
                 // cancel-safe: waiting on a token.
@@ -356,7 +388,9 @@ async fn log_stderr(shared: Arc<Shared>, generation: u64, stderr: ChildStderr) {
     let mut reader = LineReader::new(stderr, redact::MAX_READ_LINE, true);
     let mut budget = LogBudget::new(Instant::now());
     while let Ok(Some(line)) = reader.next_line().await {
-        let Some(suppressed) = budget.admit(Instant::now()) else { continue };
+        let Some(suppressed) = budget.admit(Instant::now()) else {
+            continue;
+        };
         if suppressed > 0 {
             tracing::info!(target: "tunnelgate::stdio_child", channel = %shared.channel, generation, suppressed, "stderr lines over the log budget were skipped");
         }

@@ -21,8 +21,10 @@ pub(super) fn child_env(
     base: impl IntoIterator<Item = (String, String)>,
     configured: &BTreeMap<String, String>,
 ) -> (BTreeMap<String, String>, Vec<String>) {
-    let mut env: BTreeMap<String, String> =
-        base.into_iter().filter(|(name, _)| BASE_VARS.contains(&name.as_str())).collect();
+    let mut env: BTreeMap<String, String> = base
+        .into_iter()
+        .filter(|(name, _)| BASE_VARS.contains(&name.as_str()))
+        .collect();
     let mut refused = Vec::new();
     for (name, value) in configured {
         if is_forbidden(name) || name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
@@ -37,7 +39,9 @@ pub(super) fn child_env(
 /// The gateway's own environment, as far as it is valid UTF-8 (the base is only read
 /// from it; anything else is never passed on).
 pub(super) fn process_env() -> Vec<(String, String)> {
-    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect()
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -69,7 +73,10 @@ mod tests {
             ("LOG_LEVEL".to_owned(), "debug".to_owned()),
             ("PATH".to_owned(), "/opt/bin".to_owned()),
             ("tunnelgate_x".to_owned(), "1".to_owned()),
-            ("CONTROL_PLANE_BASE_URL".to_owned(), "https://example.invalid".to_owned()),
+            (
+                "CONTROL_PLANE_BASE_URL".to_owned(),
+                "https://example.invalid".to_owned(),
+            ),
             ("BAD=NAME".to_owned(), "1".to_owned()),
         ]);
         let (env, refused) = child_env(pairs(&[("PATH", "/usr/bin")]), &configured);

@@ -54,7 +54,9 @@ pub(super) fn trim_json(s: &str) -> &str {
 /// Classifies one line (without its `\n`). The raw value kept is the line's exact bytes,
 /// trimmed of surrounding whitespace.
 pub(super) fn classify(bytes: Vec<u8>) -> Line {
-    let Ok(text) = String::from_utf8(bytes) else { return Line::Invalid };
+    let Ok(text) = String::from_utf8(bytes) else {
+        return Line::Invalid;
+    };
     let trimmed = trim_json(&text);
     if trimmed.is_empty() {
         return Line::Blank;
@@ -63,11 +65,20 @@ pub(super) fn classify(bytes: Vec<u8>) -> Line {
         return Line::Invalid;
     }
     let (is_response, id) = match serde_json::from_str::<Probe<'_>>(trimmed) {
-        Ok(p) => ((p.result || p.error) && !p.method, p.id.map(|id| trim_json(id.get()).to_owned())),
+        Ok(p) => (
+            (p.result || p.error) && !p.method,
+            p.id.map(|id| trim_json(id.get()).to_owned()),
+        ),
         Err(_) => return Line::Invalid,
     };
-    let owned = if trimmed.len() == text.len() { text } else { trimmed.to_owned() };
-    let Ok(raw) = RawValue::from_string(owned) else { return Line::Invalid };
+    let owned = if trimmed.len() == text.len() {
+        text
+    } else {
+        trimmed.to_owned()
+    };
+    let Ok(raw) = RawValue::from_string(owned) else {
+        return Line::Invalid;
+    };
     if is_response {
         Line::Response { id, raw }
     } else {
@@ -92,7 +103,10 @@ pub(super) fn frame(json: &str) -> Vec<u8> {
 pub(super) enum WriteResult {
     Done,
     /// The write failed after `written` bytes of the line were accepted by the pipe.
-    Failed { written: usize, kind: std::io::ErrorKind },
+    Failed {
+        written: usize,
+        kind: std::io::ErrorKind,
+    },
     /// The writing task ended without a result (runtime shutting down): unknown.
     Lost,
 }
@@ -103,15 +117,28 @@ pub(super) async fn write_line(w: &mut (impl AsyncWrite + Unpin), line: &[u8]) -
     let mut written = 0;
     while written < line.len() {
         match w.write(&line[written..]).await {
-            Ok(0) => return WriteResult::Failed { written, kind: std::io::ErrorKind::WriteZero },
+            Ok(0) => {
+                return WriteResult::Failed {
+                    written,
+                    kind: std::io::ErrorKind::WriteZero,
+                }
+            }
             Ok(n) => written += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return WriteResult::Failed { written, kind: e.kind() },
+            Err(e) => {
+                return WriteResult::Failed {
+                    written,
+                    kind: e.kind(),
+                }
+            }
         }
     }
     match w.flush().await {
         Ok(()) => WriteResult::Done,
-        Err(e) => WriteResult::Failed { written, kind: e.kind() },
+        Err(e) => WriteResult::Failed {
+            written,
+            kind: e.kind(),
+        },
     }
 }
 
@@ -138,7 +165,11 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// `keep_prefix`: on overflow keep the first `max` bytes (logs) rather than nothing
     /// (messages, which are dropped whole).
     pub(super) fn new(inner: R, max: usize, keep_prefix: bool) -> Self {
-        Self { inner: BufReader::with_capacity(64 * 1024, inner), max, keep_prefix }
+        Self {
+            inner: BufReader::with_capacity(64 * 1024, inner),
+            max,
+            keep_prefix,
+        }
     }
 
     /// The next line; at end of input, a last unterminated line if there is one, then

@@ -208,7 +208,11 @@ impl StdioTransport {
     /// call after that point must be treated as abandoned.
     pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
         let payload = req.payload;
-        let final_type = if payload.expects_response() { RespType::JsonrpcResponse } else { RespType::NotifyAck };
+        let final_type = if payload.expects_response() {
+            RespType::JsonrpcResponse
+        } else {
+            RespType::NotifyAck
+        };
         match self.shared.call(admission, req, notes).await {
             Ok(reply) => LegResult::answered(reply),
             Err(failure) => LegResult::failed(failure, payload.id(), final_type),
@@ -311,15 +315,25 @@ impl Shared {
         admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
         // cancel-safe: waiting for a lock takes nothing until it resolves.
         let lifecycle = match request_id {
-            Some(_) => Some(timeout_at(limit, self.lifecycle.lock()).await.map_err(|_| LegFailure::DeadlineBeforeSend)?),
+            Some(_) => Some(
+                timeout_at(limit, self.lifecycle.lock())
+                    .await
+                    .map_err(|_| LegFailure::DeadlineBeforeSend)?,
+            ),
             None => None,
         };
         let child = self.ensure_child(admission, limit).await?;
         // cancel-safe: as above.
-        let mut writer = timeout_at(limit, self.writer.lock()).await.map_err(|_| LegFailure::DeadlineBeforeSend)?;
+        let mut writer = timeout_at(limit, self.writer.lock())
+            .await
+            .map_err(|_| LegFailure::DeadlineBeforeSend)?;
 
         // A write that outlived an earlier call must finish before ours starts.
-        if writer.pending_write.as_ref().is_some_and(|p| p.generation != child.generation) {
+        if writer
+            .pending_write
+            .as_ref()
+            .is_some_and(|p| p.generation != child.generation)
+        {
             writer.pending_write = None;
         }
         if let WriteWait::StillWriting = writer.wait_write(limit).await {
@@ -334,7 +348,10 @@ impl Shared {
         // Recheck and start the write with no `.await` in between.
         admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
         let task = child.start_write(line).ok_or(LegFailure::ChildNotRunning)?;
-        writer.pending_write = Some(PendingWrite { generation: child.generation, task });
+        writer.pending_write = Some(PendingWrite {
+            generation: child.generation,
+            task,
+        });
 
         let is_initialize = payload.method() == Some("initialize");
         match writer.wait_write(limit).await {
@@ -342,7 +359,11 @@ impl Shared {
             WriteWait::Finished(WriteResult::Failed { written, kind }) => {
                 tracing::warn!(channel = %self.channel, generation = child.generation, written, error = ?kind, "writing to the stdio child failed: killing it");
                 child.abort();
-                return Err(if written == 0 { LegFailure::ChildNotRunning } else { LegFailure::ChildPipeBroken });
+                return Err(if written == 0 {
+                    LegFailure::ChildNotRunning
+                } else {
+                    LegFailure::ChildPipeBroken
+                });
             }
             WriteWait::Finished(WriteResult::Lost) | WriteWait::Idle => return Err(LegFailure::InternalAfterWrite),
             WriteWait::StillWriting => {
@@ -354,7 +375,12 @@ impl Shared {
         drop(writer);
 
         let Some(mut registration) = registration else {
-            return Ok(Reply { resp_json: None, resp_headers: BTreeMap::new(), resp_code: 202, resp_type: RespType::NotifyAck });
+            return Ok(Reply {
+                resp_json: None,
+                resp_headers: BTreeMap::new(),
+                resp_code: 202,
+                resp_type: RespType::NotifyAck,
+            });
         };
         let waited = tokio::select! {
             biased;
@@ -480,7 +506,11 @@ impl Shared {
             }
             Err(e) => {
                 st.failures = backoff::failures_after_exit(st.failures, Duration::ZERO);
-                let wait = backoff::restart_delay(st.failures, self.settings.restart_backoff_min, self.settings.restart_backoff_max);
+                let wait = backoff::restart_delay(
+                    st.failures,
+                    self.settings.restart_backoff_min,
+                    self.settings.restart_backoff_max,
+                );
                 st.next_spawn_at = Some(Instant::now() + wait);
                 tracing::warn!(channel = %self.channel, error = %e, retry_in_ms = wait.as_millis() as u64, "stdio child could not be started");
                 Err(LegFailure::ChildNotRunning)
@@ -498,7 +528,11 @@ impl Shared {
                 None
             } else {
                 st.failures = backoff::failures_after_exit(st.failures, lived);
-                let wait = backoff::restart_delay(st.failures, self.settings.restart_backoff_min, self.settings.restart_backoff_max);
+                let wait = backoff::restart_delay(
+                    st.failures,
+                    self.settings.restart_backoff_min,
+                    self.settings.restart_backoff_max,
+                );
                 st.next_spawn_at = Some(now + wait);
                 Some(wait)
             };
@@ -558,7 +592,9 @@ impl Shared {
 impl Writer {
     /// Waits until `limit` for the write in flight, if any, and forgets it once finished.
     async fn wait_write(&mut self, limit: Instant) -> WriteWait {
-        let Some(pending) = self.pending_write.as_mut() else { return WriteWait::Idle };
+        let Some(pending) = self.pending_write.as_mut() else {
+            return WriteWait::Idle;
+        };
         // cancel-safe: a join handle polled by reference; the write goes on in its task.
         match timeout_at(limit, &mut pending.task).await {
             Ok(joined) => {

@@ -22,8 +22,18 @@ pub(super) const MAX_LOGGED_LINE: usize = 2048;
 pub(super) const MAX_READ_LINE: usize = 2 * MAX_LOGGED_LINE;
 
 /// Name fragments whose assigned value is redacted (`api_key=...`, `"token": "..."`).
-const SENSITIVE_NAMES: [&str; 10] =
-    ["key", "token", "secret", "passw", "pwd", "auth", "credential", "cookie", "signature", "session"];
+const SENSITIVE_NAMES: [&str; 10] = [
+    "key",
+    "token",
+    "secret",
+    "passw",
+    "pwd",
+    "auth",
+    "credential",
+    "cookie",
+    "signature",
+    "session",
+];
 
 /// Words followed by a credential wherever they appear (`... Bearer abc`).
 const SCHEMES: [&str; 2] = ["bearer", "basic"];
@@ -188,7 +198,11 @@ impl LogBudget {
     pub(super) const PER_SECOND: f64 = 20.0;
 
     pub(super) fn new(now: Instant) -> Self {
-        Self { tokens: Self::BURST, last: now, suppressed: 0 }
+        Self {
+            tokens: Self::BURST,
+            last: now,
+            suppressed: 0,
+        }
     }
 
     /// `Some(n)`: log this line (and say that `n` lines were suppressed before it);

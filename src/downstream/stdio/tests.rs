@@ -42,7 +42,10 @@ fn settings() -> StdioSettings {
 /// The gateway's environment as the transport would see it, with credentials in it.
 fn gateway_env() -> Vec<(String, String)> {
     vec![
-        ("PATH".to_owned(), std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned())),
+        (
+            "PATH".to_owned(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned()),
+        ),
         ("HOME".to_owned(), "/nonexistent".to_owned()),
         ("TUNNELGATE_X".to_owned(), "must-not-leak".to_owned()),
         ("CONTROL_PLANE_API_KEY".to_owned(), "sk-must-not-leak".to_owned()),
@@ -56,7 +59,14 @@ fn configured_env() -> BTreeMap<String, String> {
 
 fn transport_with(command: Vec<String>, settings: StdioSettings) -> (StdioTransport, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new(false, &[CHANNEL.to_owned()]));
-    let t = StdioTransport::with_base_env(CHANNEL, command, &configured_env(), gateway_env(), settings, metrics.clone());
+    let t = StdioTransport::with_base_env(
+        CHANNEL,
+        command,
+        &configured_env(),
+        gateway_env(),
+        settings,
+        metrics.clone(),
+    );
     (t, metrics)
 }
 
@@ -77,11 +87,20 @@ fn payload(json: &str) -> JsonRpcPayload {
 }
 
 /// One call with a deadline `within` from now; returns the result and what reached the sink.
-async fn send(t: &StdioTransport, admission: &Admission, json: &str, within: Duration) -> (LegResult, Vec<Notification>) {
+async fn send(
+    t: &StdioTransport,
+    admission: &Admission,
+    json: &str,
+    within: Duration,
+) -> (LegResult, Vec<Notification>) {
     let p = payload(json);
     let headers = Vec::new();
     let (tx, mut rx) = mpsc::channel(16);
-    let req = DownstreamRequest { payload: &p, headers: &headers, deadline: Some(Instant::now() + within) };
+    let req = DownstreamRequest {
+        payload: &p,
+        headers: &headers,
+        deadline: Some(Instant::now() + within),
+    };
     let result = t.call(admission, &req, &tx).await;
     drop(tx);
     let mut notes = Vec::new();
@@ -99,7 +118,10 @@ fn assert_answered(result: &LegResult, id: u64) {
     assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
     assert_eq!(result.reply.resp_code, 200);
     assert_eq!(result.reply.resp_type, RespType::JsonrpcResponse);
-    assert_eq!(result.reply.resp_headers.get("Content-Type"), Some(&vec!["application/json".to_owned()]));
+    assert_eq!(
+        result.reply.resp_headers.get("Content-Type"),
+        Some(&vec!["application/json".to_owned()])
+    );
     assert_eq!(response_json(result)["id"], id);
 }
 
@@ -110,7 +132,9 @@ fn assert_failed(result: &LegResult, failure: LegFailure, outcome: LegOutcome) {
 
 /// Runs a test body under [`TEST_BOUND`].
 async fn bounded(body: impl Future<Output = ()>) {
-    tokio::time::timeout(TEST_BOUND, body).await.expect("the test exceeded its time bound");
+    tokio::time::timeout(TEST_BOUND, body)
+        .await
+        .expect("the test exceeded its time bound");
 }
 
 /// Waits for a condition, at most 5 s.
@@ -128,7 +152,10 @@ async fn read_when_present(path: &Path) -> String {
 }
 
 fn metric(metrics: &Metrics, series: &str) -> Option<f64> {
-    metrics.render().lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+    metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
 }
 
 fn is_alive(pid: i32) -> bool {
@@ -174,12 +201,16 @@ async fn a_well_behaved_child_answers_each_request_with_its_exact_response_line(
         let (init, notes) = send(&t, &adm, INITIALIZE, Duration::from_secs(3)).await;
         assert_answered(&init, 1);
         assert!(notes.is_empty());
-        assert_eq!(response_json(&init)["result"]["serverInfo"]["name"], "tunnelgate-stdio-peer");
+        assert_eq!(
+            response_json(&init)["result"]["serverInfo"]["name"],
+            "tunnelgate-stdio-peer"
+        );
 
         let (list, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
         assert_answered(&list, 2);
 
-        let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#;
+        let call =
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#;
         let (echo, _) = send(&t, &adm, call, Duration::from_secs(3)).await;
         assert_eq!(
             echo.reply.resp_json.as_ref().unwrap().get(),
@@ -188,9 +219,15 @@ async fn a_well_behaved_child_answers_each_request_with_its_exact_response_line(
         );
 
         let status = t.status();
-        assert_eq!((status.channel.as_str(), status.transport, status.up, status.generation), (CHANNEL, "stdio", true, 1));
+        assert_eq!(
+            (status.channel.as_str(), status.transport, status.up, status.generation),
+            (CHANNEL, "stdio", true, 1)
+        );
         assert_eq!(metric(&metrics, "tunnelgate_stdio_up{channel=\"t\"}"), Some(1.0));
-        assert_eq!(metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"), Some(0.0));
+        assert_eq!(
+            metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"),
+            Some(0.0)
+        );
         t.shutdown().await;
         assert!(!t.status().up);
         assert_eq!(metric(&metrics, "tunnelgate_stdio_up{channel=\"t\"}"), Some(0.0));
@@ -255,13 +292,20 @@ async fn a_notification_reaches_the_child_while_a_request_is_in_flight() {
             let t = t.clone();
             async move { send(&t, &adm, slow, Duration::from_secs(3)).await.0 }
         });
-        eventually("the child read the slow request", || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("\"id\":5"))).await;
+        eventually("the child read the slow request", || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("\"id\":5"))
+        })
+        .await;
 
         let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
         let started = Instant::now();
         let (ack, _) = send(&t, &admit(&fence).await, cancel, Duration::from_secs(3)).await;
         assert_eq!((ack.outcome, ack.reply.resp_code), (LegOutcome::Answered, 202));
-        assert!(started.elapsed() < Duration::from_millis(500), "not queued behind the request: {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "not queued behind the request: {:?}",
+            started.elapsed()
+        );
         assert!(!request.is_finished(), "the request is still in flight");
         assert_answered(&request.await.unwrap(), 5);
     })
@@ -291,10 +335,16 @@ async fn garbage_lines_are_counted_and_skipped_and_the_answer_is_delivered() {
         assert_answered(&result, 2);
         assert!(notes.is_empty(), "garbage is never forwarded");
         // Four non-JSON lines (the blank one is not counted), all before the answer.
-        assert_eq!(metric(&metrics, "tunnelgate_stdio_stdout_invalid_lines_total"), Some(4.0));
+        assert_eq!(
+            metric(&metrics, "tunnelgate_stdio_stdout_invalid_lines_total"),
+            Some(4.0)
+        );
         let (again, _) = send(&t, &adm, INITIALIZE, Duration::from_secs(3)).await;
         assert_answered(&again, 1);
-        assert_eq!(metric(&metrics, "tunnelgate_stdio_stdout_invalid_lines_total"), Some(8.0));
+        assert_eq!(
+            metric(&metrics, "tunnelgate_stdio_stdout_invalid_lines_total"),
+            Some(8.0)
+        );
         assert_eq!(t.status().generation, 1, "garbage is never fatal");
     })
     .await;
@@ -337,15 +387,24 @@ async fn stderr_is_logged_redacted_and_stdout_garbage_by_length_only() {
         let (result, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
         assert_answered(&result, 2);
         let end = Instant::now() + Duration::from_secs(5);
-        while !capture.text().contains("tunnelgate::stdio_child") { assert!(Instant::now() < end, "LOGS: {}", capture.text()); tokio::time::sleep(Duration::from_millis(10)).await; }
+        while !capture.text().contains("tunnelgate::stdio_child") {
+            assert!(Instant::now() < end, "LOGS: {}", capture.text());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         t.shutdown().await;
     })
     .await;
     let logs = capture.text();
     assert!(logs.contains("echo peer ready token=[redacted]"), "{logs}");
     assert!(!logs.contains("abc123"), "{logs}");
-    assert!(logs.contains("len=15"), "the garbage line is logged by its length: {logs}");
-    assert!(!logs.contains("hello, not json") && !logs.contains("unterminated"), "no stdout content in logs: {logs}");
+    assert!(
+        logs.contains("len=15"),
+        "the garbage line is logged by its length: {logs}"
+    );
+    assert!(
+        !logs.contains("hello, not json") && !logs.contains("unterminated"),
+        "no stdout content in logs: {logs}"
+    );
     assert!(!logs.contains("tools"), "no payload in logs: {logs}");
 }
 
@@ -359,13 +418,20 @@ async fn a_child_that_exits_after_reading_the_request_is_abandoned_and_restarts_
         let (first, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
         assert_failed(&first, LegFailure::ChildExited, LegOutcome::Abandoned);
         assert_eq!(first.reply.resp_type, RespType::JsonrpcResponse);
-        assert_eq!(response_json(&first)["id"], 2, "the synthesized error echoes the request id");
+        assert_eq!(
+            response_json(&first)["id"],
+            2,
+            "the synthesized error echoes the request id"
+        );
 
         let (second, _) = send(&t, &adm, INITIALIZE, Duration::from_secs(3)).await;
         assert_answered(&second, 1);
         let status = t.status();
         assert_eq!((status.up, status.generation), (true, 2));
-        assert_eq!(metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"), Some(1.0));
+        assert_eq!(
+            metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"),
+            Some(1.0)
+        );
     })
     .await;
 }
@@ -397,7 +463,10 @@ async fn a_request_past_its_deadline_is_retired_and_its_late_answer_discarded() 
         let took = started.elapsed();
         assert_failed(&late, LegFailure::TimeoutAfterWrite, LegOutcome::Abandoned);
         assert_eq!(late.reply.resp_code, 504);
-        assert!(took >= Duration::from_millis(290) && took < Duration::from_secs(2), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(290) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
 
         // The child is kept; its answer to id 7 arrives first and must not be taken for id 2.
         let (next, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
@@ -422,7 +491,10 @@ async fn an_initialize_that_times_out_kills_the_child_and_the_next_call_restarts
         let (next, _) = send(&t, &adm, INITIALIZE, Duration::from_secs(3)).await;
         assert_answered(&next, 1);
         assert_eq!(t.status().generation, 2);
-        assert_eq!(metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"), Some(1.0));
+        assert_eq!(
+            metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"),
+            Some(1.0)
+        );
     })
     .await;
 }
@@ -451,7 +523,12 @@ async fn the_child_never_sees_gateway_variables_but_gets_the_configured_ones() {
         assert_eq!(env.get("LOG_LEVEL").map(String::as_str), Some("debug"));
         assert_eq!(env.get("HOME").map(String::as_str), Some("/nonexistent"));
         assert!(env.contains_key("PATH"));
-        for leaked in ["TUNNELGATE_X", "CONTROL_PLANE_API_KEY", "UNRELATED_SECRET", "TUNNELGATE_FROM_CONFIG"] {
+        for leaked in [
+            "TUNNELGATE_X",
+            "CONTROL_PLANE_API_KEY",
+            "UNRELATED_SECRET",
+            "TUNNELGATE_FROM_CONFIG",
+        ] {
             assert!(!env.contains_key(leaked), "{leaked} reached the child");
         }
         assert!(!env.values().any(|v| v.contains("must-not-leak")));
@@ -466,8 +543,14 @@ async fn a_child_that_ignores_sigterm_is_killed_within_bounds_on_shutdown() {
         let (pidfile, termfile) = (dir.path().join("pid"), dir.path().join("term"));
         let grace = Duration::from_millis(200);
         let (t, _) = transport_with(
-            peer("ignore_sigterm.py", &[pidfile.to_str().unwrap(), termfile.to_str().unwrap()]),
-            StdioSettings { stop_grace: grace, ..settings() },
+            peer(
+                "ignore_sigterm.py",
+                &[pidfile.to_str().unwrap(), termfile.to_str().unwrap()],
+            ),
+            StdioSettings {
+                stop_grace: grace,
+                ..settings()
+            },
         );
         t.warm(&admission().await).await.unwrap();
         let pid: i32 = read_when_present(&pidfile).await.parse().unwrap();
@@ -476,10 +559,17 @@ async fn a_child_that_ignores_sigterm_is_killed_within_bounds_on_shutdown() {
         let started = Instant::now();
         t.shutdown().await;
         let took = started.elapsed();
-        assert!(took >= grace * 2, "stdin close and SIGTERM each get their grace: {took:?}");
+        assert!(
+            took >= grace * 2,
+            "stdin close and SIGTERM each get their grace: {took:?}"
+        );
         assert!(took < grace * 4 + Duration::from_secs(1), "{took:?}");
         assert!(!is_alive(pid), "SIGKILL ended it");
-        assert_eq!(std::fs::read_to_string(&termfile).unwrap(), "term\n", "SIGTERM came first");
+        assert_eq!(
+            std::fs::read_to_string(&termfile).unwrap(),
+            "term\n",
+            "SIGTERM came first"
+        );
         assert!(!t.status().up);
 
         // Stopped means stopped.
@@ -497,7 +587,10 @@ async fn a_grandchild_holding_the_pipes_holds_the_channel_until_it_is_reaped() {
         let (marker, pidfile) = (dir.path().join("marker"), dir.path().join("grandchild"));
         let (t, _) = transport_with(
             peer("orphan.py", &[marker.to_str().unwrap(), pidfile.to_str().unwrap()]),
-            StdioSettings { stop_grace: Duration::from_millis(200), ..settings() },
+            StdioSettings {
+                stop_grace: Duration::from_millis(200),
+                ..settings()
+            },
         );
         let adm = admission().await;
         t.warm(&adm).await.unwrap();
@@ -509,7 +602,10 @@ async fn a_grandchild_holding_the_pipes_holds_the_channel_until_it_is_reaped() {
         let started = Instant::now();
         let (refused, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
         assert_failed(&refused, LegFailure::ChildNotRunning, LegOutcome::NotSent);
-        assert!(started.elapsed() < Duration::from_secs(1), "a held channel refuses at once");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "a held channel refuses at once"
+        );
         assert_eq!(t.status().generation, 1, "no new child while the old one is unreaped");
         assert_eq!(t.warm(&adm).await, Err(LegFailure::ChildNotRunning));
 
@@ -542,7 +638,11 @@ async fn a_latched_admission_is_refused_and_the_child_never_sees_the_request() {
 
         t.shutdown().await;
         let received = std::fs::read_to_string(&log).unwrap();
-        assert_eq!(received.lines().collect::<Vec<_>>(), [INITIALIZE], "only the admitted request reached the child");
+        assert_eq!(
+            received.lines().collect::<Vec<_>>(),
+            [INITIALIZE],
+            "only the admitted request reached the child"
+        );
     })
     .await;
 }

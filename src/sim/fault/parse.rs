@@ -5,8 +5,8 @@
 use serde::Deserialize;
 
 use super::{
-    parse_resp_type, Attempts, FaultAction, FaultRule, FaultScript, FaultScriptError, FeedCommand,
-    FeedEntry, PollFault, RespTypeSelector, Selector,
+    parse_resp_type, Attempts, FaultAction, FaultRule, FaultScript, FaultScriptError, FeedCommand, FeedEntry,
+    PollFault, RespTypeSelector, Selector,
 };
 use crate::sim::command::NewCommand;
 
@@ -116,19 +116,11 @@ impl RawAction {
             None => {}
             Some("hold") => found.push(FaultAction::Hold),
             Some("close") => found.push(FaultAction::Close),
-            Some(other) => {
-                return Err(invalid(
-                    entry,
-                    format!("action `{other}` is not `hold` or `close`"),
-                ))
-            }
+            Some(other) => return Err(invalid(entry, format!("action `{other}` is not `hold` or `close`"))),
         }
         if let Some(status) = self.status {
             if !(400..=599).contains(&status) {
-                return Err(invalid(
-                    entry,
-                    format!("status {status} is not a 4xx or 5xx status"),
-                ));
+                return Err(invalid(entry, format!("status {status} is not a 4xx or 5xx status")));
             }
             found.push(FaultAction::Status {
                 status,
@@ -138,8 +130,7 @@ impl RawAction {
             return Err(invalid(entry, "retry_after needs a status"));
         }
         if let Some(delay) = &self.delay {
-            let d = humantime::parse_duration(delay)
-                .map_err(|e| invalid(entry, format!("delay `{delay}`: {e}")))?;
+            let d = humantime::parse_duration(delay).map_err(|e| invalid(entry, format!("delay `{delay}`: {e}")))?;
             found.push(FaultAction::Delay(d));
         }
         match found.len() {
@@ -154,27 +145,17 @@ impl RawRule {
         let resp_type = match self.select.resp_type.as_deref() {
             None => None,
             Some("terminal") => Some(RespTypeSelector::Terminal),
-            Some(s) => Some(RespTypeSelector::Exactly(parse_resp_type(s).ok_or_else(
-                || {
-                    invalid(
-                        entry,
-                        format!("match.resp_type `{s}` is not a resp_type or `terminal`"),
-                    )
-                },
-            )?)),
+            Some(s) => Some(RespTypeSelector::Exactly(parse_resp_type(s).ok_or_else(|| {
+                invalid(entry, format!("match.resp_type `{s}` is not a resp_type or `terminal`"))
+            })?)),
         };
         let attempts = match self.attempts {
             None => Attempts::All,
             Some(RawAttempts::Word(w)) if w == "all" => Attempts::All,
             Some(RawAttempts::Word(w)) => {
-                return Err(invalid(
-                    entry,
-                    format!("attempts `{w}` is not \"all\" or a list"),
-                ))
+                return Err(invalid(entry, format!("attempts `{w}` is not \"all\" or a list")))
             }
-            Some(RawAttempts::List(l)) if l.contains(&0) => {
-                return Err(invalid(entry, "attempts are 1-based"))
-            }
+            Some(RawAttempts::List(l)) if l.contains(&0) => return Err(invalid(entry, "attempts are 1-based")),
             Some(RawAttempts::List(l)) => Attempts::Only(l),
         };
         let action = RawAction {
@@ -210,10 +191,7 @@ impl RawPoll {
         .build(entry)?;
         let extra_commands = self.extra_commands.unwrap_or(0);
         if action.is_none() && extra_commands == 0 {
-            return Err(invalid(
-                entry,
-                "give an action, status, delay or extra_commands",
-            ));
+            return Err(invalid(entry, "give an action, status, delay or extra_commands"));
         }
         Ok(PollFault {
             nth: self.nth,
@@ -232,14 +210,8 @@ impl RawFeed {
         let command = match (self.raw, self.jsonrpc) {
             (Some(_), Some(_)) => return Err(invalid(entry, "give raw or jsonrpc, not both")),
             (Some(raw), None) => {
-                if self.command_type.is_some()
-                    || self.channel.is_some()
-                    || self.response_timeout.is_some()
-                {
-                    return Err(invalid(
-                        entry,
-                        "raw entries are sent verbatim: no other command fields",
-                    ));
+                if self.command_type.is_some() || self.channel.is_some() || self.response_timeout.is_some() {
+                    return Err(invalid(entry, "raw entries are sent verbatim: no other command fields"));
                 }
                 FeedCommand::Raw(json("raw", &raw)?)
             }

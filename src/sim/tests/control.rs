@@ -15,13 +15,7 @@ async fn calls_without_the_right_bearer_key_are_unauthorized() {
     let none = c.http.get(&url).send().await.unwrap();
     assert_eq!(none.status(), 401);
     assert_eq!(error_code(none).await, "invalid_api_key");
-    let wrong = c
-        .http
-        .get(&url)
-        .bearer_auth("sk-other")
-        .send()
-        .await
-        .unwrap();
+    let wrong = c.http.get(&url).bearer_auth("sk-other").send().await.unwrap();
     assert_eq!(wrong.status(), 401);
     let post = c
         .http
@@ -49,9 +43,7 @@ async fn another_tunnel_is_not_found_and_a_malformed_tunnel_id_is_a_bad_request(
             .bearer_auth(KEY)
             .send()
     };
-    let other = get("tunnel_99999999999999999999999999999999")
-        .await
-        .unwrap();
+    let other = get("tunnel_99999999999999999999999999999999").await.unwrap();
     assert_eq!(other.status(), 404);
     let malformed = get("Tunnel-1").await.unwrap();
     assert_eq!(malformed.status(), 400);
@@ -86,15 +78,10 @@ async fn a_long_poll_wakes_when_a_command_is_enqueued() {
         assert!(started.elapsed() < WAIT, "the poll never arrived");
         tokio::task::yield_now().await;
     }
-    sim.enqueue(NewCommand::jsonrpc(
-        json!({"jsonrpc":"2.0","id":1,"method":"ping"}),
-    ));
+    sim.enqueue(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":1,"method":"ping"})));
     let resp = poll.await.unwrap();
     assert_eq!(resp.status(), 200);
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "woke only at the timeout"
-    );
+    assert!(started.elapsed() < Duration::from_secs(3), "woke only at the timeout");
 }
 
 #[tokio::test]
@@ -127,26 +114,19 @@ async fn a_poll_hands_out_at_most_limit_commands_with_fresh_ids() {
             .header("X-Test", "a")
             .header("X-Test", "b"),
     );
-    sim.enqueue(NewCommand::jsonrpc(
-        json!({"jsonrpc":"2.0","id":2,"method":"ping"}),
-    ));
+    sim.enqueue(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":2,"method":"ping"})));
     sim.enqueue(NewCommand::session_termination(Some("sess-1")));
     let resp = c.poll("limit=2&timeout_ms=1000").await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "application/json");
     let text = String::from_utf8(resp.bytes().await.unwrap().to_vec()).unwrap();
-    assert!(
-        text.contains(payload),
-        "the payload is sent byte for byte: {text}"
-    );
+    assert!(text.contains(payload), "the payload is sent byte for byte: {text}");
     let body: Value = serde_json::from_str(&text).unwrap();
     let cmds = body["commands"].as_array().unwrap();
     assert_eq!(cmds.len(), 2);
     let cmd = &cmds[0];
     assert_eq!(cmd["request_id"], first.as_str());
-    assert!(
-        first.starts_with("req_") && cmd["shard_token"].as_str().unwrap().starts_with("shard_")
-    );
+    assert!(first.starts_with("req_") && cmd["shard_token"].as_str().unwrap().starts_with("shard_"));
     assert_ne!(cmds[0]["shard_token"], cmds[1]["shard_token"]);
     assert_eq!(
         (cmd["channel"].as_str(), cmd["command_type"].as_str()),
@@ -233,15 +213,11 @@ async fn a_wrong_or_missing_shard_token_is_rejected() {
     assert_eq!(wrong.status(), 401);
     assert_eq!(error_code(wrong).await, "tunnel_request_mismatch");
     assert_eq!(
-        c.respond_bytes(None, "application/json", body.clone())
-            .await
-            .status(),
+        c.respond_bytes(None, "application/json", body.clone()).await.status(),
         401
     );
     assert_eq!(
-        c.respond_bytes(Some(&shard), "application/json", body)
-            .await
-            .status(),
+        c.respond_bytes(Some(&shard), "application/json", body).await.status(),
         200
     );
 }
@@ -279,13 +255,8 @@ async fn payloads_that_break_the_schema_are_bad_requests() {
         400,
         "Content-Type is checked"
     );
-    assert!(
-        !sim.record().is_completed(&id),
-        "rejected POSTs complete nothing"
-    );
-    let minimal = json!({"request_id": id, "resp_code": 200})
-        .to_string()
-        .into_bytes();
+    assert!(!sim.record().is_completed(&id), "rejected POSTs complete nothing");
+    let minimal = json!({"request_id": id, "resp_code": 200}).to_string().into_bytes();
     assert_eq!(
         c.respond_bytes(Some(&shard), "application/json; charset=utf-8", minimal)
             .await
@@ -319,11 +290,11 @@ async fn headers_and_body_bytes_are_recorded_as_sent() {
         .await
         .unwrap();
     let cmd: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
-    let shard = cmd["commands"][0]["shard_token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let body = format!(r#"{{"request_id":"{id}","resp_code":200,"resp_json":{{"jsonrpc":"2.0","id":1,"result":{{"n":1.50}}}}}}"#).into_bytes();
+    let shard = cmd["commands"][0]["shard_token"].as_str().unwrap().to_owned();
+    let body = format!(
+        r#"{{"request_id":"{id}","resp_code":200,"resp_json":{{"jsonrpc":"2.0","id":1,"result":{{"n":1.50}}}}}}"#
+    )
+    .into_bytes();
     assert_eq!(
         c.respond_bytes(Some(&shard), "application/json", body.clone())
             .await
@@ -331,15 +302,9 @@ async fn headers_and_body_bytes_are_recorded_as_sent() {
         200
     );
     let rec = sim.record();
-    assert_eq!(
-        rec.polls[0].header("x-tunnel-client-name"),
-        Some("TunnelGate")
-    );
+    assert_eq!(rec.polls[0].header("x-tunnel-client-name"), Some("TunnelGate"));
     assert!(
-        rec.polls[0]
-            .headers
-            .iter()
-            .any(|(n, _)| n == "x-tunnel-client-name"),
+        rec.polls[0].headers.iter().any(|(n, _)| n == "x-tunnel-client-name"),
         "names are lowercased"
     );
     assert_eq!(
@@ -359,9 +324,7 @@ async fn headers_and_body_bytes_are_recorded_as_sent() {
 async fn wait_for_names_what_it_waited_for_when_it_times_out() {
     let (sim, _c) = start("").await;
     let err = sim
-        .wait_for("a response", Duration::from_millis(50), |r| {
-            !r.responses.is_empty()
-        })
+        .wait_for("a response", Duration::from_millis(50), |r| !r.responses.is_empty())
         .await
         .unwrap_err();
     assert!(err.contains("a response"), "{err}");

@@ -16,8 +16,7 @@ async fn one(sim: &Simulator, c: &Client, tool: &str) -> (String, String) {
 
 #[tokio::test]
 async fn a_held_post_is_read_whole_and_never_answered() {
-    let (sim, c) =
-        start("[[rule]]\nmatch = { order = 1 }\nattempts = [1]\naction = \"hold\"").await;
+    let (sim, c) = start("[[rule]]\nmatch = { order = 1 }\nattempts = [1]\naction = \"hold\"").await;
     let (id, shard) = one(&sim, &c, "echo").await;
     let body = serde_json::to_vec(&final_body(&id, 1)).unwrap();
     let req = c
@@ -39,26 +38,15 @@ async fn a_held_post_is_read_whole_and_never_answered() {
         (held.fault.clone(), held.status, held.completed),
         (Some(FaultAction::Hold), None, false)
     );
-    assert_eq!(
-        held.body.as_ref(),
-        &body[..],
-        "the whole body was read before holding"
-    );
-    let retry = c
-        .respond_bytes(Some(&shard), "application/json", body)
-        .await;
-    assert_eq!(
-        retry.status(),
-        200,
-        "a held POST does not complete the request"
-    );
+    assert_eq!(held.body.as_ref(), &body[..], "the whole body was read before holding");
+    let retry = c.respond_bytes(Some(&shard), "application/json", body).await;
+    assert_eq!(retry.status(), 200, "a held POST does not complete the request");
     sim.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_closed_post_drops_the_connection_without_a_response() {
-    let (sim, c) =
-        start("[[rule]]\nmatch = { order = 1 }\nattempts = [1]\naction = \"close\"").await;
+    let (sim, c) = start("[[rule]]\nmatch = { order = 1 }\nattempts = [1]\naction = \"close\"").await;
     let (id, shard) = one(&sim, &c, "echo").await;
     let body = serde_json::to_vec(&final_body(&id, 1)).unwrap();
     let started = Instant::now();
@@ -77,9 +65,7 @@ async fn a_closed_post_drops_the_connection_without_a_response() {
     );
     assert_eq!(rec.responses[0].body.as_ref(), &body[..]);
     assert_eq!(
-        c.respond_bytes(Some(&shard), "application/json", body)
-            .await
-            .status(),
+        c.respond_bytes(Some(&shard), "application/json", body).await.status(),
         200
     );
     assert_eq!(sim.record().responses[1].attempt, 2);
@@ -91,7 +77,13 @@ async fn status_faults_answer_that_status_and_leave_the_request_pending() {
     let script: String = statuses
         .iter()
         .enumerate()
-        .map(|(i, s)| format!("[[rule]]\nmatch = {{ order = {} }}\nattempts = [1]\nstatus = {s}\nretry_after = \"{}\"\n", i + 1, i + 1))
+        .map(|(i, s)| {
+            format!(
+                "[[rule]]\nmatch = {{ order = {} }}\nattempts = [1]\nstatus = {s}\nretry_after = \"{}\"\n",
+                i + 1,
+                i + 1
+            )
+        })
         .collect();
     let (sim, c) = start(&script).await;
     for (i, status) in statuses.iter().enumerate() {
@@ -118,26 +110,16 @@ async fn status_faults_answer_that_status_and_leave_the_request_pending() {
         .filter(|r| r.fault.is_some())
         .map(|r| (r.status, r.completed))
         .collect();
-    assert_eq!(
-        faulted,
-        statuses
-            .iter()
-            .map(|s| (Some(*s), false))
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(faulted, statuses.iter().map(|s| (Some(*s), false)).collect::<Vec<_>>());
     assert_eq!(sim.totals().faults_applied, 10);
 }
 
 #[tokio::test]
 async fn an_http_date_retry_after_is_sent_verbatim() {
-    let (sim, c) =
-        start("[[rule]]\nstatus = 503\nretry_after = \"Wed, 21 Oct 2015 07:28:00 GMT\"").await;
+    let (sim, c) = start("[[rule]]\nstatus = 503\nretry_after = \"Wed, 21 Oct 2015 07:28:00 GMT\"").await;
     let (id, shard) = one(&sim, &c, "echo").await;
     let resp = c.respond(&shard, &final_body(&id, 1)).await;
-    assert_eq!(
-        resp.headers()["retry-after"],
-        "Wed, 21 Oct 2015 07:28:00 GMT"
-    );
+    assert_eq!(resp.headers()["retry-after"], "Wed, 21 Oct 2015 07:28:00 GMT");
 }
 
 #[tokio::test]
@@ -157,26 +139,15 @@ async fn a_delay_fault_answers_normally_after_the_delay() {
 
 #[tokio::test]
 async fn rules_select_by_method_tool_and_resp_type() {
-    let script = "[[rule]]\nmatch = { method = \"tools/call\", tool = \"echo\", resp_type = \"jsonrpc_notify\" }\nstatus = 429";
+    let script =
+        "[[rule]]\nmatch = { method = \"tools/call\", tool = \"echo\", resp_type = \"jsonrpc_notify\" }\nstatus = 429";
     let (sim, c) = start(script).await;
     let (echo, echo_shard) = one(&sim, &c, "echo").await;
     let (add, add_shard) = one(&sim, &c, "add").await;
-    assert_eq!(
-        c.respond(&echo_shard, &notify_body(&echo)).await.status(),
-        429
-    );
-    assert_eq!(
-        c.respond(&echo_shard, &final_body(&echo, 1)).await.status(),
-        200
-    );
-    assert_eq!(
-        c.respond(&add_shard, &notify_body(&add)).await.status(),
-        200
-    );
-    assert_eq!(
-        c.respond(&add_shard, &final_body(&add, 1)).await.status(),
-        200
-    );
+    assert_eq!(c.respond(&echo_shard, &notify_body(&echo)).await.status(), 429);
+    assert_eq!(c.respond(&echo_shard, &final_body(&echo, 1)).await.status(), 200);
+    assert_eq!(c.respond(&add_shard, &notify_body(&add)).await.status(), 200);
+    assert_eq!(c.respond(&add_shard, &final_body(&add, 1)).await.status(), 200);
 }
 
 #[tokio::test]
@@ -187,19 +158,13 @@ async fn poll_faults_hit_the_nth_poll() {
     assert_eq!(second.status(), 500);
     assert_eq!(second.headers()["retry-after"], "1");
     assert_eq!(c.poll("limit=1&timeout_ms=1").await.status(), 204);
-    let faults: Vec<_> = sim
-        .record()
-        .polls
-        .iter()
-        .map(|p| (p.nth, p.fault.is_some()))
-        .collect();
+    let faults: Vec<_> = sim.record().polls.iter().map(|p| (p.nth, p.fault.is_some())).collect();
     assert_eq!(faults, [(1, false), (2, true), (3, false)]);
 }
 
 #[tokio::test]
 async fn held_and_closed_polls_never_answer() {
-    let (sim, c) =
-        start("[[poll]]\nnth = 1\naction = \"hold\"\n[[poll]]\nnth = 2\naction = \"close\"").await;
+    let (sim, c) = start("[[poll]]\nnth = 1\naction = \"hold\"\n[[poll]]\nnth = 2\naction = \"close\"").await;
     let url = c.url("poll?limit=1&timeout_ms=1");
     let held = c
         .http
@@ -258,18 +223,11 @@ after_order = 1
     assert_eq!(resp.status(), 200);
     let fed = c.one_command().await;
     assert_eq!(
-        (
-            fed["jsonrpc"]["method"].as_str(),
-            fed["response_timeout"].as_str()
-        ),
+        (fed["jsonrpc"]["method"].as_str(), fed["response_timeout"].as_str()),
         (Some("ping"), Some("0s"))
     );
     assert_eq!(
-        sim.record()
-            .commands
-            .iter()
-            .map(|c| c.order)
-            .collect::<Vec<_>>(),
+        sim.record().commands.iter().map(|c| c.order).collect::<Vec<_>>(),
         [1, 2]
     );
 }

@@ -56,10 +56,7 @@ async fn an_mcp_request_round_trips_as_json_byte_for_byte() {
         .send();
     let client = tokio::spawn(send);
     let (cmd, text) = poll_raw(&c).await;
-    assert!(
-        text.contains(request),
-        "the client's bytes reach the gateway: {text}"
-    );
+    assert!(text.contains(request), "the client's bytes reach the gateway: {text}");
     assert_eq!(cmd["command_type"], "jsonrpc");
     assert_eq!(cmd["response_timeout"], "5000ms");
     assert_eq!(
@@ -110,10 +107,7 @@ async fn an_sse_client_sees_each_notification_live_then_the_final() {
         seen.ends_with("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}\n\n"),
         "{seen}"
     );
-    let end = tokio::time::timeout(WAIT, resp.chunk())
-        .await
-        .unwrap()
-        .unwrap();
+    let end = tokio::time::timeout(WAIT, resp.chunk()).await.unwrap().unwrap();
     assert!(end.is_none(), "the stream ends after the final");
 }
 
@@ -143,12 +137,7 @@ async fn a_json_only_client_gets_the_final_without_notifications() {
 async fn a_client_notification_is_answered_202_after_notify_ack() {
     let (sim, c) = with_ingress_timeout(Duration::from_secs(5)).await;
     let note = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
-    let client = tokio::spawn(
-        mcp_client()
-            .post(sim.ingress_url())
-            .body(note.to_string())
-            .send(),
-    );
+    let client = tokio::spawn(mcp_client().post(sim.ingress_url()).body(note.to_string()).send());
     let (id, shard) = ids(&poll_raw(&c).await.0);
     let ack = json!({"request_id": id, "resp_code": 202, "resp_type": "notify_ack"});
     assert_eq!(c.respond(&shard, &ack).await.status(), 200);
@@ -174,8 +163,7 @@ async fn delete_becomes_a_session_termination_command() {
     assert_eq!(cmd["headers"]["Mcp-Session-Id"], json!(["s-9"]));
     assert!(cmd.get("jsonrpc").is_none());
     let (id, shard) = ids(&cmd);
-    let done =
-        json!({"request_id": id, "resp_code": 204, "resp_type": "session_termination_response"});
+    let done = json!({"request_id": id, "resp_code": 204, "resp_type": "session_termination_response"});
     assert_eq!(c.respond(&shard, &done).await.status(), 200);
     assert_eq!(client.await.unwrap().unwrap().status(), 204);
 }
@@ -183,32 +171,10 @@ async fn delete_becomes_a_session_termination_command() {
 #[tokio::test]
 async fn get_has_no_standalone_stream_and_other_tunnels_are_not_found() {
     let (sim, _c) = with_ingress_timeout(Duration::from_secs(5)).await;
-    assert_eq!(
-        mcp_client()
-            .get(sim.ingress_url())
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        405
-    );
+    assert_eq!(mcp_client().get(sim.ingress_url()).send().await.unwrap().status(), 405);
     let other = format!("{}/v1/mcp/tunnel_other", sim.base_url());
-    assert_eq!(
-        mcp_client()
-            .post(other)
-            .body("{}")
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        404
-    );
-    let bad = mcp_client()
-        .post(sim.ingress_url())
-        .body("[1]")
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(mcp_client().post(other).body("{}").send().await.unwrap().status(), 404);
+    let bad = mcp_client().post(sim.ingress_url()).body("[1]").send().await.unwrap();
     assert_eq!(bad.status(), 400);
     assert!(sim.record().commands.is_empty(), "nothing was queued");
 }

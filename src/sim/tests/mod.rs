@@ -26,9 +26,7 @@ pub(super) async fn start(faults: &str) -> (Simulator, Client) {
 }
 
 pub(super) async fn start_with(config: SimConfig) -> (Simulator, Client) {
-    let sim = Simulator::start(config)
-        .await
-        .expect("the simulator binds loopback");
+    let sim = Simulator::start(config).await.expect("the simulator binds loopback");
     let client = Client::new(&sim.base_url());
     (sim, client)
 }
@@ -91,12 +89,8 @@ impl Client {
 
     /// `POST .../response` with the shard token and a JSON body.
     pub(super) async fn respond(&self, shard: &str, body: &Value) -> reqwest::Response {
-        self.respond_bytes(
-            Some(shard),
-            "application/json",
-            serde_json::to_vec(body).unwrap(),
-        )
-        .await
+        self.respond_bytes(Some(shard), "application/json", serde_json::to_vec(body).unwrap())
+            .await
     }
 
     pub(super) async fn respond_bytes(
@@ -160,8 +154,7 @@ pub(super) fn call(id: i64, tool: &str) -> Value {
 
 /// The `error.code` of an `APIErrorResponse` body.
 pub(super) async fn error_code(resp: reqwest::Response) -> String {
-    let body: Value =
-        serde_json::from_slice(&resp.bytes().await.unwrap()).expect("error bodies are JSON");
+    let body: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).expect("error bodies are JSON");
     body["error"]["code"]
         .as_str()
         .expect("error.code is a string")

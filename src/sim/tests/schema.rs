@@ -6,14 +6,8 @@ use super::*;
 use crate::sim::NewCommand;
 
 fn openapi() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/contract/openapi.json"
-    );
-    serde_json::from_str(
-        &std::fs::read_to_string(path).expect("the shared contract sits beside the checkout"),
-    )
-    .unwrap()
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/contract/openapi.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the shared contract sits beside the checkout")).unwrap()
 }
 
 /// Validates `instance` against `#/components/schemas/{name}` of the contract.
@@ -40,10 +34,7 @@ async fn poll_bodies_acks_and_error_bodies_satisfy_the_contract() {
     sim.enqueue(NewCommand::session_termination(Some("s")).channel("side"));
     let polled = body(c.poll("limit=5&timeout_ms=500").await).await;
     assert_valid("PolledCommandList", &polled);
-    let shard = polled["commands"][0]["shard_token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let shard = polled["commands"][0]["shard_token"].as_str().unwrap().to_owned();
     assert_valid(
         "APIErrorResponse",
         &body(c.respond(&shard, &final_body(&id, 1)).await).await,

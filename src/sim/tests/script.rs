@@ -9,21 +9,11 @@ use crate::sim::{Attempts, FaultAction, FaultScript, FeedCommand, RespTypeSelect
 /// The TOML example in the `sim` module header, so the documentation cannot rot.
 fn documented_example() -> String {
     let source = include_str!("../mod.rs");
-    let block = source
-        .split("```toml\n")
-        .nth(1)
-        .expect("the header has a toml example");
-    let block = block
-        .split("//! ```")
-        .next()
-        .expect("the example is closed");
+    let block = source.split("```toml\n").nth(1).expect("the header has a toml example");
+    let block = block.split("//! ```").next().expect("the example is closed");
     block
         .lines()
-        .map(|l| {
-            l.strip_prefix("//! ")
-                .or_else(|| l.strip_prefix("//!"))
-                .unwrap_or(l)
-        })
+        .map(|l| l.strip_prefix("//! ").or_else(|| l.strip_prefix("//!")).unwrap_or(l))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -46,10 +36,7 @@ fn the_documented_example_parses() {
         }
     );
     assert_eq!(
-        (
-            script.rules[1].select.tool.as_deref(),
-            &script.rules[1].action
-        ),
+        (script.rules[1].select.tool.as_deref(), &script.rules[1].action),
         (Some("slow"), &FaultAction::Hold)
     );
     assert_eq!(script.polls.len(), 2);
@@ -68,21 +55,14 @@ fn the_documented_example_parses() {
 #[test]
 fn delays_use_humantime_durations() {
     let script = FaultScript::from_toml_str("[[rule]]\ndelay = \"1s 500ms\"").unwrap();
-    assert_eq!(
-        script.rules[0].action,
-        FaultAction::Delay(Duration::from_millis(1500))
-    );
+    assert_eq!(script.rules[0].action, FaultAction::Delay(Duration::from_millis(1500)));
     assert_eq!(script.rules[0].attempts, Attempts::All);
 }
 
 #[test]
 fn invalid_scripts_name_the_entry_and_the_problem() {
     let cases = [
-        (
-            "[[rule]]\naction = \"hold\"\nstatus = 503",
-            "rule 1",
-            "exactly one",
-        ),
+        ("[[rule]]\naction = \"hold\"\nstatus = 503", "rule 1", "exactly one"),
         ("[[rule]]\nmatch = {}", "rule 1", "give one of"),
         ("[[rule]]\nstatus = 200", "rule 1", "status 200"),
         ("[[rule]]\naction = \"explode\"", "rule 1", "explode"),
@@ -91,11 +71,7 @@ fn invalid_scripts_name_the_entry_and_the_problem() {
             "rule 2",
             "1-based",
         ),
-        (
-            "[[rule]]\nattempts = \"some\"\naction = \"close\"",
-            "rule 1",
-            "some",
-        ),
+        ("[[rule]]\nattempts = \"some\"\naction = \"close\"", "rule 1", "some"),
         (
             "[[rule]]\nmatch = { resp_type = \"final\" }\naction = \"close\"",
             "rule 1",
@@ -109,21 +85,12 @@ fn invalid_scripts_name_the_entry_and_the_problem() {
         ),
         ("[[poll]]\nnth = 1", "poll 1", "extra_commands"),
         ("[[feed]]\nraw = 'nope'", "feed 1", "raw is not JSON"),
-        (
-            "[[feed]]\nraw = '{}'\nchannel = \"x\"",
-            "feed 1",
-            "verbatim",
-        ),
+        ("[[feed]]\nraw = '{}'\nchannel = \"x\"", "feed 1", "verbatim"),
         ("[[feed]]\nafter_order = 1", "feed 1", "give raw"),
     ];
     for (text, entry, problem) in cases {
-        let err = FaultScript::from_toml_str(text)
-            .expect_err(text)
-            .to_string();
-        assert!(
-            err.contains(entry) && err.contains(problem),
-            "{text}: {err}"
-        );
+        let err = FaultScript::from_toml_str(text).expect_err(text).to_string();
+        assert!(err.contains(entry) && err.contains(problem), "{text}: {err}");
     }
 }
 
@@ -169,10 +136,7 @@ fn matching_needs_every_selector_and_the_attempt() {
         script.response_fault(&post(2, "add", RespType::JsonrpcResponse, 2)),
         None
     );
-    assert_eq!(
-        script.response_fault(&post(2, "echo", RespType::NotifyAck, 2)),
-        None
-    );
+    assert_eq!(script.response_fault(&post(2, "echo", RespType::NotifyAck, 2)), None);
     assert_eq!(
         script.response_fault(&post(5, "add", RespType::JsonrpcNotify, 1)),
         Some(&FaultAction::Hold)

@@ -7,10 +7,7 @@ use crate::sim::McpStub;
 
 async fn stub() -> (McpStub, reqwest::Client) {
     let stub = McpStub::start(([127, 0, 0, 1], 0).into()).await.unwrap();
-    (
-        stub,
-        reqwest::Client::builder().timeout(WAIT).build().unwrap(),
-    )
+    (stub, reqwest::Client::builder().timeout(WAIT).build().unwrap())
 }
 
 async fn rpc(http: &reqwest::Client, stub: &McpStub, msg: Value) -> (u16, Value) {
@@ -40,11 +37,15 @@ fn tool(id: i64, name: &str, arguments: Value) -> Value {
 #[tokio::test]
 async fn the_stub_initializes_lists_and_calls_its_tools() {
     let (stub, http) = stub().await;
-    let init = http.post(stub.url()).body(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}).to_string()).send().await.unwrap();
-    assert!(init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .starts_with("stub-"));
+    let init = http
+        .post(stub.url())
+        .body(
+            json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}).to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(init.headers()["mcp-session-id"].to_str().unwrap().starts_with("stub-"));
     let init: Value = serde_json::from_slice(&init.bytes().await.unwrap()).unwrap();
     assert_eq!(init["result"]["protocolVersion"], "2025-03-26");
     assert_eq!(init["result"]["serverInfo"]["name"], "tunnelgate-stub");
@@ -66,12 +67,7 @@ async fn the_stub_initializes_lists_and_calls_its_tools() {
         .0,
         202
     );
-    let (_, list) = rpc(
-        &http,
-        &stub,
-        json!({"jsonrpc":"2.0","id":3,"method":"tools/list"}),
-    )
-    .await;
+    let (_, list) = rpc(&http, &stub, json!({"jsonrpc":"2.0","id":3,"method":"tools/list"})).await;
     let names: Vec<_> = list["result"]["tools"]
         .as_array()
         .unwrap()
@@ -86,19 +82,9 @@ async fn the_stub_initializes_lists_and_calls_its_tools() {
     assert_eq!(add["result"]["content"][0]["text"], "42");
     let (_, slow) = rpc(&http, &stub, tool(6, "slow", json!({"ms": 10}))).await;
     assert_eq!(slow["result"]["content"][0]["text"], "done");
-    let (_, ping) = rpc(
-        &http,
-        &stub,
-        json!({"jsonrpc":"2.0","id":"p","method":"ping"}),
-    )
-    .await;
+    let (_, ping) = rpc(&http, &stub, json!({"jsonrpc":"2.0","id":"p","method":"ping"})).await;
     assert_eq!(ping, json!({"jsonrpc":"2.0","id":"p","result":{}}));
-    let (_, unknown) = rpc(
-        &http,
-        &stub,
-        json!({"jsonrpc":"2.0","id":7,"method":"resources/list"}),
-    )
-    .await;
+    let (_, unknown) = rpc(&http, &stub, json!({"jsonrpc":"2.0","id":7,"method":"resources/list"})).await;
     assert_eq!(unknown["error"]["code"], -32601);
     let (_, bad_tool) = rpc(&http, &stub, tool(8, "nope", json!({}))).await;
     assert_eq!(bad_tool["error"]["code"], -32602);
@@ -106,11 +92,7 @@ async fn the_stub_initializes_lists_and_calls_its_tools() {
     assert_eq!(http.get(stub.url()).send().await.unwrap().status(), 405);
     assert_eq!(stub.received(), 11);
     assert_eq!(
-        (
-            stub.count("initialize"),
-            stub.count("tools/call"),
-            stub.count("DELETE")
-        ),
+        (stub.count("initialize"), stub.count("tools/call"), stub.count("DELETE")),
         (2, 4, 1)
     );
     assert_eq!(stub.received_methods()[2], "notifications/initialized");
@@ -145,10 +127,7 @@ async fn slow_with_a_progress_token_streams_two_progress_notifications_then_the_
     for (i, e) in events[..2].iter().enumerate() {
         assert_eq!(e["method"], "notifications/progress");
         assert_eq!(
-            (
-                e["params"]["progressToken"].as_str(),
-                e["params"]["progress"].as_u64()
-            ),
+            (e["params"]["progressToken"].as_str(), e["params"]["progress"].as_u64()),
             (Some("tok"), Some(i as u64 + 1))
         );
     }

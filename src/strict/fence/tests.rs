@@ -12,7 +12,10 @@ async fn strict_fence_admits_one_command_at_a_time() {
     let fence = Fence::new(true, 1);
     let first = fence.admit(cmd("a")).await.unwrap();
     let second = tokio::time::timeout(Duration::from_millis(50), fence.admit(cmd("b"))).await;
-    assert!(second.is_err(), "a second admission must wait while the first holds the permit");
+    assert!(
+        second.is_err(),
+        "a second admission must wait while the first holds the permit"
+    );
     assert!(fence.snapshot().held);
     drop(first);
     assert!(!fence.snapshot().held);

@@ -22,7 +22,10 @@ fn assignments_to_sensitive_names_are_redacted() {
         ("API-KEY: abc def", "API-KEY: [redacted] def"),
         ("token=abc&user=bob", "token=[redacted]&user=bob"),
         ("password = 'hunter two'", "password = '[redacted]'"),
-        (r#"{"access_token": "abc", "n": 1}"#, r#"{"access_token": "[redacted]", "n": 1}"#),
+        (
+            r#"{"access_token": "abc", "n": 1}"#,
+            r#"{"access_token": "[redacted]", "n": 1}"#,
+        ),
         ("session_id=42;path=/", "session_id=[redacted];path=/"),
         ("key: ", "key: "),
         ("unterminated secret=\"abc def", "unterminated secret=\"[redacted]"),
@@ -36,7 +39,10 @@ fn assignments_to_sensitive_names_are_redacted() {
 fn credentials_after_an_auth_scheme_are_redacted() {
     let cases = [
         ("Authorization: Bearer abc.def.ghi", "Authorization: [redacted]"),
-        ("sending bearer xyz to upstream", "sending bearer [redacted] to upstream"),
+        (
+            "sending bearer xyz to upstream",
+            "sending bearer [redacted] to upstream",
+        ),
         ("Basic dXNlcjpwYXNz", "Basic [redacted]"),
         ("Authorization: token ghp_abc", "Authorization: [redacted]"),
         ("invalid token format", "invalid token format"),
@@ -49,9 +55,15 @@ fn credentials_after_an_auth_scheme_are_redacted() {
 #[test]
 fn long_hex_and_base64_runs_are_redacted() {
     let cases = [
-        ("sha 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 done", "sha [redacted] done"),
+        (
+            "sha 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 done",
+            "sha [redacted] done",
+        ),
         ("sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8t", "[redacted]"),
-        ("jwt eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.x", "jwt [redacted].[redacted].x"),
+        (
+            "jwt eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.x",
+            "jwt [redacted].[redacted].x",
+        ),
         ("id 123e4567-e89b-12d3-a456-426614174000", "id [redacted]"),
         ("dGhpcyBpcyBhIHNlY3JldCB2YWx1ZQ1+/= tail", "[redacted] tail"),
     ];
