@@ -39,6 +39,7 @@ pub fn init(format: Format, level: &str) -> TelemetryGuard {
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_target(false)
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                     .with_writer(std::io::stderr),
             )
             .try_init(),
