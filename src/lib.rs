@@ -2,6 +2,64 @@
 //!
 //! Data flows one way: `control::poll -> dispatch -> strict::fence -> downstream ->
 //! control::deliver`; `ops` and `telemetry` only observe.
+//!
+//! # Embedding
+//!
+//! [`Gateway::run`] returns a [`RunOutcome`]; in strict mode a latch comes back as
+//! [`RunOutcome::Fatal`] with a typed, privacy-safe [`Fatal`] cause, so no log, metric
+//! or stderr parsing is ever needed. This example is run by `cargo test --doc`: it
+//! starts the bundled simulator and MCP stub, makes the simulator answer the first
+//! terminal response with 404, and matches on the cause.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tunnelgate::sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
+//! use tunnelgate::{Config, FatalCategory, Gateway, RunOutcome};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let stub = McpStub::start(([127, 0, 0, 1], 0).into()).await?;
+//!     let mut sim = SimConfig::new("tunnel_doc", "doc-key");
+//!     sim.faults = FaultScript::from_toml_str("[[rule]]\nmatch = { resp_type = \"terminal\" }\nstatus = 404\n")?;
+//!     let sim = Simulator::start(sim).await?;
+//!     let latch = std::env::temp_dir().join(format!("tunnelgate-doc-{}.json", std::process::id()));
+//!     let config = Config::from_toml_str(&format!(
+//!         r#"
+//!         [control_plane]
+//!         base_url = "{}"
+//!         tunnel_id = "tunnel_doc"
+//!         api_key = "doc-key"
+//!         [mcp.channels.main]
+//!         url = "{}"
+//!         [strict]
+//!         enabled = true
+//!         latch_file = "{}"
+//!         [ops]
+//!         listen = "127.0.0.1:0"
+//!         "#,
+//!         sim.base_url(),
+//!         stub.url(),
+//!         latch.display()
+//!     ))?;
+//!     sim.enqueue(NewCommand::jsonrpc(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})));
+//!
+//!     let gateway = Gateway::new(config);
+//!     let _stop = gateway.stop_handle(); // call `.stop()` from your own shutdown path
+//!     let outcome = tokio::time::timeout(Duration::from_secs(30), gateway.run()).await??;
+//!
+//!     match outcome {
+//!         RunOutcome::Clean => unreachable!("a 404 on the terminal response latches in strict mode"),
+//!         RunOutcome::Fatal(fatal) => {
+//!             assert_eq!(fatal.category, FatalCategory::AckNotFound);
+//!             assert_eq!(fatal.exit_code, 82);
+//!             assert_eq!(fatal.method.as_deref(), Some("tools/list"));
+//!             assert!(fatal.persisted, "the latch file was written before run() returned");
+//!         }
+//!     }
+//!     std::fs::remove_file(&latch)?;
+//!     Ok(())
+//! }
+//! ```
 
 pub mod app;
 pub mod cli;

@@ -784,16 +784,25 @@ fn build_client(settings: &HttpSettings) -> reqwest::Result<reqwest::Client> {
 }
 
 /// The command's connector headers, multi-valued and in order, minus hop-by-hop headers
-/// and those this transport sets itself. Unrepresentable names or values are skipped.
+/// (including any named by `Connection`) and those this transport sets itself.
+/// Unrepresentable names or values are skipped.
 fn forward_headers(wire: &WireHeaders) -> HeaderMap {
+    // Headers named by `Connection` are hop-by-hop too (RFC 9110, section 7.6.1).
+    let connection_named: Vec<String> = wire
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+        .flat_map(|(_, values)| values.iter().flat_map(|v| v.split(',')))
+        .map(|token| token.trim().to_ascii_lowercase())
+        .collect();
     let mut out = HeaderMap::new();
     for (name, values) in wire {
         let lower = name.to_ascii_lowercase();
-        if NOT_FORWARDED.contains(&lower.as_str()) || lower.starts_with("proxy-") {
+        if NOT_FORWARDED.contains(&lower.as_str()) || lower.starts_with("proxy-") || connection_named.contains(&lower) {
             continue;
         }
         let Ok(header) = HeaderName::from_bytes(lower.as_bytes()) else {
-            tracing::debug!(header = %lower, "skipping a connector header with an invalid name");
+            // The name itself is not echoed: it is not a valid header name, so it could be anything.
+            tracing::debug!("skipping a connector header with an invalid name");
             continue;
         };
         for value in values {
