@@ -98,6 +98,7 @@ impl Dispatcher {
             let free = loop {
                 let held = self.health.alive();
                 if held < self.policy.max_inflight {
+                    tracing::debug!(held, "polling for more commands");
                     break self.policy.max_inflight - held;
                 }
                 tokio::select! {

@@ -358,11 +358,56 @@ async fn sigterm_lets_an_in_flight_command_finish_then_exits_zero() {
     let rig = Rig::start("").await;
     let mut gw = rig.gateway(&default_mode()).await;
     let slow = rig.sim.enqueue(call(1, "slow", json!({"ms": 400})));
-    rig.wait("dispatched", |_| rig.stub.count("tools/call") == 1).await;
+    rig.wait_stub_calls(1).await;
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
     assert!(
         rig.sim.record().is_completed(&slow),
         "the in-flight command finished within the grace"
     );
+}
+
+#[tokio::test]
+async fn every_command_returned_is_processed_even_beyond_the_limit() {
+    let rig = Rig::start("[[poll]]\nextra_commands = 3\n").await;
+    let ids: Vec<String> = (0..5)
+        .map(|i| rig.sim.enqueue(call(i, "echo", json!({"message": format!("m{i}")}))))
+        .collect();
+    let config = rig
+        .config(&default_mode())
+        .replace("post_attempts = 2", "post_attempts = 2\nmax_inflight = 2");
+    let mut gw = rig.gateway_with(&config).await;
+    let rec = rig
+        .wait("all five answered", |r| ids.iter().all(|id| r.is_completed(id)))
+        .await;
+    let first = rec.polls.iter().find(|p| p.commands > 0).unwrap();
+    assert_eq!(first.limit, Some(2), "limit = free prefetch slots");
+    assert_eq!(first.commands, 5, "the simulator returned more than the limit");
+    assert_eq!(rig.stub.count("tools/call"), 5);
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0));
+}
+
+#[tokio::test]
+async fn polling_pauses_while_the_prefetch_queue_is_full() {
+    let rig = Rig::start("").await;
+    let config = rig
+        .config(&default_mode())
+        .replace("post_attempts = 2", "post_attempts = 2\nmax_inflight = 1");
+    let mut gw = rig.gateway_with(&config).await;
+    let slow = rig.sim.enqueue(call(1, "slow", json!({"ms": 1500})));
+    rig.wait_stub_calls(1).await;
+    let before = rig.sim.record().polls.len();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let polls = rig.sim.record().polls;
+    assert_eq!(
+        polls.len(),
+        before,
+        "no poll while the one slot is taken: {}",
+        gw.stderr()
+    );
+    rig.wait("finished", |r| r.is_completed(&slow)).await;
+    rig.wait("polling resumed", |r| r.polls.len() > before).await;
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }

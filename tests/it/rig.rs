@@ -139,6 +139,14 @@ log_level = "info"
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Waits until the MCP stub has received `n` `tools/call` requests.
+    pub async fn wait_stub_calls(&self, n: usize) {
+        crate::harness::wait_until("the MCP stub's tools/call count", Duration::from_secs(20), || async {
+            self.stub.count("tools/call") >= n
+        })
+        .await;
+    }
+
     pub async fn status(&self) -> Value {
         crate::harness::http_client()
             .get(format!("http://127.0.0.1:{}/status", self.ops_port))

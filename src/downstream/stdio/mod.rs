@@ -367,7 +367,7 @@ impl Shared {
             }
             WriteWait::Finished(WriteResult::Lost) | WriteWait::Idle => return Err(LegFailure::InternalAfterWrite),
             WriteWait::StillWriting => {
-                tracing::warn!(channel = %self.channel, generation = child.generation, "deadline passed while writing to the stdio child");
+                tracing::debug!(channel = %self.channel, generation = child.generation, "deadline passed while writing to the stdio child");
                 self.retire_timed_out(&child, is_initialize);
                 return Err(LegFailure::TimeoutAfterWrite);
             }

@@ -390,7 +390,10 @@ async fn stderr_is_logged_redacted_and_stdout_garbage_by_length_only() {
         let adm = admission().await;
         let (result, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(3)).await;
         assert_answered(&result, 2);
-        eventually("the stderr line is logged", || capture.text().contains("tunnelgate::stdio_child")).await;
+        eventually("the stderr line is logged", || {
+            capture.text().contains("tunnelgate::stdio_child")
+        })
+        .await;
         t.shutdown().await;
     })
     .await;
