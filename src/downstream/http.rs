@@ -95,7 +95,13 @@ const DEFAULT_ACCEPT: &str = "application/json, text/event-stream";
 /// The MCP revision from which servers cannot resume a stream (and must not be asked to).
 const NO_RESUME_FROM_VERSION: &str = "2026-07-28";
 /// Resume attempts per leg, at most.
-const MAX_RESUMES: u32 = 2;
+const MAX_RESUMES: u32 = 5;
+/// A resumed stream that stays silent this long is closed and resumed again: servers
+/// that replay only what they stored when the `GET` arrived (server-everything does)
+/// send later events to no stream, so a fresh `GET` is the only way to fetch them.
+const RESUME_IDLE: Duration = Duration::from_secs(1);
+/// Wait before a resume when the server gave no `retry:` hint (times the attempt number).
+const RESUME_STEP: Duration = Duration::from_millis(250);
 /// Cap on the server's `retry:` hint before a resume.
 const MAX_RESUME_WAIT: Duration = Duration::from_secs(1);
 /// Pooled connections idle longer than this are closed.
@@ -409,7 +415,11 @@ impl HttpTransport {
         let mut status = resp.status();
         let mut resumes = 0;
         loop {
-            match self.drain_stream(leg, &mut resp, &mut parser, &resp_headers).await {
+            let idle = (resumes > 0).then_some(RESUME_IDLE);
+            match self
+                .drain_stream(leg, &mut resp, &mut parser, &resp_headers, idle)
+                .await
+            {
                 Ok(raw) => {
                     // If the stream's end is already buffered, reading it lets the
                     // connection go back to the pool; never wait for it.
@@ -433,7 +443,10 @@ impl HttpTransport {
                 return Err(LegFailure::StreamClosedBeforeResponse);
             }
             resumes += 1;
-            let wait = Duration::from_millis(parser.retry_ms().unwrap_or(0)).min(MAX_RESUME_WAIT);
+            let wait = parser
+                .retry_ms()
+                .map_or(RESUME_STEP * resumes, Duration::from_millis)
+                .min(MAX_RESUME_WAIT);
             if Instant::now() + wait >= leg.deadline {
                 return Err(LegFailure::StreamClosedBeforeResponse);
             }
@@ -453,10 +466,13 @@ impl HttpTransport {
         resp: &mut reqwest::Response,
         parser: &mut SseParser,
         resp_headers: &RespHeaders,
+        idle: Option<Duration>,
     ) -> Result<Box<RawValue>, StreamEnd> {
         let mut events = Vec::new();
         loop {
-            let chunk = match timeout_at(leg.deadline, resp.chunk()).await {
+            let quiet_until = idle.map_or(leg.deadline, |i| leg.deadline.min(Instant::now() + i));
+            let chunk = match timeout_at(quiet_until, resp.chunk()).await {
+                Err(_) if quiet_until < leg.deadline => return Err(StreamEnd::Closed),
                 Err(_) => return Err(StreamEnd::Failed(LegFailure::TimeoutAfterWrite)),
                 Ok(Err(_)) | Ok(Ok(None)) => return Err(StreamEnd::Closed),
                 Ok(Ok(Some(chunk))) => chunk,

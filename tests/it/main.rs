@@ -10,6 +10,7 @@ mod contract;
 mod gateway_http;
 mod harness;
 mod peers;
+mod resume;
 mod rig;
 mod strict;
 

@@ -1055,18 +1055,20 @@ async fn a_resume_refused_with_405_stays_abandoned() {
 }
 
 #[tokio::test]
-async fn resume_stops_after_two_attempts() {
+async fn resume_stops_after_five_attempts() {
     let mut recut = sse_head(&SESSION);
     recut.extend_from_slice(b": still working\n\n");
-    let server = Server::start(vec![cut_stream(), Act::Reply(recut.clone()), Act::Reply(recut)]).await;
+    let mut script = vec![cut_stream()];
+    script.extend((0..5).map(|_| Act::Reply(recut.clone())));
+    let server = Server::start(script).await;
     let (result, _) = call(&server.url(), CALL).await;
     assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
     let seen = server.seen();
     assert_eq!(
         seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(),
-        vec!["POST", "GET", "GET"]
+        vec!["POST", "GET", "GET", "GET", "GET", "GET"]
     );
-    assert_eq!(seen[2].header("last-event-id"), vec!["ev-1"]);
+    assert_eq!(seen[5].header("last-event-id"), vec!["ev-1"]);
     server.assert_consumed();
 }
 
