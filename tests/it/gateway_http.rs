@@ -411,3 +411,34 @@ async fn polling_pauses_while_the_prefetch_queue_is_full() {
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }
+
+#[tokio::test]
+async fn a_rate_limited_poll_is_retried_no_sooner_than_retry_after() {
+    let rig = Rig::start("[[poll]]\nnth = 1\nstatus = 429\nretry_after = \"2\"\n").await;
+    let mut gw = rig.gateway(&default_mode()).await;
+    rig.wait("the rate-limited poll", |r| {
+        r.polls.iter().any(|p| p.status == Some(429))
+    })
+    .await;
+    let refused_seen = tokio::time::Instant::now();
+    rig.wait("the next poll", |r| r.polls.len() >= 2).await;
+    let gap = refused_seen.elapsed();
+    assert!(
+        gap >= Duration::from_millis(1800),
+        "Retry-After: 2 honoured as a floor, got {gap:?}"
+    );
+    let metrics = crate::harness::http_client()
+        .get(format!("http://127.0.0.1:{}/metrics", rig.ops_port))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("tunnelgate_poll_errors_total{kind=\"rate_limited\"} 1"),
+        "{metrics}"
+    );
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0));
+}

@@ -36,10 +36,10 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Where `scripts/install-peers` installed the peers: `$TUNNELGATE_PEERS_DIR`, else
+/// Where `scripts/install-peers` installed the peers: `$PEERS_DIR_FOR_TUNNELGATE_TESTS`, else
 /// `<repo>/.peers`. Panics with the fix when they are missing.
 pub fn peers_dir() -> PathBuf {
-    let dir = std::env::var_os("TUNNELGATE_PEERS_DIR")
+    let dir = std::env::var_os("PEERS_DIR_FOR_TUNNELGATE_TESTS")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join(".peers"));
