@@ -191,11 +191,7 @@ impl ControlClient {
         };
         let received_at = Instant::now();
         let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let retry_after = retry_after(&response);
         match status {
             204 => {
                 return Ok(Polled {
@@ -309,11 +305,7 @@ impl ControlClient {
                 Err(_) => return (AttemptResult::TransportAfterWrite, None, None),
             };
             let status = response.status().as_u16();
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| parse_retry_after(v, SystemTime::now()));
+            let retry_after = retry_after(&response);
             let body = match read_bounded(response, 64 * 1024).await {
                 Ok(b) => b,
                 // The status arrived but the body did not: only a 200 needed the body.
@@ -334,6 +326,12 @@ impl ControlClient {
             r = tokio::time::timeout_at(until, exchange) => r.unwrap_or((AttemptResult::Timeout, None, None)),
         }
     }
+}
+
+/// A server-imposed minimum wait, capped.
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    let value = response.headers().get(RETRY_AFTER)?.to_str().ok()?;
+    parse_retry_after(value, SystemTime::now())
 }
 
 /// `{"status":"ok"}` (schema `TunnelResponseAck`), nothing else.

@@ -94,6 +94,15 @@ impl Dispatcher {
         if is_expired(deadline) || self.channels.get(cmd.channel.as_str()).is_none() {
             return None;
         }
+        Some(self.join_admission_line(cmd, method, deadline))
+    }
+
+    fn join_admission_line(
+        &self,
+        cmd: &Command,
+        method: Option<&str>,
+        deadline: Option<Instant>,
+    ) -> tokio::sync::oneshot::Receiver<Admitted> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let command = CommandRef::new(cmd.request_id.as_str(), cmd.channel.as_str(), method);
         let _ = self.admit_tx.send(AdmitRequest {
@@ -101,7 +110,7 @@ impl Dispatcher {
             deadline,
             reply: tx,
         });
-        Some(rx)
+        rx
     }
 
     pub(super) async fn run(
@@ -138,16 +147,7 @@ impl Dispatcher {
         let wait_started = Instant::now();
         let rx = match place {
             Some(rx) => rx,
-            None => {
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                let command = CommandRef::new(cmd.request_id.as_str(), cmd.channel.as_str(), method);
-                let _ = self.admit_tx.send(AdmitRequest {
-                    command,
-                    deadline,
-                    reply: tx,
-                });
-                rx
-            }
+            None => self.join_admission_line(&cmd, method, deadline),
         };
         let admitted = rx.instrument(tracing::info_span!("tunnelgate.fence_wait")).await;
         self.metrics

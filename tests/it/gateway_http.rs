@@ -314,14 +314,7 @@ async fn odd_commands_are_skipped_answered_or_dropped_as_the_contract_says() {
     // Polling went on after all of it.
     let polls = rec.polls.len();
     rig.wait("polling continues", |r| r.polls.len() > polls).await;
-    let metrics = crate::harness::http_client()
-        .get(format!("http://127.0.0.1:{}/metrics", rig.ops_port))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rig.metrics().await;
     for needle in [
         "tunnelgate_commands_dropped_total{reason=\"unknown_type\"} 1",
         "tunnelgate_commands_dropped_total{reason=\"expired\"} 1",
@@ -427,14 +420,7 @@ async fn a_rate_limited_poll_is_retried_no_sooner_than_retry_after() {
         gap >= Duration::from_millis(1800),
         "Retry-After: 2 honoured as a floor, got {gap:?}"
     );
-    let metrics = crate::harness::http_client()
-        .get(format!("http://127.0.0.1:{}/metrics", rig.ops_port))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rig.metrics().await;
     assert!(
         metrics.contains("tunnelgate_poll_errors_total{kind=\"rate_limited\"} 1"),
         "{metrics}"

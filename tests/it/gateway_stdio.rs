@@ -129,14 +129,7 @@ async fn a_child_that_dies_after_the_write_is_abandoned_then_restarted_with_a_ne
     );
     let status: Value = rig.status().await;
     assert!(status["downstream"][0]["generation"].as_u64().unwrap() >= 2, "{status}");
-    let metrics = crate::harness::http_client()
-        .get(format!("http://127.0.0.1:{}/metrics", rig.ops_port))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rig.metrics().await;
     assert!(
         metrics.contains("tunnelgate_downstream_requests_total{outcome=\"abandoned\",transport=\"stdio\"} 1"),
         "{metrics}"

@@ -147,6 +147,18 @@ log_level = "info"
         .await;
     }
 
+    /// The gateway's Prometheus text.
+    pub async fn metrics(&self) -> String {
+        crate::harness::http_client()
+            .get(format!("http://127.0.0.1:{}/metrics", self.ops_port))
+            .send()
+            .await
+            .expect("metrics answer")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     pub async fn status(&self) -> Value {
         crate::harness::http_client()
             .get(format!("http://127.0.0.1:{}/status", self.ops_port))

@@ -305,14 +305,7 @@ async fn strict_disabled_keeps_running_and_dispatches_the_next_command() {
     rig.wait("second dispatched", |r| r.is_completed(&b)).await;
     assert_eq!(rig.stub.count("tools/call"), 2);
     assert!(!gw.has_exited());
-    let metrics = crate::harness::http_client()
-        .get(format!("http://127.0.0.1:{}/metrics", rig.ops_port))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rig.metrics().await;
     assert!(
         metrics.contains("tunnelgate_deliveries_total{kind=\"terminal\",outcome=\"not_found\"} 1"),
         "{metrics}"
@@ -506,14 +499,7 @@ async fn with_ambiguity_reported_an_abandoned_leg_is_answered_and_the_gateway_ke
         .starts_with("effect unknown"));
     assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert!(!gw.has_exited());
-    let metrics = crate::harness::http_client()
-        .get(format!("http://127.0.0.1:{}/metrics", rig.ops_port))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rig.metrics().await;
     assert!(
         metrics.contains("tunnelgate_downstream_requests_total{outcome=\"abandoned\",transport=\"http\"} 2"),
         "{metrics}"
