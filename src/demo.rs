@@ -26,9 +26,19 @@ const DRILL_FAULTS: &str = r#"
 [[rule]]
 match = { tool = "add", resp_type = "terminal" }
 action = "hold"
+
+# A `ping` queued behind it is refused after the latch; its "not executed" answer is
+# slowed down so that /status can be read while the gateway cleans up.
+[[rule]]
+match = { method = "ping" }
+delay = "600ms"
 "#;
 
 pub async fn run(keep_dir: bool) -> anyhow::Result<u8> {
+    // Quiet by default; `RUST_LOG=info tunnelgate demo` shows the gateway's own log.
+    let _guard = std::env::var("RUST_LOG")
+        .ok()
+        .map(|filter| crate::telemetry::logging::init(crate::telemetry::logging::Format::Text, &filter));
     let dir = tempfile_dir()?;
     let latch_path = dir.join("latch.json");
     let result = tour(&latch_path).await;
@@ -125,6 +135,17 @@ async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
                 .send().await;
         }
     });
+    for _ in 0..200 {
+        if stub.count("tools/call") > calls_before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let queued = tokio::spawn({
+        let client = client.clone();
+        let ingress = ingress.clone();
+        async move { mcp(&client, &ingress, json!({"jsonrpc":"2.0","id":6,"method":"ping"})).await }
+    });
     let mut latched = None;
     for _ in 0..200 {
         if let Ok(doc) = get_status(&client, ops).await {
@@ -144,6 +165,14 @@ async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
         .context("gateway did not stop after the latch")??
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     drill.abort();
+    match queued.await {
+        Ok(Ok(answer)) => println!(
+            "   a ping queued behind the drill never reached the MCP server; its caller was told: \"{}\"",
+            answer["error"]["message"].as_str().unwrap_or("?")
+        ),
+        Ok(Err(e)) => println!("   the ping queued behind the drill got no answer: {e:#}"),
+        Err(e) => println!("   the ping queued behind the drill got no answer: {e}"),
+    }
     let RunOutcome::Fatal(fatal) = &outcome else {
         bail!("the drill should have latched, but the gateway stopped cleanly")
     };
