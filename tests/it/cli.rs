@@ -179,6 +179,8 @@ async fn the_demo_runs_the_whole_path_and_exits_zero() {
     assert_eq!(run.code, 0, "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
     for needle in [
         "Echo: hello through the tunnel",
+        "state=\"fatal\"",
+        "its caller was told: \"not delivered to the MCP server; safe to retry\"",
         "category=ack_timeout exit_code=80",
         "exit code 89",
         "cleared",
