@@ -321,10 +321,15 @@ async fn graceful_stop(
                 metrics.fatal_latched(FatalCategory::StoppedBeforeAck);
             }
         } else if health.alive() > 0 {
+            let unfinished = health.alive();
             tracing::warn!(
-                unfinished = health.alive(),
-                "grace over: cancelling commands that did not finish"
+                unfinished,
+                in_flight = health.in_flight(),
+                "grace over: cancelling commands that did not finish; their callers may not have a result"
             );
+            for _ in 0..unfinished {
+                metrics.command_dropped(crate::telemetry::DropReason::Shutdown);
+            }
         }
     }
     if fence.fatal().is_some() {

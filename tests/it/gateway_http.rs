@@ -428,3 +428,30 @@ async fn a_rate_limited_poll_is_retried_no_sooner_than_retry_after() {
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }
+
+#[tokio::test]
+async fn a_command_still_running_when_the_grace_ends_is_reported_not_hidden() {
+    let rig = Rig::start("").await;
+    let mut gw = rig.gateway(&default_mode()).await;
+    let slow = rig.sim.enqueue(call(1, "slow", json!({"ms": 8000})));
+    rig.wait_stub_calls(1).await;
+    gw.sigterm();
+    let started = tokio::time::Instant::now();
+    assert_eq!(
+        gw.wait_exit(EXIT).await,
+        Some(0),
+        "default mode stops cleanly: {}",
+        gw.stderr()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by the grace and the cleanup timeout"
+    );
+    assert!(
+        gw.stderr()
+            .contains("grace over: cancelling commands that did not finish"),
+        "{}",
+        gw.stderr()
+    );
+    assert!(!rig.sim.record().is_completed(&slow));
+}
