@@ -117,7 +117,9 @@ impl Gateway {
     pub async fn run(self) -> Result<RunOutcome, GatewayError> {
         let Gateway {
             config,
-            stop_tx: _keep,
+            // Kept alive for the whole run: with every sender gone, `recv` would return
+            // at once and read as a stop request.
+            stop_tx: _keep_stop_channel_open,
             mut stop_rx,
             ops_addr_tx,
         } = self;

@@ -185,8 +185,7 @@ impl Dispatcher {
         self.metrics.set_in_flight(self.health.in_flight());
         self.metrics.set_fence_held(self.fence.is_strict());
         self.metrics.set_queue_depth(self.health.queued());
-        self.admitted_lifecycle(&cmd, transport, admission, deadline, received_at)
-            .await;
+        self.admitted_lifecycle(&cmd, transport, admission, deadline).await;
         self.health.released();
         self.metrics.set_in_flight(self.health.in_flight());
         self.metrics.set_fence_held(self.fence.snapshot().held);
@@ -200,7 +199,6 @@ impl Dispatcher {
         transport: &Transport,
         admission: Admission,
         deadline: Option<Instant>,
-        _received_at: Instant,
     ) {
         if is_expired(deadline) {
             tracing::info!("response_timeout passed before dispatch; dropped without contacting the MCP server");
