@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::attempt::{AttemptResult, Delivery, PostKind};
 use super::backoff::parse_retry_after;
@@ -248,7 +249,22 @@ impl ControlClient {
         let mut backoff = super::Backoff::default();
         loop {
             attempt += 1;
-            let (result, status, retry_after) = self.attempt(&headers, body.clone(), deadline, cancel).await;
+            let span = tracing::info_span!(
+                "tunnelgate.deliver.attempt",
+                otel.kind = "client",
+                http.request.method = "POST",
+                http.request.resend_count = attempt - 1,
+                http.response.status_code = tracing::field::Empty,
+                attempt_result = tracing::field::Empty,
+            );
+            let (result, status, retry_after) = self
+                .attempt(&headers, body.clone(), deadline, cancel)
+                .instrument(span.clone())
+                .await;
+            if let Some(code) = status {
+                span.record("http.response.status_code", code);
+            }
+            span.record("attempt_result", result.as_str());
             self.metrics.delivery_attempted(metric_kind, result.as_str());
             let deadline_left = deadline.is_none_or(|d| Instant::now() < d);
             if attempt >= max_attempts || !result.is_retryable(kind, status) || !deadline_left || cancel.is_cancelled()

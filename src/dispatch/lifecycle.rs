@@ -357,13 +357,20 @@ impl Dispatcher {
             resp_type: reply.resp_type,
         }
         .to_bytes();
-        self.control
+        let span = tracing::info_span!(
+            "tunnelgate.deliver",
+            resp_type = reply.resp_type.as_str(),
+            delivery_outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+        );
+        let report = self
+            .control
             .deliver(PostKind::Terminal, body, &cmd.shard_token, deadline, &self.hard_stop)
-            .instrument(tracing::info_span!(
-                "tunnelgate.deliver",
-                http.request.resend_count = tracing::field::Empty
-            ))
-            .await
+            .instrument(span.clone())
+            .await;
+        span.record("delivery_outcome", report.delivery.as_str());
+        span.record("attempts", report.attempts);
+        report
     }
 
     /// Posts `jsonrpc_notify` messages in order; after one fails, skips the rest for this

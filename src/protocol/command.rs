@@ -247,6 +247,65 @@ impl JsonRpcPayload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn arb_json() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(|n| serde_json::json!(n)),
+            "\\PC{0,12}".prop_map(serde_json::Value::String),
+            prop::sample::select(vec!["jsonrpc", "session_termination", "main", "r1", "30s", "0s"])
+                .prop_map(|s| serde_json::Value::String(s.to_owned())),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec![
+                        "request_id",
+                        "shard_token",
+                        "command_type",
+                        "channel",
+                        "created_at",
+                        "response_timeout",
+                        "headers",
+                        "jsonrpc",
+                        "id",
+                        "method",
+                        "params",
+                        "x",
+                    ]),
+                    inner,
+                    0..8,
+                )
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            let _ = decode_poll(&bytes);
+        }
+
+        #[test]
+        fn every_element_of_a_command_list_is_decoded_or_named_invalid(items in prop::collection::vec(arb_json(), 0..6)) {
+            let body = serde_json::json!({ "commands": items });
+            let decoded = decode_poll(body.to_string().as_bytes()).expect("a list always decodes");
+            prop_assert_eq!(decoded.len(), items.len(), "nothing is lost");
+            for (item, result) in items.iter().zip(decoded) {
+                if let Err(invalid) = result {
+                    prop_assert!(!invalid.reason.is_empty());
+                    // An answerable invalid command keeps exactly what a response needs.
+                    if let Some(id) = &invalid.request_id {
+                        prop_assert_eq!(item.get("request_id").and_then(|v| v.as_str()), Some(id.as_str()));
+                    }
+                }
+            }
+        }
+    }
 
     fn decode_one(json: &str) -> Result<Command, InvalidCommand> {
         let body = format!(r#"{{"commands":[{json}]}}"#);

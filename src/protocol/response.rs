@@ -19,6 +19,16 @@ pub enum RespType {
 }
 
 impl RespType {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::JsonrpcResponse => "jsonrpc_response",
+            Self::JsonrpcNotify => "jsonrpc_notify",
+            Self::NotifyAck => "notify_ack",
+            Self::SessionTerminationResponse => "session_termination_response",
+        }
+    }
+
     /// Whether this response finishes the command (everything but `jsonrpc_notify`).
     pub fn is_terminal(self) -> bool {
         !matches!(self, Self::JsonrpcNotify)
@@ -85,5 +95,13 @@ mod tests {
         assert!(v.get("resp_json").is_none());
         assert_eq!(v["resp_type"], "notify_ack");
         assert!(RespType::NotifyAck.is_terminal() && !RespType::JsonrpcNotify.is_terminal());
+        for t in [
+            RespType::JsonrpcResponse,
+            RespType::JsonrpcNotify,
+            RespType::NotifyAck,
+            RespType::SessionTerminationResponse,
+        ] {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+        }
     }
 }
