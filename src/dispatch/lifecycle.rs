@@ -257,8 +257,11 @@ impl Dispatcher {
                 dispatched,
                 "response_timeout passed during the downstream leg; nothing posted"
             );
-            self.metrics.command_dropped(DropReason::Expired);
-            if self.policy.strict && dispatched {
+            if !dispatched {
+                // Never reached the MCP server: counted as dropped. A dispatched leg is
+                // already counted by its downstream outcome.
+                self.metrics.command_dropped(DropReason::Expired);
+            } else if self.policy.strict {
                 self.latch(&admission, FatalCategory::DeadlineExpired);
             }
             return;
