@@ -455,3 +455,55 @@ async fn a_command_still_running_when_the_grace_ends_is_reported_not_hidden() {
     );
     assert!(!rig.sim.record().is_completed(&slow));
 }
+
+#[tokio::test]
+async fn even_at_trace_level_the_log_holds_no_payload_key_token_session_or_url() {
+    let rig = Rig::start("").await;
+    let config = rig
+        .config(&default_mode())
+        .replace("log_level = \"info\"", "log_level = \"trace\"");
+    let mut gw = rig.gateway_with(&config).await;
+    let canary = "PAYLOAD-CANARY-5521";
+    let init = rig.sim.enqueue(initialize(1));
+    let rec = rig.wait("initialize", |r| r.is_completed(&init)).await;
+    let session = final_json(&rec, &init)["resp_headers"]["Mcp-Session-Id"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let echo = rig.sim.enqueue(
+        call(2, "echo", json!({"message": canary}))
+            .header("Mcp-Session-Id", session.clone())
+            .header("Authorization", "Bearer HEADER-CANARY-8812"),
+    );
+    let rec = rig.wait("echo", |r| r.is_completed(&echo)).await;
+    let shard = rec
+        .responses_for(&echo)
+        .next()
+        .unwrap()
+        .header("x-tunnel-shard-token")
+        .unwrap()
+        .to_owned();
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0));
+    let log = gw.stderr();
+    assert!(log.contains("polling for more commands"), "debug logging is on");
+    let stub_addr = rig
+        .stub
+        .url()
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let sim_addr = rig.sim.base_url().trim_start_matches("http://").to_owned();
+    for secret in [
+        canary,
+        "HEADER-CANARY-8812",
+        KEY,
+        &shard,
+        &session,
+        &stub_addr,
+        &sim_addr,
+        "Echo: ",
+    ] {
+        assert!(!log.contains(secret), "{secret:?} leaked into the trace-level log");
+    }
+}
