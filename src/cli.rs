@@ -151,10 +151,11 @@ pub async fn run(config: Config) -> anyhow::Result<u8> {
         LogFormat::Json => logging::Format::Json,
         LogFormat::Text => logging::Format::Text,
     };
-    let _guard = logging::init(format, &config.telemetry.log_level);
-    if config.telemetry.otlp_endpoint.is_some() {
-        tracing::warn!("telemetry.otlp_endpoint is set but this build does not export OTLP yet; spans stay in the log");
-    }
+    let _guard = logging::init(
+        format,
+        &config.telemetry.log_level,
+        config.telemetry.otlp_endpoint.as_deref(),
+    );
     let gateway = Gateway::new(config);
     let stop = gateway.stop_handle();
     tokio::spawn(async move {

@@ -38,7 +38,7 @@ pub async fn run(keep_dir: bool) -> anyhow::Result<u8> {
     // Quiet by default; `RUST_LOG=info tunnelgate demo` shows the gateway's own log.
     let _guard = std::env::var("RUST_LOG")
         .ok()
-        .map(|filter| crate::telemetry::logging::init(crate::telemetry::logging::Format::Text, &filter));
+        .map(|filter| crate::telemetry::logging::init(crate::telemetry::logging::Format::Text, &filter, None));
     let dir = tempfile_dir()?;
     let latch_path = dir.join("latch.json");
     let result = tour(&latch_path).await;

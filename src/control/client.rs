@@ -253,7 +253,7 @@ impl ControlClient {
                 "tunnelgate.deliver.attempt",
                 otel.kind = "client",
                 http.request.method = "POST",
-                http.request.resend_count = attempt - 1,
+                http.request.resend_count = i64::from(attempt - 1),
                 http.response.status_code = tracing::field::Empty,
                 attempt_result = tracing::field::Empty,
             );
@@ -262,7 +262,7 @@ impl ControlClient {
                 .instrument(span.clone())
                 .await;
             if let Some(code) = status {
-                span.record("http.response.status_code", code);
+                span.record("http.response.status_code", i64::from(code));
             }
             span.record("attempt_result", result.as_str());
             self.metrics.delivery_attempted(metric_kind, result.as_str());

@@ -229,6 +229,7 @@ impl Dispatcher {
         span.record("leg_outcome", leg.outcome.as_str());
         if let Some(f) = &leg.failure {
             span.record("error.type", f.kind());
+            span.record("otel.status_code", "ERROR");
             match leg.outcome {
                 LegOutcome::NotSent => tracing::warn!(
                     outcome = "not_sent",
@@ -287,6 +288,10 @@ impl Dispatcher {
         span.record("delivery_outcome", report.delivery.as_str());
         if report.delivery == Delivery::Acked {
             return;
+        }
+        span.record("otel.status_code", "ERROR");
+        if leg.failure.is_none() {
+            span.record("error.type", report.last_attempt.as_str());
         }
         let category = if is_expired(deadline) {
             FatalCategory::DeadlineExpired

@@ -192,7 +192,8 @@ impl Dispatcher {
                 strict = self.policy.strict,
                 leg_outcome = tracing::field::Empty,
                 delivery_outcome = tracing::field::Empty,
-                error.r#type = tracing::field::Empty,
+                "error.type" = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
             ),
             Err(invalid) => tracing::info_span!(
                 "tunnelgate.command",
@@ -200,7 +201,7 @@ impl Dispatcher {
                 channel = %crate::telemetry::safe_token(invalid.channel.as_str()),
                 command_type,
                 strict = self.policy.strict,
-                error.r#type = invalid.reason,
+                "error.type" = invalid.reason,
             ),
         };
         self.health.command_started();

@@ -1,13 +1,17 @@
-//! Log setup: JSON or text to stderr, filtered by `telemetry.log_level`.
+//! Log and trace setup: JSON or text to stderr, filtered by `telemetry.log_level`, and
+//! optional OTLP span export (see [`super::otlp`]).
 //!
 //! Payloads, bodies, header values, keys and tokens are never passed to `tracing` by
 //! this crate, so no level can reveal them. The HTTP and TLS libraries underneath log
 //! peer addresses and connection details at debug level; they are capped at `warn`
 //! unless the filter names them explicitly (an operator's deliberate choice).
 
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
+
+use super::otlp;
 
 /// Output format of the structured log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,11 +20,18 @@ pub enum Format {
     Text,
 }
 
-/// Flushes nothing today (logs are written synchronously); kept so exporters added
-/// later flush with a bounded timeout when it drops.
+/// Flushes exported spans (bounded) when dropped.
 #[must_use]
 pub struct TelemetryGuard {
-    _private: (),
+    provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take() {
+            otlp::shutdown(provider);
+        }
+    }
 }
 
 /// Libraries whose debug output names MCP server and control-plane addresses.
@@ -52,30 +63,44 @@ pub fn filter_directives(level: &str) -> String {
 }
 
 /// Installs the global subscriber. A second call (tests, embedders) is a no-op.
-pub fn init(format: Format, level: &str) -> TelemetryGuard {
+///
+/// `otlp_endpoint` is the configured base URL; `OTEL_EXPORTER_OTLP_ENDPOINT` is used
+/// when it is `None`. An exporter that cannot be built is reported once on stderr and
+/// the gateway runs without it.
+pub fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> TelemetryGuard {
     let filter = EnvFilter::try_new(filter_directives(level)).unwrap_or_else(|_| EnvFilter::new("info"));
-    let registry = tracing_subscriber::registry().with(filter);
-    let result = match format {
-        Format::Json => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .with_current_span(true)
-                    .with_span_list(false)
-                    .with_writer(std::io::stderr),
-            )
-            .try_init(),
-        Format::Text => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_target(false)
-                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                    .with_writer(std::io::stderr),
-            )
-            .try_init(),
+    let log_layer: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        Format::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_writer(std::io::stderr)
+            .boxed(),
+        Format::Text => tracing_subscriber::fmt::layer()
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .boxed(),
     };
+    let env_base = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok();
+    let provider = otlp::traces_url(otlp_endpoint, env_base.as_deref()).and_then(|url| match otlp::provider(url) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("tunnelgate: span export disabled: {e}");
+            None
+        }
+    });
+    let span_layer = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer()
+            .with_tracer(otlp::tracer(p))
+            .with_filter(Targets::new().with_target("tunnelgate", tracing::Level::DEBUG))
+    });
+    let result = tracing_subscriber::registry()
+        .with(log_layer.with_filter(filter))
+        .with(span_layer)
+        .try_init();
     drop(result);
-    TelemetryGuard { _private: () }
+    TelemetryGuard { provider }
 }
 
 #[cfg(test)]

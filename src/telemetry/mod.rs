@@ -6,6 +6,7 @@
 
 pub mod logging;
 pub mod metrics;
+pub mod otlp;
 mod redact;
 
 pub use metrics::{DeliveryKind, DropReason, DurationLeg, Metrics};

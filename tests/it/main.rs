@@ -10,6 +10,7 @@ mod contract;
 mod gateway_http;
 mod gateway_stdio;
 mod harness;
+mod otlp;
 mod peers;
 mod resume;
 mod rig;

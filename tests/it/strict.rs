@@ -471,6 +471,11 @@ async fn an_abandoned_downstream_leg_exits_87_after_telling_the_caller_effect_un
         final_json(&rec, &b)["resp_json"]["error"]["message"],
         "not delivered to the MCP server; safe to retry"
     );
+    let log = gw.stderr();
+    assert!(
+        log.contains("\"leg_outcome\":\"abandoned\"") && log.contains("\"error.type\":\""),
+        "the command span carries the outcome and the error type: {log}"
+    );
     rig.assert_all_bodies_valid();
 }
 
