@@ -254,8 +254,13 @@ pub async fn sim(args: SimArgs) -> anyhow::Result<u8> {
         faults: args.faults,
         with_stub: args.with_stub,
     };
-    crate::sim::run_cli(sim_args)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(0)
+    match crate::sim::run_cli(sim_args).await {
+        Ok(()) => Ok(0),
+        // A bad fault script is bad configuration: the same 78 as the gateway's.
+        Err(e @ crate::sim::SimError::Faults(_)) => {
+            eprintln!("tunnelgate: {e}");
+            Ok(78)
+        }
+        Err(e) => Err(anyhow::anyhow!("{e}")),
+    }
 }

@@ -188,3 +188,25 @@ async fn the_demo_runs_the_whole_path_and_exits_zero() {
         assert!(run.stdout.contains(needle), "{needle:?} missing:\n{}", run.stdout);
     }
 }
+
+#[tokio::test]
+async fn the_simulator_refuses_a_bad_fault_script_with_exit_78() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = dir.path().join("faults.toml");
+    std::fs::write(&faults, "[[rule]]\nmatch = { tool = \"echo\" }\nstatus = 999\n").unwrap();
+    let port = crate::harness::free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let run = Gateway::cli(
+        &["sim", "--listen", &listen, "--faults", faults.to_str().unwrap()],
+        None,
+        &[],
+        T,
+    )
+    .await;
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("rule 1") && run.stderr.contains("999"),
+        "{}",
+        run.stderr
+    );
+}
