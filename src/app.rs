@@ -224,26 +224,25 @@ impl Gateway {
 /// Honours a persisted latch: never polls or touches an MCP server.
 fn previous_latch(config: &Config) -> Option<Fatal> {
     let path = &config.strict.latch_file;
-    let found = match latch_file::read(path) {
+    let command = match latch_file::read(path) {
         Ok(None) => return None,
         Ok(Some(previous)) => {
             eprintln!("tunnelgate: refusing to start: {}", previous.one_line());
-            previous
+            CommandRef {
+                request_id: previous.request_id,
+                channel: previous.channel,
+                method: previous.method,
+            }
         }
         Err(e) => {
             eprintln!("tunnelgate: refusing to start: {e}");
-            Fatal::new(FatalCategory::LatchedPreviously, &CommandRef::default())
+            CommandRef::default()
         }
     };
-    eprintln!("tunnelgate: inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the cause is understood");
-    let mut fatal = Fatal::new(
-        FatalCategory::LatchedPreviously,
-        &CommandRef {
-            request_id: found.request_id.clone(),
-            channel: found.channel.clone(),
-            method: found.method.clone(),
-        },
+    eprintln!(
+        "tunnelgate: inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the cause is understood"
     );
+    let mut fatal = Fatal::new(FatalCategory::LatchedPreviously, &command);
     fatal.persisted = true;
     Some(fatal)
 }

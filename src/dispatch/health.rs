@@ -14,7 +14,6 @@ pub struct Health {
     consecutive_poll_errors: AtomicU64,
     last_poll_error_kind: Mutex<Option<&'static str>>,
     draining: AtomicBool,
-    polling_stopped: AtomicBool,
     /// Commands received and not yet finished (queued + in flight).
     alive: AtomicUsize,
     /// Commands admitted through the fence and not yet finished.
@@ -61,14 +60,6 @@ impl Health {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
-    }
-
-    pub fn set_polling_stopped(&self) {
-        self.polling_stopped.store(true, Ordering::SeqCst);
-    }
-
-    pub fn polling_stopped(&self) -> bool {
-        self.polling_stopped.load(Ordering::SeqCst)
     }
 
     pub fn alive(&self) -> usize {

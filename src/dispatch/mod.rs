@@ -168,7 +168,6 @@ impl Dispatcher {
     }
 
     fn polling_ended(&self) {
-        self.health.set_polling_stopped();
         tracing::info!("polling stopped");
     }
 

@@ -79,10 +79,6 @@ impl Channels {
         self.by_name.values().map(Transport::status).collect()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &Transport)> {
-        self.by_name.iter()
-    }
-
     /// Spawns stdio children ahead of the first command (each under its own admission).
     pub async fn warm(&self, fence: &crate::strict::Fence) {
         for (name, t) in self.by_name.iter() {

@@ -44,6 +44,23 @@ fn fault_status(status: u16, retry_after: Option<&str>) -> Response {
     resp
 }
 
+/// Carries out a fault: `hold` and `close` never return (the request stays pending),
+/// `status` returns the answer to send, `delay` waits and lets normal handling go on.
+async fn apply_fault(action: FaultAction, conn: &ConnHandle) -> Option<Response> {
+    match action {
+        FaultAction::Hold => match never().await {},
+        FaultAction::Close => {
+            conn.close();
+            match never().await {}
+        }
+        FaultAction::Status { status, retry_after } => Some(fault_status(status, retry_after.as_deref())),
+        FaultAction::Delay(d) => {
+            tokio::time::sleep(d).await;
+            None
+        }
+    }
+}
+
 fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
     query
         .split('&')
@@ -89,17 +106,8 @@ pub(crate) async fn poll(
     if let Some(action) = plan.action {
         sim.fault_applied();
         sim.update_poll(idx, |p| p.fault = Some(action.clone()));
-        match action {
-            FaultAction::Hold | FaultAction::Close => {
-                if action == FaultAction::Close {
-                    conn.close();
-                }
-                match never().await {}
-            }
-            FaultAction::Status { status, retry_after } => {
-                return answer_poll(&sim, idx, 0, fault_status(status, retry_after.as_deref()));
-            }
-            FaultAction::Delay(d) => tokio::time::sleep(d).await,
+        if let Some(resp) = apply_fault(action, &conn).await {
+            return answer_poll(&sim, idx, 0, resp);
         }
     }
     let checked = validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id).and_then(|()| {
@@ -186,17 +194,8 @@ pub(crate) async fn response(
     if let Some(action) = sim.faults.response_fault(&view).cloned() {
         sim.fault_applied();
         sim.update_response(idx, |r| r.fault = Some(action.clone()));
-        match action {
-            FaultAction::Hold | FaultAction::Close => {
-                if action == FaultAction::Close {
-                    conn.close();
-                }
-                match never().await {}
-            }
-            FaultAction::Status { status, retry_after } => {
-                return finish(&sim, idx, fault_status(status, retry_after.as_deref()))
-            }
-            FaultAction::Delay(d) => tokio::time::sleep(d).await,
+        if let Some(resp) = apply_fault(action, &conn).await {
+            return finish(&sim, idx, resp);
         }
     }
     if let Err(e) = validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id) {

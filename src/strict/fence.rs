@@ -162,11 +162,6 @@ impl Fence {
         self.inner.latch(category, command)
     }
 
-    /// Records a cause found on disk at startup (the fence starts closed).
-    pub fn latch_with(&self, fatal: Fatal) -> Fatal {
-        self.inner.latch_with(fatal)
-    }
-
     /// Marks the current cause as persisted to the latch file.
     pub fn mark_persisted(&self) {
         if let Some(f) = self.inner.lock().fatal.as_mut() {
@@ -264,15 +259,6 @@ impl Admission {
     /// Latches fatal while this admission still holds the permit.
     pub fn latch(&self, category: FatalCategory) -> Fatal {
         self.inner.latch(category, &self.command)
-    }
-
-    pub fn command(&self) -> &CommandRef {
-        &self.command
-    }
-
-    /// Whether this admission belongs to a strict fence.
-    pub fn is_strict(&self) -> bool {
-        self.inner.strict
     }
 }
 

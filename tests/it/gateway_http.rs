@@ -476,13 +476,7 @@ async fn even_at_trace_level_the_log_holds_no_payload_key_token_session_or_url()
             .header("Authorization", "Bearer HEADER-CANARY-8812"),
     );
     let rec = rig.wait("echo", |r| r.is_completed(&echo)).await;
-    let shard = rec
-        .responses_for(&echo)
-        .next()
-        .unwrap()
-        .header("x-tunnel-shard-token")
-        .unwrap()
-        .to_owned();
+    let shard = crate::rig::shard_token(&rec, &echo);
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
     let log = gw.stderr();

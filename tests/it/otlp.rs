@@ -40,13 +40,7 @@ async fn command_spans_reach_a_real_receiver_without_payloads_or_secrets() {
         "params":{"name":"echo","arguments":{"message": canary}}}),
     ));
     let rec = rig.wait("answered", |r| r.is_completed(&id)).await;
-    let shard = rec
-        .responses_for(&id)
-        .next()
-        .unwrap()
-        .header("x-tunnel-shard-token")
-        .unwrap()
-        .to_owned();
+    let shard = crate::rig::shard_token(&rec, &id);
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
     wait_until(

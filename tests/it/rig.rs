@@ -179,6 +179,15 @@ log_level = "info"
     }
 }
 
+/// The shard token the gateway sent with its first response POST for `request_id`.
+pub fn shard_token(record: &Record, request_id: &str) -> String {
+    record
+        .responses_for(request_id)
+        .find_map(|r| r.header("x-tunnel-shard-token"))
+        .unwrap_or_else(|| panic!("no response POST with a shard token for {request_id}"))
+        .to_owned()
+}
+
 /// The final response the simulator recorded for `request_id` (last POST with a final type).
 pub fn final_json(record: &Record, request_id: &str) -> Value {
     record

@@ -396,13 +396,7 @@ async fn no_canary_appears_in_the_latch_file_status_or_stderr() {
     assert!(status.contains("ack_timeout"), "status while latched: {status}");
     assert_eq!(gw.wait_exit(EXIT).await, Some(80));
     let rec = rig.sim.record();
-    let shard = rec
-        .responses_for(&a)
-        .next()
-        .unwrap()
-        .header("x-tunnel-shard-token")
-        .unwrap()
-        .to_owned();
+    let shard = crate::rig::shard_token(&rec, &a);
     let latch = std::fs::read_to_string(rig.latch_path()).unwrap();
     let outputs = [
         ("stderr", gw.stderr()),
