@@ -142,7 +142,8 @@ async fn a_command_returned_in_the_same_poll_never_reaches_the_mcp_server_after_
     // Both are queued before the gateway starts, so one poll returns both.
     let a = rig.enqueue_call("echo", json!({"message": "first"}));
     let b = rig.enqueue_call("add", json!({"a": 1, "b": 1}));
-    let mut gw = rig.gateway(&RigOptions::default()).await;
+    // Not `rig.gateway`: the latch can end the process before a readiness probe lands.
+    let mut gw = Gateway::run(&rig.config(&RigOptions::default()));
     assert_eq!(gw.wait_exit(EXIT).await, Some(82), "{}", gw.stderr());
     let rec = rig.sim.record();
     assert_eq!(
