@@ -316,9 +316,9 @@ mod tests {
     fn the_contract_fixture_decodes() {
         let body = std::fs::read(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/contract/fixtures/poll_command_envelope.json"
+            "/contract/fixtures/poll_command_envelope.json"
         ))
-        .expect("the shared contract sits beside the checkout");
+        .expect("the vendored contract is in contract/");
         let cmds = decode_poll(&body).unwrap();
         assert_eq!(cmds.len(), 2);
         let first = cmds[0].as_ref().unwrap();

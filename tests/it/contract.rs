@@ -1,6 +1,6 @@
 //! The control-plane wire contract as executable validators.
 //!
-//! Loads `../shared/contract/openapi.json` (unchanged upstream contract) and validates
+//! Loads `contract/openapi.json` (the vendored, unchanged upstream contract) and validates
 //! bodies against its schemas with the `jsonschema` crate (draft 2020-12, as OpenAPI 3.1
 //! uses): response POST bodies (`TunnelResponsePayload`, plus the nested
 //! `x-tunnel-failure-schema` for a synthesized `error.data.tunnel_failure`), poll bodies
@@ -14,9 +14,9 @@ use jsonschema::Validator;
 use serde_json::{json, Value};
 use tunnelgate::protocol::{decode_poll, CommandKind};
 
-/// `../shared/contract` next to the repository.
+/// The vendored `contract/` folder of the repository.
 pub fn contract_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/contract")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("contract")
 }
 
 /// The parsed `openapi.json`.
@@ -29,7 +29,7 @@ pub fn openapi() -> &'static Value {
     &OPENAPI
 }
 
-/// A fixture from `../shared/contract/fixtures/`, as bytes.
+/// A fixture from `contract/fixtures/`, as bytes.
 pub fn fixture(name: &str) -> Vec<u8> {
     let path = contract_dir().join("fixtures").join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))

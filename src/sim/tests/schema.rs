@@ -6,8 +6,8 @@ use super::*;
 use crate::sim::NewCommand;
 
 fn openapi() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/contract/openapi.json");
-    serde_json::from_str(&std::fs::read_to_string(path).expect("the shared contract sits beside the checkout")).unwrap()
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/contract/openapi.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the vendored contract is in contract/")).unwrap()
 }
 
 /// Validates `instance` against `#/components/schemas/{name}` of the contract.
@@ -57,7 +57,7 @@ async fn poll_bodies_acks_and_error_bodies_satisfy_the_contract() {
 fn the_contract_fixture_response_passes_the_simulator_validation() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/contract/fixtures/jsonrpc_notify_response.json"
+        "/contract/fixtures/jsonrpc_notify_response.json"
     );
     let fixture = bytes::Bytes::from(std::fs::read(path).unwrap());
     let payload = crate::sim::validate::payload(&fixture).unwrap();
