@@ -1,14 +1,19 @@
 //! Wiring and lifecycle of one gateway run: build every part from the configuration,
 //! start the tasks, and stop them in a documented order.
 //!
-//! Stop order (graceful): stop polling -> refuse new admissions (queued commands get a
-//! "not executed" answer) -> give in-flight commands `strict.shutdown_grace` -> (strict:
-//! latch `stopped_before_ack` if a dispatched command is still unacknowledged) -> cancel
+//! Stop order (graceful): stop polling (an answered poll's body is still read) -> refuse
+//! new admissions (queued commands get a "not executed" answer; in strict mode an
+//! admitted command that has sent nothing may not start sending) -> give in-flight
+//! commands `strict.shutdown_grace` -> at its end or on a second stop request (strict:
+//! latch `stopped_before_ack` only if the fence holder's request may have reached an MCP
+//! server) cut the legs still running: each is answered within `strict.cleanup_timeout`
+//! ("not delivered; safe to retry" if nothing left, "effect unknown" otherwise) -> cancel
 //! what remains -> stop stdio children -> stop the ops listener.
 //!
-//! Fatal order: persist the latch file -> stop polling -> kill stdio groups and drop HTTP
-//! connections -> let refused commands post "not executed" within
-//! `strict.cleanup_timeout` -> cancel the rest -> return the cause.
+//! Fatal order: stop polling -> kill stdio groups and drop HTTP connections -> persist
+//! the latch file (off the runtime) -> let refused commands post "not executed" within
+//! `strict.cleanup_timeout` -> cancel the rest -> return the cause. The latch itself has
+//! already reported the cause (stderr, event, metrics) when it was set.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -22,11 +27,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{AmbiguityPolicy, ChannelConfig, Config};
 use crate::control::{random_hex, ControlClient, ControlSettings};
-use crate::dispatch::{Dispatcher, Health, Policy};
+use crate::dispatch::{Dispatcher, Health, Policy, Stops};
 use crate::downstream::{Channels, HttpSettings, HttpTransport, StdioSettings, StdioTransport, Transport};
 use crate::ops::OpsState;
 use crate::protocol::{server_info_header, ServerInfoChannel};
 use crate::strict::{latch_file, CommandRef, Fatal, FatalCategory, Fence};
+use crate::supervisor::{FailureHook, Supervisor, TaskEnd, TaskKind};
 use crate::telemetry::Metrics;
 
 /// How a run ended. The binary maps it to the exit code; embedders match on it.
@@ -132,15 +138,22 @@ impl Gateway {
         let metrics = Arc::new(Metrics::new(strict, &config.stdio_channel_names()));
         let permits = config.mcp.max_concurrent.get();
         let fence = Fence::new(strict, if strict { 1 } else { permits });
-        let channels = build_channels(&config, &metrics)?;
-        let control = build_control(&config, &metrics)?;
+        {
+            let metrics = metrics.clone();
+            fence.observe_latches(Box::new(move |fatal| metrics.fatal_latched(fatal.category)));
+        }
         let health = Arc::new(Health::default());
 
         let root = CancellationToken::new();
         let tracker = TaskTracker::new();
         let hard_stop = root.child_token();
+        let cut = root.child_token();
         let poll_stop = root.child_token();
         let ops_stop = CancellationToken::new();
+        let supervisor = Supervisor::new(tracker.clone(), task_failure_hook(&fence, &health));
+
+        let channels = build_channels(&config, &metrics, &supervisor)?;
+        let control = build_control(&config, &metrics)?;
 
         let listener = crate::ops::bind(config.ops.listen)
             .await
@@ -160,7 +173,10 @@ impl Gateway {
             metrics: metrics.clone(),
             poll_freshness: config.control_plane.poll_timeout + Duration::from_secs(30),
         });
-        let ops_task = tokio::spawn(crate::ops::serve(listener, ops_state, ops_stop.clone()));
+        let ops_task = supervisor.spawn_untracked(
+            TaskKind::OpsListener,
+            crate::ops::serve(listener, ops_state, ops_stop.clone()),
+        );
 
         let dispatcher = Dispatcher::new(
             control,
@@ -174,8 +190,11 @@ impl Gateway {
                 cleanup_timeout: config.strict.cleanup_timeout,
                 max_inflight: config.control_plane.max_inflight.get(),
             },
-            tracker.clone(),
-            hard_stop.clone(),
+            supervisor.clone(),
+            Stops {
+                cut: cut.clone(),
+                hard_stop: hard_stop.clone(),
+            },
         );
         tracing::info!(
             mode = if strict { "strict" } else { "default" },
@@ -185,9 +204,12 @@ impl Gateway {
         {
             let channels = channels.clone();
             let fence = fence.clone();
-            tracker.spawn(async move { channels.warm(&fence).await });
+            supervisor.spawn(TaskKind::Warmup, async move {
+                channels.warm(&fence).await;
+                TaskEnd::Finished
+            });
         }
-        tracker.spawn(dispatcher.clone().poll_loop(poll_stop.clone()));
+        supervisor.spawn(TaskKind::Poller, dispatcher.clone().poll_loop(poll_stop.clone()));
 
         let latched = fence.latched_token();
         let outcome = tokio::select! {
@@ -197,22 +219,14 @@ impl Gateway {
             // cancel-safe: a received stop request is acted on below.
             _ = stop_rx.recv() => Some(()),
         };
+        let stops = StopSignals {
+            poll_stop: &poll_stop,
+            cut: &cut,
+            hard_stop: &hard_stop,
+        };
         let result = match outcome {
-            None => fatal_stop(&config, &fence, &channels, &poll_stop, &tracker, &hard_stop).await,
-            Some(()) => {
-                graceful_stop(
-                    &config,
-                    &fence,
-                    &channels,
-                    &health,
-                    &metrics,
-                    &poll_stop,
-                    &tracker,
-                    &hard_stop,
-                    &mut stop_rx,
-                )
-                .await
-            }
+            None => fatal_stop(&config, &fence, &channels, &tracker, &stops).await,
+            Some(()) => graceful_stop(&config, &fence, &channels, &health, &tracker, &stops, &mut stop_rx).await,
         };
         root.cancel();
         ops_stop.cancel();
@@ -247,46 +261,70 @@ fn previous_latch(config: &Config) -> Option<Fatal> {
     Some(fatal)
 }
 
+/// The run's own stop signals, in the order the stop fires them.
+struct StopSignals<'a> {
+    poll_stop: &'a CancellationToken,
+    cut: &'a CancellationToken,
+    hard_stop: &'a CancellationToken,
+}
+
+/// What a supervised task's unexpected end does: in strict mode the latch
+/// (`internal_error`: a part of the gateway is gone, nothing more may be trusted to reach
+/// an MCP server); in both modes the gateway turns not ready with the reason.
+fn task_failure_hook(fence: &Fence, health: &Arc<Health>) -> FailureHook {
+    let fence = fence.clone();
+    let health = health.clone();
+    Arc::new(move |task: TaskKind, why| {
+        health.task_failed(task.as_str(), why);
+        if fence.is_strict() {
+            fence.latch(FatalCategory::InternalError, &CommandRef::default());
+        }
+    })
+}
+
 async fn fatal_stop(
     config: &Config,
     fence: &Fence,
     channels: &Channels,
-    poll_stop: &CancellationToken,
     tracker: &TaskTracker,
-    hard_stop: &CancellationToken,
+    stops: &StopSignals<'_>,
 ) -> RunOutcome {
     let latched_at = Instant::now();
-    poll_stop.cancel();
+    stops.poll_stop.cancel();
     channels.kill_all();
     let fatal = fence
         .fatal()
         .expect("the latched token is cancelled only after the cause is recorded");
-    match latch_file::write(&config.strict.latch_file, &fatal) {
-        Ok(()) => fence.mark_persisted(),
-        Err(e) => eprintln!("tunnelgate: {e}; the latch holds for this run only"),
+    // The write ends with an fsync: off the runtime, so the cleanup below is not held up.
+    let path = config.strict.latch_file.clone();
+    let persisted = tokio::task::spawn_blocking({
+        let fatal = fatal.clone();
+        move || latch_file::write(&path, &fatal)
+    })
+    .await;
+    match persisted {
+        Ok(Ok(())) => fence.mark_persisted(),
+        Ok(Err(e)) => eprintln!("tunnelgate: {e}; the latch holds for this run only"),
+        Err(_) => eprintln!("tunnelgate: writing the latch file failed; the latch holds for this run only"),
     }
     let fatal = fence.fatal().unwrap_or(fatal);
-    // The machine-readable contract goes to stderr directly, never through telemetry.
-    eprintln!("tunnelgate: {}", fatal.one_line());
     tracker.close();
     let cleanup_end = latched_at + config.strict.cleanup_timeout;
     if tokio::time::timeout_at(cleanup_end, tracker.wait()).await.is_err() {
-        hard_stop.cancel();
+        stops.cut.cancel();
+        stops.hard_stop.cancel();
         let _ = tokio::time::timeout(Duration::from_millis(500), tracker.wait()).await;
     }
     RunOutcome::Fatal(fatal)
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn graceful_stop(
     config: &Config,
     fence: &Fence,
     channels: &Channels,
     health: &Health,
-    metrics: &Metrics,
-    poll_stop: &CancellationToken,
     tracker: &TaskTracker,
-    hard_stop: &CancellationToken,
+    stops: &StopSignals<'_>,
     stop_rx: &mut mpsc::UnboundedReceiver<()>,
 ) -> RunOutcome {
     tracing::info!(
@@ -295,7 +333,7 @@ async fn graceful_stop(
         "stop requested: polling stops, in-flight commands get the grace"
     );
     health.set_draining();
-    poll_stop.cancel();
+    stops.poll_stop.cancel();
     fence.stop_admitting();
     tracker.close();
     let grace_end = Instant::now() + config.strict.shutdown_grace;
@@ -310,40 +348,37 @@ async fn graceful_stop(
         r = tokio::time::timeout_at(grace_end, tracker.wait()) => r.is_ok(),
     };
     if !drained && fence.fatal().is_none() {
-        let held = fence.snapshot();
-        if fence.is_strict() && held.held {
-            let command = CommandRef {
-                request_id: held.request_id,
-                channel: held.channel,
-                method: None,
-            };
-            let fatal = fence.latch(FatalCategory::StoppedBeforeAck, &command);
-            if fatal.category == FatalCategory::StoppedBeforeAck {
-                metrics.fatal_latched(FatalCategory::StoppedBeforeAck);
-            }
-        } else if health.alive() > 0 {
-            let unfinished = health.alive();
+        // Strict: only a request that may have reached a server makes the stop fatal; one
+        // that sent nothing can no longer start (stopping is set) and is answered below.
+        if fence.is_strict() {
+            let _ = fence.latch_if_sent_on_stop();
+        }
+        if fence.fatal().is_none() {
             tracing::warn!(
-                unfinished,
+                unfinished = health.alive(),
                 in_flight = health.in_flight(),
-                "grace over: cancelling commands that did not finish; their callers may not have a result"
+                "stop: cutting commands that did not finish; each is answered within the cleanup time"
             );
-            for _ in 0..unfinished {
-                metrics.command_dropped(crate::telemetry::DropReason::Shutdown);
-            }
         }
     }
     if fence.fatal().is_some() {
-        return fatal_stop(config, fence, channels, poll_stop, tracker, hard_stop).await;
+        return fatal_stop(config, fence, channels, tracker, stops).await;
     }
-    hard_stop.cancel();
-    let _ = tokio::time::timeout(config.strict.cleanup_timeout, tracker.wait()).await;
+    stops.cut.cancel();
+    if tokio::time::timeout(config.strict.cleanup_timeout, tracker.wait())
+        .await
+        .is_err()
+    {
+        stops.hard_stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_millis(500), tracker.wait()).await;
+    }
+    stops.hard_stop.cancel();
     channels.shutdown().await;
     tracing::info!("stopped cleanly");
     RunOutcome::Clean
 }
 
-fn build_channels(config: &Config, metrics: &Arc<Metrics>) -> Result<Channels, GatewayError> {
+fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervisor) -> Result<Channels, GatewayError> {
     let mut by_name = BTreeMap::new();
     for (name, channel) in &config.mcp.channels {
         let transport = match channel {
@@ -367,13 +402,10 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>) -> Result<Channels, G
                     restart_backoff_max: Duration::from_secs(10),
                     stop_grace: Duration::from_secs(2),
                 };
-                Transport::Stdio(StdioTransport::new(
-                    name,
-                    command.clone(),
-                    env.clone(),
-                    settings,
-                    metrics.clone(),
-                ))
+                Transport::Stdio(
+                    StdioTransport::new(name, command.clone(), env.clone(), settings, metrics.clone())
+                        .supervised(supervisor.clone()),
+                )
             }
         };
         by_name.insert(name.clone(), transport);

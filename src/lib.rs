@@ -72,6 +72,7 @@ pub mod ops;
 pub mod protocol;
 pub mod sim;
 pub mod strict;
+pub mod supervisor;
 pub mod telemetry;
 
 pub use app::{Gateway, GatewayError, RunOutcome, StopHandle};

@@ -55,6 +55,16 @@ pub struct ControlClient {
 
 /// A successful poll.
 #[derive(Debug)]
+/// A poll whose response headers arrived: from here on its commands belong to the
+/// gateway, and each must be answered or accounted for.
+pub struct PollAnswer {
+    /// Monotonic time the response headers arrived.
+    pub received_at: Instant,
+    deadline: Instant,
+    /// `None` for `204`.
+    body: Option<reqwest::Response>,
+}
+
 pub struct Polled {
     /// Monotonic time the response headers arrived: every deadline is anchored here.
     pub received_at: Instant,
@@ -107,6 +117,14 @@ pub struct PollError {
 }
 
 impl PollError {
+    pub fn new(kind: PollErrorKind, status: Option<u16>, retry_after: Option<Duration>) -> Self {
+        Self {
+            kind,
+            status,
+            retry_after,
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         self.kind.as_str()
     }
@@ -169,47 +187,72 @@ impl ControlClient {
         })
     }
 
-    /// One long poll asking for at most `limit` commands.
+    /// One long poll asking for at most `limit` commands, up to its response headers.
     ///
     /// # Cancel safety
-    /// Cancel-safe: a poll dropped before it returns loses no command the gateway has
-    /// seen (commands are only handed out in a returned body).
-    pub async fn poll(&self, limit: usize) -> Result<Polled, PollError> {
+    /// Cancel-safe only in the sense the contract allows: dropped before the response
+    /// headers arrive, no command has been handed to the gateway. Once it returns
+    /// [`PollAnswer`], the control plane has handed out whatever the body holds: read it
+    /// with [`read_commands`](Self::read_commands), never drop it unread.
+    pub async fn poll(&self, limit: usize) -> Result<PollAnswer, PollError> {
         let timeout_ms = self.settings.poll_timeout.as_millis().max(1);
         let url = format!("{}?limit={}&timeout_ms={timeout_ms}", self.poll_url, limit.clamp(1, 25));
         let request = self.http.get(url).headers(self.headers.clone());
         let deadline = Instant::now() + self.settings.poll_timeout + POLL_SLACK;
-        let err = |kind, status, retry_after| PollError {
-            kind,
-            status,
-            retry_after,
-        };
         let response = match tokio::time::timeout_at(deadline, request.send()).await {
-            Err(_) => return Err(err(PollErrorKind::Timeout, None, None)),
-            Ok(Err(e)) if e.is_timeout() => return Err(err(PollErrorKind::Timeout, None, None)),
-            Ok(Err(_)) => return Err(err(PollErrorKind::Transport, None, None)),
+            Err(_) => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
+            Ok(Err(e)) if e.is_timeout() => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
+            Ok(Err(_)) => return Err(PollError::new(PollErrorKind::Transport, None, None)),
             Ok(Ok(r)) => r,
         };
         let received_at = Instant::now();
         let status = response.status().as_u16();
         let retry_after = retry_after(&response);
         match status {
-            204 => {
-                return Ok(Polled {
-                    received_at,
-                    commands: Vec::new(),
-                })
-            }
-            200 => {}
-            _ => return Err(err(PollErrorKind::from_status(status), Some(status), retry_after)),
+            204 => Ok(PollAnswer {
+                received_at,
+                deadline,
+                body: None,
+            }),
+            200 => Ok(PollAnswer {
+                received_at,
+                deadline,
+                body: Some(response),
+            }),
+            _ => Err(PollError::new(
+                PollErrorKind::from_status(status),
+                Some(status),
+                retry_after,
+            )),
         }
+    }
+
+    /// Reads and decodes an answered poll's body (bounded in size and by the poll's own
+    /// deadline).
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: dropping it loses commands the control plane handed out. Bound it
+    /// instead (the stop order gives it `strict.cleanup_timeout`).
+    pub async fn read_commands(&self, answer: PollAnswer) -> Result<Polled, PollError> {
+        let PollAnswer {
+            received_at,
+            deadline,
+            body,
+        } = answer;
+        let Some(response) = body else {
+            return Ok(Polled {
+                received_at,
+                commands: Vec::new(),
+            });
+        };
+        let status = Some(response.status().as_u16());
         let body = match tokio::time::timeout_at(deadline, read_bounded(response, MAX_POLL_BODY)).await {
-            Err(_) => return Err(err(PollErrorKind::Timeout, Some(status), None)),
-            Ok(Err(BodyError::TooLarge)) => return Err(err(PollErrorKind::Decode, Some(status), None)),
-            Ok(Err(BodyError::Transport)) => return Err(err(PollErrorKind::Transport, Some(status), None)),
+            Err(_) => return Err(PollError::new(PollErrorKind::Timeout, status, None)),
+            Ok(Err(BodyError::TooLarge)) => return Err(PollError::new(PollErrorKind::Decode, status, None)),
+            Ok(Err(BodyError::Transport)) => return Err(PollError::new(PollErrorKind::Transport, status, None)),
             Ok(Ok(b)) => b,
         };
-        let commands = decode_poll(&body).map_err(|_| err(PollErrorKind::Decode, Some(status), None))?;
+        let commands = decode_poll(&body).map_err(|_| PollError::new(PollErrorKind::Decode, status, None))?;
         Ok(Polled { received_at, commands })
     }
 

@@ -11,4 +11,6 @@ mod client;
 
 pub use attempt::{AttemptResult, Delivery, PostKind};
 pub use backoff::{parse_retry_after, Backoff};
-pub use client::{random_hex, ControlClient, ControlSettings, DeliveryReport, PollError, PollErrorKind, Polled};
+pub use client::{
+    random_hex, ControlClient, ControlSettings, DeliveryReport, PollAnswer, PollError, PollErrorKind, Polled,
+};

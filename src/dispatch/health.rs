@@ -18,6 +18,8 @@ pub struct Health {
     alive: AtomicUsize,
     /// Commands admitted through the fence and not yet finished.
     in_flight: AtomicUsize,
+    /// The first background task that ended unexpectedly, and why (never cleared).
+    task_failure: Mutex<Option<(&'static str, &'static str)>>,
 }
 
 /// `/status` `control_plane` object.
@@ -52,6 +54,19 @@ impl Health {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .map(|t| t.elapsed())
+    }
+
+    /// A supervised task ended unexpectedly: the gateway is not ready from now on.
+    pub fn task_failed(&self, task: &'static str, why: &'static str) {
+        self.task_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert((task, why));
+    }
+
+    /// The first task failure, as `(task, reason)`.
+    pub fn task_failure(&self) -> Option<(&'static str, &'static str)> {
+        *self.task_failure.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn set_draining(&self) {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::decide::{decide, Decision, Situation, Stage};
 use super::Dispatcher;
 use crate::control::{Delivery, DeliveryReport, PostKind};
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Notification, Reply, Transport};
@@ -14,7 +15,8 @@ use crate::protocol::{
     synthesize_error, Command, CommandKind, FailureSource, InvalidCommand, RespType, ResponseBody, TunnelFailure,
 };
 use crate::protocol::{ChannelName, RequestId, ShardToken};
-use crate::strict::{Admission, CommandRef, FatalCategory, FenceLeg, Refusal};
+use crate::strict::{Admission, CommandRef, FenceLeg, Refusal};
+use crate::supervisor::{TaskEnd, TaskKind};
 use crate::telemetry::{DropReason, DurationLeg};
 
 /// A command waiting for its turn at the fence.
@@ -33,19 +35,23 @@ pub(crate) enum Admitted {
 
 /// Grants admissions strictly in receipt order: commands returned by one poll reach the
 /// fence in the order the control plane sent them, whatever the task scheduling.
-/// Runs until `stop` is cancelled; a refused or expired head never blocks the rest.
+/// Runs until `stop` is cancelled; a refused or expired head never blocks the rest. Any
+/// other end is unexpected (its supervisor reports it).
 pub(crate) async fn admit_loop(
     fence: crate::strict::Fence,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<AdmitRequest>,
     stop: tokio_util::sync::CancellationToken,
-) {
+) -> TaskEnd {
     loop {
         let request = tokio::select! {
             biased;
             // cancel-safe: waiting only.
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return TaskEnd::Finished,
             // cancel-safe: mpsc receive loses nothing.
-            r = rx.recv() => match r { Some(r) => r, None => return },
+            r = rx.recv() => match r {
+                Some(r) => r,
+                None => return TaskEnd::Unexpected("the admission line closed"),
+            },
         };
         if request.reply.is_closed() {
             continue;
@@ -193,6 +199,8 @@ impl Dispatcher {
             .leg_duration(DurationLeg::Total, received_at.elapsed().as_secs_f64());
     }
 
+    /// The I/O around [`decide`]: run the leg (cut short by the stop), then do what the
+    /// decision says, twice at most (after the leg, after the delivery).
     async fn admitted_lifecycle(
         self: &Arc<Self>,
         cmd: &Command,
@@ -207,7 +215,8 @@ impl Dispatcher {
         }
         // Notifications are posted in order by their own task while the leg runs.
         let (notes_tx, notes_rx) = tokio::sync::mpsc::channel(NOTIFY_BUFFER);
-        let notifier = tokio::spawn(
+        let notifier = self.supervisor.spawn(
+            TaskKind::Notifier,
             self.clone()
                 .post_notifications(
                     notes_rx,
@@ -219,98 +228,98 @@ impl Dispatcher {
                 .in_current_span(),
         );
         let started = Instant::now();
-        let leg = self
-            .downstream_leg(cmd, transport, &admission, deadline, notes_tx)
-            .await;
+        let (leg, cut) = tokio::select! {
+            biased;
+            // cancel-safe: dropping the leg is safe before its request may have left; after
+            // that the drop itself is the ambiguity, reported as `CancelledAfterWrite`.
+            () = self.cut.cancelled() => (cut_leg(cmd, &admission), true),
+            leg = self.downstream_leg(cmd, transport, &admission, deadline, notes_tx) => (leg, false),
+        };
         self.metrics
             .leg_duration(DurationLeg::Downstream, started.elapsed().as_secs_f64());
         self.metrics.downstream_finished(transport.kind(), leg.outcome);
         let span = tracing::Span::current();
-        span.record("leg_outcome", leg.outcome.as_str());
-        if let Some(f) = &leg.failure {
-            span.record("error.type", f.kind());
-            span.record("otel.status_code", "ERROR");
-            match leg.outcome {
-                LegOutcome::NotSent => tracing::warn!(
-                    outcome = "not_sent",
-                    reason = f.kind(),
-                    "downstream leg failed before sending; safe to retry"
-                ),
-                LegOutcome::Abandoned => tracing::warn!(
-                    outcome = "abandoned",
-                    reason = f.kind(),
-                    "downstream leg abandoned: effect unknown"
-                ),
-                LegOutcome::Answered => tracing::info!(
-                    outcome = "answered",
-                    reason = f.kind(),
-                    "the MCP server refused the request"
-                ),
-            }
-        }
-        // Notifications go out before the terminal response, whatever happens to them.
+        record_leg(&span, &leg);
+        // Notifications go out before the terminal response, whatever happens to them. A
+        // notifier that panicked was reported by the supervisor.
         let _ = notifier.await;
         let dispatched = leg.outcome != LegOutcome::NotSent;
 
-        if is_expired(deadline) {
-            // Never synthesize a late error; a late answer is not posted either.
-            tracing::warn!(
-                dispatched,
-                "response_timeout passed during the downstream leg; nothing posted"
-            );
-            if !dispatched {
-                // Never reached the MCP server: counted as dropped. A dispatched leg is
-                // already counted by its downstream outcome.
-                self.metrics.command_dropped(DropReason::Expired);
-            } else if self.policy.strict {
-                self.latch(&admission, FatalCategory::DeadlineExpired);
+        let situation = |stage| Situation {
+            stage,
+            deadline_passed: is_expired(deadline),
+            strict: self.policy.strict,
+            ambiguity_is_fatal: self.policy.ambiguity_is_fatal,
+        };
+        let cleanup = || {
+            let end = Instant::now() + self.policy.cleanup_timeout;
+            Some(deadline.map_or(end, |d| d.min(end)))
+        };
+        let delivery_deadline = match decide(situation(Stage::LegEnded {
+            outcome: leg.outcome,
+            cut,
+        })) {
+            Decision::Deliver => deadline,
+            Decision::DeliverWithinCleanup => cleanup(),
+            Decision::Silent => {
+                // Never synthesize a late error; a late answer is not posted either. The
+                // command is counted once, by its leg's outcome.
+                tracing::warn!(
+                    dispatched,
+                    "response_timeout passed during the downstream leg; nothing posted"
+                );
+                return;
             }
-            return;
-        }
-        if self.policy.strict && leg.outcome == LegOutcome::Abandoned && self.policy.ambiguity_is_fatal {
-            self.latch(&admission, FatalCategory::DownstreamAmbiguous);
-            // The caller has not been told yet: post "effect unknown", bounded by cleanup.
-            let cleanup = Instant::now() + self.policy.cleanup_timeout;
-            let report = self
-                .deliver_terminal(cmd, &leg.reply, Some(deadline.map_or(cleanup, |d| d.min(cleanup))))
-                .await;
-            tracing::info!(
-                delivery = report.delivery.as_str(),
-                "effect-unknown response after the latch"
-            );
-            return;
-        }
+            Decision::Latch(category) => {
+                admission.latch(category);
+                return;
+            }
+            Decision::LatchThenTell(category) => {
+                admission.latch(category);
+                // The caller has not been told yet: post "effect unknown", bounded by cleanup.
+                let report = self.deliver_terminal(cmd, &leg.reply, cleanup()).await;
+                tracing::info!(
+                    delivery = report.delivery.as_str(),
+                    "effect-unknown response after the latch"
+                );
+                return;
+            }
+            decision @ (Decision::Done | Decision::Report) => {
+                unreachable!("{decision:?} is decided only after a delivery")
+            }
+        };
         admission.set_leg(FenceLeg::Deliver);
         let started = Instant::now();
-        let report = self.deliver_terminal(cmd, &leg.reply, deadline).await;
+        let report = self.deliver_terminal(cmd, &leg.reply, delivery_deadline).await;
         self.metrics
             .leg_duration(DurationLeg::Deliver, started.elapsed().as_secs_f64());
         span.record("delivery_outcome", report.delivery.as_str());
-        if report.delivery == Delivery::Acked {
-            return;
+        if report.delivery != Delivery::Acked {
+            span.record("otel.status_code", "ERROR");
+            if leg.failure.is_none() {
+                span.record("error.type", report.last_attempt.as_str());
+            }
         }
-        span.record("otel.status_code", "ERROR");
-        if leg.failure.is_none() {
-            span.record("error.type", report.last_attempt.as_str());
-        }
-        let category = if is_expired(deadline) {
-            FatalCategory::DeadlineExpired
-        } else {
-            report
-                .last_attempt
-                .fatal_category()
-                .unwrap_or(FatalCategory::InternalError)
-        };
-        if self.policy.strict && dispatched {
-            self.latch(&admission, category);
-        } else {
-            tracing::warn!(
+        match decide(situation(Stage::Delivered {
+            delivery: report.delivery,
+            last_attempt: report.last_attempt,
+            dispatched,
+        })) {
+            Decision::Done => {}
+            Decision::Latch(category) => {
+                admission.latch(category);
+            }
+            Decision::Report => tracing::warn!(
                 delivery = report.delivery.as_str(),
                 attempt_result = report.last_attempt.as_str(),
                 attempts = report.attempts,
                 dispatched,
                 "terminal response not acknowledged; the caller may not have its result"
-            );
+            ),
+            decision @ (Decision::Deliver
+            | Decision::DeliverWithinCleanup
+            | Decision::Silent
+            | Decision::LatchThenTell(_)) => unreachable!("{decision:?} is decided only after a leg"),
         }
     }
 
@@ -341,18 +350,6 @@ impl Dispatcher {
         }
         .instrument(span)
         .await
-    }
-
-    fn latch(&self, admission: &Admission, category: FatalCategory) {
-        let fatal = admission.latch(category);
-        if fatal.category == category {
-            self.metrics.fatal_latched(category);
-            tracing::error!(
-                category = category.as_str(),
-                exit_code = category.exit_code(),
-                "fatal latch set"
-            );
-        }
     }
 
     async fn deliver_terminal(&self, cmd: &Command, reply: &Reply, deadline: Option<Instant>) -> DeliveryReport {
@@ -390,7 +387,7 @@ impl Dispatcher {
         channel: ChannelName,
         shard_token: ShardToken,
         deadline: Option<Instant>,
-    ) {
+    ) -> TaskEnd {
         let mut failed = false;
         let mut skipped = 0u64;
         while let Some(n) = rx.recv().await {
@@ -423,6 +420,7 @@ impl Dispatcher {
         if skipped > 0 {
             tracing::warn!(skipped, "notifications skipped after an earlier one failed");
         }
+        TaskEnd::Finished
     }
 
     /// Answers a command that will never reach an MCP server, best effort, bounded by
@@ -513,6 +511,47 @@ fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::Span {
         gen_ai.tool.name = tool,
         network.transport = transport.network_transport(),
     )
+}
+
+/// The leg's result when the stop cut it short: nothing of the request left (safe to
+/// retry), or it may have (effect unknown). Decided by the admission, which knows.
+fn cut_leg(cmd: &Command, admission: &Admission) -> LegResult {
+    let failure = if admission.is_sent() {
+        LegFailure::CancelledAfterWrite
+    } else {
+        LegFailure::NotAdmitted
+    };
+    let (rpc_id, resp_type) = match &cmd.kind {
+        CommandKind::JsonRpc(p) if p.expects_response() => (p.id(), RespType::JsonrpcResponse),
+        CommandKind::JsonRpc(_) => (None, RespType::NotifyAck),
+        CommandKind::SessionTermination | CommandKind::Unknown(_) => (None, RespType::SessionTerminationResponse),
+    };
+    LegResult::failed(failure, rpc_id, resp_type)
+}
+
+/// The leg's outcome on the command span, and one log line for a failed leg.
+fn record_leg(span: &tracing::Span, leg: &LegResult) {
+    span.record("leg_outcome", leg.outcome.as_str());
+    let Some(f) = &leg.failure else { return };
+    span.record("error.type", f.kind());
+    span.record("otel.status_code", "ERROR");
+    match leg.outcome {
+        LegOutcome::NotSent => tracing::warn!(
+            outcome = "not_sent",
+            reason = f.kind(),
+            "downstream leg failed before sending; safe to retry"
+        ),
+        LegOutcome::Abandoned => tracing::warn!(
+            outcome = "abandoned",
+            reason = f.kind(),
+            "downstream leg abandoned: effect unknown"
+        ),
+        LegOutcome::Answered => tracing::info!(
+            outcome = "answered",
+            reason = f.kind(),
+            "the MCP server refused the request"
+        ),
+    }
 }
 
 fn is_expired(deadline: Option<Instant>) -> bool {

@@ -8,6 +8,7 @@
 //! Every command runs in its own task on the gateway's [`TaskTracker`], inside a
 //! `tunnelgate.command` span created where the task is spawned.
 
+mod decide;
 mod health;
 mod lifecycle;
 
@@ -19,15 +20,15 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::control::backoff::UNAUTHORIZED_FLOOR;
-use crate::control::PollErrorKind;
 use crate::control::{Backoff, ControlClient};
+use crate::control::{PollError, PollErrorKind};
 use crate::downstream::Channels;
 use crate::protocol::{Command, CommandKind, InvalidCommand};
 use crate::strict::Fence;
+use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
 use crate::telemetry::Metrics;
 
 /// What the lifecycle needs to decide, fixed at startup.
@@ -42,6 +43,14 @@ pub struct Policy {
     pub max_inflight: usize,
 }
 
+/// The dispatcher's two stop signals (see the stop order in `app.rs`).
+pub struct Stops {
+    /// Downstream legs in flight are cut short.
+    pub cut: CancellationToken,
+    /// Everything stops now, posts included.
+    pub hard_stop: CancellationToken,
+}
+
 /// Everything a command task shares with the rest of the gateway.
 pub struct Dispatcher {
     pub(crate) control: ControlClient,
@@ -50,8 +59,11 @@ pub struct Dispatcher {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) health: Arc<Health>,
     pub(crate) policy: Policy,
-    pub(crate) tracker: TaskTracker,
-    /// Cancelled when in-flight work must stop now (grace over, or latched cleanup over).
+    pub(crate) supervisor: Supervisor,
+    /// Cancelled when the stop cuts downstream legs short (grace over, second stop
+    /// request, or latched cleanup over): each is answered within the cleanup time.
+    pub(crate) cut: CancellationToken,
+    /// Cancelled when in-flight work must stop now, posts included (cleanup over).
     pub(crate) hard_stop: CancellationToken,
     space: Notify,
     admit_tx: tokio::sync::mpsc::UnboundedSender<lifecycle::AdmitRequest>,
@@ -67,12 +79,15 @@ impl Dispatcher {
         metrics: Arc<Metrics>,
         health: Arc<Health>,
         policy: Policy,
-        tracker: TaskTracker,
-        hard_stop: CancellationToken,
+        supervisor: Supervisor,
+        stops: Stops,
     ) -> Arc<Self> {
         let (admit_tx, admit_rx) = tokio::sync::mpsc::unbounded_channel();
         // Not on the tracker: it idles until stop and must not hold up a drain.
-        tokio::spawn(lifecycle::admit_loop(fence.clone(), admit_rx, hard_stop.clone()));
+        supervisor.spawn_untracked(
+            TaskKind::Admitter,
+            lifecycle::admit_loop(fence.clone(), admit_rx, stops.hard_stop.clone()),
+        );
         Arc::new(Self {
             control,
             fence,
@@ -80,8 +95,9 @@ impl Dispatcher {
             metrics,
             health,
             policy,
-            tracker,
-            hard_stop,
+            supervisor,
+            cut: stops.cut,
+            hard_stop: stops.hard_stop,
             space: Notify::new(),
             admit_tx,
         })
@@ -91,7 +107,7 @@ impl Dispatcher {
     ///
     /// Asks for `min(free slots, 25)` commands, pauses while the prefetch queue is full,
     /// and processes every command returned, even beyond the limit.
-    pub async fn poll_loop(self: Arc<Self>, stop: CancellationToken) {
+    pub async fn poll_loop(self: Arc<Self>, stop: CancellationToken) -> TaskEnd {
         let latched = self.fence.latched_token();
         let mut backoff = Backoff::default();
         loop {
@@ -111,13 +127,31 @@ impl Dispatcher {
                     _ = self.space.notified() => {}
                 }
             };
-            let result = tokio::select! {
+            let answered = tokio::select! {
                 biased;
-                // cancel-safe: an unanswered poll hands out no command.
+                // cancel-safe: a poll without response headers has handed out nothing.
                 _ = stop.cancelled() => return self.polling_ended(),
                 // cancel-safe: as above.
                 _ = latched.cancelled() => return self.polling_ended(),
                 r = self.control.poll(free.min(25)) => r,
+            };
+            // Headers arrived: the body's commands are ours. It is read whole even when a
+            // stop or a latch comes meanwhile (bounded by the cleanup time from then), so
+            // that each command gets its answer ("not executed" once stopping).
+            let result = match answered {
+                Ok(answer) => {
+                    let read = self.control.read_commands(answer);
+                    tokio::select! {
+                        biased;
+                        r = read => r,
+                        // cancel-safe: waiting only; the read above is what must not be dropped early.
+                        () = stop_then(&stop, &latched, self.policy.cleanup_timeout) => {
+                            tracing::warn!("an answered poll's body was not read within the cleanup time after the stop; its commands are lost");
+                            Err(PollError::new(PollErrorKind::Timeout, Some(200), None))
+                        }
+                    }
+                }
+                Err(e) => Err(e),
             };
             match result {
                 Ok(polled) => {
@@ -167,8 +201,9 @@ impl Dispatcher {
         }
     }
 
-    fn polling_ended(&self) {
+    fn polling_ended(&self) -> TaskEnd {
         tracing::info!("polling stopped");
+        TaskEnd::Finished
     }
 
     fn spawn_command(self: &Arc<Self>, command: Result<Command, InvalidCommand>, received_at: Instant) {
@@ -210,13 +245,15 @@ impl Dispatcher {
             .ok()
             .and_then(|c| self.request_admission(c, received_at));
         let this = self.clone();
-        self.tracker.spawn(
+        self.supervisor.spawn(
+            TaskKind::Command,
             async move {
                 let _done = FinishGuard(&this);
                 match command {
                     Ok(c) => this.run(c, received_at, place).await,
                     Err(invalid) => this.answer_invalid(invalid).await,
                 }
+                TaskEnd::Finished
             }
             .instrument(span),
         );
@@ -233,6 +270,17 @@ impl Drop for FinishGuard<'_> {
         self.0.metrics.set_queue_depth(self.0.health.queued());
         self.0.space.notify_one();
     }
+}
+
+/// Resolves `bound` after `stop` or `latched` is cancelled.
+async fn stop_then(stop: &CancellationToken, latched: &CancellationToken, bound: Duration) {
+    tokio::select! {
+        // cancel-safe: waiting only.
+        () = stop.cancelled() => {}
+        // cancel-safe: waiting only.
+        () = latched.cancelled() => {}
+    }
+    tokio::time::sleep(bound).await;
 }
 
 fn unix_now() -> f64 {

@@ -19,8 +19,10 @@
 //! Must not touch: the control plane, the latch, metrics. Outcomes are returned; the
 //! dispatcher acts on them.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -88,6 +90,8 @@ struct Inner {
     /// `None` after [`HttpTransport::close_connections`]: the next leg builds a fresh one.
     client: Mutex<Option<reqwest::Client>>,
     up: AtomicBool,
+    /// Which admission a new connection is for (strict mode; see [`watch`]).
+    connects: watch::ConnectSlot,
 }
 
 /// `Accept` sent with a POST when the command's headers carry none.
@@ -222,7 +226,8 @@ impl HttpTransport {
                 channel: channel.to_owned(),
             });
         }
-        let client = build_client(&settings).map_err(|source| HttpSetupError::Client {
+        let connects = watch::ConnectSlot::default();
+        let client = build_client(&settings, &connects).map_err(|source| HttpSetupError::Client {
             channel: channel.to_owned(),
             source,
         })?;
@@ -234,6 +239,7 @@ impl HttpTransport {
                 settings,
                 client: Mutex::new(Some(client)),
                 up: AtomicBool::new(true),
+                connects,
             }),
         })
     }
@@ -594,11 +600,36 @@ impl HttpTransport {
         if Instant::now() >= deadline {
             return Err(LegFailure::DeadlineBeforeSend);
         }
-        admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
-        // From here on bytes may reach the server.
-        match timeout_at(deadline, client.execute(request)).await {
+        let execute = timeout_at(deadline, client.execute(request));
+        let result = if admission.tracks_connects() {
+            // One admission at a time: a connection made now is for this request. The
+            // connector marks it sent once connected (or refuses: nothing is written).
+            admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
+            let wire = admission.wire();
+            let _watching = self.inner.connects.watch(wire.clone());
+            let mut execute = std::pin::pin!(execute);
+            // The first poll either hands the request to a pooled connection or starts
+            // a connect (which the connector reports); no `.await` before it.
+            let first = std::future::poll_fn(|cx| Poll::Ready(execute.as_mut().poll(cx))).await;
+            wire.handed_over();
+            match first {
+                Poll::Ready(r) => r,
+                Poll::Pending => execute.await,
+            }
+        } else {
+            // From here on bytes may reach the server.
+            admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
+            execute.await
+        };
+        match result {
             // We cannot tell whether the connection was up and the request written.
-            Err(_) => Err(LegFailure::TimeoutAfterWrite),
+            Err(_) => Err(if admission.is_sent() {
+                LegFailure::TimeoutAfterWrite
+            } else {
+                LegFailure::DeadlineBeforeSend
+            }),
+            // A connection the fence refused to use: nothing was written.
+            Ok(Err(_)) if !admission.is_sent() && admission.recheck().is_err() => Err(LegFailure::NotAdmitted),
             Ok(Err(error)) => Err(classify_send_error(&error, self.inner.https)),
             Ok(Ok(resp)) => Ok(resp),
         }
@@ -614,7 +645,8 @@ impl HttpTransport {
         if let Some(client) = slot.as_ref() {
             return Ok(client.clone());
         }
-        let client = build_client(&self.inner.settings).map_err(|_| LegFailure::InternalBeforeSend)?;
+        let client =
+            build_client(&self.inner.settings, &self.inner.connects).map_err(|_| LegFailure::InternalBeforeSend)?;
         *slot = Some(client.clone());
         Ok(client)
     }
@@ -787,8 +819,9 @@ async fn refusal(
     }
 }
 
-fn build_client(settings: &HttpSettings) -> reqwest::Result<reqwest::Client> {
+fn build_client(settings: &HttpSettings, connects: &watch::ConnectSlot) -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
+        .connector_layer(watch::WatchConnects(connects.clone()))
         .connect_timeout(settings.connect_timeout)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .no_proxy()
@@ -910,6 +943,8 @@ fn is_response(p: &MessageProbe<'_>) -> bool {
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+mod watch;
 
 #[cfg(test)]
 mod tests;

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::dispatch::{Health, PollHealth};
 use crate::downstream::{ChannelStatus, Channels};
 use crate::strict::{Fatal, Fence, FenceSnapshot};
+use crate::supervisor::TaskEnd;
 use crate::telemetry::Metrics;
 
 /// What the listener observes.
@@ -60,6 +61,9 @@ impl OpsState {
         }
         if self.health.is_draining() {
             return Err("draining: the gateway is stopping".to_owned());
+        }
+        if let Some((task, why)) = self.health.task_failure() {
+            return Err(format!("internal task {task} ended unexpectedly ({why})"));
         }
         match self.health.last_poll_age() {
             None => return Err("no successful poll of the control plane yet".to_owned()),
@@ -128,12 +132,19 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     tokio::net::TcpListener::bind(addr).await
 }
 
-pub async fn serve(listener: tokio::net::TcpListener, state: Arc<OpsState>, stop: CancellationToken) {
+/// Serves until `stop`; ending any other way is unexpected (its supervisor reports it).
+pub async fn serve(listener: tokio::net::TcpListener, state: Arc<OpsState>, stop: CancellationToken) -> TaskEnd {
+    let stopped = stop.clone();
     let result = axum::serve(listener, router(state))
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await;
-    if let Err(e) = result {
-        tracing::warn!(error = %e, "ops listener stopped with an error");
+    match result {
+        Ok(()) if stopped.is_cancelled() => TaskEnd::Finished,
+        Ok(()) => TaskEnd::Unexpected("the ops listener stopped"),
+        Err(e) => {
+            tracing::warn!(error = %e, "ops listener stopped with an error");
+            TaskEnd::Unexpected("the ops listener failed")
+        }
     }
 }
 

@@ -11,4 +11,4 @@ pub mod latch_file;
 
 pub use category::FatalCategory;
 pub use fatal::{CommandRef, Fatal};
-pub use fence::{Admission, Fence, FenceLeg, FenceSnapshot, Refusal};
+pub use fence::{Admission, Fence, FenceLeg, FenceSnapshot, LatchObserver, Latched, Refusal, Wire};

@@ -430,7 +430,7 @@ async fn a_rate_limited_poll_is_retried_no_sooner_than_retry_after() {
 }
 
 #[tokio::test]
-async fn a_command_still_running_when_the_grace_ends_is_reported_not_hidden() {
+async fn a_command_still_running_when_the_grace_ends_is_cut_and_told_effect_unknown() {
     let rig = Rig::start("").await;
     let mut gw = rig.gateway(&default_mode()).await;
     let slow = rig.sim.enqueue(call(1, "slow", json!({"ms": 8000})));
@@ -448,12 +448,19 @@ async fn a_command_still_running_when_the_grace_ends_is_reported_not_hidden() {
         "bounded by the grace and the cleanup timeout"
     );
     assert!(
-        gw.stderr()
-            .contains("grace over: cancelling commands that did not finish"),
+        gw.stderr().contains("stop: cutting commands that did not finish"),
         "{}",
         gw.stderr()
     );
-    assert!(!rig.sim.record().is_completed(&slow));
+    // The request reached the MCP server: its caller is told so, within the cleanup time.
+    let record = rig.sim.record();
+    assert!(record.is_completed(&slow), "the cut command is answered");
+    let answer = final_json(&record, &slow);
+    assert_eq!(
+        answer["resp_json"]["error"]["message"], "effect unknown: the MCP server may have acted; check before retrying",
+        "{answer}"
+    );
+    rig.assert_all_bodies_valid();
 }
 
 #[tokio::test]

@@ -22,6 +22,7 @@ use super::line::{self, Line, LineReader, RawLine, WriteResult};
 use super::redact::{self, LogBudget};
 use super::Shared;
 use crate::downstream::{Notification, NotifySink};
+use crate::supervisor::{TaskEnd, TaskKind};
 
 /// Longest stdout line accepted as a message; longer ones are dropped as invalid.
 pub(super) const MAX_MESSAGE_LINE: usize = 16 * 1024 * 1024;
@@ -276,14 +277,19 @@ pub(super) fn spawn(shared: &Arc<Shared>, generation: u64) -> std::io::Result<Ar
         held: CancellationToken::new(),
         released: CancellationToken::new(),
     });
-    tokio::spawn(monitor(shared.clone(), child.clone(), process));
-    tokio::spawn(read_stdout(shared.clone(), child.clone(), stdout));
-    tokio::spawn(log_stderr(shared.clone(), generation, stderr));
+    // Untracked: they live as long as the child, which outlives any drain.
+    let sup = &shared.supervisor;
+    sup.spawn_untracked(TaskKind::StdioMonitor, monitor(shared.clone(), child.clone(), process));
+    sup.spawn_untracked(
+        TaskKind::StdioReader,
+        read_stdout(shared.clone(), child.clone(), stdout),
+    );
+    sup.spawn_untracked(TaskKind::StdioStderr, log_stderr(shared.clone(), generation, stderr));
     Ok(child)
 }
 
 /// Reaps the child, then makes sure nothing still holds its stdout before releasing it.
-async fn monitor(shared: Arc<Shared>, child: Arc<Child>, mut process: tokio::process::Child) {
+async fn monitor(shared: Arc<Shared>, child: Arc<Child>, mut process: tokio::process::Child) -> TaskEnd {
     let grace = shared.settings.stop_grace;
     let status = tokio::select! {
         biased;
@@ -311,11 +317,12 @@ async fn monitor(shared: Arc<Shared>, child: Arc<Child>, mut process: tokio::pro
         }
     }
     shared.child_released(&child);
+    TaskEnd::Finished
 }
 
 /// Routes each stdout line: responses to the request in flight, other messages to its
 /// notification sink, garbage counted and skipped.
-async fn read_stdout(shared: Arc<Shared>, child: Arc<Child>, stdout: ChildStdout) {
+async fn read_stdout(shared: Arc<Shared>, child: Arc<Child>, stdout: ChildStdout) -> TaskEnd {
     let mut reader = LineReader::new(stdout, MAX_MESSAGE_LINE, false);
     loop {
         match reader.next_line().await {
@@ -338,6 +345,7 @@ async fn read_stdout(shared: Arc<Shared>, child: Arc<Child>, stdout: ChildStdout
         tracing::warn!(channel = %shared.channel, generation = child.generation, "stdio child closed its stdout but kept running: killing its group");
         child.kill_group();
     }
+    TaskEnd::Finished
 }
 
 async fn route_line(shared: &Shared, child: &Child, line: RawLine) {
@@ -384,7 +392,7 @@ async fn route_line(shared: &Shared, child: &Child, line: RawLine) {
 }
 
 /// Logs stderr line by line, redacted, truncated and rate-limited.
-async fn log_stderr(shared: Arc<Shared>, generation: u64, stderr: ChildStderr) {
+async fn log_stderr(shared: Arc<Shared>, generation: u64, stderr: ChildStderr) -> TaskEnd {
     let mut reader = LineReader::new(stderr, redact::MAX_READ_LINE, true);
     let mut budget = LogBudget::new(Instant::now());
     while let Ok(Some(line)) = reader.next_line().await {
@@ -400,4 +408,5 @@ async fn log_stderr(shared: Arc<Shared>, generation: u64, stderr: ChildStderr) {
         }
         tracing::info!(target: "tunnelgate::stdio_child", channel = %shared.channel, generation, line = %text);
     }
+    TaskEnd::Finished
 }

@@ -7,8 +7,8 @@
 //! restarting it with backoff, and stopping it (gracefully, or at once on a fatal latch).
 //!
 //! Invariants:
-//! - every spawn and every write happens right after `Admission::recheck()` succeeded,
-//!   with no `.await` in between;
+//! - every spawn happens right after `Admission::recheck()` succeeded and every write
+//!   right after `Admission::begin_send()` did, with no `.await` in between;
 //! - a line is written whole or the child is killed: the write runs in its own task, so
 //!   no timeout or cancellation can leave half a message in the pipe;
 //! - a request whose deadline passed after the write is retired: a late response is
@@ -42,6 +42,7 @@ use self::line::WriteResult;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply};
 use crate::protocol::RespType;
 use crate::strict::Admission;
+use crate::supervisor::Supervisor;
 use crate::telemetry::Metrics;
 
 /// How long a call keeps waiting for a response already on its way after the child's exit
@@ -86,6 +87,8 @@ struct Shared {
     env: BTreeMap<String, String>,
     settings: StdioSettings,
     metrics: Arc<Metrics>,
+    /// Spawns and watches the child's monitor, reader and stderr tasks.
+    supervisor: Supervisor,
     /// The request lifecycle: held by a request from before its write until its response
     /// (or failure). Notifications and client responses do not take it, so that, e.g., a
     /// `notifications/cancelled` or the answer to a server request reaches the child while
@@ -181,12 +184,23 @@ impl StdioTransport {
                 env,
                 settings,
                 metrics,
+                supervisor: Supervisor::logging_only(),
                 lifecycle: tokio::sync::Mutex::new(()),
                 writer: tokio::sync::Mutex::new(Writer::default()),
                 state: Mutex::new(State::default()),
                 discarded_responses: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// Has the child's tasks watched by `supervisor` (an unexpected end is reported to
+    /// the gateway). Call before the first use.
+    #[must_use]
+    pub fn supervised(mut self, supervisor: Supervisor) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.supervisor = supervisor;
+        }
+        self
     }
 
     /// Spawns the child if none is running (under admission; respects restart backoff
@@ -345,8 +359,8 @@ impl Shared {
 
         let line = line::frame(payload.raw().get());
         let registration = request_id.map(|id| child.register(line::trim_json(id.get()).to_owned(), notes.clone()));
-        // Recheck and start the write with no `.await` in between.
-        admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
+        // Recheck, mark the request sent and start the write with no `.await` between.
+        admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
         let task = child.start_write(line).ok_or(LegFailure::ChildNotRunning)?;
         writer.pending_write = Some(PendingWrite {
             generation: child.generation,

@@ -32,7 +32,8 @@ async fn latch_refuses_waiters_and_rechecks() {
     });
     tokio::task::yield_now().await;
     let fatal = holder.latch(FatalCategory::AckTimeout);
-    assert_eq!(fatal.category, FatalCategory::AckTimeout);
+    assert!(fatal.first);
+    assert_eq!(fatal.fatal.category, FatalCategory::AckTimeout);
     assert_eq!(holder.recheck(), Err(Refusal::Latched));
     assert_eq!(waiter.await.unwrap(), Err(Refusal::Latched));
     drop(holder);
@@ -44,7 +45,8 @@ async fn the_first_cause_wins_and_never_clears() {
     let fence = Fence::new(true, 1);
     fence.latch(FatalCategory::AckNotFound, &cmd("a"));
     let second = fence.latch(FatalCategory::StoppedBeforeAck, &cmd("b"));
-    assert_eq!(second.category, FatalCategory::AckNotFound);
+    assert!(!second.first);
+    assert_eq!(second.fatal.category, FatalCategory::AckNotFound);
     assert_eq!(fence.fatal().unwrap().request_id.as_deref(), Some("a"));
     assert!(fence.latched_token().is_cancelled());
 }
@@ -60,34 +62,128 @@ async fn stopping_refuses_new_admissions_but_keeps_admitted_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_admission_is_ever_granted_after_the_latch() {
-    for round in 0..50 {
+    // The latch is set by a holder of the only permit, and `LATCHED` is raised before that
+    // holder lets go: any admission granted afterwards sees it, whatever the scheduling.
+    for round in 0..50u64 {
         let fence = Fence::new(true, 1);
-        let after_latch = Arc::new(AtomicUsize::new(0));
-        let latched_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let latched = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let granted = Arc::new(AtomicUsize::new(0));
+        let granted_after_latch = Arc::new(AtomicUsize::new(0));
+        let latch_at = 5 + (round as usize % 20);
         let mut tasks = Vec::new();
         for i in 0..32 {
             let fence = fence.clone();
-            let after_latch = after_latch.clone();
-            let latched_flag = latched_flag.clone();
+            let (latched, granted, after) = (latched.clone(), granted.clone(), granted_after_latch.clone());
             tasks.push(tokio::spawn(async move {
                 while let Ok(adm) = fence.admit(cmd(&format!("r{i}"))).await {
-                    // The latch is visible to recheck the moment the flag is set.
-                    if latched_flag.load(Ordering::SeqCst) && adm.recheck().is_ok() {
-                        after_latch.fetch_add(1, Ordering::SeqCst);
+                    if latched.load(Ordering::SeqCst) {
+                        after.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if granted.fetch_add(1, Ordering::SeqCst) + 1 == latch_at {
+                        adm.latch(FatalCategory::AckTimeout);
+                        latched.store(true, Ordering::SeqCst);
                     }
                     tokio::task::yield_now().await;
+                    drop(adm);
                 }
             }));
         }
-        tokio::time::sleep(Duration::from_millis(round % 3)).await;
-        fence.latch(FatalCategory::AckTimeout, &cmd("x"));
-        latched_flag.store(true, Ordering::SeqCst);
         for t in tasks {
             t.await.unwrap();
         }
-        assert_eq!(after_latch.load(Ordering::SeqCst), 0, "round {round}");
+        assert!(latched.load(Ordering::SeqCst), "round {round}: the latch was reached");
+        assert_eq!(granted_after_latch.load(Ordering::SeqCst), 0, "round {round}");
+        assert_eq!(granted.load(Ordering::SeqCst), latch_at, "round {round}");
         assert_eq!(fence.admit(cmd("late")).await.err(), Some(Refusal::Latched));
     }
+}
+
+#[tokio::test]
+async fn every_latch_reports_once_to_the_observer_whoever_latches() {
+    let fence = Fence::new(true, 1);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let seen = seen.clone();
+        fence.observe_latches(Box::new(move |f| seen.lock().unwrap().push(f.category)));
+    }
+    let admission = fence.admit(cmd("a")).await.unwrap();
+    // A panic while holding the permit is the first latch: it reports.
+    let joined = tokio::spawn(async move {
+        let _held = admission;
+        panic!("simulated failure after dispatch");
+    })
+    .await;
+    assert!(joined.is_err());
+    let later = fence.latch(FatalCategory::StoppedBeforeAck, &cmd("b"));
+    assert!(!later.first);
+    assert_eq!(later.fatal.category, FatalCategory::InternalError);
+    assert_eq!(*seen.lock().unwrap(), vec![FatalCategory::InternalError]);
+}
+
+#[tokio::test]
+async fn a_strict_stop_refuses_an_admission_that_sent_nothing_but_not_one_that_sent() {
+    let fence = Fence::new(true, 1);
+    let quiet = fence.admit(cmd("a")).await.unwrap();
+    fence.stop_admitting();
+    assert_eq!(quiet.recheck(), Err(Refusal::Stopping));
+    assert_eq!(quiet.begin_send(), Err(Refusal::Stopping));
+    assert!(!quiet.is_sent());
+    assert_eq!(fence.latch_if_sent_on_stop(), None, "nothing sent: the stop is clean");
+    assert!(fence.fatal().is_none());
+    drop(quiet);
+
+    let fence = Fence::new(true, 1);
+    let sending = fence.admit(cmd("b")).await.unwrap();
+    sending.begin_send().unwrap();
+    fence.stop_admitting();
+    assert_eq!(sending.recheck(), Ok(()), "a sent request may still be read or resumed");
+    let latched = fence.latch_if_sent_on_stop().expect("sent and unacknowledged");
+    assert_eq!(latched.fatal.category, FatalCategory::StoppedBeforeAck);
+    assert_eq!(latched.fatal.request_id.as_deref(), Some("b"));
+}
+
+#[tokio::test]
+async fn a_default_stop_lets_admitted_commands_send() {
+    let fence = Fence::new(false, 2);
+    let admitted = fence.admit(cmd("a")).await.unwrap();
+    fence.stop_admitting();
+    assert_eq!(admitted.begin_send(), Ok(()));
+    assert_eq!(fence.latch_if_sent_on_stop(), None);
+}
+
+#[tokio::test]
+async fn a_connection_made_after_the_stop_is_refused_and_nothing_counts_as_sent() {
+    let fence = Fence::new(true, 1);
+    let admission = fence.admit(cmd("a")).await.unwrap();
+    let wire = admission.wire();
+    wire.connecting();
+    fence.stop_admitting();
+    assert_eq!(fence.latch_if_sent_on_stop(), None, "connecting is not sending");
+    assert_eq!(wire.connected(), Err(Refusal::Stopping));
+    wire.handed_over();
+    assert!(!admission.is_sent(), "a refused connection stays unsent");
+}
+
+#[tokio::test]
+async fn a_connection_made_in_time_marks_the_request_sent_and_stays_sent() {
+    let fence = Fence::new(true, 1);
+    let admission = fence.admit(cmd("a")).await.unwrap();
+    let wire = admission.wire();
+    wire.connecting();
+    assert!(!admission.is_sent());
+    wire.connected().unwrap();
+    assert!(admission.is_sent());
+    // A later connect of the same leg (a resume) does not make it unsent again.
+    wire.connecting();
+    assert!(admission.is_sent());
+
+    let other = Fence::new(true, 1);
+    let pooled = other.admit(cmd("b")).await.unwrap();
+    pooled.wire().handed_over();
+    assert!(
+        pooled.is_sent(),
+        "no connect started: it went out on a pooled connection"
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,239 @@
+//! Every combination of the inputs, each row written out: (leg outcome, cut by the stop,
+//! deadline passed, strict, ambiguity fatal) for a leg's end, and (last attempt,
+//! dispatched, deadline passed, strict) for a delivery's end, where the delivery is the
+//! one the last attempt settles and the ambiguity policy must not matter.
+
+use super::*;
+use crate::control::AttemptResult::{self, *};
+use crate::downstream::LegOutcome::{self, *};
+use FatalCategory::*;
+
+use Decision::{Deliver, DeliverWithinCleanup, Done, Latch, LatchThenTell, Report, Silent};
+
+struct Row {
+    situation: Situation,
+    any_ambiguity_policy: bool,
+    expected: Decision,
+}
+
+fn leg(
+    outcome: LegOutcome,
+    cut: bool,
+    deadline_passed: bool,
+    strict: bool,
+    ambiguity_is_fatal: bool,
+    expected: Decision,
+) -> Row {
+    Row {
+        situation: Situation {
+            stage: Stage::LegEnded { outcome, cut },
+            deadline_passed,
+            strict,
+            ambiguity_is_fatal,
+        },
+        any_ambiguity_policy: false,
+        expected,
+    }
+}
+
+fn delivered(
+    last_attempt: AttemptResult,
+    dispatched: bool,
+    deadline_passed: bool,
+    strict: bool,
+    expected: Decision,
+) -> Row {
+    Row {
+        situation: Situation {
+            stage: Stage::Delivered {
+                delivery: last_attempt.final_delivery(),
+                last_attempt,
+                dispatched,
+            },
+            deadline_passed,
+            strict,
+            ambiguity_is_fatal: true,
+        },
+        any_ambiguity_policy: true,
+        expected,
+    }
+}
+
+#[rustfmt::skip]
+fn table() -> Vec<Row> {
+    vec![
+        // leg(outcome, cut, deadline_passed, strict, ambiguity_is_fatal, expected)
+        leg(NotSent  , false, false, false, false, Deliver),
+        leg(NotSent  , false, false, false, true , Deliver),
+        leg(NotSent  , false, false, true , false, Deliver),
+        leg(NotSent  , false, false, true , true , Deliver),
+        leg(NotSent  , false, true , false, false, Silent),
+        leg(NotSent  , false, true , false, true , Silent),
+        leg(NotSent  , false, true , true , false, Silent),
+        leg(NotSent  , false, true , true , true , Silent),
+        leg(NotSent  , true , false, false, false, DeliverWithinCleanup),
+        leg(NotSent  , true , false, false, true , DeliverWithinCleanup),
+        leg(NotSent  , true , false, true , false, DeliverWithinCleanup),
+        leg(NotSent  , true , false, true , true , DeliverWithinCleanup),
+        leg(NotSent  , true , true , false, false, Silent),
+        leg(NotSent  , true , true , false, true , Silent),
+        leg(NotSent  , true , true , true , false, Silent),
+        leg(NotSent  , true , true , true , true , Silent),
+        leg(Answered , false, false, false, false, Deliver),
+        leg(Answered , false, false, false, true , Deliver),
+        leg(Answered , false, false, true , false, Deliver),
+        leg(Answered , false, false, true , true , Deliver),
+        leg(Answered , false, true , false, false, Silent),
+        leg(Answered , false, true , false, true , Silent),
+        leg(Answered , false, true , true , false, Latch(DeadlineExpired)),
+        leg(Answered , false, true , true , true , Latch(DeadlineExpired)),
+        leg(Answered , true , false, false, false, DeliverWithinCleanup),
+        leg(Answered , true , false, false, true , DeliverWithinCleanup),
+        leg(Answered , true , false, true , false, LatchThenTell(StoppedBeforeAck)),
+        leg(Answered , true , false, true , true , LatchThenTell(StoppedBeforeAck)),
+        leg(Answered , true , true , false, false, Silent),
+        leg(Answered , true , true , false, true , Silent),
+        leg(Answered , true , true , true , false, Latch(DeadlineExpired)),
+        leg(Answered , true , true , true , true , Latch(DeadlineExpired)),
+        leg(Abandoned, false, false, false, false, Deliver),
+        leg(Abandoned, false, false, false, true , Deliver),
+        leg(Abandoned, false, false, true , false, Deliver),
+        leg(Abandoned, false, false, true , true , LatchThenTell(DownstreamAmbiguous)),
+        leg(Abandoned, false, true , false, false, Silent),
+        leg(Abandoned, false, true , false, true , Silent),
+        leg(Abandoned, false, true , true , false, Latch(DeadlineExpired)),
+        leg(Abandoned, false, true , true , true , Latch(DeadlineExpired)),
+        leg(Abandoned, true , false, false, false, DeliverWithinCleanup),
+        leg(Abandoned, true , false, false, true , DeliverWithinCleanup),
+        leg(Abandoned, true , false, true , false, LatchThenTell(StoppedBeforeAck)),
+        leg(Abandoned, true , false, true , true , LatchThenTell(StoppedBeforeAck)),
+        leg(Abandoned, true , true , false, false, Silent),
+        leg(Abandoned, true , true , false, true , Silent),
+        leg(Abandoned, true , true , true , false, Latch(DeadlineExpired)),
+        leg(Abandoned, true , true , true , true , Latch(DeadlineExpired)),
+        // delivered(last_attempt, dispatched, deadline_passed, strict, expected)
+        delivered(Ok                 , false, false, false, Done),
+        delivered(Ok                 , false, false, true , Done),
+        delivered(Ok                 , false, true , false, Done),
+        delivered(Ok                 , false, true , true , Done),
+        delivered(Ok                 , true , false, false, Done),
+        delivered(Ok                 , true , false, true , Done),
+        delivered(Ok                 , true , true , false, Done),
+        delivered(Ok                 , true , true , true , Done),
+        delivered(NotFound           , false, false, false, Report),
+        delivered(NotFound           , false, false, true , Report),
+        delivered(NotFound           , false, true , false, Report),
+        delivered(NotFound           , false, true , true , Report),
+        delivered(NotFound           , true , false, false, Report),
+        delivered(NotFound           , true , false, true , Latch(AckNotFound)),
+        delivered(NotFound           , true , true , false, Report),
+        delivered(NotFound           , true , true , true , Latch(DeadlineExpired)),
+        delivered(RejectedStatus     , false, false, false, Report),
+        delivered(RejectedStatus     , false, false, true , Report),
+        delivered(RejectedStatus     , false, true , false, Report),
+        delivered(RejectedStatus     , false, true , true , Report),
+        delivered(RejectedStatus     , true , false, false, Report),
+        delivered(RejectedStatus     , true , false, true , Latch(AckRejected)),
+        delivered(RejectedStatus     , true , true , false, Report),
+        delivered(RejectedStatus     , true , true , true , Latch(DeadlineExpired)),
+        delivered(RetryableStatus    , false, false, false, Report),
+        delivered(RetryableStatus    , false, false, true , Report),
+        delivered(RetryableStatus    , false, true , false, Report),
+        delivered(RetryableStatus    , false, true , true , Report),
+        delivered(RetryableStatus    , true , false, false, Report),
+        delivered(RetryableStatus    , true , false, true , Latch(AckRetriesExhausted)),
+        delivered(RetryableStatus    , true , true , false, Report),
+        delivered(RetryableStatus    , true , true , true , Latch(DeadlineExpired)),
+        delivered(TransportNotSent   , false, false, false, Report),
+        delivered(TransportNotSent   , false, false, true , Report),
+        delivered(TransportNotSent   , false, true , false, Report),
+        delivered(TransportNotSent   , false, true , true , Report),
+        delivered(TransportNotSent   , true , false, false, Report),
+        delivered(TransportNotSent   , true , false, true , Latch(AckRetriesExhausted)),
+        delivered(TransportNotSent   , true , true , false, Report),
+        delivered(TransportNotSent   , true , true , true , Latch(DeadlineExpired)),
+        delivered(TransportAfterWrite, false, false, false, Report),
+        delivered(TransportAfterWrite, false, false, true , Report),
+        delivered(TransportAfterWrite, false, true , false, Report),
+        delivered(TransportAfterWrite, false, true , true , Report),
+        delivered(TransportAfterWrite, true , false, false, Report),
+        delivered(TransportAfterWrite, true , false, true , Latch(AckConnectionLost)),
+        delivered(TransportAfterWrite, true , true , false, Report),
+        delivered(TransportAfterWrite, true , true , true , Latch(DeadlineExpired)),
+        delivered(Timeout            , false, false, false, Report),
+        delivered(Timeout            , false, false, true , Report),
+        delivered(Timeout            , false, true , false, Report),
+        delivered(Timeout            , false, true , true , Report),
+        delivered(Timeout            , true , false, false, Report),
+        delivered(Timeout            , true , false, true , Latch(AckTimeout)),
+        delivered(Timeout            , true , true , false, Report),
+        delivered(Timeout            , true , true , true , Latch(DeadlineExpired)),
+        delivered(Cancelled          , false, false, false, Report),
+        delivered(Cancelled          , false, false, true , Report),
+        delivered(Cancelled          , false, true , false, Report),
+        delivered(Cancelled          , false, true , true , Report),
+        delivered(Cancelled          , true , false, false, Report),
+        delivered(Cancelled          , true , false, true , Latch(StoppedBeforeAck)),
+        delivered(Cancelled          , true , true , false, Report),
+        delivered(Cancelled          , true , true , true , Latch(DeadlineExpired)),
+    ]
+}
+
+#[test]
+fn every_combination_has_its_written_decision() {
+    let rows = table();
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(decide(row.situation), row.expected, "row {i}: {:?}", row.situation);
+        if row.any_ambiguity_policy {
+            let other = Situation {
+                ambiguity_is_fatal: !row.situation.ambiguity_is_fatal,
+                ..row.situation
+            };
+            assert_eq!(decide(other), row.expected, "row {i} with the other ambiguity policy");
+        }
+    }
+}
+
+#[test]
+fn the_table_lists_every_combination_once() {
+    let rows = table();
+    // Legs: 3 outcomes x cut x deadline x strict x policy; deliveries: 8 attempts x
+    // dispatched x deadline x strict.
+    assert_eq!(rows.len(), 3 * 2 * 2 * 2 * 2 + 8 * 2 * 2 * 2);
+    let mut seen = std::collections::HashSet::new();
+    for row in &rows {
+        assert!(
+            seen.insert(format!("{:?}", row.situation)),
+            "duplicate row {:?}",
+            row.situation
+        );
+    }
+}
+
+#[test]
+fn nothing_that_was_not_dispatched_ever_latches() {
+    for row in table() {
+        let not_dispatched = match row.situation.stage {
+            Stage::LegEnded { outcome, .. } => outcome == NotSent,
+            Stage::Delivered { dispatched, .. } => !dispatched,
+        };
+        if not_dispatched {
+            assert!(
+                !matches!(row.expected, Latch(_) | LatchThenTell(_)),
+                "{:?} latches",
+                row.situation
+            );
+        }
+    }
+}
+
+#[test]
+fn default_mode_never_latches() {
+    for row in table().into_iter().filter(|r| !r.situation.strict) {
+        assert!(
+            !matches!(row.expected, Latch(_) | LatchThenTell(_)),
+            "{:?}",
+            row.situation
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! Background tasks that are never left to die silently.
+//!
+//! Every long-lived or per-command task is spawned through a [`Supervisor`]: a panic, or
+//! an end its owner calls unexpected ([`TaskEnd::Unexpected`]), is logged once and handed
+//! to the failure hook the gateway installs (strict mode latches `internal_error`;
+//! default mode turns not ready with the reason and counts it). Tracked tasks are on the
+//! gateway's `TaskTracker`, so the stop order waits for them.
+//!
+//! Imports no other module of the crate: any module may use it.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
+
+/// Which background task (`tunnelgate_task_failures_total{task}`, closed set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskKind {
+    Admitter,
+    Poller,
+    Notifier,
+    Command,
+    StdioMonitor,
+    StdioReader,
+    StdioStderr,
+    OpsListener,
+    Warmup,
+}
+
+impl TaskKind {
+    pub const ALL: [TaskKind; 9] = [
+        Self::Admitter,
+        Self::Poller,
+        Self::Notifier,
+        Self::Command,
+        Self::StdioMonitor,
+        Self::StdioReader,
+        Self::StdioStderr,
+        Self::OpsListener,
+        Self::Warmup,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Admitter => "admitter",
+            Self::Poller => "poller",
+            Self::Notifier => "notifier",
+            Self::Command => "command",
+            Self::StdioMonitor => "stdio_monitor",
+            Self::StdioReader => "stdio_reader",
+            Self::StdioStderr => "stdio_stderr",
+            Self::OpsListener => "ops_listener",
+            Self::Warmup => "warmup",
+        }
+    }
+}
+
+/// How a supervised task ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskEnd {
+    /// Its work is done (or it was asked to stop).
+    Finished,
+    /// It ended while it was still needed; the reason is a fixed phrase.
+    Unexpected(&'static str),
+}
+
+/// Told of each task that panicked or ended unexpectedly: the task and a fixed phrase.
+pub type FailureHook = Arc<dyn Fn(TaskKind, &'static str) + Send + Sync>;
+
+/// Spawns and watches tasks. Cheap to clone.
+#[derive(Clone)]
+pub struct Supervisor {
+    tracker: TaskTracker,
+    on_failure: FailureHook,
+}
+
+impl Supervisor {
+    pub fn new(tracker: TaskTracker, on_failure: FailureHook) -> Self {
+        Self { tracker, on_failure }
+    }
+
+    /// A supervisor whose failures are only logged (tests, stand-alone transports).
+    pub fn logging_only() -> Self {
+        Self::new(TaskTracker::new(), Arc::new(|_, _| {}))
+    }
+
+    /// Spawns `task` on the tracker (the stop order waits for it).
+    pub fn spawn<F>(&self, kind: TaskKind, task: F) -> JoinHandle<()>
+    where
+        F: Future<Output = TaskEnd> + Send + 'static,
+    {
+        self.tracker.spawn(self.watched(kind, task))
+    }
+
+    /// Spawns `task` outside the tracker: for tasks that idle until the very end and must
+    /// not hold up a drain. Still watched.
+    pub fn spawn_untracked<F>(&self, kind: TaskKind, task: F) -> JoinHandle<()>
+    where
+        F: Future<Output = TaskEnd> + Send + 'static,
+    {
+        tokio::spawn(self.watched(kind, task))
+    }
+
+    fn watched<F>(&self, kind: TaskKind, task: F) -> impl Future<Output = ()> + Send + 'static
+    where
+        F: Future<Output = TaskEnd> + Send + 'static,
+    {
+        let on_failure = self.on_failure.clone();
+        async move {
+            let why = match AssertUnwindSafe(task).catch_unwind().await {
+                Ok(TaskEnd::Finished) => return,
+                Ok(TaskEnd::Unexpected(why)) => why,
+                Err(_) => "panicked",
+            };
+            tracing::error!(
+                task = kind.as_str(),
+                reason = why,
+                "a background task ended unexpectedly"
+            );
+            on_failure(kind, why);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    fn recording() -> (Supervisor, Arc<Mutex<Vec<(TaskKind, &'static str)>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let hook = {
+            let seen = seen.clone();
+            Arc::new(move |k, why| seen.lock().unwrap().push((k, why))) as FailureHook
+        };
+        (Supervisor::new(TaskTracker::new(), hook), seen)
+    }
+
+    #[tokio::test]
+    async fn a_task_that_finishes_reports_nothing() {
+        let (sup, seen) = recording();
+        sup.spawn(TaskKind::Poller, async { TaskEnd::Finished }).await.unwrap();
+        assert!(seen.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_panic_and_an_unexpected_end_are_each_reported_once_with_the_task() {
+        let (sup, seen) = recording();
+        sup.spawn(TaskKind::Notifier, async { panic!("boom") }).await.unwrap();
+        sup.spawn_untracked(TaskKind::Admitter, async { TaskEnd::Unexpected("channel closed") })
+            .await
+            .unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![(TaskKind::Notifier, "panicked"), (TaskKind::Admitter, "channel closed")]
+        );
+    }
+}
