@@ -33,7 +33,7 @@ use crate::ops::OpsState;
 use crate::protocol::{server_info_header, ServerInfoChannel};
 use crate::strict::{latch_file, CommandRef, Fatal, FatalCategory, Fence};
 use crate::supervisor::{FailureHook, Supervisor, TaskEnd, TaskKind};
-use crate::telemetry::Metrics;
+use crate::telemetry::{Accounting, Metrics};
 
 /// How a run ended. The binary maps it to the exit code; embedders match on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,6 +228,15 @@ impl Gateway {
             None => fatal_stop(&config, &fence, &channels, &tracker, &stops).await,
             Some(()) => graceful_stop(&config, &fence, &channels, &health, &tracker, &stops, &mut stop_rx).await,
         };
+        let tally = metrics.accounting();
+        tracing::info!(
+            received = tally.received,
+            legs = tally.legs,
+            dropped = %Accounting::pairs(&tally.dropped),
+            terminal_deliveries = %Accounting::pairs(&tally.terminal),
+            balanced = tally.balances(),
+            "final command accounting"
+        );
         root.cancel();
         ops_stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(1), ops_task).await;

@@ -292,6 +292,17 @@ impl ControlClient {
         let mut backoff = super::Backoff::default();
         loop {
             attempt += 1;
+            if cancel.is_cancelled() {
+                // Cancelled before this attempt began: nothing ran, nothing is counted as
+                // an attempt. The delivery ends as the cancellation leaves it.
+                let delivery = AttemptResult::Cancelled.final_delivery();
+                self.metrics.delivery_finished(metric_kind, delivery.as_str());
+                return DeliveryReport {
+                    delivery,
+                    last_attempt: AttemptResult::Cancelled,
+                    attempts: attempt - 1,
+                };
+            }
             let span = tracing::info_span!(
                 "tunnelgate.deliver.attempt",
                 otel.kind = "client",

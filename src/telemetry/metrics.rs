@@ -346,6 +346,57 @@ impl Metrics {
     pub fn stdio_invalid_line(&self) {
         self.stdout_garbage.inc();
     }
+
+    /// Where every received command went, from the counters: each one ends in exactly
+    /// one downstream leg outcome or one drop reason.
+    pub fn accounting(&self) -> Accounting {
+        let received = COMMAND_TYPES
+            .iter()
+            .map(|t| self.commands_received.with_label_values(&[t]).get())
+            .sum();
+        let mut legs = 0;
+        for t in ["http", "stdio"] {
+            for o in LegOutcome::ALL {
+                legs += self.downstream_requests.with_label_values(&[t, o.as_str()]).get();
+            }
+        }
+        let dropped = DropReason::ALL
+            .map(|r| (r.as_str(), self.commands_dropped.with_label_values(&[r.as_str()]).get()));
+        let terminal = DELIVERY_OUTCOMES.map(|o| (o, self.deliveries.with_label_values(&["terminal", o]).get()));
+        Accounting {
+            received,
+            legs,
+            dropped,
+            terminal,
+        }
+    }
+}
+
+/// The final tally of commands (logged when a run ends).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Accounting {
+    pub received: u64,
+    /// Downstream legs, every transport and outcome.
+    pub legs: u64,
+    pub dropped: [(&'static str, u64); 6],
+    /// Terminal deliveries by outcome.
+    pub terminal: [(&'static str, u64); 4],
+}
+
+impl Accounting {
+    /// Every command is one leg or one drop.
+    pub fn balances(&self) -> bool {
+        self.received == self.legs + self.dropped.iter().map(|(_, n)| n).sum::<u64>()
+    }
+
+    /// `name=count` pairs, space-separated.
+    pub fn pairs(counts: &[(&'static str, u64)]) -> String {
+        counts
+            .iter()
+            .map(|(name, n)| format!("{name}={n}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 }
 
 #[cfg(test)]

@@ -9,5 +9,5 @@ pub mod metrics;
 pub mod otlp;
 mod redact;
 
-pub use metrics::{DeliveryKind, DropReason, DurationLeg, Metrics};
+pub use metrics::{Accounting, DeliveryKind, DropReason, DurationLeg, Metrics};
 pub use redact::{hash_id, safe_method, safe_token};

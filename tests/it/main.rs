@@ -14,6 +14,7 @@ mod otlp;
 mod peers;
 mod resume;
 mod rig;
+mod stop;
 mod strict;
 
 // Modules to come (declare each here when its file exists):
