@@ -446,3 +446,25 @@ fn build_control(config: &Config, metrics: &Arc<Metrics>) -> Result<ControlClien
     ControlClient::new(settings, &random_hex(16), metrics.clone())
         .map_err(|e| GatewayError::ControlClient(e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_that_dies_latches_internal_error_in_strict_mode_and_makes_default_mode_not_ready() {
+        let strict = Fence::new(true, 1);
+        let health = Arc::new(Health::default());
+        task_failure_hook(&strict, &health)(TaskKind::Admitter, "the admission line closed");
+        assert_eq!(strict.fatal().unwrap().category, FatalCategory::InternalError);
+        assert_eq!(health.task_failure(), Some(("admitter", "the admission line closed")));
+
+        let default = Fence::new(false, 4);
+        let health = Arc::new(Health::default());
+        let hook = task_failure_hook(&default, &health);
+        hook(TaskKind::Notifier, "panicked");
+        hook(TaskKind::Poller, "panicked");
+        assert!(default.fatal().is_none(), "default mode never latches");
+        assert_eq!(health.task_failure(), Some(("notifier", "panicked")), "the first failure is kept");
+    }
+}

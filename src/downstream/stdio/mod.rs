@@ -622,3 +622,5 @@ impl Writer {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod stop_tests;
