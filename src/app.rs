@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{AmbiguityPolicy, ChannelConfig, Config};
+use crate::config::{AmbiguityPolicy, ChannelConfig, Config, LatchedStart};
 use crate::control::{random_hex, ControlClient, ControlSettings};
 use crate::dispatch::{Dispatcher, Health, Policy, Stops};
 use crate::downstream::{Channels, HttpSettings, HttpTransport, StdioSettings, StdioTransport, Transport};
@@ -131,8 +131,11 @@ impl Gateway {
         } = self;
         let strict = config.strict.enabled;
         if strict {
-            if let Some(fatal) = previous_latch(&config) {
-                return Ok(RunOutcome::Fatal(fatal));
+            if let Some(previous) = previous_latch(&config) {
+                return match config.strict.latched_start {
+                    LatchedStart::Exit => Ok(RunOutcome::Fatal(previous)),
+                    LatchedStart::Hold => hold_latched(&config, previous, stop_rx, ops_addr_tx).await,
+                };
             }
         }
         let metrics = Arc::new(Metrics::new(strict, &config.stdio_channel_names()));
@@ -242,6 +245,56 @@ impl Gateway {
         let _ = tokio::time::timeout(Duration::from_secs(1), ops_task).await;
         Ok(result)
     }
+}
+
+/// `strict.latched_start = "hold"`: serves only the ops listener, in the fatal state with
+/// the persisted cause (`/readyz` 503, `/status` `state = "fatal"`,
+/// `tunnelgate_fatal_info{category="latched_previously"}`), never polls and never
+/// touches an MCP server, until stopped; then the run ends with the latch (exit 89).
+async fn hold_latched(
+    config: &Config,
+    previous: Fatal,
+    mut stop_rx: mpsc::UnboundedReceiver<()>,
+    ops_addr_tx: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+) -> Result<RunOutcome, GatewayError> {
+    let metrics = Arc::new(Metrics::new(true, &config.stdio_channel_names()));
+    let fence = Fence::new(true, 1);
+    {
+        let metrics = metrics.clone();
+        fence.observe_latches(Box::new(move |fatal| metrics.fatal_latched(fatal.category)));
+    }
+    let command = CommandRef {
+        request_id: previous.request_id.clone(),
+        channel: previous.channel.clone(),
+        method: previous.method.clone(),
+    };
+    fence.latch(FatalCategory::LatchedPreviously, &command);
+    fence.mark_persisted();
+    let listener = crate::ops::bind(config.ops.listen)
+        .await
+        .map_err(|source| GatewayError::OpsListen {
+            addr: config.ops.listen,
+            source,
+        })?;
+    let ops_addr = listener.local_addr().unwrap_or(config.ops.listen);
+    if let Some(tx) = ops_addr_tx {
+        let _ = tx.send(ops_addr);
+    }
+    tracing::warn!(addr = %ops_addr, "holding in the fatal state (strict.latched_start = \"hold\"): serving the ops listener only until stopped");
+    let ops_state = Arc::new(OpsState {
+        fence: fence.clone(),
+        health: Arc::new(Health::default()),
+        // No channel is built: nothing may touch an MCP server.
+        channels: Channels::default(),
+        metrics,
+        poll_freshness: config.control_plane.poll_timeout,
+    });
+    let ops_stop = CancellationToken::new();
+    let ops_task = tokio::spawn(crate::ops::serve(listener, ops_state, ops_stop.clone()));
+    let _ = stop_rx.recv().await;
+    ops_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(1), ops_task).await;
+    Ok(RunOutcome::Fatal(fence.fatal().unwrap_or(previous)))
 }
 
 /// Honours a persisted latch: never polls or touches an MCP server.
@@ -465,6 +518,10 @@ mod tests {
         hook(TaskKind::Notifier, "panicked");
         hook(TaskKind::Poller, "panicked");
         assert!(default.fatal().is_none(), "default mode never latches");
-        assert_eq!(health.task_failure(), Some(("notifier", "panicked")), "the first failure is kept");
+        assert_eq!(
+            health.task_failure(),
+            Some(("notifier", "panicked")),
+            "the first failure is kept"
+        );
     }
 }

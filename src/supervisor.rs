@@ -131,7 +131,9 @@ mod tests {
 
     use super::*;
 
-    fn recording() -> (Supervisor, Arc<Mutex<Vec<(TaskKind, &'static str)>>>) {
+    type Seen = Arc<Mutex<Vec<(TaskKind, &'static str)>>>;
+
+    fn recording() -> (Supervisor, Seen) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let hook = {
             let seen = seen.clone();

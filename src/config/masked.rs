@@ -55,6 +55,7 @@ struct StrictView<'a> {
     latch_file: std::borrow::Cow<'a, str>,
     shutdown_grace: String,
     cleanup_timeout: String,
+    latched_start: &'static str,
 }
 
 #[derive(Serialize)]
@@ -80,6 +81,7 @@ pub(super) fn render(config: &Config) -> String {
             latch_file: config.strict.latch_file.to_string_lossy(),
             shutdown_grace: duration(config.strict.shutdown_grace),
             cleanup_timeout: duration(config.strict.cleanup_timeout),
+            latched_start: config.strict.latched_start.as_str(),
         },
         ops: OpsView {
             listen: config.ops.listen.to_string(),

@@ -100,6 +100,18 @@ pub struct Strict {
     pub latch_file: PathBuf,
     pub shutdown_grace: Duration,
     pub cleanup_timeout: Duration,
+    /// What a strict gateway does when it starts and finds a latch file.
+    pub latched_start: LatchedStart,
+}
+
+/// `strict.latched_start`: a persisted latch found at startup either ends the process at
+/// once (`exit`, code 89), or holds it in the fatal state, serving only the ops listener,
+/// until it is stopped (`hold`; then code 89), so that a supervisor that restarts it and a
+/// pull-based monitor both see the latch and its category.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LatchedStart {
+    Exit,
+    Hold,
 }
 
 /// What strict mode does when a downstream leg ends `abandoned`.
@@ -195,6 +207,16 @@ impl Config {
             .extract()
             .map_err(|e| ConfigError::from_figment(e).with_source(&figment))?;
         validation::build(raw, &env).map_err(|e| e.with_source(&figment))
+    }
+}
+
+impl LatchedStart {
+    /// The configuration spelling: `"exit"` or `"hold"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LatchedStart::Exit => "exit",
+            LatchedStart::Hold => "hold",
+        }
     }
 }
 

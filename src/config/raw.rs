@@ -57,6 +57,7 @@ pub(super) struct RawStrict {
     pub(super) latch_file: Option<String>,
     pub(super) shutdown_grace: Option<String>,
     pub(super) cleanup_timeout: Option<String>,
+    pub(super) latched_start: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -15,7 +15,7 @@ use super::error::{ConfigError, ErrorKind};
 use super::http_url::{self, UrlRole};
 use super::layers::EnvVars;
 use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawStrict, RawTelemetry};
-use super::{AmbiguityPolicy, Config, ControlPlane, LogFormat, Mcp, Ops, Secret, Strict, Telemetry};
+use super::{AmbiguityPolicy, Config, ControlPlane, LatchedStart, LogFormat, Mcp, Ops, Secret, Strict, Telemetry};
 
 pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
     let control_plane = control_plane(raw.control_plane, env)?;
@@ -127,7 +127,19 @@ fn strict(raw: RawStrict) -> Result<Strict, ConfigError> {
         latch_file: PathBuf::from(latch_file),
         shutdown_grace: duration("strict.shutdown_grace", raw.shutdown_grace, default::SHUTDOWN_GRACE)?,
         cleanup_timeout: duration("strict.cleanup_timeout", raw.cleanup_timeout, default::CLEANUP_TIMEOUT)?,
+        latched_start: latched_start(raw.latched_start.as_deref())?,
     })
+}
+
+fn latched_start(value: Option<&str>) -> Result<LatchedStart, ConfigError> {
+    match value.unwrap_or("exit") {
+        "exit" => Ok(LatchedStart::Exit),
+        "hold" => Ok(LatchedStart::Hold),
+        other => Err(ConfigError::invalid(
+            "strict.latched_start",
+            format!("{other:?} is not a choice; use \"exit\" (exit 89 at once) or \"hold\" (serve the fatal state until stopped)"),
+        )),
+    }
 }
 
 fn ambiguity_policy(value: Option<&str>) -> Result<AmbiguityPolicy, ConfigError> {

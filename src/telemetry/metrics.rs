@@ -120,6 +120,7 @@ pub struct Metrics {
     fence_held: IntGauge,
     fatal_latched: IntGauge,
     fatal_latches: IntCounterVec,
+    fatal_info: IntGaugeVec,
     commands_in_flight: IntGauge,
     queue_depth: IntGauge,
     stdio_up: IntGaugeVec,
@@ -205,6 +206,16 @@ impl Metrics {
         let fence_held = int_gauge(&r, "fence_held", "1 while the strict fence is held.");
         let fatal_latched = int_gauge(&r, "fatal_latched", "1 once the fatal latch is set.");
         let fatal_latches = counter_vec(&r, "fatal_latches_total", "Fatal latches by category.", &["category"]);
+        // No series until a latch: the one series present names the current category.
+        let fatal_info = IntGaugeVec::new(
+            Opts::new(
+                "tunnelgate_fatal_info",
+                "1 for the category of the current fatal latch (including one read from the latch file at start); absent while not latched.",
+            ),
+            &["category"],
+        )
+        .expect("metric definitions are valid");
+        r.register(Box::new(fatal_info.clone())).expect("registered once");
         let commands_in_flight = int_gauge(&r, "commands_in_flight", "Commands admitted and not yet finished.");
         let queue_depth = int_gauge(&r, "queue_depth", "Commands received and waiting for a worker.");
         let stdio_up = IntGaugeVec::new(
@@ -274,6 +285,7 @@ impl Metrics {
             fence_held,
             fatal_latched,
             fatal_latches,
+            fatal_info,
             commands_in_flight,
             queue_depth,
             stdio_up,
@@ -330,6 +342,7 @@ impl Metrics {
     pub fn fatal_latched(&self, category: FatalCategory) {
         self.fatal_latched.set(1);
         self.fatal_latches.with_label_values(&[category.as_str()]).inc();
+        self.fatal_info.with_label_values(&[category.as_str()]).set(1);
     }
     pub fn set_in_flight(&self, n: usize) {
         self.commands_in_flight.set(i64::try_from(n).unwrap_or(i64::MAX));
@@ -360,8 +373,8 @@ impl Metrics {
                 legs += self.downstream_requests.with_label_values(&[t, o.as_str()]).get();
             }
         }
-        let dropped = DropReason::ALL
-            .map(|r| (r.as_str(), self.commands_dropped.with_label_values(&[r.as_str()]).get()));
+        let dropped =
+            DropReason::ALL.map(|r| (r.as_str(), self.commands_dropped.with_label_values(&[r.as_str()]).get()));
         let terminal = DELIVERY_OUTCOMES.map(|o| (o, self.deliveries.with_label_values(&["terminal", o]).get()));
         Accounting {
             received,

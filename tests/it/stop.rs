@@ -27,8 +27,7 @@ fn final_accounting(stderr: &str) -> Value {
     stderr
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["fields"]["message"] == "final command accounting")
-        .last()
+        .rfind(|v| v["fields"]["message"] == "final command accounting")
         .map(|v| v["fields"].clone())
         .unwrap_or_else(|| panic!("no final accounting line in:\n{stderr}"))
 }
@@ -51,11 +50,17 @@ async fn every_command_of_a_mixed_batch_with_a_stop_mid_flight_is_counted_exactl
     let mut gw = rig.gateway(&default_mode()).await;
     // Answered, expired at receipt, unknown type, unroutable: each ends before the stop.
     let answered = rig.sim.enqueue(call(1, "echo", json!({"message": "hi"})));
-    rig.sim.enqueue(call(2, "echo", json!({"message": "late"})).response_timeout("0s"));
-    rig.sim.enqueue(NewCommand::session_termination(None).command_type("teleport"));
-    let unroutable = rig.sim.enqueue(call(3, "echo", json!({"message": "x"})).channel("nowhere"));
-    rig.wait("the early commands", |r| r.is_completed(&answered) && r.is_completed(&unroutable))
-        .await;
+    rig.sim
+        .enqueue(call(2, "echo", json!({"message": "late"})).response_timeout("0s"));
+    rig.sim
+        .enqueue(NewCommand::session_termination(None).command_type("teleport"));
+    let unroutable = rig
+        .sim
+        .enqueue(call(3, "echo", json!({"message": "x"})).channel("nowhere"));
+    rig.wait("the early commands", |r| {
+        r.is_completed(&answered) && r.is_completed(&unroutable)
+    })
+    .await;
     // Four slow calls fill `max_concurrent = 4`; a fifth waits in the queue.
     let slow: Vec<String> = (10..15)
         .map(|i| rig.sim.enqueue(call(i, "slow", json!({"ms": 8000}))))
@@ -90,9 +95,18 @@ async fn every_command_of_a_mixed_batch_with_a_stop_mid_flight_is_counted_exactl
     // The four cut calls reached the server: effect unknown. The queued one never did.
     let words: Vec<String> = slow
         .iter()
-        .map(|id| final_json(&record, id)["resp_json"]["error"]["message"].as_str().unwrap().to_owned())
+        .map(|id| {
+            final_json(&record, id)["resp_json"]["error"]["message"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
         .collect();
-    assert_eq!(words.iter().filter(|w| w.starts_with("effect unknown")).count(), 4, "{words:?}");
+    assert_eq!(
+        words.iter().filter(|w| w.starts_with("effect unknown")).count(),
+        4,
+        "{words:?}"
+    );
     assert_eq!(words.iter().filter(|w| *w == SAFE_TO_RETRY).count(), 1, "{words:?}");
     rig.assert_all_bodies_valid();
 }
@@ -124,9 +138,11 @@ async fn a_strict_stop_while_the_mcp_connect_hangs_exits_zero_and_tells_the_call
         .replace("[mcp]\n", "[mcp]\nconnect_timeout = \"30s\"\n");
     let mut gw = rig.gateway_with(&config).await;
     let id = rig.enqueue_call("echo", json!({"message": "never sent"}));
-    crate::harness::wait_until("the fence held by the connecting command", Duration::from_secs(10), || async {
-        rig.status().await["fence"]["held"] == true
-    })
+    crate::harness::wait_until(
+        "the fence held by the connecting command",
+        Duration::from_secs(10),
+        || async { rig.status().await["fence"]["held"] == true },
+    )
     .await;
     gw.sigterm();
     assert_eq!(
@@ -140,4 +156,52 @@ async fn a_strict_stop_while_the_mcp_connect_hangs_exits_zero_and_tells_the_call
     let answer = final_json(&rig.sim.record(), &id);
     assert_eq!(answer["resp_json"]["error"]["message"], SAFE_TO_RETRY, "{answer}");
     rig.assert_all_bodies_valid();
+}
+
+#[tokio::test]
+async fn with_latched_start_hold_a_latched_gateway_stays_up_not_ready_and_reports_the_latch_until_stopped() {
+    let rig = Rig::start("[[rule]]\nmatch = { tool = \"echo\", resp_type = \"terminal\" }\nstatus = 404\n").await;
+    let mut first = rig.gateway(&RigOptions::default()).await;
+    rig.enqueue_call("echo", json!({"message": "latch"}));
+    assert_eq!(first.wait_exit(EXIT).await, Some(82), "{}", first.stderr());
+    let polls = rig.sim.record().polls.len();
+    let calls = rig.stub.received();
+
+    let config = rig
+        .config(&RigOptions::default())
+        .replace("[strict]\n", "[strict]\nlatched_start = \"hold\"\n");
+    let mut held = rig.gateway_with(&config).await;
+    let ready = crate::harness::http_client()
+        .get(format!("http://127.0.0.1:{}/readyz", rig.ops_port))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    let status = rig.status().await;
+    assert_eq!(status["state"], "fatal", "{status}");
+    assert_eq!(status["fatal"]["category"], "latched_previously", "{status}");
+    let metrics = rig.metrics().await;
+    assert!(
+        metrics.contains("tunnelgate_fatal_info{category=\"latched_previously\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("tunnelgate_fatal_latched 1"), "{metrics}");
+    assert!(!held.has_exited(), "held, not exited");
+    held.sigterm();
+    assert_eq!(held.wait_exit(EXIT).await, Some(89), "{}", held.stderr());
+    assert_eq!(rig.sim.record().polls.len(), polls, "a held gateway never polls");
+    assert_eq!(rig.stub.received(), calls, "nor touches the MCP server");
+}
+
+#[tokio::test]
+async fn latched_start_accepts_only_exit_or_hold() {
+    let run = crate::harness::Gateway::cli(
+        &["check"],
+        Some("[control_plane]\nbase_url = \"http://127.0.0.1:9\"\ntunnel_id = \"t\"\napi_key = \"k\"\n[mcp.channels.main]\nurl = \"http://127.0.0.1:9/mcp\"\n[strict]\nlatched_start = \"linger\"\n"),
+        &[],
+        EXIT,
+    )
+    .await;
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(run.stderr.contains("strict.latched_start"), "{}", run.stderr);
 }

@@ -621,6 +621,6 @@ impl Writer {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod stop_tests;
+#[cfg(test)]
+mod tests;

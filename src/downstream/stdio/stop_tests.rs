@@ -42,7 +42,10 @@ async fn a_strict_stop_during_a_pending_restart_sends_nothing_and_spawns_nothing
     }
     assert_eq!(t.status().generation, 1);
 
-    let admission = fence.admit(CommandRef::new("r", "t", Some("tools/call"))).await.unwrap();
+    let admission = fence
+        .admit(CommandRef::new("r", "t", Some("tools/call")))
+        .await
+        .unwrap();
     let mut call = tokio::spawn({
         let t = t.clone();
         async move {
@@ -62,12 +65,17 @@ async fn a_strict_stop_during_a_pending_restart_sends_nothing_and_spawns_nothing
     });
     // The call is waiting for the restart backoff (about 2 s), not finished.
     assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut call).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(300), &mut call)
+            .await
+            .is_err(),
         "the call waits for the pending restart"
     );
     fence.stop_admitting();
     assert_eq!(fence.latch_if_sent_on_stop(), None, "nothing sent: a clean stop");
-    let (result, sent) = tokio::time::timeout(Duration::from_secs(15), call).await.unwrap().unwrap();
+    let (result, sent) = tokio::time::timeout(Duration::from_secs(15), call)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(!sent);
     assert_eq!(result.outcome, LegOutcome::NotSent);
     assert_eq!(result.failure, Some(LegFailure::NotAdmitted));
