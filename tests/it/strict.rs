@@ -524,7 +524,11 @@ async fn a_second_signal_during_the_grace_makes_the_latch_win() {
     rig.wait("the held POST", |r| r.responses_for(&a).next().is_some())
         .await;
     gw.sigterm();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The first signal has been acted on once /status says so: the gateway is in its grace.
+    crate::harness::wait_until("/status to report draining", EXIT, || async {
+        rig.status().await["state"] == "draining"
+    })
+    .await;
     assert!(!gw.has_exited(), "the first signal waits for the grace");
     gw.sigterm();
     let started = Instant::now();
