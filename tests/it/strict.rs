@@ -457,6 +457,9 @@ async fn an_abandoned_downstream_leg_exits_87_after_telling_the_caller_effect_un
         told["resp_json"]["error"]["message"],
         "effect unknown: the MCP server may have acted; check before retrying"
     );
+    let provenance = &told["resp_json"]["error"]["data"]["tunnel_failure"];
+    assert_eq!(provenance["source"], "transport_closed", "{told}");
+    assert_eq!(provenance["transport_error_kind"], "connection_reset", "{told}");
     assert_eq!(
         seen.load(std::sync::atomic::Ordering::SeqCst),
         1,
