@@ -343,6 +343,11 @@ async fn a_json_rpc_error_from_the_server_is_forwarded_with_its_status() {
         body["resp_json"]["error"]["data"].get("tunnel_failure").is_none(),
         "the server's own error is not rewritten"
     );
+    let metrics = rig.metrics().await;
+    assert!(
+        metrics.contains("tunnelgate_downstream_requests_total{outcome=\"answered\",transport=\"http\"} 1"),
+        "{metrics}"
+    );
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }
