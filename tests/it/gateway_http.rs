@@ -338,10 +338,80 @@ async fn a_json_rpc_error_from_the_server_is_forwarded_with_its_status() {
     let rec = rig.wait("answered", |r| r.is_completed(&id)).await;
     let body = final_json(&rec, &id);
     assert_eq!(body["resp_json"]["error"]["code"], -32601, "{body}");
+    assert_eq!(body["resp_code"], 200, "the stub answers its error with HTTP 200");
     assert!(
         body["resp_json"]["error"]["data"].get("tunnel_failure").is_none(),
         "the server's own error is not rewritten"
     );
+    let metrics = rig.metrics().await;
+    assert!(
+        metrics.contains("tunnelgate_downstream_requests_total{outcome=\"answered\",transport=\"http\"} 1"),
+        "{metrics}"
+    );
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0));
+}
+
+/// The JSON-RPC error body a server sends for request `id`: keys out of order and an
+/// odd number spelling, so only a byte-for-byte copy matches.
+fn jsonrpc_error_body(id: u64) -> String {
+    format!(
+        r#"{{"error":{{"message":"bad params","code":-32602,"data":{{"k":[1.50],"z":null}}}},"id":{id},"jsonrpc":"2.0"}}"#
+    )
+}
+
+/// A server answering every request with [`jsonrpc_error_body`] for its id, with that id
+/// as the HTTP status (id 400 gets HTTP 400, id 500 gets HTTP 500).
+async fn erroring_server() -> String {
+    use axum::http::StatusCode;
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(|body: axum::body::Bytes| async move {
+            let request: Value = serde_json::from_slice(&body).unwrap();
+            let id = request["id"].as_u64().unwrap();
+            let status = StatusCode::from_u16(u16::try_from(id).unwrap()).unwrap();
+            (status, [("content-type", "application/json")], jsonrpc_error_body(id))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test]
+async fn a_json_rpc_error_with_http_400_or_500_is_forwarded_byte_for_byte_with_that_status() {
+    let url = erroring_server().await;
+    let rig = Rig::start("").await;
+    let mut gw = rig.gateway_to(&url, &default_mode()).await;
+    let ids: Vec<(u64, String)> = [400, 500]
+        .into_iter()
+        .map(|code| (code, rig.sim.enqueue(call(code, "echo", json!({"message": "refused"})))))
+        .collect();
+    let rec = rig
+        .wait("both answered", |r| ids.iter().all(|(_, id)| r.is_completed(id)))
+        .await;
+    for (code, id) in &ids {
+        let post = rec
+            .responses_for(id)
+            .last()
+            .unwrap_or_else(|| panic!("no POST for {id}"));
+        let raw = std::str::from_utf8(&post.body).unwrap();
+        assert!(
+            raw.contains(&format!(r#""resp_json":{}"#, jsonrpc_error_body(*code))),
+            "the server's error is embedded exactly as sent: {raw}"
+        );
+        let body: Value = serde_json::from_str(raw).unwrap();
+        assert_eq!(body["resp_code"], *code, "{body}");
+        assert_eq!(body["resp_type"], "jsonrpc_response");
+        assert!(body["resp_json"]["error"]["data"].get("tunnel_failure").is_none());
+    }
+    let metrics = rig.metrics().await;
+    assert!(
+        metrics.contains("tunnelgate_downstream_requests_total{outcome=\"answered\",transport=\"http\"} 2"),
+        "{metrics}"
+    );
+    rig.assert_all_bodies_valid();
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }

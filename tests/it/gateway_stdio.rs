@@ -1,5 +1,6 @@
 //! The gateway with stdio MCP servers: server-everything as a child process, and a child
-//! that dies after reading a request (abandoned, restarted with a new generation).
+//! that dies after reading a request (abandoned, restarted with a new generation; in
+//! strict mode latched, never restarted).
 
 use std::time::Duration;
 
@@ -84,12 +85,28 @@ async fn server_everything_over_stdio_initialize_list_echo_and_progress() {
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
 }
 
+/// The peer that dies after reading its first request; every child it starts appends a
+/// line to [`spawns`].
 fn exit_after_read_argv(rig: &Rig) -> Vec<String> {
     vec![
         python().display().to_string(),
         concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/stdio/exit_after_read.py").to_owned(),
         rig.dir.path().join("marker").display().to_string(),
+        rig.dir.path().join("spawns").display().to_string(),
     ]
+}
+
+/// How many children the peer saw start (one line each in its spawn log).
+fn spawns(rig: &Rig) -> usize {
+    std::fs::read_to_string(rig.dir.path().join("spawns"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+/// How many children the gateway logged starting, including any killed before the
+/// peer could write its spawn line.
+fn started(gw: &Gateway) -> usize {
+    gw.stderr().matches("stdio child started").count()
 }
 
 fn echo_call(id: u64) -> NewCommand {
@@ -117,10 +134,9 @@ async fn a_child_that_dies_after_the_write_is_abandoned_then_restarted_with_a_ne
         body["resp_json"]["error"]["message"],
         "effect unknown: the MCP server may have acted; check before retrying"
     );
-    assert_eq!(
-        body["resp_json"]["error"]["data"]["tunnel_failure"]["source"],
-        "transport_closed"
-    );
+    let provenance = &body["resp_json"]["error"]["data"]["tunnel_failure"];
+    assert_eq!(provenance["source"], "transport_closed", "{body}");
+    assert_eq!(provenance["transport_error_kind"], "eof", "{body}");
     let second = rig.sim.enqueue(echo_call(2));
     let rec = rig.wait("second answered", |r| r.is_completed(&second)).await;
     assert!(
@@ -128,7 +144,8 @@ async fn a_child_that_dies_after_the_write_is_abandoned_then_restarted_with_a_ne
         "the restarted child answers"
     );
     let status: Value = rig.status().await;
-    assert!(status["downstream"][0]["generation"].as_u64().unwrap() >= 2, "{status}");
+    assert_eq!(status["downstream"][0]["generation"], 2, "{status}");
+    assert_eq!((spawns(&rig), started(&gw)), (2, 2), "one restart, no more");
     let metrics = rig.metrics().await;
     assert!(
         metrics.contains("tunnelgate_downstream_requests_total{outcome=\"abandoned\",transport=\"stdio\"} 1"),
@@ -150,13 +167,27 @@ async fn in_strict_mode_a_dying_child_latches_downstream_ambiguous_and_nothing_r
     let first = rig.sim.enqueue(echo_call(1));
     let second = rig.sim.enqueue(echo_call(2));
     assert_eq!(gw.wait_exit(EXIT).await, Some(87), "{}", gw.stderr());
+    let latch: Value = serde_json::from_slice(&std::fs::read(rig.latch_path()).expect("latch file written")).unwrap();
+    assert_eq!(latch["fatal"]["category"], "downstream_ambiguous", "{latch}");
+    assert_eq!(latch["fatal"]["request_id"], first.as_str(), "{latch}");
     let rec = rig.sim.record();
-    assert!(final_json(&rec, &first)["resp_json"]["error"]["message"]
-        .as_str()
-        .unwrap()
-        .starts_with("effect unknown"));
+    let told = final_json(&rec, &first);
+    assert_eq!(
+        told["resp_json"]["error"]["message"],
+        "effect unknown: the MCP server may have acted; check before retrying"
+    );
+    let provenance = &told["resp_json"]["error"]["data"]["tunnel_failure"];
+    assert_eq!(provenance["source"], "transport_closed", "{told}");
+    assert_eq!(provenance["transport_error_kind"], "eof", "{told}");
     assert_eq!(
         final_json(&rec, &second)["resp_json"]["error"]["message"],
         "not delivered to the MCP server; safe to retry"
+    );
+    // The gateway has exited: no child generation came after the one that died.
+    assert_eq!(
+        (spawns(&rig), started(&gw)),
+        (1, 1),
+        "no child was spawned after the latch: {}",
+        gw.stderr()
     );
 }

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -159,11 +159,6 @@ pub async fn http_answers(url: &str) -> bool {
     client.get(url).send().await.is_ok()
 }
 
-/// Waits until `url` accepts a TCP connection and gives any HTTP answer.
-pub async fn wait_http_ready(url: &str, timeout: Duration) {
-    wait_until(&format!("{url} to answer HTTP"), timeout, || http_answers(url)).await
-}
-
 // ---------------------------------------------------------------------------------------
 // Processes
 // ---------------------------------------------------------------------------------------
@@ -229,10 +224,6 @@ impl ChildGuard {
             stderr,
             status: None,
         }
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// The child's pid, which is also its process group id.
@@ -513,7 +504,8 @@ fn is_ambient_config_var(name: &str) -> bool {
 /// Output is captured; the process group is killed on drop.
 pub struct Gateway {
     process: ChildGuard,
-    config: Option<tempfile::TempPath>,
+    /// The temp config file: held so it exists while the gateway runs, deleted on drop.
+    _config: Option<tempfile::TempPath>,
 }
 
 /// What a one-shot `tunnelgate` command printed and how it ended.
@@ -556,7 +548,7 @@ impl Gateway {
         cmd.envs(envs.iter().copied());
         Gateway {
             process: ChildGuard::spawn("tunnelgate", cmd),
-            config,
+            _config: config,
         }
     }
 
@@ -576,46 +568,12 @@ impl Gateway {
         }
     }
 
-    pub fn pid(&self) -> u32 {
-        self.process.pid()
-    }
-
-    /// The temp config file passed with `--config`, if any.
-    pub fn config_path(&self) -> Option<&Path> {
-        self.config.as_deref()
-    }
-
     pub fn stdout(&self) -> String {
         self.process.stdout()
     }
 
     pub fn stderr(&self) -> String {
         self.process.stderr()
-    }
-
-    /// Waits until stderr contains `needle`; panics with the stderr after `timeout`.
-    pub async fn wait_stderr_contains(&mut self, needle: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if self.stderr().contains(needle) {
-                return;
-            }
-            if let Some(status) = self.process.try_wait() {
-                if self.stderr().contains(needle) {
-                    return;
-                }
-                panic!(
-                    "tunnelgate exited with {status} before printing {needle:?}; stderr:\n{}",
-                    self.stderr()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tunnelgate did not print {needle:?} within {timeout:?}; stderr:\n{}",
-                self.stderr()
-            );
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
     }
 
     /// Waits up to `timeout` for exit. `Some(code)`, `128 + N` if killed by signal N;
@@ -635,19 +593,9 @@ impl Gateway {
         self.process.signal("TERM");
     }
 
-    /// `kill -INT PID`.
-    pub fn sigint(&self) {
-        self.process.signal("INT");
-    }
-
     /// Waits until `url` (e.g. the ops listener's `/livez`) answers HTTP; panics early,
     /// with the stderr, if the gateway exits first.
     pub async fn wait_http_ready(&mut self, url: &str, timeout: Duration) {
         self.process.wait_http_ready(url, timeout).await
-    }
-
-    /// Kills the gateway's process group now.
-    pub fn kill(&mut self) {
-        self.process.kill();
     }
 }

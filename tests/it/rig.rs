@@ -23,7 +23,6 @@ pub struct Rig {
 /// Options beyond the defaults every rig uses.
 pub struct RigOptions<'a> {
     pub strict: bool,
-    pub faults: &'a str,
     /// Extra TOML appended to the gateway's configuration.
     pub extra: &'a str,
     pub post_timeout: &'a str,
@@ -34,7 +33,6 @@ impl Default for RigOptions<'_> {
     fn default() -> Self {
         Self {
             strict: true,
-            faults: "",
             extra: "",
             post_timeout: "700ms",
             post_attempts: 2,

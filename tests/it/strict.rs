@@ -457,6 +457,9 @@ async fn an_abandoned_downstream_leg_exits_87_after_telling_the_caller_effect_un
         told["resp_json"]["error"]["message"],
         "effect unknown: the MCP server may have acted; check before retrying"
     );
+    let provenance = &told["resp_json"]["error"]["data"]["tunnel_failure"];
+    assert_eq!(provenance["source"], "transport_closed", "{told}");
+    assert_eq!(provenance["transport_error_kind"], "connection_reset", "{told}");
     assert_eq!(
         seen.load(std::sync::atomic::Ordering::SeqCst),
         1,
@@ -524,7 +527,11 @@ async fn a_second_signal_during_the_grace_makes_the_latch_win() {
     rig.wait("the held POST", |r| r.responses_for(&a).next().is_some())
         .await;
     gw.sigterm();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The first signal has been acted on once /status says so: the gateway is in its grace.
+    crate::harness::wait_until("/status to report draining", EXIT, || async {
+        rig.status().await["state"] == "draining"
+    })
+    .await;
     assert!(!gw.has_exited(), "the first signal waits for the grace");
     gw.sigterm();
     let started = Instant::now();

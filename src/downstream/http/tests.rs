@@ -297,6 +297,33 @@ fn tunnel_failure(result: &LegResult) -> serde_json::Value {
     v["error"]["data"]["tunnel_failure"].clone()
 }
 
+/// The caller's words, as `docs/downstream-faults.md` spells them (N, A, R).
+const N: &str = "not delivered to the MCP server; safe to retry";
+const A: &str = "effect unknown: the MCP server may have acted; check before retrying";
+const R: &str = "the MCP server refused the request with an HTTP error and no JSON-RPC response";
+
+/// A failed leg as its row in `docs/downstream-faults.md` states it: the failure and the
+/// outcome, the `tunnel_failure` source and `transport_error_kind` (`None`: none given),
+/// and the words of the synthesized error the caller reads.
+#[track_caller]
+fn assert_row(
+    result: &LegResult,
+    failure: LegFailure,
+    outcome: LegOutcome,
+    source: &str,
+    kind: Option<&str>,
+    words: &str,
+) {
+    assert_eq!(result.failure, Some(failure));
+    assert_eq!(result.outcome, outcome);
+    let v: serde_json::Value = serde_json::from_str(resp_json(result)).unwrap();
+    assert_eq!(v["error"]["code"], -32603);
+    assert_eq!(v["error"]["message"], words);
+    let tf = &v["error"]["data"]["tunnel_failure"];
+    assert_eq!(tf["source"], source);
+    assert_eq!(tf.get("transport_error_kind").and_then(|k| k.as_str()), kind);
+}
+
 /// A loopback port nothing listens on.
 async fn dead_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -320,6 +347,7 @@ async fn a_json_reply_is_forwarded_byte_for_byte_and_the_payload_reaches_the_ser
     .await;
     let (result, notes) = call(&server.url(), CALL).await;
     assert_eq!(result.outcome, LegOutcome::Answered);
+    assert_eq!(result.failure, None);
     assert_eq!(resp_json(&result), body);
     assert_eq!(result.reply.resp_code, 200);
     assert_eq!(result.reply.resp_type, RespType::JsonrpcResponse);
@@ -346,8 +374,14 @@ async fn a_json_body_for_another_id_is_not_an_answer() {
     ))])
     .await;
     let (result, _) = call(&server.url(), CALL).await;
-    assert_eq!(result.outcome, LegOutcome::Abandoned);
-    assert_eq!(result.failure, Some(LegFailure::NonProtocolResponse));
+    assert_row(
+        &result,
+        LegFailure::NonProtocolResponse,
+        LegOutcome::Abandoned,
+        "protocol",
+        Some("non_protocol_response"),
+        A,
+    );
 }
 
 #[tokio::test]
@@ -360,20 +394,60 @@ async fn a_truncated_json_body_is_abandoned() {
     for act in [Act::Reply(short), Act::Reply(cut)] {
         let server = Server::start(vec![act]).await;
         let (result, _) = call(&server.url(), CALL).await;
-        assert_eq!(result.outcome, LegOutcome::Abandoned);
-        assert_eq!(result.failure, Some(LegFailure::TruncatedJson));
-        assert_eq!(tunnel_failure(&result)["transport_error_kind"], "malformed_json");
+        assert_row(
+            &result,
+            LegFailure::TruncatedJson,
+            LegOutcome::Abandoned,
+            "protocol",
+            Some("malformed_json"),
+            A,
+        );
     }
 }
 
 #[tokio::test]
-async fn a_json_body_over_the_bound_is_abandoned() {
+async fn a_json_body_over_the_bound_is_abandoned_whether_or_not_its_length_is_declared() {
     let big = format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{}"}}"#, "x".repeat(2048));
-    let server = Server::start(vec![Act::Reply(reply(
-        "200 OK",
-        &[("Content-Type", "application/json")],
-        big.as_bytes(),
-    ))])
+    // Refused on its Content-Length before any of it is read, or read up to the bound
+    // when it runs until the connection closes.
+    let declared = reply("200 OK", &[("Content-Type", "application/json")], big.as_bytes());
+    let mut undeclared = head("200 OK", &[("Content-Type", "application/json")]);
+    undeclared.extend_from_slice(big.as_bytes());
+    for act in [Act::Reply(declared), Act::Reply(undeclared)] {
+        let server = Server::start(vec![act]).await;
+        let t = HttpTransport::new(
+            "main",
+            &server.url(),
+            HttpSettings {
+                max_body_bytes: 1024,
+                ..settings()
+            },
+        )
+        .unwrap();
+        let (result, _) = run(&t, &payload(CALL), &Vec::new(), None).await;
+        assert_row(
+            &result,
+            LegFailure::BodyTooLarge,
+            LegOutcome::Abandoned,
+            "protocol",
+            Some("response_body_too_large"),
+            A,
+        );
+        assert_eq!(tunnel_failure(&result)["upstream_response_received"], true);
+        assert!(!resp_json(&result).contains("xxxx"), "none of the body is forwarded");
+        server.assert_consumed();
+    }
+}
+
+#[tokio::test]
+async fn an_sse_event_still_undispatched_past_the_bound_is_abandoned() {
+    // The bound is on bytes held for an event not yet complete: here the first part
+    // alone is over it.
+    let server = Server::start(vec![Act::Parts(vec![
+        sse_head(&[]),
+        format!(r#"data: {{"jsonrpc":"2.0","id":1,"result":"{}"#, "x".repeat(2048)).into_bytes(),
+        b"\"}\n\n".to_vec(),
+    ])])
     .await;
     let t = HttpTransport::new(
         "main",
@@ -384,9 +458,16 @@ async fn a_json_body_over_the_bound_is_abandoned() {
         },
     )
     .unwrap();
-    let (result, _) = run(&t, &payload(CALL), &Vec::new(), None).await;
-    assert_eq!(result.failure, Some(LegFailure::BodyTooLarge));
-    assert_eq!(result.outcome, LegOutcome::Abandoned);
+    let (result, notes) = run(&t, &payload(CALL), &Vec::new(), None).await;
+    assert_row(
+        &result,
+        LegFailure::BodyTooLarge,
+        LegOutcome::Abandoned,
+        "protocol",
+        Some("response_body_too_large"),
+        A,
+    );
+    assert!(notes.is_empty());
 }
 
 // --- regime (C) and statuses ---
@@ -400,8 +481,14 @@ async fn a_2xx_plain_text_reply_is_abandoned_as_non_protocol() {
     ))])
     .await;
     let (result, _) = call(&server.url(), CALL).await;
-    assert_eq!(result.outcome, LegOutcome::Abandoned);
-    assert_eq!(result.failure, Some(LegFailure::NonProtocolResponse));
+    assert_row(
+        &result,
+        LegFailure::NonProtocolResponse,
+        LegOutcome::Abandoned,
+        "protocol",
+        Some("non_protocol_response"),
+        A,
+    );
     assert!(!resp_json(&result).contains("all good"));
 }
 
@@ -409,49 +496,115 @@ async fn a_2xx_plain_text_reply_is_abandoned_as_non_protocol() {
 async fn a_request_answered_202_is_abandoned_as_non_protocol() {
     let server = Server::start(vec![Act::Reply(reply("202 Accepted", &[], b""))]).await;
     let (result, _) = call(&server.url(), CALL).await;
-    assert_eq!(result.failure, Some(LegFailure::NonProtocolResponse));
-    assert_eq!(result.outcome, LegOutcome::Abandoned);
-}
-
-#[tokio::test]
-async fn a_jsonrpc_error_with_http_400_is_forwarded_exactly() {
-    let body = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad params","data":{"k":[1.50]}}}"#;
-    let server = Server::start(vec![Act::Reply(reply(
-        "400 Bad Request",
-        &[("Content-Type", "application/json")],
-        body.as_bytes(),
-    ))])
-    .await;
-    let (result, _) = call(&server.url(), CALL).await;
-    assert_eq!(result.outcome, LegOutcome::Answered);
-    assert_eq!(result.failure, None);
-    assert_eq!(resp_json(&result), body);
-    assert_eq!(result.reply.resp_code, 400);
-}
-
-#[tokio::test]
-async fn an_http_500_text_body_becomes_a_synthesized_error_without_the_body() {
-    let canary = "CANARY-7f3a secret stack trace";
-    let server = Server::start(vec![Act::Reply(reply(
-        "500 Internal Server Error",
-        &[("Content-Type", "text/plain")],
-        canary.as_bytes(),
-    ))])
-    .await;
-    let (result, _) = call(&server.url(), CALL).await;
-    assert_eq!(result.failure, Some(LegFailure::HttpStatus(500)));
-    assert_eq!(result.outcome, LegOutcome::Abandoned);
-    assert_eq!(result.reply.resp_code, 500);
-    let text = resp_json(&result);
-    assert!(
-        !text.contains("CANARY"),
-        "the server's body must never reach the caller"
+    assert_row(
+        &result,
+        LegFailure::NonProtocolResponse,
+        LegOutcome::Abandoned,
+        "protocol",
+        Some("non_protocol_response"),
+        A,
     );
-    let tf = tunnel_failure(&result);
-    assert_eq!(tf["source"], "target_http");
-    assert_eq!(tf["upstream_status"], 500);
-    let v: serde_json::Value = serde_json::from_str(text).unwrap();
-    assert_eq!(v["id"], 1);
+}
+
+#[tokio::test]
+async fn a_jsonrpc_error_with_http_400_or_500_is_answered_and_forwarded_exactly_with_that_status() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad params","data":{"k":[1.50]}}}"#;
+    for (status, code) in [("400 Bad Request", 400), ("500 Internal Server Error", 500)] {
+        let server = Server::start(vec![Act::Reply(reply(
+            status,
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        ))])
+        .await;
+        let (result, _) = call(&server.url(), CALL).await;
+        assert_eq!(result.outcome, LegOutcome::Answered, "{status}");
+        assert_eq!(result.failure, None, "{status}");
+        assert_eq!(resp_json(&result), body, "{status}: byte for byte");
+        assert_eq!(result.reply.resp_code, code);
+        assert_eq!(result.reply.resp_type, RespType::JsonrpcResponse);
+        server.assert_consumed();
+    }
+}
+
+#[tokio::test]
+async fn an_http_5xx_or_408_without_a_jsonrpc_body_is_abandoned_and_the_body_never_forwarded() {
+    let canary = "CANARY-7f3a secret stack trace";
+    let cases = [
+        ("500 Internal Server Error", 500, "text/plain", canary.to_owned()),
+        (
+            "503 Service Unavailable",
+            503,
+            "application/json",
+            format!(r#"{{"detail":"{canary}"}}"#),
+        ),
+        ("408 Request Timeout", 408, "text/plain", canary.to_owned()),
+    ];
+    for (status, code, content_type, body) in cases {
+        let server = Server::start(vec![Act::Reply(reply(
+            status,
+            &[("Content-Type", content_type)],
+            body.as_bytes(),
+        ))])
+        .await;
+        let (result, _) = call(&server.url(), CALL).await;
+        assert_row(
+            &result,
+            LegFailure::HttpStatus(code),
+            LegOutcome::Abandoned,
+            "target_http",
+            Some("http_status"),
+            A,
+        );
+        assert_eq!(result.reply.resp_code, code);
+        let text = resp_json(&result);
+        assert!(
+            !text.contains("CANARY"),
+            "the server's body must never reach the caller"
+        );
+        let tf = tunnel_failure(&result);
+        assert_eq!(tf["upstream_status"], code);
+        assert_eq!(tf["upstream_response_received"], true);
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(v["id"], 1);
+    }
+}
+
+#[tokio::test]
+async fn an_http_4xx_other_than_408_without_a_jsonrpc_body_is_answered_as_a_refusal() {
+    let canary = "CANARY-4c1d not for the caller";
+    let cases = [
+        ("400 Bad Request", 400, "text/plain", canary.to_owned()),
+        ("404 Not Found", 404, "text/html", format!("<p>{canary}</p>")),
+        (
+            "406 Not Acceptable",
+            406,
+            "application/json",
+            format!(r#"{{"error":"{canary}"}}"#),
+        ),
+    ];
+    for (status, code, content_type, body) in cases {
+        let server = Server::start(vec![Act::Reply(reply(
+            status,
+            &[("Content-Type", content_type)],
+            body.as_bytes(),
+        ))])
+        .await;
+        let (result, _) = call(&server.url(), CALL).await;
+        assert_row(
+            &result,
+            LegFailure::HttpStatus(code),
+            LegOutcome::Answered,
+            "target_http",
+            Some("http_status"),
+            R,
+        );
+        assert_eq!(result.reply.resp_code, code);
+        assert_eq!(result.reply.resp_type, RespType::JsonrpcResponse);
+        assert!(!resp_json(&result).contains("CANARY"));
+        let tf = tunnel_failure(&result);
+        assert_eq!(tf["upstream_status"], code);
+        assert_eq!(tf["upstream_response_received"], true);
+    }
 }
 
 // --- regime (A): event streams ---
@@ -504,6 +657,7 @@ async fn progress_notifications_are_delivered_in_order_before_the_result() {
     .await;
     let (result, notes) = call(&url, CALL).await;
     assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
+    assert_eq!(result.failure, None);
     assert_eq!(
         resp_json(&result),
         "{\"result\":{\"b\":1,\"a\":2},\"id\":1,\n \"jsonrpc\":\"2.0\"}"
@@ -531,10 +685,15 @@ async fn a_stream_closed_at_an_event_boundary_before_the_response_is_abandoned()
     ])])
     .await;
     let (result, notes) = call(&server.url(), CALL).await;
-    assert_eq!(result.outcome, LegOutcome::Abandoned);
-    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+    assert_row(
+        &result,
+        LegFailure::StreamClosedBeforeResponse,
+        LegOutcome::Abandoned,
+        "protocol",
+        Some("unexpected_eof"),
+        A,
+    );
     assert_eq!(notes.len(), 1, "what arrived before the close is still forwarded");
-    assert_eq!(tunnel_failure(&result)["transport_error_kind"], "unexpected_eof");
 }
 
 #[tokio::test]
@@ -545,8 +704,14 @@ async fn a_stream_closed_mid_event_is_abandoned_even_when_the_cut_event_holds_th
     ])])
     .await;
     let (result, notes) = call(&server.url(), CALL).await;
-    assert_eq!(result.outcome, LegOutcome::Abandoned);
-    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+    assert_row(
+        &result,
+        LegFailure::StreamClosedBeforeResponse,
+        LegOutcome::Abandoned,
+        "protocol",
+        Some("unexpected_eof"),
+        A,
+    );
     assert!(notes.is_empty());
 }
 
@@ -626,8 +791,15 @@ async fn a_server_that_never_sends_headers_is_abandoned_at_the_deadline() {
     let started = Instant::now();
     let deadline = Some(started + Duration::from_millis(300));
     let (result, _) = run(&transport(&server.url()), &payload(CALL), &Vec::new(), deadline).await;
-    assert_eq!(result.failure, Some(LegFailure::TimeoutAfterWrite));
-    assert_eq!(result.outcome, LegOutcome::Abandoned);
+    assert_row(
+        &result,
+        LegFailure::TimeoutAfterWrite,
+        LegOutcome::Abandoned,
+        "timeout",
+        Some("timeout"),
+        A,
+    );
+    assert_eq!(result.reply.resp_code, 504);
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "the deadline bounds the wait for headers"
@@ -656,7 +828,14 @@ async fn a_stream_that_stalls_is_abandoned_at_the_deadline() {
         Some(started + Duration::from_millis(300)),
     )
     .await;
-    assert_eq!(result.failure, Some(LegFailure::TimeoutAfterWrite));
+    assert_row(
+        &result,
+        LegFailure::TimeoutAfterWrite,
+        LegOutcome::Abandoned,
+        "timeout",
+        Some("timeout"),
+        A,
+    );
     assert!(started.elapsed() < Duration::from_secs(3));
 }
 
@@ -665,8 +844,14 @@ async fn a_server_that_closes_or_resets_after_reading_the_request_is_abandoned()
     for act in [Act::Close, Act::Reset] {
         let server = Server::start(vec![act]).await;
         let (result, _) = call(&server.url(), CALL).await;
-        assert_eq!(result.outcome, LegOutcome::Abandoned);
-        assert_eq!(result.failure, Some(LegFailure::ConnectionLost));
+        assert_row(
+            &result,
+            LegFailure::ConnectionLost,
+            LegOutcome::Abandoned,
+            "transport_closed",
+            Some("connection_reset"),
+            A,
+        );
         assert_eq!(server.seen().len(), 1, "the server did read the request");
     }
 }
@@ -677,9 +862,14 @@ async fn connect_refused_is_not_sent_and_marks_the_channel_down() {
     let t = transport(&format!("http://{addr}/mcp"));
     assert!(t.status().up);
     let (result, _) = run(&t, &payload(CALL), &Vec::new(), None).await;
-    assert_eq!(result.failure, Some(LegFailure::ConnectRefused));
-    assert_eq!(result.outcome, LegOutcome::NotSent);
-    assert_eq!(tunnel_failure(&result)["source"], "connect");
+    assert_row(
+        &result,
+        LegFailure::ConnectRefused,
+        LegOutcome::NotSent,
+        "connect",
+        Some("connection_refused"),
+        N,
+    );
     let status = t.status();
     assert!(!status.up);
     assert_eq!(
@@ -731,8 +921,14 @@ async fn a_connect_timeout_is_not_sent() {
     let t = HttpTransport::new("main", &format!("http://{addr}/mcp"), settings).unwrap();
     let started = Instant::now();
     let (result, _) = run(&t, &payload(CALL), &Vec::new(), None).await;
-    assert_eq!(result.failure, Some(LegFailure::ConnectFailed));
-    assert_eq!(result.outcome, LegOutcome::NotSent);
+    assert_row(
+        &result,
+        LegFailure::ConnectFailed,
+        LegOutcome::NotSent,
+        "connect",
+        Some("dial"),
+        N,
+    );
     assert!(started.elapsed() < Duration::from_secs(3));
     drop(listener);
 }
@@ -740,9 +936,7 @@ async fn a_connect_timeout_is_not_sent() {
 #[tokio::test]
 async fn a_dns_failure_is_not_sent() {
     let (result, _) = call("http://nonexistent.invalid/", CALL).await;
-    assert_eq!(result.failure, Some(LegFailure::Dns));
-    assert_eq!(result.outcome, LegOutcome::NotSent);
-    assert_eq!(tunnel_failure(&result)["source"], "dns");
+    assert_row(&result, LegFailure::Dns, LegOutcome::NotSent, "dns", Some("dns"), N);
 }
 
 #[tokio::test]
@@ -759,8 +953,7 @@ async fn a_tls_handshake_failure_is_not_sent() {
         }
     });
     let (result, _) = call(&format!("https://{addr}/mcp"), CALL).await;
-    assert_eq!(result.failure, Some(LegFailure::Tls));
-    assert_eq!(result.outcome, LegOutcome::NotSent);
+    assert_row(&result, LegFailure::Tls, LegOutcome::NotSent, "tls", Some("tls"), N);
 }
 
 #[tokio::test]
@@ -768,8 +961,15 @@ async fn a_passed_deadline_sends_nothing() {
     let server = Server::start(vec![]).await;
     let deadline = Some(Instant::now() - Duration::from_millis(1));
     let (result, _) = run(&transport(&server.url()), &payload(CALL), &Vec::new(), deadline).await;
-    assert_eq!(result.failure, Some(LegFailure::DeadlineBeforeSend));
-    assert_eq!(result.outcome, LegOutcome::NotSent);
+    // The leg's own result; the dispatcher never posts it (the response_timeout passed).
+    assert_row(
+        &result,
+        LegFailure::DeadlineBeforeSend,
+        LegOutcome::NotSent,
+        "timeout",
+        Some("timeout"),
+        N,
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
         server.accepted.load(Ordering::SeqCst),
@@ -793,12 +993,21 @@ async fn a_latched_admission_sends_nothing() {
         deadline: None,
     };
     let result = timeout(TEST_BOUND, t.call(&admission, &req, &tx)).await.unwrap();
-    assert_eq!(result.failure, Some(LegFailure::NotAdmitted));
-    assert_eq!(result.outcome, LegOutcome::NotSent);
+    assert_row(
+        &result,
+        LegFailure::NotAdmitted,
+        LegOutcome::NotSent,
+        "client_internal",
+        None,
+        N,
+    );
     let result = timeout(TEST_BOUND, t.terminate_session(&admission, &Vec::new(), None))
         .await
         .unwrap();
     assert_eq!(result.failure, Some(LegFailure::NotAdmitted));
+    assert_eq!(result.outcome, LegOutcome::NotSent);
+    assert_eq!(result.reply.resp_type, RespType::SessionTerminationResponse);
+    assert!(result.reply.resp_json.is_none());
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(server.accepted.load(Ordering::SeqCst), 0);
 }
@@ -816,6 +1025,7 @@ async fn a_notification_answered_202_is_acknowledged() {
     let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
     let (result, _) = call(&server.url(), note).await;
     assert_eq!(result.outcome, LegOutcome::Answered);
+    assert_eq!(result.failure, None);
     assert_eq!(result.reply.resp_type, RespType::NotifyAck);
     assert_eq!(result.reply.resp_code, 202);
     assert!(result.reply.resp_json.is_none());
@@ -828,7 +1038,9 @@ async fn a_notification_refused_with_500_is_a_failed_ack() {
     let server = Server::start(vec![Act::Reply(reply("500 Internal Server Error", &[], b"boom"))]).await;
     let (result, _) = call(&server.url(), r#"{"jsonrpc":"2.0","method":"notifications/cancelled"}"#).await;
     assert_eq!(result.failure, Some(LegFailure::HttpStatus(500)));
+    assert_eq!(result.outcome, LegOutcome::Abandoned);
     assert_eq!(result.reply.resp_type, RespType::NotifyAck);
+    assert_eq!(result.reply.resp_code, 500);
     assert!(result.reply.resp_json.is_none());
 }
 
@@ -842,6 +1054,7 @@ async fn session_termination_sends_delete_with_the_session_header() {
         .await
         .unwrap();
     assert_eq!(result.outcome, LegOutcome::Answered);
+    assert_eq!(result.failure, None);
     assert_eq!(result.reply.resp_type, RespType::SessionTerminationResponse);
     assert_eq!(result.reply.resp_code, 204);
     assert!(result.reply.resp_json.is_none());
@@ -991,6 +1204,7 @@ async fn a_cut_stream_is_resumed_with_last_event_id_and_recovers_the_response() 
     ]);
     let (result, notes) = run(&transport(&server.url()), &payload(CALL), &h, None).await;
     assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
+    assert_eq!(result.failure, None);
     assert_eq!(
         resp_json(&result),
         r#"{"jsonrpc":"2.0","id":1,"result":{"resumed":true}}"#
@@ -1018,7 +1232,14 @@ async fn the_2026_07_28_revision_is_never_resumed() {
     let server = Server::start(vec![cut_stream()]).await;
     let h = headers(&[("Mcp-Protocol-Version", &["2026-07-28"]), ("Mcp-Session-Id", &["s-9"])]);
     let (result, _) = run(&transport(&server.url()), &payload(CALL), &h, None).await;
-    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+    assert_row(
+        &result,
+        LegFailure::StreamClosedBeforeResponse,
+        LegOutcome::Abandoned,
+        "protocol",
+        Some("unexpected_eof"),
+        A,
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(server.seen().len(), 1);
     assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
@@ -1034,7 +1255,14 @@ async fn a_stream_without_event_ids_or_session_is_not_resumed() {
     for act in [no_ids, no_session] {
         let server = Server::start(vec![act]).await;
         let (result, _) = call(&server.url(), CALL).await;
-        assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+        assert_row(
+            &result,
+            LegFailure::StreamClosedBeforeResponse,
+            LegOutcome::Abandoned,
+            "protocol",
+            Some("unexpected_eof"),
+            A,
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(server.seen().len(), 1);
     }
@@ -1048,8 +1276,14 @@ async fn a_resume_refused_with_405_stays_abandoned() {
     ])
     .await;
     let (result, _) = call(&server.url(), CALL).await;
-    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
-    assert_eq!(result.outcome, LegOutcome::Abandoned);
+    assert_row(
+        &result,
+        LegFailure::StreamClosedBeforeResponse,
+        LegOutcome::Abandoned,
+        "protocol",
+        Some("unexpected_eof"),
+        A,
+    );
     assert_eq!(server.seen().len(), 2);
     server.assert_consumed();
 }
@@ -1062,7 +1296,14 @@ async fn resume_stops_after_five_attempts() {
     script.extend((0..5).map(|_| Act::Reply(recut.clone())));
     let server = Server::start(script).await;
     let (result, _) = call(&server.url(), CALL).await;
-    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+    assert_row(
+        &result,
+        LegFailure::StreamClosedBeforeResponse,
+        LegOutcome::Abandoned,
+        "protocol",
+        Some("unexpected_eof"),
+        A,
+    );
     let seen = server.seen();
     assert_eq!(
         seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(),
@@ -1097,7 +1338,15 @@ async fn a_latch_between_the_cut_and_the_resume_sends_nothing_more() {
     };
     let (result, note) = timeout(TEST_BOUND, async { tokio::join!(leg, latch) }).await.unwrap();
     assert!(note.is_some());
-    assert_eq!(result.failure, Some(LegFailure::StreamClosedBeforeResponse));
+    // The POST was delivered before the latch: the leg is abandoned, not "not sent".
+    assert_row(
+        &result,
+        LegFailure::StreamClosedBeforeResponse,
+        LegOutcome::Abandoned,
+        "protocol",
+        Some("unexpected_eof"),
+        A,
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(server.seen().len(), 1, "no resume GET after the latch");
 }

@@ -1,89 +1,215 @@
 use super::*;
 use LegOutcome::*;
 
-/// Every variant, with the outcome, `tunnel_failure` source and caller words it must give.
-fn table() -> Vec<(LegFailure, LegOutcome, &'static str, &'static str)> {
+/// One row: a failure with the outcome, `tunnel_failure` source and
+/// `transport_error_kind`, caller words and synthesized `resp_code` it must give.
+type Row = (
+    LegFailure,
+    LegOutcome,
+    &'static str,
+    Option<&'static str>,
+    &'static str,
+    u16,
+);
+
+/// Every variant (and the statuses that split `HttpStatus`).
+fn table() -> Vec<Row> {
     vec![
-        (LegFailure::Dns, NotSent, "dns", NOT_SENT_MESSAGE),
-        (LegFailure::ConnectRefused, NotSent, "connect", NOT_SENT_MESSAGE),
-        (LegFailure::ConnectFailed, NotSent, "connect", NOT_SENT_MESSAGE),
-        (LegFailure::Tls, NotSent, "tls", NOT_SENT_MESSAGE),
+        (LegFailure::Dns, NotSent, "dns", Some("dns"), NOT_SENT_MESSAGE, 502),
+        (
+            LegFailure::ConnectRefused,
+            NotSent,
+            "connect",
+            Some("connection_refused"),
+            NOT_SENT_MESSAGE,
+            502,
+        ),
+        (
+            LegFailure::ConnectFailed,
+            NotSent,
+            "connect",
+            Some("dial"),
+            NOT_SENT_MESSAGE,
+            502,
+        ),
+        (LegFailure::Tls, NotSent, "tls", Some("tls"), NOT_SENT_MESSAGE, 502),
         (
             LegFailure::ChildNotRunning,
             NotSent,
             "transport_closed",
+            Some("closed_pipe"),
             NOT_SENT_MESSAGE,
+            502,
         ),
-        (LegFailure::NotAdmitted, NotSent, "client_internal", NOT_SENT_MESSAGE),
-        (LegFailure::DeadlineBeforeSend, NotSent, "timeout", NOT_SENT_MESSAGE),
+        (
+            LegFailure::NotAdmitted,
+            NotSent,
+            "client_internal",
+            None,
+            NOT_SENT_MESSAGE,
+            502,
+        ),
+        (
+            LegFailure::DeadlineBeforeSend,
+            NotSent,
+            "timeout",
+            Some("timeout"),
+            NOT_SENT_MESSAGE,
+            504,
+        ),
         (
             LegFailure::InternalBeforeSend,
             NotSent,
             "client_internal",
+            Some("unknown"),
             NOT_SENT_MESSAGE,
+            502,
         ),
-        (LegFailure::HttpStatus(400), Answered, "target_http", REFUSED_MESSAGE),
-        (LegFailure::HttpStatus(404), Answered, "target_http", REFUSED_MESSAGE),
-        (LegFailure::HttpStatus(406), Answered, "target_http", REFUSED_MESSAGE),
-        (LegFailure::HttpStatus(408), Abandoned, "target_http", ABANDONED_MESSAGE),
-        (LegFailure::HttpStatus(500), Abandoned, "target_http", ABANDONED_MESSAGE),
-        (LegFailure::HttpStatus(503), Abandoned, "target_http", ABANDONED_MESSAGE),
-        (LegFailure::TimeoutAfterWrite, Abandoned, "timeout", ABANDONED_MESSAGE),
+        (
+            LegFailure::HttpStatus(400),
+            Answered,
+            "target_http",
+            Some("http_status"),
+            REFUSED_MESSAGE,
+            400,
+        ),
+        (
+            LegFailure::HttpStatus(404),
+            Answered,
+            "target_http",
+            Some("http_status"),
+            REFUSED_MESSAGE,
+            404,
+        ),
+        (
+            LegFailure::HttpStatus(406),
+            Answered,
+            "target_http",
+            Some("http_status"),
+            REFUSED_MESSAGE,
+            406,
+        ),
+        (
+            LegFailure::HttpStatus(408),
+            Abandoned,
+            "target_http",
+            Some("http_status"),
+            ABANDONED_MESSAGE,
+            408,
+        ),
+        (
+            LegFailure::HttpStatus(500),
+            Abandoned,
+            "target_http",
+            Some("http_status"),
+            ABANDONED_MESSAGE,
+            500,
+        ),
+        (
+            LegFailure::HttpStatus(503),
+            Abandoned,
+            "target_http",
+            Some("http_status"),
+            ABANDONED_MESSAGE,
+            503,
+        ),
+        (
+            LegFailure::TimeoutAfterWrite,
+            Abandoned,
+            "timeout",
+            Some("timeout"),
+            ABANDONED_MESSAGE,
+            504,
+        ),
         (
             LegFailure::ConnectionLost,
             Abandoned,
             "transport_closed",
+            Some("connection_reset"),
             ABANDONED_MESSAGE,
+            502,
         ),
         (
             LegFailure::StreamClosedBeforeResponse,
             Abandoned,
             "protocol",
+            Some("unexpected_eof"),
             ABANDONED_MESSAGE,
+            502,
         ),
-        (LegFailure::TruncatedJson, Abandoned, "protocol", ABANDONED_MESSAGE),
+        (
+            LegFailure::TruncatedJson,
+            Abandoned,
+            "protocol",
+            Some("malformed_json"),
+            ABANDONED_MESSAGE,
+            502,
+        ),
         (
             LegFailure::NonProtocolResponse,
             Abandoned,
             "protocol",
+            Some("non_protocol_response"),
             ABANDONED_MESSAGE,
+            502,
         ),
-        (LegFailure::BodyTooLarge, Abandoned, "protocol", ABANDONED_MESSAGE),
+        (
+            LegFailure::BodyTooLarge,
+            Abandoned,
+            "protocol",
+            Some("response_body_too_large"),
+            ABANDONED_MESSAGE,
+            502,
+        ),
         (
             LegFailure::ChildExited,
             Abandoned,
             "transport_closed",
+            Some("eof"),
             ABANDONED_MESSAGE,
+            502,
         ),
         (
             LegFailure::ChildPipeBroken,
             Abandoned,
             "transport_closed",
+            Some("closed_pipe"),
             ABANDONED_MESSAGE,
+            502,
         ),
         (
             LegFailure::CancelledAfterWrite,
             Abandoned,
             "client_internal",
+            Some("connection_aborted"),
             ABANDONED_MESSAGE,
+            502,
         ),
         (
             LegFailure::InternalAfterWrite,
             Abandoned,
             "client_internal",
+            Some("unknown"),
             ABANDONED_MESSAGE,
+            502,
         ),
     ]
 }
 
 #[test]
 fn every_failure_maps_to_one_outcome_source_and_message() {
-    for (failure, outcome, source, message) in table() {
+    for (failure, outcome, source, kind, message, resp_code) in table() {
         assert_eq!(failure.outcome(), outcome, "{failure:?}");
         let tf = serde_json::to_value(failure.tunnel_failure()).unwrap();
         assert_eq!(tf["source"], source, "{failure:?}");
+        assert_eq!(
+            tf.get("transport_error_kind").and_then(|k| k.as_str()),
+            kind,
+            "{failure:?}"
+        );
         assert_eq!(tf["version"], 1);
         assert_eq!(failure.caller_message(), message, "{failure:?}");
+        assert_eq!(failure.resp_code(), resp_code, "{failure:?}");
     }
 }
 

@@ -133,6 +133,31 @@ fn assert_failed(result: &LegResult, failure: LegFailure, outcome: LegOutcome) {
     assert_eq!(result.outcome, outcome);
 }
 
+/// The caller's words, as `docs/downstream-faults.md` spells them (N, A).
+const N: &str = "not delivered to the MCP server; safe to retry";
+const A: &str = "effect unknown: the MCP server may have acted; check before retrying";
+
+/// A failed leg as its row in `docs/downstream-faults.md` states it: the failure and the
+/// outcome, the `tunnel_failure` source and `transport_error_kind` (`None`: none given),
+/// and the words of the synthesized error the caller reads.
+#[track_caller]
+fn assert_row(
+    result: &LegResult,
+    failure: LegFailure,
+    outcome: LegOutcome,
+    source: &str,
+    kind: Option<&str>,
+    words: &str,
+) {
+    assert_failed(result, failure, outcome);
+    let v = response_json(result);
+    assert_eq!(v["error"]["code"], -32603);
+    assert_eq!(v["error"]["message"], words);
+    let tf = &v["error"]["data"]["tunnel_failure"];
+    assert_eq!(tf["source"], source);
+    assert_eq!(tf.get("transport_error_kind").and_then(|k| k.as_str()), kind);
+}
+
 /// Runs a test body under [`TEST_BOUND`].
 async fn bounded(body: impl Future<Output = ()>) {
     tokio::time::timeout(TEST_BOUND, body)
@@ -163,6 +188,16 @@ fn metric(metrics: &Metrics, series: &str) -> Option<f64> {
 
 fn is_alive(pid: i32) -> bool {
     kill(Pid::from_raw(pid), None).is_ok()
+}
+
+/// Whether `pid` is a live process: a zombie (killed, not yet reaped by whichever
+/// ancestor inherited it) counts as gone.
+fn is_running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the parenthesised command name.
+        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next());
+        !matches!(state, Some(Some('Z' | 'X')))
+    })
 }
 
 impl StdioTransport {
@@ -371,23 +406,30 @@ impl Capture {
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
+
+    /// Captures this thread's log output (INFO and up) while the returned guards live.
+    /// Only for current-thread runtimes: the child's tasks then log on this thread.
+    fn this_thread() -> (Self, tracing::subscriber::DefaultGuard, tracing::Dispatch) {
+        let capture = Capture::default();
+        let writer = capture.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        // With a single registered dispatcher, tracing computes a new callsite's interest
+        // from the default of whichever thread hits it first (another test's, with none); a
+        // second live dispatcher makes it combine all of them, so this thread's events are
+        // kept.
+        let second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        (capture, guard, second)
+    }
 }
 
 #[tokio::test]
 async fn stderr_is_logged_redacted_and_stdout_garbage_by_length_only() {
-    let capture = Capture::default();
-    let writer = capture.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(move || writer.clone())
-        .finish();
-    // Current-thread runtime: the child's tasks log on this thread, under this subscriber.
-    let _guard = tracing::subscriber::set_default(subscriber);
-    // With a single registered dispatcher, tracing computes a new callsite's interest from
-    // the default of whichever thread hits it first (another test's, with none); a second
-    // live dispatcher makes it combine all of them, so this thread's events are kept.
-    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+    let (capture, _guard, _second) = Capture::this_thread();
     bounded(async {
         let (t, _) = transport(peer("echo.py", &["--garbage"]));
         let adm = admission().await;
@@ -422,7 +464,14 @@ async fn a_child_that_exits_after_reading_the_request_is_abandoned_and_restarts_
         let (t, metrics) = transport(peer("exit_after_read.py", &[marker.to_str().unwrap()]));
         let adm = admission().await;
         let (first, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
-        assert_failed(&first, LegFailure::ChildExited, LegOutcome::Abandoned);
+        assert_row(
+            &first,
+            LegFailure::ChildExited,
+            LegOutcome::Abandoned,
+            "transport_closed",
+            Some("eof"),
+            A,
+        );
         assert_eq!(first.reply.resp_type, RespType::JsonrpcResponse);
         assert_eq!(
             response_json(&first)["id"],
@@ -448,7 +497,14 @@ async fn a_child_that_exits_mid_response_leaves_the_request_abandoned() {
         let (t, metrics) = transport(peer("partial_response.py", &[]));
         let adm = admission().await;
         let (result, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
-        assert_failed(&result, LegFailure::ChildExited, LegOutcome::Abandoned);
+        assert_row(
+            &result,
+            LegFailure::ChildExited,
+            LegOutcome::Abandoned,
+            "transport_closed",
+            Some("eof"),
+            A,
+        );
         eventually("the partial line is counted", || {
             metric(&metrics, "tunnelgate_stdio_stdout_invalid_lines_total") == Some(1.0)
         })
@@ -467,7 +523,14 @@ async fn a_request_past_its_deadline_is_retired_and_its_late_answer_discarded() 
         let started = Instant::now();
         let (late, _) = send(&t, &adm, slow, Duration::from_millis(300)).await;
         let took = started.elapsed();
-        assert_failed(&late, LegFailure::TimeoutAfterWrite, LegOutcome::Abandoned);
+        assert_row(
+            &late,
+            LegFailure::TimeoutAfterWrite,
+            LegOutcome::Abandoned,
+            "timeout",
+            Some("timeout"),
+            A,
+        );
         assert_eq!(late.reply.resp_code, 504);
         assert!(
             took >= Duration::from_millis(290) && took < Duration::from_secs(3),
@@ -491,7 +554,14 @@ async fn an_initialize_that_times_out_kills_the_child_and_the_next_call_restarts
         let adm = admission().await;
         let slow_init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"_delay_ms":5000}}"#;
         let (result, _) = send(&t, &adm, slow_init, Duration::from_millis(300)).await;
-        assert_failed(&result, LegFailure::TimeoutAfterWrite, LegOutcome::Abandoned);
+        assert_row(
+            &result,
+            LegFailure::TimeoutAfterWrite,
+            LegOutcome::Abandoned,
+            "timeout",
+            Some("timeout"),
+            A,
+        );
         eventually("the child is killed", || !t.status().up).await;
 
         let (next, _) = send(&t, &adm, INITIALIZE, ANSWER_WITHIN).await;
@@ -543,15 +613,23 @@ async fn the_child_never_sees_gateway_variables_but_gets_the_configured_ones() {
 }
 
 #[tokio::test]
-async fn a_child_that_ignores_sigterm_is_killed_within_bounds_on_shutdown() {
+async fn a_child_that_ignores_sigterm_is_killed_with_its_process_group_within_bounds_on_shutdown() {
     bounded(async {
         let dir = tempfile::tempdir().unwrap();
-        let (pidfile, termfile) = (dir.path().join("pid"), dir.path().join("term"));
+        let (pidfile, termfile, grandfile) = (
+            dir.path().join("pid"),
+            dir.path().join("term"),
+            dir.path().join("grandchild"),
+        );
         let grace = Duration::from_millis(200);
         let (t, _) = transport_with(
             peer(
                 "ignore_sigterm.py",
-                &[pidfile.to_str().unwrap(), termfile.to_str().unwrap()],
+                &[
+                    pidfile.to_str().unwrap(),
+                    termfile.to_str().unwrap(),
+                    grandfile.to_str().unwrap(),
+                ],
             ),
             StdioSettings {
                 stop_grace: grace,
@@ -561,6 +639,9 @@ async fn a_child_that_ignores_sigterm_is_killed_within_bounds_on_shutdown() {
         t.warm(&admission().await).await.unwrap();
         let pid: i32 = read_when_present(&pidfile).await.parse().unwrap();
         let _cleanup = KillOnDrop(Some(pid));
+        let grandchild: i32 = read_when_present(&grandfile).await.parse().unwrap();
+        let _cleanup_grandchild = KillOnDrop(Some(grandchild));
+        assert!(is_running(grandchild));
 
         let started = Instant::now();
         t.shutdown().await;
@@ -571,6 +652,11 @@ async fn a_child_that_ignores_sigterm_is_killed_within_bounds_on_shutdown() {
         );
         assert!(took < grace * 4 + Duration::from_secs(3), "{took:?}");
         assert!(!is_alive(pid), "SIGKILL ended it");
+        // It ignores SIGTERM and would sleep 30 s: only the group's SIGKILL ends it sooner.
+        eventually("the grandchild in the child's group is gone", || {
+            !is_running(grandchild)
+        })
+        .await;
         assert_eq!(
             std::fs::read_to_string(&termfile).unwrap(),
             "term\n",
@@ -587,7 +673,8 @@ async fn a_child_that_ignores_sigterm_is_killed_within_bounds_on_shutdown() {
 }
 
 #[tokio::test]
-async fn a_grandchild_holding_the_pipes_holds_the_channel_until_it_is_reaped() {
+async fn a_grandchild_holding_the_pipes_holds_the_channel_until_it_is_reaped_and_is_reported_once() {
+    let (capture, _guard, _second) = Capture::this_thread();
     bounded(async {
         let dir = tempfile::tempdir().unwrap();
         let (marker, pidfile) = (dir.path().join("marker"), dir.path().join("grandchild"));
@@ -607,13 +694,28 @@ async fn a_grandchild_holding_the_pipes_holds_the_channel_until_it_is_reaped() {
 
         let started = Instant::now();
         let (refused, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
-        assert_failed(&refused, LegFailure::ChildNotRunning, LegOutcome::NotSent);
+        assert_row(
+            &refused,
+            LegFailure::ChildNotRunning,
+            LegOutcome::NotSent,
+            "transport_closed",
+            Some("closed_pipe"),
+            N,
+        );
         assert!(
             started.elapsed() < Duration::from_secs(2),
             "a held channel refuses at once"
         );
+        let (again, _) = send(&t, &adm, INITIALIZE, ANSWER_WITHIN).await;
+        assert_failed(&again, LegFailure::ChildNotRunning, LegOutcome::NotSent);
         assert_eq!(t.status().generation, 1, "no new child while the old one is unreaped");
         assert_eq!(t.warm(&adm).await, Err(LegFailure::ChildNotRunning));
+        assert_eq!(
+            capture.text().matches("outlived SIGKILL").count(),
+            1,
+            "held is reported once, not per refused call: {}",
+            capture.text()
+        );
 
         kill(Pid::from_raw(grandchild), Signal::SIGKILL).unwrap();
         cleanup.0 = None;
@@ -638,7 +740,14 @@ async fn a_latched_admission_is_refused_and_the_child_never_sees_the_request() {
 
         adm.latch(FatalCategory::DownstreamAmbiguous);
         let (refused, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
-        assert_failed(&refused, LegFailure::NotAdmitted, LegOutcome::NotSent);
+        assert_row(
+            &refused,
+            LegFailure::NotAdmitted,
+            LegOutcome::NotSent,
+            "client_internal",
+            None,
+            N,
+        );
         assert_eq!(t.warm(&adm).await, Err(LegFailure::NotAdmitted));
         assert_eq!(t.terminate_session(&adm).await.outcome, LegOutcome::NotSent);
 
@@ -661,7 +770,14 @@ async fn a_latched_admission_never_spawns_a_child() {
         let adm = admit(&fence).await;
         adm.latch(FatalCategory::DownstreamAmbiguous);
         let (refused, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
-        assert_failed(&refused, LegFailure::NotAdmitted, LegOutcome::NotSent);
+        assert_row(
+            &refused,
+            LegFailure::NotAdmitted,
+            LegOutcome::NotSent,
+            "client_internal",
+            None,
+            N,
+        );
         assert_eq!(t.status().generation, 0);
     })
     .await;
@@ -674,7 +790,14 @@ async fn a_command_that_does_not_exist_is_not_sent() {
         let adm = admission().await;
         assert_eq!(t.warm(&adm).await, Err(LegFailure::ChildNotRunning));
         let (result, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(1)).await;
-        assert_failed(&result, LegFailure::ChildNotRunning, LegOutcome::NotSent);
+        assert_row(
+            &result,
+            LegFailure::ChildNotRunning,
+            LegOutcome::NotSent,
+            "transport_closed",
+            Some("closed_pipe"),
+            N,
+        );
         assert_eq!(result.reply.resp_code, 502);
         let status = t.status();
         assert_eq!((status.up, status.generation), (false, 0));
