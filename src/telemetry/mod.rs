@@ -10,4 +10,4 @@ pub mod otlp;
 mod redact;
 
 pub use metrics::{DeliveryKind, DropReason, DurationLeg, Metrics};
-pub use redact::{hash_id, safe_method, safe_token};
+pub use redact::{safe_method, safe_token};
