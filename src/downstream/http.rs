@@ -688,7 +688,6 @@ fn reached_server(failure: &LegFailure) -> Option<bool> {
         | LegFailure::InternalBeforeSend
         | LegFailure::ChildNotRunning
         | LegFailure::TimeoutAfterWrite
-        | LegFailure::CancelledAfterWrite
         | LegFailure::InternalAfterWrite => None,
         LegFailure::HttpStatus(_)
         | LegFailure::ConnectionLost

@@ -82,8 +82,6 @@ pub enum LegFailure {
     ChildExited,
     /// The stdio child's pipe broke during the write (some bytes may have been taken).
     ChildPipeBroken,
-    /// The gateway cancelled the leg after the write (shutdown, latch).
-    CancelledAfterWrite,
     /// An internal gateway failure after the write.
     InternalAfterWrite,
 }
@@ -117,7 +115,6 @@ impl LegFailure {
             | Self::BodyTooLarge
             | Self::ChildExited
             | Self::ChildPipeBroken
-            | Self::CancelledAfterWrite
             | Self::InternalAfterWrite => LegOutcome::Abandoned,
         }
     }
@@ -142,7 +139,6 @@ impl LegFailure {
             Self::BodyTooLarge => "response_body_too_large",
             Self::ChildExited => "child_exited",
             Self::ChildPipeBroken => "closed_pipe",
-            Self::CancelledAfterWrite => "cancelled",
             Self::InternalAfterWrite => "internal_after_write",
         }
     }
@@ -168,7 +164,6 @@ impl LegFailure {
             Self::BodyTooLarge => (S::Protocol, Some("response_body_too_large"), true, None),
             Self::ChildExited => (S::TransportClosed, Some("eof"), false, None),
             Self::ChildPipeBroken => (S::TransportClosed, Some("closed_pipe"), false, None),
-            Self::CancelledAfterWrite => (S::ClientInternal, Some("connection_aborted"), false, None),
             Self::InternalAfterWrite => (S::ClientInternal, Some("unknown"), false, None),
         };
         TunnelFailure::new(source, kind, received, status)
@@ -203,7 +198,6 @@ impl LegFailure {
             | Self::BodyTooLarge
             | Self::ChildExited
             | Self::ChildPipeBroken
-            | Self::CancelledAfterWrite
             | Self::InternalAfterWrite => 502,
         }
     }

@@ -62,12 +62,6 @@ fn table() -> Vec<(LegFailure, LegOutcome, &'static str, &'static str)> {
             ABANDONED_MESSAGE,
         ),
         (
-            LegFailure::CancelledAfterWrite,
-            Abandoned,
-            "client_internal",
-            ABANDONED_MESSAGE,
-        ),
-        (
             LegFailure::InternalAfterWrite,
             Abandoned,
             "client_internal",
