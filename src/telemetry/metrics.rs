@@ -5,8 +5,8 @@
 //! created at zero at startup.
 
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 use crate::downstream::LegOutcome;
@@ -125,7 +125,6 @@ pub struct Metrics {
     stdio_up: IntGaugeVec,
     stdio_restarts: IntCounterVec,
     stdout_garbage: IntCounter,
-    _duration_total: Histogram,
 }
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -258,7 +257,6 @@ impl Metrics {
             stdio_up.with_label_values(&[ch]);
             stdio_restarts.with_label_values(&[ch]);
         }
-        let duration_total = command_duration.with_label_values(&["total"]);
 
         Self {
             registry: r,
@@ -279,7 +277,6 @@ impl Metrics {
             stdio_up,
             stdio_restarts,
             stdout_garbage,
-            _duration_total: duration_total,
         }
     }
 
