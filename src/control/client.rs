@@ -232,9 +232,8 @@ impl ControlClient {
             PostKind::Notify => DeliveryKind::Notify,
         };
         let max_attempts = match kind {
-            PostKind::Terminal => self.settings.post_attempts.max(1),
             // Notifications get the same budget; only their retryable set is smaller.
-            PostKind::Notify => self.settings.post_attempts.max(1),
+            PostKind::Terminal | PostKind::Notify => self.settings.post_attempts.max(1),
         };
         let mut headers = self.headers.clone();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
