@@ -10,6 +10,10 @@
 //! connections -> let refused commands post "not executed" within
 //! `strict.cleanup_timeout` -> cancel the rest -> return the cause.
 
+mod labels;
+
+pub use labels::GatewayLabels;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -129,7 +133,7 @@ impl Gateway {
                 return Ok(RunOutcome::Fatal(fatal));
             }
         }
-        let metrics = Arc::new(Metrics::new(strict, &config.stdio_channel_names()));
+        let metrics = Arc::new(Metrics::new::<GatewayLabels>(strict, &config.stdio_channel_names()));
         let permits = config.mcp.max_concurrent.get();
         let fence = Fence::new(strict, if strict { 1 } else { permits });
         let channels = build_channels(&config, &metrics)?;

@@ -12,7 +12,7 @@ use tracing::Instrument;
 use super::attempt::{AttemptResult, Delivery, PostKind};
 use super::backoff::parse_retry_after;
 use crate::protocol::{decode_poll, Command, InvalidCommand, ShardToken};
-use crate::telemetry::{DeliveryKind, Metrics};
+use crate::telemetry::{DeliveryKind, LabelValue, Metrics};
 
 const CLIENT_NAME: &str = "tunnelgate";
 /// Poll bodies above this are refused as undecodable rather than buffered.
@@ -75,6 +75,16 @@ pub enum PollErrorKind {
 }
 
 impl PollErrorKind {
+    pub const ALL: [PollErrorKind; 7] = [
+        Self::Timeout,
+        Self::Transport,
+        Self::Unauthorized,
+        Self::RateLimited,
+        Self::ServerError,
+        Self::ClientError,
+        Self::Decode,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Timeout => "timeout",
@@ -94,6 +104,13 @@ impl PollErrorKind {
             500..=599 => Self::ServerError,
             _ => Self::ClientError,
         }
+    }
+}
+
+impl LabelValue for PollErrorKind {
+    const ALL: &'static [Self] = &Self::ALL;
+    fn as_label(self) -> &'static str {
+        self.as_str()
     }
 }
 
@@ -264,12 +281,12 @@ impl ControlClient {
                 span.record("http.response.status_code", i64::from(code));
             }
             span.record("attempt_result", result.as_str());
-            self.metrics.delivery_attempted(metric_kind, result.as_str());
+            self.metrics.delivery_attempted(metric_kind, result);
             let deadline_left = deadline.is_none_or(|d| Instant::now() < d);
             if attempt >= max_attempts || !result.is_retryable(kind, status) || !deadline_left || cancel.is_cancelled()
             {
                 let delivery = result.final_delivery();
-                self.metrics.delivery_finished(metric_kind, delivery.as_str());
+                self.metrics.delivery_finished(metric_kind, delivery);
                 return DeliveryReport {
                     delivery,
                     last_attempt: result,
@@ -284,9 +301,9 @@ impl ControlClient {
                 biased;
                 // cancel-safe: nothing in flight between attempts.
                 _ = cancel.cancelled() => {
-                    self.metrics.delivery_attempted(metric_kind, AttemptResult::Cancelled.as_str());
+                    self.metrics.delivery_attempted(metric_kind, AttemptResult::Cancelled);
                     let delivery = Delivery::Ambiguous;
-                    self.metrics.delivery_finished(metric_kind, delivery.as_str());
+                    self.metrics.delivery_finished(metric_kind, delivery);
                     // The previous attempt's result decides the category: it may have been written.
                     return DeliveryReport { delivery, last_attempt: result, attempts: attempt };
                 }

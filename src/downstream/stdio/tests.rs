@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::*;
+use crate::app::GatewayLabels;
 use crate::downstream::{LegOutcome, Notification};
 use crate::protocol::JsonRpcPayload;
 use crate::strict::{CommandRef, FatalCategory, Fence};
@@ -61,7 +62,7 @@ fn configured_env() -> BTreeMap<String, String> {
 }
 
 fn transport_with(command: Vec<String>, settings: StdioSettings) -> (StdioTransport, Arc<Metrics>) {
-    let metrics = Arc::new(Metrics::new(false, &[CHANNEL.to_owned()]));
+    let metrics = Arc::new(Metrics::new::<GatewayLabels>(false, &[CHANNEL.to_owned()]));
     let t = StdioTransport::with_base_env(
         CHANNEL,
         command,
@@ -515,7 +516,7 @@ async fn the_child_never_sees_gateway_variables_but_gets_the_configured_ones() {
             ("TUNNELGATE_FROM_CONFIG".to_owned(), "must-not-leak".to_owned()),
             ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
         ]);
-        let metrics = Arc::new(Metrics::new(false, &[]));
+        let metrics = Arc::new(Metrics::new::<GatewayLabels>(false, &[]));
         let t = StdioTransport::with_base_env(
             CHANNEL,
             peer("echo.py", &["--env-out", out.to_str().unwrap()]),
