@@ -98,12 +98,17 @@ mod tests {
             "tunnelgate_build_info{{version=\"{}\"}} 1",
             env!("CARGO_PKG_VERSION")
         )));
+        assert!(
+            !text.contains("tunnelgate_fatal_info"),
+            "fatal_info has no series until the latch"
+        );
     }
 
     #[test]
     fn intent_methods_move_the_right_series() {
         let m = Metrics::new::<GatewayLabels>(false, &[]);
         m.fatal_latched(FatalCategory::AckNotFound);
+        m.fatal_info(FatalCategory::AckNotFound);
         m.delivery_finished(DeliveryKind::Terminal, Delivery::NotFound);
         m.delivery_attempted(DeliveryKind::Terminal, AttemptResult::NotFound);
         m.downstream_finished(TransportKind::Stdio, LegOutcome::Abandoned);
@@ -111,6 +116,7 @@ mod tests {
         let text = m.render();
         assert!(text.contains("tunnelgate_fatal_latches_total{category=\"ack_not_found\"} 1"));
         assert!(text.contains("tunnelgate_fatal_latched 1"));
+        assert!(text.contains("tunnelgate_fatal_info{category=\"ack_not_found\"} 1"));
         assert!(text.contains("tunnelgate_deliveries_total{kind=\"terminal\",outcome=\"not_found\"} 1"));
         assert!(text.contains("tunnelgate_delivery_attempts_total{kind=\"terminal\",result=\"not_found\"} 1"));
         assert!(text.contains("tunnelgate_downstream_requests_total{outcome=\"abandoned\",transport=\"stdio\"} 1"));

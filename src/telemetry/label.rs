@@ -30,7 +30,7 @@ pub trait LabelSets {
     type Delivery: LabelValue;
     /// `delivery_attempts_total{result}`.
     type AttemptResult: LabelValue;
-    /// `fatal_latches_total{category}`.
+    /// `fatal_latches_total{category}`, `fatal_info{category}`.
     type FatalCategory: LabelValue;
 }
 
@@ -77,6 +77,20 @@ pub enum DurationLeg {
     Downstream,
     Deliver,
     Total,
+}
+
+/// A gateway task whose unexpected end is counted (`task_failures_total{task}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskKind {
+    Admitter,
+    Poller,
+    Notifier,
+    Command,
+    StdioMonitor,
+    StdioReader,
+    StdioStderr,
+    OpsListener,
+    Warmup,
 }
 
 impl PollResult {
@@ -181,6 +195,39 @@ impl LabelValue for DurationLeg {
     }
 }
 
+impl TaskKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Admitter => "admitter",
+            Self::Poller => "poller",
+            Self::Notifier => "notifier",
+            Self::Command => "command",
+            Self::StdioMonitor => "stdio_monitor",
+            Self::StdioReader => "stdio_reader",
+            Self::StdioStderr => "stdio_stderr",
+            Self::OpsListener => "ops_listener",
+            Self::Warmup => "warmup",
+        }
+    }
+}
+
+impl LabelValue for TaskKind {
+    const ALL: &'static [Self] = &[
+        Self::Admitter,
+        Self::Poller,
+        Self::Notifier,
+        Self::Command,
+        Self::StdioMonitor,
+        Self::StdioReader,
+        Self::StdioStderr,
+        Self::OpsListener,
+        Self::Warmup,
+    ];
+    fn as_label(self) -> &'static str {
+        self.as_str()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +248,20 @@ mod tests {
         assert_eq!(
             labels::<DurationLeg>(),
             ["queue", "fence_wait", "downstream", "deliver", "total"]
+        );
+        assert_eq!(
+            labels::<TaskKind>(),
+            [
+                "admitter",
+                "poller",
+                "notifier",
+                "command",
+                "stdio_monitor",
+                "stdio_reader",
+                "stdio_stderr",
+                "ops_listener",
+                "warmup"
+            ]
         );
     }
 }

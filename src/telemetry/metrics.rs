@@ -12,7 +12,7 @@ use prometheus::{
     TextEncoder,
 };
 
-use super::label::{CommandType, DeliveryKind, DropReason, DurationLeg, LabelSets, LabelValue, PollResult};
+use super::label::{CommandType, DeliveryKind, DropReason, DurationLeg, LabelSets, LabelValue, PollResult, TaskKind};
 
 /// The metric set. Cheap to clone handles live inside; share it behind an `Arc`.
 pub struct Metrics {
@@ -29,11 +29,14 @@ pub struct Metrics {
     fence_held: IntGauge,
     fatal_latched: IntGauge,
     fatal_latches: IntCounterVec,
+    fatal_info: IntGaugeVec,
     commands_in_flight: IntGauge,
     queue_depth: IntGauge,
     stdio_up: IntGaugeVec,
     stdio_restarts: IntCounterVec,
+    stdio_late_responses: IntCounterVec,
     stdout_garbage: IntCounter,
+    task_failures: IntCounterVec,
     label_types: LabelTypes,
 }
 
@@ -143,6 +146,12 @@ impl Metrics {
         let fence_held = int_gauge(&r, "fence_held", "1 while the strict fence is held.");
         let fatal_latched = int_gauge(&r, "fatal_latched", "1 once the fatal latch is set.");
         let fatal_latches = counter_vec(&r, "fatal_latches_total", "Fatal latches by category.", &["category"]);
+        let fatal_info = gauge_vec(
+            &r,
+            "fatal_info",
+            "1 for the category of the fatal latch; no series while not latched.",
+            &["category"],
+        );
         let commands_in_flight = int_gauge(&r, "commands_in_flight", "Commands admitted and not yet finished.");
         let queue_depth = int_gauge(&r, "queue_depth", "Commands received and waiting for a worker.");
         let stdio_up = gauge_vec(&r, "stdio_up", "1 while the channel's stdio child runs.", &["channel"]);
@@ -152,12 +161,24 @@ impl Metrics {
             "Stdio child restarts by channel.",
             &["channel"],
         );
+        let stdio_late_responses = counter_vec(
+            &r,
+            "stdio_late_responses_total",
+            "Responses a stdio child sent for a request already retired (discarded), by channel.",
+            &["channel"],
+        );
         let stdout_garbage = IntCounter::new(
             "tunnelgate_stdio_stdout_invalid_lines_total",
             "Non-JSON lines a stdio child printed on stdout (skipped).",
         )
         .expect("metric definitions are valid");
         r.register(Box::new(stdout_garbage.clone())).expect("registered once");
+        let task_failures = counter_vec(
+            &r,
+            "task_failures_total",
+            "Gateway tasks that ended unexpectedly (panic or error), by task.",
+            &["task"],
+        );
 
         for v in all::<PollResult>() {
             polls.with_label_values(&[v]);
@@ -190,6 +211,10 @@ impl Metrics {
         for ch in stdio_channels {
             stdio_up.with_label_values(&[ch]);
             stdio_restarts.with_label_values(&[ch]);
+            stdio_late_responses.with_label_values(&[ch]);
+        }
+        for t in all::<TaskKind>() {
+            task_failures.with_label_values(&[t]);
         }
 
         Self {
@@ -206,11 +231,14 @@ impl Metrics {
             fence_held,
             fatal_latched,
             fatal_latches,
+            fatal_info,
             commands_in_flight,
             queue_depth,
             stdio_up,
             stdio_restarts,
+            stdio_late_responses,
             stdout_garbage,
+            task_failures,
             label_types: LabelTypes {
                 poll_error_kind: TypeId::of::<L::PollErrorKind>(),
                 transport: TypeId::of::<L::Transport>(),
@@ -278,6 +306,13 @@ impl Metrics {
         self.fatal_latched.set(1);
         self.fatal_latches.with_label_values(&[category]).inc();
     }
+    /// Sets `fatal_info{category}` to 1 for the latch's category, the only series of
+    /// that metric (none exists until the latch is set).
+    pub fn fatal_info(&self, category: impl LabelValue) {
+        let category = label(category, self.label_types.fatal_category);
+        self.fatal_info.reset();
+        self.fatal_info.with_label_values(&[category]).set(1);
+    }
     pub fn set_in_flight(&self, n: usize) {
         self.commands_in_flight.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
@@ -290,8 +325,16 @@ impl Metrics {
     pub fn stdio_restarted(&self, channel: &str) {
         self.stdio_restarts.with_label_values(&[channel]).inc();
     }
+    /// A stdio child answered a request that was already retired; the answer was discarded.
+    pub fn stdio_late_response(&self, channel: &str) {
+        self.stdio_late_responses.with_label_values(&[channel]).inc();
+    }
     pub fn stdio_invalid_line(&self) {
         self.stdout_garbage.inc();
+    }
+    /// A gateway task ended unexpectedly (a panic, or an error it could not handle).
+    pub fn task_failed(&self, task: TaskKind) {
+        self.task_failures.with_label_values(&[task.as_label()]).inc();
     }
 }
 

@@ -13,6 +13,6 @@ pub mod metrics;
 pub mod otlp;
 mod redact;
 
-pub use label::{CommandType, DeliveryKind, DropReason, DurationLeg, LabelSets, LabelValue, PollResult};
+pub use label::{CommandType, DeliveryKind, DropReason, DurationLeg, LabelSets, LabelValue, PollResult, TaskKind};
 pub use metrics::Metrics;
 pub use redact::{safe_method, safe_token};

@@ -60,11 +60,40 @@ fn every_value_of_every_label_set_is_a_series_at_zero_from_startup() {
         "tunnelgate_fatal_latches_total{category=\"ack_not_found\"} 0",
         "tunnelgate_stdio_up{channel=\"other\"} 0",
         "tunnelgate_stdio_restarts_total{channel=\"other\"} 0",
+        "tunnelgate_stdio_late_responses_total{channel=\"main\"} 0",
+        "tunnelgate_stdio_late_responses_total{channel=\"other\"} 0",
+        "tunnelgate_task_failures_total{task=\"admitter\"} 0",
+        "tunnelgate_task_failures_total{task=\"warmup\"} 0",
         "tunnelgate_fatal_latched 0",
         "tunnelgate_strict_mode 0",
     ] {
         assert!(has(&text, series), "{series} missing:\n{text}");
     }
+    for task in TaskKind::ALL {
+        let series = format!("tunnelgate_task_failures_total{{task=\"{}\"}} 0", task.as_label());
+        assert!(has(&text, &series), "{series} missing");
+    }
+}
+
+#[test]
+fn fatal_info_has_no_series_until_the_latch_then_exactly_one() {
+    let m = metrics();
+    assert!(!m.render().contains("tunnelgate_fatal_info"));
+    m.fatal_info(Category::AckNotFound);
+    let text = m.render();
+    assert!(
+        has(&text, "tunnelgate_fatal_info{category=\"ack_not_found\"} 1"),
+        "{text}"
+    );
+    assert_eq!(text.matches("tunnelgate_fatal_info{").count(), 1, "{text}");
+    // Set again (it never is: the latch is monotonic), it still names one category.
+    m.fatal_info(Category::AckTimeout);
+    let text = m.render();
+    assert!(
+        has(&text, "tunnelgate_fatal_info{category=\"ack_timeout\"} 1"),
+        "{text}"
+    );
+    assert_eq!(text.matches("tunnelgate_fatal_info{").count(), 1, "{text}");
 }
 
 #[test]
@@ -77,6 +106,8 @@ fn intent_methods_move_their_own_series() {
     m.delivery_attempted(DeliveryKind::Notify, Attempt::Ok);
     m.delivery_finished(DeliveryKind::Notify, Delivery::Acked);
     m.fatal_latched(Category::AckTimeout);
+    m.stdio_late_response("other");
+    m.task_failed(TaskKind::StdioReader);
     let text = m.render();
     for series in [
         "tunnelgate_polls_total{result=\"error\"} 1",
@@ -88,6 +119,10 @@ fn intent_methods_move_their_own_series() {
         "tunnelgate_deliveries_total{kind=\"notify\",outcome=\"acked\"} 1",
         "tunnelgate_fatal_latches_total{category=\"ack_timeout\"} 1",
         "tunnelgate_fatal_latched 1",
+        "tunnelgate_stdio_late_responses_total{channel=\"other\"} 1",
+        "tunnelgate_stdio_late_responses_total{channel=\"main\"} 0",
+        "tunnelgate_task_failures_total{task=\"stdio_reader\"} 1",
+        "tunnelgate_task_failures_total{task=\"stdio_monitor\"} 0",
     ] {
         assert!(has(&text, series), "{series} missing:\n{text}");
     }
