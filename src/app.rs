@@ -15,6 +15,10 @@
 //! `strict.cleanup_timeout` -> cancel the rest -> return the cause. The latch itself has
 //! already reported the cause (stderr, event, metrics) when it was set.
 
+mod labels;
+
+pub use labels::GatewayLabels;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -138,7 +142,7 @@ impl Gateway {
                 };
             }
         }
-        let metrics = Arc::new(Metrics::new(strict, &config.stdio_channel_names()));
+        let metrics = Arc::new(Metrics::new::<GatewayLabels>(strict, &config.stdio_channel_names()));
         let permits = config.mcp.max_concurrent.get();
         let fence = Fence::new(strict, if strict { 1 } else { permits });
         {
@@ -153,7 +157,7 @@ impl Gateway {
         let cut = root.child_token();
         let poll_stop = root.child_token();
         let ops_stop = CancellationToken::new();
-        let supervisor = Supervisor::new(tracker.clone(), task_failure_hook(&fence, &health));
+        let supervisor = Supervisor::new(tracker.clone(), task_failure_hook(&fence, &health, &metrics));
 
         let channels = build_channels(&config, &metrics, &supervisor)?;
         let control = build_control(&config, &metrics)?;
@@ -257,7 +261,7 @@ async fn hold_latched(
     mut stop_rx: mpsc::UnboundedReceiver<()>,
     ops_addr_tx: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
 ) -> Result<RunOutcome, GatewayError> {
-    let metrics = Arc::new(Metrics::new(true, &config.stdio_channel_names()));
+    let metrics = Arc::new(Metrics::new::<GatewayLabels>(true, &config.stdio_channel_names()));
     let fence = Fence::new(true, 1);
     {
         let metrics = metrics.clone();
@@ -333,10 +337,12 @@ struct StopSignals<'a> {
 /// What a supervised task's unexpected end does: in strict mode the latch
 /// (`internal_error`: a part of the gateway is gone, nothing more may be trusted to reach
 /// an MCP server); in both modes the gateway turns not ready with the reason.
-fn task_failure_hook(fence: &Fence, health: &Arc<Health>) -> FailureHook {
+fn task_failure_hook(fence: &Fence, health: &Arc<Health>, metrics: &Arc<Metrics>) -> FailureHook {
     let fence = fence.clone();
     let health = health.clone();
+    let metrics = metrics.clone();
     Arc::new(move |task: TaskKind, why| {
+        metrics.task_failed(task);
         health.task_failed(task.as_str(), why);
         if fence.is_strict() {
             fence.latch(FatalCategory::InternalError, &CommandRef::default());
@@ -506,15 +512,16 @@ mod tests {
 
     #[test]
     fn a_task_that_dies_latches_internal_error_in_strict_mode_and_makes_default_mode_not_ready() {
+        let metrics = Arc::new(Metrics::new::<GatewayLabels>(true, &[]));
         let strict = Fence::new(true, 1);
         let health = Arc::new(Health::default());
-        task_failure_hook(&strict, &health)(TaskKind::Admitter, "the admission line closed");
+        task_failure_hook(&strict, &health, &metrics)(TaskKind::Admitter, "the admission line closed");
         assert_eq!(strict.fatal().unwrap().category, FatalCategory::InternalError);
         assert_eq!(health.task_failure(), Some(("admitter", "the admission line closed")));
 
         let default = Fence::new(false, 4);
         let health = Arc::new(Health::default());
-        let hook = task_failure_hook(&default, &health);
+        let hook = task_failure_hook(&default, &health, &metrics);
         hook(TaskKind::Notifier, "panicked");
         hook(TaskKind::Poller, "panicked");
         assert!(default.fatal().is_none(), "default mode never latches");

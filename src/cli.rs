@@ -5,12 +5,12 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use crate::app::Gateway;
+use crate::app::{Gateway, GatewayError};
 use crate::config::{Config, LogFormat, Overrides};
-use crate::strict::latch_file;
+use crate::sim::SimError;
+use crate::strict::latch_file::{self, LatchFileError};
 use crate::telemetry::logging;
 
 const EXAMPLES: &str = "\
@@ -25,6 +25,43 @@ Examples:
 
 Exit codes: 0 clean, 1 unexpected error, 2 usage, 78 invalid configuration,
 80-89 strict-mode fatal categories (see README).";
+
+/// Why a subcommand could not do its work (exit 1, or 78 for a bad fault script).
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("the gateway could not start: {0}")]
+    Gateway(#[source] GatewayError),
+    #[error("cannot build the HTTP client: {0}")]
+    HttpClient(#[source] reqwest::Error),
+    #[error("no gateway answered at {url}: {source}")]
+    StatusUnreachable { url: String, source: reqwest::Error },
+    #[error("{url} did not return status JSON: {source}")]
+    StatusNotJson { url: String, source: serde_json::Error },
+    #[error(transparent)]
+    LatchFile(#[from] LatchFileError),
+    #[error("refusing to clear {} without confirmation: pass --yes", path.display())]
+    ClearNotConfirmed { path: PathBuf },
+    #[error("cannot ask for confirmation on the terminal: {0}")]
+    Terminal(#[source] std::io::Error),
+    #[error(transparent)]
+    Sim(SimError),
+}
+
+impl CliError {
+    /// Stable label for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Gateway(_) => "gateway",
+            Self::HttpClient(_) => "http_client",
+            Self::StatusUnreachable { .. } => "status_unreachable",
+            Self::StatusNotJson { .. } => "status_not_json",
+            Self::LatchFile(_) => "latch_file",
+            Self::ClearNotConfirmed { .. } => "clear_not_confirmed",
+            Self::Terminal(_) => "terminal",
+            Self::Sim(_) => "sim",
+        }
+    }
+}
 
 #[derive(Parser, Debug)]
 #[command(name = "tunnelgate", version, about = "Secure MCP Tunnel client that tells the truth about delivery", after_help = EXAMPLES)]
@@ -146,7 +183,7 @@ pub struct DemoArgs {
 }
 
 /// `tunnelgate run`: logs, signals, the gateway; returns the exit code.
-pub async fn run(config: Config) -> anyhow::Result<u8> {
+pub async fn run(config: Config) -> Result<u8, CliError> {
     let format = match config.telemetry.log_format {
         LogFormat::Json => logging::Format::Json,
         LogFormat::Text => logging::Format::Text,
@@ -177,27 +214,38 @@ pub async fn run(config: Config) -> anyhow::Result<u8> {
             stop.stop();
         }
     });
-    let outcome = gateway.run().await.context("the gateway could not start")?;
+    let outcome = gateway.run().await.map_err(CliError::Gateway)?;
     Ok(outcome.exit_code())
 }
 
 /// `tunnelgate status`.
-pub async fn status(base: &str) -> anyhow::Result<u8> {
+pub async fn status(base: &str) -> Result<u8, CliError> {
     let url = format!("{}/status", base.trim_end_matches('/'));
     let client = reqwest::Client::builder()
         .no_proxy()
         .timeout(std::time::Duration::from_secs(5))
-        .build()?;
+        .build()
+        .map_err(CliError::HttpClient)?;
+    let unreachable = |source| CliError::StatusUnreachable {
+        url: url.clone(),
+        source,
+    };
     let body = client
         .get(&url)
         .send()
         .await
-        .with_context(|| format!("no gateway answered at {url}"))?
+        .map_err(unreachable)?
         .text()
-        .await?;
-    let doc: serde_json::Value =
-        serde_json::from_str(&body).with_context(|| format!("{url} did not return status JSON"))?;
-    println!("{}", serde_json::to_string_pretty(&doc)?);
+        .await
+        .map_err(unreachable)?;
+    let doc: serde_json::Value = serde_json::from_str(&body).map_err(|source| CliError::StatusNotJson {
+        url: url.clone(),
+        source,
+    })?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&doc).expect("a parsed JSON value serializes")
+    );
     let code = doc["fatal"]["exit_code"]
         .as_u64()
         .and_then(|c| u8::try_from(c).ok())
@@ -206,19 +254,19 @@ pub async fn status(base: &str) -> anyhow::Result<u8> {
 }
 
 /// `tunnelgate latch show`.
-pub fn latch_show(path: &Path) -> anyhow::Result<u8> {
+pub fn latch_show(path: &Path) -> Result<u8, CliError> {
     match latch_file::read(path)? {
         None => println!("no latch at {}", path.display()),
         Some(f) => {
             println!("{}", f.one_line());
-            println!("{}", serde_json::to_string_pretty(&f)?);
+            println!("{}", serde_json::to_string_pretty(&f).expect("latch causes serialize"));
         }
     }
     Ok(0)
 }
 
 /// `tunnelgate latch clear`.
-pub fn latch_clear(path: &Path, yes: bool) -> anyhow::Result<u8> {
+pub fn latch_clear(path: &Path, yes: bool) -> Result<u8, CliError> {
     let cause = match latch_file::read(path) {
         Ok(None) => {
             println!("no latch at {}; nothing to clear", path.display());
@@ -229,12 +277,15 @@ pub fn latch_clear(path: &Path, yes: bool) -> anyhow::Result<u8> {
     };
     if !yes {
         if !std::io::stdin().is_terminal() {
-            anyhow::bail!("refusing to clear {} without confirmation: pass --yes", path.display());
+            return Err(CliError::ClearNotConfirmed { path: path.to_owned() });
         }
         print!("{cause}\nClear this latch and allow the strict gateway to run again? Type 'yes': ");
-        std::io::stdout().flush()?;
+        std::io::stdout().flush().map_err(CliError::Terminal)?;
         let mut answer = String::new();
-        std::io::stdin().lock().read_line(&mut answer)?;
+        std::io::stdin()
+            .lock()
+            .read_line(&mut answer)
+            .map_err(CliError::Terminal)?;
         if answer.trim() != "yes" {
             println!("not cleared");
             return Ok(1);
@@ -246,7 +297,7 @@ pub fn latch_clear(path: &Path, yes: bool) -> anyhow::Result<u8> {
 }
 
 /// `tunnelgate sim`.
-pub async fn sim(args: SimArgs) -> anyhow::Result<u8> {
+pub async fn sim(args: SimArgs) -> Result<u8, CliError> {
     let sim_args = crate::sim::SimArgs {
         listen: args.listen,
         tunnel_id: args.tunnel_id,
@@ -257,10 +308,10 @@ pub async fn sim(args: SimArgs) -> anyhow::Result<u8> {
     match crate::sim::run_cli(sim_args).await {
         Ok(()) => Ok(0),
         // A bad fault script is bad configuration: the same 78 as the gateway's.
-        Err(e @ crate::sim::SimError::Faults(_)) => {
+        Err(e @ SimError::Faults(_)) => {
             eprintln!("tunnelgate: {e}");
             Ok(78)
         }
-        Err(e) => Err(anyhow::anyhow!("{e}")),
+        Err(e) => Err(CliError::Sim(e)),
     }
 }

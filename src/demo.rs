@@ -8,18 +8,84 @@
 //! refuses to run, clears the latch and cleans up.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::app::{Gateway, RunOutcome};
-use crate::config::Config;
-use crate::sim::{FaultScript, McpStub, SimConfig, Simulator};
-use crate::strict::latch_file;
+use crate::app::{Gateway, GatewayError, RunOutcome};
+use crate::config::{Config, ConfigError};
+use crate::sim::{FaultScript, FaultScriptError, McpStub, SimConfig, Simulator};
+use crate::strict::latch_file::{self, LatchFileError};
 
 const TUNNEL: &str = "tunnel_demo";
 const KEY: &str = "demo-key";
+
+/// How long the gateway may take to bind its ops listener.
+const START_BOUND: Duration = Duration::from_secs(10);
+/// How long the gateway may take to stop after the drill latched it.
+const STOP_BOUND: Duration = Duration::from_secs(15);
+
+/// Why the demo could not finish. Each message names the step that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("cannot create the demo directory {path}: {source}")]
+    WorkDir { path: PathBuf, source: std::io::Error },
+    #[error("cannot start the embedded MCP stub: {0}")]
+    Stub(#[source] std::io::Error),
+    #[error("cannot start the simulator: {0}")]
+    Simulator(#[source] std::io::Error),
+    #[error("the drill's fault script is invalid (a bug in the demo): {0}")]
+    Faults(#[source] FaultScriptError),
+    #[error("the demo's gateway configuration is invalid (a bug in the demo): {0}")]
+    Config(#[source] ConfigError),
+    #[error("the gateway could not start: {0}")]
+    Gateway(#[source] GatewayError),
+    #[error("the gateway did not open its ops listener within {}s", START_BOUND.as_secs())]
+    GatewayNotStarted,
+    #[error("the gateway did not stop within {}s of the latch", STOP_BOUND.as_secs())]
+    GatewayNotStopped,
+    #[error("the gateway task ended abnormally: {0}")]
+    GatewayTask(#[source] tokio::task::JoinError),
+    #[error("the drill should have latched, but the gateway stopped cleanly")]
+    NotLatched,
+    #[error("cannot build the demo's HTTP client: {0}")]
+    HttpClient(#[source] reqwest::Error),
+    #[error("the MCP call through the simulator's ingress failed: {0}")]
+    Ingress(#[source] reqwest::Error),
+    #[error("the reply through the simulator's ingress is not a JSON-RPC message: {0}")]
+    ReplyNotJson(#[source] serde_json::Error),
+    #[error("cannot read the gateway's /status: {0}")]
+    Status(#[source] reqwest::Error),
+    #[error("cannot read the latch file {path}: {source}")]
+    ReadLatch { path: PathBuf, source: std::io::Error },
+    #[error("cannot clear the latch: {0}")]
+    ClearLatch(#[source] LatchFileError),
+}
+
+impl DemoError {
+    /// Stable label for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::WorkDir { .. } => "work_dir",
+            Self::Stub(_) => "stub",
+            Self::Simulator(_) => "simulator",
+            Self::Faults(_) => "faults",
+            Self::Config(_) => "config",
+            Self::Gateway(_) => "gateway",
+            Self::GatewayNotStarted => "gateway_not_started",
+            Self::GatewayNotStopped => "gateway_not_stopped",
+            Self::GatewayTask(_) => "gateway_task",
+            Self::NotLatched => "not_latched",
+            Self::HttpClient(_) => "http_client",
+            Self::Ingress(_) => "ingress",
+            Self::ReplyNotJson(_) => "reply_not_json",
+            Self::Status(_) => "status",
+            Self::ReadLatch { .. } => "read_latch",
+            Self::ClearLatch(_) => "clear_latch",
+        }
+    }
+}
 
 const DRILL_FAULTS: &str = r#"
 # The drill: hold every acknowledgement of the `add` call's terminal response.
@@ -34,7 +100,7 @@ match = { method = "ping" }
 delay = "600ms"
 "#;
 
-pub async fn run(keep_dir: bool) -> anyhow::Result<u8> {
+pub async fn run(keep_dir: bool) -> Result<u8, DemoError> {
     // Quiet by default; `RUST_LOG=info tunnelgate demo` shows the gateway's own log.
     let _guard = std::env::var("RUST_LOG")
         .ok()
@@ -50,16 +116,14 @@ pub async fn run(keep_dir: bool) -> anyhow::Result<u8> {
     result
 }
 
-async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
+async fn tour(latch_path: &Path) -> Result<u8, DemoError> {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let stub = McpStub::start(loopback)
-        .await
-        .context("starting the embedded MCP stub")?;
+    let stub = McpStub::start(loopback).await.map_err(DemoError::Stub)?;
     let mut sim_config = SimConfig::new(TUNNEL, KEY);
-    sim_config.faults = FaultScript::from_toml_str(DRILL_FAULTS).map_err(|e| anyhow::anyhow!("{e}"))?;
+    sim_config.faults = FaultScript::from_toml_str(DRILL_FAULTS).map_err(DemoError::Faults)?;
     sim_config.ingress_timeout = Duration::from_secs(20);
     sim_config.max_poll_wait = Duration::from_secs(2);
-    let sim = Simulator::start(sim_config).await.context("starting the simulator")?;
+    let sim = Simulator::start(sim_config).await.map_err(DemoError::Simulator)?;
     let config = demo_config(&sim.base_url(), &stub.url(), latch_path)?;
 
     step("1. Started: control-plane simulator, embedded MCP stub, strict gateway");
@@ -70,16 +134,26 @@ async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
     let mut gateway = Gateway::new(config.clone());
     let ops = gateway.ops_addr();
     let running = tokio::spawn(gateway.run());
-    let ops = tokio::time::timeout(Duration::from_secs(10), ops)
-        .await
-        .context("gateway did not start")??;
+    let ops = match tokio::time::timeout(START_BOUND, ops).await {
+        Ok(Ok(addr)) => addr,
+        Err(_) => return Err(DemoError::GatewayNotStarted),
+        // The gateway dropped the sender: its run ended before the listener was up.
+        Ok(Err(_)) => {
+            return Err(match running.await {
+                Ok(Err(e)) => DemoError::Gateway(e),
+                Ok(Ok(_)) => DemoError::GatewayNotStarted,
+                Err(e) => DemoError::GatewayTask(e),
+            })
+        }
+    };
     println!("   gateway ops http://{ops}/status (strict mode, one command at a time)");
 
     step("2. MCP calls through the tunnel (client -> simulator -> gateway -> MCP server)");
     let client = reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(20))
-        .build()?;
+        .build()
+        .map_err(DemoError::HttpClient)?;
     let ingress = sim.ingress_url();
     let init = mcp(
         &client,
@@ -97,7 +171,8 @@ async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
         .header("accept", "application/json, text/event-stream")
         .json(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
         .send()
-        .await?
+        .await
+        .map_err(DemoError::Ingress)?
         .status();
     println!("   notifications/initialized -> HTTP {status} (notify_ack)");
     let tools = mcp(&client, &ingress, json!({"jsonrpc":"2.0","id":2,"method":"tools/list"})).await?;
@@ -160,21 +235,22 @@ async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
         println!("   /status during cleanup:");
         print_status(doc);
     }
-    let outcome = tokio::time::timeout(Duration::from_secs(15), running)
+    let outcome = tokio::time::timeout(STOP_BOUND, running)
         .await
-        .context("gateway did not stop after the latch")??
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .map_err(|_| DemoError::GatewayNotStopped)?
+        .map_err(DemoError::GatewayTask)?
+        .map_err(DemoError::Gateway)?;
     drill.abort();
     match queued.await {
         Ok(Ok(answer)) => println!(
             "   a ping queued behind the drill never reached the MCP server; its caller was told: \"{}\"",
             answer["error"]["message"].as_str().unwrap_or("?")
         ),
-        Ok(Err(e)) => println!("   the ping queued behind the drill got no answer: {e:#}"),
+        Ok(Err(e)) => println!("   the ping queued behind the drill got no answer: {e}"),
         Err(e) => println!("   the ping queued behind the drill got no answer: {e}"),
     }
     let RunOutcome::Fatal(fatal) = &outcome else {
-        bail!("the drill should have latched, but the gateway stopped cleanly")
+        return Err(DemoError::NotLatched);
     };
     println!(
         "   gateway exited: category={} exit_code={} (the binary exits with this code)",
@@ -186,19 +262,17 @@ async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
         stub.count("tools/call") - calls_before
     );
     println!("   latch file {}:", latch_path.display());
-    for line in std::fs::read_to_string(latch_path)
-        .context("reading the latch file")?
-        .lines()
-    {
+    let latch = std::fs::read_to_string(latch_path).map_err(|source| DemoError::ReadLatch {
+        path: latch_path.to_owned(),
+        source,
+    })?;
+    for line in latch.lines() {
         println!("     {line}");
     }
 
     step("5. Restart with the latch in place: the gateway refuses to run (exit 89)");
     let before = sim.record().polls.len();
-    let again = Gateway::new(config.clone())
-        .run()
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let again = Gateway::new(config.clone()).run().await.map_err(DemoError::Gateway)?;
     println!(
         "   exit code {}; polls made by the refused gateway: {}",
         again.exit_code(),
@@ -206,7 +280,7 @@ async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
     );
 
     step("6. Operator clears the latch (`tunnelgate latch clear`)");
-    latch_file::clear(latch_path)?;
+    latch_file::clear(latch_path).map_err(DemoError::ClearLatch)?;
     println!("   cleared; a strict gateway would now start normally");
 
     sim.shutdown().await;
@@ -215,7 +289,7 @@ async fn tour(latch_path: &std::path::Path) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-fn demo_config(sim: &str, stub: &str, latch: &std::path::Path) -> anyhow::Result<Config> {
+fn demo_config(sim: &str, stub: &str, latch: &Path) -> Result<Config, DemoError> {
     let toml = format!(
         r#"
 [control_plane]
@@ -247,23 +321,24 @@ log_level = "off"
 "#,
         latch.display()
     );
-    Config::from_toml_str(&toml).map_err(|e| anyhow::anyhow!("{e}"))
+    Config::from_toml_str(&toml).map_err(DemoError::Config)
 }
 
-async fn mcp(client: &reqwest::Client, url: &str, body: Value) -> anyhow::Result<Value> {
+async fn mcp(client: &reqwest::Client, url: &str, body: Value) -> Result<Value, DemoError> {
     let response = client
         .post(url)
         .header("accept", "application/json, text/event-stream")
         .json(&body)
         .send()
-        .await?;
+        .await
+        .map_err(DemoError::Ingress)?;
     let content_type = response
         .headers()
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    let text = response.text().await?;
+    let text = response.text().await.map_err(DemoError::Ingress)?;
     if content_type.starts_with("text/event-stream") {
         // The last `data:` line carries the terminal response.
         let last = text
@@ -271,19 +346,21 @@ async fn mcp(client: &reqwest::Client, url: &str, body: Value) -> anyhow::Result
             .filter_map(|l| l.strip_prefix("data:"))
             .map(str::trim)
             .rfind(|d| !d.is_empty());
-        return serde_json::from_str(last.unwrap_or("null")).context("SSE reply without a JSON message");
+        return serde_json::from_str(last.unwrap_or("null")).map_err(DemoError::ReplyNotJson);
     }
-    serde_json::from_str(&text).context("reply is not JSON")
+    serde_json::from_str(&text).map_err(DemoError::ReplyNotJson)
 }
 
-async fn get_status(client: &reqwest::Client, ops: SocketAddr) -> anyhow::Result<Value> {
-    Ok(client
+async fn get_status(client: &reqwest::Client, ops: SocketAddr) -> Result<Value, DemoError> {
+    client
         .get(format!("http://{ops}/status"))
         .timeout(Duration::from_secs(2))
         .send()
-        .await?
+        .await
+        .map_err(DemoError::Status)?
         .json()
-        .await?)
+        .await
+        .map_err(DemoError::Status)
 }
 
 fn print_status(doc: &Value) {
@@ -309,8 +386,11 @@ fn step(title: &str) {
     println!("\n== {title}");
 }
 
-fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+fn tempfile_dir() -> Result<PathBuf, DemoError> {
     let dir = std::env::temp_dir().join(format!("tunnelgate-demo-{}", crate::control::random_hex(6)));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(|source| DemoError::WorkDir {
+        path: dir.clone(),
+        source,
+    })?;
     Ok(dir)
 }

@@ -26,7 +26,7 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> u8 {
     let result: anyhow::Result<u8> = match cli.command {
         Command::Run(args) => match load(args.config.as_deref(), &args.overrides()) {
-            Ok(config) => tunnelgate::cli::run(config).await,
+            Ok(config) => tunnelgate::cli::run(config).await.map_err(Into::into),
             Err(e) => return config_error(&e),
         },
         Command::Check(args) => match load(args.config.as_deref(), &args.overrides()) {
@@ -37,7 +37,7 @@ async fn dispatch(cli: Cli) -> u8 {
             }
             Err(e) => return config_error(&e),
         },
-        Command::Status(args) => tunnelgate::cli::status(&args.url).await,
+        Command::Status(args) => tunnelgate::cli::status(&args.url).await.map_err(Into::into),
         Command::Latch(args) => {
             let path = match (&args.latch_file, load(args.config.as_deref(), &Default::default())) {
                 (Some(p), _) => p.clone(),
@@ -45,17 +45,18 @@ async fn dispatch(cli: Cli) -> u8 {
                 (None, Err(e)) => return config_error(&e),
             };
             match args.action {
-                LatchAction::Show => tunnelgate::cli::latch_show(&path),
-                LatchAction::Clear { yes } => tunnelgate::cli::latch_clear(&path, yes),
+                LatchAction::Show => tunnelgate::cli::latch_show(&path).map_err(Into::into),
+                LatchAction::Clear { yes } => tunnelgate::cli::latch_clear(&path, yes).map_err(Into::into),
             }
         }
-        Command::Sim(args) => tunnelgate::cli::sim(args).await,
-        Command::Demo(args) => tunnelgate::demo::run(args.keep_dir).await,
+        Command::Sim(args) => tunnelgate::cli::sim(args).await.map_err(Into::into),
+        Command::Demo(args) => tunnelgate::demo::run(args.keep_dir).await.map_err(Into::into),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tunnelgate: {e:#}");
+            // Every error of the crate names its cause in its own message: no chain to print.
+            eprintln!("tunnelgate: {e}");
             1
         }
     }

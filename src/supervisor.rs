@@ -6,7 +6,7 @@
 //! default mode turns not ready with the reason and counts it). Tracked tasks are on the
 //! gateway's `TaskTracker`, so the stop order waits for them.
 //!
-//! Imports no other module of the crate: any module may use it.
+//! Imports only `telemetry` (the ground floor): any module may use it.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -16,47 +16,7 @@ use futures_util::FutureExt;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
-/// Which background task (`tunnelgate_task_failures_total{task}`, closed set).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskKind {
-    Admitter,
-    Poller,
-    Notifier,
-    Command,
-    StdioMonitor,
-    StdioReader,
-    StdioStderr,
-    OpsListener,
-    Warmup,
-}
-
-impl TaskKind {
-    pub const ALL: [TaskKind; 9] = [
-        Self::Admitter,
-        Self::Poller,
-        Self::Notifier,
-        Self::Command,
-        Self::StdioMonitor,
-        Self::StdioReader,
-        Self::StdioStderr,
-        Self::OpsListener,
-        Self::Warmup,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Admitter => "admitter",
-            Self::Poller => "poller",
-            Self::Notifier => "notifier",
-            Self::Command => "command",
-            Self::StdioMonitor => "stdio_monitor",
-            Self::StdioReader => "stdio_reader",
-            Self::StdioStderr => "stdio_stderr",
-            Self::OpsListener => "ops_listener",
-            Self::Warmup => "warmup",
-        }
-    }
-}
+pub use crate::telemetry::TaskKind;
 
 /// How a supervised task ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 //! One exhaustive `match` per question, no wildcard arms over our own enums.
 
 use crate::strict::FatalCategory;
+use crate::telemetry::LabelValue;
 
 /// How one POST attempt ended (`delivery_attempts_total{result}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +42,17 @@ pub enum PostKind {
 }
 
 impl AttemptResult {
+    pub const ALL: [AttemptResult; 8] = [
+        Self::Ok,
+        Self::NotFound,
+        Self::RetryableStatus,
+        Self::RejectedStatus,
+        Self::TransportNotSent,
+        Self::TransportAfterWrite,
+        Self::Timeout,
+        Self::Cancelled,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
@@ -108,6 +120,8 @@ impl AttemptResult {
 }
 
 impl Delivery {
+    pub const ALL: [Delivery; 4] = [Self::Acked, Self::NotFound, Self::Rejected, Self::Ambiguous];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Acked => "acked",
@@ -115,6 +129,22 @@ impl Delivery {
             Self::Rejected => "rejected",
             Self::Ambiguous => "ambiguous",
         }
+    }
+}
+
+/// `delivery_attempts_total{result}`.
+impl LabelValue for AttemptResult {
+    const ALL: &'static [Self] = &Self::ALL;
+    fn as_label(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+/// `deliveries_total{outcome}`.
+impl LabelValue for Delivery {
+    const ALL: &'static [Self] = &Self::ALL;
+    fn as_label(self) -> &'static str {
+        self.as_str()
     }
 }
 

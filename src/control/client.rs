@@ -12,7 +12,7 @@ use tracing::Instrument;
 use super::attempt::{AttemptResult, Delivery, PostKind};
 use super::backoff::parse_retry_after;
 use crate::protocol::{decode_poll, Command, InvalidCommand, ShardToken};
-use crate::telemetry::{DeliveryKind, Metrics};
+use crate::telemetry::{DeliveryKind, LabelValue, Metrics};
 
 const CLIENT_NAME: &str = "tunnelgate";
 /// Poll bodies above this are refused as undecodable rather than buffered.
@@ -85,6 +85,16 @@ pub enum PollErrorKind {
 }
 
 impl PollErrorKind {
+    pub const ALL: [PollErrorKind; 7] = [
+        Self::Timeout,
+        Self::Transport,
+        Self::Unauthorized,
+        Self::RateLimited,
+        Self::ServerError,
+        Self::ClientError,
+        Self::Decode,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Timeout => "timeout",
@@ -104,6 +114,13 @@ impl PollErrorKind {
             500..=599 => Self::ServerError,
             _ => Self::ClientError,
         }
+    }
+}
+
+impl LabelValue for PollErrorKind {
+    const ALL: &'static [Self] = &Self::ALL;
+    fn as_label(self) -> &'static str {
+        self.as_str()
     }
 }
 
@@ -275,9 +292,8 @@ impl ControlClient {
             PostKind::Notify => DeliveryKind::Notify,
         };
         let max_attempts = match kind {
-            PostKind::Terminal => self.settings.post_attempts.max(1),
             // Notifications get the same budget; only their retryable set is smaller.
-            PostKind::Notify => self.settings.post_attempts.max(1),
+            PostKind::Terminal | PostKind::Notify => self.settings.post_attempts.max(1),
         };
         let mut headers = self.headers.clone();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -296,7 +312,7 @@ impl ControlClient {
                 // Cancelled before this attempt began: nothing ran, nothing is counted as
                 // an attempt. The delivery ends as the cancellation leaves it.
                 let delivery = AttemptResult::Cancelled.final_delivery();
-                self.metrics.delivery_finished(metric_kind, delivery.as_str());
+                self.metrics.delivery_finished(metric_kind, delivery);
                 return DeliveryReport {
                     delivery,
                     last_attempt: AttemptResult::Cancelled,
@@ -319,12 +335,12 @@ impl ControlClient {
                 span.record("http.response.status_code", i64::from(code));
             }
             span.record("attempt_result", result.as_str());
-            self.metrics.delivery_attempted(metric_kind, result.as_str());
+            self.metrics.delivery_attempted(metric_kind, result);
             let deadline_left = deadline.is_none_or(|d| Instant::now() < d);
             if attempt >= max_attempts || !result.is_retryable(kind, status) || !deadline_left || cancel.is_cancelled()
             {
                 let delivery = result.final_delivery();
-                self.metrics.delivery_finished(metric_kind, delivery.as_str());
+                self.metrics.delivery_finished(metric_kind, delivery);
                 return DeliveryReport {
                     delivery,
                     last_attempt: result,
@@ -339,9 +355,9 @@ impl ControlClient {
                 biased;
                 // cancel-safe: nothing in flight between attempts.
                 _ = cancel.cancelled() => {
-                    self.metrics.delivery_attempted(metric_kind, AttemptResult::Cancelled.as_str());
+                    self.metrics.delivery_attempted(metric_kind, AttemptResult::Cancelled);
                     let delivery = Delivery::Ambiguous;
-                    self.metrics.delivery_finished(metric_kind, delivery.as_str());
+                    self.metrics.delivery_finished(metric_kind, delivery);
                     // The previous attempt's result decides the category: it may have been written.
                     return DeliveryReport { delivery, last_attempt: result, attempts: attempt };
                 }

@@ -29,7 +29,7 @@ use crate::downstream::Channels;
 use crate::protocol::{Command, CommandKind, InvalidCommand};
 use crate::strict::Fence;
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
-use crate::telemetry::Metrics;
+use crate::telemetry::{CommandType, Metrics, PollResult};
 
 /// What the lifecycle needs to decide, fixed at startup.
 #[derive(Clone, Debug)]
@@ -159,16 +159,16 @@ impl Dispatcher {
                     self.health.poll_succeeded();
                     self.metrics.poll_succeeded_at(unix_now());
                     self.metrics.poll_finished(if polled.commands.is_empty() {
-                        "empty"
+                        PollResult::Empty
                     } else {
-                        "commands"
+                        PollResult::Commands
                     });
                     for command in polled.commands {
                         self.spawn_command(command, polled.received_at);
                     }
                 }
                 Err(e) => {
-                    self.metrics.poll_failed(e.kind());
+                    self.metrics.poll_failed(e.kind);
                     self.health.poll_failed(e.kind());
                     let mut delay = backoff.next_delay(rand::random::<f64>(), e.retry_after);
                     if e.kind == PollErrorKind::Unauthorized {
@@ -209,13 +209,14 @@ impl Dispatcher {
     fn spawn_command(self: &Arc<Self>, command: Result<Command, InvalidCommand>, received_at: Instant) {
         let command_type = match &command {
             Ok(c) => match &c.kind {
-                CommandKind::JsonRpc(_) => "jsonrpc",
-                CommandKind::SessionTermination => "session_termination",
-                CommandKind::Unknown(_) => "unknown",
+                CommandKind::JsonRpc(_) => CommandType::JsonRpc,
+                CommandKind::SessionTermination => CommandType::SessionTermination,
+                CommandKind::Unknown(_) => CommandType::Unknown,
             },
-            Err(_) => "unknown",
+            Err(_) => CommandType::Unknown,
         };
         self.metrics.command_received(command_type);
+        let command_type = command_type.as_str();
         let span = match &command {
             Ok(c) => tracing::info_span!(
                 "tunnelgate.command",

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::{ChannelStatus, DownstreamRequest, HttpTransport, LegResult, NotifySink, StdioTransport};
 use crate::protocol::WireHeaders;
 use crate::strict::Admission;
+use crate::telemetry::LabelValue;
 
 /// One channel's transport.
 pub enum Transport {
@@ -14,12 +15,37 @@ pub enum Transport {
     Stdio(StdioTransport),
 }
 
-impl Transport {
-    /// `transport` label for metrics and `network.transport` for spans.
-    pub fn kind(&self) -> &'static str {
+/// Which transport a channel uses (`downstream_requests_total{transport}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportKind {
+    Http,
+    Stdio,
+}
+
+impl TransportKind {
+    pub const ALL: [TransportKind; 2] = [Self::Http, Self::Stdio];
+
+    pub fn as_str(self) -> &'static str {
         match self {
-            Self::Http(_) => "http",
-            Self::Stdio(_) => "stdio",
+            Self::Http => "http",
+            Self::Stdio => "stdio",
+        }
+    }
+}
+
+impl LabelValue for TransportKind {
+    const ALL: &'static [Self] = &Self::ALL;
+    fn as_label(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl Transport {
+    /// The `transport` label for metrics.
+    pub fn kind(&self) -> TransportKind {
+        match self {
+            Self::Http(_) => TransportKind::Http,
+            Self::Stdio(_) => TransportKind::Stdio,
         }
     }
 

@@ -11,7 +11,7 @@ mod outcome;
 mod sse;
 mod stdio;
 
-pub use channels::{Channels, Transport};
+pub use channels::{Channels, Transport, TransportKind};
 pub use http::{HttpSettings, HttpSetupError, HttpTransport};
 pub use outcome::{
     LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, ABANDONED_MESSAGE, NOT_SENT_MESSAGE,

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde_json::value::RawValue;
 
 use crate::protocol::{synthesize_error, FailureSource, RespType, TunnelFailure};
+use crate::telemetry::LabelValue;
 
 /// How a downstream leg ended (DESIGN §2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,6 +34,14 @@ impl LegOutcome {
     }
 
     pub const ALL: [LegOutcome; 3] = [Self::NotSent, Self::Answered, Self::Abandoned];
+}
+
+/// `downstream_requests_total{outcome}`.
+impl LabelValue for LegOutcome {
+    const ALL: &'static [Self] = &Self::ALL;
+    fn as_label(self) -> &'static str {
+        self.as_str()
+    }
 }
 
 /// Words a caller can act on, carried in synthesized error messages.
@@ -82,7 +91,7 @@ pub enum LegFailure {
     ChildExited,
     /// The stdio child's pipe broke during the write (some bytes may have been taken).
     ChildPipeBroken,
-    /// The gateway cancelled the leg after the write (shutdown, latch).
+    /// The stop cut the leg short after its request may have left (grace over).
     CancelledAfterWrite,
     /// An internal gateway failure after the write.
     InternalAfterWrite,

@@ -12,7 +12,6 @@ pub struct Command {
     pub request_id: RequestId,
     pub shard_token: ShardToken,
     pub channel: ChannelName,
-    pub created_at: String,
     pub response_timeout: ResponseTimeout,
     pub headers: WireHeaders,
     pub kind: CommandKind,
@@ -62,13 +61,14 @@ struct PollBody {
     commands: Vec<Box<RawValue>>,
 }
 
+/// The fields the gateway uses. Others (`created_at`, future additions) are accepted and
+/// ignored: serde skips unknown fields here.
 #[derive(Deserialize)]
 struct WireCommand {
     request_id: Option<serde_json::Value>,
     shard_token: Option<serde_json::Value>,
     command_type: Option<serde_json::Value>,
     channel: Option<serde_json::Value>,
-    created_at: Option<serde_json::Value>,
     response_timeout: Option<serde_json::Value>,
     headers: Option<serde_json::Value>,
     jsonrpc: Option<Box<RawValue>>,
@@ -162,7 +162,6 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
         request_id,
         shard_token,
         channel,
-        created_at: as_string(wire.created_at).unwrap_or_default(),
         response_timeout: ResponseTimeout::from_json(wire.response_timeout.as_ref()),
         headers,
         kind,

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::telemetry::LabelValue;
+
 /// Why a strict gateway latched. Each has a stable exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -86,6 +88,14 @@ impl FatalCategory {
             Self::InternalError => "an internal failure happened after a command reached the MCP server",
             Self::LatchedPreviously => "a fatal latch from an earlier run is still in place",
         }
+    }
+}
+
+/// `fatal_latches_total{category}` and `fatal_info{category}`.
+impl LabelValue for FatalCategory {
+    const ALL: &'static [Self] = &Self::ALL;
+    fn as_label(self) -> &'static str {
+        self.as_str()
     }
 }
 

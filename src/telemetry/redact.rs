@@ -21,13 +21,6 @@ pub fn safe_method(s: &str) -> String {
     }
 }
 
-/// A stable, non-reversible short hash for session ids (first 12 hex chars of SHA-256).
-pub fn hash_id(s: &str) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(s.as_bytes());
-    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,12 +32,5 @@ mod tests {
         assert_eq!(safe_token("req_abc-1:2"), "req_abc-1:2");
         assert_eq!(safe_method("tools/call"), "tools/call");
         assert_eq!(safe_method("tools/call {\"x\":1}"), "<other>");
-    }
-
-    #[test]
-    fn hashes_are_stable_and_short() {
-        assert_eq!(hash_id("abc"), hash_id("abc"));
-        assert_eq!(hash_id("abc").len(), 12);
-        assert_ne!(hash_id("abc"), hash_id("abd"));
     }
 }

@@ -5,7 +5,7 @@
 //! reaped and its stdout closed), the stdout reader (ends at EOF) and the stderr logger
 //! (ends at EOF). Signals go to the whole process group (the child leads it).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -26,6 +26,9 @@ use crate::supervisor::{TaskEnd, TaskKind};
 
 /// Longest stdout line accepted as a message; longer ones are dropped as invalid.
 pub(super) const MAX_MESSAGE_LINE: usize = 16 * 1024 * 1024;
+/// Ids of requests retired unanswered that are remembered, to tell a late answer from
+/// one with an unknown id (the oldest is forgotten first).
+const RETIRED_IDS_KEPT: usize = 16;
 
 /// A spawned child and what is known about it.
 pub(super) struct Child {
@@ -58,6 +61,18 @@ enum StdinSlot {
 struct Route {
     inflight: Option<InFlight>,
     next_seq: u64,
+    /// Raw ids of the latest requests retired before their response arrived.
+    retired: VecDeque<String>,
+}
+
+/// Where a response line goes.
+enum Routed {
+    /// To the request in flight with its id.
+    Waiter(oneshot::Sender<Box<RawValue>>),
+    /// Nowhere: its request was retired before it arrived.
+    Late,
+    /// Nowhere: no request with its id is in flight or was recently retired.
+    Unmatched,
 }
 
 /// The one request waiting for its response.
@@ -132,20 +147,33 @@ impl Child {
         }
     }
 
+    /// Retires request `seq` if it is still waiting for its response.
     fn unregister(&self, seq: u64) {
         let mut route = self.route();
-        if route.inflight.as_ref().is_some_and(|f| f.seq == seq) {
-            route.inflight = None;
+        if let Some(retired) = route.inflight.take_if(|f| f.seq == seq) {
+            if route.retired.len() == RETIRED_IDS_KEPT {
+                route.retired.pop_front();
+            }
+            route.retired.push_back(retired.id);
         }
     }
 
-    /// The waiter for a response with this id, taken out of the route.
-    fn take_waiter(&self, id: Option<&str>) -> Option<oneshot::Sender<Box<RawValue>>> {
+    /// Where a response with this id goes; a waiter is taken out of the route.
+    fn route_response(&self, id: Option<&str>) -> Routed {
         let mut route = self.route();
-        if id.is_some() && route.inflight.as_ref().map(|f| f.id.as_str()) == id {
-            route.inflight.take().map(|f| f.tx)
-        } else {
-            None
+        let Some(id) = id else { return Routed::Unmatched };
+        if route.inflight.as_ref().is_some_and(|f| f.id == id) {
+            return route
+                .inflight
+                .take()
+                .map_or(Routed::Unmatched, |f| Routed::Waiter(f.tx));
+        }
+        match route.retired.iter().position(|r| r == id) {
+            Some(i) => {
+                route.retired.remove(i);
+                Routed::Late
+            }
+            None => Routed::Unmatched,
         }
     }
 
@@ -357,13 +385,15 @@ async fn route_line(shared: &Shared, child: &Child, line: RawLine) {
     match line::classify(line.bytes) {
         Line::Blank => {}
         Line::Invalid => shared.invalid_line(child, len),
-        Line::Response { id, raw } => match child.take_waiter(id.as_deref()) {
-            Some(tx) => {
+        Line::Response { id, raw } => match child.route_response(id.as_deref()) {
+            Routed::Waiter(tx) => {
                 if tx.send(raw).is_err() {
                     tracing::debug!(channel = %shared.channel, "response for a call that was dropped; discarded");
+                    shared.metrics.stdio_late_response(&shared.channel);
                 }
             }
-            None => shared.response_discarded(child),
+            Routed::Late => shared.response_discarded(child, true),
+            Routed::Unmatched => shared.response_discarded(child, false),
         },
         Line::Message(raw) => {
             let Some((notes, done)) = child.notify_target() else {

@@ -597,9 +597,16 @@ impl Shared {
         tracing::warn!(channel = %self.channel, generation = child.generation, len, "stdio child printed a line on stdout that is not a JSON-RPC message; skipped");
     }
 
-    fn response_discarded(&self, child: &Child) {
+    /// A response matched no request in flight: `late` when its request was retired
+    /// (past its deadline), otherwise its id is unknown.
+    fn response_discarded(&self, child: &Child, late: bool) {
         self.discarded_responses.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(channel = %self.channel, generation = child.generation, "stdio child sent a response matching no request in flight (late after a timeout, or an unknown id); discarded");
+        if late {
+            self.metrics.stdio_late_response(&self.channel);
+            tracing::warn!(channel = %self.channel, generation = child.generation, "stdio child answered a request already retired after its deadline; discarded");
+        } else {
+            tracing::warn!(channel = %self.channel, generation = child.generation, "stdio child sent a response matching no request in flight or recently retired (an unknown id); discarded");
+        }
     }
 }
 

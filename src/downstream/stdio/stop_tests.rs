@@ -8,6 +8,7 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 
 use super::{StdioSettings, StdioTransport};
+use crate::app::GatewayLabels;
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome};
 use crate::protocol::JsonRpcPayload;
 use crate::strict::{CommandRef, Fence};
@@ -21,7 +22,7 @@ async fn a_strict_stop_during_a_pending_restart_sends_nothing_and_spawns_nothing
         restart_backoff_max: Duration::from_secs(2),
         stop_grace: Duration::from_millis(300),
     };
-    let metrics = Arc::new(Metrics::new(true, &["t".to_owned()]));
+    let metrics = Arc::new(Metrics::new::<GatewayLabels>(true, &["t".to_owned()]));
     // A child that exits at once: its restart waits for the backoff.
     let t = Arc::new(StdioTransport::new(
         "t",

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::*;
+use crate::app::GatewayLabels;
 use crate::downstream::{LegOutcome, Notification};
 use crate::protocol::JsonRpcPayload;
 use crate::strict::{CommandRef, FatalCategory, Fence};
@@ -61,7 +62,7 @@ fn configured_env() -> BTreeMap<String, String> {
 }
 
 fn transport_with(command: Vec<String>, settings: StdioSettings) -> (StdioTransport, Arc<Metrics>) {
-    let metrics = Arc::new(Metrics::new(false, &[CHANNEL.to_owned()]));
+    let metrics = Arc::new(Metrics::new::<GatewayLabels>(false, &[CHANNEL.to_owned()]));
     let t = StdioTransport::with_base_env(
         CHANNEL,
         command,
@@ -547,6 +548,49 @@ async fn a_request_past_its_deadline_is_retired_and_its_late_answer_discarded() 
     .await;
 }
 
+/// A child that first answers an id nobody asked about, then (after `_delay_ms`) the request.
+const STRAY_THEN_ANSWER: &str = r#"
+import json, sys, time
+for raw in sys.stdin:
+    req = json.loads(raw)
+    if "id" not in req or "method" not in req:
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": "nobody-asked", "result": {}}), flush=True)
+    time.sleep(req.get("params", {}).get("_delay_ms", 0) / 1000)
+    print(json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": {}}), flush=True)
+"#;
+
+#[tokio::test]
+async fn a_late_answer_counts_as_a_late_response_of_its_channel_and_an_unknown_id_does_not() {
+    bounded(async {
+        let (t, metrics) = transport(vec![
+            "python3".to_owned(),
+            "-c".to_owned(),
+            STRAY_THEN_ANSWER.to_owned(),
+        ]);
+        let adm = admission().await;
+        let late_series = "tunnelgate_stdio_late_responses_total{channel=\"t\"}";
+        assert_eq!(metric(&metrics, late_series), Some(0.0));
+
+        // Answered in time, after a response with an id no request had.
+        let (answered, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
+        assert_answered(&answered, 2);
+        assert_eq!(t.discarded_responses(), 1);
+        assert_eq!(metric(&metrics, late_series), Some(0.0));
+
+        // Retired at its deadline; its answer comes later and is discarded as late.
+        let slow = r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_delay_ms":800}}"#;
+        let (late, _) = send(&t, &adm, slow, Duration::from_millis(300)).await;
+        assert_failed(&late, LegFailure::TimeoutAfterWrite, LegOutcome::Abandoned);
+        eventually("the late answer is counted", || {
+            metric(&metrics, late_series) == Some(1.0)
+        })
+        .await;
+        assert_eq!(t.discarded_responses(), 3);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn an_initialize_that_times_out_kills_the_child_and_the_next_call_restarts_it() {
     bounded(async {
@@ -585,7 +629,7 @@ async fn the_child_never_sees_gateway_variables_but_gets_the_configured_ones() {
             ("TUNNELGATE_FROM_CONFIG".to_owned(), "must-not-leak".to_owned()),
             ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
         ]);
-        let metrics = Arc::new(Metrics::new(false, &[]));
+        let metrics = Arc::new(Metrics::new::<GatewayLabels>(false, &[]));
         let t = StdioTransport::with_base_env(
             CHANNEL,
             peer("echo.py", &["--env-out", out.to_str().unwrap()]),

@@ -1,0 +1,137 @@
+//! The mechanics of the metric set, with label enums of the tests' own (the real label
+//! sets are wired and pinned in `app::labels`).
+
+use super::*;
+
+macro_rules! label_enum {
+    ($name:ident { $($variant:ident => $label:literal),+ $(,)? }) => {
+        #[derive(Clone, Copy, Debug)]
+        enum $name {
+            $($variant),+
+        }
+        impl LabelValue for $name {
+            const ALL: &'static [Self] = &[$(Self::$variant),+];
+            fn as_label(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $label),+
+                }
+            }
+        }
+    };
+}
+
+label_enum!(Kind { Timeout => "timeout", Decode => "decode" });
+label_enum!(Transport { Http => "http", Pipe => "pipe" });
+label_enum!(Outcome { Answered => "answered", Abandoned => "abandoned" });
+label_enum!(Delivery { Acked => "acked", Ambiguous => "ambiguous" });
+label_enum!(Attempt { Ok => "ok", Cancelled => "cancelled" });
+label_enum!(Category { AckTimeout => "ack_timeout", AckNotFound => "ack_not_found" });
+
+struct Fakes;
+
+impl LabelSets for Fakes {
+    type PollErrorKind = Kind;
+    type Transport = Transport;
+    type LegOutcome = Outcome;
+    type Delivery = Delivery;
+    type AttemptResult = Attempt;
+    type FatalCategory = Category;
+}
+
+fn metrics() -> Metrics {
+    Metrics::new::<Fakes>(false, &["main".to_owned(), "other".to_owned()])
+}
+
+fn has(text: &str, series: &str) -> bool {
+    text.lines().any(|l| l == series)
+}
+
+#[test]
+fn every_value_of_every_label_set_is_a_series_at_zero_from_startup() {
+    let text = metrics().render();
+    for series in [
+        "tunnelgate_polls_total{result=\"error\"} 0",
+        "tunnelgate_poll_errors_total{kind=\"decode\"} 0",
+        "tunnelgate_commands_received_total{command_type=\"session_termination\"} 0",
+        "tunnelgate_commands_dropped_total{reason=\"shutdown\"} 0",
+        "tunnelgate_downstream_requests_total{outcome=\"abandoned\",transport=\"pipe\"} 0",
+        "tunnelgate_deliveries_total{kind=\"notify\",outcome=\"ambiguous\"} 0",
+        "tunnelgate_delivery_attempts_total{kind=\"terminal\",result=\"cancelled\"} 0",
+        "tunnelgate_fatal_latches_total{category=\"ack_not_found\"} 0",
+        "tunnelgate_stdio_up{channel=\"other\"} 0",
+        "tunnelgate_stdio_restarts_total{channel=\"other\"} 0",
+        "tunnelgate_stdio_late_responses_total{channel=\"main\"} 0",
+        "tunnelgate_stdio_late_responses_total{channel=\"other\"} 0",
+        "tunnelgate_task_failures_total{task=\"admitter\"} 0",
+        "tunnelgate_task_failures_total{task=\"warmup\"} 0",
+        "tunnelgate_fatal_latched 0",
+        "tunnelgate_strict_mode 0",
+    ] {
+        assert!(has(&text, series), "{series} missing:\n{text}");
+    }
+    for task in TaskKind::ALL {
+        let series = format!("tunnelgate_task_failures_total{{task=\"{}\"}} 0", task.as_label());
+        assert!(has(&text, &series), "{series} missing");
+    }
+}
+
+#[test]
+fn fatal_info_has_no_series_until_the_latch_then_exactly_one() {
+    let m = metrics();
+    assert!(!m.render().contains("tunnelgate_fatal_info"));
+    m.fatal_info(Category::AckNotFound);
+    let text = m.render();
+    assert!(
+        has(&text, "tunnelgate_fatal_info{category=\"ack_not_found\"} 1"),
+        "{text}"
+    );
+    assert_eq!(text.matches("tunnelgate_fatal_info{").count(), 1, "{text}");
+    // Set again (it never is: the latch is monotonic), it still names one category.
+    m.fatal_info(Category::AckTimeout);
+    let text = m.render();
+    assert!(
+        has(&text, "tunnelgate_fatal_info{category=\"ack_timeout\"} 1"),
+        "{text}"
+    );
+    assert_eq!(text.matches("tunnelgate_fatal_info{").count(), 1, "{text}");
+}
+
+#[test]
+fn intent_methods_move_their_own_series() {
+    let m = metrics();
+    m.poll_failed(Kind::Timeout);
+    m.poll_finished(PollResult::Empty);
+    m.command_received(CommandType::JsonRpc);
+    m.downstream_finished(Transport::Http, Outcome::Abandoned);
+    m.delivery_attempted(DeliveryKind::Notify, Attempt::Ok);
+    m.delivery_finished(DeliveryKind::Notify, Delivery::Acked);
+    m.fatal_latched(Category::AckTimeout);
+    m.stdio_late_response("other");
+    m.task_failed(TaskKind::StdioReader);
+    let text = m.render();
+    for series in [
+        "tunnelgate_polls_total{result=\"error\"} 1",
+        "tunnelgate_poll_errors_total{kind=\"timeout\"} 1",
+        "tunnelgate_polls_total{result=\"empty\"} 1",
+        "tunnelgate_commands_received_total{command_type=\"jsonrpc\"} 1",
+        "tunnelgate_downstream_requests_total{outcome=\"abandoned\",transport=\"http\"} 1",
+        "tunnelgate_delivery_attempts_total{kind=\"notify\",result=\"ok\"} 1",
+        "tunnelgate_deliveries_total{kind=\"notify\",outcome=\"acked\"} 1",
+        "tunnelgate_fatal_latches_total{category=\"ack_timeout\"} 1",
+        "tunnelgate_fatal_latched 1",
+        "tunnelgate_stdio_late_responses_total{channel=\"other\"} 1",
+        "tunnelgate_stdio_late_responses_total{channel=\"main\"} 0",
+        "tunnelgate_task_failures_total{task=\"stdio_reader\"} 1",
+        "tunnelgate_task_failures_total{task=\"stdio_monitor\"} 0",
+    ] {
+        assert!(has(&text, series), "{series} missing:\n{text}");
+    }
+}
+
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "is not the enum registered for this label")]
+fn a_label_enum_given_to_the_wrong_label_is_caught_in_debug_builds() {
+    // Swapped arguments: both are label enums, only the registration tells them apart.
+    metrics().downstream_finished(Outcome::Answered, Transport::Http);
+}
