@@ -135,7 +135,7 @@ pub(crate) async fn poll(
     answer_poll(&sim, idx, commands.len(), resp)
 }
 
-fn answer_poll(sim: &Shared, idx: usize, commands: usize, resp: Response) -> Response {
+fn answer_poll(sim: &Shared, idx: u64, commands: usize, resp: Response) -> Response {
     sim.update_poll(idx, |p| {
         p.status = Some(resp.status().as_u16());
         p.commands = commands;
@@ -243,7 +243,7 @@ pub(crate) async fn response(
 }
 
 /// Records the status answered and returns the answer.
-fn finish(sim: &Shared, idx: usize, resp: Response) -> Response {
+fn finish(sim: &Shared, idx: u64, resp: Response) -> Response {
     sim.update_response(idx, |r| r.status = Some(resp.status().as_u16()));
     resp
 }

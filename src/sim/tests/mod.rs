@@ -1,5 +1,6 @@
 //! Simulator tests: real sockets on loopback, `reqwest` as the client, every wait bounded.
 
+mod bounds;
 mod control;
 mod faults;
 mod ingress;
