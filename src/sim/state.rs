@@ -88,7 +88,7 @@ pub(crate) struct PostFacts {
 pub(crate) enum Refusal {
     /// Unknown, or already completed (`404 pending_request_not_found`).
     NotPending,
-    /// `X-Tunnel-Shard-Token` missing or not the command's token.
+    /// `X-Tunnel-Shard-Token` is not the command's token.
     ShardTokenMismatch,
 }
 
@@ -229,15 +229,10 @@ impl Shared {
 
     /// Accepts a valid response POST: a final type completes the request. Returns whether
     /// it completed. The ingress waiting on the request, if any, receives `reply`.
-    pub(crate) fn accept(
-        &self,
-        request_id: &str,
-        shard_token: Option<&str>,
-        reply: GatewayReply,
-    ) -> Result<bool, Refusal> {
+    pub(crate) fn accept(&self, request_id: &str, shard_token: &str, reply: GatewayReply) -> Result<bool, Refusal> {
         let mut inner = self.lock();
         let p = inner.pending.get_mut(request_id).ok_or(Refusal::NotPending)?;
-        if p.shard_token.is_none() || p.shard_token.as_deref() != shard_token {
+        if p.shard_token.as_deref() != Some(shard_token) {
             return Err(Refusal::ShardTokenMismatch);
         }
         if p.completed {
