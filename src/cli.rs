@@ -188,11 +188,12 @@ pub async fn run(config: Config) -> Result<u8, CliError> {
         LogFormat::Json => logging::Format::Json,
         LogFormat::Text => logging::Format::Text,
     };
-    let _guard = logging::init(
+    let telemetry = logging::init(
         format,
         &config.telemetry.log_level,
         config.telemetry.otlp_endpoint.as_deref(),
-    );
+    )
+    .await;
     let gateway = Gateway::new(config);
     let stop = gateway.stop_handle();
     tokio::spawn(async move {
@@ -214,8 +215,10 @@ pub async fn run(config: Config) -> Result<u8, CliError> {
             stop.stop();
         }
     });
-    let outcome = gateway.run().await.map_err(CliError::Gateway)?;
-    Ok(outcome.exit_code())
+    let outcome = gateway.run().await;
+    // Exported spans are flushed before the exit code is returned, within FLUSH_BOUND.
+    telemetry.shutdown().await;
+    Ok(outcome.map_err(CliError::Gateway)?.exit_code())
 }
 
 /// `tunnelgate status`.

@@ -17,6 +17,7 @@ use crate::app::{Gateway, GatewayError, RunOutcome};
 use crate::config::{Config, ConfigError};
 use crate::sim::{FaultScript, FaultScriptError, McpStub, SimConfig, Simulator};
 use crate::strict::latch_file::{self, LatchFileError};
+use crate::telemetry::logging;
 
 const TUNNEL: &str = "tunnel_demo";
 const KEY: &str = "demo-key";
@@ -102,12 +103,16 @@ delay = "600ms"
 
 pub async fn run(keep_dir: bool) -> Result<u8, DemoError> {
     // Quiet by default; `RUST_LOG=info tunnelgate demo` shows the gateway's own log.
-    let _guard = std::env::var("RUST_LOG")
-        .ok()
-        .map(|filter| crate::telemetry::logging::init(crate::telemetry::logging::Format::Text, &filter, None));
+    let telemetry = match std::env::var("RUST_LOG") {
+        Ok(filter) => Some(logging::init(logging::Format::Text, &filter, None).await),
+        Err(_) => None,
+    };
     let dir = tempfile_dir()?;
     let latch_path = dir.join("latch.json");
     let result = tour(&latch_path).await;
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown().await;
+    }
     if keep_dir {
         println!("\nkept {}", dir.display());
     } else {

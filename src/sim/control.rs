@@ -1,8 +1,12 @@
 //! The control-plane endpoints: `GET .../poll` and `POST .../response`.
 //!
-//! Order of handling, for both: fault first (a fault models what sits in front of the
+//! Order of handling. Poll: fault first (a fault models what sits in front of the
 //! service: it does not care about credentials), then bearer key and tunnel id, then the
-//! request itself. Every request is recorded, whatever its answer.
+//! request itself. Response POST: bearer key, tunnel id and the presence of a shard token
+//! before a byte of the body is read (a caller without them cannot make the simulator
+//! buffer anything), then the body, then faults (they select on the body), then the
+//! request itself; the shard token is matched to the request named in the body last.
+//! Every request is recorded, whatever its answer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,7 +139,7 @@ pub(crate) async fn poll(
     answer_poll(&sim, idx, commands.len(), resp)
 }
 
-fn answer_poll(sim: &Shared, idx: usize, commands: usize, resp: Response) -> Response {
+fn answer_poll(sim: &Shared, idx: u64, commands: usize, resp: Response) -> Response {
     sim.update_poll(idx, |p| {
         p.status = Some(resp.status().as_u16());
         p.commands = commands;
@@ -155,6 +159,15 @@ pub(crate) async fn response(
         headers: record_headers(&headers),
         attempt: 1,
         ..ResponseRecord::default()
+    };
+    let caller = validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id)
+        .and_then(|()| validate::shard_token(&headers));
+    let shard = match caller {
+        Ok(shard) => shard,
+        Err(e) => {
+            let idx = sim.record_response(rec);
+            return finish(&sim, idx, e.into_response());
+        }
     };
     let body = match axum::body::to_bytes(body, MAX_RESPONSE_BODY).await {
         Ok(b) => b,
@@ -198,9 +211,6 @@ pub(crate) async fn response(
             return finish(&sim, idx, resp);
         }
     }
-    if let Err(e) = validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id) {
-        return finish(&sim, idx, e.into_response());
-    }
     if !validate::is_json_content_type(&headers) {
         let e = ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -213,7 +223,6 @@ pub(crate) async fn response(
         Ok(p) => p,
         Err(e) => return finish(&sim, idx, e.into_response()),
     };
-    let shard = headers.get("x-tunnel-shard-token").and_then(|v| v.to_str().ok());
     match sim.accept(&payload.request_id, shard, payload.reply) {
         Ok(completed) => {
             sim.update_response(idx, |r| r.completed = completed);
@@ -243,7 +252,7 @@ pub(crate) async fn response(
 }
 
 /// Records the status answered and returns the answer.
-fn finish(sim: &Shared, idx: usize, resp: Response) -> Response {
+fn finish(sim: &Shared, idx: u64, resp: Response) -> Response {
     sim.update_response(idx, |r| r.status = Some(resp.status().as_u16()));
     resp
 }

@@ -9,7 +9,8 @@
 //! byte with `resp_code` (any 2xx becomes 200). When the client accepts
 //! `text/event-stream` and a `jsonrpc_notify` arrives before the final, the answer is an
 //! SSE stream: each notification as it arrives, then the final. No answer within the
-//! ingress timeout: `504` with a JSON-RPC error.
+//! ingress timeout: `504` with a JSON-RPC error. The tunnel id is checked before the body
+//! is read, and the body is read up to [`MAX_INGRESS_BODY`].
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -35,6 +36,9 @@ const FORWARDED: [&str; 4] = ["Mcp-Session-Id", "Mcp-Protocol-Version", "Accept"
 /// `resp_headers` copied back to the client.
 const RETURNED: [&str; 2] = ["Mcp-Session-Id", "Mcp-Protocol-Version"];
 
+/// Larger MCP request bodies get `413`.
+const MAX_INGRESS_BODY: usize = 2 * 1024 * 1024;
+
 /// JSON-RPC error code the ingress answers with when the gateway never replied.
 const GATEWAY_TIMEOUT_CODE: i32 = -32001;
 
@@ -55,11 +59,19 @@ pub(crate) async fn post(
     Path(tunnel): Path<String>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     if tunnel != sim.tunnel_id {
         return ApiError::new(StatusCode::NOT_FOUND, "tunnel_not_found", "no such tunnel").into_response();
     }
+    let Ok(body) = axum::body::to_bytes(body, MAX_INGRESS_BODY).await else {
+        return rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            -32600,
+            "the request body is too large or could not be read",
+        );
+    };
     let raw = String::from_utf8(body.to_vec())
         .ok()
         .and_then(|s| RawValue::from_string(s).ok())

@@ -4,7 +4,7 @@
 //! Owns: the poll and response endpoints of the contract (bearer and shard-token checks,
 //! `204` on empty polls, `404` for unknown or completed requests, `TunnelResponsePayload`
 //! validation), the MCP ingress (`ingress`), fault scripts (`fault`), the record of
-//! everything received (`record`) and an embedded MCP server for the demo (`stub`).
+//! what it received (`record`, bounded) and an embedded MCP server for the demo (`stub`).
 //! Must not touch: the gateway's modules (`control`, `dispatch`, `strict`, ...); the
 //! simulator only speaks the wire contract, so it can catch a gateway that does not.
 //!
@@ -86,10 +86,13 @@ pub use fault::{
     Attempts, FaultAction, FaultRule, FaultScript, FaultScriptError, FeedCommand, FeedEntry, PollFault,
     RespTypeSelector, Selector,
 };
-pub use record::{CommandRecord, PollRecord, Record, RecordedHeaders, ResponseRecord};
+pub use record::{CommandRecord, Dropped, PollRecord, Record, RecordedHeaders, ResponseRecord};
 pub use stub::McpStub;
 
 use state::Shared;
+
+/// Default bound of the record's lists and of the completed requests remembered.
+const DEFAULT_CAPACITY: usize = 4096;
 
 /// How a simulator runs.
 #[derive(Clone, Debug)]
@@ -103,6 +106,12 @@ pub struct SimConfig {
     pub ingress_timeout: Duration,
     /// Cap on a poll's `timeout_ms` (default 30 s).
     pub max_poll_wait: Duration,
+    /// Entries the record keeps per list (polls, response POSTs, commands); the oldest
+    /// are dropped first and counted (default 4096).
+    pub record_capacity: usize,
+    /// Completed requests remembered so that a repeated POST gets `404` (default 4096);
+    /// a POST for one forgotten since also gets `404`, as an unknown request.
+    pub completed_capacity: usize,
 }
 
 /// A running simulator. Dropping it stops serving; [`Simulator::shutdown`] also waits.
@@ -123,6 +132,8 @@ impl SimConfig {
             faults: FaultScript::default(),
             ingress_timeout: Duration::from_secs(60),
             max_poll_wait: Duration::from_secs(30),
+            record_capacity: DEFAULT_CAPACITY,
+            completed_capacity: DEFAULT_CAPACITY,
         }
     }
 }
@@ -138,6 +149,10 @@ impl Simulator {
             config.max_poll_wait,
             config.ingress_timeout,
             config.faults,
+            state::Capacity {
+                record: config.record_capacity,
+                completed: config.completed_capacity,
+            },
         ));
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();

@@ -1,19 +1,55 @@
 //! What the simulator received and answered, kept whole so tests can assert exactly
 //! what reached the control plane (bodies as raw bytes, headers as sent).
+//!
+//! Bounded, so a long `tunnelgate sim` run does not grow without limit: each list keeps
+//! its newest entries (the capacity is [`SimConfig::record_capacity`]); older ones are
+//! dropped first and counted in [`Record::dropped`].
+//!
+//! [`SimConfig::record_capacity`]: super::SimConfig::record_capacity
+
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 
 use super::fault::FaultAction;
 
-/// Everything received so far, in arrival order. A poll is recorded on arrival and a
-/// response POST once its body is read; each gets its status when it is answered, so a
-/// `None` status means held, closed, still waiting, or abandoned by the client.
+/// What was received, in arrival order (the newest entries of each kind). A poll is
+/// recorded on arrival and a response POST once its body is read (or refused unread);
+/// each gets its status when it is answered, so a `None` status means held, closed,
+/// still waiting, or abandoned by the client.
 #[derive(Clone, Debug, Default)]
 pub struct Record {
     pub polls: Vec<PollRecord>,
     pub responses: Vec<ResponseRecord>,
-    /// Every command queued, in queue order.
+    /// Commands queued, in queue order.
     pub commands: Vec<CommandRecord>,
+    /// How many of the oldest entries of each list were dropped to keep it bounded.
+    pub dropped: Dropped,
+}
+
+/// Entries dropped from the record, oldest first, per list.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    pub polls: u64,
+    pub responses: u64,
+    pub commands: u64,
+}
+
+/// The record as the simulator keeps it: three bounded lists, each entry addressed by
+/// its arrival index (stable while older entries are dropped).
+#[derive(Debug)]
+pub(crate) struct Journal {
+    pub(crate) polls: Bounded<PollRecord>,
+    pub(crate) responses: Bounded<ResponseRecord>,
+    pub(crate) commands: Bounded<CommandRecord>,
+}
+
+/// A list that keeps its newest `capacity` entries.
+#[derive(Debug)]
+pub(crate) struct Bounded<T> {
+    items: VecDeque<T>,
+    capacity: usize,
+    dropped: u64,
 }
 
 /// Request headers: names lowercased, values as received (lossy UTF-8), in order.
@@ -77,6 +113,62 @@ fn find<'a>(headers: &'a RecordedHeaders, name: &str) -> Option<&'a str> {
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|(_, v)| v.as_str())
+}
+
+impl Journal {
+    /// Each list holds at most `capacity` entries (at least one).
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            polls: Bounded::new(capacity),
+            responses: Bounded::new(capacity),
+            commands: Bounded::new(capacity),
+        }
+    }
+
+    /// A copy of what is kept, with the drop counts.
+    pub(crate) fn snapshot(&self) -> Record {
+        Record {
+            polls: self.polls.items.iter().cloned().collect(),
+            responses: self.responses.items.iter().cloned().collect(),
+            commands: self.commands.items.iter().cloned().collect(),
+            dropped: Dropped {
+                polls: self.polls.dropped,
+                responses: self.responses.dropped,
+                commands: self.commands.dropped,
+            },
+        }
+    }
+}
+
+impl<T> Bounded<T> {
+    fn new(capacity: usize) -> Self {
+        Self {
+            items: VecDeque::new(),
+            capacity: capacity.max(1),
+            dropped: 0,
+        }
+    }
+
+    /// Appends `item`, dropping the oldest entry when full; returns its arrival index.
+    pub(crate) fn push(&mut self, item: T) -> u64 {
+        if self.items.len() == self.capacity {
+            self.items.pop_front();
+            self.dropped += 1;
+        }
+        self.items.push_back(item);
+        self.total() - 1
+    }
+
+    /// The entry with this arrival index, unless it was dropped.
+    pub(crate) fn get_mut(&mut self, index: u64) -> Option<&mut T> {
+        let i = usize::try_from(index.checked_sub(self.dropped)?).ok()?;
+        self.items.get_mut(i)
+    }
+
+    /// Entries ever pushed, dropped ones included.
+    pub(crate) fn total(&self) -> u64 {
+        self.dropped + self.items.len() as u64
+    }
 }
 
 impl Record {

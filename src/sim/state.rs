@@ -2,7 +2,9 @@
 //!
 //! Invariants: one `std::sync::Mutex` guards everything and is never held across an
 //! `.await`; a request completes at most once (its first accepted final response);
-//! completed requests are kept so a repeated POST gets `404`.
+//! completed requests are kept so a repeated POST gets `404`, up to a capacity: the
+//! oldest completed are forgotten first, and a POST for one of them still gets `404`
+//! (it is unknown). The record is bounded the same way (see `record`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -14,7 +16,7 @@ use tokio::time::Instant;
 
 use super::command::{Issued, NewCommand, Queued};
 use super::fault::{FaultScript, FeedCommand, FeedEntry};
-use super::record::{CommandRecord, PollRecord, Record, ResponseRecord};
+use super::record::{CommandRecord, Journal, PollRecord, Record, ResponseRecord};
 use crate::protocol::RespType;
 
 /// The parts of the configuration handlers need, plus the mutable state.
@@ -29,15 +31,27 @@ pub(crate) struct Shared {
     recorded: Notify,
 }
 
-#[derive(Default)]
 struct Inner {
     queue: VecDeque<(u64, Queued)>,
+    /// Requests that may be answered, and completed ones (for `404`).
     pending: HashMap<String, Pending>,
+    /// Completed request ids, oldest first; at most `completed_capacity`.
+    completed: VecDeque<String>,
+    completed_capacity: usize,
     next_order: u64,
     waiting_feeds: Vec<FeedEntry>,
-    record: Record,
+    record: Journal,
     polls_seen: u64,
     faults_applied: u64,
+    issued: u64,
+    completed_total: u64,
+}
+
+/// How much the simulator keeps (see [`SimConfig`](super::SimConfig)).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Capacity {
+    pub(crate) record: usize,
+    pub(crate) completed: usize,
 }
 
 struct Pending {
@@ -74,16 +88,16 @@ pub(crate) struct PostFacts {
 pub(crate) enum Refusal {
     /// Unknown, or already completed (`404 pending_request_not_found`).
     NotPending,
-    /// `X-Tunnel-Shard-Token` missing or not the command's token.
+    /// `X-Tunnel-Shard-Token` is not the command's token.
     ShardTokenMismatch,
 }
 
-/// Counters for the CLI summary.
+/// Counters for the CLI summary (whole run, whatever the record dropped).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Totals {
-    pub(crate) issued: usize,
-    pub(crate) responses: usize,
-    pub(crate) completed: usize,
+    pub(crate) issued: u64,
+    pub(crate) responses: u64,
+    pub(crate) completed: u64,
     pub(crate) faults_applied: u64,
 }
 
@@ -94,6 +108,7 @@ impl Shared {
         max_poll_wait: Duration,
         ingress_timeout: Duration,
         faults: FaultScript,
+        capacity: Capacity,
     ) -> Self {
         let (now, later): (Vec<_>, Vec<_>) = faults.feed.iter().cloned().partition(|f| f.after_order.is_none());
         let shared = Self {
@@ -103,8 +118,17 @@ impl Shared {
             ingress_timeout,
             faults,
             inner: Mutex::new(Inner {
+                queue: VecDeque::new(),
+                pending: HashMap::new(),
+                completed: VecDeque::new(),
+                completed_capacity: capacity.completed.max(1),
+                next_order: 0,
                 waiting_feeds: later,
-                ..Inner::default()
+                record: Journal::new(capacity.record),
+                polls_seen: 0,
+                faults_applied: 0,
+                issued: 0,
+                completed_total: 0,
             }),
             queued: Notify::new(),
             recorded: Notify::new(),
@@ -205,15 +229,10 @@ impl Shared {
 
     /// Accepts a valid response POST: a final type completes the request. Returns whether
     /// it completed. The ingress waiting on the request, if any, receives `reply`.
-    pub(crate) fn accept(
-        &self,
-        request_id: &str,
-        shard_token: Option<&str>,
-        reply: GatewayReply,
-    ) -> Result<bool, Refusal> {
+    pub(crate) fn accept(&self, request_id: &str, shard_token: &str, reply: GatewayReply) -> Result<bool, Refusal> {
         let mut inner = self.lock();
         let p = inner.pending.get_mut(request_id).ok_or(Refusal::NotPending)?;
-        if p.shard_token.is_none() || p.shard_token.as_deref() != shard_token {
+        if p.shard_token.as_deref() != Some(shard_token) {
             return Err(Refusal::ShardTokenMismatch);
         }
         if p.completed {
@@ -226,6 +245,10 @@ impl Shared {
         } else {
             p.waiter.clone()
         };
+        if completes {
+            inner.completed_total += 1;
+            inner.remember_completed(request_id.to_owned());
+        }
         drop(inner);
         if let Some(w) = waiter {
             // The ingress client may have gone away; the POST is accepted regardless.
@@ -245,35 +268,30 @@ impl Shared {
     }
 
     /// Records a poll on arrival; returns its index for [`Shared::update_poll`].
-    pub(crate) fn record_poll(&self, poll: PollRecord) -> usize {
-        let idx = {
-            let mut inner = self.lock();
-            inner.record.polls.push(poll);
-            inner.record.polls.len() - 1
-        };
+    pub(crate) fn record_poll(&self, poll: PollRecord) -> u64 {
+        let idx = self.lock().record.polls.push(poll);
         self.recorded.notify_waiters();
         idx
     }
 
-    pub(crate) fn update_poll(&self, idx: usize, f: impl FnOnce(&mut PollRecord)) {
+    /// Updates a recorded poll, unless the record has dropped it since.
+    pub(crate) fn update_poll(&self, idx: u64, f: impl FnOnce(&mut PollRecord)) {
         if let Some(p) = self.lock().record.polls.get_mut(idx) {
             f(p);
         }
         self.recorded.notify_waiters();
     }
 
-    /// Records a response POST once its body is read; returns its index.
-    pub(crate) fn record_response(&self, response: ResponseRecord) -> usize {
-        let idx = {
-            let mut inner = self.lock();
-            inner.record.responses.push(response);
-            inner.record.responses.len() - 1
-        };
+    /// Records a response POST once its body is read (or refused unread); returns its
+    /// index.
+    pub(crate) fn record_response(&self, response: ResponseRecord) -> u64 {
+        let idx = self.lock().record.responses.push(response);
         self.recorded.notify_waiters();
         idx
     }
 
-    pub(crate) fn update_response(&self, idx: usize, f: impl FnOnce(&mut ResponseRecord)) {
+    /// Updates a recorded response POST, unless the record has dropped it since.
+    pub(crate) fn update_response(&self, idx: u64, f: impl FnOnce(&mut ResponseRecord)) {
         if let Some(r) = self.lock().record.responses.get_mut(idx) {
             f(r);
         }
@@ -281,7 +299,13 @@ impl Shared {
     }
 
     pub(crate) fn record(&self) -> Record {
-        self.lock().record.clone()
+        self.lock().record.snapshot()
+    }
+
+    /// Requests kept for answering or for `404` (completed ones included).
+    #[cfg(test)]
+    pub(crate) fn requests_kept(&self) -> usize {
+        self.lock().pending.len()
     }
 
     /// Waits until `pred` holds on the record, up to `timeout`.
@@ -315,9 +339,9 @@ impl Shared {
     pub(crate) fn totals(&self) -> Totals {
         let inner = self.lock();
         Totals {
-            issued: inner.record.issued(),
-            responses: inner.record.responses.len(),
-            completed: inner.record.responses.iter().filter(|r| r.completed).count(),
+            issued: inner.issued,
+            responses: inner.record.responses.total(),
+            completed: inner.completed_total,
             faults_applied: inner.faults_applied,
         }
     }
@@ -361,14 +385,24 @@ impl Inner {
         let n = max.unwrap_or(usize::MAX).min(self.queue.len());
         let mut out = Vec::with_capacity(n);
         for (order, queued) in self.queue.drain(..n) {
-            if let Some(c) = usize::try_from(order - 1)
-                .ok()
-                .and_then(|i| self.record.commands.get_mut(i))
-            {
+            // One command record per order, pushed in order: its index is `order - 1`.
+            if let Some(c) = self.record.commands.get_mut(order - 1) {
                 c.issued = true;
             }
+            self.issued += 1;
             out.push(queued);
         }
         out
+    }
+
+    /// Keeps `request_id` answerable with `404`, forgetting the oldest completed request
+    /// beyond the capacity.
+    fn remember_completed(&mut self, request_id: String) {
+        if self.completed.len() == self.completed_capacity {
+            if let Some(oldest) = self.completed.pop_front() {
+                self.pending.remove(&oldest);
+            }
+        }
+        self.completed.push_back(request_id);
     }
 }

@@ -123,6 +123,22 @@ pub(crate) fn check_caller(
     ))
 }
 
+/// The `X-Tunnel-Shard-Token` of a response POST: required, and checked before the body
+/// is read. Whether it is the token of the request the body names is decided later.
+pub(crate) fn shard_token(headers: &HeaderMap) -> Result<&str, ApiError> {
+    headers
+        .get("x-tunnel-shard-token")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "tunnel_request_mismatch",
+                "X-Tunnel-Shard-Token is required",
+            )
+        })
+}
+
 /// `Content-Type` is `application/json` (parameters allowed).
 pub(crate) fn is_json_content_type(headers: &HeaderMap) -> bool {
     headers

@@ -20,16 +20,28 @@ pub enum Format {
     Text,
 }
 
-/// Flushes exported spans (bounded) when dropped.
-#[must_use]
+/// Span export, if any: [`shutdown`](Self::shutdown) flushes it, bounded.
+#[must_use = "await `shutdown()` at exit to flush exported spans"]
 pub struct TelemetryGuard {
     provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
 }
 
+impl TelemetryGuard {
+    /// Flushes and stops span export, waiting at most [`otlp::FLUSH_BOUND`] and never
+    /// blocking the async worker it runs on.
+    pub async fn shutdown(mut self) {
+        if let Some(provider) = self.provider.take() {
+            otlp::shutdown(provider).await;
+        }
+    }
+}
+
 impl Drop for TelemetryGuard {
+    /// Without [`shutdown`](Self::shutdown) (an early return, a panic), export is still
+    /// stopped on a thread of its own, but nobody waits for its flush.
     fn drop(&mut self) {
         if let Some(provider) = self.provider.take() {
-            otlp::shutdown(provider);
+            otlp::shutdown_detached(provider);
         }
     }
 }
@@ -66,8 +78,8 @@ pub fn filter_directives(level: &str) -> String {
 ///
 /// `otlp_endpoint` is the configured base URL; `OTEL_EXPORTER_OTLP_ENDPOINT` is used
 /// when it is `None`. An exporter that cannot be built is reported once on stderr and
-/// the gateway runs without it.
-pub fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> TelemetryGuard {
+/// the gateway runs without it. The exporter is built on a thread of its own (awaited).
+pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> TelemetryGuard {
     let filter = EnvFilter::try_new(filter_directives(level)).unwrap_or_else(|_| EnvFilter::new("info"));
     let log_layer: Box<dyn Layer<Registry> + Send + Sync> = match format {
         Format::Json => tracing_subscriber::fmt::layer()
@@ -83,13 +95,16 @@ pub fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> Telemet
             .boxed(),
     };
     let env_base = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok();
-    let provider = otlp::traces_url(otlp_endpoint, env_base.as_deref()).and_then(|url| match otlp::provider(url) {
-        Ok(p) => Some(p),
-        Err(e) => {
-            eprintln!("tunnelgate: span export disabled: {e}");
-            None
-        }
-    });
+    let provider = match otlp::traces_url(otlp_endpoint, env_base.as_deref()) {
+        None => None,
+        Some(url) => match otlp::provider(url).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("tunnelgate: span export disabled: {e}");
+                None
+            }
+        },
+    };
     let span_layer = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
             .with_tracer(otlp::tracer(p))

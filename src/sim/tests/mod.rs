@@ -1,5 +1,6 @@
 //! Simulator tests: real sockets on loopback, `reqwest` as the client, every wait bounded.
 
+mod bounds;
 mod control;
 mod faults;
 mod ingress;
@@ -150,6 +151,25 @@ pub(super) fn notify_body(request_id: &str) -> Value {
 
 pub(super) fn call(id: i64, tool: &str) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": tool, "arguments": {} } })
+}
+
+/// Sends `head` (request line and headers) announcing a 1 MiB body, sends only its first
+/// bytes, and returns the status line of the answer: it must come while the rest of the
+/// body is still missing, that is, without the body being read.
+pub(super) async fn status_before_the_body(sim: &Simulator, head: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
+    let request = format!(
+        "{head}\r\nHost: sim\r\nContent-Type: application/json\r\nContent-Length: 1048576\r\n\r\n{{\"request_id\":"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut answer))
+        .await
+        .expect("answered without waiting for the body")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
+    answer.lines().next().unwrap_or_default().to_owned()
 }
 
 /// The `error.code` of an `APIErrorResponse` body.
