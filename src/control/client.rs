@@ -53,8 +53,19 @@ pub struct ControlClient {
     metrics: Arc<Metrics>,
 }
 
-/// A successful poll.
-#[derive(Debug)]
+/// How long a poll asks the control plane to hold it when nothing is queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollWait {
+    /// `control_plane.poll_timeout`: the ordinary long poll.
+    Long,
+    /// Answer at once: the first poll of a run, and the first after a failure, so that
+    /// readiness reflects the control plane within a round trip, not a poll timeout.
+    Quick,
+}
+
+/// The wait of a [`PollWait::Quick`] poll (the contract's minimum is 1 ms).
+const QUICK_POLL: Duration = Duration::from_millis(1);
+
 /// A poll whose response headers arrived: from here on its commands belong to the
 /// gateway, and each must be answered or accounted for.
 pub struct PollAnswer {
@@ -65,6 +76,8 @@ pub struct PollAnswer {
     body: Option<reqwest::Response>,
 }
 
+/// A successful poll.
+#[derive(Debug)]
 pub struct Polled {
     /// Monotonic time the response headers arrived: every deadline is anchored here.
     pub received_at: Instant,
@@ -211,11 +224,15 @@ impl ControlClient {
     /// headers arrive, no command has been handed to the gateway. Once it returns
     /// [`PollAnswer`], the control plane has handed out whatever the body holds: read it
     /// with [`read_commands`](Self::read_commands), never drop it unread.
-    pub async fn poll(&self, limit: usize) -> Result<PollAnswer, PollError> {
-        let timeout_ms = self.settings.poll_timeout.as_millis().max(1);
+    pub async fn poll(&self, limit: usize, wait: PollWait) -> Result<PollAnswer, PollError> {
+        let wait = match wait {
+            PollWait::Long => self.settings.poll_timeout,
+            PollWait::Quick => QUICK_POLL,
+        };
+        let timeout_ms = wait.as_millis().max(1);
         let url = format!("{}?limit={}&timeout_ms={timeout_ms}", self.poll_url, limit.clamp(1, 25));
         let request = self.http.get(url).headers(self.headers.clone());
-        let deadline = Instant::now() + self.settings.poll_timeout + POLL_SLACK;
+        let deadline = Instant::now() + wait + POLL_SLACK;
         let response = match tokio::time::timeout_at(deadline, request.send()).await {
             Err(_) => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
             Ok(Err(e)) if e.is_timeout() => return Err(PollError::new(PollErrorKind::Timeout, None, None)),

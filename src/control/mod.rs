@@ -12,5 +12,5 @@ mod client;
 pub use attempt::{AttemptResult, Delivery, PostKind};
 pub use backoff::{parse_retry_after, Backoff};
 pub use client::{
-    random_hex, ControlClient, ControlSettings, DeliveryReport, PollAnswer, PollError, PollErrorKind, Polled,
+    random_hex, ControlClient, ControlSettings, DeliveryReport, PollAnswer, PollError, PollErrorKind, PollWait, Polled,
 };

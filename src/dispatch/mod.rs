@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use crate::control::backoff::UNAUTHORIZED_FLOOR;
 use crate::control::{Backoff, ControlClient};
-use crate::control::{PollError, PollErrorKind};
+use crate::control::{PollError, PollErrorKind, PollWait};
 use crate::downstream::Channels;
 use crate::protocol::{Command, CommandKind, InvalidCommand};
 use crate::strict::Fence;
@@ -133,7 +133,7 @@ impl Dispatcher {
                 _ = stop.cancelled() => return self.polling_ended(),
                 // cancel-safe: as above.
                 _ = latched.cancelled() => return self.polling_ended(),
-                r = self.control.poll(free.min(25)) => r,
+                r = self.control.poll(free.min(25), self.poll_wait()) => r,
             };
             // Headers arrived: the body's commands are ours. It is read whole even when a
             // stop or a latch comes meanwhile (bounded by the cleanup time from then), so
@@ -198,6 +198,16 @@ impl Dispatcher {
                     }
                 }
             }
+        }
+    }
+
+    /// Quick until a poll succeeds (at start, and after each failure), long after that.
+    fn poll_wait(&self) -> PollWait {
+        let health = self.health.poll_health();
+        if health.last_successful_poll_age_seconds.is_none() || health.consecutive_poll_errors > 0 {
+            PollWait::Quick
+        } else {
+            PollWait::Long
         }
     }
 
