@@ -8,6 +8,8 @@
 mod attempt;
 pub mod backoff;
 mod client;
+#[cfg(test)]
+mod timing_tests;
 
 pub use attempt::{AttemptResult, Delivery, PostKind};
 pub use backoff::{parse_retry_after, Backoff};

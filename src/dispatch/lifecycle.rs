@@ -564,3 +564,6 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod timing_tests;
