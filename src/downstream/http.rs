@@ -340,7 +340,7 @@ impl HttpTransport {
                 resp,
                 status,
                 resp_headers,
-                expects_response,
+                expects_response.then(|| Expected::of(req)).as_ref(),
                 self.inner.settings.max_body_bytes,
                 deadline,
             )
@@ -484,7 +484,10 @@ impl HttpTransport {
                 Ok(Ok(Some(chunk))) => chunk,
             };
             parser.feed(&chunk, &mut events);
-            if parser.buffered() > self.inner.settings.max_body_bytes {
+            // The bound holds for an event still being assembled and for one that arrived
+            // whole in a single chunk alike.
+            let max = self.inner.settings.max_body_bytes;
+            if parser.buffered() > max || events.iter().any(|e| e.data.len() > max) {
                 return Err(StreamEnd::Failed(LegFailure::BodyTooLarge));
             }
             for event in events.drain(..) {
@@ -797,24 +800,31 @@ async fn refusal(
     resp: reqwest::Response,
     status: StatusCode,
     resp_headers: RespHeaders,
-    expects_response: bool,
+    expected: Option<&Expected>,
     max: usize,
     deadline: Instant,
 ) -> Result<Reply, LegFailure> {
     let failure = LegFailure::HttpStatus(status.as_u16());
-    if !expects_response {
+    let Some(expected) = expected else {
         return Err(failure);
-    }
+    };
     let Ok(body) = read_body(resp, max, deadline).await else {
         return Err(failure);
     };
     match String::from_utf8(body).ok().and_then(json_value) {
-        Some(raw) if probe(&raw).is_some_and(|p| p.error.0 && p.jsonrpc.0 && !p.method.0) => Ok(Reply {
-            resp_json: Some(raw),
-            resp_headers,
-            resp_code: status.as_u16(),
-            resp_type: RespType::JsonrpcResponse,
-        }),
+        // The same rule as a 2xx body: an error for this request's id (or for no id).
+        Some(raw)
+            if probe(&raw).is_some_and(|p| {
+                p.error.0 && p.jsonrpc.0 && !p.method.0 && (p.id.is_none() || expected.matches(p.id))
+            }) =>
+        {
+            Ok(Reply {
+                resp_json: Some(raw),
+                resp_headers,
+                resp_code: status.as_u16(),
+                resp_type: RespType::JsonrpcResponse,
+            })
+        }
         _ => Err(failure),
     }
 }

@@ -470,6 +470,38 @@ async fn an_sse_event_still_undispatched_past_the_bound_is_abandoned() {
     assert!(notes.is_empty());
 }
 
+#[tokio::test]
+async fn an_sse_event_over_the_bound_that_arrives_whole_in_one_chunk_is_abandoned() {
+    let server = Server::start(vec![Act::Parts(vec![
+        sse_head(&[]),
+        format!(
+            "data: {{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"{}\"}}\n\n",
+            "x".repeat(2048)
+        )
+        .into_bytes(),
+    ])])
+    .await;
+    let t = HttpTransport::new(
+        "main",
+        &server.url(),
+        HttpSettings {
+            max_body_bytes: 1024,
+            ..settings()
+        },
+    )
+    .unwrap();
+    let (result, notes) = run(&t, &payload(CALL), &Vec::new(), None).await;
+    assert_row(
+        &result,
+        LegFailure::BodyTooLarge,
+        LegOutcome::Abandoned,
+        "protocol",
+        Some("response_body_too_large"),
+        A,
+    );
+    assert!(notes.is_empty());
+}
+
 // --- regime (C) and statuses ---
 
 #[tokio::test]
@@ -522,6 +554,36 @@ async fn a_jsonrpc_error_with_http_400_or_500_is_answered_and_forwarded_exactly_
         assert_eq!(resp_json(&result), body, "{status}: byte for byte");
         assert_eq!(result.reply.resp_code, code);
         assert_eq!(result.reply.resp_type, RespType::JsonrpcResponse);
+        server.assert_consumed();
+    }
+}
+
+#[tokio::test]
+async fn a_jsonrpc_error_with_http_400_or_500_for_another_id_is_not_this_requests_answer() {
+    let body = r#"{"jsonrpc":"2.0","id":99,"error":{"code":-32602,"message":"CANARY-other-request"}}"#;
+    for (status, code, outcome, words) in [
+        ("400 Bad Request", 400, LegOutcome::Answered, R),
+        ("500 Internal Server Error", 500, LegOutcome::Abandoned, A),
+    ] {
+        let server = Server::start(vec![Act::Reply(reply(
+            status,
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        ))])
+        .await;
+        let (result, _) = call(&server.url(), CALL).await;
+        assert_row(
+            &result,
+            LegFailure::HttpStatus(code),
+            outcome,
+            "target_http",
+            Some("http_status"),
+            words,
+        );
+        assert!(
+            !resp_json(&result).contains("CANARY"),
+            "{status}: another request's error is never forwarded"
+        );
         server.assert_consumed();
     }
 }
