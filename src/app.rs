@@ -509,6 +509,116 @@ fn build_control(config: &Config, metrics: &Arc<Metrics>) -> Result<ControlClien
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::GatewayLabels;
+
+    /// A configuration with the stop bounds under test (nothing is contacted).
+    fn config(strict: bool, latch_dir: &std::path::Path) -> Config {
+        Config::from_toml_str(&format!(
+            r#"
+[control_plane]
+base_url = "http://127.0.0.1:9"
+tunnel_id = "t"
+api_key = "k"
+[mcp]
+max_concurrent = 1
+[mcp.channels.main]
+url = "http://127.0.0.1:9/mcp"
+[strict]
+enabled = {strict}
+latch_file = "{}"
+shutdown_grace = "10s"
+cleanup_timeout = "3s"
+"#,
+            latch_dir.join("latch.json").display()
+        ))
+        .unwrap()
+    }
+
+    /// A stop of a run with one admitted command: `sent` says whether its request may
+    /// have left; the command honours the cut (`obeys_cut`) or only the hard stop.
+    async fn stop_with_one_command(strict: bool, sent: bool, obeys_cut: bool) -> (RunOutcome, Duration) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(strict, dir.path());
+        let fence = Fence::new(strict, 1);
+        let admission = fence
+            .admit(CommandRef::new("r", "main", Some("tools/call")))
+            .await
+            .unwrap();
+        if sent {
+            admission.begin_send().unwrap();
+        }
+        let health = Health::default();
+        let tracker = TaskTracker::new();
+        let (poll_stop, cut, hard_stop) = (
+            CancellationToken::new(),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        tracker.spawn({
+            let (cut, hard_stop) = (cut.clone(), hard_stop.clone());
+            async move {
+                if obeys_cut {
+                    cut.cancelled().await;
+                } else {
+                    hard_stop.cancelled().await;
+                }
+                drop(admission);
+            }
+        });
+        let (_tx, mut rx) = mpsc::unbounded_channel();
+        let stops = StopSignals {
+            poll_stop: &poll_stop,
+            cut: &cut,
+            hard_stop: &hard_stop,
+        };
+        let started = Instant::now();
+        let outcome = graceful_stop(
+            &config,
+            &fence,
+            &Channels::default(),
+            &health,
+            &tracker,
+            &stops,
+            &mut rx,
+        )
+        .await;
+        (outcome, started.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_strict_stop_with_nothing_sent_is_clean_exactly_at_the_end_of_the_grace() {
+        let (outcome, elapsed) = stop_with_one_command(true, false, true).await;
+        assert_eq!(outcome, RunOutcome::Clean);
+        assert_eq!(elapsed, Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_strict_stop_with_a_sent_unacknowledged_command_latches_86_at_the_end_of_the_grace() {
+        let (outcome, elapsed) = stop_with_one_command(true, true, true).await;
+        let RunOutcome::Fatal(fatal) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(fatal.category, FatalCategory::StoppedBeforeAck);
+        assert!(fatal.persisted, "the latch file was written");
+        // The grace, then the latched cleanup (bounded by cleanup_timeout): the command
+        // holds on until it is cut at the end of the cleanup.
+        assert_eq!(elapsed, Duration::from_secs(13));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_default_stop_cuts_at_the_grace_and_stops_waiting_at_the_cleanup_bound() {
+        let (outcome, elapsed) = stop_with_one_command(false, true, true).await;
+        assert_eq!(outcome, RunOutcome::Clean);
+        assert_eq!(elapsed, Duration::from_secs(10), "the cut command ends at once");
+
+        let (outcome, elapsed) = stop_with_one_command(false, true, false).await;
+        assert_eq!(outcome, RunOutcome::Clean);
+        assert_eq!(
+            elapsed,
+            Duration::from_secs(13),
+            "a command that ignores the cut is hard-stopped after the cleanup time"
+        );
+    }
 
     #[test]
     fn a_task_that_dies_latches_internal_error_in_strict_mode_and_makes_default_mode_not_ready() {
