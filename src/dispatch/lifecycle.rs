@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::decide::{decide, Decision, Situation, Stage};
+use super::replies::{server_request, ReplyJob, ReplyKey};
 use super::Dispatcher;
 use crate::control::{Delivery, DeliveryReport, PostKind};
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Notification, Reply, Transport};
@@ -79,6 +80,45 @@ pub(crate) async fn admit_loop(
 /// Notifications buffered between a transport and the control plane.
 const NOTIFY_BUFFER: usize = 64;
 
+/// Replies queued for one leg at once.
+const REPLY_BUFFER: usize = 16;
+
+/// A server request unanswered this long is logged at `warn` (once).
+const SERVER_REQUEST_WARN_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Said (in the log and by the status) when a reply matches no waiting server request.
+const UNMATCHED_REPLY_MESSAGE: &str =
+    "this reply matches no request the MCP server is waiting for; it was not delivered";
+
+/// Said when strict mode refuses a long-lived subscription stream.
+const LISTEN_REFUSED_MESSAGE: &str = "not delivered to the MCP server: strict mode carries no long-lived subscription streams (subscriptions/listen); use a gateway in default mode for subscriptions";
+
+/// What the notifier needs to register the server's questions for the leg's replies.
+pub(crate) struct Questions {
+    owner: u64,
+    headers: crate::protocol::WireHeaders,
+    jobs: tokio::sync::mpsc::Sender<ReplyJob>,
+}
+
+/// Runs one reply on the leg that owns the question, with that leg's admission: in strict
+/// mode the reply is part of the question's dispatch, not a second one.
+async fn run_reply_job(transport: &Transport, admission: &Admission, job: ReplyJob) {
+    // A reply is answered `202`: anything the server streams back to it has no caller.
+    let (sink, _discard) = tokio::sync::mpsc::channel(1);
+    let req = DownstreamRequest {
+        payload: &job.payload,
+        headers: &job.headers,
+        deadline: job.deadline,
+    };
+    let span = tracing::info_span!(
+        "tunnelgate.reply",
+        otel.kind = "client",
+        network.transport = transport.network_transport(),
+    );
+    let result = transport.call(admission, &req, &sink).instrument(span).await;
+    let _ = job.done.send(result);
+}
+
 /// Said when a command was refused before reaching any MCP server.
 const NOT_EXECUTED_MESSAGE: &str = "not delivered to the MCP server; safe to retry";
 
@@ -92,6 +132,9 @@ impl Dispatcher {
         received_at: Instant,
     ) -> Option<tokio::sync::oneshot::Receiver<Admitted>> {
         let method = match &cmd.kind {
+            // A reply runs on the leg that asked; it never joins the admission line.
+            CommandKind::JsonRpc(p) if p.is_reply() => return None,
+            CommandKind::JsonRpc(p) if self.refuses_long_lived(p) => return None,
             CommandKind::JsonRpc(p) => p.method(),
             CommandKind::SessionTermination => None,
             CommandKind::Unknown(_) => return None,
@@ -146,6 +189,19 @@ impl Dispatcher {
             self.answer_not_executed(&cmd, "unroutable").await;
             return;
         };
+        if let CommandKind::JsonRpc(p) = &cmd.kind {
+            if p.is_reply() {
+                return self.run_reply(&cmd, p, transport, deadline).await;
+            }
+            if self.refuses_long_lived(p) {
+                tracing::warn!(
+                    "strict mode carries no long-lived subscription stream (subscriptions/listen); refused, not delivered"
+                );
+                self.metrics.command_dropped(DropReason::Unsupported);
+                self.answer_refused(&cmd, LISTEN_REFUSED_MESSAGE, 501).await;
+                return;
+            }
+        }
         self.metrics
             .leg_duration(DurationLeg::Queue, received_at.elapsed().as_secs_f64());
 
@@ -213,7 +269,11 @@ impl Dispatcher {
             self.metrics.command_dropped(DropReason::Expired);
             return;
         }
-        // Notifications are posted in order by their own task while the leg runs.
+        // Notifications are posted in order by their own task while the leg runs; the
+        // server's questions among them are registered first, so their replies find
+        // this leg.
+        let owner = self.next_leg.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (jobs_tx, mut jobs_rx) = tokio::sync::mpsc::channel::<ReplyJob>(REPLY_BUFFER);
         let (notes_tx, notes_rx) = tokio::sync::mpsc::channel(NOTIFY_BUFFER);
         let notifier = self.supervisor.spawn(
             TaskKind::Notifier,
@@ -224,17 +284,51 @@ impl Dispatcher {
                     cmd.channel.clone(),
                     cmd.shard_token.clone(),
                     deadline,
+                    Questions {
+                        owner,
+                        headers: cmd.headers.clone(),
+                        jobs: jobs_tx,
+                    },
                 )
                 .in_current_span(),
         );
         let started = Instant::now();
-        let (leg, cut) = tokio::select! {
-            biased;
-            // cancel-safe: dropping the leg is safe before its request may have left; after
-            // that the drop itself is the ambiguity, reported as `CancelledAfterWrite`.
-            () = self.cut.cancelled() => (cut_leg(cmd, &admission), true),
-            leg = self.downstream_leg(cmd, transport, &admission, deadline, notes_tx) => (leg, false),
+        let leg = self.downstream_leg(cmd, transport, &admission, deadline, notes_tx);
+        tokio::pin!(leg);
+        let mut replies = futures_util::stream::FuturesUnordered::new();
+        let mut check_waits = tokio::time::interval(std::time::Duration::from_secs(1));
+        let (leg, cut) = loop {
+            tokio::select! {
+                biased;
+                // cancel-safe: dropping the leg is safe before its request may have left;
+                // after that the drop itself is the ambiguity, reported as
+                // `CancelledAfterWrite`. Replies in flight are dropped with it.
+                () = self.cut.cancelled() => break (cut_leg(cmd, &admission), true),
+                leg = &mut leg => break (leg, false),
+                // cancel-safe: mpsc receive loses nothing.
+                Some(job) = jobs_rx.recv() => replies.push(run_reply_job(transport, &admission, job)),
+                // cancel-safe: a reply in flight stays in the set.
+                Some(()) = futures_util::StreamExt::next(&mut replies), if !replies.is_empty() => {}
+                // cancel-safe: a timer.
+                _ = check_waits.tick() => {
+                    for w in self.server_requests.long_waits(owner, SERVER_REQUEST_WARN_AFTER) {
+                        tracing::warn!(
+                            method = %crate::telemetry::safe_method(&w.method),
+                            waited_s = w.waited.as_secs(),
+                            "the MCP server is waiting for the caller's reply to its request; the call cannot finish until the caller answers"
+                        );
+                    }
+                }
+            }
         };
+        // The leg is over: nobody can carry a reply to this server any more. Replies
+        // already being written finish (each bounded by its own deadline).
+        self.server_requests.release(owner);
+        if !cut {
+            while futures_util::StreamExt::next(&mut replies).await.is_some() {}
+        }
+        drop(replies);
+        drop(jobs_rx);
         self.metrics
             .leg_duration(DurationLeg::Downstream, started.elapsed().as_secs_f64());
         self.metrics.downstream_finished(transport.kind(), leg.outcome);
@@ -387,10 +481,21 @@ impl Dispatcher {
         channel: ChannelName,
         shard_token: ShardToken,
         deadline: Option<Instant>,
+        questions: Questions,
     ) -> TaskEnd {
         let mut failed = false;
         let mut skipped = 0u64;
         while let Some(n) = rx.recv().await {
+            // A question from the server: registered before the caller can see it.
+            if let Some((method, id)) = server_request(&n.resp_json) {
+                let registered = ReplyKey::new(channel.as_str(), &questions.headers, &id).is_some_and(|key| {
+                    self.server_requests
+                        .register(key, questions.owner, &method, questions.jobs.clone())
+                });
+                if !registered {
+                    tracing::warn!("a server request could not be registered; the caller's reply will not reach it");
+                }
+            }
             if failed {
                 skipped += 1;
                 continue;
@@ -426,15 +531,24 @@ impl Dispatcher {
     /// Answers a command that will never reach an MCP server, best effort, bounded by
     /// the cleanup timeout. Its failure never latches: nothing was sent.
     async fn answer_not_executed(&self, cmd: &Command, reason: &'static str) {
+        let report = self.answer_refused(cmd, NOT_EXECUTED_MESSAGE, 503).await;
+        if let Some(report) = report {
+            tracing::info!(reason, delivery = report.delivery.as_str(), "not-executed response");
+        }
+    }
+
+    /// Answers a command the gateway will not carry, with `message` for a request (a
+    /// notification or reply gets `notify_ack` with `code` and no payload), bounded by
+    /// the cleanup timeout. Never latches: nothing was sent.
+    async fn answer_refused(&self, cmd: &Command, message: &str, code: u16) -> Option<DeliveryReport> {
         let (id, resp_type) = match &cmd.kind {
             CommandKind::JsonRpc(p) if p.expects_response() => (p.id(), RespType::JsonrpcResponse),
             CommandKind::JsonRpc(_) => (None, RespType::NotifyAck),
             CommandKind::SessionTermination => (None, RespType::SessionTerminationResponse),
-            CommandKind::Unknown(_) => return,
+            CommandKind::Unknown(_) => return None,
         };
         let failure = TunnelFailure::new(FailureSource::ClientInternal, None, false, None);
-        let resp_json =
-            (resp_type == RespType::JsonrpcResponse).then(|| synthesize_error(id, NOT_EXECUTED_MESSAGE, &failure));
+        let resp_json = (resp_type == RespType::JsonrpcResponse).then(|| synthesize_error(id, message, &failure));
         let mut headers = BTreeMap::new();
         if resp_json.is_some() {
             headers.insert("Content-Type".to_owned(), vec!["application/json".to_owned()]);
@@ -442,12 +556,67 @@ impl Dispatcher {
         let reply = Reply {
             resp_json,
             resp_headers: headers,
-            resp_code: 503,
+            resp_code: code,
             resp_type,
         };
         let deadline = Instant::now() + self.policy.cleanup_timeout;
-        let report = self.deliver_terminal(cmd, &reply, Some(deadline)).await;
-        tracing::info!(reason, delivery = report.delivery.as_str(), "not-executed response");
+        Some(self.deliver_terminal(cmd, &reply, Some(deadline)).await)
+    }
+
+    /// Strict mode refuses long-lived subscription streams: they cause no effect, but a
+    /// stream that lasts until its deadline would hold the one fence all that time.
+    fn refuses_long_lived(&self, payload: &crate::protocol::JsonRpcPayload) -> bool {
+        self.policy.strict && payload.method().is_some_and(is_long_lived)
+    }
+
+    /// A caller's reply to a server request: handed to the leg that carried the question
+    /// (no admission of its own), or refused when no server request waits for it.
+    async fn run_reply(
+        &self,
+        cmd: &Command,
+        payload: &crate::protocol::JsonRpcPayload,
+        transport: &Transport,
+        deadline: Option<Instant>,
+    ) {
+        let jobs = payload
+            .id()
+            .and_then(|id| ReplyKey::new(cmd.channel.as_str(), &cmd.headers, id))
+            .and_then(|key| self.server_requests.take(&key));
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let job = ReplyJob {
+            payload: payload.clone(),
+            headers: cmd.headers.clone(),
+            deadline,
+            done: done_tx,
+        };
+        let queued = match jobs {
+            Some(jobs) => jobs.send(job).await.is_ok(),
+            None => false,
+        };
+        // The owning leg runs it; it ends with that leg at the latest.
+        let leg = if queued {
+            match deadline {
+                Some(d) => tokio::time::timeout_at(d, done_rx).await.ok().and_then(Result::ok),
+                None => done_rx.await.ok(),
+            }
+        } else {
+            None
+        };
+        let Some(leg) = leg else {
+            tracing::warn!(reason = "unmatched_reply", "{UNMATCHED_REPLY_MESSAGE}");
+            self.metrics.command_dropped(DropReason::UnmatchedReply);
+            self.answer_refused(cmd, UNMATCHED_REPLY_MESSAGE, 409).await;
+            return;
+        };
+        self.metrics.downstream_finished(transport.kind(), leg.outcome);
+        let span = tracing::Span::current();
+        record_leg(&span, &leg);
+        tracing::info!(outcome = leg.outcome.as_str(), "reply delivered on the leg that asked");
+        if is_expired(deadline) {
+            return;
+        }
+        let report = self.deliver_terminal(cmd, &leg.reply, deadline).await;
+        span.record("delivery_outcome", report.delivery.as_str());
     }
 
     /// A command that could not be decoded: answered when it carries what a response
@@ -552,6 +721,11 @@ fn record_leg(span: &tracing::Span, leg: &LegResult) {
             "the MCP server refused the request"
         ),
     }
+}
+
+/// Requests whose response stream the server keeps open by design (2026-07-28).
+fn is_long_lived(method: &str) -> bool {
+    method == "subscriptions/listen"
 }
 
 fn is_expired(deadline: Option<Instant>) -> bool {

@@ -11,6 +11,7 @@
 mod decide;
 mod health;
 mod lifecycle;
+mod replies;
 
 pub use health::{Health, PollHealth};
 
@@ -66,6 +67,10 @@ pub struct Dispatcher {
     /// Cancelled when in-flight work must stop now, posts included (cleanup over).
     pub(crate) hard_stop: CancellationToken,
     space: Notify,
+    /// Server requests in flight, for the replies that belong to them.
+    server_requests: replies::ServerRequests,
+    /// Names each admitted leg, as the owner of its server requests.
+    next_leg: std::sync::atomic::AtomicU64,
     admit_tx: tokio::sync::mpsc::UnboundedSender<lifecycle::AdmitRequest>,
 }
 
@@ -99,6 +104,8 @@ impl Dispatcher {
             cut: stops.cut,
             hard_stop: stops.hard_stop,
             space: Notify::new(),
+            server_requests: replies::ServerRequests::default(),
+            next_leg: std::sync::atomic::AtomicU64::new(1),
             admit_tx,
         })
     }

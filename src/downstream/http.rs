@@ -96,6 +96,8 @@ struct Inner {
 
 /// `Accept` sent with a POST when the command's headers carry none.
 const DEFAULT_ACCEPT: &str = "application/json, text/event-stream";
+/// The request whose response is a subscription stream (2026-07-28).
+const LONG_LIVED_METHOD: &str = "subscriptions/listen";
 /// The MCP revision from which servers cannot resume a stream (and must not be asked to).
 const NO_RESUME_FROM_VERSION: &str = "2026-07-28";
 /// Resume attempts per leg, at most.
@@ -199,6 +201,9 @@ struct StreamLeg<'a> {
     /// False once the notification receiver is gone: later messages are dropped.
     sink_open: bool,
     deadline: Instant,
+    /// A request whose response stream the server keeps open by design
+    /// (`subscriptions/listen`): its end is normal, never resumed, never ambiguous.
+    long_lived: bool,
 }
 
 /// What the leg is waiting for: the request's id, parsed once for comparison.
@@ -389,6 +394,7 @@ impl HttpTransport {
                     notes,
                     sink_open: true,
                     deadline,
+                    long_lived: req.payload.method() == Some(LONG_LIVED_METHOD),
                 };
                 self.read_event_stream(&mut leg, resp, resp_headers).await
             }
@@ -436,6 +442,11 @@ impl HttpTransport {
                         resp_code: status.as_u16(),
                         resp_type: RespType::JsonrpcResponse,
                     });
+                }
+                // A subscription stream that ends, or reaches its bound, ended by design:
+                // its notifications went out as they came; no effect is in doubt.
+                Err(StreamEnd::Failed(LegFailure::TimeoutAfterWrite) | StreamEnd::Closed) if leg.long_lived => {
+                    return Err(LegFailure::SubscriptionEnded)
                 }
                 Err(StreamEnd::Failed(failure)) => return Err(failure),
                 Err(StreamEnd::Closed) => {}
@@ -725,6 +736,7 @@ fn reached_server(failure: &LegFailure) -> Option<bool> {
         | LegFailure::TimeoutAfterWrite
         | LegFailure::CancelledAfterWrite
         | LegFailure::InternalAfterWrite => None,
+        LegFailure::SubscriptionEnded => Some(true),
         LegFailure::HttpStatus(_)
         | LegFailure::ConnectionLost
         | LegFailure::StreamClosedBeforeResponse

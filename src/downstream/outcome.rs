@@ -45,6 +45,8 @@ impl LabelValue for LegOutcome {
 }
 
 /// Words a caller can act on, carried in synthesized error messages.
+pub const SUBSCRIPTION_ENDED_MESSAGE: &str =
+    "the subscription stream ended (the MCP server closed it, it was cancelled, or it reached its time bound); listen again to go on receiving";
 pub const NOT_SENT_MESSAGE: &str = "not delivered to the MCP server; safe to retry";
 pub const ABANDONED_MESSAGE: &str = "effect unknown: the MCP server may have acted; check before retrying";
 pub const REFUSED_MESSAGE: &str = "the MCP server refused the request with an HTTP error and no JSON-RPC response";
@@ -73,6 +75,9 @@ pub enum LegFailure {
     // --- the server answered, without a usable JSON-RPC response ---
     /// A non-2xx HTTP status without a JSON-RPC error body.
     HttpStatus(u16),
+    /// A subscription stream (`subscriptions/listen`) ended without a final response, or
+    /// reached its bound: a normal end for a request that causes no effect.
+    SubscriptionEnded,
 
     // --- after the request was (or may have been) written ---
     /// The deadline or a transport timeout passed after the write.
@@ -111,6 +116,7 @@ impl LegFailure {
             | Self::InternalBeforeSend => LegOutcome::NotSent,
             // A 4xx (other than 408) is the server declining the request: a terminal
             // answer. 408 and 5xx may come after the server acted: effect unknown.
+            Self::SubscriptionEnded => LegOutcome::Answered,
             Self::HttpStatus(status) => {
                 if (400..500).contains(status) && *status != 408 {
                     LegOutcome::Answered
@@ -143,6 +149,7 @@ impl LegFailure {
             Self::DeadlineBeforeSend => "deadline_before_send",
             Self::InternalBeforeSend => "internal_before_send",
             Self::HttpStatus(_) => "http_status",
+            Self::SubscriptionEnded => "subscription_ended",
             Self::TimeoutAfterWrite => "timeout",
             Self::ConnectionLost => "connection_reset",
             Self::StreamClosedBeforeResponse => "unexpected_eof",
@@ -169,6 +176,7 @@ impl LegFailure {
             Self::DeadlineBeforeSend => (S::Timeout, Some("timeout"), false, None),
             Self::InternalBeforeSend => (S::ClientInternal, Some("unknown"), false, None),
             Self::HttpStatus(code) => (S::TargetHttp, Some("http_status"), true, Some(*code)),
+            Self::SubscriptionEnded => (S::Protocol, Some("unexpected_eof"), true, None),
             Self::TimeoutAfterWrite => (S::Timeout, Some("timeout"), false, None),
             Self::ConnectionLost => (S::TransportClosed, Some("connection_reset"), false, None),
             Self::StreamClosedBeforeResponse => (S::Protocol, Some("unexpected_eof"), true, None),
@@ -185,6 +193,9 @@ impl LegFailure {
 
     /// The sentence the caller reads in the synthesized error.
     pub fn caller_message(&self) -> &'static str {
+        if *self == Self::SubscriptionEnded {
+            return SUBSCRIPTION_ENDED_MESSAGE;
+        }
         match self.outcome() {
             LegOutcome::NotSent => NOT_SENT_MESSAGE,
             LegOutcome::Abandoned => ABANDONED_MESSAGE,
@@ -197,6 +208,7 @@ impl LegFailure {
     pub fn resp_code(&self) -> u16 {
         match self {
             Self::HttpStatus(code) => *code,
+            Self::SubscriptionEnded => 200,
             Self::DeadlineBeforeSend | Self::TimeoutAfterWrite => 504,
             Self::Dns
             | Self::ConnectRefused

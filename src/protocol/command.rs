@@ -27,7 +27,7 @@ pub enum CommandKind {
 }
 
 /// A JSON-RPC message kept as the exact bytes received, with the two fields routing needs.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct JsonRpcPayload {
     raw: Box<RawValue>,
     method: Option<String>,
@@ -224,6 +224,12 @@ impl JsonRpcPayload {
     /// responses are acknowledged with `notify_ack`.
     pub fn expects_response(&self) -> bool {
         self.method.is_some() && self.id.is_some()
+    }
+
+    /// A client's response to a request the MCP server sent (sampling, elicitation,
+    /// roots): no method, an id. It belongs to the leg that carried the server's request.
+    pub fn is_reply(&self) -> bool {
+        self.method.is_none() && self.id.is_some()
     }
 
     /// `params.name` of a `tools/call`, for span names; `None` for anything else.

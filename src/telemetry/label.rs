@@ -67,6 +67,10 @@ pub enum DropReason {
     Unroutable,
     Fatal,
     Shutdown,
+    /// A caller's reply that matches no server request waiting for one.
+    UnmatchedReply,
+    /// A request the mode does not carry (strict mode: `subscriptions/listen`).
+    Unsupported,
 }
 
 /// `command_duration_seconds{leg}`.
@@ -152,6 +156,8 @@ impl DropReason {
             Self::Unroutable => "unroutable",
             Self::Fatal => "fatal",
             Self::Shutdown => "shutdown",
+            Self::UnmatchedReply => "unmatched_reply",
+            Self::Unsupported => "unsupported",
         }
     }
 }
@@ -164,6 +170,8 @@ impl LabelValue for DropReason {
         Self::Unroutable,
         Self::Fatal,
         Self::Shutdown,
+        Self::UnmatchedReply,
+        Self::Unsupported,
     ];
     fn as_label(self) -> &'static str {
         self.as_str()

@@ -178,6 +178,14 @@ fn table() -> Vec<Row> {
             502,
         ),
         (
+            LegFailure::SubscriptionEnded,
+            Answered,
+            "protocol",
+            Some("unexpected_eof"),
+            SUBSCRIPTION_ENDED_MESSAGE,
+            200,
+        ),
+        (
             LegFailure::CancelledAfterWrite,
             Abandoned,
             "client_internal",
