@@ -481,7 +481,9 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
     Ok(Channels::new(by_name))
 }
 
-fn build_control(config: &Config, metrics: &Arc<Metrics>) -> Result<ControlClient, GatewayError> {
+/// The control-plane client as the gateway uses it (headers, server-info declaration);
+/// also used by `tunnelgate doctor`, so its checks send what the runtime sends.
+pub(crate) fn build_control(config: &Config, metrics: &Arc<Metrics>) -> Result<ControlClient, GatewayError> {
     let declared: Vec<ServerInfoChannel> = config
         .mcp
         .channels

@@ -1,5 +1,5 @@
-//! Command-line surface (names are API): `run`, `check`, `status`, `latch show|clear`,
-//! `sim`, `demo`. Parsing lives here so `main.rs` stays a thin exit-code mapper.
+//! Command-line surface (names are API): `run`, `check`, `doctor`, `status`,
+//! `latch show|clear`, `sim`, `demo`. Parsing lives here so `main.rs` stays a thin exit-code mapper.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::net::SocketAddr;
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Parser, Subcommand};
 
 use crate::app::{Gateway, GatewayError};
-use crate::config::{Config, LogFormat, Overrides};
+use crate::config::{Config, ConfigError, LogFormat, Overrides};
 use crate::sim::SimError;
 use crate::strict::latch_file::{self, LatchFileError};
 use crate::telemetry::logging;
@@ -17,6 +17,7 @@ const EXAMPLES: &str = "\
 Examples:
   tunnelgate demo                                  # the whole path on embedded defaults
   tunnelgate check --config config.example.toml    # validate, print with secrets masked
+  tunnelgate doctor --config config.toml           # preflight the control plane, MCP servers, latch, ops
   tunnelgate run --config /etc/tunnelgate/config.toml
   TUNNELGATE_STRICT__ENABLED=true tunnelgate run --config config.toml
   tunnelgate status                                # exits 80-89 when latched
@@ -76,6 +77,10 @@ pub enum Command {
     Run(ConfigArgs),
     /// Validate the configuration and print the effective values with secrets masked.
     Check(ConfigArgs),
+    /// Preflight every endpoint the runtime will use: config, control plane, MCP channels,
+    /// latch directory and file, ops address. Exits 0 when all pass, 1 otherwise.
+    #[command(after_help = DOCTOR_HELP)]
+    Doctor(DoctorArgs),
     /// Query a running gateway's /status; exits with the fatal category's code if latched.
     Status(StatusArgs),
     /// Inspect or clear the persisted strict-mode latch.
@@ -118,6 +123,44 @@ impl ConfigArgs {
             latch_file: self.latch_file.clone(),
         }
     }
+}
+
+const DOCTOR_HELP: &str = "\
+Checks, one line each (ok, warn or FAIL):
+  config         the configuration loads and validates (exit 78 if not, as for `check`)
+  control_plane  GET {base_url}{url_path}/v1/tunnels/{tunnel_id} with the poll's headers:
+                 reachable, credentials accepted; it never polls, so no command is taken
+  channel.NAME   HTTP: `initialize` answered with a JSON-RPC result, the session closed;
+                 stdio: the program resolves on PATH and is executable (not started)
+  latch_dir      strict mode: a file can be created beside strict.latch_file
+  ops_listen     ops.listen can be bound (a running gateway holds it)
+  latch_file     no persisted latch (a strict gateway would refuse to start)
+
+stdio servers are NOT started unless --spawn-stdio is given: starting one runs the
+server (whatever it does at startup), then it is sent `initialize` and its process
+group is killed. No tool is ever called.
+
+Examples:
+  tunnelgate doctor --config /etc/tunnelgate/config.toml
+  tunnelgate doctor --config config.toml --spawn-stdio --timeout 10s
+  tunnelgate doctor --config config.toml --json | jq '.checks[] | select(.status != \"ok\")'
+
+Exit codes: 0 every check passed (warnings allowed), 1 a check failed,
+78 invalid configuration, 2 usage error.";
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Bound of each network check, e.g. "5s" or "500ms".
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Start each stdio server, send it `initialize`, then kill it (runs the server!).
+    #[arg(long)]
+    pub spawn_stdio: bool,
+    /// Print the report as JSON: {"checks": [{name, status, detail}], "ok": bool}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -219,6 +262,33 @@ pub async fn run(config: Config) -> Result<u8, CliError> {
     // Exported spans are flushed before the exit code is returned, within FLUSH_BOUND.
     telemetry.shutdown().await;
     Ok(outcome.map_err(CliError::Gateway)?.exit_code())
+}
+
+/// `tunnelgate doctor`: prints the report and returns its exit code (78 when the
+/// configuration is invalid: the report says why, and stderr too, as `check` does).
+pub async fn doctor(args: &DoctorArgs, config: Result<Config, ConfigError>) -> Result<u8, CliError> {
+    let options = crate::doctor::Options {
+        timeout: args.timeout,
+        spawn_stdio: args.spawn_stdio,
+    };
+    let (report, code) = match config {
+        Ok(config) => {
+            let report = crate::doctor::run(&config, &options).await;
+            let code = report.exit_code();
+            (report, code)
+        }
+        Err(e) => {
+            eprintln!("tunnelgate: {e}");
+            (crate::doctor::invalid_config(&e), 78)
+        }
+    };
+    let text = if args.json {
+        report.render_json()
+    } else {
+        report.render_human()
+    };
+    print!("{text}");
+    Ok(code)
 }
 
 /// `tunnelgate status`.

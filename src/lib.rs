@@ -67,6 +67,7 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod dispatch;
+pub mod doctor;
 pub mod downstream;
 pub mod ops;
 pub mod protocol;

@@ -37,6 +37,10 @@ async fn dispatch(cli: Cli) -> u8 {
             }
             Err(e) => return config_error(&e),
         },
+        Command::Doctor(args) => {
+            let config = load(args.config.config.as_deref(), &args.config.overrides());
+            tunnelgate::cli::doctor(&args, config).await.map_err(Into::into)
+        }
         Command::Status(args) => tunnelgate::cli::status(&args.url).await.map_err(Into::into),
         Command::Latch(args) => {
             let path = match (&args.latch_file, load(args.config.as_deref(), &Default::default())) {

@@ -46,6 +46,8 @@ impl std::fmt::Debug for ControlSettings {
 #[derive(Clone)]
 pub struct ControlClient {
     http: reqwest::Client,
+    /// `{base_url}{url_path}/v1/tunnels/{tunnel_id}`: the tunnel's metadata.
+    tunnel_url: String,
     poll_url: String,
     response_url: String,
     headers: HeaderMap,
@@ -210,6 +212,7 @@ impl ControlClient {
         Ok(Self {
             http,
             poll_url: format!("{prefix}/poll"),
+            tunnel_url: prefix.clone(),
             response_url: format!("{prefix}/response"),
             headers,
             settings: Arc::new(settings),
@@ -259,6 +262,15 @@ impl ControlClient {
                 retry_after,
             )),
         }
+    }
+
+    /// `GET .../v1/tunnels/{tunnel_id}` (the tunnel's metadata) with the poll's headers:
+    /// it authenticates exactly as a poll does and takes no command, so `tunnelgate
+    /// doctor` can check reachability and credentials without polling. Returns the
+    /// status; the body is not read. `timeout` bounds the whole exchange.
+    pub async fn get_tunnel(&self, timeout: Duration) -> Result<reqwest::StatusCode, reqwest::Error> {
+        let request = self.http.get(&self.tunnel_url).headers(self.headers.clone());
+        Ok(request.timeout(timeout).send().await?.status())
     }
 
     /// Reads and decodes an answered poll's body (bounded in size and by the poll's own

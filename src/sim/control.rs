@@ -1,6 +1,8 @@
-//! The control-plane endpoints: `GET .../poll` and `POST .../response`.
+//! The control-plane endpoints: `GET .../poll`, `POST .../response` and the tunnel
+//! metadata `GET /v1/tunnels/{tunnel_id}`.
 //!
-//! Order of handling. Poll: fault first (a fault models what sits in front of the
+//! Order of handling. Metadata: bearer key and tunnel id, then `200` with
+//! `TunnelClientMetadata`; no faults apply and no command is handed out. Poll: fault first (a fault models what sits in front of the
 //! service: it does not care about credentials), then bearer key and tunnel id, then the
 //! request itself. Response POST: bearer key, tunnel id and the presence of a shard token
 //! before a byte of the body is read (a caller without them cannot make the simulator
@@ -20,7 +22,7 @@ use bytes::Bytes;
 
 use super::command::poll_body;
 use super::fault::{FaultAction, PostView};
-use super::record::{record_headers, PollRecord, ResponseRecord};
+use super::record::{record_headers, LookupRecord, PollRecord, ResponseRecord};
 use super::server::{never, ConnHandle};
 use super::state::{Refusal, Shared};
 use super::validate::{self, ApiError};
@@ -86,6 +88,31 @@ fn bounded(query: &str, name: &str, min: u64, max: u64) -> Result<Option<u64>, A
             format!("{name} must be an integer in {min}..={max}"),
         )),
     }
+}
+
+/// `GET /v1/tunnels/{tunnel_id}`: the tunnel's metadata (`TunnelClientMetadata`), for
+/// clients that check their credentials at startup without taking a command.
+pub(crate) async fn tunnel(State(sim): State<Arc<Shared>>, Path(tunnel): Path<String>, headers: HeaderMap) -> Response {
+    let resp = match validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id) {
+        Ok(()) => {
+            let body = serde_json::json!({
+                "id": sim.tunnel_id,
+                "name": "tunnelgate simulator",
+                "description": "a local control plane for tests and drills",
+            });
+            json(
+                StatusCode::OK,
+                Bytes::from(serde_json::to_vec(&body).expect("a json! value serializes")),
+            )
+        }
+        Err(e) => e.into_response(),
+    };
+    sim.record_lookup(LookupRecord {
+        tunnel_id: tunnel,
+        headers: record_headers(&headers),
+        status: resp.status().as_u16(),
+    });
+    resp
 }
 
 /// `GET /v1/tunnels/{tunnel_id}/poll?limit=N&timeout_ms=T`.

@@ -8,7 +8,8 @@
 //! Must not touch: the gateway's modules (`control`, `dispatch`, `strict`, ...); the
 //! simulator only speaks the wire contract, so it can catch a gateway that does not.
 //!
-//! Serves plain HTTP/1 at the root: `{base}/v1/tunnels/{tunnel_id}/poll`,
+//! Serves plain HTTP/1 at the root: `{base}/v1/tunnels/{tunnel_id}` (tunnel metadata,
+//! `TunnelClientMetadata`), `{base}/v1/tunnels/{tunnel_id}/poll`,
 //! `{base}/v1/tunnels/{tunnel_id}/response`, `{base}/v1/mcp/{tunnel_id}`.
 //!
 //! # Fault scripts (TOML)
@@ -86,7 +87,7 @@ pub use fault::{
     Attempts, FaultAction, FaultRule, FaultScript, FaultScriptError, FeedCommand, FeedEntry, PollFault,
     RespTypeSelector, Selector,
 };
-pub use record::{CommandRecord, Dropped, PollRecord, Record, RecordedHeaders, ResponseRecord};
+pub use record::{CommandRecord, Dropped, LookupRecord, PollRecord, Record, RecordedHeaders, ResponseRecord};
 pub use stub::McpStub;
 
 use state::Shared;

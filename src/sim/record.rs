@@ -23,6 +23,8 @@ pub struct Record {
     pub responses: Vec<ResponseRecord>,
     /// Commands queued, in queue order.
     pub commands: Vec<CommandRecord>,
+    /// Tunnel metadata requests (`GET /v1/tunnels/{tunnel_id}`), answered at once.
+    pub lookups: Vec<LookupRecord>,
     /// How many of the oldest entries of each list were dropped to keep it bounded.
     pub dropped: Dropped,
 }
@@ -33,6 +35,7 @@ pub struct Dropped {
     pub polls: u64,
     pub responses: u64,
     pub commands: u64,
+    pub lookups: u64,
 }
 
 /// The record as the simulator keeps it: three bounded lists, each entry addressed by
@@ -42,6 +45,7 @@ pub(crate) struct Journal {
     pub(crate) polls: Bounded<PollRecord>,
     pub(crate) responses: Bounded<ResponseRecord>,
     pub(crate) commands: Bounded<CommandRecord>,
+    pub(crate) lookups: Bounded<LookupRecord>,
 }
 
 /// A list that keeps its newest `capacity` entries.
@@ -95,6 +99,16 @@ pub struct ResponseRecord {
     pub completed: bool,
 }
 
+/// One tunnel metadata request (`GET /v1/tunnels/{tunnel_id}`): it authenticates like a
+/// poll and hands out nothing.
+#[derive(Clone, Debug, Default)]
+pub struct LookupRecord {
+    /// The tunnel id in the path, as received.
+    pub tunnel_id: String,
+    pub headers: RecordedHeaders,
+    pub status: u16,
+}
+
 /// One queued command.
 #[derive(Clone, Debug, Default)]
 pub struct CommandRecord {
@@ -122,6 +136,7 @@ impl Journal {
             polls: Bounded::new(capacity),
             responses: Bounded::new(capacity),
             commands: Bounded::new(capacity),
+            lookups: Bounded::new(capacity),
         }
     }
 
@@ -131,10 +146,12 @@ impl Journal {
             polls: self.polls.items.iter().cloned().collect(),
             responses: self.responses.items.iter().cloned().collect(),
             commands: self.commands.items.iter().cloned().collect(),
+            lookups: self.lookups.items.iter().cloned().collect(),
             dropped: Dropped {
                 polls: self.polls.dropped,
                 responses: self.responses.dropped,
                 commands: self.commands.dropped,
+                lookups: self.lookups.dropped,
             },
         }
     }
@@ -198,6 +215,13 @@ impl PollRecord {
 }
 
 impl ResponseRecord {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        find(&self.headers, name)
+    }
+}
+
+impl LookupRecord {
     /// The first value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         find(&self.headers, name)

@@ -35,6 +35,7 @@ impl ConnHandle {
 /// The simulator's routes.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
+        .route("/v1/tunnels/{tunnel_id}", get(control::tunnel))
         .route("/v1/tunnels/{tunnel_id}/poll", get(control::poll))
         .route("/v1/tunnels/{tunnel_id}/response", post(control::response))
         .route(

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::command::{Issued, NewCommand, Queued};
 use super::fault::{FaultScript, FeedCommand, FeedEntry};
-use super::record::{CommandRecord, Journal, PollRecord, Record, ResponseRecord};
+use super::record::{CommandRecord, Journal, LookupRecord, PollRecord, Record, ResponseRecord};
 use crate::protocol::RespType;
 
 /// The parts of the configuration handlers need, plus the mutable state.
@@ -295,6 +295,12 @@ impl Shared {
         if let Some(r) = self.lock().record.responses.get_mut(idx) {
             f(r);
         }
+        self.recorded.notify_waiters();
+    }
+
+    /// Records a tunnel metadata request, already answered.
+    pub(crate) fn record_lookup(&self, lookup: LookupRecord) {
+        self.lock().record.lookups.push(lookup);
         self.recorded.notify_waiters();
     }
 

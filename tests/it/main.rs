@@ -8,6 +8,7 @@
 
 mod cli;
 mod contract;
+mod doctor;
 mod gateway_http;
 mod gateway_stdio;
 mod harness;

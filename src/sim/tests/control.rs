@@ -336,3 +336,34 @@ async fn wait_for_names_what_it_waited_for_when_it_times_out() {
     assert_eq!(rec.commands[0].tool.as_deref(), Some("echo"));
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn tunnel_metadata_checks_the_caller_and_hands_out_no_command() {
+    let (sim, c) = start("").await;
+    sim.enqueue(NewCommand::jsonrpc(call(1, "echo")));
+    let url = format!("{}/v1/tunnels/{TUNNEL}", c.base);
+    let ok = c.http.get(&url).bearer_auth(KEY).send().await.unwrap();
+    assert_eq!(ok.status(), 200);
+    let body: Value = serde_json::from_slice(&ok.bytes().await.unwrap()).unwrap();
+    assert_eq!(body["id"], TUNNEL);
+    let wrong_key = c.http.get(&url).bearer_auth("sk-other").send().await.unwrap();
+    assert_eq!(wrong_key.status(), 401);
+    assert_eq!(error_code(wrong_key).await, "invalid_api_key");
+    let other = c
+        .http
+        .get(format!("{}/v1/tunnels/tunnel_99999999999999999999999999999999", c.base))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404);
+    assert_eq!(error_code(other).await, "tunnel_not_found");
+    let rec = sim.record();
+    assert_eq!(
+        rec.lookups.iter().map(|l| l.status).collect::<Vec<_>>(),
+        [200, 401, 404]
+    );
+    assert_eq!(rec.lookups[0].header("authorization"), Some(&*format!("Bearer {KEY}")));
+    assert!(rec.polls.is_empty());
+    assert_eq!(rec.issued(), 0, "a metadata request takes no command");
+}

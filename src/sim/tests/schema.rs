@@ -53,6 +53,20 @@ async fn poll_bodies_acks_and_error_bodies_satisfy_the_contract() {
     }
 }
 
+#[tokio::test]
+async fn tunnel_metadata_satisfies_the_contract() {
+    let (_sim, c) = start("").await;
+    let resp = c
+        .http
+        .get(format!("{}/v1/tunnels/{TUNNEL}", c.base))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_valid("TunnelClientMetadata", &body(resp).await);
+}
+
 #[test]
 fn the_contract_fixture_response_passes_the_simulator_validation() {
     let path = concat!(
