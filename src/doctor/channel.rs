@@ -337,7 +337,7 @@ fn leg_words(failure: &LegFailure, key: &str, timeout: Duration) -> (Verdict, St
         LegFailure::TruncatedJson => fail(format!(
             "the answer to initialize is not whole JSON: is {key} an MCP endpoint?"
         )),
-        LegFailure::StreamClosedBeforeResponse => fail(format!(
+        LegFailure::StreamClosedBeforeResponse | LegFailure::SubscriptionEnded => fail(format!(
             "the event stream from {key} ended before the initialize answer"
         )),
         LegFailure::BodyTooLarge => fail(format!(
