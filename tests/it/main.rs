@@ -13,6 +13,7 @@ mod gateway_stdio;
 mod harness;
 mod otlp;
 mod peers;
+mod prometheus;
 mod resume;
 mod rig;
 mod stop;
