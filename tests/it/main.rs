@@ -14,6 +14,7 @@ mod gateway_stdio;
 mod harness;
 mod otlp;
 mod peers;
+mod prometheus;
 mod ready;
 mod resume;
 mod rig;
