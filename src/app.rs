@@ -135,10 +135,10 @@ impl Gateway {
         } = self;
         let strict = config.strict.enabled;
         if strict {
-            if let Some(previous) = previous_latch(&config) {
+            if let Some((previous, cause)) = previous_latch(&config) {
                 return match config.strict.latched_start {
                     LatchedStart::Exit => Ok(RunOutcome::Fatal(previous)),
-                    LatchedStart::Hold => hold_latched(&config, previous, stop_rx, ops_addr_tx).await,
+                    LatchedStart::Hold => hold_latched(&config, previous, cause, stop_rx, ops_addr_tx).await,
                 };
             }
         }
@@ -252,12 +252,14 @@ impl Gateway {
 }
 
 /// `strict.latched_start = "hold"`: serves only the ops listener, in the fatal state with
-/// the persisted cause (`/readyz` 503, `/status` `state = "fatal"`,
-/// `tunnelgate_fatal_info{category="latched_previously"}`), never polls and never
-/// touches an MCP server, until stopped; then the run ends with the latch (exit 89).
+/// the persisted cause (`/readyz` 503, `/status` `state = "fatal"` and category
+/// `latched_previously`, `tunnelgate_fatal_info{category=<the persisted cause's
+/// category>}` so an alert names what fired), never polls and never touches an MCP
+/// server, until stopped; then the run ends with the latch (exit 89).
 async fn hold_latched(
     config: &Config,
     previous: Fatal,
+    cause: Option<FatalCategory>,
     mut stop_rx: mpsc::UnboundedReceiver<()>,
     ops_addr_tx: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
 ) -> Result<RunOutcome, GatewayError> {
@@ -274,6 +276,9 @@ async fn hold_latched(
     };
     fence.latch(FatalCategory::LatchedPreviously, &command);
     fence.mark_persisted();
+    if let Some(cause) = cause {
+        metrics.fatal_info(cause);
+    }
     let listener = crate::ops::bind(config.ops.listen)
         .await
         .map_err(|source| GatewayError::OpsListen {
@@ -301,22 +306,27 @@ async fn hold_latched(
     Ok(RunOutcome::Fatal(fence.fatal().unwrap_or(previous)))
 }
 
-/// Honours a persisted latch: never polls or touches an MCP server.
-fn previous_latch(config: &Config) -> Option<Fatal> {
+/// Honours a persisted latch: never polls or touches an MCP server. Returns the run's
+/// cause (`latched_previously`) and the persisted cause's own category, when readable.
+fn previous_latch(config: &Config) -> Option<(Fatal, Option<FatalCategory>)> {
     let path = &config.strict.latch_file;
-    let command = match latch_file::read(path) {
+    let (command, cause) = match latch_file::read(path) {
         Ok(None) => return None,
         Ok(Some(previous)) => {
             eprintln!("tunnelgate: refusing to start: {}", previous.one_line());
-            CommandRef {
-                request_id: previous.request_id,
-                channel: previous.channel,
-                method: previous.method,
-            }
+            let cause = previous.category;
+            (
+                CommandRef {
+                    request_id: previous.request_id,
+                    channel: previous.channel,
+                    method: previous.method,
+                },
+                Some(cause),
+            )
         }
         Err(e) => {
             eprintln!("tunnelgate: refusing to start: {e}");
-            CommandRef::default()
+            (CommandRef::default(), None)
         }
     };
     eprintln!(
@@ -324,7 +334,7 @@ fn previous_latch(config: &Config) -> Option<Fatal> {
     );
     let mut fatal = Fatal::new(FatalCategory::LatchedPreviously, &command);
     fatal.persisted = true;
-    Some(fatal)
+    Some((fatal, cause))
 }
 
 /// The run's own stop signals, in the order the stop fires them.

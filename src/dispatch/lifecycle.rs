@@ -293,8 +293,7 @@ impl Dispatcher {
                 .in_current_span(),
         );
         let started = Instant::now();
-        let leg = self.downstream_leg(cmd, transport, &admission, deadline, notes_tx);
-        tokio::pin!(leg);
+        let mut leg_future = Box::pin(self.downstream_leg(cmd, transport, &admission, deadline, notes_tx));
         let mut replies = futures_util::stream::FuturesUnordered::new();
         let mut check_waits = tokio::time::interval(std::time::Duration::from_secs(1));
         let (leg, cut) = loop {
@@ -304,7 +303,7 @@ impl Dispatcher {
                 // after that the drop itself is the ambiguity, reported as
                 // `CancelledAfterWrite`. Replies in flight are dropped with it.
                 () = self.cut.cancelled() => break (cut_leg(cmd, &admission), true),
-                leg = &mut leg => break (leg, false),
+                leg = &mut leg_future => break (leg, false),
                 // cancel-safe: mpsc receive loses nothing.
                 Some(job) = jobs_rx.recv() => replies.push(run_reply_job(transport, &admission, job)),
                 // cancel-safe: a reply in flight stays in the set.
@@ -329,6 +328,9 @@ impl Dispatcher {
         }
         drop(replies);
         drop(jobs_rx);
+        // Dropping the leg (cut, or already finished) closes its notification sink, so the
+        // notifier below ends.
+        drop(leg_future);
         self.metrics
             .leg_duration(DurationLeg::Downstream, started.elapsed().as_secs_f64());
         self.metrics.downstream_finished(transport.kind(), leg.outcome);

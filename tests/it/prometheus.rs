@@ -23,7 +23,8 @@
 //! file loads, evaluates healthy and its expression is accepted by `/api/v1/query`;
 //! `TunnelgateDeliveryAmbiguity` goes pending on real data, and a time-scaled copy of it
 //! fires and clears; `TunnelgateFatalLatch` fires for the held gateway with
-//! `category="latched_previously"` and reaches the webhook through Alertmanager.
+//! the category of the persisted cause (`category="ack_not_found"`, not
+//! `latched_previously`) and reaches the webhook through Alertmanager.
 //!
 //! Why a time-scaled copy: the real rule has `for: 5m` over `[15m]` windows, so it can
 //! neither fire (5 min) nor clear (up to 15 min after the last ambiguous delivery) within
@@ -314,7 +315,7 @@ async fn dashboard_and_alert_rules_hold_against_a_real_prometheus_and_alertmanag
             .collect();
         let firing = mine
             .iter()
-            .find(|a| a["state"] == "firing" && a["labels"]["category"] == "latched_previously")?;
+            .find(|a| a["state"] == "firing" && a["labels"]["category"] == "ack_not_found")?;
         assert!(
             !mine.iter().any(|a| a["labels"]["category"] == "unknown"),
             "the category=\"unknown\" fallback stays silent while tunnelgate_fatal_info exists: {mine:?}"
@@ -322,13 +323,13 @@ async fn dashboard_and_alert_rules_hold_against_a_real_prometheus_and_alertmanag
         Some((*firing).clone())
     })
     .await;
-    let labels = json!({"alertname": FATAL, "category": "latched_previously", "job": JOB,
+    let labels = json!({"alertname": FATAL, "category": "ack_not_found", "job": JOB,
         "instance": instance_b, "severity": "page"});
     assert_eq!(fired["labels"], labels, "{fired}");
     let latch_panel = latch_only[0].substituted(&instance_b);
     let info = prom.query(&latch_panel).await.unwrap();
     assert_eq!(info.len(), 1, "{latch_panel}: {info:?}");
-    assert_eq!(info[0]["metric"]["category"], "latched_previously", "{info:?}");
+    assert_eq!(info[0]["metric"]["category"], "ack_not_found", "{info:?}");
     assert_eq!(value_of(&info[0]), 1.0, "{info:?}");
     eprintln!("[{:?}] fatal latch alert firing in Prometheus", started.elapsed());
 
@@ -340,7 +341,7 @@ async fn dashboard_and_alert_rules_hold_against_a_real_prometheus_and_alertmanag
                 let alert = body["alerts"]
                     .as_array()?
                     .iter()
-                    .find(|a| a["labels"]["alertname"] == FATAL && a["labels"]["category"] == "latched_previously")?
+                    .find(|a| a["labels"]["alertname"] == FATAL && a["labels"]["category"] == "ack_not_found")?
                     .clone();
                 Some((body, alert))
             })
@@ -361,7 +362,7 @@ async fn dashboard_and_alert_rules_hold_against_a_real_prometheus_and_alertmanag
         alert["annotations"]["summary"]
             .as_str()
             .unwrap()
-            .ends_with(&format!("{instance_b} latched fatal: latched_previously")),
+            .ends_with(&format!("{instance_b} latched fatal: ack_not_found")),
         "{alert}"
     );
     eprintln!("[{:?}] webhook received the fatal latch alert", started.elapsed());

@@ -182,7 +182,7 @@ async fn with_latched_start_hold_a_latched_gateway_stays_up_not_ready_and_report
     assert_eq!(status["fatal"]["category"], "latched_previously", "{status}");
     let metrics = rig.metrics().await;
     assert!(
-        metrics.contains("tunnelgate_fatal_info{category=\"latched_previously\"} 1"),
+        metrics.contains("tunnelgate_fatal_info{category=\"ack_not_found\"} 1"),
         "{metrics}"
     );
     assert!(metrics.contains("tunnelgate_fatal_latched 1"), "{metrics}");
