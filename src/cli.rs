@@ -86,6 +86,7 @@ pub enum Command {
     /// Inspect or clear the persisted strict-mode latch.
     Latch(LatchArgs),
     /// Run the control-plane simulator (poll/response endpoints, MCP ingress, faults).
+    #[command(after_help = SIM_HELP)]
     Sim(SimArgs),
     /// Run the whole path on embedded defaults: simulator, MCP stub, strict gateway, drill.
     Demo(DemoArgs),
@@ -193,6 +194,19 @@ pub enum LatchAction {
         yes: bool,
     },
 }
+
+/// What `tunnelgate sim --help` adds after the options.
+const SIM_HELP: &str = "\
+MCP ingress: POST and DELETE /v1/mcp/{tunnel_id} carry a client's requests, notifications,
+replies and session ends through the tunnel. GET (a standalone server-to-client stream)
+is answered 405: the tunnel carries request-scoped streams only, so a server must send its
+requests and notifications on the response stream of the request they belong to.
+
+Stops on Ctrl-C or SIGTERM and prints a one-line summary.
+
+Examples:
+  tunnelgate sim --with-stub 127.0.0.1:3000
+  tunnelgate sim --listen 127.0.0.1:8080 --faults drills/ack-404.toml";
 
 #[derive(Args, Debug)]
 pub struct SimArgs {

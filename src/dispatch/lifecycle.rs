@@ -704,8 +704,10 @@ fn cut_leg(cmd: &Command, admission: &Admission) -> LegResult {
 fn record_leg(span: &tracing::Span, leg: &LegResult) {
     span.record("leg_outcome", leg.outcome.as_str());
     let Some(f) = &leg.failure else { return };
-    span.record("error.type", f.kind());
-    span.record("otel.status_code", "ERROR");
+    if *f != LegFailure::SubscriptionEnded {
+        span.record("error.type", f.kind());
+        span.record("otel.status_code", "ERROR");
+    }
     match leg.outcome {
         LegOutcome::NotSent => tracing::warn!(
             outcome = "not_sent",
@@ -716,6 +718,11 @@ fn record_leg(span: &tracing::Span, leg: &LegResult) {
             outcome = "abandoned",
             reason = f.kind(),
             "downstream leg abandoned: effect unknown"
+        ),
+        LegOutcome::Answered if *f == LegFailure::SubscriptionEnded => tracing::info!(
+            outcome = "answered",
+            reason = f.kind(),
+            "subscription stream ended (by the server, a cancel or its bound): a normal end"
         ),
         LegOutcome::Answered => tracing::info!(
             outcome = "answered",

@@ -1,5 +1,5 @@
 //! `tunnelgate sim` as a command: start the simulator (and optionally the MCP stub),
-//! print where they listen, run until ctrl-c, print a one-line summary.
+//! print where they listen, run until Ctrl-C or SIGTERM, print a one-line summary.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ pub enum SimError {
     Faults(#[from] FaultScriptError),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: std::io::Error },
-    #[error("cannot wait for ctrl-c: {0}")]
+    #[error("cannot wait for a stop signal: {0}")]
     Signal(std::io::Error),
 }
 
@@ -42,7 +42,7 @@ impl SimError {
     }
 }
 
-/// Runs the simulator until ctrl-c.
+/// Runs the simulator until Ctrl-C (SIGINT) or SIGTERM.
 pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
     let faults = match &args.faults {
         Some(path) => FaultScript::from_file(path)?,
@@ -72,7 +72,7 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
     if let Some(stub) = &stub {
         println!("MCP stub listening on {}", stub.url());
     }
-    let waited = tokio::signal::ctrl_c().await;
+    let waited = stop_signal().await;
     let t = sim.totals();
     println!(
         "sim stopped: {} commands issued, {} responses received, {} completed, {} faults applied",
@@ -83,4 +83,16 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
         stub.shutdown().await;
     }
     waited.map_err(SimError::Signal)
+}
+
+/// Resolves on the first SIGINT or SIGTERM (a supervisor stops the simulator like a user).
+async fn stop_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        // cancel-safe: waiting only.
+        r = tokio::signal::ctrl_c() => r,
+        // cancel-safe: waiting only.
+        _ = term.recv() => Ok(()),
+    }
 }

@@ -3,7 +3,8 @@
 //!
 //! A POSTed JSON-RPC message (request, notification or response) becomes a queued
 //! `jsonrpc` command whose `response_timeout` is the ingress timeout; the client's
-//! `Mcp-Session-Id`, `Mcp-Protocol-Version`, `Accept` and `Last-Event-ID` travel in the
+//! `Mcp-Session-Id`, `Mcp-Protocol-Version`, `Accept`, `Last-Event-ID` and the 2026-07-28
+//! mirrors (`Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`) travel in the
 //! command headers (the ingress takes no credentials and forwards none). The client gets
 //! the gateway's final response: `202` for `notify_ack`, otherwise `resp_json` byte for
 //! byte with `resp_code` (any 2xx becomes 200). When the client accepts
@@ -31,8 +32,19 @@ use super::state::{GatewayReply, Shared};
 use super::validate::ApiError;
 use crate::protocol::RespType;
 
-/// Client headers copied into the command, in their canonical spelling.
-const FORWARDED: [&str; 4] = ["Mcp-Session-Id", "Mcp-Protocol-Version", "Accept", "Last-Event-ID"];
+/// Client headers copied into the command, in their canonical spelling: the session and
+/// resumption headers, and the 2026-07-28 revision's mirrors of the body (`Mcp-Method`,
+/// `Mcp-Name`; `Mcp-Param-*` are copied too, by prefix).
+const FORWARDED: [&str; 6] = [
+    "Mcp-Session-Id",
+    "Mcp-Protocol-Version",
+    "Accept",
+    "Last-Event-ID",
+    "Mcp-Method",
+    "Mcp-Name",
+];
+/// Header-name prefix of the 2026-07-28 parameter mirrors, copied as sent.
+const FORWARDED_PREFIX: &str = "mcp-param-";
 /// `resp_headers` copied back to the client.
 const RETURNED: [&str; 2] = ["Mcp-Session-Id", "Mcp-Protocol-Version"];
 
@@ -127,7 +139,8 @@ pub(crate) async fn delete(State(sim): State<Arc<Shared>>, Path(tunnel): Path<St
     relay(rx, Instant::now() + sim.ingress_timeout, false, None).await
 }
 
-/// `GET /v1/mcp/{tunnel_id}`: no standalone server-to-client stream.
+/// `GET /v1/mcp/{tunnel_id}`: no standalone server-to-client stream (the tunnel carries
+/// request-scoped streams only): `405` with `Allow: POST, DELETE`.
 pub(crate) async fn get() -> Response {
     (StatusCode::METHOD_NOT_ALLOWED, [(http::header::ALLOW, "POST, DELETE")]).into_response()
 }
@@ -136,6 +149,13 @@ fn forward_headers(mut cmd: NewCommand, headers: &HeaderMap) -> NewCommand {
     for name in FORWARDED {
         for v in headers.get_all(name).iter().filter_map(|v| v.to_str().ok()) {
             cmd = cmd.header(name, v);
+        }
+    }
+    for (name, value) in headers {
+        if name.as_str().starts_with(FORWARDED_PREFIX) {
+            if let Ok(v) = value.to_str() {
+                cmd = cmd.header(name.as_str(), v);
+            }
         }
     }
     cmd

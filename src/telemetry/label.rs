@@ -251,7 +251,16 @@ mod tests {
         assert_eq!(labels::<DeliveryKind>(), ["terminal", "notify"]);
         assert_eq!(
             labels::<DropReason>(),
-            ["expired", "invalid", "unknown_type", "unroutable", "fatal", "shutdown"]
+            [
+                "expired",
+                "invalid",
+                "unknown_type",
+                "unroutable",
+                "fatal",
+                "shutdown",
+                "unmatched_reply",
+                "unsupported"
+            ]
         );
         assert_eq!(
             labels::<DurationLeg>(),

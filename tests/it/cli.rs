@@ -210,3 +210,29 @@ async fn the_simulator_refuses_a_bad_fault_script_with_exit_78() {
         run.stderr
     );
 }
+
+#[tokio::test]
+async fn the_simulator_says_what_it_cannot_carry_and_prints_its_summary_on_sigterm() {
+    let help = Gateway::cli(&["sim", "--help"], None, &[], T).await;
+    assert_eq!(help.code, 0);
+    assert!(help.stdout.contains("answered 405"), "{}", help.stdout);
+    assert!(help.stdout.contains("SIGTERM"), "{}", help.stdout);
+
+    let listen = format!("127.0.0.1:{}", crate::harness::free_port());
+    let mut sim = Gateway::spawn(&["sim", "--listen", &listen], None, &[]);
+    crate::harness::wait_until("the simulator to listen", T, || async {
+        sim.stdout().contains("sim listening on")
+    })
+    .await;
+    let ingress = format!("http://{listen}/v1/mcp/tunnel_local");
+    let get = crate::harness::http_client().get(&ingress).send().await.unwrap();
+    assert_eq!(get.status(), 405);
+    assert_eq!(get.headers()["allow"], "POST, DELETE");
+    sim.sigterm();
+    assert_eq!(sim.wait_exit(T).await, Some(0), "{}", sim.stderr());
+    assert!(
+        sim.stdout().contains("sim stopped: 0 commands issued"),
+        "{}",
+        sim.stdout()
+    );
+}

@@ -16,6 +16,7 @@ mod otlp;
 mod peers;
 mod prometheus;
 mod ready;
+mod replies;
 mod resume;
 mod rig;
 mod stop;

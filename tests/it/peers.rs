@@ -187,7 +187,10 @@ async fn python_client_lists_tools_and_sees_progress_from_the_python_server() {
     .await;
 
     assert_eq!(out["ok"], true);
-    assert_eq!(out["results"][0]["tools"], json!(["echo", "add", "progress"]));
+    assert_eq!(
+        out["results"][0]["tools"],
+        json!(["echo", "add", "progress", "sample", "announce", "confirm"])
+    );
     assert_eq!(out["results"][1]["texts"], json!(["Echo: hi"]));
     assert_eq!(out["results"][1]["is_error"], false);
     assert_eq!(out["results"][2]["progress"].as_array().map(Vec::len), Some(3), "{out}");

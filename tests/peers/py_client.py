@@ -7,6 +7,11 @@ Actions run in order after `initialize`:
     --call NAME JSON_ARGS     tools/call (progress notifications are collected)
     --ping                    ping
 
+Answers to the server's own requests (declaring the capability only when given):
+    --sampling-reply TEXT     sampling/createMessage is answered with TEXT
+    --elicit-accept JSON      elicitation/create is accepted with the JSON object
+    --never-reply             both are declared but never answered (the call hangs)
+
 Prints ONE JSON line on stdout:
     {"ok": true, "protocol_version": "...", "server_name": "...",
      "results": [{"action": "list_tools", "tools": ["echo", ...]},
@@ -27,6 +32,7 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import CreateMessageResult, ElicitResult, TextContent
 
 
 class AppendAction(argparse.Action):
@@ -56,6 +62,9 @@ def parse_args(argv):
     parser.add_argument("--list-tools", dest="list_tools", nargs=0, action=AppendAction)
     parser.add_argument("--ping", dest="ping", nargs=0, action=AppendAction)
     parser.add_argument("--call", dest="call", nargs=2, metavar=("NAME", "JSON_ARGS"), action=AppendAction)
+    parser.add_argument("--sampling-reply", dest="sampling_reply")
+    parser.add_argument("--elicit-accept", dest="elicit_accept", type=json.loads)
+    parser.add_argument("--never-reply", dest="never_reply", action="store_true")
     parser.set_defaults(actions=[])
     args = parser.parse_args(argv)
     headers = {}
@@ -71,7 +80,7 @@ def parse_args(argv):
 async def run(args):
     async with create_mcp_http_client(headers=args.headers) as http:
         async with streamable_http_client(args.url, http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, **callbacks(args)) as session:
                 init = await session.initialize()
                 out = {
                     "ok": True,
@@ -82,6 +91,36 @@ async def run(args):
                 for kind, name, arguments in args.actions:
                     out["results"].append(await perform(session, kind, name, arguments))
                 return out
+
+
+def callbacks(args):
+    """Session callbacks for the server's requests, only for the options given."""
+    out = {}
+
+    async def never(_context, _params):
+        await anyio.sleep_forever()
+
+    if args.never_reply:
+        out["sampling_callback"] = never
+        out["elicitation_callback"] = never
+    if args.sampling_reply is not None:
+
+        async def sample(_context, _params):
+            return CreateMessageResult(
+                role="assistant",
+                content=TextContent(type="text", text=args.sampling_reply),
+                model="tunnelgate-test-model",
+                stop_reason="endTurn",
+            )
+
+        out["sampling_callback"] = sample
+    if args.elicit_accept is not None:
+
+        async def elicit(_context, _params):
+            return ElicitResult(action="accept", content=args.elicit_accept)
+
+        out["elicitation_callback"] = elicit
+    return out
 
 
 async def perform(session, kind, name, arguments):

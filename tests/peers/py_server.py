@@ -1,6 +1,10 @@
 """A real MCP server (Python SDK `mcp`, MCPServer) for black-box tests.
 
-Tools: echo(message), add(a, b), progress(steps) (one progress notification per step).
+Tools: echo(message), add(a, b), progress(steps) (one progress notification per step),
+sample(prompt) (asks the client for sampling/createMessage mid-call) and
+confirm(question) (asks the client for elicitation/create mid-call) and announce()
+(publishes a tools list-changed event to `subscriptions/listen` streams, 2026-07-28)
+and greet(name) (the name is elicited: at 2026-07-28 an input-required result).
 Serves Streamable HTTP on 127.0.0.1 only, at /mcp.
 
     .peers/venv/bin/python tests/peers/py_server.py --port N --mode json|sse|stateless
@@ -14,7 +18,24 @@ import argparse
 import sys
 
 import anyio
+from typing import Annotated
+
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.resolve import Elicit, Resolve
+from mcp.types import SamplingMessage, TextContent
+from pydantic import BaseModel
+
+
+class Confirmation(BaseModel):
+    ok: bool
+
+
+class Name(BaseModel):
+    name: str
+
+
+async def ask_name() -> Elicit[Name]:
+    return Elicit("What is your name?", Name)
 
 
 def build_server() -> MCPServer:
@@ -37,6 +58,36 @@ def build_server() -> MCPServer:
             await ctx.report_progress(step, steps, f"step {step}/{steps}")
             await anyio.sleep(0.01)
         return f"done {steps} steps"
+
+    @server.tool()
+    async def sample(prompt: str, ctx: Context) -> str:
+        """Ask the client to sample an answer to `prompt`, then return it."""
+        result = await ctx.session.create_message(
+            messages=[SamplingMessage(role="user", content=TextContent(type="text", text=prompt))],
+            max_tokens=32,
+            # On this call's own response stream (a tunnel carries no standalone GET stream).
+            related_request_id=ctx.request_id,
+        )
+        return f"sampled: {result.content.text}"
+
+    @server.tool()
+    async def greet(name: Annotated[Name, Resolve(ask_name)]) -> str:
+        """Greet the caller by the name it gives when asked (2026-07-28: input required)."""
+        return f"hello {name.name}"
+
+    @server.tool()
+    async def announce(ctx: Context) -> str:
+        """Tell every subscriptions/listen stream that the tool list changed."""
+        await ctx.notify_tools_changed()
+        return "announced"
+
+    @server.tool()
+    async def confirm(question: str, ctx: Context) -> str:
+        """Ask the client to confirm, then report its answer."""
+        answer = await ctx.elicit(question, Confirmation)
+        if answer.action == "accept":
+            return f"elicited: accept ok={answer.data.ok}"
+        return f"elicited: {answer.action}"
 
     return server
 
