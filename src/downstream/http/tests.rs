@@ -502,6 +502,62 @@ async fn an_sse_event_over_the_bound_that_arrives_whole_in_one_chunk_is_abandone
     assert!(notes.is_empty());
 }
 
+const LISTEN: &str = r#"{"jsonrpc":"2.0","id":"listen-1","method":"subscriptions/listen","params":{}}"#;
+
+#[tokio::test]
+async fn a_listen_stream_the_server_closes_is_a_normal_end_never_resumed() {
+    let ack = r#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{}}"#;
+    // Event ids and a session would make any other request resumable.
+    let server = Server::start(vec![Act::Parts(vec![
+        sse_head(&[("Mcp-Session-Id", "s-1")]),
+        format!("id: 1\ndata: {ack}\n\n").into_bytes(),
+    ])])
+    .await;
+    let (result, notes) = run(
+        &transport(&server.url()),
+        &payload(LISTEN),
+        &headers(&[("Mcp-Session-Id", &["s-1"])]),
+        None,
+    )
+    .await;
+    assert_eq!(notes.len(), 1, "the acknowledgement went on as it came");
+    assert_eq!(result.failure, Some(LegFailure::SubscriptionEnded));
+    assert_eq!(result.outcome, LegOutcome::Answered, "no effect is in doubt");
+    let v: serde_json::Value = serde_json::from_str(resp_json(&result)).unwrap();
+    assert_eq!(v["id"], "listen-1");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("the subscription stream ended"));
+    server.assert_consumed();
+}
+
+#[tokio::test]
+async fn a_listen_stream_at_its_bound_is_a_normal_end() {
+    // Headers and the acknowledgement arrive, then the stream stays open (as listen does).
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        read_request(&mut stream).await.unwrap();
+        stream.write_all(&sse_head(&[])).await.unwrap();
+        stream
+            .write_all(b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\"}\n\n")
+            .await
+            .unwrap();
+        std::future::pending::<()>().await;
+    });
+    let (result, _) = run(
+        &transport(&format!("http://{addr}/mcp")),
+        &payload(LISTEN),
+        &Vec::new(),
+        Some(Instant::now() + Duration::from_millis(300)),
+    )
+    .await;
+    assert_eq!(result.failure, Some(LegFailure::SubscriptionEnded));
+    assert_eq!(result.outcome, LegOutcome::Answered);
+}
+
 // --- regime (C) and statuses ---
 
 #[tokio::test]
