@@ -519,6 +519,11 @@ pub struct CliRun {
 
 impl Gateway {
     /// `tunnelgate run --config <tempfile holding config_toml>`.
+    /// The gateway's process id (to read its `/proc` figures).
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
     pub fn run(config_toml: &str) -> Gateway {
         Gateway::spawn(&["run"], Some(config_toml), &[])
     }
