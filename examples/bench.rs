@@ -1,0 +1,520 @@
+//! The benchmark behind `scripts/bench` and `docs/PERFORMANCE.md`.
+//!
+//! Runs, side by side on this machine and in one process run:
+//! - **direct**: an MCP client calling the MCP server (the embedded stub) directly;
+//! - **tunnel**: the same client calling through the simulator's MCP ingress and a real
+//!   `tunnelgate` process (the binary given with `--gateway`), default and strict mode;
+//! - **floor**: the three loopback exchanges a tunnelled command needs (poll delivery, the
+//!   MCP exchange, the response POST), each served by a no-op peer, so the gateway's own
+//!   share shows as a ratio.
+//!
+//! At concurrency 1, 16 and 64 it reports commands per second, latency p50/p99 (the added
+//! latency is tunnel minus direct), and the gateway's CPU time per command (utime + stime
+//! from `/proc/<pid>/stat`); and peak RSS idle, under load and with 1,000 commands queued,
+//! startup time (spawn to `/readyz` 200) and latch-to-exit time (a 404 on the terminal POST
+//! in strict mode).
+//!
+//! `--smoke` runs a few seconds at concurrency 16 and exits non-zero only on a gross
+//! regression, measured as the tunnel's throughput over the direct path's in the same run
+//! (never an absolute time): `scripts/test` runs it.
+//!
+//! Usage: `cargo run --release --example bench -- --gateway target/release/tunnelgate
+//! [--seconds 5] [--smoke]`. Prints a Markdown report on stdout.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::{get, post};
+use serde_json::json;
+use tokio::time::Instant;
+use tunnelgate::sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
+
+const TUNNEL: &str = "tunnel_bench";
+const KEY: &str = "bench-key";
+/// The smoke fails when the tunnel does less than this share of the direct path's
+/// throughput (in the same run). Far below what is measured (see docs/PERFORMANCE.md):
+/// it only catches a gross regression, such as a per-command stall.
+const SMOKE_MIN_RATIO: f64 = 0.02;
+
+struct Args {
+    gateway: String,
+    seconds: u64,
+    smoke: bool,
+}
+
+/// One load run's figures.
+#[derive(Clone, Copy, Default)]
+struct Load {
+    done: u64,
+    per_second: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+/// A tunnel run's figures.
+#[derive(Clone, Copy, Default)]
+struct TunnelLoad {
+    load: Load,
+    cpu_us_per_command: f64,
+    peak_rss_kib: u64,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        gateway: "target/release/tunnelgate".to_owned(),
+        seconds: 5,
+        smoke: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--gateway" => args.gateway = it.next().ok_or("--gateway needs a path")?,
+            "--seconds" => {
+                args.seconds = it
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or("--seconds needs a whole number")?
+            }
+            "--smoke" => args.smoke = true,
+            "-h" | "--help" => {
+                return Err("usage: bench [--gateway PATH] [--seconds N] [--smoke]".to_owned());
+            }
+            other => return Err(format!("unknown argument {other:?}; see --help")),
+        }
+    }
+    Ok(args)
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            eprintln!("bench: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<u8, String> {
+    let stub = McpStub::start(([127, 0, 0, 1], 0).into())
+        .await
+        .map_err(|e| format!("stub: {e}"))?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()
+        .map_err(|e| e.to_string())?;
+    if args.smoke {
+        return smoke(&args, &stub, &client).await;
+    }
+    let secs = Duration::from_secs(args.seconds);
+    let mut out = String::new();
+    out.push_str("| concurrency | direct /s | floor /s | tunnel /s (default) | tunnel / floor | p50 direct | p50 tunnel | p99 tunnel | added p50 | gateway CPU / command | tunnel /s (strict) | strict p50 | peak RSS under load |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let floor_peers = Floor::start().await?;
+    for concurrency in [1usize, 16, 64] {
+        eprintln!("bench: concurrency {concurrency}: direct");
+        let direct = load(&client, &stub.url(), concurrency, secs).await;
+        eprintln!("bench: concurrency {concurrency}: floor");
+        let floor = floor_peers.load(&client, concurrency, secs).await;
+        eprintln!("bench: concurrency {concurrency}: tunnel, default mode");
+        let tunnel = tunnel_load(&args, &stub, &client, concurrency, false, secs).await?;
+        let strict = if concurrency == 1 {
+            eprintln!("bench: concurrency 1: tunnel, strict mode");
+            Some(tunnel_load(&args, &stub, &client, 1, true, secs).await?)
+        } else {
+            None
+        };
+        out.push_str(&format!(
+            "| {concurrency} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} us | {:.0} us | {:.0} us | {:.0} us | {:.0} us | {} | {} | {:.1} MiB |\n",
+            direct.per_second,
+            floor.per_second,
+            tunnel.load.per_second,
+            tunnel.load.per_second / floor.per_second,
+            direct.p50_us,
+            tunnel.load.p50_us,
+            tunnel.load.p99_us,
+            tunnel.load.p50_us - direct.p50_us,
+            tunnel.cpu_us_per_command,
+            strict.map_or("—".to_owned(), |s| format!("{:.0}", s.load.per_second)),
+            strict.map_or("—".to_owned(), |s| format!("{:.0} us", s.load.p50_us)),
+            tunnel.peak_rss_kib as f64 / 1024.0,
+        ));
+    }
+    eprintln!("bench: memory, startup and latch-to-exit");
+    let spot = spot_figures(&args, &stub).await?;
+    out.push_str(&format!(
+        "\n| figure | measured |\n|---|---|\n| peak RSS idle | {:.1} MiB |\n| peak RSS with 1,000 commands queued | {:.1} MiB |\n| startup (spawn to /readyz 200) | {:.0} ms |\n| latch to exit (404 on the terminal POST, strict) | {:.0} ms |\n",
+        spot.idle_rss_kib as f64 / 1024.0,
+        spot.queued_rss_kib as f64 / 1024.0,
+        spot.startup.as_secs_f64() * 1000.0,
+        spot.latch_to_exit.as_secs_f64() * 1000.0,
+    ));
+    println!("{out}");
+    Ok(0)
+}
+
+async fn smoke(args: &Args, stub: &McpStub, client: &reqwest::Client) -> Result<u8, String> {
+    let secs = Duration::from_secs(args.seconds.clamp(1, 5));
+    let direct = load(client, &stub.url(), 16, secs).await;
+    let tunnel = tunnel_load(args, stub, client, 16, false, secs).await?;
+    let ratio = tunnel.load.per_second / direct.per_second.max(1.0);
+    println!(
+        "bench smoke: direct {:.0}/s, tunnel {:.0}/s, ratio {ratio:.3} (fails below {SMOKE_MIN_RATIO})",
+        direct.per_second, tunnel.load.per_second
+    );
+    if tunnel.load.done == 0 || ratio < SMOKE_MIN_RATIO {
+        eprintln!("bench smoke: gross regression: the tunnel did {ratio:.3} of the direct path's throughput");
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// `concurrency` clients, each sending `tools/call echo` back to back to `url` for `secs`.
+async fn load(client: &reqwest::Client, url: &str, concurrency: usize, secs: Duration) -> Load {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    let started = Instant::now();
+    for c in 0..concurrency {
+        let (client, url, stop) = (client.clone(), url.to_owned(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let body = json!({"jsonrpc":"2.0","id":n,"method":"tools/call",
+                    "params":{"name":"echo","arguments":{"message":format!("c{c}")}}});
+                let t = Instant::now();
+                let ok = client
+                    .post(&url)
+                    .header("Accept", "application/json, text/event-stream")
+                    .json(&body)
+                    .send()
+                    .await
+                    .map(|r| r.status().is_success());
+                if let Ok(true) = ok {
+                    latencies.push(t.elapsed().as_micros() as u64);
+                }
+            }
+            latencies
+        }));
+    }
+    tokio::time::sleep(secs).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    summarize(all, started.elapsed())
+}
+
+fn summarize(mut latencies: Vec<u64>, elapsed: Duration) -> Load {
+    latencies.sort_unstable();
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0) as f64
+    };
+    Load {
+        done: latencies.len() as u64,
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50_us: at(0.5),
+        p99_us: at(0.99),
+    }
+}
+
+/// A gateway process under test, killed on drop.
+struct GatewayProcess {
+    child: tokio::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl GatewayProcess {
+    async fn start(
+        args: &Args,
+        sim: &Simulator,
+        mcp_url: &str,
+        strict: bool,
+        max_inflight: usize,
+    ) -> Result<(Self, Duration), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let ops = free_addr()?;
+        let config = format!(
+            r#"
+[control_plane]
+base_url = "{base}"
+tunnel_id = "{TUNNEL}"
+api_key = "{KEY}"
+poll_timeout = "5s"
+max_inflight = {max_inflight}
+[mcp]
+max_concurrent = {concurrent}
+[mcp.channels.main]
+url = "{mcp_url}"
+[strict]
+enabled = {strict}
+latch_file = "{latch}"
+cleanup_timeout = "2s"
+[ops]
+listen = "{ops}"
+[telemetry]
+log_format = "json"
+log_level = "warn"
+"#,
+            base = sim.base_url(),
+            concurrent = if strict { 1 } else { 64 },
+            latch = dir.path().join("latch.json").display(),
+        );
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, config).map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let child = tokio::process::Command::new(&args.gateway)
+            .args(["run", "--config"])
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot start {}: {e} (build it with cargo build --release)",
+                    args.gateway
+                )
+            })?;
+        let gw = Self { child, _dir: dir };
+        let client = reqwest::Client::new();
+        loop {
+            let ready = client
+                .get(format!("http://{ops}/readyz"))
+                .send()
+                .await
+                .map(|r| r.status().as_u16() == 200);
+            if let Ok(true) = ready {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(20) {
+                return Err("the gateway did not become ready within 20 s".to_owned());
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok((gw, started.elapsed()))
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    /// utime + stime, in microseconds.
+    fn cpu_us(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        // Fields after the parenthesised command name; utime and stime are the 12th and
+        // 13th of those (14th and 15th overall).
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0)
+            + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
+        // USER_HZ is 100 on Linux.
+        ticks * 10_000
+    }
+
+    fn rss_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+async fn start_sim(faults: &str) -> Result<Simulator, String> {
+    let mut config = SimConfig::new(TUNNEL, KEY);
+    config.faults = FaultScript::from_toml_str(faults).map_err(|e| e.to_string())?;
+    config.max_poll_wait = Duration::from_secs(5);
+    config.ingress_timeout = Duration::from_secs(30);
+    Simulator::start(config).await.map_err(|e| format!("simulator: {e}"))
+}
+
+async fn tunnel_load(
+    args: &Args,
+    stub: &McpStub,
+    client: &reqwest::Client,
+    concurrency: usize,
+    strict: bool,
+    secs: Duration,
+) -> Result<TunnelLoad, String> {
+    let sim = start_sim("").await?;
+    let (gw, _) = GatewayProcess::start(args, &sim, &stub.url(), strict, 128).await?;
+    // Warm the pools, then measure.
+    let _ = load(client, &sim.ingress_url(), concurrency, Duration::from_millis(300)).await;
+    let cpu_before = gw.cpu_us();
+    let result = load(client, &sim.ingress_url(), concurrency, secs).await;
+    let cpu = gw.cpu_us().saturating_sub(cpu_before);
+    Ok(TunnelLoad {
+        load: result,
+        cpu_us_per_command: cpu as f64 / result.done.max(1) as f64,
+        peak_rss_kib: gw.rss_kib("VmHWM:"),
+    })
+}
+
+struct Spot {
+    idle_rss_kib: u64,
+    queued_rss_kib: u64,
+    startup: Duration,
+    latch_to_exit: Duration,
+}
+
+async fn spot_figures(args: &Args, stub: &McpStub) -> Result<Spot, String> {
+    // Idle, then 1,000 commands queued behind slow calls.
+    let sim = start_sim("").await?;
+    let (gw, startup) = GatewayProcess::start(args, &sim, &stub.url(), false, 1000).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_rss_kib = gw.rss_kib("VmHWM:");
+    for i in 0..1000u64 {
+        sim.enqueue(NewCommand::jsonrpc(
+            json!({"jsonrpc":"2.0","id":i,"method":"tools/call",
+            "params":{"name":"slow","arguments":{"ms":3000}}}),
+        ));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sim.record().issued() < 1000 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let queued_rss_kib = gw.rss_kib("VmHWM:");
+    drop(gw);
+
+    // Latch to exit: a 404 on the terminal POST of a strict gateway.
+    let sim = start_sim("[[rule]]\nmatch = { tool = \"echo\", resp_type = \"terminal\" }\nstatus = 404\n").await?;
+    let (mut gw, _) = GatewayProcess::start(args, &sim, &stub.url(), true, 20).await?;
+    sim.enqueue(NewCommand::jsonrpc(
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"echo","arguments":{"message":"latch"}}}),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let latched = loop {
+        if sim.record().responses.iter().any(|r| r.status == Some(404)) {
+            break Instant::now();
+        }
+        if Instant::now() > deadline {
+            return Err("no 404 reached the simulator".to_owned());
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(20), gw.child.wait()).await;
+    Ok(Spot {
+        idle_rss_kib,
+        queued_rss_kib,
+        startup,
+        latch_to_exit: latched.elapsed(),
+    })
+}
+
+/// No-op peers for the floor: a control plane whose poll answers at once with one
+/// command, an MCP server that answers at once, and a response endpoint that acks.
+struct Floor {
+    cp: SocketAddr,
+    mcp: SocketAddr,
+}
+
+impl Floor {
+    async fn start() -> Result<Self, String> {
+        let cp_app = axum::Router::new()
+            .route(
+                "/poll",
+                get(|| async {
+                    (
+                        [("content-type", "application/json")],
+                        r#"{"commands":[{"request_id":"r","shard_token":"s","command_type":"jsonrpc","created_at":"t","jsonrpc":{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"m"}}}}]}"#,
+                    )
+                }),
+            )
+            .route(
+                "/response",
+                post(|| async { ([("content-type", "application/json")], r#"{"status":"ok"}"#) }),
+            );
+        let mcp_app = axum::Router::new().route(
+            "/mcp",
+            post(|| async {
+                (
+                    [("content-type", "application/json")],
+                    r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"m"}]}}"#,
+                )
+            }),
+        );
+        let cp = serve(cp_app).await?;
+        let mcp = serve(mcp_app).await?;
+        Ok(Self { cp, mcp })
+    }
+
+    /// Each "command" is the three exchanges in sequence, against no-op peers.
+    async fn load(&self, client: &reqwest::Client, concurrency: usize, secs: Duration) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let count = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        let started = Instant::now();
+        for _ in 0..concurrency {
+            let (client, stop, count) = (client.clone(), stop.clone(), count.clone());
+            let (cp, mcp) = (self.cp, self.mcp);
+            tasks.push(tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let poll = client.get(format!("http://{cp}/poll")).send().await;
+                    let Ok(poll) = poll else { continue };
+                    let _ = poll.bytes().await;
+                    let call = client
+                        .post(format!("http://{mcp}/mcp"))
+                        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"m"}}}"#)
+                        .send()
+                        .await;
+                    let Ok(call) = call else { continue };
+                    let _ = call.bytes().await;
+                    let ack = client
+                        .post(format!("http://{cp}/response"))
+                        .body(r#"{"request_id":"r","channel":"main","resp_code":200,"resp_type":"jsonrpc_response"}"#)
+                        .send()
+                        .await;
+                    if ack.is_ok() {
+                        count.fetch_add(1, Ordering::Relaxed);
+                        latencies.push(t.elapsed().as_micros() as u64);
+                    }
+                }
+                latencies
+            }));
+        }
+        tokio::time::sleep(secs).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap_or_default());
+        }
+        summarize(all, started.elapsed())
+    }
+}
+
+async fn serve(app: axum::Router) -> Result<SocketAddr, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(addr)
+}
+
+fn free_addr() -> Result<SocketAddr, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    l.local_addr().map_err(|e| e.to_string())
+}
