@@ -339,6 +339,8 @@ impl Dispatcher {
         // Notifications go out before the terminal response, whatever happens to them. A
         // notifier that panicked was reported by the supervisor.
         let _ = notifier.await;
+        // Questions the notifier registered after the leg ended can never be answered.
+        self.server_requests.release(owner);
         let dispatched = leg.outcome != LegOutcome::NotSent;
 
         let situation = |stage| Situation {
