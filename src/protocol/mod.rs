@@ -23,8 +23,8 @@ pub use headers::{filter_resp_headers, server_info_header, ServerInfoChannel, RE
 pub use response::{RespType, ResponseBody};
 pub use timeout::ResponseTimeout;
 pub use trace::{
-    header_trace_fields, header_value, is_protocol_revision, reply_facts, with_trace_headers, NotText, ReplyFacts,
-    TraceFields,
+    header_trace_fields, header_value, is_protocol_revision, message_method, reply_facts, with_trace_headers, NotText,
+    ReplyFacts, TraceFields,
 };
 
 use std::fmt;

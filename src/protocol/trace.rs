@@ -192,6 +192,15 @@ pub fn reply_facts(raw: &RawValue) -> Option<ReplyFacts> {
     })
 }
 
+/// The `method` of a JSON-RPC message (a server's notification or request), if any.
+pub fn message_method(raw: &RawValue) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Probe {
+        method: Option<String>,
+    }
+    serde_json::from_str::<Probe>(raw.get()).ok()?.method
+}
+
 /// Where to insert which bytes so that `params._meta` of the object `raw` gains
 /// `traceparent` (and `tracestate`): `(byte offset, text)`. `None` when nothing may be
 /// inserted (see [`JsonRpcPayload::with_meta_trace`]).
