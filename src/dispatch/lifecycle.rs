@@ -103,19 +103,20 @@ pub(crate) struct Questions {
 
 /// Runs one reply on the leg that owns the question, with that leg's admission: in strict
 /// mode the reply is part of the question's dispatch, not a second one.
-async fn run_reply_job(transport: &Transport, admission: &Admission, job: ReplyJob) {
+async fn run_reply_job(transport: &Transport, admission: &Admission, job: ReplyJob, propagation: trace::Propagation) {
     // A reply is answered `202`: anything the server streams back to it has no caller.
     let (sink, _discard) = tokio::sync::mpsc::channel(1);
-    let req = DownstreamRequest {
-        payload: &job.payload,
-        headers: &job.headers,
-        deadline: job.deadline,
-    };
     let span = tracing::info_span!(
         "tunnelgate.reply",
         otel.kind = "client",
         network.transport = transport.network_transport(),
     );
+    let forwarded = trace::forwarded(Some(&job.payload), &job.headers, transport, propagation, &span);
+    let req = DownstreamRequest {
+        payload: &job.payload,
+        headers: forwarded.headers.as_ref().unwrap_or(&job.headers),
+        deadline: job.deadline,
+    };
     let result = transport.call(admission, &req, &sink).instrument(span).await;
     let _ = job.done.send(result);
 }
@@ -308,7 +309,7 @@ impl Dispatcher {
                 () = self.cut.cancelled() => break (cut_leg(cmd, &admission), true),
                 leg = &mut leg_future => break (leg, false),
                 // cancel-safe: mpsc receive loses nothing.
-                Some(job) = jobs_rx.recv() => replies.push(run_reply_job(transport, &admission, job)),
+                Some(job) = jobs_rx.recv() => replies.push(run_reply_job(transport, &admission, job, self.policy.propagation)),
                 // cancel-safe: a reply in flight stays in the set.
                 Some(()) = futures_util::StreamExt::next(&mut replies), if !replies.is_empty() => {}
                 // cancel-safe: a timer.
@@ -431,7 +432,11 @@ impl Dispatcher {
         notes: tokio::sync::mpsc::Sender<Notification>,
     ) -> LegResult {
         let span = trace::downstream_span(cmd, transport);
-        let forwarded = trace::forwarded(cmd, transport, self.policy.propagation, &span);
+        let payload = match &cmd.kind {
+            CommandKind::JsonRpc(p) => Some(p),
+            CommandKind::SessionTermination | CommandKind::Unknown(_) => None,
+        };
+        let forwarded = trace::forwarded(payload, &cmd.headers, transport, self.policy.propagation, &span);
         let headers = forwarded.headers.as_ref().unwrap_or(&cmd.headers);
         let leg = async {
             match &cmd.kind {

@@ -184,21 +184,19 @@ pub(super) fn record_downstream(span: &tracing::Span, cmd: &Command, leg: &LegRe
     }
 }
 
-/// The command's message and headers with the downstream span's trace context added, as
-/// `propagation` asks; nothing at all when it asks nothing (bytes and headers as
-/// received). Meta goes into requests and notifications, never into a client's response.
+/// A message and its headers with `span`'s trace context added, as `propagation` asks;
+/// nothing at all when it asks nothing (bytes and headers as received). Meta goes into
+/// requests and notifications, never into a client's response.
 pub(super) fn forwarded(
-    cmd: &Command,
+    payload: Option<&JsonRpcPayload>,
+    headers: &WireHeaders,
     transport: &Transport,
     propagation: Propagation,
     span: &tracing::Span,
 ) -> Forwarded {
-    let headers = propagation.headers && transport.kind() == TransportKind::Http;
-    let meta = match &cmd.kind {
-        CommandKind::JsonRpc(p) if propagation.meta && p.method().is_some() => Some(p),
-        _ => None,
-    };
-    if !headers && meta.is_none() {
+    let set_headers = propagation.headers && transport.kind() == TransportKind::Http;
+    let meta = payload.filter(|p| propagation.meta && p.method().is_some());
+    if !set_headers && meta.is_none() {
         return Forwarded::default();
     }
     let Some(cx) = span_trace_context(span) else {
@@ -207,7 +205,7 @@ pub(super) fn forwarded(
     let traceparent = cx.traceparent();
     Forwarded {
         payload: meta.and_then(|p| p.with_meta_trace(&traceparent, cx.tracestate())),
-        headers: headers.then(|| with_trace_headers(&cmd.headers, &traceparent, cx.tracestate())),
+        headers: set_headers.then(|| with_trace_headers(headers, &traceparent, cx.tracestate())),
     }
 }
 

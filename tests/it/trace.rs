@@ -746,6 +746,24 @@ status = 404
     })
     .await;
 
+    // A server that asks mid-call: the caller's reply runs as tunnelgate.reply.
+    let (_asking, asking_url) = spawn_py_server(PyMode::Sse).await;
+    let replies = Rig::start("").await;
+    let config = traced(&replies, port, "both", "").replace(&replies.stub.url(), &asking_url);
+    let mut gw = replies.gateway_with(&config).await;
+    let out = harness::run_py_client(
+        &replies.sim.ingress_url(),
+        &["--sampling-reply", "sampled", "--call", "sample", r#"{"prompt":"p"}"#],
+    )
+    .await;
+    assert_eq!(out["results"][0]["texts"], json!(["sampled: sampled"]), "{out}");
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
+    wait_until("the reply's span at the receiver", Duration::from_secs(15), || async {
+        tap.stdout().contains("\"tunnelgate.reply\"")
+    })
+    .await;
+
     let spans = Spans::of(&tap);
     assert!(spans.try_command(&latched).is_some());
     let mut problems = Vec::new();
