@@ -66,7 +66,7 @@ pub fn header_trace_fields(headers: &WireHeaders) -> TraceFields {
     }
 }
 
-/// The first value of header `name` (any case), if any.
+/// The first value of connector header `name` (any spelling), if any.
 pub fn header_value<'a>(headers: &'a WireHeaders, name: &str) -> Option<&'a str> {
     headers
         .iter()
