@@ -31,7 +31,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{AmbiguityPolicy, ChannelConfig, Config, LatchedStart};
 use crate::control::{random_hex, ControlClient, ControlSettings};
-use crate::dispatch::{Dispatcher, Health, Policy, Stops};
+use crate::dispatch::{Dispatcher, Health, Policy, Propagation, Stops};
 use crate::downstream::{Channels, HttpSettings, HttpTransport, StdioSettings, StdioTransport, Transport};
 use crate::ops::OpsState;
 use crate::protocol::{server_info_header, ServerInfoChannel};
@@ -196,6 +196,10 @@ impl Gateway {
                 ambiguity_is_fatal: config.strict.on_downstream_ambiguity == AmbiguityPolicy::Fatal,
                 cleanup_timeout: config.strict.cleanup_timeout,
                 max_inflight: config.control_plane.max_inflight.get(),
+                propagation: Propagation {
+                    headers: config.telemetry.propagate.headers(),
+                    meta: config.telemetry.propagate.meta(),
+                },
             },
             supervisor.clone(),
             Stops {

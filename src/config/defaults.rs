@@ -29,3 +29,4 @@ pub(super) const ALLOW_REMOTE: bool = false;
 pub(super) const LOG_FORMAT: &str = "json";
 pub(super) const LOG_LEVEL: &str = "info";
 pub(super) const OTLP_ENDPOINT: &str = "";
+pub(super) const PROPAGATE: &str = "off";

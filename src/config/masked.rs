@@ -69,6 +69,7 @@ struct TelemetryView<'a> {
     log_format: &'static str,
     log_level: &'a str,
     otlp_endpoint: &'a str,
+    propagate: &'static str,
 }
 
 pub(super) fn render(config: &Config) -> String {
@@ -91,6 +92,7 @@ pub(super) fn render(config: &Config) -> String {
             log_format: config.telemetry.log_format.as_str(),
             log_level: &config.telemetry.log_level,
             otlp_endpoint: config.telemetry.otlp_endpoint.as_deref().unwrap_or(""),
+            propagate: config.telemetry.propagate.as_str(),
         },
     };
     toml::to_string(&view).expect("the configuration view is plain tables, strings and numbers")

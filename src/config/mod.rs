@@ -137,6 +137,20 @@ pub struct Telemetry {
     pub log_level: String,
     /// An http(s) base URL without a trailing slash; `None` when export is off.
     pub otlp_endpoint: Option<String>,
+    /// Where the gateway hands W3C trace context on to MCP servers.
+    pub propagate: Propagate,
+}
+
+/// `telemetry.propagate`: which carriers get the gateway's trace context on the way to an
+/// MCP server. `Off` forwards every command byte for byte, headers as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagate {
+    Off,
+    /// `traceparent`/`tracestate` HTTP request headers (HTTP channels).
+    Headers,
+    /// `params._meta.traceparent`/`tracestate` of requests and notifications (every channel).
+    Meta,
+    Both,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,6 +241,28 @@ impl AmbiguityPolicy {
             AmbiguityPolicy::Fatal => "fatal",
             AmbiguityPolicy::Report => "report",
         }
+    }
+}
+
+impl Propagate {
+    /// The configuration spelling: `"off"`, `"headers"`, `"meta"` or `"both"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Propagate::Off => "off",
+            Propagate::Headers => "headers",
+            Propagate::Meta => "meta",
+            Propagate::Both => "both",
+        }
+    }
+
+    /// Whether HTTP requests to MCP servers get `traceparent`/`tracestate` headers.
+    pub fn headers(self) -> bool {
+        matches!(self, Propagate::Headers | Propagate::Both)
+    }
+
+    /// Whether messages get `traceparent`/`tracestate` in `params._meta`.
+    pub fn meta(self) -> bool {
+        matches!(self, Propagate::Meta | Propagate::Both)
     }
 }
 

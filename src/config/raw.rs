@@ -73,4 +73,5 @@ pub(super) struct RawTelemetry {
     pub(super) log_format: Option<String>,
     pub(super) log_level: Option<String>,
     pub(super) otlp_endpoint: Option<String>,
+    pub(super) propagate: Option<String>,
 }

@@ -15,7 +15,9 @@ use super::error::{ConfigError, ErrorKind};
 use super::http_url::{self, UrlRole};
 use super::layers::EnvVars;
 use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawStrict, RawTelemetry};
-use super::{AmbiguityPolicy, Config, ControlPlane, LatchedStart, LogFormat, Mcp, Ops, Secret, Strict, Telemetry};
+use super::{
+    AmbiguityPolicy, Config, ControlPlane, LatchedStart, LogFormat, Mcp, Ops, Propagate, Secret, Strict, Telemetry,
+};
 
 pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
     let control_plane = control_plane(raw.control_plane, env)?;
@@ -177,7 +179,21 @@ fn telemetry(raw: RawTelemetry) -> Result<Telemetry, ConfigError> {
         log_format: log_format(raw.log_format.as_deref().unwrap_or(default::LOG_FORMAT))?,
         log_level: log_level(raw.log_level.unwrap_or_else(|| default::LOG_LEVEL.to_owned()))?,
         otlp_endpoint: otlp_endpoint(raw.otlp_endpoint.as_deref().unwrap_or(default::OTLP_ENDPOINT))?,
+        propagate: propagate(raw.propagate.as_deref().unwrap_or(default::PROPAGATE))?,
     })
+}
+
+fn propagate(value: &str) -> Result<Propagate, ConfigError> {
+    match value {
+        "off" => Ok(Propagate::Off),
+        "headers" => Ok(Propagate::Headers),
+        "meta" => Ok(Propagate::Meta),
+        "both" => Ok(Propagate::Both),
+        other => Err(ConfigError::invalid(
+            "telemetry.propagate",
+            format!("{other:?} is not a choice; use \"off\", \"headers\", \"meta\" or \"both\""),
+        )),
+    }
 }
 
 fn log_format(value: &str) -> Result<LogFormat, ConfigError> {

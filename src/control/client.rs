@@ -354,7 +354,7 @@ impl ControlClient {
                 http.request.method = "POST",
                 http.request.resend_count = i64::from(attempt - 1),
                 http.response.status_code = tracing::field::Empty,
-                attempt_result = tracing::field::Empty,
+                tunnelgate.attempt_result = tracing::field::Empty,
             );
             let (result, status, retry_after) = self
                 .attempt(&headers, body.clone(), deadline, cancel)
@@ -363,7 +363,7 @@ impl ControlClient {
             if let Some(code) = status {
                 span.record("http.response.status_code", i64::from(code));
             }
-            span.record("attempt_result", result.as_str());
+            span.record("tunnelgate.attempt_result", result.as_str());
             self.metrics.delivery_attempted(metric_kind, result);
             let deadline_left = deadline.is_none_or(|d| Instant::now() < d);
             if attempt >= max_attempts || !result.is_retryable(kind, status) || !deadline_left || cancel.is_cancelled()

@@ -9,11 +9,12 @@ use tracing::Instrument;
 
 use super::decide::{decide, Decision, Situation, Stage};
 use super::replies::{server_request, ReplyJob, ReplyKey};
-use super::Dispatcher;
+use super::{trace, Dispatcher};
 use crate::control::{Delivery, DeliveryReport, PostKind};
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Notification, Reply, Transport};
 use crate::protocol::{
-    synthesize_error, Command, CommandKind, FailureSource, InvalidCommand, RespType, ResponseBody, TunnelFailure,
+    message_method, synthesize_error, Command, CommandKind, FailureSource, InvalidCommand, RespType, ResponseBody,
+    TunnelFailure,
 };
 use crate::protocol::{ChannelName, RequestId, ShardToken};
 use crate::strict::{Admission, CommandRef, FenceLeg, Refusal};
@@ -102,19 +103,20 @@ pub(crate) struct Questions {
 
 /// Runs one reply on the leg that owns the question, with that leg's admission: in strict
 /// mode the reply is part of the question's dispatch, not a second one.
-async fn run_reply_job(transport: &Transport, admission: &Admission, job: ReplyJob) {
+async fn run_reply_job(transport: &Transport, admission: &Admission, job: ReplyJob, propagation: trace::Propagation) {
     // A reply is answered `202`: anything the server streams back to it has no caller.
     let (sink, _discard) = tokio::sync::mpsc::channel(1);
-    let req = DownstreamRequest {
-        payload: &job.payload,
-        headers: &job.headers,
-        deadline: job.deadline,
-    };
     let span = tracing::info_span!(
         "tunnelgate.reply",
         otel.kind = "client",
         network.transport = transport.network_transport(),
     );
+    let forwarded = trace::forwarded(Some(&job.payload), &job.headers, transport, propagation, &span);
+    let req = DownstreamRequest {
+        payload: &job.payload,
+        headers: forwarded.headers.as_ref().unwrap_or(&job.headers),
+        deadline: job.deadline,
+    };
     let result = transport.call(admission, &req, &sink).instrument(span).await;
     let _ = job.done.send(result);
 }
@@ -167,6 +169,7 @@ impl Dispatcher {
         cmd: Command,
         received_at: Instant,
         place: Option<tokio::sync::oneshot::Receiver<Admitted>>,
+        queue: tracing::Span,
     ) {
         let deadline = cmd.response_timeout.budget().map(|b| received_at + b);
         let method = match &cmd.kind {
@@ -204,6 +207,7 @@ impl Dispatcher {
         }
         self.metrics
             .leg_duration(DurationLeg::Queue, received_at.elapsed().as_secs_f64());
+        drop(queue);
 
         // Admission is granted in receipt order by the admitter (see `admit_loop`).
         let wait_started = Instant::now();
@@ -305,7 +309,7 @@ impl Dispatcher {
                 () = self.cut.cancelled() => break (cut_leg(cmd, &admission), true),
                 leg = &mut leg_future => break (leg, false),
                 // cancel-safe: mpsc receive loses nothing.
-                Some(job) = jobs_rx.recv() => replies.push(run_reply_job(transport, &admission, job)),
+                Some(job) = jobs_rx.recv() => replies.push(run_reply_job(transport, &admission, job, self.policy.propagation)),
                 // cancel-safe: a reply in flight stays in the set.
                 Some(()) = futures_util::StreamExt::next(&mut replies), if !replies.is_empty() => {}
                 // cancel-safe: a timer.
@@ -369,11 +373,11 @@ impl Dispatcher {
                 return;
             }
             Decision::Latch(category) => {
-                admission.latch(category);
+                trace::latch(&admission, category);
                 return;
             }
             Decision::LatchThenTell(category) => {
-                admission.latch(category);
+                trace::latch(&admission, category);
                 // The caller has not been told yet: post "effect unknown", bounded by cleanup.
                 let report = self.deliver_terminal(cmd, &leg.reply, cleanup()).await;
                 tracing::info!(
@@ -391,7 +395,7 @@ impl Dispatcher {
         let report = self.deliver_terminal(cmd, &leg.reply, delivery_deadline).await;
         self.metrics
             .leg_duration(DurationLeg::Deliver, started.elapsed().as_secs_f64());
-        span.record("delivery_outcome", report.delivery.as_str());
+        span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
         if report.delivery != Delivery::Acked {
             span.record("otel.status_code", "ERROR");
             if leg.failure.is_none() {
@@ -405,7 +409,7 @@ impl Dispatcher {
         })) {
             Decision::Done => {}
             Decision::Latch(category) => {
-                admission.latch(category);
+                trace::latch(&admission, category);
             }
             Decision::Report => tracing::warn!(
                 delivery = report.delivery.as_str(),
@@ -429,25 +433,33 @@ impl Dispatcher {
         deadline: Option<Instant>,
         notes: tokio::sync::mpsc::Sender<Notification>,
     ) -> LegResult {
-        let span = downstream_span(cmd, transport);
-        async {
+        let span = trace::downstream_span(cmd, transport);
+        let payload = match &cmd.kind {
+            CommandKind::JsonRpc(p) => Some(p),
+            CommandKind::SessionTermination | CommandKind::Unknown(_) => None,
+        };
+        let forwarded = trace::forwarded(payload, &cmd.headers, transport, self.policy.propagation, &span);
+        let headers = forwarded.headers.as_ref().unwrap_or(&cmd.headers);
+        let leg = async {
             match &cmd.kind {
                 CommandKind::JsonRpc(payload) => {
                     let req = DownstreamRequest {
-                        payload,
-                        headers: &cmd.headers,
+                        payload: forwarded.payload.as_ref().unwrap_or(payload),
+                        headers,
                         deadline,
                     };
                     transport.call(admission, &req, &notes).await
                 }
-                CommandKind::SessionTermination => transport.terminate_session(admission, &cmd.headers, deadline).await,
+                CommandKind::SessionTermination => transport.terminate_session(admission, headers, deadline).await,
                 CommandKind::Unknown(_) => {
                     LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse)
                 }
             }
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        trace::record_downstream(&span, cmd, &leg);
+        leg
     }
 
     async fn deliver_terminal(&self, cmd: &Command, reply: &Reply, deadline: Option<Instant>) -> DeliveryReport {
@@ -462,17 +474,17 @@ impl Dispatcher {
         .to_bytes();
         let span = tracing::info_span!(
             "tunnelgate.deliver",
-            resp_type = reply.resp_type.as_str(),
-            delivery_outcome = tracing::field::Empty,
-            attempts = tracing::field::Empty,
+            tunnelgate.resp_type = reply.resp_type.as_str(),
+            tunnelgate.delivery_outcome = tracing::field::Empty,
+            tunnelgate.attempts = tracing::field::Empty,
         );
         let report = self
             .control
             .deliver(PostKind::Terminal, body, &cmd.shard_token, deadline, &self.hard_stop)
             .instrument(span.clone())
             .await;
-        span.record("delivery_outcome", report.delivery.as_str());
-        span.record("attempts", report.attempts);
+        span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
+        span.record("tunnelgate.attempts", i64::from(report.attempts));
         report
     }
 
@@ -504,7 +516,7 @@ impl Dispatcher {
                 skipped += 1;
                 continue;
             }
-            tracing::debug!("notification forwarded");
+            let method = message_method(&n.resp_json).map(|m| crate::telemetry::safe_method(&m));
             let body = ResponseBody {
                 request_id: &request_id,
                 channel: &channel,
@@ -518,6 +530,7 @@ impl Dispatcher {
                 .control
                 .deliver(PostKind::Notify, body, &shard_token, deadline, &self.hard_stop)
                 .await;
+            crate::telemetry::events::notification_forwarded(method, report.delivery.as_str());
             if report.delivery != Delivery::Acked {
                 failed = true;
                 tracing::warn!(
@@ -620,7 +633,7 @@ impl Dispatcher {
             return;
         }
         let report = self.deliver_terminal(cmd, &leg.reply, deadline).await;
-        span.record("delivery_outcome", report.delivery.as_str());
+        span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
     }
 
     /// A command that could not be decoded: answered when it carries what a response
@@ -660,32 +673,6 @@ impl Dispatcher {
     }
 }
 
-/// The downstream CLIENT span, named `{mcp.method.name}` or `{mcp.method.name} {tool}`.
-fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::Span {
-    let (method, tool) = match &cmd.kind {
-        CommandKind::JsonRpc(p) => (
-            p.method()
-                .map(crate::telemetry::safe_method)
-                .unwrap_or_else(|| "response".to_owned()),
-            p.tool_name().map(|t| crate::telemetry::safe_method(&t)),
-        ),
-        CommandKind::SessionTermination => ("session/terminate".to_owned(), None),
-        CommandKind::Unknown(_) => ("unknown".to_owned(), None),
-    };
-    let name = match &tool {
-        Some(t) => format!("{method} {t}"),
-        None => method.clone(),
-    };
-    tracing::info_span!(
-        "tunnelgate.downstream",
-        otel.name = %name,
-        otel.kind = "client",
-        mcp.method.name = %method,
-        gen_ai.tool.name = tool,
-        network.transport = transport.network_transport(),
-    )
-}
-
 /// The leg's result when the stop cut it short: nothing of the request left (safe to
 /// retry), or it may have (effect unknown). Decided by the admission, which knows.
 fn cut_leg(cmd: &Command, admission: &Admission) -> LegResult {
@@ -704,7 +691,7 @@ fn cut_leg(cmd: &Command, admission: &Admission) -> LegResult {
 
 /// The leg's outcome on the command span, and one log line for a failed leg.
 fn record_leg(span: &tracing::Span, leg: &LegResult) {
-    span.record("leg_outcome", leg.outcome.as_str());
+    span.record("tunnelgate.leg_outcome", leg.outcome.as_str());
     let Some(f) = &leg.failure else { return };
     if *f != LegFailure::SubscriptionEnded {
         span.record("error.type", f.kind());

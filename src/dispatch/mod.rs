@@ -6,14 +6,17 @@
 //! sockets itself: the control client and the transports do the I/O.
 //!
 //! Every command runs in its own task on the gateway's [`TaskTracker`], inside a
-//! `tunnelgate.command` span created where the task is spawned.
+//! `tunnelgate.command` span created where the task is spawned (a child of the caller's
+//! span when the command carries W3C trace context; see `trace`).
 
 mod decide;
 mod health;
 mod lifecycle;
 mod replies;
+mod trace;
 
 pub use health::{Health, PollHealth};
+pub use trace::Propagation;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +45,8 @@ pub struct Policy {
     pub cleanup_timeout: Duration,
     /// Prefetch capacity: commands held at once (queued + in flight).
     pub max_inflight: usize,
+    /// Where the gateway's trace context is handed on to MCP servers.
+    pub propagation: Propagation,
 }
 
 /// The dispatcher's two stop signals (see the stop order in `app.rs`).
@@ -233,29 +238,16 @@ impl Dispatcher {
             Err(_) => CommandType::Unknown,
         };
         self.metrics.command_received(command_type);
-        let command_type = command_type.as_str();
-        let span = match &command {
-            Ok(c) => tracing::info_span!(
-                "tunnelgate.command",
-                request_id = %crate::telemetry::safe_token(c.request_id.as_str()),
-                channel = %crate::telemetry::safe_token(c.channel.as_str()),
-                command_type,
-                mcp.method.name = match &c.kind { CommandKind::JsonRpc(p) => p.method().map(crate::telemetry::safe_method), _ => None },
-                strict = self.policy.strict,
-                leg_outcome = tracing::field::Empty,
-                delivery_outcome = tracing::field::Empty,
-                "error.type" = tracing::field::Empty,
-                otel.status_code = tracing::field::Empty,
-            ),
-            Err(invalid) => tracing::info_span!(
-                "tunnelgate.command",
-                request_id = invalid.request_id.as_ref().map(|r| crate::telemetry::safe_token(r.as_str())),
-                channel = %crate::telemetry::safe_token(invalid.channel.as_str()),
-                command_type,
-                strict = self.policy.strict,
-                "error.type" = invalid.reason,
-            ),
-        };
+        let span = trace::command_span(&command, command_type.as_str(), self.policy.strict);
+        if let Some(parent) = command
+            .as_ref()
+            .ok()
+            .and_then(|c| trace::caller_context(c, &self.metrics))
+        {
+            crate::telemetry::continue_trace(&span, &parent);
+        }
+        // Until the command's task starts on it (closed in `run`).
+        let queue = tracing::info_span!(parent: &span, "tunnelgate.queue");
         self.health.command_started();
         self.metrics.set_queue_depth(self.health.queued());
         let place = command
@@ -268,8 +260,11 @@ impl Dispatcher {
             async move {
                 let _done = FinishGuard(&this);
                 match command {
-                    Ok(c) => this.run(c, received_at, place).await,
-                    Err(invalid) => this.answer_invalid(invalid).await,
+                    Ok(c) => this.run(c, received_at, place, queue).await,
+                    Err(invalid) => {
+                        drop(queue);
+                        this.answer_invalid(invalid).await
+                    }
                 }
                 TaskEnd::Finished
             }

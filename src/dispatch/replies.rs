@@ -134,10 +134,7 @@ impl ServerRequests {
 
 /// The `Mcp-Session-Id` a command carried, if any (first value, any spelling).
 fn session_of(headers: &WireHeaders) -> Option<String> {
-    headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("mcp-session-id"))
-        .and_then(|(_, v)| v.first().cloned())
+    crate::protocol::header_value(headers, "mcp-session-id").map(str::to_owned)
 }
 
 /// A server request carried as a notification: its method and id, when it is one.

@@ -35,7 +35,7 @@ use tokio::time::{timeout_at, Instant};
 
 use super::sse::SseParser;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, Notification, NotifySink, Reply};
-use crate::protocol::{filter_resp_headers, RespType, WireHeaders};
+use crate::protocol::{filter_resp_headers, header_value, RespType, WireHeaders};
 use crate::strict::Admission;
 
 /// Bounds for one channel's HTTP legs.
@@ -891,13 +891,6 @@ fn forward_headers(wire: &WireHeaders) -> HeaderMap {
 }
 
 /// The first value of a command header, by case-insensitive name.
-fn header_value<'a>(wire: &'a WireHeaders, name: &str) -> Option<&'a str> {
-    wire.iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .and_then(|(_, v)| v.first())
-        .map(String::as_str)
-}
-
 fn response_headers(headers: &HeaderMap) -> RespHeaders {
     let pairs: Vec<(&str, &str)> = headers
         .iter()

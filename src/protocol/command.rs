@@ -237,6 +237,11 @@ impl JsonRpcPayload {
         if self.method.as_deref() != Some("tools/call") {
             return None;
         }
+        self.params_name()
+    }
+
+    /// `params.name`, if it is a string.
+    pub(super) fn params_name(&self) -> Option<String> {
         #[derive(Deserialize)]
         struct Params {
             name: Option<String>,

@@ -2,9 +2,11 @@
 //!
 //! Owns: decoding polled commands (one bad command never poisons its poll), the
 //! `response_timeout` grammar, the response body written back, the response-header
-//! allowlist, the `X-Tunnel-MCP-Server-Info` declaration and the synthesized
-//! `tunnel_failure` error. Payloads stay raw bytes (`Box<RawValue>`): what the control
-//! plane sent is what the MCP server receives, and the reverse.
+//! allowlist, the `X-Tunnel-MCP-Server-Info` declaration, the synthesized
+//! `tunnel_failure` error, and the trace-context carriers of a command (read as text,
+//! written by insertion only). Payloads stay raw bytes (`Box<RawValue>`): what the control
+//! plane sent is what the MCP server receives (bar trace context that `telemetry.propagate`
+//! inserts into `params._meta`), and the reverse.
 //!
 //! Must not touch: sockets, clocks, metrics. Everything here is pure and unit tested.
 
@@ -13,12 +15,17 @@ mod failure;
 mod headers;
 mod response;
 mod timeout;
+mod trace;
 
 pub use command::{decode_poll, Command, CommandKind, InvalidCommand, JsonRpcPayload, PollDecodeError};
 pub use failure::{synthesize_error, FailureSource, TunnelFailure};
 pub use headers::{filter_resp_headers, server_info_header, ServerInfoChannel, RESP_HEADER_ALLOWLIST};
 pub use response::{RespType, ResponseBody};
 pub use timeout::ResponseTimeout;
+pub use trace::{
+    header_trace_fields, header_value, is_protocol_revision, message_method, reply_facts, with_trace_headers, NotText,
+    ReplyFacts, TraceFields,
+};
 
 use std::fmt;
 

@@ -97,6 +97,15 @@ pub enum TaskKind {
     Warmup,
 }
 
+/// Where a malformed trace context was found (`trace_context_invalid_total{source}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceContextSource {
+    /// The command's connector headers.
+    Header,
+    /// `params._meta` of the JSON-RPC message.
+    Meta,
+}
+
 impl PollResult {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -236,6 +245,22 @@ impl LabelValue for TaskKind {
     }
 }
 
+impl TraceContextSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Header => "header",
+            Self::Meta => "meta",
+        }
+    }
+}
+
+impl LabelValue for TraceContextSource {
+    const ALL: &'static [Self] = &[Self::Header, Self::Meta];
+    fn as_label(self) -> &'static str {
+        self.as_str()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,6 +291,7 @@ mod tests {
             labels::<DurationLeg>(),
             ["queue", "fence_wait", "downstream", "deliver", "total"]
         );
+        assert_eq!(labels::<TraceContextSource>(), ["header", "meta"]);
         assert_eq!(
             labels::<TaskKind>(),
             [

@@ -6,7 +6,7 @@
 //! peer addresses and connection details at debug level; they are capped at `warn`
 //! unless the filter names them explicitly (an operator's deliberate choice).
 
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{self, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
@@ -106,9 +106,21 @@ pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> T
         },
     };
     let span_layer = provider.as_ref().map(|p| {
+        let ours = Targets::new().with_target("tunnelgate", tracing::Level::DEBUG);
         tracing_opentelemetry::layer()
             .with_tracer(otlp::tracer(p))
-            .with_filter(Targets::new().with_target("tunnelgate", tracing::Level::DEBUG))
+            // Spans carry what docs/telemetry.md lists, nothing of the bridge's own:
+            // no busy/idle times, thread, source location or target attributes.
+            .with_tracked_inactivity(false)
+            .with_threads(false)
+            .with_location(false)
+            .with_target(false)
+            // Spans only: log lines stay log lines (span events are added explicitly, see
+            // `telemetry::events`), so a warning never turns a span's status or leaks a
+            // log field into a trace.
+            .with_filter(filter::filter_fn(move |meta| {
+                meta.is_span() && ours.would_enable(meta.target(), meta.level())
+            }))
     });
     let result = tracing_subscriber::registry()
         .with(log_layer.with_filter(filter))

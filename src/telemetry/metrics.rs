@@ -12,7 +12,9 @@ use prometheus::{
     TextEncoder,
 };
 
-use super::label::{CommandType, DeliveryKind, DropReason, DurationLeg, LabelSets, LabelValue, PollResult, TaskKind};
+use super::label::{
+    CommandType, DeliveryKind, DropReason, DurationLeg, LabelSets, LabelValue, PollResult, TaskKind, TraceContextSource,
+};
 
 /// The metric set. Cheap to clone handles live inside; share it behind an `Arc`.
 pub struct Metrics {
@@ -37,6 +39,7 @@ pub struct Metrics {
     stdio_late_responses: IntCounterVec,
     stdout_garbage: IntCounter,
     task_failures: IntCounterVec,
+    trace_context_invalid: IntCounterVec,
     label_types: LabelTypes,
 }
 
@@ -180,6 +183,13 @@ impl Metrics {
             &["task"],
         );
 
+        let trace_context_invalid = counter_vec(
+            &r,
+            "trace_context_invalid_total",
+            "Malformed W3C trace context in commands (ignored), by where it was found.",
+            &["source"],
+        );
+
         for v in all::<PollResult>() {
             polls.with_label_values(&[v]);
         }
@@ -216,6 +226,9 @@ impl Metrics {
         for t in all::<TaskKind>() {
             task_failures.with_label_values(&[t]);
         }
+        for s in all::<TraceContextSource>() {
+            trace_context_invalid.with_label_values(&[s]);
+        }
 
         Self {
             registry: r,
@@ -239,6 +252,7 @@ impl Metrics {
             stdio_late_responses,
             stdout_garbage,
             task_failures,
+            trace_context_invalid,
             label_types: LabelTypes {
                 poll_error_kind: TypeId::of::<L::PollErrorKind>(),
                 transport: TypeId::of::<L::Transport>(),
@@ -337,6 +351,11 @@ impl Metrics {
     /// A gateway task ended unexpectedly (a panic, or an error it could not handle).
     pub fn task_failed(&self, task: TaskKind) {
         self.task_failures.with_label_values(&[task.as_label()]).inc();
+    }
+
+    /// A command carried a trace context that is not valid W3C: ignored, counted here.
+    pub fn trace_context_invalid(&self, source: TraceContextSource) {
+        self.trace_context_invalid.with_label_values(&[source.as_label()]).inc();
     }
 
     /// Where every received command went, from the counters: each one ends in exactly

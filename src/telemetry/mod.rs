@@ -1,4 +1,5 @@
-//! Telemetry: logging/tracing setup, every metric definition, redaction helpers.
+//! Telemetry: logging/tracing setup, every metric definition, redaction helpers, W3C trace
+//! context and span events.
 //!
 //! Observational only: nothing here may delay dispatch, delivery, the latch or exit by
 //! more than a bounded flush. The rest of the crate uses `tracing` macros and the
@@ -7,12 +8,17 @@
 //! Ground floor: imports no other module of the crate. Label values owned upstairs reach
 //! the metrics through the [`LabelValue`] trait, implemented next to each enum.
 
+pub mod events;
 mod label;
 pub mod logging;
 pub mod metrics;
 pub mod otlp;
+mod propagation;
 mod redact;
 
-pub use label::{CommandType, DeliveryKind, DropReason, DurationLeg, LabelSets, LabelValue, PollResult, TaskKind};
+pub use label::{
+    CommandType, DeliveryKind, DropReason, DurationLeg, LabelSets, LabelValue, PollResult, TaskKind, TraceContextSource,
+};
 pub use metrics::{Accounting, Metrics};
-pub use redact::{safe_method, safe_token};
+pub use propagation::{continue_trace, span_trace_context, Extracted, TraceContext};
+pub use redact::{hashed_session_id, safe_method, safe_token};

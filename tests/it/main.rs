@@ -22,6 +22,7 @@ mod resume;
 mod rig;
 mod stop;
 mod strict;
+mod trace;
 
 // Module to come (declare it here when its file exists):
 // mod ops;            // /livez /readyz /status /metrics (promtool check metrics)

@@ -12,7 +12,8 @@ use crate::rig::{Rig, RigOptions, KEY};
 
 const EXIT: Duration = Duration::from_secs(20);
 
-async fn oteltap() -> (ChildGuard, u16) {
+/// A real OTLP/HTTP receiver on a fresh port, printing each span it gets as one JSON line.
+pub async fn oteltap() -> (ChildGuard, u16) {
     let port = free_port();
     let mut cmd = Command::new(python());
     cmd.args(["-u", "-m", "oteltap", "--port", &port.to_string()]);

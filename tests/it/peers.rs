@@ -189,7 +189,17 @@ async fn python_client_lists_tools_and_sees_progress_from_the_python_server() {
     assert_eq!(out["ok"], true);
     assert_eq!(
         out["results"][0]["tools"],
-        json!(["echo", "add", "progress", "sample", "greet", "announce", "confirm"])
+        json!([
+            "echo",
+            "add",
+            "progress",
+            "sample",
+            "greet",
+            "announce",
+            "confirm",
+            "fail",
+            "trace_seen"
+        ])
     );
     assert_eq!(out["results"][1]["texts"], json!(["Echo: hi"]));
     assert_eq!(out["results"][1]["is_error"], false);

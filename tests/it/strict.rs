@@ -471,7 +471,7 @@ async fn an_abandoned_downstream_leg_exits_87_after_telling_the_caller_effect_un
     );
     let log = gw.stderr();
     assert!(
-        log.contains("\"leg_outcome\":\"abandoned\"") && log.contains("\"error.type\":\""),
+        log.contains("\"tunnelgate.leg_outcome\":\"abandoned\"") && log.contains("\"error.type\":\""),
         "the command span carries the outcome and the error type: {log}"
     );
     rig.assert_all_bodies_valid();

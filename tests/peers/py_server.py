@@ -4,13 +4,19 @@ Tools: echo(message), add(a, b), progress(steps) (one progress notification per 
 sample(prompt) (asks the client for sampling/createMessage mid-call) and
 confirm(question) (asks the client for elicitation/create mid-call) and announce()
 (publishes a tools list-changed event to `subscriptions/listen` streams, 2026-07-28)
-and greet(name) (the name is elicited: at 2026-07-28 an input-required result).
-Serves Streamable HTTP on 127.0.0.1 only, at /mcp.
+and greet(name) (the name is elicited: at 2026-07-28 an input-required result),
+fail(message) (the tool raises: a result with isError true), and trace_seen() (the W3C
+trace context this very request carried: its `traceparent`/`tracestate` HTTP headers,
+its `params._meta` keys and trace fields, and the parent the SDK's own OpenTelemetry
+middleware extracted from `_meta`).
+Serves Streamable HTTP on 127.0.0.1 only, at /mcp, or stdio.
 
     .peers/venv/bin/python tests/peers/py_server.py --port N --mode json|sse|stateless
+    .peers/venv/bin/python tests/peers/py_server.py --mode stdio
 
 Modes: `json` answers requests with application/json; `sse` (the SDK default) answers
-with text/event-stream; `stateless` answers with JSON and issues no session id.
+with text/event-stream; `stateless` answers with JSON and issues no session id; `stdio`
+serves one client on stdin/stdout.
 Logs go to stderr at WARNING: no payloads, no secrets.
 """
 
@@ -21,8 +27,10 @@ import anyio
 from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.types import SamplingMessage, TextContent
+from opentelemetry import trace
 from pydantic import BaseModel
 
 
@@ -89,16 +97,47 @@ def build_server() -> MCPServer:
             return f"elicited: accept ok={answer.data.ok}"
         return f"elicited: {answer.action}"
 
+    @server.tool()
+    def fail(message: str) -> str:
+        """Always fails: the caller gets a result with isError true."""
+        raise ToolError(f"failed: {message}")
+
+    @server.tool()
+    def trace_seen(ctx: Context) -> dict:
+        """The trace context this request carried, as the server received it."""
+        request_context = ctx.request_context
+        meta = dict(request_context.meta or {})
+        headers = getattr(request_context.request, "headers", None)
+        parent = trace.get_current_span().get_span_context()
+        return {
+            "header_traceparent": headers.get("traceparent") if headers is not None else None,
+            "header_tracestate": headers.get("tracestate") if headers is not None else None,
+            "meta_keys": sorted(meta.keys()),
+            "meta_traceparent": meta.get("traceparent"),
+            "meta_tracestate": meta.get("tracestate"),
+            "sdk_parent": {
+                "trace_id": format(parent.trace_id, "032x"),
+                "span_id": format(parent.span_id, "016x"),
+            }
+            if parent.is_valid
+            else None,
+        }
+
     return server
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--mode", choices=["json", "sse", "stateless"], default="json")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--mode", choices=["json", "sse", "stateless", "stdio"], default="json")
     args = parser.parse_args()
 
     server = build_server()
+    if args.mode == "stdio":
+        server.run("stdio")
+        return 0
+    if args.port is None:
+        parser.error("--port is required unless --mode stdio")
     server.run(
         "streamable-http",
         host="127.0.0.1",

@@ -57,6 +57,7 @@ fn masked_output_is_toml_that_loads_back_to_the_same_config() {
         ("strict.enabled", "true"),
         ("control_plane.poll_timeout", "\"1m 30s\""),
         ("telemetry.otlp_endpoint", "\"http://127.0.0.1:4318\""),
+        ("telemetry.propagate", "\"both\""),
         ("mcp.channels.tools.command", "[\"node\", \"server.js\"]"),
         ("mcp.channels.tools.env", "{ LOG_LEVEL = \"info\" }"),
     ]);

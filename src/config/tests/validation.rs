@@ -5,7 +5,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::{AmbiguityPolicy, ChannelConfig, LogFormat};
+use crate::config::{AmbiguityPolicy, ChannelConfig, LogFormat, Propagate};
 
 #[test]
 fn minimal_config_gets_every_default() {
@@ -34,6 +34,7 @@ fn minimal_config_gets_every_default() {
     assert_eq!(config.telemetry.log_format, LogFormat::Json);
     assert_eq!(config.telemetry.log_level, "info");
     assert_eq!(config.telemetry.otlp_endpoint, None);
+    assert_eq!(config.telemetry.propagate, Propagate::Off);
     let main = ChannelConfig::Http {
         url: "http://127.0.0.1:3001/mcp".to_owned(),
     };
@@ -439,6 +440,34 @@ fn otlp_endpoint_is_off_when_empty_and_an_http_url_otherwise() {
     let error = rejected(&toml_with(&[("telemetry.otlp_endpoint", "\"127.0.0.1:4318\"")]));
     assert_eq!(error.key(), "telemetry.otlp_endpoint");
     assert!(error.problem().starts_with("has no scheme"), "{error}");
+}
+
+#[test]
+fn propagate_takes_one_of_four_carriers_and_names_the_key_otherwise() {
+    for (value, expected, headers, meta) in [
+        ("off", Propagate::Off, false, false),
+        ("headers", Propagate::Headers, true, false),
+        ("meta", Propagate::Meta, false, true),
+        ("both", Propagate::Both, true, true),
+    ] {
+        let config = accepted(&toml_with(&[("telemetry.propagate", &format!("\"{value}\""))]));
+        assert_eq!(config.telemetry.propagate, expected);
+        assert_eq!(expected.as_str(), value);
+        assert_eq!((expected.headers(), expected.meta()), (headers, meta), "{value}");
+    }
+    let error = rejected(&toml_with(&[("telemetry.propagate", "\"w3c\"")]));
+    assert_error(
+        &error,
+        "telemetry.propagate",
+        "\"w3c\" is not a choice; use \"off\", \"headers\", \"meta\" or \"both\"",
+    );
+    let from_env = load(
+        MINIMAL,
+        &Overrides::default(),
+        &[("TUNNELGATE_TELEMETRY__PROPAGATE", "meta")],
+    )
+    .expect("valid");
+    assert_eq!(from_env.telemetry.propagate, Propagate::Meta);
 }
 
 #[test]

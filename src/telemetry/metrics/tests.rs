@@ -64,6 +64,8 @@ fn every_value_of_every_label_set_is_a_series_at_zero_from_startup() {
         "tunnelgate_stdio_late_responses_total{channel=\"other\"} 0",
         "tunnelgate_task_failures_total{task=\"admitter\"} 0",
         "tunnelgate_task_failures_total{task=\"warmup\"} 0",
+        "tunnelgate_trace_context_invalid_total{source=\"header\"} 0",
+        "tunnelgate_trace_context_invalid_total{source=\"meta\"} 0",
         "tunnelgate_fatal_latched 0",
         "tunnelgate_strict_mode 0",
     ] {
@@ -108,6 +110,7 @@ fn intent_methods_move_their_own_series() {
     m.fatal_latched(Category::AckTimeout);
     m.stdio_late_response("other");
     m.task_failed(TaskKind::StdioReader);
+    m.trace_context_invalid(TraceContextSource::Meta);
     let text = m.render();
     for series in [
         "tunnelgate_polls_total{result=\"error\"} 1",
@@ -123,6 +126,8 @@ fn intent_methods_move_their_own_series() {
         "tunnelgate_stdio_late_responses_total{channel=\"main\"} 0",
         "tunnelgate_task_failures_total{task=\"stdio_reader\"} 1",
         "tunnelgate_task_failures_total{task=\"stdio_monitor\"} 0",
+        "tunnelgate_trace_context_invalid_total{source=\"meta\"} 1",
+        "tunnelgate_trace_context_invalid_total{source=\"header\"} 0",
     ] {
         assert!(has(&text, series), "{series} missing:\n{text}");
     }

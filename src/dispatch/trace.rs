@@ -1,0 +1,225 @@
+//! What a command's spans say, and the trace context handed on to the MCP server.
+//!
+//! Every span, attribute and event named here is listed in `docs/telemetry.md`, and an
+//! integration test holds the spans a real receiver gets against that table: rename
+//! nothing without it. This product's own attributes are under `tunnelgate.`; the
+//! downstream span follows the OpenTelemetry MCP conventions. Nothing of a payload, a
+//! body or a header value enters a span, except what is checked to be harmless here: ids
+//! and names through `safe_token`/`safe_method`, a protocol revision of date shape, a
+//! JSON-RPC error code, and session ids hashed.
+//!
+//! Propagation (`telemetry.propagate`): the forwarded message carries the downstream
+//! span's own context, so that the MCP server's span is its child. With span export off
+//! there is no such span, and nothing is added.
+
+use tracing::field::Empty;
+
+use crate::downstream::{LegResult, Transport, TransportKind};
+use crate::protocol::{
+    header_trace_fields, header_value, is_protocol_revision, reply_facts, with_trace_headers, Command, CommandKind,
+    InvalidCommand, JsonRpcPayload, NotText, RespType, TraceFields, WireHeaders,
+};
+use crate::strict::{Admission, FatalCategory};
+use crate::telemetry::{
+    events, hashed_session_id, safe_method, safe_token, span_trace_context, Metrics, TraceContext, TraceContextSource,
+};
+
+/// Which carriers get the gateway's trace context on the way to an MCP server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Propagation {
+    /// `traceparent`/`tracestate` request headers (HTTP channels).
+    pub headers: bool,
+    /// `params._meta.traceparent`/`tracestate` of requests and notifications.
+    pub meta: bool,
+}
+
+/// What the transport is given instead of the command's own bytes and headers, when
+/// propagation adds trace context; `None` fields mean "as received".
+#[derive(Debug, Default)]
+pub(super) struct Forwarded {
+    pub(super) payload: Option<JsonRpcPayload>,
+    pub(super) headers: Option<WireHeaders>,
+}
+
+/// The root span of one command, `tunnelgate.command`.
+pub(super) fn command_span(
+    command: &Result<Command, InvalidCommand>,
+    command_type: &'static str,
+    strict: bool,
+) -> tracing::Span {
+    match command {
+        Ok(c) => tracing::info_span!(
+            "tunnelgate.command",
+            tunnelgate.request_id = %safe_token(c.request_id.as_str()),
+            tunnelgate.channel = %safe_token(c.channel.as_str()),
+            tunnelgate.command_type = command_type,
+            mcp.method.name = match &c.kind { CommandKind::JsonRpc(p) => p.method().map(safe_method), _ => None },
+            tunnelgate.strict = strict,
+            tunnelgate.leg_outcome = Empty,
+            tunnelgate.delivery_outcome = Empty,
+            "error.type" = Empty,
+            otel.status_code = Empty,
+        ),
+        Err(invalid) => tracing::info_span!(
+            "tunnelgate.command",
+            tunnelgate.request_id = invalid.request_id.as_ref().map(|r| safe_token(r.as_str())),
+            tunnelgate.channel = %safe_token(invalid.channel.as_str()),
+            tunnelgate.command_type = command_type,
+            tunnelgate.strict = strict,
+            "error.type" = invalid.reason,
+            otel.status_code = "ERROR",
+        ),
+    }
+}
+
+/// The caller's trace context, if the command carries a valid one: `params._meta` first
+/// (the MCP convention: it belongs to this message), else the connector headers. Each
+/// carrier holding a malformed value is counted once; the value itself goes nowhere.
+pub(super) fn caller_context(cmd: &Command, metrics: &Metrics) -> Option<TraceContext> {
+    let read = |source: TraceContextSource, fields: TraceFields| {
+        let extracted = TraceContext::extract(as_text(&fields.traceparent), as_text(&fields.tracestate));
+        if extracted.malformed {
+            tracing::debug!(source = source.as_str(), "malformed trace context ignored");
+            metrics.trace_context_invalid(source);
+        }
+        extracted.context
+    };
+    let meta = match &cmd.kind {
+        // Most messages carry no trace context: skip the parse unless the key appears.
+        CommandKind::JsonRpc(p) if p.raw().get().contains("traceparent") => {
+            read(TraceContextSource::Meta, p.meta_trace_fields())
+        }
+        _ => None,
+    };
+    let header = read(TraceContextSource::Header, header_trace_fields(&cmd.headers));
+    meta.or(header)
+}
+
+/// A carrier field as [`TraceContext::extract`] reads it.
+fn as_text(field: &Option<Result<String, NotText>>) -> Option<Option<&str>> {
+    field.as_ref().map(|r| r.as_deref().ok())
+}
+
+/// The downstream CLIENT span, named `{mcp.method.name}` or `{mcp.method.name} {target}`
+/// (the tool or prompt), with the MCP conventions' attributes known before the call.
+pub(super) fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::Span {
+    let (method, target, tool, prompt, request_id) = match &cmd.kind {
+        CommandKind::JsonRpc(p) => {
+            let method = p.method().map(safe_method).unwrap_or_else(|| "response".to_owned());
+            let tool = p.tool_name().map(|t| safe_method(&t));
+            let prompt = p.prompt_name().map(|t| safe_method(&t));
+            let request_id = p.expects_response().then(|| p.id().map(json_rpc_id)).flatten();
+            (
+                method,
+                tool.clone().or_else(|| prompt.clone()),
+                tool,
+                prompt,
+                request_id,
+            )
+        }
+        CommandKind::SessionTermination => ("session/terminate".to_owned(), None, None, None, None),
+        CommandKind::Unknown(_) => ("unknown".to_owned(), None, None, None, None),
+    };
+    let name = match &target {
+        Some(t) => format!("{method} {t}"),
+        None => method.clone(),
+    };
+    let version = header_value(&cmd.headers, "mcp-protocol-version").filter(|v| is_protocol_revision(v));
+    let session = header_value(&cmd.headers, "mcp-session-id").map(hashed_session_id);
+    let http = transport.kind() == TransportKind::Http;
+    tracing::info_span!(
+        "tunnelgate.downstream",
+        otel.name = %name,
+        otel.kind = "client",
+        mcp.method.name = %method,
+        gen_ai.tool.name = tool,
+        gen_ai.prompt.name = prompt,
+        gen_ai.operation.name = (method == "tools/call").then_some("execute_tool"),
+        jsonrpc.request.id = request_id,
+        mcp.protocol.version = version,
+        mcp.session.id = session,
+        network.transport = transport.network_transport(),
+        network.protocol.name = http.then_some("http"),
+        "error.type" = Empty,
+        rpc.response.status_code = Empty,
+        otel.status_code = Empty,
+    )
+}
+
+/// What the leg's end tells the downstream span: the failure, the server's JSON-RPC
+/// error code, a failed tool (`tool_error`: the leg is still `answered`), and what an
+/// `initialize` answer establishes (session, revision) when the command did not say.
+pub(super) fn record_downstream(span: &tracing::Span, cmd: &Command, leg: &LegResult) {
+    if let Some(f) = &leg.failure {
+        span.record("error.type", f.kind());
+        span.record("otel.status_code", "ERROR");
+        return;
+    }
+    let reply = &leg.reply;
+    if header_value(&cmd.headers, "mcp-session-id").is_none() {
+        if let Some(session) = reply.resp_headers.get("Mcp-Session-Id").and_then(|v| v.first()) {
+            span.record("mcp.session.id", hashed_session_id(session));
+        }
+    }
+    let Some(facts) = reply
+        .resp_json
+        .as_deref()
+        .filter(|_| reply.resp_type == RespType::JsonrpcResponse)
+        .and_then(reply_facts)
+    else {
+        return;
+    };
+    if let Some(code) = facts.error_code {
+        let code = code.to_string();
+        span.record("error.type", code.as_str());
+        span.record("rpc.response.status_code", code.as_str());
+        span.record("otel.status_code", "ERROR");
+    } else if facts.tool_error && matches!(&cmd.kind, CommandKind::JsonRpc(p) if p.method() == Some("tools/call")) {
+        span.record("error.type", "tool_error");
+        span.record("otel.status_code", "ERROR");
+    }
+    let has_version = header_value(&cmd.headers, "mcp-protocol-version").is_some_and(is_protocol_revision);
+    if let Some(version) = facts.protocol_version.filter(|_| !has_version) {
+        span.record("mcp.protocol.version", version.as_str());
+    }
+}
+
+/// A message and its headers with `span`'s trace context added, as `propagation` asks;
+/// nothing at all when it asks nothing (bytes and headers as received). Meta goes into
+/// requests and notifications, never into a client's response.
+pub(super) fn forwarded(
+    payload: Option<&JsonRpcPayload>,
+    headers: &WireHeaders,
+    transport: &Transport,
+    propagation: Propagation,
+    span: &tracing::Span,
+) -> Forwarded {
+    let set_headers = propagation.headers && transport.kind() == TransportKind::Http;
+    let meta = payload.filter(|p| propagation.meta && p.method().is_some());
+    if !set_headers && meta.is_none() {
+        return Forwarded::default();
+    }
+    let Some(cx) = span_trace_context(span) else {
+        return Forwarded::default();
+    };
+    let traceparent = cx.traceparent();
+    Forwarded {
+        payload: meta.and_then(|p| p.with_meta_trace(&traceparent, cx.tracestate())),
+        headers: set_headers.then(|| with_trace_headers(headers, &traceparent, cx.tracestate())),
+    }
+}
+
+/// Latches fatal for this admission and records the latch on the command's span.
+pub(super) fn latch(admission: &Admission, category: FatalCategory) {
+    let latched = admission.latch(category);
+    events::fatal_latched(latched.fatal.category.as_str(), latched.fatal.exit_code);
+}
+
+/// A JSON-RPC id as spans show it: a string's text, a number's digits.
+fn json_rpc_id(raw: &serde_json::value::RawValue) -> String {
+    match serde_json::from_str::<serde_json::Value>(raw.get()) {
+        Ok(serde_json::Value::String(s)) => safe_token(&s),
+        Ok(serde_json::Value::Number(n)) => n.to_string(),
+        _ => "<unprintable>".to_owned(),
+    }
+}
