@@ -29,6 +29,7 @@ mod line;
 mod redact;
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -61,6 +62,9 @@ pub struct StdioSettings {
     /// Per step of a graceful stop (after closing stdin, after SIGTERM), and how long a
     /// child may take to be reaped after SIGKILL before it is reported held.
     pub stop_grace: Duration,
+    /// Requests in flight to the child at once (the channel's `max_concurrent`, else
+    /// `mcp.max_concurrent`). Notifications and client responses take no slot.
+    pub max_concurrent: NonZeroUsize,
 }
 
 impl Default for StdioSettings {
@@ -70,6 +74,7 @@ impl Default for StdioSettings {
             restart_backoff_min: Duration::from_millis(200),
             restart_backoff_max: Duration::from_secs(10),
             stop_grace: Duration::from_secs(2),
+            max_concurrent: NonZeroUsize::new(10).expect("10 is not zero"),
         }
     }
 }

@@ -40,6 +40,7 @@ fn settings() -> StdioSettings {
         restart_backoff_min: Duration::from_millis(100),
         restart_backoff_max: Duration::from_secs(1),
         stop_grace: Duration::from_millis(300),
+        max_concurrent: std::num::NonZeroUsize::new(4).unwrap(),
     }
 }
 
