@@ -10,6 +10,7 @@ mod cli;
 mod contract;
 mod gateway_http;
 mod gateway_stdio;
+mod gateway_stdio_mux;
 mod harness;
 mod otlp;
 mod peers;
