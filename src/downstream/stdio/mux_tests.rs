@@ -432,7 +432,14 @@ async fn a_child_that_never_answers_leaves_a_bounded_id_map() {
                 .collect();
             for call in calls {
                 let (result, _) = call.await.unwrap();
-                assert_failed(&result, LegFailure::TimeoutAfterWrite, LegOutcome::Abandoned);
+                assert_row(
+                    &result,
+                    LegFailure::TimeoutAfterWrite,
+                    LegOutcome::Abandoned,
+                    "timeout",
+                    Some("timeout"),
+                    A,
+                );
             }
         }
         // 40 retired requests: none live, and only the latest 16 remembered.
