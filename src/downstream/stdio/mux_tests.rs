@@ -503,7 +503,7 @@ for raw in sys.stdin:
         let older = start(
             &t,
             &fence,
-            r#"{"jsonrpc":"2.0","id":"older","method":"ping","params":{"_delay_ms":1500}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":"older","method":"ping","params":{"_delay_ms":3000}}"#.to_owned(),
             Vec::new(),
             ANSWER_WITHIN,
         );

@@ -362,7 +362,12 @@ async fn a_notification_reaches_the_child_while_a_request_is_in_flight() {
         );
         assert!(!request.is_finished(), "the request is still in flight");
         assert_answered(&request.await.unwrap(), 5);
-        // The cancel named the request by its pipe id, the one the child knows.
+        // The cancel named the request by its pipe id, the one the child knows (it logs the
+        // cancel once it has answered the request).
+        eventually("the child read the cancel", || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.lines().count() == 2)
+        })
+        .await;
         let received = std::fs::read_to_string(&log).unwrap();
         assert_eq!(
             received.lines().collect::<Vec<_>>(),

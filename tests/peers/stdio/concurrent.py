@@ -43,10 +43,10 @@ def send(obj) -> None:
 
 
 def text_result(rid, text):
-    send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": text}]}})
+    return {"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": text}]}}
 
 
-def gather(rid, args):
+def gather(rid, args, reply):
     n = int(args.get("n", 2))
     end = time.monotonic() + args.get("timeout_ms", 10000) / 1000.0
     key = json.dumps(rid)
@@ -62,11 +62,11 @@ def gather(rid, args):
             if left <= 0:
                 k = len(gathering)
                 gathering.remove(key)
-                send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": f"gathered only {k} of {n}"}})
+                reply({"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": f"gathered only {k} of {n}"}})
                 return
             state.wait(left)
         released.discard(key)
-        text_result(rid, f"gathered {n}")
+        reply(text_result(rid, f"gathered {n}"))
         state.notify_all()
 
 
@@ -98,6 +98,17 @@ def handle(req):
     with state:
         in_flight += 1
         max_in_flight = max(max_in_flight, in_flight)
+    done = []
+
+    def reply(obj):
+        # No longer in flight before the answer leaves: the client may send the next
+        # request as soon as it has it.
+        global in_flight
+        with state:
+            in_flight -= 1
+        done.append(True)
+        send(obj)
+
     try:
         if name == "sleep":
             token = (params.get("_meta") or {}).get("progressToken")
@@ -111,19 +122,21 @@ def handle(req):
             was_cancelled = event.wait(args.get("ms", 0) / 1000.0)
             with state:
                 cancelled.pop(json.dumps(rid), None)
-            text_result(rid, "cancelled" if was_cancelled else str(args.get("text", "")))
+            reply(text_result(rid, "cancelled" if was_cancelled else str(args.get("text", ""))))
         elif name == "gather":
-            gather(rid, args)
+            gather(rid, args, reply)
         elif name == "stall":
-            text_result(rid, "stalling")
+            reply(text_result(rid, "stalling"))
         elif name == "stats":
             with state:
-                text_result(rid, str(max_in_flight))
+                seen = max_in_flight
+            reply(text_result(rid, str(seen)))
         else:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "unknown tool"}})
+            reply({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "unknown tool"}})
     finally:
-        with state:
-            in_flight -= 1
+        if not done:
+            with state:
+                in_flight -= 1
 
 
 def main():
