@@ -477,12 +477,17 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                     })?,
                 )
             }
-            ChannelConfig::Stdio { command, env } => {
+            ChannelConfig::Stdio {
+                command,
+                env,
+                max_concurrent,
+            } => {
                 let settings = StdioSettings {
                     request_timeout: config.mcp.request_timeout,
                     restart_backoff_min: Duration::from_millis(200),
                     restart_backoff_max: Duration::from_secs(10),
                     stop_grace: Duration::from_secs(2),
+                    max_concurrent: *max_concurrent,
                 };
                 Transport::Stdio(
                     StdioTransport::new(name, command.clone(), env.clone(), settings, metrics.clone())

@@ -2,11 +2,13 @@
 //!
 //! Invariants of the result: 1 to 32 channels; names match `[A-Za-z0-9_-]{1,64}` (they
 //! are sent in a header and used as metric labels); each channel is exactly one of
-//! Streamable HTTP (`url`) or stdio (`command`, optional `env`); a child's `env` never
-//! names the API key variable, `TUNNELGATE_*` or `CONTROL_PLANE_*`, nor holds the API
-//! key's value.
+//! Streamable HTTP (`url`) or stdio (`command`, optional `env` and `max_concurrent`); a
+//! child's `env` never names the API key variable, `TUNNELGATE_*` or `CONTROL_PLANE_*`,
+//! nor holds the API key's value; a stdio channel's `max_concurrent` is at least 1 and
+//! never above `mcp.max_concurrent` (it can only lower it).
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 
 use super::error::{ConfigError, ErrorKind};
 use super::http_url::{self, UrlRole};
@@ -19,6 +21,7 @@ const MAX_CHANNEL_NAME: usize = 64;
 pub(super) fn channels(
     raw: BTreeMap<String, RawChannel>,
     api_key: &Secret,
+    max_concurrent: NonZeroUsize,
 ) -> Result<BTreeMap<String, ChannelConfig>, ConfigError> {
     const KEY: &str = "mcp.channels";
     if raw.is_empty() {
@@ -41,7 +44,7 @@ pub(super) fn channels(
     raw.into_iter()
         .map(|(name, channel)| {
             channel_name(&name)?;
-            let config = channel_config(&format!("{KEY}.{name}"), channel, api_key)?;
+            let config = channel_config(&format!("{KEY}.{name}"), channel, api_key, max_concurrent)?;
             Ok((name, config))
         })
         .collect()
@@ -59,7 +62,12 @@ fn channel_name(name: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn channel_config(key: &str, raw: RawChannel, api_key: &Secret) -> Result<ChannelConfig, ConfigError> {
+fn channel_config(
+    key: &str,
+    raw: RawChannel,
+    api_key: &Secret,
+    max_concurrent: NonZeroUsize,
+) -> Result<ChannelConfig, ConfigError> {
     match (raw.url, raw.command) {
         (Some(_), Some(_)) => Err(ConfigError::invalid(
             key,
@@ -70,20 +78,41 @@ fn channel_config(key: &str, raw: RawChannel, api_key: &Secret) -> Result<Channe
             key,
             "sets neither url nor command; add url = \"http://...\" (Streamable HTTP) or command = [\"program\", \"arg\"] (stdio)",
         )),
-        (Some(url), None) => match raw.env {
-            Some(_) => Err(ConfigError::invalid(
+        (Some(url), None) => match (raw.env, raw.max_concurrent) {
+            (Some(_), _) => Err(ConfigError::invalid(
                 format!("{key}.env"),
                 "only applies to stdio channels (command = [...]), not to url",
             )),
-            None => Ok(ChannelConfig::Http {
+            (None, Some(_)) => Err(ConfigError::invalid(
+                format!("{key}.max_concurrent"),
+                "only applies to stdio channels (command = [...]); an HTTP channel is bounded by mcp.max_concurrent",
+            )),
+            (None, None) => Ok(ChannelConfig::Http {
                 url: http_url::parse(&format!("{key}.url"), &url, UrlRole::Endpoint)?,
             }),
         },
         (None, Some(command)) => Ok(ChannelConfig::Stdio {
             command: command_argv(&format!("{key}.command"), command)?,
             env: child_env(&format!("{key}.env"), raw.env.unwrap_or_default(), api_key)?,
+            max_concurrent: channel_max_concurrent(&format!("{key}.max_concurrent"), raw.max_concurrent, max_concurrent)?,
         }),
     }
+}
+
+/// A stdio channel's bound on requests in flight: `mcp.max_concurrent` unless the
+/// channel lowers it. A value above it is an error rather than silently lowered.
+fn channel_max_concurrent(key: &str, value: Option<u64>, global: NonZeroUsize) -> Result<NonZeroUsize, ConfigError> {
+    let Some(value) = value else {
+        return Ok(global);
+    };
+    let own = super::validation::count(key, value)?;
+    if own > global {
+        return Err(ConfigError::invalid(
+            key,
+            format!("is {own}, above mcp.max_concurrent = {global}; a channel can only lower it"),
+        ));
+    }
+    Ok(own)
 }
 
 fn command_argv(key: &str, command: Vec<String>) -> Result<Vec<String>, ConfigError> {

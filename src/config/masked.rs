@@ -46,6 +46,8 @@ struct ChannelView<'a> {
     command: Option<&'a [String]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     env: Option<&'a BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_concurrent: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -133,11 +135,17 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
             url: Some(url),
             command: None,
             env: None,
+            max_concurrent: None,
         },
-        ChannelConfig::Stdio { command, env } => ChannelView {
+        ChannelConfig::Stdio {
+            command,
+            env,
+            max_concurrent,
+        } => ChannelView {
             url: None,
             command: Some(command),
             env: (!env.is_empty()).then_some(env),
+            max_concurrent: Some(max_concurrent.get()),
         },
     }
 }

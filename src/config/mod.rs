@@ -85,10 +85,12 @@ pub enum ChannelConfig {
     Http { url: String },
     /// stdio; `command` is a non-empty argv (no shell). `env` is added on top of a
     /// minimal base and never names the API key variable, `TUNNELGATE_*` or
-    /// `CONTROL_PLANE_*`.
+    /// `CONTROL_PLANE_*`. `max_concurrent` is the effective bound on requests in flight to
+    /// the child: the channel's own value, else `mcp.max_concurrent`, never above it.
     Stdio {
         command: Vec<String>,
         env: BTreeMap<String, String>,
+        max_concurrent: NonZeroUsize,
     },
 }
 

@@ -47,6 +47,7 @@ pub(super) struct RawChannel {
     pub(super) url: Option<String>,
     pub(super) command: Option<Vec<String>>,
     pub(super) env: Option<BTreeMap<String, String>>,
+    pub(super) max_concurrent: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

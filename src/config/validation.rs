@@ -92,11 +92,12 @@ fn tunnel_id(value: Option<String>) -> Result<String, ConfigError> {
 }
 
 fn mcp(raw: RawMcp, strict: bool, api_key: &Secret) -> Result<Mcp, ConfigError> {
+    let max_concurrent = max_concurrent(raw.max_concurrent, strict)?;
     Ok(Mcp {
-        max_concurrent: max_concurrent(raw.max_concurrent, strict)?,
+        max_concurrent,
         request_timeout: positive_duration("mcp.request_timeout", raw.request_timeout, default::REQUEST_TIMEOUT)?,
         connect_timeout: positive_duration("mcp.connect_timeout", raw.connect_timeout, default::CONNECT_TIMEOUT)?,
-        channels: channel::channels(raw.channels, api_key)?,
+        channels: channel::channels(raw.channels, api_key, max_concurrent)?,
     })
 }
 
@@ -248,7 +249,7 @@ fn positive_duration(key: &str, value: Option<String>, default: &str) -> Result<
     Ok(parsed)
 }
 
-fn count(key: &str, value: u64) -> Result<NonZeroUsize, ConfigError> {
+pub(super) fn count(key: &str, value: u64) -> Result<NonZeroUsize, ConfigError> {
     let value = usize::try_from(value).map_err(|_| ConfigError::invalid(key, format!("{value} is too large")))?;
     NonZeroUsize::new(value).ok_or_else(|| ConfigError::invalid(key, "must be at least 1 (found 0)"))
 }

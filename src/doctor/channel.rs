@@ -72,7 +72,7 @@ pub(super) async fn check(name: &str, channel: &ChannelConfig, probe: &Probe<'_>
     let check_name = format!("channel.{name}");
     match channel {
         ChannelConfig::Http { url } => http(&check_name, name, url, probe).await,
-        ChannelConfig::Stdio { command, env } => stdio(&check_name, name, command, env, probe).await,
+        ChannelConfig::Stdio { command, env, .. } => stdio(&check_name, name, command, env, probe).await,
     }
 }
 

@@ -12,6 +12,7 @@ mod contract;
 mod doctor;
 mod gateway_http;
 mod gateway_stdio;
+mod gateway_stdio_mux;
 mod harness;
 mod otlp;
 mod peers;

@@ -38,7 +38,12 @@ fn example_config_documents_every_key_with_its_env_form() {
             assert!(text.contains(&env_form), "example mentions {env_form}");
         }
     }
-    for channel_key in ["\nurl = ", "# command = ", "# env = "] {
+    for channel_key in [
+        "\nurl = ",
+        "# command = ",
+        "# env = ",
+        "__MAX_CONCURRENT\n# max_concurrent = ",
+    ] {
         assert!(text.contains(channel_key), "example shows {channel_key:?}");
     }
 }

@@ -81,6 +81,7 @@ fn env_can_define_a_whole_channel_and_child_variable_names_keep_their_case() {
     let tools = ChannelConfig::Stdio {
         command: vec!["node".to_owned(), "server.js".to_owned()],
         env: [("LOG_LEVEL".to_owned(), "debug".to_owned())].into(),
+        max_concurrent: config.mcp.max_concurrent,
     };
     assert_eq!(config.mcp.channels.get("tools"), Some(&tools));
 }
@@ -184,6 +185,7 @@ fn anchor_command_is_split_on_whitespace() {
     let main = ChannelConfig::Stdio {
         command: vec!["npx".to_owned(), "-y".to_owned(), "@acme/server".to_owned()],
         env: Default::default(),
+        max_concurrent: config.mcp.max_concurrent,
     };
     assert_eq!(config.mcp.channels["main"], main);
 }

@@ -168,7 +168,7 @@ fn unknown_keys_are_rejected_everywhere_with_a_suggestion() {
         ),
         (
             "mcp.channels.main.headers",
-            "unknown key `mcp.channels.main.headers` (expected one of: url, command, env)",
+            "unknown key `mcp.channels.main.headers` (expected one of: url, command, env, max_concurrent)",
         ),
         ("opps.listen", "unknown key `opps` (did you mean `ops`?)"),
         ("strict.enable", "unknown key `strict.enable` (did you mean `enabled`?)"),
@@ -339,6 +339,75 @@ fn env_only_applies_to_stdio_channels() {
         &error,
         "mcp.channels.main.env",
         "only applies to stdio channels (command = [...]), not to url",
+    );
+}
+
+/// The channel `main` as a stdio child, plus `edits`.
+fn stdio_with(edits: &[(&'static str, &'static str)]) -> String {
+    let mut all = vec![
+        ("mcp.channels.main.url", ""),
+        ("mcp.channels.main.command", "[\"srv\"]"),
+    ];
+    all.extend_from_slice(edits);
+    toml_with(&all)
+}
+
+fn stdio_max_concurrent(config: &Config) -> usize {
+    let ChannelConfig::Stdio { max_concurrent, .. } = &config.mcp.channels["main"] else {
+        panic!("stdio expected")
+    };
+    max_concurrent.get()
+}
+
+#[test]
+fn a_stdio_channel_takes_mcp_max_concurrent_unless_it_lowers_it() {
+    assert_eq!(stdio_max_concurrent(&accepted(&stdio_with(&[]))), 10);
+    assert_eq!(
+        stdio_max_concurrent(&accepted(&stdio_with(&[("mcp.max_concurrent", "16")]))),
+        16
+    );
+    let lowered = accepted(&stdio_with(&[
+        ("mcp.max_concurrent", "16"),
+        ("mcp.channels.main.max_concurrent", "4"),
+    ]));
+    assert_eq!(
+        (lowered.mcp.max_concurrent.get(), stdio_max_concurrent(&lowered)),
+        (16, 4)
+    );
+    let strict = accepted(&stdio_with(&[
+        ("strict.enabled", "true"),
+        ("mcp.channels.main.max_concurrent", "1"),
+    ]));
+    assert_eq!(stdio_max_concurrent(&strict), 1);
+}
+
+#[test]
+fn a_channel_max_concurrent_above_the_global_one_zero_or_on_a_url_channel_is_refused() {
+    assert_error(
+        &rejected(&stdio_with(&[
+            ("mcp.max_concurrent", "8"),
+            ("mcp.channels.main.max_concurrent", "9"),
+        ])),
+        "mcp.channels.main.max_concurrent",
+        "is 9, above mcp.max_concurrent = 8; a channel can only lower it",
+    );
+    assert_error(
+        &rejected(&stdio_with(&[
+            ("strict.enabled", "true"),
+            ("mcp.channels.main.max_concurrent", "2"),
+        ])),
+        "mcp.channels.main.max_concurrent",
+        "is 2, above mcp.max_concurrent = 1; a channel can only lower it",
+    );
+    assert_error(
+        &rejected(&stdio_with(&[("mcp.channels.main.max_concurrent", "0")])),
+        "mcp.channels.main.max_concurrent",
+        "must be at least 1 (found 0)",
+    );
+    assert_error(
+        &rejected(&toml_with(&[("mcp.channels.main.max_concurrent", "2")])),
+        "mcp.channels.main.max_concurrent",
+        "only applies to stdio channels (command = [...]); an HTTP channel is bounded by mcp.max_concurrent",
     );
 }
 

@@ -1,11 +1,11 @@
 //! One spawned child: its process group, its stdin, the routing of its stdout to the
-//! request in flight, its stderr log, and the monitor that reaps it.
+//! requests in flight (through its id map), its stderr log, and the monitor that reaps it.
 //!
 //! Three tasks per child, each ending on its own: the monitor (ends when the child is
 //! reaped and its stdout closed), the stdout reader (ends at EOF) and the stderr logger
 //! (ends at EOF). Signals go to the whole process group (the child leads it).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -19,16 +19,21 @@ use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::line::{self, Line, LineReader, RawLine, WriteResult};
+use super::pending::{Answer, Closed, Origin, PendingMap, Ticket};
 use super::redact::{self, LogBudget};
+use super::rewrite::{self, Span};
 use super::Shared;
 use crate::downstream::{Notification, NotifySink};
 use crate::supervisor::{TaskEnd, TaskKind};
 
 /// Longest stdout line accepted as a message; longer ones are dropped as invalid.
 pub(super) const MAX_MESSAGE_LINE: usize = 16 * 1024 * 1024;
-/// Ids of requests retired unanswered that are remembered, to tell a late answer from
-/// one with an unknown id (the oldest is forgotten first).
-const RETIRED_IDS_KEPT: usize = 16;
+/// Requests retired unanswered that each child remembers (per request it may have in
+/// flight), to tell a late answer from one with an unknown id and to let a cancel reach
+/// them; the oldest is forgotten first.
+const RETIRED_PER_SLOT: usize = 4;
+/// ... and at least this many.
+const RETIRED_MIN: usize = 16;
 
 /// A spawned child and what is known about it.
 pub(super) struct Child {
@@ -36,7 +41,7 @@ pub(super) struct Child {
     pgid: Option<Pid>,
     pub(super) spawned_at: Instant,
     stdin: Mutex<StdinSlot>,
-    route: Mutex<Route>,
+    route: Mutex<PendingMap<Waiter>>,
     /// `wait()` returned.
     pub(super) exited: CancellationToken,
     /// The stdout reader saw EOF: nothing more can arrive.
@@ -57,45 +62,30 @@ enum StdinSlot {
     Closed,
 }
 
-#[derive(Default)]
-struct Route {
-    inflight: Option<InFlight>,
-    next_seq: u64,
-    /// Raw ids of the latest requests retired before their response arrived.
-    retired: VecDeque<String>,
-}
+/// An answer for a call: the child's line, where the pipe id sits in it, and the caller's
+/// own id to put there (the call does the splice, off the reader's path).
+pub(super) type Answered = (Box<RawValue>, Span, Box<str>);
 
-/// Where a response line goes.
-enum Routed {
-    /// To the request in flight with its id.
-    Waiter(oneshot::Sender<Box<RawValue>>),
-    /// Nowhere: its request was retired before it arrived.
-    Late,
-    /// Nowhere: no request with its id is in flight or was recently retired.
-    Unmatched,
-}
-
-/// The one request waiting for its response.
-struct InFlight {
-    seq: u64,
-    /// Its raw JSON id, trimmed.
-    id: String,
-    tx: oneshot::Sender<Box<RawValue>>,
+/// Where a request's answer and notifications go.
+pub(super) struct Waiter {
+    tx: oneshot::Sender<Answered>,
     notes: NotifySink,
     /// Cancelled when the call ends: a notification still being handed over is dropped.
     done: CancellationToken,
 }
 
-/// A call's claim on the child's responses; dropping it retires the request.
+/// A call's claim on the child's answers to its pipe id; dropping it retires the request.
 pub(super) struct Registration {
-    pub(super) rx: oneshot::Receiver<Box<RawValue>>,
+    pub(super) rx: oneshot::Receiver<Answered>,
     guard: RouteGuard,
 }
 
 struct RouteGuard {
     child: Arc<Child>,
-    seq: u64,
+    pipe: u64,
     done: CancellationToken,
+    /// Written (or possibly written): its end is a retirement, not a silent removal.
+    written: bool,
 }
 
 impl Child {
@@ -117,71 +107,52 @@ impl Child {
         self.stdin.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn route(&self) -> MutexGuard<'_, Route> {
+    fn route(&self) -> MutexGuard<'_, PendingMap<Waiter>> {
         self.route.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Claims the responses with this raw id (one request in flight at a time: the
-    /// lifecycle lock guarantees it).
-    pub(super) fn register(self: &Arc<Self>, id: String, notes: NotifySink) -> Registration {
+    /// The next pipe id of this child.
+    pub(super) fn mint(&self) -> Ticket {
+        self.route().mint()
+    }
+
+    /// Enters a request in the id map right before its write, so that the answer to
+    /// `ticket` goes to the returned registration. Refused once stdout has closed.
+    pub(super) fn enter(
+        self: &Arc<Self>,
+        ticket: Ticket,
+        origin: Origin,
+        notes: NotifySink,
+    ) -> Result<Registration, Closed> {
         let (tx, rx) = oneshot::channel();
         let done = CancellationToken::new();
-        let mut route = self.route();
-        route.next_seq += 1;
-        let seq = route.next_seq;
-        route.inflight = Some(InFlight {
-            seq,
-            id,
+        let waiter = Waiter {
             tx,
             notes,
             done: done.clone(),
-        });
-        drop(route);
-        Registration {
+        };
+        let pipe = self.route().enter(ticket, origin, waiter)?;
+        Ok(Registration {
             rx,
             guard: RouteGuard {
                 child: self.clone(),
-                seq,
+                pipe,
                 done,
+                written: false,
             },
-        }
+        })
     }
 
-    /// Retires request `seq` if it is still waiting for its response.
-    fn unregister(&self, seq: u64) {
-        let mut route = self.route();
-        if let Some(retired) = route.inflight.take_if(|f| f.seq == seq) {
-            if route.retired.len() == RETIRED_IDS_KEPT {
-                route.retired.pop_front();
-            }
-            route.retired.push_back(retired.id);
-        }
+    /// The pipe id of this caller's request with id `requested` (raw JSON), for its cancel.
+    pub(super) fn cancel_target(&self, requested: &str, caller: Option<&str>) -> super::pending::CancelTarget {
+        self.route().cancel_target(requested, caller)
     }
 
-    /// Where a response with this id goes; a waiter is taken out of the route.
-    fn route_response(&self, id: Option<&str>) -> Routed {
-        let mut route = self.route();
-        let Some(id) = id else { return Routed::Unmatched };
-        if route.inflight.as_ref().is_some_and(|f| f.id == id) {
-            return route
-                .inflight
-                .take()
-                .map_or(Routed::Unmatched, |f| Routed::Waiter(f.tx));
-        }
-        match route.retired.iter().position(|r| r == id) {
-            Some(i) => {
-                route.retired.remove(i);
-                Routed::Late
-            }
-            None => Routed::Unmatched,
-        }
-    }
-
-    fn notify_target(&self) -> Option<(NotifySink, CancellationToken)> {
-        self.route()
-            .inflight
-            .as_ref()
-            .map(|f| (f.notes.clone(), f.done.clone()))
+    /// Requests live in the id map, and retired ones remembered (tests, bounds).
+    #[cfg(test)]
+    pub(super) fn map_sizes(&self) -> (usize, usize) {
+        let route = self.route();
+        (route.live_len(), route.retired_len())
     }
 
     /// Starts writing one whole line in its own task (so that nothing can cut it short).
@@ -244,25 +215,37 @@ impl Child {
         }
     }
 
-    /// stdout reached EOF: the request in flight (if any) can no longer be answered.
+    /// stdout reached EOF: no request in flight can be answered any more. Each one's
+    /// waiter is dropped (its call sees the child gone), once; nothing enters afterwards.
     fn stdout_eof(&self) {
-        let inflight = self.route().inflight.take();
-        drop(inflight);
+        let gone = self.route().close();
+        drop(gone);
         self.stdout_closed.cancel();
     }
 }
 
 impl Registration {
-    /// Retires the request: a response arriving from now on is discarded.
+    /// The request may now be on its way to the child: from here its end retires it.
+    pub(super) fn mark_written(&mut self) {
+        self.guard.written = true;
+    }
+
+    /// Retires the request: an answer arriving from now on is discarded (and counted).
     pub(super) fn retire(&self) {
-        self.guard.child.unregister(self.guard.seq);
+        self.guard.child.route().retire(self.guard.pipe);
         self.guard.done.cancel();
     }
 }
 
 impl Drop for RouteGuard {
     fn drop(&mut self) {
-        self.child.unregister(self.seq);
+        let mut route = self.child.route();
+        if self.written {
+            route.retire(self.pipe);
+        } else {
+            route.forget(self.pipe);
+        }
+        drop(route);
         self.done.cancel();
     }
 }
@@ -293,12 +276,13 @@ pub(super) fn spawn(shared: &Arc<Shared>, generation: u64) -> std::io::Result<Ar
         // Dropping `process` kills it.
         return Err(std::io::Error::other("the child's pipes were not set up"));
     };
+    let retired_kept = (shared.settings.max_concurrent.get().saturating_mul(RETIRED_PER_SLOT)).max(RETIRED_MIN);
     let child = Arc::new(Child {
         generation,
         pgid,
         spawned_at: Instant::now(),
         stdin: Mutex::new(StdinSlot::Ready(stdin)),
-        route: Mutex::new(Route::default()),
+        route: Mutex::new(PendingMap::new(retired_kept)),
         exited: CancellationToken::new(),
         stdout_closed: CancellationToken::new(),
         killed: CancellationToken::new(),
@@ -348,8 +332,9 @@ async fn monitor(shared: Arc<Shared>, child: Arc<Child>, mut process: tokio::pro
     TaskEnd::Finished
 }
 
-/// Routes each stdout line: responses to the request in flight, other messages to its
-/// notification sink, garbage counted and skipped.
+/// Routes each stdout line: responses to the request with their pipe id, progress to
+/// the request with its token, other messages to the oldest request in flight, garbage
+/// counted and skipped.
 async fn read_stdout(shared: Arc<Shared>, child: Arc<Child>, stdout: ChildStdout) -> TaskEnd {
     let mut reader = LineReader::new(stdout, MAX_MESSAGE_LINE, false);
     loop {
@@ -376,6 +361,18 @@ async fn read_stdout(shared: Arc<Shared>, child: Arc<Child>, stdout: ChildStdout
     TaskEnd::Finished
 }
 
+/// Where a message the child printed goes.
+enum Target {
+    /// To this request's notification sink, as is or with its caller's token restored.
+    Request {
+        notes: NotifySink,
+        done: CancellationToken,
+        raw: Box<RawValue>,
+    },
+    /// Nowhere, for this reason (logged at debug).
+    Dropped(&'static str),
+}
+
 async fn route_line(shared: &Shared, child: &Child, line: RawLine) {
     if line.overflow {
         shared.invalid_line(child, line.len);
@@ -385,24 +382,56 @@ async fn route_line(shared: &Shared, child: &Child, line: RawLine) {
     match line::classify(line.bytes) {
         Line::Blank => {}
         Line::Invalid => shared.invalid_line(child, len),
-        Line::Response { id, raw } => match child.route_response(id.as_deref()) {
-            Routed::Waiter(tx) => {
-                if tx.send(raw).is_err() {
-                    tracing::debug!(channel = %shared.channel, "response for a call that was dropped; discarded");
-                    shared.metrics.stdio_late_response(&shared.channel);
+        Line::Response { id, raw } => {
+            let pipe = id.as_ref().and_then(|span| rewrite::plain_u64(raw.get(), span));
+            let answer = match pipe {
+                Some(pipe) => child.route().answer(pipe),
+                None => Answer::Unknown,
+            };
+            match answer {
+                Answer::To { waiter, origin } => {
+                    let span = id.expect("a routed answer has an id");
+                    if waiter.tx.send((raw, span, origin.id)).is_err() {
+                        tracing::debug!(channel = %shared.channel, "response for a call that was dropped; discarded");
+                        shared.metrics.stdio_late_response(&shared.channel);
+                    }
                 }
+                Answer::Late => shared.response_discarded(child, true),
+                Answer::Unknown => shared.response_discarded(child, false),
             }
-            Routed::Late => shared.response_discarded(child, true),
-            Routed::Unmatched => shared.response_discarded(child, false),
-        },
-        Line::Message(raw) => {
-            let Some((notes, done)) = child.notify_target() else {
-                tracing::debug!(channel = %shared.channel, generation = child.generation, "message from the stdio child outside any request; dropped");
-                return;
+        }
+        Line::Message { raw, progress } => {
+            let target = if progress {
+                progress_target(child, &raw)
+            } else {
+                match child.route().oldest() {
+                    Some(w) => Target::Request {
+                        notes: w.notes.clone(),
+                        done: w.done.clone(),
+                        raw,
+                    },
+                    None => Target::Dropped("outside any request"),
+                }
+            };
+            let (notes, done, raw) = match target {
+                Target::Request { notes, done, raw } => (notes, done, raw),
+                Target::Dropped(why) => {
+                    tracing::debug!(channel = %shared.channel, generation = child.generation, reason = why, "message from the stdio child dropped");
+                    return;
+                }
             };
             let note = Notification {
                 resp_json: raw,
                 resp_headers: BTreeMap::new(),
+            };
+            // cancel-safe: `try_send` is synchronous; the fallback below is the wait.
+            let note = match notes.try_send(note) {
+                Ok(()) => return,
+                Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
+                    tracing::debug!(channel = %shared.channel, "notification sink closed; dropped");
+                    return;
+                }
+                Err(tokio::sync::mpsc::error::TrySendError::Full(note)) => note,
             };
             tokio::select! {
                 biased;
@@ -418,6 +447,28 @@ async fn route_line(shared: &Shared, child: &Child, line: RawLine) {
                 }
             }
         }
+    }
+}
+
+/// A `notifications/progress` goes to the live request whose pipe token it carries, with
+/// that caller's own token put back; any other token belongs to nobody.
+fn progress_target(child: &Child, raw: &RawValue) -> Target {
+    let Some(span) = rewrite::progress_token_span(raw.get()) else {
+        return Target::Dropped("progress without a token");
+    };
+    let Some(token) = rewrite::plain_u64(raw.get(), &span) else {
+        return Target::Dropped("progress with a token the gateway never issued");
+    };
+    let route = child.route();
+    let Some((original, waiter)) = route.progress(token) else {
+        return Target::Dropped("progress for no request in flight");
+    };
+    let restored = rewrite::splice(raw.get(), &mut [(span, original)]);
+    let (notes, done) = (waiter.notes.clone(), waiter.done.clone());
+    drop(route);
+    match RawValue::from_string(restored) {
+        Ok(raw) => Target::Request { notes, done, raw },
+        Err(_) => Target::Dropped("progress whose token could not be restored"),
     }
 }
 

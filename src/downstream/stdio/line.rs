@@ -12,13 +12,17 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
+use super::rewrite::{span_in, Span};
+
 /// What one line of a child's stdout is.
 #[derive(Debug)]
 pub(super) enum Line {
-    /// A terminal response; `id` is its raw JSON id, trimmed (`None` when absent or null).
-    Response { id: Option<String>, raw: Box<RawValue> },
+    /// A terminal response; `id` is where its id sits in `raw` (`None` when absent or
+    /// null).
+    Response { id: Option<Span>, raw: Box<RawValue> },
     /// Any other JSON-RPC object: a notification or a server-to-client request.
-    Message(Box<RawValue>),
+    /// `progress`: it is a `notifications/progress` (tied to a request by its token).
+    Message { raw: Box<RawValue>, progress: bool },
     /// Only whitespace: skipped silently.
     Blank,
     /// Not a JSON object: counted and skipped.
@@ -29,8 +33,8 @@ pub(super) enum Line {
 struct Probe<'a> {
     #[serde(borrow, default)]
     id: Option<&'a RawValue>,
-    #[serde(default, deserialize_with = "present")]
-    method: bool,
+    #[serde(borrow, default, deserialize_with = "raw_present")]
+    method: Option<&'a RawValue>,
     #[serde(default, deserialize_with = "present")]
     result: bool,
     #[serde(default, deserialize_with = "present")]
@@ -42,6 +46,11 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     IgnoredAny::deserialize(d).map(|_| true)
 }
 
+/// A present member's raw value, `null` included.
+fn raw_present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
+}
+
 fn is_json_space(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\r' | '\n')
 }
@@ -49,6 +58,16 @@ fn is_json_space(c: char) -> bool {
 /// Trims JSON whitespace (what may surround a value without changing it).
 pub(super) fn trim_json(s: &str) -> &str {
     s.trim_matches(is_json_space)
+}
+
+/// Whether a raw `method` value is the string `notifications/progress`.
+fn is_progress(method: &RawValue) -> bool {
+    const PROGRESS: &str = "notifications/progress";
+    let raw = method.get();
+    if raw.len() == PROGRESS.len() + 2 && raw.starts_with('"') {
+        return &raw[1..raw.len() - 1] == PROGRESS;
+    }
+    raw.contains('\\') && serde_json::from_str::<String>(raw).is_ok_and(|m| m == PROGRESS)
 }
 
 /// Classifies one line (without its `\n`). The raw value kept is the line's exact bytes,
@@ -64,10 +83,11 @@ pub(super) fn classify(bytes: Vec<u8>) -> Line {
     if !trimmed.starts_with('{') {
         return Line::Invalid;
     }
-    let (is_response, id) = match serde_json::from_str::<Probe<'_>>(trimmed) {
+    let (is_response, id, progress) = match serde_json::from_str::<Probe<'_>>(trimmed) {
         Ok(p) => (
-            (p.result || p.error) && !p.method,
-            p.id.map(|id| trim_json(id.get()).to_owned()),
+            (p.result || p.error) && p.method.is_none(),
+            p.id.and_then(|id| span_in(trimmed, id)),
+            p.method.is_some_and(is_progress),
         ),
         Err(_) => return Line::Invalid,
     };
@@ -82,7 +102,16 @@ pub(super) fn classify(bytes: Vec<u8>) -> Line {
     if is_response {
         Line::Response { id, raw }
     } else {
-        Line::Message(raw)
+        Line::Message { raw, progress }
+    }
+}
+
+/// Where a response's id sits in its text (tests of the rewrite).
+#[cfg(test)]
+pub(super) fn response_id_span(json: &str) -> Option<Span> {
+    match classify(json.as_bytes().to_vec()) {
+        Line::Response { id, .. } => id,
+        _ => None,
     }
 }
 

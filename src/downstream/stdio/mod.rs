@@ -2,17 +2,26 @@
 //! newline-delimited JSON-RPC over its stdin and stdout.
 //!
 //! Owns the child's whole life: spawning (argv without a shell, its own process group, a
-//! minimal environment that never carries the gateway's credentials), one request
-//! lifecycle at a time, routing what it prints, logging its stderr (redacted, bounded),
-//! restarting it with backoff, and stopping it (gracefully, or at once on a fatal latch).
+//! minimal environment that never carries the gateway's credentials), multiplexing up to
+//! the channel's `max_concurrent` requests over its pipes (each with a pipe-side id from
+//! the child's id map, the caller's own id restored in what comes back), routing what it
+//! prints, logging its stderr (redacted, bounded), restarting it with backoff, and
+//! stopping it (gracefully, or at once on a fatal latch).
 //!
 //! Invariants:
 //! - every spawn happens right after `Admission::recheck()` succeeded and every write
 //!   right after `Admission::begin_send()` did, with no `.await` in between;
-//! - a line is written whole or the child is killed: the write runs in its own task, so
-//!   no timeout or cancellation can leave half a message in the pipe;
+//! - one line is written at a time (the writer lock), whole or the child is killed: the
+//!   write runs in its own task, so no timeout or cancellation can leave half a message
+//!   in the pipe; a child slow to read holds up writers, never the reading of answers;
+//! - only the request's `id` (and `params._meta.progressToken`) is rewritten on the way
+//!   in, and restored on the way out: every other byte passes unchanged;
+//! - at most `max_concurrent` requests of the channel are in flight at once (a slot is
+//!   held from before the write until the call ends);
 //! - a request whose deadline passed after the write is retired: a late response is
-//!   discarded and counted, never matched to a later request;
+//!   discarded and counted, never matched to another request;
+//! - a child that dies ends each request in flight once (abandoned) and each request
+//!   not yet written (not sent); nothing is re-sent, and a new child has its own id map;
 //! - no new child starts while the previous one is unreaped (still running, or a
 //!   descendant still holds its stdout): such a child is held, reported once, and reaped
 //!   in the background;
@@ -26,9 +35,12 @@ mod backoff;
 mod child;
 mod env;
 mod line;
+mod pending;
 mod redact;
+mod rewrite;
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -37,8 +49,9 @@ use serde_json::value::RawValue;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 
-use self::child::Child;
+use self::child::{Child, Registration};
 use self::line::WriteResult;
+use self::pending::{CancelTarget, Origin};
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply};
 use crate::protocol::RespType;
 use crate::strict::Admission;
@@ -61,6 +74,9 @@ pub struct StdioSettings {
     /// Per step of a graceful stop (after closing stdin, after SIGTERM), and how long a
     /// child may take to be reaped after SIGKILL before it is reported held.
     pub stop_grace: Duration,
+    /// Requests in flight to the child at once (the channel's `max_concurrent`, else
+    /// `mcp.max_concurrent`). Notifications and client responses take no slot.
+    pub max_concurrent: NonZeroUsize,
 }
 
 impl Default for StdioSettings {
@@ -70,12 +86,13 @@ impl Default for StdioSettings {
             restart_backoff_min: Duration::from_millis(200),
             restart_backoff_max: Duration::from_secs(10),
             stop_grace: Duration::from_secs(2),
+            max_concurrent: NonZeroUsize::new(10).expect("10 is not zero"),
         }
     }
 }
 
-/// One channel's supervised stdio MCP server. Share it behind an `Arc`; calls are
-/// serialized per child.
+/// One channel's supervised stdio MCP server. Share it behind an `Arc`; up to
+/// `max_concurrent` calls are in flight to the child at once.
 pub struct StdioTransport {
     shared: Arc<Shared>,
 }
@@ -89,13 +106,13 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// Spawns and watches the child's monitor, reader and stderr tasks.
     supervisor: Supervisor,
-    /// The request lifecycle: held by a request from before its write until its response
-    /// (or failure). Notifications and client responses do not take it, so that, e.g., a
+    /// One slot per request in flight, held from before its write until its call ends.
+    /// Notifications and client responses take none, so that, e.g., a
     /// `notifications/cancelled` or the answer to a server request reaches the child while
-    /// a request is in flight.
-    lifecycle: tokio::sync::Mutex<()>,
-    /// Held while one line is written, by requests and notifications alike. Lock order:
-    /// `lifecycle`, then `writer`. These two are the only locks held across `.await`.
+    /// every slot is taken.
+    slots: tokio::sync::Semaphore,
+    /// Held while one line is written, by requests and notifications alike (FIFO: writers
+    /// take turns in the order they came). The only lock held across `.await`.
     writer: tokio::sync::Mutex<Writer>,
     state: Mutex<State>,
     /// Responses that matched no request in flight (late after a timeout, or unknown ids).
@@ -144,7 +161,8 @@ enum Step {
 
 /// How waiting for the response ended.
 enum Waited {
-    Response(Box<RawValue>),
+    /// The child's answer line, where the pipe id sits in it, and the caller's own id.
+    Response(child::Answered),
     Gone,
     TimedOut,
 }
@@ -177,6 +195,7 @@ impl StdioTransport {
         for name in refused {
             tracing::warn!(channel, variable = %name, "configured variable not passed to the stdio child: gateway variables never reach MCP servers");
         }
+        let slots = tokio::sync::Semaphore::new(settings.max_concurrent.get());
         Self {
             shared: Arc::new(Shared {
                 channel: channel.to_owned(),
@@ -185,7 +204,7 @@ impl StdioTransport {
                 settings,
                 metrics,
                 supervisor: Supervisor::logging_only(),
-                lifecycle: tokio::sync::Mutex::new(()),
+                slots,
                 writer: tokio::sync::Mutex::new(Writer::default()),
                 state: Mutex::new(State::default()),
                 discarded_responses: AtomicU64::new(0),
@@ -323,25 +342,141 @@ impl Shared {
         req: &DownstreamRequest<'_>,
         notes: &NotifySink,
     ) -> Result<Reply, LegFailure> {
-        let payload = req.payload;
         let limit = self.limit(req.deadline);
-        let request_id = payload.id().filter(|_| payload.expects_response());
         admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
-        // cancel-safe: waiting for a lock takes nothing until it resolves.
-        let lifecycle = match request_id {
-            Some(_) => Some(
-                timeout_at(limit, self.lifecycle.lock())
-                    .await
-                    .map_err(|_| LegFailure::DeadlineBeforeSend)?,
-            ),
-            None => None,
+        if req.payload.expects_response() {
+            self.request(admission, req, notes, limit).await
+        } else {
+            self.message(admission, req, limit).await
+        }
+    }
+
+    /// A request: a slot, a pipe id, the write, then its answer with the caller's id put
+    /// back.
+    async fn request(
+        self: &Arc<Self>,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+        limit: Instant,
+    ) -> Result<Reply, LegFailure> {
+        let json = req.payload.raw().get();
+        // A request whose id or token cannot be located exactly (a repeated member) is
+        // not rewritten, so not sent.
+        let spans = rewrite::request_spans(json).ok_or(LegFailure::InternalBeforeSend)?;
+        let origin = Origin {
+            id: json[spans.id.clone()].into(),
+            token: spans.progress_token.as_ref().map(|t| json[t.clone()].into()),
+            caller: caller_key(req.headers),
+        };
+        // cancel-safe: waiting for a permit takes nothing until it resolves.
+        let _slot = match timeout_at(limit, self.slots.acquire()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(LegFailure::InternalBeforeSend),
+            Err(_) => return Err(LegFailure::DeadlineBeforeSend),
         };
         let child = self.ensure_child(admission, limit).await?;
-        // cancel-safe: as above.
+        let ticket = child.mint();
+        let pipe_id = ticket.id().to_string();
+        let mut edits = vec![(spans.id, pipe_id.as_str())];
+        if let Some(token) = spans.progress_token {
+            edits.push((token, pipe_id.as_str()));
+        }
+        let line = line::frame(&rewrite::splice(json, &mut edits));
+
+        let mut writer = self.writer_for(&child, limit).await?;
+        let mut registration = child
+            .enter(ticket, origin, notes.clone())
+            .map_err(|_| LegFailure::ChildNotRunning)?;
+        // Recheck, mark the request sent and start the write with no `.await` between.
+        admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
+        let task = child.start_write(line).ok_or(LegFailure::ChildNotRunning)?;
+        registration.mark_written();
+        writer.pending_write = Some(PendingWrite {
+            generation: child.generation,
+            task,
+        });
+        let is_initialize = req.payload.method() == Some("initialize");
+        self.finish_write(&child, &mut writer, limit, is_initialize).await?;
+        drop(writer);
+
+        match wait_answer(&child, &mut registration, limit).await {
+            Waited::Response((raw, span, original)) => Ok(Reply {
+                resp_json: Some(restore_id(raw, span, &original)?),
+                resp_headers: BTreeMap::from([("Content-Type".to_owned(), vec!["application/json".to_owned()])]),
+                resp_code: 200,
+                resp_type: RespType::JsonrpcResponse,
+            }),
+            Waited::Gone => Err(LegFailure::ChildExited),
+            Waited::TimedOut => {
+                self.retire_timed_out(&child, is_initialize);
+                Err(LegFailure::TimeoutAfterWrite)
+            }
+        }
+    }
+
+    /// A notification or a client response: written as is (a caller's cancel with the
+    /// pipe id of the request it names), acknowledged `202` once written.
+    async fn message(
+        self: &Arc<Self>,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        limit: Instant,
+    ) -> Result<Reply, LegFailure> {
+        let json = req.payload.raw().get();
+        let cancel = match req.payload.method() {
+            Some("notifications/cancelled") => {
+                rewrite::cancelled_request_span(json).map_err(|_| LegFailure::InternalBeforeSend)?
+            }
+            _ => None,
+        };
+        let (child, line) = match cancel {
+            None => (self.ensure_child(admission, limit).await?, line::frame(json)),
+            // A cancel names a request of the running child, or nothing: it never starts one.
+            Some(span) => {
+                let Some(child) = self.running_child() else {
+                    return Ok(not_forwarded(&self.channel, "no child is running"));
+                };
+                let pipe = match child.cancel_target(&json[span.clone()], caller_key(req.headers).as_deref()) {
+                    CancelTarget::One(pipe) => pipe.to_string(),
+                    CancelTarget::Nothing => {
+                        return Ok(not_forwarded(&self.channel, "no request of this caller with that id"))
+                    }
+                    CancelTarget::Ambiguous => {
+                        return Ok(not_forwarded(
+                            &self.channel,
+                            "several requests of this caller have that id",
+                        ))
+                    }
+                };
+                let line = line::frame(&rewrite::splice(json, &mut [(span, pipe.as_str())]));
+                (child, line)
+            }
+        };
+        let mut writer = self.writer_for(&child, limit).await?;
+        // Recheck, mark the message sent and start the write with no `.await` between.
+        admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
+        let task = child.start_write(line).ok_or(LegFailure::ChildNotRunning)?;
+        writer.pending_write = Some(PendingWrite {
+            generation: child.generation,
+            task,
+        });
+        self.finish_write(&child, &mut writer, limit, false).await?;
+        Ok(acknowledged())
+    }
+
+    /// The writer, once an earlier call's write (if any) has finished, and only while
+    /// the child is still usable: a request that waited here while the child died was
+    /// never written.
+    async fn writer_for(
+        &self,
+        child: &Child,
+        limit: Instant,
+    ) -> Result<tokio::sync::MutexGuard<'_, Writer>, LegFailure> {
+        // cancel-safe: waiting for a lock takes nothing until it resolves.
         let mut writer = timeout_at(limit, self.writer.lock())
             .await
             .map_err(|_| LegFailure::DeadlineBeforeSend)?;
-
         // A write that outlived an earlier call must finish before ours starts.
         if writer
             .pending_write
@@ -356,90 +491,43 @@ impl Shared {
         if Instant::now() >= limit {
             return Err(LegFailure::DeadlineBeforeSend);
         }
+        if !child.is_usable() {
+            return Err(LegFailure::ChildNotRunning);
+        }
+        Ok(writer)
+    }
 
-        let line = line::frame(payload.raw().get());
-        let registration = request_id.map(|id| child.register(line::trim_json(id.get()).to_owned(), notes.clone()));
-        // Recheck, mark the request sent and start the write with no `.await` between.
-        admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
-        let task = child.start_write(line).ok_or(LegFailure::ChildNotRunning)?;
-        writer.pending_write = Some(PendingWrite {
-            generation: child.generation,
-            task,
-        });
-
-        let is_initialize = payload.method() == Some("initialize");
+    /// Waits for the line just started; a failed write kills the child.
+    async fn finish_write(
+        &self,
+        child: &Child,
+        writer: &mut Writer,
+        limit: Instant,
+        is_initialize: bool,
+    ) -> Result<(), LegFailure> {
         match writer.wait_write(limit).await {
-            WriteWait::Finished(WriteResult::Done) => {}
+            WriteWait::Finished(WriteResult::Done) => Ok(()),
             WriteWait::Finished(WriteResult::Failed { written, kind }) => {
                 tracing::warn!(channel = %self.channel, generation = child.generation, written, error = ?kind, "writing to the stdio child failed: killing it");
                 child.abort();
-                return Err(if written == 0 {
+                Err(if written == 0 {
                     LegFailure::ChildNotRunning
                 } else {
                     LegFailure::ChildPipeBroken
-                });
+                })
             }
-            WriteWait::Finished(WriteResult::Lost) | WriteWait::Idle => return Err(LegFailure::InternalAfterWrite),
+            WriteWait::Finished(WriteResult::Lost) | WriteWait::Idle => Err(LegFailure::InternalAfterWrite),
             WriteWait::StillWriting => {
                 tracing::debug!(channel = %self.channel, generation = child.generation, "deadline passed while writing to the stdio child");
-                self.retire_timed_out(&child, is_initialize);
-                return Err(LegFailure::TimeoutAfterWrite);
-            }
-        }
-        drop(writer);
-
-        let Some(mut registration) = registration else {
-            return Ok(Reply {
-                resp_json: None,
-                resp_headers: BTreeMap::new(),
-                resp_code: 202,
-                resp_type: RespType::NotifyAck,
-            });
-        };
-        let waited = tokio::select! {
-            biased;
-            // cancel-safe: a oneshot receiver polled by reference keeps its value.
-            response = &mut registration.rx => match response {
-                Ok(raw) => Waited::Response(raw),
-                Err(_) => Waited::Gone,
-            },
-            // cancel-safe: waiting on a token.
-            () = child.exited.cancelled() => {
-                // The reader may still be draining what the child printed before exiting.
-                let drain = limit.min(Instant::now() + EXIT_DRAIN);
-                match timeout_at(drain, &mut registration.rx).await {
-                    Ok(Ok(raw)) => Waited::Response(raw),
-                    _ => Waited::Gone,
-                }
-            }
-            // cancel-safe: a timer.
-            () = sleep_until(limit) => Waited::TimedOut,
-        };
-        let waited = match waited {
-            Waited::TimedOut => {
-                // Retire first, then look: a response routed just before is still ours.
-                registration.retire();
-                match registration.rx.try_recv() {
-                    Ok(raw) => Waited::Response(raw),
-                    Err(_) => Waited::TimedOut,
-                }
-            }
-            other => other,
-        };
-        drop(lifecycle);
-        match waited {
-            Waited::Response(raw) => Ok(Reply {
-                resp_json: Some(raw),
-                resp_headers: BTreeMap::from([("Content-Type".to_owned(), vec!["application/json".to_owned()])]),
-                resp_code: 200,
-                resp_type: RespType::JsonrpcResponse,
-            }),
-            Waited::Gone => Err(LegFailure::ChildExited),
-            Waited::TimedOut => {
-                self.retire_timed_out(&child, is_initialize);
+                self.retire_timed_out(child, is_initialize);
                 Err(LegFailure::TimeoutAfterWrite)
             }
         }
+    }
+
+    /// The child now running, if it can take a message (never spawns one).
+    fn running_child(&self) -> Option<Arc<Child>> {
+        self.lock().child.clone().filter(|c| c.is_usable())
     }
 
     /// After a timeout past the write: the child is kept, except for `initialize`, whose
@@ -610,6 +698,84 @@ impl Shared {
     }
 }
 
+/// Waits for the request's answer until `limit`; a child that exits gets
+/// [`EXIT_DRAIN`] for the reader to route what it printed before.
+///
+/// # Cancel safety
+/// Cancel-safe: dropping it leaves the registration, whose drop retires the request.
+async fn wait_answer(child: &Child, registration: &mut Registration, limit: Instant) -> Waited {
+    let waited = tokio::select! {
+        biased;
+        // cancel-safe: a oneshot receiver polled by reference keeps its value.
+        response = &mut registration.rx => match response {
+            Ok(answered) => Waited::Response(answered),
+            Err(_) => Waited::Gone,
+        },
+        // cancel-safe: waiting on a token.
+        () = child.exited.cancelled() => {
+            // The reader may still be draining what the child printed before exiting.
+            let drain = limit.min(Instant::now() + EXIT_DRAIN);
+            match timeout_at(drain, &mut registration.rx).await {
+                Ok(Ok(answered)) => Waited::Response(answered),
+                _ => Waited::Gone,
+            }
+        }
+        // cancel-safe: a timer.
+        () = sleep_until(limit) => Waited::TimedOut,
+    };
+    match waited {
+        Waited::TimedOut => {
+            // Retire first, then look: a response routed just before is still ours.
+            registration.retire();
+            match registration.rx.try_recv() {
+                Ok(answered) => Waited::Response(answered),
+                Err(_) => Waited::TimedOut,
+            }
+        }
+        other => other,
+    }
+}
+
+/// The child's answer with the caller's own id where the pipe id was; every other byte
+/// as the child printed it.
+fn restore_id(raw: Box<RawValue>, span: rewrite::Span, original: &str) -> Result<Box<RawValue>, LegFailure> {
+    if raw.get().get(span.clone()) == Some(original) {
+        return Ok(raw);
+    }
+    let restored = rewrite::splice(raw.get(), &mut [(span, original)]);
+    // A JSON value spliced in for a JSON value: still valid; checked all the same.
+    RawValue::from_string(restored).map_err(|_| LegFailure::InternalAfterWrite)
+}
+
+/// Who sent a command, as far as the gateway can tell: its `Mcp-Session-Id` (a cancel
+/// reaches only requests with the same key; commands without one share the `None` key).
+fn caller_key(headers: &crate::protocol::WireHeaders) -> Option<Box<str>> {
+    let mut values = headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("mcp-session-id"))
+        .flat_map(|(_, values)| values.iter().map(String::as_str))
+        .peekable();
+    values.peek()?;
+    Some(values.collect::<Vec<_>>().join("\n").into())
+}
+
+/// A message acknowledged once written.
+fn acknowledged() -> Reply {
+    Reply {
+        resp_json: None,
+        resp_headers: BTreeMap::new(),
+        resp_code: 202,
+        resp_type: RespType::NotifyAck,
+    }
+}
+
+/// A cancel that names no request of the child it would go to: acknowledged without
+/// writing it (there is nothing for it to cancel, and no other request may be hit).
+fn not_forwarded(channel: &str, why: &'static str) -> Reply {
+    tracing::debug!(channel, reason = why, "cancel not forwarded to the stdio child");
+    acknowledged()
+}
+
 impl Writer {
     /// Waits until `limit` for the write in flight, if any, and forgets it once finished.
     async fn wait_write(&mut self, limit: Instant) -> WriteWait {
@@ -627,6 +793,8 @@ impl Writer {
     }
 }
 
+#[cfg(test)]
+mod mux_tests;
 #[cfg(test)]
 mod stop_tests;
 #[cfg(test)]

@@ -20,26 +20,27 @@ use crate::downstream::{LegOutcome, Notification};
 use crate::protocol::JsonRpcPayload;
 use crate::strict::{CommandRef, FatalCategory, Fence};
 
-const PEERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/stdio");
-const CHANNEL: &str = "t";
+pub(super) const PEERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/stdio");
+pub(super) const CHANNEL: &str = "t";
 /// No test may run longer than this, whatever goes wrong.
 const TEST_BOUND: Duration = Duration::from_secs(30);
 /// Deadline of calls that must be answered: generous, it only matters when a test fails
 /// (python startup on a loaded machine can take seconds).
-const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+pub(super) const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
-fn peer(script: &str, args: &[&str]) -> Vec<String> {
+pub(super) fn peer(script: &str, args: &[&str]) -> Vec<String> {
     let mut argv = vec!["python3".to_owned(), format!("{PEERS}/{script}")];
     argv.extend(args.iter().map(|a| (*a).to_owned()));
     argv
 }
 
-fn settings() -> StdioSettings {
+pub(super) fn settings() -> StdioSettings {
     StdioSettings {
         request_timeout: Duration::from_secs(15),
         restart_backoff_min: Duration::from_millis(100),
         restart_backoff_max: Duration::from_secs(1),
         stop_grace: Duration::from_millis(300),
+        max_concurrent: std::num::NonZeroUsize::new(4).unwrap(),
     }
 }
 
@@ -61,7 +62,7 @@ fn configured_env() -> BTreeMap<String, String> {
     BTreeMap::from([("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned())])
 }
 
-fn transport_with(command: Vec<String>, settings: StdioSettings) -> (StdioTransport, Arc<Metrics>) {
+pub(super) fn transport_with(command: Vec<String>, settings: StdioSettings) -> (StdioTransport, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(false, &[CHANNEL.to_owned()]));
     let t = StdioTransport::with_base_env(
         CHANNEL,
@@ -74,11 +75,11 @@ fn transport_with(command: Vec<String>, settings: StdioSettings) -> (StdioTransp
     (t, metrics)
 }
 
-fn transport(command: Vec<String>) -> (StdioTransport, Arc<Metrics>) {
+pub(super) fn transport(command: Vec<String>) -> (StdioTransport, Arc<Metrics>) {
     transport_with(command, settings())
 }
 
-async fn admit(fence: &Fence) -> Admission {
+pub(super) async fn admit(fence: &Fence) -> Admission {
     fence.admit(CommandRef::new("req", CHANNEL, None)).await.unwrap()
 }
 
@@ -86,19 +87,29 @@ async fn admission() -> Admission {
     admit(&Fence::new(false, 4)).await
 }
 
-fn payload(json: &str) -> JsonRpcPayload {
+pub(super) fn payload(json: &str) -> JsonRpcPayload {
     JsonRpcPayload::from_raw(RawValue::from_string(json.to_owned()).unwrap()).unwrap()
 }
 
 /// One call with a deadline `within` from now; returns the result and what reached the sink.
-async fn send(
+pub(super) async fn send(
     t: &StdioTransport,
     admission: &Admission,
     json: &str,
     within: Duration,
 ) -> (LegResult, Vec<Notification>) {
+    send_with(t, admission, json, within, Vec::new()).await
+}
+
+/// As [`send`], with the command's headers (`Mcp-Session-Id` tells callers apart).
+pub(super) async fn send_with(
+    t: &StdioTransport,
+    admission: &Admission,
+    json: &str,
+    within: Duration,
+    headers: crate::protocol::WireHeaders,
+) -> (LegResult, Vec<Notification>) {
     let p = payload(json);
-    let headers = Vec::new();
     let (tx, mut rx) = mpsc::channel(16);
     let req = DownstreamRequest {
         payload: &p,
@@ -114,11 +125,11 @@ async fn send(
     (result, notes)
 }
 
-fn response_json(result: &LegResult) -> serde_json::Value {
+pub(super) fn response_json(result: &LegResult) -> serde_json::Value {
     serde_json::from_str(result.reply.resp_json.as_ref().expect("a JSON reply").get()).unwrap()
 }
 
-fn assert_answered(result: &LegResult, id: u64) {
+pub(super) fn assert_answered(result: &LegResult, id: u64) {
     assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
     assert_eq!(result.reply.resp_code, 200);
     assert_eq!(result.reply.resp_type, RespType::JsonrpcResponse);
@@ -129,20 +140,20 @@ fn assert_answered(result: &LegResult, id: u64) {
     assert_eq!(response_json(result)["id"], id);
 }
 
-fn assert_failed(result: &LegResult, failure: LegFailure, outcome: LegOutcome) {
+pub(super) fn assert_failed(result: &LegResult, failure: LegFailure, outcome: LegOutcome) {
     assert_eq!(result.failure.as_ref(), Some(&failure));
     assert_eq!(result.outcome, outcome);
 }
 
 /// The caller's words, as `docs/downstream-faults.md` spells them (N, A).
-const N: &str = "not delivered to the MCP server; safe to retry";
-const A: &str = "effect unknown: the MCP server may have acted; check before retrying";
+pub(super) const N: &str = "not delivered to the MCP server; safe to retry";
+pub(super) const A: &str = "effect unknown: the MCP server may have acted; check before retrying";
 
 /// A failed leg as its row in `docs/downstream-faults.md` states it: the failure and the
 /// outcome, the `tunnel_failure` source and `transport_error_kind` (`None`: none given),
 /// and the words of the synthesized error the caller reads.
 #[track_caller]
-fn assert_row(
+pub(super) fn assert_row(
     result: &LegResult,
     failure: LegFailure,
     outcome: LegOutcome,
@@ -160,14 +171,14 @@ fn assert_row(
 }
 
 /// Runs a test body under [`TEST_BOUND`].
-async fn bounded(body: impl Future<Output = ()>) {
+pub(super) async fn bounded(body: impl Future<Output = ()>) {
     tokio::time::timeout(TEST_BOUND, body)
         .await
         .expect("the test exceeded its time bound");
 }
 
 /// Waits for a condition, at most 10 s.
-async fn eventually(what: &str, cond: impl Fn() -> bool) {
+pub(super) async fn eventually(what: &str, cond: impl Fn() -> bool) {
     let end = Instant::now() + Duration::from_secs(10);
     while !cond() {
         assert!(Instant::now() < end, "timed out waiting until {what}");
@@ -175,12 +186,12 @@ async fn eventually(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
-async fn read_when_present(path: &Path) -> String {
+pub(super) async fn read_when_present(path: &Path) -> String {
     eventually("the peer wrote its file", || path.exists()).await;
     std::fs::read_to_string(path).unwrap()
 }
 
-fn metric(metrics: &Metrics, series: &str) -> Option<f64> {
+pub(super) fn metric(metrics: &Metrics, series: &str) -> Option<f64> {
     metrics
         .render()
         .lines()
@@ -216,7 +227,7 @@ impl StdioTransport {
 }
 
 /// Kills a stray process when a test ends, however it ends.
-struct KillOnDrop(Option<i32>);
+pub(super) struct KillOnDrop(pub(super) Option<i32>);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
@@ -227,7 +238,7 @@ impl Drop for KillOnDrop {
 }
 
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
-const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+pub(super) const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
 
 #[tokio::test]
 async fn a_well_behaved_child_answers_each_request_with_its_exact_response_line() {
@@ -279,7 +290,7 @@ async fn progress_notifications_reach_the_sink_before_the_response() {
     bounded(async {
         let (t, _) = transport(peer("echo.py", &[]));
         let adm = admission().await;
-        let call = r#"{"jsonrpc":"2.0","id":"p-1","method":"tools/call","params":{"name":"echo","arguments":{"text":"x","progress":"tok"}}}"#;
+        let call = r#"{"jsonrpc":"2.0","id":"p-1","method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},"_meta":{"progressToken":"tok"}}}"#;
         let (result, notes) = send(&t, &adm, call, ANSWER_WITHIN).await;
         assert_eq!(result.outcome, LegOutcome::Answered);
         assert_eq!(response_json(&result)["id"], "p-1");
@@ -311,7 +322,11 @@ async fn notifications_are_acknowledged_with_202_once_written() {
         assert_answered(&list, 2);
         t.shutdown().await;
         let received = std::fs::read_to_string(&log).unwrap();
-        assert_eq!(received.lines().collect::<Vec<_>>(), [note, TOOLS_LIST]);
+        // The request went with the child's first pipe id; every other byte is the caller's.
+        assert_eq!(
+            received.lines().collect::<Vec<_>>(),
+            [note, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#]
+        );
     })
     .await;
 }
@@ -332,7 +347,7 @@ async fn a_notification_reaches_the_child_while_a_request_is_in_flight() {
             async move { send(&t, &adm, slow, ANSWER_WITHIN).await.0 }
         });
         eventually("the child read the slow request", || {
-            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("\"id\":5"))
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("_delay_ms"))
         })
         .await;
 
@@ -347,6 +362,20 @@ async fn a_notification_reaches_the_child_while_a_request_is_in_flight() {
         );
         assert!(!request.is_finished(), "the request is still in flight");
         assert_answered(&request.await.unwrap(), 5);
+        // The cancel named the request by its pipe id, the one the child knows (it logs the
+        // cancel once it has answered the request).
+        eventually("the child read the cancel", || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.lines().count() == 2)
+        })
+        .await;
+        let received = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            received.lines().collect::<Vec<_>>(),
+            [
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_delay_ms":1500}}"#,
+                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
+            ]
+        );
     })
     .await;
 }
@@ -879,7 +908,7 @@ async fn kill_now_stops_the_child_and_nothing_restarts() {
 }
 
 #[tokio::test]
-async fn concurrent_calls_are_serialized_and_each_gets_its_own_response() {
+async fn concurrent_calls_each_get_their_own_response() {
     bounded(async {
         let (t, _) = transport(peer("echo.py", &[]));
         let t = Arc::new(t);

@@ -2,8 +2,8 @@
 
 A minimal newline-delimited JSON-RPC server: initialize, tools/list, tools/call "echo".
 Every request may carry params._delay_ms (answer late). tools/call echo with
-arguments.progress emits a notifications/progress before the result. No payloads on
-stderr; everything on stdout is flushed line by line.
+params._meta.progressToken emits a notifications/progress with that token before the
+result. No payloads on stderr; everything on stdout is flushed line by line.
 """
 
 import json
@@ -45,9 +45,10 @@ def answer(req, garbage: bool) -> None:
         result = {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
     elif method == "tools/call" and params.get("name") == "echo":
         args = params.get("arguments") or {}
-        if args.get("progress"):
+        token = (params.get("_meta") or {}).get("progressToken")
+        if token is not None:
             send({"jsonrpc": "2.0", "method": "notifications/progress",
-                  "params": {"progressToken": args.get("progress"), "progress": 1, "total": 1}})
+                  "params": {"progressToken": token, "progress": 1, "total": 1}})
         result = {"content": [{"type": "text", "text": str(args.get("text", ""))}]}
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})

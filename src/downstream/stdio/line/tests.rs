@@ -2,7 +2,7 @@ use super::*;
 
 fn id_of(line: &Line) -> Option<&str> {
     match line {
-        Line::Response { id, .. } => id.as_deref(),
+        Line::Response { id: Some(span), raw } => raw.get().get(span.clone()),
         _ => None,
     }
 }
@@ -29,12 +29,23 @@ fn errors_and_null_results_are_responses_but_anything_with_a_method_is_not() {
     assert_eq!(id_of(&classify(br#"{"id":7,"result":null}"#.to_vec())), Some("7"));
     assert!(matches!(
         classify(br#"{"id":7,"method":"sampling/createMessage","params":{}}"#.to_vec()),
-        Line::Message(_)
+        Line::Message { progress: false, .. }
     ));
     assert!(matches!(
         classify(br#"{"jsonrpc":"2.0","method":"notifications/progress"}"#.to_vec()),
-        Line::Message(_)
+        Line::Message { progress: true, .. }
     ));
+    assert!(matches!(
+        classify(br#"{"method":"notifications\/progress","params":{}}"#.to_vec()),
+        Line::Message { progress: true, .. }
+    ));
+    assert!(
+        matches!(
+            classify(br#"{"id":7,"method":null,"result":{}}"#.to_vec()),
+            Line::Message { progress: false, .. }
+        ),
+        "a method member, even null, makes it no response"
+    );
     assert!(matches!(
         classify(br#"{"id":null,"error":{"code":-32700}}"#.to_vec()),
         Line::Response { id: None, .. }
