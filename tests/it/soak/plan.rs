@@ -658,10 +658,12 @@ pub fn strict_plan(seed: u64) -> StrictPlan {
     let stdio = with_stdio && rng.random_bool(0.4);
     let route = if stdio { Route::Stdio } else { Route::Http };
     let (mcp, post) = match category {
+        // Generous: the deadline runs from receipt, and a loaded machine must still
+        // dispatch it in time (else it expires unsent, and nothing latches).
         "deadline_expired" => (
             Mcp::Late {
-                timeout_ms: 600,
-                sleep_ms: 3000,
+                timeout_ms: 1500,
+                sleep_ms: 5000,
             },
             Vec::new(),
         ),
