@@ -365,8 +365,17 @@ fn is_terminal(r: &ResponseRecord) -> bool {
 
 /// Terminal POSTs by request id, in arrival order.
 fn terminal_posts(record: &Record) -> HashMap<&str, Vec<&ResponseRecord>> {
+    posts_by_id(record, true)
+}
+
+/// Notification POSTs by request id, in arrival order.
+fn notify_posts(record: &Record) -> HashMap<&str, Vec<&ResponseRecord>> {
+    posts_by_id(record, false)
+}
+
+fn posts_by_id(record: &Record, terminal: bool) -> HashMap<&str, Vec<&ResponseRecord>> {
     let mut by_id: HashMap<&str, Vec<&ResponseRecord>> = HashMap::new();
-    for r in record.responses.iter().filter(|r| is_terminal(r)) {
+    for r in record.responses.iter().filter(|r| is_terminal(r) == terminal) {
         by_id.entry(r.request_id.as_deref().unwrap_or("?")).or_default().push(r);
     }
     by_id
@@ -393,7 +402,10 @@ fn answer_fits(c: &Cmd, body: &Value) -> bool {
         } => {
             let words = match mcp {
                 Mcp::Ok | Mcp::Sse(_) | Mcp::Slow(_) => return result_text(body) == Some(&c.marker) && own(body),
-                Mcp::Reset | Mcp::Close | Mcp::Cut(_) | Mcp::Truncated => UNKNOWN,
+                Mcp::RpcError(s) => {
+                    return own(body) && code == Some(u64::from(*s)) && msg == Some(&format!("soak error {}", c.marker))
+                }
+                Mcp::Reset | Mcp::Close | Mcp::Cut(_) | Mcp::Truncated | Mcp::WrongId => UNKNOWN,
                 Mcp::Status(s, _) if *s >= 500 || *s == 408 => UNKNOWN,
                 Mcp::Status(..) => REFUSED,
                 Mcp::Late { .. } | Mcp::Hang | Mcp::Die | Mcp::DiePartial => return false,
@@ -546,7 +558,7 @@ async fn run_default(seed: u64, n: usize) -> Result<String, String> {
     let secs = elapsed.as_secs_f64();
     Ok(format!(
         "soak-summary mode=default seed={} commands={n} duration_s={secs:.1} commands_per_s={:.0} \
-         received={} legs={} dropped=[{}] terminal=[{}] post_attempts=[{}] faulted_posts={} poll_faults={} \
+         received={} legs={} dropped=[{}] terminal=[{}] post_attempts=[{}] notify_attempts=[{}] faulted_posts={} poll_faults={} \
          mcp_faults={} child_deaths={} stdio_spawns={} mean_leg_ms=[{}]",
         plan.seed,
         n as f64 / secs,
@@ -555,6 +567,7 @@ async fn run_default(seed: u64, n: usize) -> Result<String, String> {
         accounting["dropped"].as_str().unwrap_or(""),
         accounting["terminal_deliveries"].as_str().unwrap_or(""),
         tally.attempts,
+        tally.notify_attempts,
         plan.commands
             .iter()
             .filter(|c| c.post.iter().any(Option::is_some))
@@ -577,6 +590,7 @@ async fn run_default(seed: u64, n: usize) -> Result<String, String> {
 
 struct Tally {
     attempts: String,
+    notify_attempts: String,
     mcp_faults: usize,
     deaths: usize,
 }
@@ -742,31 +756,49 @@ fn check_default(
             format!("terminal deliveries {outcome}: gateway {gw} (accounting line {line}), simulator {rec}")
         });
     }
-    let notes: Vec<&ResponseRecord> = record.responses.iter().filter(|r| !is_terminal(r)).collect();
-    let planned_notes: u64 = plan
-        .commands
-        .iter()
-        .map(|c| match &c.kind {
-            Kind::Call {
-                route: Route::Http,
-                mcp: Mcp::Sse(k) | Mcp::Cut(k),
-            } => u64::from(*k),
-            _ => 0,
-        })
-        .sum();
-    v.check(notes.len() as u64 == planned_notes, || {
-        format!("{} notifications posted, the servers sent {planned_notes}", notes.len())
-    });
-    v.check(notes.iter().all(|r| r.status == Some(200)), || {
-        "a notification POST was not acked (none is faulted)".to_owned()
-    });
-    let gw_notes = metrics.sum(
-        "tunnelgate_deliveries_total",
-        &[("kind", "notify"), ("outcome", "acked")],
-    );
-    v.check(gw_notes == notes.len() as u64, || {
-        format!("notify deliveries acked: gateway {gw_notes}, simulator {}", notes.len())
-    });
+    // Notifications: each command's notification POSTs went as its notification
+    // faults imply (a 429 is retried, any other failure ends that command's
+    // notifications), and the gateway's notify counters equal the record's.
+    let notes = notify_posts(record);
+    let mut note_attempts: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut note_deliveries: BTreeMap<&str, u64> = BTreeMap::new();
+    for (c, id) in plan.commands.iter().zip(ids) {
+        let mine = notes.get(id.as_str()).cloned().unwrap_or_default();
+        let got: Result<Vec<&str>, String> = mine.iter().map(|r| recorded_result(r)).collect();
+        let (want, delivered) = c.expected_notify(ATTEMPTS);
+        v.check(got.as_ref().is_ok_and(|g| *g == want), || {
+            format!(
+                "{} ({:?}, notification faults {:?}): notification attempts {got:?}, planned {want:?}",
+                c.marker, c.kind, c.notify
+            )
+        });
+        for r in got.unwrap_or_default() {
+            *note_attempts.entry(r).or_default() += 1;
+        }
+        for d in delivered {
+            *note_deliveries.entry(d).or_default() += 1;
+        }
+    }
+    for result in ATTEMPT_RESULTS {
+        let gw = metrics.sum(
+            "tunnelgate_delivery_attempts_total",
+            &[("kind", "notify"), ("result", result)],
+        );
+        let rec = note_attempts.get(result).copied().unwrap_or(0);
+        v.check(gw == rec, || {
+            format!("notification attempts {result}: gateway {gw}, simulator {rec}")
+        });
+    }
+    for outcome in DELIVERIES {
+        let gw = metrics.sum(
+            "tunnelgate_deliveries_total",
+            &[("kind", "notify"), ("outcome", outcome)],
+        );
+        let want = note_deliveries.get(outcome).copied().unwrap_or(0);
+        v.check(gw == want, || {
+            format!("notification deliveries {outcome}: gateway {gw}, planned {want}")
+        });
+    }
 
     // 3. Downstream.
     let planned: HashSet<&str> = plan.commands.iter().map(|c| c.marker.as_str()).collect();
@@ -810,13 +842,14 @@ fn check_default(
     let http_call =
         |c: &Cmd, f: &dyn Fn(&Mcp) -> bool| matches!(&c.kind, Kind::Call { route: Route::Http, mcp } if f(mcp));
     let want_answered = count(&|c| {
-        http_call(c, &|m| matches!(m, Mcp::Ok | Mcp::Sse(_) | Mcp::Slow(_)))
-            || http_call(c, &|m| matches!(m, Mcp::Status(s, _) if *s < 500 && *s != 408))
+        http_call(c, &|m| {
+            matches!(m, Mcp::Ok | Mcp::Sse(_) | Mcp::Slow(_) | Mcp::RpcError(_))
+        }) || http_call(c, &|m| matches!(m, Mcp::Status(s, _) if *s < 500 && *s != 408))
             || matches!(c.kind, Kind::Notification | Kind::SessionEnd(_))
     });
     let want_abandoned = count(&|c| {
         http_call(c, &|m| {
-            matches!(m, Mcp::Reset | Mcp::Close | Mcp::Cut(_) | Mcp::Truncated)
+            matches!(m, Mcp::Reset | Mcp::Close | Mcp::Cut(_) | Mcp::Truncated | Mcp::WrongId)
         }) || http_call(c, &|m| matches!(m, Mcp::Status(s, _) if *s >= 500 || *s == 408))
             || (late(c) && arrived(c) > 0)
     });
@@ -909,12 +942,10 @@ fn check_default(
         }
     }
 
+    let join = |m: &BTreeMap<&str, u64>| m.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(" ");
     Tally {
-        attempts: record_attempts
-            .iter()
-            .map(|(k, n)| format!("{k}={n}"))
-            .collect::<Vec<_>>()
-            .join(" "),
+        attempts: join(&record_attempts),
+        notify_attempts: join(&note_attempts),
         mcp_faults: plan
             .commands
             .iter()
@@ -1179,6 +1210,7 @@ async fn run_strict(seed: u64) -> Result<StrictRun, String> {
 
     // POSTs: phase 1 and the latching command went as planned; callers told the truth.
     let posts = terminal_posts(&record);
+    let notes = notify_posts(&record);
     let seen = arrivals(&server.markers(), &stdio);
     for (i, (c, id)) in commands.iter().zip(&ids).enumerate() {
         let mine = posts.get(id.as_str()).cloned().unwrap_or_default();
@@ -1189,6 +1221,19 @@ async fn run_strict(seed: u64) -> Result<StrictRun, String> {
             let want = c.expected_attempts(sp.attempts);
             v.check(got.as_ref().is_ok_and(|g| *g == want), || {
                 format!("{} ({:?}): POST attempts {got:?}, planned {want:?}", c.marker, c.kind)
+            });
+        }
+        if exact {
+            let got: Result<Vec<&str>, String> = notes
+                .get(id.as_str())
+                .map(|m| m.iter().map(|r| recorded_result(r)).collect())
+                .unwrap_or(Ok(Vec::new()));
+            let (want, _) = c.expected_notify(sp.attempts);
+            v.check(got.as_ref().is_ok_and(|g| *g == want), || {
+                format!(
+                    "{} ({:?}): notification attempts {got:?}, planned {want:?}",
+                    c.marker, c.kind
+                )
             });
         }
         if let Some(body) = mine.last().and_then(|r| r.json.as_ref()) {

@@ -14,7 +14,10 @@
 //! - `cut:N`: an SSE stream with N notifications, cut before the answer;
 //! - `truncated`: half of a JSON body whose `Content-Length` announces all of it;
 //! - `status:CODE` or `status:CODE:ra`: that HTTP status with a text body (no JSON-RPC),
-//!   with or without `Retry-After: 1`.
+//!   with or without `Retry-After: 1`;
+//! - `wrongid`: a whole JSON-RPC answer for another id;
+//! - `rpcerror:CODE`: a JSON-RPC error for this id (message `soak error MARKER`), with
+//!   HTTP status CODE.
 //!
 //! A notification (no id) is answered `202`. A `DELETE` (session termination) is recorded
 //! under the marker its `Mcp-Session-Id` carries (`sess-MARKER-STATUS`) and answered with
@@ -235,6 +238,30 @@ async fn serve(sock: &mut TcpStream, req: &Request, log: &Mutex<Vec<Event>>) -> 
             sock.write_all(&answer[..answer.len() / 2]).await?;
             sock.flush().await?;
             Ok(false)
+        }
+        ("wrongid", None, None) => {
+            let other = serde_json::to_vec(&json!({
+                "jsonrpc": "2.0", "id": "soak-another-id", "result": {"content": []}
+            }))
+            .expect("json! serializes");
+            write_json(sock, &other).await?;
+            Ok(true)
+        }
+        ("rpcerror", Some(code), None) => {
+            let error = serde_json::to_vec(&json!({
+                "jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": format!("soak error {marker}")}
+            }))
+            .expect("json! serializes");
+            sock.write_all(
+                format!(
+                    "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    error.len()
+                )
+                .as_bytes(),
+            )
+            .await?;
+            sock.write_all(&error).await?;
+            Ok(true)
         }
         ("status", Some(code), ra) => {
             let retry_after = if ra == Some("ra") { "Retry-After: 1\r\n" } else { "" };

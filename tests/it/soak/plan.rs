@@ -52,6 +52,10 @@ pub enum Mcp {
     Cut(u32),
     /// HTTP: half of the JSON body.
     Truncated,
+    /// HTTP: a whole JSON-RPC answer for another id (not this request's answer).
+    WrongId,
+    /// HTTP: a JSON-RPC error for this id, with this HTTP status (an answer).
+    RpcError(u16),
     /// HTTP: this status without a JSON-RPC body, with or without `Retry-After`.
     Status(u16, bool),
     /// stdio: the child exits after reading the request.
@@ -143,11 +147,11 @@ pub fn derived_category(c: &Cmd, attempts: u32) -> Option<&'static str> {
     match mcp {
         Mcp::Late { .. } => Some("deadline_expired"),
         Mcp::Hang => Some("stopped_before_ack"),
-        Mcp::Reset | Mcp::Close | Mcp::Cut(_) | Mcp::Truncated | Mcp::Die | Mcp::DiePartial => {
+        Mcp::Reset | Mcp::Close | Mcp::Cut(_) | Mcp::Truncated | Mcp::WrongId | Mcp::Die | Mcp::DiePartial => {
             Some("downstream_ambiguous")
         }
         Mcp::Status(s, _) if *s >= 500 || *s == 408 => Some("downstream_ambiguous"),
-        Mcp::Ok | Mcp::Sse(_) | Mcp::Slow(_) | Mcp::Status(..) => {
+        Mcp::Ok | Mcp::Sse(_) | Mcp::Slow(_) | Mcp::Status(..) | Mcp::RpcError(_) => {
             category_of(c.expected_attempts(attempts).last().copied().unwrap_or("ok"))
         }
     }
@@ -178,6 +182,9 @@ pub struct Cmd {
     pub rpc_id: Value,
     /// Faults of terminal POST attempts 1, 2, ...; `None` (or past the end): none.
     pub post: Vec<Option<Post>>,
+    /// Faults of its notification POSTs 1, 2, ... (all notifications of the command,
+    /// retries included, in the order they are posted).
+    pub notify: Vec<Option<Post>>,
 }
 
 impl Cmd {
@@ -197,6 +204,45 @@ impl Cmd {
             }
         }
         out
+    }
+
+    /// Notifications the MCP server sends before its answer (or before the cut).
+    pub fn notes(&self) -> u32 {
+        match &self.kind {
+            Kind::Call {
+                route: Route::Http,
+                mcp: Mcp::Sse(k) | Mcp::Cut(k),
+            } => *k,
+            _ => 0,
+        }
+    }
+
+    /// The notification POST attempt results the gateway should go through, and the
+    /// delivery of each notification posted. A notification is retried only after a 429
+    /// (README: "Notification POSTs retry only 429 and failures before the write"); once
+    /// one is not acknowledged, the later ones of the command are skipped.
+    pub fn expected_notify(&self, attempts: u32) -> (Vec<&'static str>, Vec<&'static str>) {
+        let (mut results, mut deliveries) = (Vec::new(), Vec::new());
+        let mut i = 0;
+        for _ in 0..self.notes() {
+            let mut tries = 0;
+            loop {
+                let post = self.notify.get(i).and_then(Option::as_ref);
+                let r = attempt_result(post);
+                i += 1;
+                tries += 1;
+                results.push(r);
+                if r != "ok" && matches!(post, Some(Post::Status(429, _))) && tries < attempts {
+                    continue;
+                }
+                deliveries.push(delivery_of(r));
+                break;
+            }
+            if deliveries.last() != Some(&"acked") {
+                break;
+            }
+        }
+        (results, deliveries)
     }
 
     /// Whether the gateway posts a terminal answer for it (leaving aside a late call,
@@ -254,6 +300,8 @@ impl Cmd {
             Mcp::Close => "close".to_owned(),
             Mcp::Cut(n) => format!("cut:{n}"),
             Mcp::Truncated => "truncated".to_owned(),
+            Mcp::WrongId => "wrongid".to_owned(),
+            Mcp::RpcError(s) => format!("rpcerror:{s}"),
             Mcp::Status(s, ra) => format!("status:{s}{}", if *ra { ":ra" } else { "" }),
             Mcp::Die => "die".to_owned(),
             Mcp::DiePartial => "die_partial".to_owned(),
@@ -396,6 +444,36 @@ fn benign_post(rng: &mut StdRng, attempts: u32) -> Vec<Option<Post>> {
     }
 }
 
+/// Faults on `len` notification POSTs.
+fn notify_post(rng: &mut StdRng, len: u32) -> Vec<Option<Post>> {
+    (0..len)
+        .map(|_| match pick(rng, &[40, 8, 8, 25, 12, 7]) {
+            0 => None,
+            1 => Some(Post::Hold),
+            2 => Some(Post::Close),
+            3 => Some(Post::Status(429, rng.random_bool(0.2))),
+            4 => Some(Post::Status([404, 500, 503][rng.random_range(0..3)], false)),
+            _ => Some(Post::Delay(rng.random_range(10..150))),
+        })
+        .collect()
+}
+
+/// Notification faults for a command that sends notifications, sometimes.
+fn maybe_notify(rng: &mut StdRng, kind: &Kind, attempts: u32) -> Vec<Option<Post>> {
+    let notes = match kind {
+        Kind::Call {
+            route: Route::Http,
+            mcp: Mcp::Sse(k) | Mcp::Cut(k),
+        } => *k,
+        _ => 0,
+    };
+    if notes > 0 && rng.random_bool(0.3) {
+        notify_post(rng, notes * attempts)
+    } else {
+        Vec::new()
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Default mode
 // ---------------------------------------------------------------------------------------
@@ -414,7 +492,7 @@ pub fn default_plan(seed: u64, n: usize, attempts: u32) -> Plan {
             0 => match pick(&mut rng, &[85, 5, 10]) {
                 0 => Kind::Call {
                     route: Route::Http,
-                    mcp: match pick(&mut rng, &[50, 16, 4, 2, 5, 3, 5, 5, 10]) {
+                    mcp: match pick(&mut rng, &[50, 16, 4, 2, 5, 3, 5, 5, 10, 2, 3]) {
                         0 => Mcp::Ok,
                         1 => Mcp::Sse(rng.random_range(0..3)),
                         2 => Mcp::Slow(rng.random_range(20..300)),
@@ -426,10 +504,12 @@ pub fn default_plan(seed: u64, n: usize, attempts: u32) -> Plan {
                         5 => Mcp::Close,
                         6 => Mcp::Cut(rng.random_range(0..2)),
                         7 => Mcp::Truncated,
-                        _ => Mcp::Status(
+                        8 => Mcp::Status(
                             [404, 408, 429, 500, 502, 503, 504][rng.random_range(0..7)],
                             rng.random_bool(0.5),
                         ),
+                        9 => Mcp::WrongId,
+                        _ => Mcp::RpcError([200, 400, 500][rng.random_range(0..3)]),
                     },
                 },
                 1 => Kind::Call {
@@ -467,12 +547,14 @@ pub fn default_plan(seed: u64, n: usize, attempts: u32) -> Plan {
         } else {
             Vec::new()
         };
+        let notify = maybe_notify(&mut rng, &kind, attempts);
         commands.push(Cmd {
             index,
             marker,
             kind,
             rpc_id,
             post,
+            notify,
         });
     }
     // Poll faults, on polls every run makes (it takes at least n / 25 polls): one in
@@ -546,7 +628,11 @@ fn benign_kind(rng: &mut StdRng, with_stdio: bool) -> Kind {
         // A refusal with an HTTP 4xx: answered, not ambiguous.
         3 => Kind::Call {
             route: Route::Http,
-            mcp: Mcp::Status([400, 404, 429][rng.random_range(0..3)], rng.random_bool(0.5)),
+            mcp: if rng.random_bool(0.6) {
+                Mcp::Status([400, 404, 429][rng.random_range(0..3)], rng.random_bool(0.5))
+            } else {
+                Mcp::RpcError([200, 400, 500][rng.random_range(0..3)])
+            },
         },
         4 => Kind::Call {
             route: Route::Stdio,
@@ -623,16 +709,19 @@ pub fn strict_plan(seed: u64) -> StrictPlan {
     let before = rng.random_range(0..=4);
     let after = rng.random_range(0..=3);
     let mut commands = Vec::new();
+    // A failed notification never latches: any command may meet notification faults.
     let mut push = |rng: &mut StdRng, kind: Kind, post: Vec<Option<Post>>| {
         let index = commands.len();
         let marker = format!("t{seed}c{index}");
         let rpc_id = rpc_id(rng, index, &marker);
+        let notify = maybe_notify(rng, &kind, attempts);
         commands.push(Cmd {
             index,
             marker,
             kind,
             rpc_id,
             post,
+            notify,
         });
     };
     for _ in 0..before {
@@ -677,11 +766,12 @@ pub fn strict_plan(seed: u64) -> StrictPlan {
             Vec::new(),
         ),
         "downstream_ambiguous" => (
-            match pick(&mut rng, &[2, 2, 2, 2, 2]) {
+            match pick(&mut rng, &[2, 2, 2, 2, 2, 1]) {
                 0 => Mcp::Reset,
                 1 => Mcp::Close,
                 2 => Mcp::Cut(rng.random_range(0..2)),
                 3 => Mcp::Truncated,
+                5 => Mcp::WrongId,
                 _ => Mcp::Status([408, 500, 502, 503, 504][rng.random_range(0..5)], rng.random_bool(0.5)),
             },
             any_post(&mut rng, attempts),
@@ -767,6 +857,16 @@ impl Plan {
                 let _ = writeln!(
                     out,
                     "[[rule]]\nmatch = {{ order = {}, resp_type = \"terminal\" }}\nattempts = [{}]",
+                    c.order(),
+                    j + 1
+                );
+                action(&mut out, post);
+            }
+            for (j, post) in c.notify.iter().enumerate() {
+                let Some(post) = post else { continue };
+                let _ = writeln!(
+                    out,
+                    "[[rule]]\nmatch = {{ order = {}, resp_type = \"jsonrpc_notify\" }}\nattempts = [{}]",
                     c.order(),
                     j + 1
                 );
