@@ -35,9 +35,14 @@ use crate::harness::{free_port, http_client, python, Gateway};
 use crate::rig::{KEY, TUNNEL};
 
 /// Default-mode seeds (and sizes) that once failed; replayed by every `scripts/test`.
+/// A seed names a plan of the generator in `soak/plan.rs`: after changing the generator,
+/// check that each seed here still draws the case it was added for.
 const DEFAULT_REGRESSIONS: &[(u64, usize)] = &[];
 /// Strict-mode seeds that once failed; replayed by every `scripts/test`.
-const STRICT_REGRESSIONS: &[u64] = &[];
+/// 8 and 9: their "refused" port was bound by a concurrent run's server (the soak now
+/// holds the port bound, never listening); 10: an attempt timed out under load before
+/// the simulator read it (`post_timeout` is now 600 ms). Neither was a gateway fault.
+const STRICT_REGRESSIONS: &[u64] = &[8, 9, 10];
 
 const SAFE: &str = "not delivered to the MCP server; safe to retry";
 const UNKNOWN: &str = "effect unknown: the MCP server may have acted; check before retrying";
@@ -422,9 +427,11 @@ fn answer_fits(c: &Cmd, body: &Value) -> bool {
             route: Route::Stdio,
             mcp: Mcp::Ok | Mcp::Slow(_),
         } => own(body) && (result_text(body) == Some(&c.marker) || msg == Some(UNKNOWN) || msg == Some(SAFE)),
+        // Its own death: effect unknown; or never written (a multiplexing transport may
+        // refuse it once an earlier death took the child): safe to retry.
         Kind::Call {
             route: Route::Stdio, ..
-        } => own(body) && msg == Some(UNKNOWN),
+        } => own(body) && (msg == Some(UNKNOWN) || msg == Some(SAFE)),
         Kind::Notification => resp_type == Some("notify_ack") && code == Some(202),
         Kind::SessionEnd(s) => resp_type == Some("session_termination_response") && code == Some(u64::from(*s)),
         Kind::Invalid => msg == Some(MALFORMED),
