@@ -21,6 +21,7 @@ mod ready;
 mod replies;
 mod resume;
 mod rig;
+mod soak;
 mod stop;
 mod strict;
 mod trace;
