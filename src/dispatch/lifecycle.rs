@@ -749,4 +749,6 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 }
 
 #[cfg(test)]
+mod model_tests;
+#[cfg(test)]
 mod timing_tests;
