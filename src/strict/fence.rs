@@ -14,7 +14,12 @@
 //!   its request may have reached an MCP server ([`Admission::begin_send`]); in strict mode
 //!   a stop refuses every step of an admission that has sent nothing yet;
 //! - only an admission mints a [`Wire`], the handle a connector uses to report when the
-//!   request may leave.
+//!   request may leave; a request handed to a client that may write it on a pooled
+//!   connection counts as sent from that hand-over on ([`Wire::hand_over`]), decided
+//!   under the same lock as the stop's "was anything sent" question.
+//!
+//! The model checks in `fence/model_tests.rs` (shuttle) run this code under explored
+//! interleavings; `docs/RELIABILITY.md` says what they check.
 
 use std::sync::{Arc, OnceLock};
 
@@ -141,6 +146,14 @@ const WIRE_NONE: u8 = 0;
 const WIRE_CONNECTING: u8 = 1;
 /// Bytes of it may have reached the server (monotonic).
 const WIRE_SENT: u8 = 2;
+/// Handed to a client that may write it on a pooled connection without telling: counted as
+/// sent, unless the connector reports a new connection for it first.
+const WIRE_HANDING: u8 = 3;
+
+/// Whether a request in this state may have reached the server.
+fn may_have_left(wire: u8) -> bool {
+    wire == WIRE_SENT || wire == WIRE_HANDING
+}
 
 /// Proof of admission through the fence. Dropping it releases the permit.
 pub struct Admission<S: FenceSync = TokioSync> {
@@ -276,7 +289,7 @@ impl<S: FenceSync> Fence<S> {
         let command = {
             let state = self.inner.lock();
             let held = state.held.as_ref()?;
-            if S::load(&held.wire) != WIRE_SENT {
+            if !may_have_left(S::load(&held.wire)) {
                 return None;
             }
             held.command.clone()
@@ -427,7 +440,7 @@ impl<S: FenceSync> Admission<S> {
 
     /// Whether bytes of this request may have reached an MCP server.
     pub fn is_sent(&self) -> bool {
-        S::load(&self.wire) == WIRE_SENT
+        may_have_left(S::load(&self.wire))
     }
 
     /// Whether a connector may report the send late through a [`Wire`] (strict mode:
@@ -459,9 +472,27 @@ impl<S: FenceSync> Admission<S> {
 }
 
 impl<S: FenceSync> Wire<S> {
+    /// Right before the request is handed to a client that may write it on a pooled
+    /// connection without telling: re-checks the fence and, if it allows, counts the request
+    /// as possibly sent, in one step under the fence's lock. A stop from then on finds it
+    /// sent (strict: `stopped_before_ack`), unless the connector reports a new connection
+    /// for it first ([`Wire::connecting`]), which nothing leaves before [`Wire::connected`].
+    /// Without this step, a stop between a `recheck` and the hand-over would find nothing
+    /// sent and end clean while the pooled connection writes the request.
+    pub fn hand_over(&self) -> Result<(), Refusal> {
+        let mut state = self.inner.lock();
+        let wire = S::load(&self.wire);
+        self.inner.check(&mut state, may_have_left(wire))?;
+        if wire != WIRE_SENT {
+            S::store(&self.wire, WIRE_HANDING);
+        }
+        Ok(())
+    }
+
     /// A connection for the request is being made: nothing of it has left yet (unless an
     /// earlier exchange of the same leg already sent it; that stays sent).
     pub fn connecting(&self) {
+        S::compare_exchange(&self.wire, WIRE_HANDING, WIRE_CONNECTING);
         S::compare_exchange(&self.wire, WIRE_NONE, WIRE_CONNECTING);
     }
 
@@ -470,7 +501,7 @@ impl<S: FenceSync> Wire<S> {
     /// refusal means the connection must be dropped unused.
     pub fn connected(&self) -> Result<(), Refusal> {
         let mut state = self.inner.lock();
-        let sent = S::load(&self.wire) == WIRE_SENT;
+        let sent = may_have_left(S::load(&self.wire));
         self.inner.check(&mut state, sent)?;
         S::store(&self.wire, WIRE_SENT);
         Ok(())
@@ -479,6 +510,7 @@ impl<S: FenceSync> Wire<S> {
     /// After the request was handed to the client: if no connection was started for it,
     /// it went out on a pooled connection and may have reached the server.
     pub fn handed_over(&self) {
+        S::compare_exchange(&self.wire, WIRE_HANDING, WIRE_SENT);
         S::compare_exchange(&self.wire, WIRE_NONE, WIRE_SENT);
     }
 }
