@@ -26,6 +26,8 @@ mod backoff;
 mod child;
 mod env;
 mod line;
+#[cfg(any(test, fuzzing))]
+pub(crate) mod line_probe;
 mod redact;
 
 use std::collections::BTreeMap;
