@@ -69,6 +69,10 @@ pub mod demo;
 pub mod dispatch;
 pub mod doctor;
 pub mod downstream;
+/// Fuzz and property targets (test and `--cfg fuzzing` builds only; not an API).
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ops;
 pub mod protocol;
 pub mod sim;

@@ -86,11 +86,30 @@ impl EnvVars {
     }
 }
 
+/// A config file larger than this is refused rather than read whole.
+const MAX_CONFIG_FILE: u64 = 1024 * 1024;
+
+/// Reads a UTF-8 file of at most `max` bytes. A path that never ends (`/dev/zero`, a
+/// pipe) is read only to the bound, never into memory whole.
+pub(super) fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
+}
+
 impl FileLayer {
     /// Reads and parses the TOML file at `path`.
     pub(super) fn read(path: &Path) -> Result<FileLayer, ConfigError> {
         let shown = path.display().to_string();
-        let contents = std::fs::read_to_string(path).map_err(|e| {
+        let contents = read_text(path, MAX_CONFIG_FILE).map_err(|e| {
             let problem = format!("cannot read config file: {}", io_words(&e));
             ConfigError::new(ErrorKind::UnreadableFile, &shown, problem)
         })?;

@@ -8,7 +8,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::error::{io_words, ConfigError, ErrorKind};
-use super::layers::EnvVars;
+use super::layers::{read_text, EnvVars};
 
 /// A resolved secret. `Debug` and `Display` print `<redacted>`.
 #[derive(Clone, PartialEq, Eq)]
@@ -118,6 +118,10 @@ fn from_env(key: &str, name: &str, env: &EnvVars) -> Result<Secret, ConfigError>
     })
 }
 
+/// A secret file larger than this is refused: a key is a line, and a path that never ends
+/// (`file:/dev/zero`) must not be read into memory whole.
+const MAX_SECRET_FILE: u64 = 64 * 1024;
+
 fn from_file(key: &str, path: &Path) -> Result<Secret, ConfigError> {
     if path.as_os_str().is_empty() {
         return Err(secret_error(
@@ -125,7 +129,7 @@ fn from_file(key: &str, path: &Path) -> Result<Secret, ConfigError> {
             "\"file:\" needs a path, e.g. \"file:/run/secrets/api_key\"",
         ));
     }
-    let contents = std::fs::read_to_string(path).map_err(|e| {
+    let contents = read_text(path, MAX_SECRET_FILE).map_err(|e| {
         let problem = format!("cannot read secret file {}: {}", path.display(), io_words(&e));
         secret_error(key, problem)
     })?;

@@ -738,4 +738,6 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 }
 
 #[cfg(test)]
+mod model_tests;
+#[cfg(test)]
 mod timing_tests;

@@ -617,9 +617,11 @@ impl HttpTransport {
         let execute = timeout_at(deadline, client.execute(request));
         let result = if admission.tracks_connects() {
             // One admission at a time: a connection made now is for this request. The
-            // connector marks it sent once connected (or refuses: nothing is written).
-            admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
+            // connector marks it sent once connected (or refuses: nothing is written). A
+            // pooled connection may write it during the first poll with no word back: it
+            // counts as sent from the hand-over on, decided with the fence's checks.
             let wire = admission.wire();
+            wire.hand_over().map_err(|_| LegFailure::NotAdmitted)?;
             let _watching = self.inner.connects.watch(wire.clone());
             let mut execute = std::pin::pin!(execute);
             // The first poll either hands the request to a pooled connection or starts

@@ -19,6 +19,12 @@ pub use outcome::{
 };
 pub use stdio::{StdioSettings, StdioTransport};
 
+// The decoders as the fuzz and property targets drive them (`crate::fuzzing`).
+#[cfg(any(test, fuzzing))]
+pub(crate) use sse::{SseEvent, SseParser};
+#[cfg(any(test, fuzzing))]
+pub(crate) use stdio::line_probe;
+
 use crate::protocol::{JsonRpcPayload, WireHeaders};
 
 /// One JSON-RPC message to forward, as received from the control plane.

@@ -14,16 +14,23 @@
 //!   its request may have reached an MCP server ([`Admission::begin_send`]); in strict mode
 //!   a stop refuses every step of an admission that has sent nothing yet;
 //! - only an admission mints a [`Wire`], the handle a connector uses to report when the
-//!   request may leave.
+//!   request may leave; a request handed to a client that may write it on a pooled
+//!   connection counts as sent from that hand-over on ([`Wire::hand_over`]), decided
+//!   under the same lock as the stop's "was anything sent" question.
+//!
+//! The model checks in `fence/model_tests.rs` (shuttle) run this code under explored
+//! interleavings; `docs/RELIABILITY.md` says what they check.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{CommandRef, Fatal, FatalCategory};
+
+mod sync;
+
+pub use sync::{FenceSync, TokioSync};
 
 /// Why the fence refused (or withdrew) an admission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -79,34 +86,58 @@ pub struct Latched {
 /// Told once, with the winning cause, when the latch is first set (metrics).
 pub type LatchObserver = Box<dyn Fn(&Fatal) + Send + Sync>;
 
-#[derive(Clone)]
-pub struct Fence {
-    inner: Arc<Inner>,
+/// The fence. `S` is what it is made of: production always uses [`TokioSync`]; the model
+/// checks run the same code on shuttle's primitives (see [`FenceSync`]).
+pub struct Fence<S: FenceSync = TokioSync> {
+    inner: Arc<Inner<S>>,
 }
 
-struct Inner {
+struct Inner<S: FenceSync> {
     strict: bool,
-    permits: Arc<Semaphore>,
-    state: Mutex<State>,
+    permits: Arc<S::Semaphore>,
+    state: S::Mutex<State<S>>,
     latched: CancellationToken,
     observer: OnceLock<LatchObserver>,
 }
 
-#[derive(Default)]
-struct State {
+struct State<S: FenceSync> {
     fatal: Option<Fatal>,
     stopping: bool,
     next_ticket: u64,
     /// Strict mode only: who holds the single permit.
-    held: Option<Held>,
+    held: Option<Held<S>>,
+    /// Test builds only: the decisions in the order this lock serialised them. Ghost state
+    /// for the model checks; the fence never reads it.
+    #[cfg(test)]
+    history: Vec<Decision>,
 }
 
-struct Held {
+struct Held<S: FenceSync> {
     ticket: u64,
     leg: FenceLeg,
     command: CommandRef,
     since: Instant,
-    wire: Arc<AtomicU8>,
+    wire: Arc<S::Cell>,
+}
+
+/// One decision of the fence, as the model checks see it (test builds only).
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    Admitted {
+        ticket: u64,
+    },
+    AdmitRefused(Refusal),
+    /// The first latch (later ones change nothing).
+    Latched,
+    Stopping,
+    /// A step of an admission (recheck, send, connect) was allowed or refused.
+    StepAllowed,
+    StepRefused(Refusal),
+    /// The admission with this ticket let go of the fence.
+    Released {
+        ticket: u64,
+    },
 }
 
 /// Where an admitted request stands on the way to the MCP server.
@@ -115,28 +146,59 @@ const WIRE_NONE: u8 = 0;
 const WIRE_CONNECTING: u8 = 1;
 /// Bytes of it may have reached the server (monotonic).
 const WIRE_SENT: u8 = 2;
+/// Handed to a client that may write it on a pooled connection without telling: counted as
+/// sent, unless the connector reports a new connection for it first.
+const WIRE_HANDING: u8 = 3;
+
+/// Whether a request in this state may have reached the server.
+fn may_have_left(wire: u8) -> bool {
+    wire == WIRE_SENT || wire == WIRE_HANDING
+}
 
 /// Proof of admission through the fence. Dropping it releases the permit.
-pub struct Admission {
-    inner: Arc<Inner>,
+pub struct Admission<S: FenceSync = TokioSync> {
+    inner: Arc<Inner<S>>,
     ticket: u64,
     command: CommandRef,
-    wire: Arc<AtomicU8>,
-    _permit: OwnedSemaphorePermit,
+    wire: Arc<S::Cell>,
+    _permit: S::Permit,
 }
 
 /// A connector's view of one admission: it can report that a connection is being made
 /// and, atomically with the fence's checks, that the request may now leave. It cannot
 /// admit anything.
-#[derive(Clone)]
-pub struct Wire {
-    inner: Arc<Inner>,
-    wire: Arc<AtomicU8>,
+pub struct Wire<S: FenceSync = TokioSync> {
+    inner: Arc<Inner<S>>,
+    wire: Arc<S::Cell>,
+}
+
+impl<S: FenceSync> Clone for Fence<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: FenceSync> Clone for Wire<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            wire: self.wire.clone(),
+        }
+    }
 }
 
 impl Fence {
     /// A fence admitting `permits` commands at once; strict fences must have one.
     pub fn new(strict: bool, permits: usize) -> Self {
+        Self::with_sync(strict, permits)
+    }
+}
+
+impl<S: FenceSync> Fence<S> {
+    /// [`Fence::new`] on other primitives (the model checks).
+    pub(crate) fn with_sync(strict: bool, permits: usize) -> Self {
         assert!(
             !strict || permits == 1,
             "a strict fence admits exactly one command at a time"
@@ -144,8 +206,15 @@ impl Fence {
         Self {
             inner: Arc::new(Inner {
                 strict,
-                permits: Arc::new(Semaphore::new(permits.max(1))),
-                state: Mutex::new(State::default()),
+                permits: S::semaphore(permits.max(1)),
+                state: S::mutex(State {
+                    fatal: None,
+                    stopping: false,
+                    next_ticket: 0,
+                    held: None,
+                    #[cfg(test)]
+                    history: Vec::new(),
+                }),
                 latched: CancellationToken::new(),
                 observer: OnceLock::new(),
             }),
@@ -165,25 +234,29 @@ impl Fence {
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future before it resolves takes no permit.
-    pub async fn admit(&self, command: CommandRef) -> Result<Admission, Refusal> {
+    pub async fn admit(&self, command: CommandRef) -> Result<Admission<S>, Refusal> {
         self.inner.refusal()?;
-        let permit = self
-            .inner
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| self.inner.refusal().err().unwrap_or(Refusal::Stopping))?;
+        let Some(permit) = S::acquire(self.inner.permits.clone()).await else {
+            return Err(self.inner.refusal().err().unwrap_or(Refusal::Stopping));
+        };
         let mut state = self.inner.lock();
-        if state.fatal.is_some() {
-            return Err(Refusal::Latched);
-        }
-        if state.stopping {
-            return Err(Refusal::Stopping);
+        let refused = if state.fatal.is_some() {
+            Some(Refusal::Latched)
+        } else if state.stopping {
+            Some(Refusal::Stopping)
+        } else {
+            None
+        };
+        if let Some(refusal) = refused {
+            #[cfg(test)]
+            state.history.push(Decision::AdmitRefused(refusal));
+            return Err(refusal);
         }
         state.next_ticket += 1;
         let ticket = state.next_ticket;
-        let wire = Arc::new(AtomicU8::new(WIRE_NONE));
+        #[cfg(test)]
+        state.history.push(Decision::Admitted { ticket });
+        let wire = Arc::new(S::cell(WIRE_NONE));
         if self.inner.strict {
             state.held = Some(Held {
                 ticket,
@@ -216,7 +289,7 @@ impl Fence {
         let command = {
             let state = self.inner.lock();
             let held = state.held.as_ref()?;
-            if held.wire.load(Ordering::SeqCst) != WIRE_SENT {
+            if !may_have_left(S::load(&held.wire)) {
                 return None;
             }
             held.command.clone()
@@ -233,7 +306,10 @@ impl Fence {
 
     /// Refuses all further admissions (graceful stop); admitted commands go on.
     pub fn stop_admitting(&self) {
-        self.inner.lock().stopping = true;
+        let mut state = self.inner.lock();
+        state.stopping = true;
+        #[cfg(test)]
+        state.history.push(Decision::Stopping);
     }
 
     pub fn fatal(&self) -> Option<Fatal> {
@@ -266,10 +342,10 @@ impl Fence {
     }
 }
 
-impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
+impl<S: FenceSync> Inner<S> {
+    fn lock(&self) -> S::Guard<'_, State<S>> {
         // A poisoned fence state is still the truth: a panic elsewhere must not unlatch.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        S::lock(&self.state)
     }
 
     fn refusal(&self) -> Result<(), Refusal> {
@@ -285,14 +361,20 @@ impl Inner {
 
     /// May an admission take its next downstream step? `sent`: whether its request may
     /// already have reached the server (a resume or a read goes on during a stop).
-    fn check(&self, state: &State, sent: bool) -> Result<(), Refusal> {
-        if state.fatal.is_some() {
+    fn check(&self, state: &mut State<S>, sent: bool) -> Result<(), Refusal> {
+        let verdict = if state.fatal.is_some() {
             Err(Refusal::Latched)
         } else if self.strict && state.stopping && !sent {
             Err(Refusal::Stopping)
         } else {
             Ok(())
-        }
+        };
+        #[cfg(test)]
+        state.history.push(match verdict {
+            Ok(()) => Decision::StepAllowed,
+            Err(refusal) => Decision::StepRefused(refusal),
+        });
+        verdict
     }
 
     /// The one latch operation. The first caller records the cause and reports it: one
@@ -309,11 +391,13 @@ impl Inner {
                 None => {
                     let fatal = Fatal::new(category, command);
                     state.fatal = Some(fatal.clone());
+                    #[cfg(test)]
+                    state.history.push(Decision::Latched);
                     Latched { fatal, first: true }
                 }
             }
         };
-        self.permits.close();
+        S::close(&self.permits);
         self.latched.cancel();
         if latched.first {
             let f = &latched.fatal;
@@ -334,13 +418,13 @@ impl Inner {
     }
 }
 
-impl Admission {
+impl<S: FenceSync> Admission<S> {
     /// Re-checks the fence before a downstream step that sends nothing of the request
     /// itself (spawn, restart, waiting for a child). Refused once latched, and in strict
     /// mode once a stop began while nothing of this request was sent.
     pub fn recheck(&self) -> Result<(), Refusal> {
-        let state = self.inner.lock();
-        self.inner.check(&state, self.is_sent())
+        let mut state = self.inner.lock();
+        self.inner.check(&mut state, self.is_sent())
     }
 
     /// Re-checks the fence and, if it allows, marks the request as possibly on the wire,
@@ -348,15 +432,15 @@ impl Admission {
     /// leave (a write to a child, an HTTP request on a connection), with no `.await` in
     /// between.
     pub fn begin_send(&self) -> Result<(), Refusal> {
-        let state = self.inner.lock();
-        self.inner.check(&state, self.is_sent())?;
-        self.wire.store(WIRE_SENT, Ordering::SeqCst);
+        let mut state = self.inner.lock();
+        self.inner.check(&mut state, self.is_sent())?;
+        S::store(&self.wire, WIRE_SENT);
         Ok(())
     }
 
     /// Whether bytes of this request may have reached an MCP server.
     pub fn is_sent(&self) -> bool {
-        self.wire.load(Ordering::SeqCst) == WIRE_SENT
+        may_have_left(S::load(&self.wire))
     }
 
     /// Whether a connector may report the send late through a [`Wire`] (strict mode:
@@ -366,7 +450,7 @@ impl Admission {
     }
 
     /// The connector's handle for this admission.
-    pub fn wire(&self) -> Wire {
+    pub fn wire(&self) -> Wire<S> {
         Wire {
             inner: self.inner.clone(),
             wire: self.wire.clone(),
@@ -387,36 +471,51 @@ impl Admission {
     }
 }
 
-impl Wire {
+impl<S: FenceSync> Wire<S> {
+    /// Right before the request is handed to a client that may write it on a pooled
+    /// connection without telling: re-checks the fence and, if it allows, counts the request
+    /// as possibly sent, in one step under the fence's lock. A stop from then on finds it
+    /// sent (strict: `stopped_before_ack`), unless the connector reports a new connection
+    /// for it first ([`Wire::connecting`]), which nothing leaves before [`Wire::connected`].
+    /// Without this step, a stop between a `recheck` and the hand-over would find nothing
+    /// sent and end clean while the pooled connection writes the request.
+    pub fn hand_over(&self) -> Result<(), Refusal> {
+        let mut state = self.inner.lock();
+        let wire = S::load(&self.wire);
+        self.inner.check(&mut state, may_have_left(wire))?;
+        if wire != WIRE_SENT {
+            S::store(&self.wire, WIRE_HANDING);
+        }
+        Ok(())
+    }
+
     /// A connection for the request is being made: nothing of it has left yet (unless an
     /// earlier exchange of the same leg already sent it; that stays sent).
     pub fn connecting(&self) {
-        let _ = self
-            .wire
-            .compare_exchange(WIRE_NONE, WIRE_CONNECTING, Ordering::SeqCst, Ordering::SeqCst);
+        S::compare_exchange(&self.wire, WIRE_HANDING, WIRE_CONNECTING);
+        S::compare_exchange(&self.wire, WIRE_NONE, WIRE_CONNECTING);
     }
 
     /// The connection is up and the request is about to be written: allowed only if the
     /// fence still allows this admission, decided atomically with marking it sent. A
     /// refusal means the connection must be dropped unused.
     pub fn connected(&self) -> Result<(), Refusal> {
-        let state = self.inner.lock();
-        let sent = self.wire.load(Ordering::SeqCst) == WIRE_SENT;
-        self.inner.check(&state, sent)?;
-        self.wire.store(WIRE_SENT, Ordering::SeqCst);
+        let mut state = self.inner.lock();
+        let sent = may_have_left(S::load(&self.wire));
+        self.inner.check(&mut state, sent)?;
+        S::store(&self.wire, WIRE_SENT);
         Ok(())
     }
 
     /// After the request was handed to the client: if no connection was started for it,
     /// it went out on a pooled connection and may have reached the server.
     pub fn handed_over(&self) {
-        let _ = self
-            .wire
-            .compare_exchange(WIRE_NONE, WIRE_SENT, Ordering::SeqCst, Ordering::SeqCst);
+        S::compare_exchange(&self.wire, WIRE_HANDING, WIRE_SENT);
+        S::compare_exchange(&self.wire, WIRE_NONE, WIRE_SENT);
     }
 }
 
-impl Drop for Admission {
+impl<S: FenceSync> Drop for Admission<S> {
     fn drop(&mut self) {
         // A panic while holding a strict permit is an internal failure after (possible)
         // dispatch: latch before the permit is released, so nothing else is admitted.
@@ -427,8 +526,12 @@ impl Drop for Admission {
         if state.held.as_ref().is_some_and(|h| h.ticket == self.ticket) {
             state.held = None;
         }
+        #[cfg(test)]
+        state.history.push(Decision::Released { ticket: self.ticket });
     }
 }
 
+#[cfg(test)]
+pub(crate) mod model_tests;
 #[cfg(test)]
 mod tests;

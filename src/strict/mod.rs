@@ -11,4 +11,10 @@ pub mod latch_file;
 
 pub use category::FatalCategory;
 pub use fatal::{CommandRef, Fatal};
-pub use fence::{Admission, Fence, FenceLeg, FenceSnapshot, LatchObserver, Latched, Refusal, Wire};
+pub use fence::{
+    Admission, Fence, FenceLeg, FenceSnapshot, FenceSync, LatchObserver, Latched, Refusal, TokioSync, Wire,
+};
+
+/// The model checks' explorer (shuttle), shared with the admission line's model check.
+#[cfg(test)]
+pub(crate) use fence::model_tests::explore as explore_model;

@@ -152,3 +152,27 @@ fn from_toml_str_never_reads_the_environment() {
         "{error}"
     );
 }
+
+#[test]
+fn a_secret_file_that_never_ends_is_read_only_to_its_bound() {
+    // Found while writing the config fuzz target: read whole, `file:/dev/zero` grew until
+    // the process ran out of memory.
+    let error = with_api_key("file:/dev/zero", &[]).expect_err("endless");
+    assert_error(
+        &error,
+        "control_plane.api_key",
+        "cannot read secret file /dev/zero: larger than 65536 bytes",
+    );
+    let file = secret_file(&"k".repeat(64 * 1024 + 1));
+    assert!(with_api_key(&format!("file:{}", file.path().display()), &[]).is_err());
+    let file = secret_file(&"k".repeat(64 * 1024));
+    let config = with_api_key(&format!("file:{}", file.path().display()), &[]).expect("at the bound");
+    assert_eq!(config.control_plane.api_key.expose().len(), 64 * 1024);
+}
+
+#[test]
+fn a_config_file_that_never_ends_is_read_only_to_its_bound() {
+    let error = Config::load_with_env(Some(std::path::Path::new("/dev/zero")), &Overrides::default(), &[])
+        .expect_err("endless");
+    assert!(error.to_string().contains("larger than 1048576 bytes"), "{error}");
+}

@@ -35,6 +35,8 @@ mod backoff;
 mod child;
 mod env;
 mod line;
+#[cfg(any(test, fuzzing))]
+pub(crate) mod line_probe;
 mod pending;
 mod redact;
 mod rewrite;

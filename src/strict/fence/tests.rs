@@ -205,3 +205,39 @@ async fn a_panic_while_holding_a_strict_permit_latches_internal_error() {
 fn a_strict_fence_with_more_permits_is_a_programming_error() {
     let _ = Fence::new(true, 2);
 }
+
+#[tokio::test]
+async fn a_hand_over_counts_as_sent_for_a_stop_until_a_new_connection_is_reported() {
+    // Handed over, then stopped: it may be on a pooled connection already.
+    let fence = Fence::new(true, 1);
+    let admission = fence.admit(cmd("a")).await.unwrap();
+    let wire = admission.wire();
+    wire.hand_over().unwrap();
+    assert!(admission.is_sent());
+    fence.stop_admitting();
+    let latched = fence
+        .latch_if_sent_on_stop()
+        .expect("a handed-over request may have left");
+    assert_eq!(latched.fatal.category, FatalCategory::StoppedBeforeAck);
+    drop(admission);
+
+    // Handed over, a new connection started for it, then stopped: nothing has left, and
+    // the connection is refused.
+    let fence = Fence::new(true, 1);
+    let admission = fence.admit(cmd("b")).await.unwrap();
+    let wire = admission.wire();
+    wire.hand_over().unwrap();
+    wire.connecting();
+    wire.handed_over();
+    fence.stop_admitting();
+    assert_eq!(fence.latch_if_sent_on_stop(), None, "connecting is not sending");
+    assert_eq!(wire.connected(), Err(Refusal::Stopping));
+    assert!(!admission.is_sent());
+
+    // After a stop, a hand-over of a request that sent nothing is refused.
+    let fence = Fence::new(true, 1);
+    let admission = fence.admit(cmd("c")).await.unwrap();
+    fence.stop_admitting();
+    assert_eq!(admission.wire().hand_over(), Err(Refusal::Stopping));
+    assert!(!admission.is_sent());
+}
