@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::report::Check;
 use crate::config::Config;
 use crate::control::ControlClient;
+use crate::downstream::error_chain::{chain_mentions, io_kinds};
 use crate::telemetry::safe_token;
 
 const NAME: &str = "control_plane";
@@ -153,37 +154,6 @@ fn classify(error: &reqwest::Error, https: bool) -> NetFailure {
     } else {
         NetFailure::Connect
     }
-}
-
-/// Every `io::ErrorKind` in the chain, including errors wrapped inside `io::Error`s.
-fn io_kinds(error: &(dyn std::error::Error + 'static)) -> Vec<std::io::ErrorKind> {
-    let mut kinds = Vec::new();
-    let mut pending: Vec<&(dyn std::error::Error + 'static)> = vec![error];
-    while let Some(err) = pending.pop() {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            kinds.push(io.kind());
-            if let Some(inner) = io.get_ref() {
-                pending.push(inner);
-                continue;
-            }
-        }
-        if let Some(next) = err.source() {
-            pending.push(next);
-        }
-    }
-    kinds
-}
-
-fn chain_mentions(error: &(dyn std::error::Error + 'static), needles: &[&str]) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(err) = source {
-        let text = err.to_string().to_ascii_lowercase();
-        if needles.iter().any(|n| text.contains(n)) {
-            return true;
-        }
-        source = err.source();
-    }
-    false
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use tokio::time::{timeout_at, Instant};
 
+use super::error_chain::{chain_mentions, io_kinds};
 use super::sse::SseParser;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, Notification, NotifySink, Reply};
 use crate::protocol::{filter_resp_headers, header_value, RespType, WireHeaders};
@@ -774,37 +775,6 @@ fn classify_send_error(error: &reqwest::Error, https: bool) -> LegFailure {
     } else {
         LegFailure::Tls
     }
-}
-
-/// Every `io::ErrorKind` in the chain, including errors wrapped inside `io::Error`s.
-fn io_kinds(error: &(dyn std::error::Error + 'static)) -> Vec<std::io::ErrorKind> {
-    let mut kinds = Vec::new();
-    let mut pending: Vec<&(dyn std::error::Error + 'static)> = vec![error];
-    while let Some(err) = pending.pop() {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            kinds.push(io.kind());
-            if let Some(inner) = io.get_ref() {
-                pending.push(inner);
-                continue;
-            }
-        }
-        if let Some(next) = err.source() {
-            pending.push(next);
-        }
-    }
-    kinds
-}
-
-fn chain_mentions(error: &(dyn std::error::Error + 'static), needles: &[&str]) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(err) = source {
-        let text = err.to_string().to_ascii_lowercase();
-        if needles.iter().any(|n| text.contains(n)) {
-            return true;
-        }
-        source = err.source();
-    }
-    false
 }
 
 /// A non-2xx answer. A JSON-RPC error body is the server's own answer and is forwarded

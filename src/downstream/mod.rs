@@ -6,6 +6,7 @@
 //! plane or the latch: outcomes are reported, the dispatcher decides.
 
 mod channels;
+pub(crate) mod error_chain;
 mod http;
 mod outcome;
 mod sse;
