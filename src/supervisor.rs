@@ -64,11 +64,18 @@ impl Supervisor {
         tokio::spawn(self.watched(kind, task))
     }
 
-    fn watched<F>(&self, kind: TaskKind, task: F) -> impl Future<Output = ()> + Send + 'static
+    /// `task`, watched but not spawned: the caller drives it inside its own task (saving a
+    /// spawn where the work belongs to one command anyway). A panic or an unexpected end is
+    /// logged and reported as `kind`'s, exactly as for a spawned task, and the returned
+    /// future completes either way.
+    pub fn watched<F>(&self, kind: TaskKind, task: F) -> impl Future<Output = ()> + Send + 'static
     where
         F: Future<Output = TaskEnd> + Send + 'static,
     {
         let on_failure = self.on_failure.clone();
+        // On the heap at once: a command's future holds every state of its lifecycle (tens
+        // of KiB); boxed, the wrappers and the runtime move a pointer instead of copying it.
+        let task = Box::pin(task);
         async move {
             let why = match AssertUnwindSafe(task).catch_unwind().await {
                 Ok(TaskEnd::Finished) => return,

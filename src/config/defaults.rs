@@ -30,3 +30,10 @@ pub(super) const LOG_FORMAT: &str = "json";
 pub(super) const LOG_LEVEL: &str = "info";
 pub(super) const OTLP_ENDPOINT: &str = "";
 pub(super) const PROPAGATE: &str = "off";
+
+/// One thread: the gateway's work is short steps between loopback I/O, and on the
+/// measured machine a single-threaded scheduler did the same work with less CPU per
+/// command and more commands per second than a thread per core (docs/PERFORMANCE.md).
+pub(super) const WORKER_THREADS: u64 = 1;
+/// The most `runtime.worker_threads` accepts.
+pub(super) const MAX_WORKER_THREADS: u64 = 256;

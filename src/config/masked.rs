@@ -16,6 +16,7 @@ struct View<'a> {
     strict: StrictView<'a>,
     ops: OpsView,
     telemetry: TelemetryView<'a>,
+    runtime: RuntimeView,
 }
 
 #[derive(Serialize)]
@@ -67,6 +68,11 @@ struct OpsView {
 }
 
 #[derive(Serialize)]
+struct RuntimeView {
+    worker_threads: usize,
+}
+
+#[derive(Serialize)]
 struct TelemetryView<'a> {
     log_format: &'static str,
     log_level: &'a str,
@@ -95,6 +101,9 @@ pub(super) fn render(config: &Config) -> String {
             log_level: &config.telemetry.log_level,
             otlp_endpoint: config.telemetry.otlp_endpoint.as_deref().unwrap_or(""),
             propagate: config.telemetry.propagate.as_str(),
+        },
+        runtime: RuntimeView {
+            worker_threads: config.runtime.worker_threads.get(),
         },
     };
     toml::to_string(&view).expect("the configuration view is plain tables, strings and numbers")

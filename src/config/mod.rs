@@ -45,6 +45,7 @@ pub struct Config {
     pub strict: Strict,
     pub ops: Ops,
     pub telemetry: Telemetry,
+    pub runtime: Runtime,
 }
 
 /// `[control_plane]`: where commands are polled from and responses posted to.
@@ -141,6 +142,16 @@ pub struct Telemetry {
     pub otlp_endpoint: Option<String>,
     /// Where the gateway hands W3C trace context on to MCP servers.
     pub propagate: Propagate,
+}
+
+/// `[runtime]`: the async runtime the `tunnelgate` binary builds for `run`. An embedder
+/// runs [`Gateway`](crate::Gateway) on its own runtime; these values do not apply there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runtime {
+    /// 1 (the default): one thread runs every task, a scheduler without cross-thread
+    /// wake-ups. More: a work-stealing scheduler with this many worker threads.
+    /// At most 256.
+    pub worker_threads: NonZeroUsize,
 }
 
 /// `telemetry.propagate`: which carriers get the gateway's trace context on the way to an

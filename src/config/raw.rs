@@ -17,6 +17,7 @@ pub(super) struct RawConfig {
     pub(super) strict: RawStrict,
     pub(super) ops: RawOps,
     pub(super) telemetry: RawTelemetry,
+    pub(super) runtime: RawRuntime,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -75,4 +76,10 @@ pub(super) struct RawTelemetry {
     pub(super) log_level: Option<String>,
     pub(super) otlp_endpoint: Option<String>,
     pub(super) propagate: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawRuntime {
+    pub(super) worker_threads: Option<u64>,
 }

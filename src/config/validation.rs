@@ -14,9 +14,10 @@ use super::defaults as default;
 use super::error::{ConfigError, ErrorKind};
 use super::http_url::{self, UrlRole};
 use super::layers::EnvVars;
-use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawStrict, RawTelemetry};
+use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawRuntime, RawStrict, RawTelemetry};
 use super::{
-    AmbiguityPolicy, Config, ControlPlane, LatchedStart, LogFormat, Mcp, Ops, Propagate, Secret, Strict, Telemetry,
+    AmbiguityPolicy, Config, ControlPlane, LatchedStart, LogFormat, Mcp, Ops, Propagate, Runtime, Secret, Strict,
+    Telemetry,
 };
 
 pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
@@ -29,6 +30,21 @@ pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError
         strict: strict(raw.strict)?,
         ops: ops(raw.ops)?,
         telemetry: telemetry(raw.telemetry)?,
+        runtime: runtime(raw.runtime)?,
+    })
+}
+
+fn runtime(raw: RawRuntime) -> Result<Runtime, ConfigError> {
+    const KEY: &str = "runtime.worker_threads";
+    let value = raw.worker_threads.unwrap_or(default::WORKER_THREADS);
+    if value > default::MAX_WORKER_THREADS {
+        return Err(ConfigError::invalid(
+            KEY,
+            format!("must be at most {} (found {value})", default::MAX_WORKER_THREADS),
+        ));
+    }
+    Ok(Runtime {
+        worker_threads: count(KEY, value)?,
     })
 }
 

@@ -49,7 +49,8 @@ pub struct ControlClient {
     /// `{base_url}{url_path}/v1/tunnels/{tunnel_id}`: the tunnel's metadata.
     tunnel_url: String,
     poll_url: String,
-    response_url: String,
+    /// Parsed once: a response POST is sent per command.
+    response_url: reqwest::Url,
     headers: HeaderMap,
     settings: Arc<ControlSettings>,
     metrics: Arc<Metrics>,
@@ -170,8 +171,17 @@ pub struct DeliveryReport {
     pub attempts: u32,
 }
 
+/// Why a [`ControlClient`] could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("cannot build the HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("the response URL built from control_plane.base_url, url_path and tunnel_id does not parse")]
+    Url,
+}
+
 impl ControlClient {
-    pub fn new(settings: ControlSettings, instance_id: &str, metrics: Arc<Metrics>) -> Result<Self, reqwest::Error> {
+    pub fn new(settings: ControlSettings, instance_id: &str, metrics: Arc<Metrics>) -> Result<Self, BuildError> {
         let http = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
@@ -213,7 +223,7 @@ impl ControlClient {
             http,
             poll_url: format!("{prefix}/poll"),
             tunnel_url: prefix.clone(),
-            response_url: format!("{prefix}/response"),
+            response_url: reqwest::Url::parse(&format!("{prefix}/response")).map_err(|_| BuildError::Url)?,
             headers,
             settings: Arc::new(settings),
             metrics,
@@ -408,7 +418,7 @@ impl ControlClient {
         let exchange = async {
             let response = self
                 .http
-                .post(&self.response_url)
+                .post(self.response_url.clone())
                 .headers(headers.clone())
                 .body(body)
                 .send()
@@ -490,7 +500,14 @@ fn percent_encode_segment(s: &str) -> String {
 
 /// `n` random bytes as lowercase hex.
 pub fn random_hex(n: usize) -> String {
-    (0..n).map(|_| format!("{:02x}", rand::random::<u8>())).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * n);
+    for _ in 0..n {
+        let byte = rand::random::<u8>();
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out
 }
 
 #[cfg(test)]

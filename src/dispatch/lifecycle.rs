@@ -86,6 +86,8 @@ const REPLY_BUFFER: usize = 16;
 
 /// A server request unanswered this long is logged at `warn` (once).
 const SERVER_REQUEST_WARN_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often a running leg looks for server requests waiting too long on the caller.
+const SERVER_REQUEST_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Said (in the log and by the status) when a reply matches no waiting server request.
 const UNMATCHED_REPLY_MESSAGE: &str =
@@ -279,7 +281,9 @@ impl Dispatcher {
         let owner = self.next_leg.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (jobs_tx, mut jobs_rx) = tokio::sync::mpsc::channel::<ReplyJob>(REPLY_BUFFER);
         let (notes_tx, notes_rx) = tokio::sync::mpsc::channel(NOTIFY_BUFFER);
-        let notifier = self.supervisor.spawn(
+        // Driven inside this command's task (no spawn per command), still supervised as
+        // the notifier: a panic there is reported as such and the command goes on.
+        let mut notifier = std::pin::pin!(self.supervisor.watched(
             TaskKind::Notifier,
             self.clone()
                 .post_notifications(
@@ -295,11 +299,16 @@ impl Dispatcher {
                     },
                 )
                 .in_current_span(),
-        );
+        ));
+        let mut notifier_done = false;
         let started = Instant::now();
         let mut leg_future = Box::pin(self.downstream_leg(cmd, transport, &admission, deadline, notes_tx));
         let mut replies = futures_util::stream::FuturesUnordered::new();
-        let mut check_waits = tokio::time::interval(std::time::Duration::from_secs(1));
+        // The first check one period in (an interval's first tick is immediate).
+        let mut check_waits = tokio::time::interval_at(
+            tokio::time::Instant::now() + SERVER_REQUEST_CHECK_EVERY,
+            SERVER_REQUEST_CHECK_EVERY,
+        );
         let (leg, cut) = loop {
             tokio::select! {
                 biased;
@@ -312,6 +321,9 @@ impl Dispatcher {
                 Some(job) = jobs_rx.recv() => replies.push(run_reply_job(transport, &admission, job, self.policy.propagation)),
                 // cancel-safe: a reply in flight stays in the set.
                 Some(()) = futures_util::StreamExt::next(&mut replies), if !replies.is_empty() => {}
+                // cancel-safe: the notifier future is kept and polled again; this branch
+                // only marks it finished.
+                () = &mut notifier, if !notifier_done => notifier_done = true,
                 // cancel-safe: a timer.
                 _ = check_waits.tick() => {
                     for w in self.server_requests.long_waits(owner, SERVER_REQUEST_WARN_AFTER) {
@@ -342,7 +354,9 @@ impl Dispatcher {
         record_leg(&span, &leg);
         // Notifications go out before the terminal response, whatever happens to them. A
         // notifier that panicked was reported by the supervisor.
-        let _ = notifier.await;
+        if !notifier_done {
+            notifier.await;
+        }
         // Questions the notifier registered after the leg ended can never be answered.
         self.server_requests.release(owner);
         let dispatched = leg.outcome != LegOutcome::NotSent;

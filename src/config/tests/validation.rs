@@ -35,6 +35,7 @@ fn minimal_config_gets_every_default() {
     assert_eq!(config.telemetry.log_level, "info");
     assert_eq!(config.telemetry.otlp_endpoint, None);
     assert_eq!(config.telemetry.propagate, Propagate::Off);
+    assert_eq!(config.runtime.worker_threads.get(), 1);
     let main = ChannelConfig::Http {
         url: "http://127.0.0.1:3001/mcp".to_owned(),
     };
@@ -107,10 +108,39 @@ fn zero_counts_are_rejected() {
         "mcp.max_concurrent",
         "control_plane.max_inflight",
         "control_plane.post_attempts",
+        "runtime.worker_threads",
     ] {
         let error = rejected(&toml_with(&[(key, "0")]));
         assert_error(&error, key, "must be at least 1 (found 0)");
     }
+}
+
+#[test]
+fn worker_threads_are_bounded_and_set_by_env() {
+    let error = rejected(&toml_with(&[("runtime.worker_threads", "257")]));
+    assert_error(&error, "runtime.worker_threads", "must be at most 256 (found 257)");
+    let error = rejected(&toml_with(&[("runtime.worker_threads", "\"2\"")]));
+    assert_error(
+        &error,
+        "runtime.worker_threads",
+        "expected a whole number, found a string",
+    );
+    assert_eq!(
+        accepted(&toml_with(&[("runtime.worker_threads", "256")]))
+            .runtime
+            .worker_threads
+            .get(),
+        256
+    );
+    let config = load(
+        MINIMAL,
+        &Overrides::default(),
+        &[("TUNNELGATE_RUNTIME__WORKER_THREADS", "4")],
+    )
+    .expect("valid");
+    assert_eq!(config.runtime.worker_threads.get(), 4);
+    let error = rejected(&toml_with(&[("runtime.threads", "2")]));
+    assert!(error.to_string().contains("runtime.threads"), "{error}");
 }
 
 #[test]

@@ -32,6 +32,9 @@ use serde_json::json;
 use tokio::time::Instant;
 use tunnelgate::sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
 
+mod loadcp;
+use loadcp::LoadCp;
+
 const TUNNEL: &str = "tunnel_bench";
 const KEY: &str = "bench-key";
 /// The smoke fails when the tunnel does less than this share of the direct path's
@@ -43,6 +46,12 @@ struct Args {
     gateway: String,
     seconds: u64,
     smoke: bool,
+    /// The concurrencies to run (`--concurrency 16` for one).
+    concurrency: Vec<usize>,
+    /// `--only tunnel`: the default-mode tunnel rows only, for profiling.
+    tunnel_only: bool,
+    /// Print each gateway's pid on stderr as it starts (to attach a profiler).
+    announce: bool,
 }
 
 /// One load run's figures.
@@ -62,11 +71,26 @@ struct TunnelLoad {
     peak_rss_kib: u64,
 }
 
+const USAGE: &str =
+    "usage: bench [--gateway PATH] [--seconds N] [--smoke] [--concurrency N]... [--only tunnel] [--announce-pid]
+
+  --gateway PATH     the tunnelgate binary (default target/release/tunnelgate)
+  --seconds N        measured seconds per run (default 5)
+  --smoke            a few seconds at concurrency 16; fails only on a gross regression
+  --concurrency N    run this concurrency (repeatable; default 1, 16 and 64)
+  --only tunnel      only the default-mode tunnel runs (for profiling)
+  --announce-pid     print each gateway's pid on stderr when it is ready
+
+example: bench --only tunnel --concurrency 16 --seconds 20 --announce-pid";
+
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         gateway: "target/release/tunnelgate".to_owned(),
         seconds: 5,
         smoke: false,
+        concurrency: Vec::new(),
+        tunnel_only: false,
+        announce: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -76,14 +100,27 @@ fn parse_args() -> Result<Args, String> {
                 args.seconds = it
                     .next()
                     .and_then(|s| s.parse().ok())
-                    .ok_or("--seconds needs a whole number")?
+                    .filter(|&s| s > 0)
+                    .ok_or("--seconds needs a whole number above 0")?
             }
+            "--concurrency" => args.concurrency.push(
+                it.next()
+                    .and_then(|s| s.parse().ok())
+                    .filter(|&c| (1..=1000).contains(&c))
+                    .ok_or("--concurrency needs a whole number in 1..=1000")?,
+            ),
+            "--only" => match it.next().as_deref() {
+                Some("tunnel") => args.tunnel_only = true,
+                other => return Err(format!("--only takes `tunnel`, not {other:?}")),
+            },
+            "--announce-pid" => args.announce = true,
             "--smoke" => args.smoke = true,
-            "-h" | "--help" => {
-                return Err("usage: bench [--gateway PATH] [--seconds N] [--smoke]".to_owned());
-            }
+            "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}; see --help")),
         }
+    }
+    if args.concurrency.is_empty() {
+        args.concurrency = vec![1, 16, 64];
     }
     Ok(args)
 }
@@ -118,31 +155,48 @@ async fn run(args: Args) -> Result<u8, String> {
         return smoke(&args, &stub, &client).await;
     }
     let secs = Duration::from_secs(args.seconds);
+    if args.tunnel_only {
+        for &concurrency in &args.concurrency {
+            eprintln!("bench: concurrency {concurrency}: tunnel, default mode");
+            let t = tunnel_load(&args, &stub, concurrency, false, secs).await?;
+            println!(
+                "concurrency {concurrency}: {:.0}/s, p50 {:.0} us, p99 {:.0} us, gateway CPU {:.1} us/command, peak RSS {:.1} MiB",
+                t.load.per_second,
+                t.load.p50_us,
+                t.load.p99_us,
+                t.cpu_us_per_command,
+                t.peak_rss_kib as f64 / 1024.0
+            );
+        }
+        return Ok(0);
+    }
     let mut out = String::new();
-    out.push_str("| concurrency | direct /s | floor /s | tunnel /s (default) | tunnel / floor | p50 direct | p50 tunnel | p99 tunnel | added p50 | gateway CPU / command | tunnel /s (strict) | strict p50 | peak RSS under load |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| concurrency | direct /s | floor /s | tunnel /s | tunnel / floor | p50 direct | p50 floor | p50 tunnel | p50 tunnel / floor | p99 tunnel | added p50 (vs direct) | gateway CPU / command | tunnel /s (strict) | strict p50 | peak RSS under load |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let floor_peers = Floor::start().await?;
-    for concurrency in [1usize, 16, 64] {
+    for &concurrency in &args.concurrency {
         eprintln!("bench: concurrency {concurrency}: direct");
         let direct = load(&client, &stub.url(), concurrency, secs).await;
         eprintln!("bench: concurrency {concurrency}: floor");
         let floor = floor_peers.load(&client, concurrency, secs).await;
         eprintln!("bench: concurrency {concurrency}: tunnel, default mode");
-        let tunnel = tunnel_load(&args, &stub, &client, concurrency, false, secs).await?;
+        let tunnel = tunnel_load(&args, &stub, concurrency, false, secs).await?;
         let strict = if concurrency == 1 {
             eprintln!("bench: concurrency 1: tunnel, strict mode");
-            Some(tunnel_load(&args, &stub, &client, 1, true, secs).await?)
+            Some(tunnel_load(&args, &stub, 1, true, secs).await?)
         } else {
             None
         };
         out.push_str(&format!(
-            "| {concurrency} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} us | {:.0} us | {:.0} us | {:.0} us | {:.0} us | {} | {} | {:.1} MiB |\n",
+            "| {concurrency} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} us | {:.0} us | {:.0} us | {:.2} | {:.0} us | {:.0} us | {:.0} us | {} | {} | {:.1} MiB |\n",
             direct.per_second,
             floor.per_second,
             tunnel.load.per_second,
-            tunnel.load.per_second / floor.per_second,
+            tunnel.load.per_second / floor.per_second.max(1.0),
             direct.p50_us,
+            floor.p50_us,
             tunnel.load.p50_us,
+            tunnel.load.p50_us / floor.p50_us.max(1.0),
             tunnel.load.p99_us,
             tunnel.load.p50_us - direct.p50_us,
             tunnel.cpu_us_per_command,
@@ -167,7 +221,7 @@ async fn run(args: Args) -> Result<u8, String> {
 async fn smoke(args: &Args, stub: &McpStub, client: &reqwest::Client) -> Result<u8, String> {
     let secs = Duration::from_secs(args.seconds.clamp(1, 5));
     let direct = load(client, &stub.url(), 16, secs).await;
-    let tunnel = tunnel_load(args, stub, client, 16, false, secs).await?;
+    let tunnel = tunnel_load(args, stub, 16, false, secs).await?;
     let ratio = tunnel.load.per_second / direct.per_second.max(1.0);
     println!(
         "bench smoke: direct {:.0}/s, tunnel {:.0}/s, ratio {ratio:.3} (fails below {SMOKE_MIN_RATIO})",
@@ -243,7 +297,7 @@ struct GatewayProcess {
 impl GatewayProcess {
     async fn start(
         args: &Args,
-        sim: &Simulator,
+        base_url: &str,
         mcp_url: &str,
         strict: bool,
         max_inflight: usize,
@@ -272,7 +326,7 @@ listen = "{ops}"
 log_format = "json"
 log_level = "warn"
 "#,
-            base = sim.base_url(),
+            base = base_url,
             concurrent = if strict { 1 } else { 64 },
             latch = dir.path().join("latch.json").display(),
         );
@@ -347,20 +401,23 @@ async fn start_sim(faults: &str) -> Result<Simulator, String> {
     Simulator::start(config).await.map_err(|e| format!("simulator: {e}"))
 }
 
+/// A gateway between the load control plane and the stub, `concurrency` callers.
 async fn tunnel_load(
     args: &Args,
     stub: &McpStub,
-    client: &reqwest::Client,
     concurrency: usize,
     strict: bool,
     secs: Duration,
 ) -> Result<TunnelLoad, String> {
-    let sim = start_sim("").await?;
-    let (gw, _) = GatewayProcess::start(args, &sim, &stub.url(), strict, 128).await?;
+    let cp = Arc::new(LoadCp::start().await?);
+    let (gw, _) = GatewayProcess::start(args, &cp.base_url(), &stub.url(), strict, 128).await?;
+    if args.announce {
+        eprintln!("bench: gateway pid {}", gw.pid());
+    }
     // Warm the pools, then measure.
-    let _ = load(client, &sim.ingress_url(), concurrency, Duration::from_millis(300)).await;
+    let _ = cp.load(concurrency, Duration::from_millis(300)).await;
     let cpu_before = gw.cpu_us();
-    let result = load(client, &sim.ingress_url(), concurrency, secs).await;
+    let result = cp.load(concurrency, secs).await;
     let cpu = gw.cpu_us().saturating_sub(cpu_before);
     Ok(TunnelLoad {
         load: result,
@@ -379,7 +436,7 @@ struct Spot {
 async fn spot_figures(args: &Args, stub: &McpStub) -> Result<Spot, String> {
     // Idle, then 1,000 commands queued behind slow calls.
     let sim = start_sim("").await?;
-    let (gw, startup) = GatewayProcess::start(args, &sim, &stub.url(), false, 1000).await?;
+    let (gw, startup) = GatewayProcess::start(args, &sim.base_url(), &stub.url(), false, 1000).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss_kib = gw.rss_kib("VmHWM:");
     for i in 0..1000u64 {
@@ -398,7 +455,7 @@ async fn spot_figures(args: &Args, stub: &McpStub) -> Result<Spot, String> {
 
     // Latch to exit: a 404 on the terminal POST of a strict gateway.
     let sim = start_sim("[[rule]]\nmatch = { tool = \"echo\", resp_type = \"terminal\" }\nstatus = 404\n").await?;
-    let (mut gw, _) = GatewayProcess::start(args, &sim, &stub.url(), true, 20).await?;
+    let (mut gw, _) = GatewayProcess::start(args, &sim.base_url(), &stub.url(), true, 20).await?;
     sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
         "params":{"name":"echo","arguments":{"message":"latch"}}}),

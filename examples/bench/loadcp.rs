@@ -1,0 +1,166 @@
+//! A load control plane: the lightest peer that speaks the poll and response endpoints.
+//!
+//! `C` virtual callers each queue one `tools/call echo` command, wait until the gateway's
+//! response POST for it arrives, and queue the next. A command is timed from queueing to
+//! its response POST. Nothing is validated beyond what finding the request needs: the
+//! simulator checks the protocol in the test suite, here only the gateway's cost counts.
+//! This takes the simulator's MCP ingress hop (and its records) out of the tunnel path,
+//! so the tunnel pays the same three exchanges as the floor.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use super::{summarize, Load, TUNNEL};
+
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<VecDeque<Vec<u8>>>,
+    queued: Notify,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<()>>>,
+    next: AtomicU64,
+}
+
+/// A running load control plane on loopback.
+pub(crate) struct LoadCp {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl LoadCp {
+    pub(crate) async fn start() -> Result<Self, String> {
+        let shared = Arc::new(Shared::default());
+        let app = axum::Router::new()
+            .route(&format!("/v1/tunnels/{TUNNEL}/poll"), get(poll))
+            .route(&format!("/v1/tunnels/{TUNNEL}/response"), post(response))
+            .with_state(shared.clone());
+        let addr = super::serve(app).await?;
+        Ok(Self { addr, shared })
+    }
+
+    pub(crate) fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Queues one command and returns when its response POST arrived.
+    async fn call(&self) -> bool {
+        let n = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.shared.waiting).insert(n, tx);
+        let command = format!(
+            r#"{{"request_id":"r{n}","shard_token":"s","command_type":"jsonrpc","channel":"main","created_at":"2026-11-30T00:00:00Z","jsonrpc":{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"echo","arguments":{{"message":"m"}}}}}}}}"#
+        );
+        lock(&self.shared.queue).push_back(command.into_bytes());
+        self.shared.queued.notify_one();
+        rx.await.is_ok()
+    }
+
+    /// `concurrency` callers, back to back, for `secs`.
+    pub(crate) async fn load(self: &Arc<Self>, concurrency: usize, secs: Duration) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..concurrency {
+            let (cp, stop) = (self.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    if cp.call().await {
+                        latencies.push(t.elapsed().as_micros() as u64);
+                    }
+                }
+                latencies
+            }));
+        }
+        tokio::time::sleep(secs).await;
+        stop.store(true, Ordering::Relaxed);
+        let elapsed = started.elapsed();
+        let mut all = Vec::new();
+        for t in tasks {
+            // A caller whose last command is never answered must not hang the run.
+            if let Ok(Ok(l)) = tokio::time::timeout(Duration::from_secs(10), t).await {
+                all.extend(l);
+            }
+        }
+        summarize(all, elapsed)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn query_u64(query: &str, name: &str) -> Option<u64> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+}
+
+async fn poll(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery) -> Response {
+    let query = query.unwrap_or_default();
+    let limit = query_u64(&query, "limit").unwrap_or(1).clamp(1, 25) as usize;
+    let wait = Duration::from_millis(query_u64(&query, "timeout_ms").unwrap_or(1000).min(5000));
+    let deadline = Instant::now() + wait;
+    loop {
+        let notified = shared.queued.notified();
+        {
+            let mut queue = lock(&shared.queue);
+            if !queue.is_empty() {
+                let take = limit.min(queue.len());
+                let mut body = b"{\"commands\":[".to_vec();
+                for (i, c) in queue.drain(..take).enumerate() {
+                    if i > 0 {
+                        body.push(b',');
+                    }
+                    body.extend_from_slice(&c);
+                }
+                body.extend_from_slice(b"]}");
+                let left = !queue.is_empty();
+                drop(queue);
+                if left {
+                    // Let another waiting poll take the rest.
+                    shared.queued.notify_one();
+                }
+                return ([("content-type", "application/json")], body).into_response();
+            }
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            return StatusCode::NO_CONTENT.into_response();
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Posted<'a> {
+    #[serde(borrow)]
+    request_id: std::borrow::Cow<'a, str>,
+}
+
+async fn response(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let n = serde_json::from_slice::<Posted<'_>>(&body)
+        .ok()
+        .and_then(|p| p.request_id.strip_prefix('r').and_then(|n| n.parse::<u64>().ok()));
+    match n.and_then(|n| lock(&shared.waiting).remove(&n)) {
+        Some(tx) => {
+            let _ = tx.send(());
+            ([("content-type", "application/json")], r#"{"status":"ok"}"#).into_response()
+        }
+        None => (
+            StatusCode::NOT_FOUND,
+            [("content-type", "application/json")],
+            r#"{"error":{"code":"pending_request_not_found","message":"unknown request"}}"#,
+        )
+            .into_response(),
+    }
+}
