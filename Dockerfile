@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# tunnelgate container image: the release binary on distroless (glibc), non-root.
+# tunnelgate container image: the optimised binary (cargo profile `dist`, whole-program
+# optimisation; its build takes about 15 minutes on 2 cores) on distroless (glibc), non-root.
 #
 #   docker build -t tunnelgate:0.1.0 .
 #   docker run --rm -v "$PWD/config.toml:/etc/tunnelgate/config.toml:ro" \
@@ -18,8 +19,8 @@ COPY . .
 # The target folder lives in a cache mount, so the binary is copied out in the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin tunnelgate \
-    && install -D -m 0755 target/release/tunnelgate /out/tunnelgate
+    cargo build --profile dist --locked --bin tunnelgate \
+    && install -D -m 0755 target/dist/tunnelgate /out/tunnelgate
 
 # glibc and libgcc, nothing else; no shell. The :nonroot tag runs as uid/gid 65532.
 FROM gcr.io/distroless/cc-debian12:nonroot

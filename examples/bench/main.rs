@@ -2,24 +2,26 @@
 //!
 //! Runs, side by side on this machine and in one process run:
 //! - **direct**: an MCP client calling the MCP server (the embedded stub) directly;
-//! - **tunnel**: the same client calling through the simulator's MCP ingress and a real
-//!   `tunnelgate` process (the binary given with `--gateway`), default and strict mode;
+//! - **tunnel**: a load control plane ([`loadcp`]: callers that each queue a command and
+//!   wait for its response POST) and a real `tunnelgate` process (the binary given with
+//!   `--gateway`) between it and the stub, default and strict mode;
 //! - **floor**: the three loopback exchanges a tunnelled command needs (poll delivery, the
 //!   MCP exchange, the response POST), each served by a no-op peer, so the gateway's own
 //!   share shows as a ratio.
 //!
-//! At concurrency 1, 16 and 64 it reports commands per second, latency p50/p99 (the added
-//! latency is tunnel minus direct), and the gateway's CPU time per command (utime + stime
-//! from `/proc/<pid>/stat`); and peak RSS idle, under load and with 1,000 commands queued,
-//! startup time (spawn to `/readyz` 200) and latch-to-exit time (a 404 on the terminal POST
-//! in strict mode).
+//! At concurrency 1, 16 and 64 it reports commands per second, latency p50/p99 (against
+//! the floor's, and the added latency against direct), and the gateway's CPU time per
+//! command (utime + stime from `/proc/<pid>/stat`); and peak RSS idle, under load and with
+//! 1,000 commands queued, startup time (spawn to `/readyz` 200) and latch-to-exit time (a
+//! 404 on the terminal POST in strict mode). The gateway logs at `warn` except in the one
+//! run that measures the default `info`.
 //!
 //! `--smoke` runs a few seconds at concurrency 16 and exits non-zero only on a gross
 //! regression, measured as the tunnel's throughput over the direct path's in the same run
 //! (never an absolute time): `scripts/test` runs it.
 //!
 //! Usage: `cargo run --release --example bench -- --gateway target/release/tunnelgate
-//! [--seconds 5] [--smoke]`. Prints a Markdown report on stdout.
+//! [--seconds 5] [--smoke]` (see `--help`). Prints a Markdown report on stdout.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -205,10 +207,14 @@ async fn run(args: Args) -> Result<u8, String> {
             tunnel.peak_rss_kib as f64 / 1024.0,
         ));
     }
+    eprintln!("bench: concurrency 16: tunnel, default mode, log_level = info");
+    let info = tunnel_load_logging(&args, &stub, 16, false, secs, "info").await?;
     eprintln!("bench: memory, startup and latch-to-exit");
     let spot = spot_figures(&args, &stub).await?;
     out.push_str(&format!(
-        "\n| figure | measured |\n|---|---|\n| peak RSS idle | {:.1} MiB |\n| peak RSS with 1,000 commands queued | {:.1} MiB |\n| startup (spawn to /readyz 200) | {:.0} ms |\n| latch to exit (404 on the terminal POST, strict) | {:.0} ms |\n",
+        "\n| figure | measured |\n|---|---|\n| concurrency 16 with `log_level = \"info\"` (the default; the rows above log at `warn`) | {:.0}/s, gateway CPU {:.0} us/command |\n| peak RSS idle | {:.1} MiB |\n| peak RSS with 1,000 commands queued | {:.1} MiB |\n| startup (spawn to /readyz 200) | {:.0} ms |\n| latch to exit (404 on the terminal POST, strict) | {:.0} ms |\n",
+        info.load.per_second,
+        info.cpu_us_per_command,
         spot.idle_rss_kib as f64 / 1024.0,
         spot.queued_rss_kib as f64 / 1024.0,
         spot.startup.as_secs_f64() * 1000.0,
@@ -301,6 +307,7 @@ impl GatewayProcess {
         mcp_url: &str,
         strict: bool,
         max_inflight: usize,
+        log_level: &str,
     ) -> Result<(Self, Duration), String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let ops = free_addr()?;
@@ -324,7 +331,7 @@ cleanup_timeout = "2s"
 listen = "{ops}"
 [telemetry]
 log_format = "json"
-log_level = "warn"
+log_level = "{log_level}"
 "#,
             base = base_url,
             concurrent = if strict { 1 } else { 64 },
@@ -409,8 +416,20 @@ async fn tunnel_load(
     strict: bool,
     secs: Duration,
 ) -> Result<TunnelLoad, String> {
+    tunnel_load_logging(args, stub, concurrency, strict, secs, "warn").await
+}
+
+/// [`tunnel_load`] with the gateway's `telemetry.log_level` set to `log_level`.
+async fn tunnel_load_logging(
+    args: &Args,
+    stub: &McpStub,
+    concurrency: usize,
+    strict: bool,
+    secs: Duration,
+    log_level: &str,
+) -> Result<TunnelLoad, String> {
     let cp = Arc::new(LoadCp::start().await?);
-    let (gw, _) = GatewayProcess::start(args, &cp.base_url(), &stub.url(), strict, 128).await?;
+    let (gw, _) = GatewayProcess::start(args, &cp.base_url(), &stub.url(), strict, 128, log_level).await?;
     if args.announce {
         eprintln!("bench: gateway pid {}", gw.pid());
     }
@@ -436,7 +455,7 @@ struct Spot {
 async fn spot_figures(args: &Args, stub: &McpStub) -> Result<Spot, String> {
     // Idle, then 1,000 commands queued behind slow calls.
     let sim = start_sim("").await?;
-    let (gw, startup) = GatewayProcess::start(args, &sim.base_url(), &stub.url(), false, 1000).await?;
+    let (gw, startup) = GatewayProcess::start(args, &sim.base_url(), &stub.url(), false, 1000, "warn").await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss_kib = gw.rss_kib("VmHWM:");
     for i in 0..1000u64 {
@@ -455,7 +474,7 @@ async fn spot_figures(args: &Args, stub: &McpStub) -> Result<Spot, String> {
 
     // Latch to exit: a 404 on the terminal POST of a strict gateway.
     let sim = start_sim("[[rule]]\nmatch = { tool = \"echo\", resp_type = \"terminal\" }\nstatus = 404\n").await?;
-    let (mut gw, _) = GatewayProcess::start(args, &sim.base_url(), &stub.url(), true, 20).await?;
+    let (mut gw, _) = GatewayProcess::start(args, &sim.base_url(), &stub.url(), true, 20, "warn").await?;
     sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
         "params":{"name":"echo","arguments":{"message":"latch"}}}),

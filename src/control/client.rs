@@ -475,7 +475,15 @@ enum BodyError {
 }
 
 async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<Bytes, BodyError> {
-    let mut buf = Vec::new();
+    // A declared length over the limit is refused unread; one within it is allocated once
+    // (growing a large buffer by doubling would hold two copies at the moment of a move).
+    let declared = response
+        .content_length()
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    if declared.is_some_and(|n| n > limit) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut buf = Vec::with_capacity(declared.unwrap_or(0));
     while let Some(chunk) = response.chunk().await.map_err(|_| BodyError::Transport)? {
         if buf.len() + chunk.len() > limit {
             return Err(BodyError::TooLarge);

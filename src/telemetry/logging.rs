@@ -6,12 +6,15 @@
 //! peer addresses and connection details at debug level; they are capped at `warn`
 //! unless the filter names them explicitly (an operator's deliberate choice).
 
-use tracing_subscriber::filter::{self, Targets};
+use tracing_subscriber::filter::{self, FilterExt, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use super::otlp;
+
+/// The only span the log layer sees (see [`init`]).
+const LOGGED_SPAN: &str = "tunnelgate.command";
 
 /// Output format of the structured log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,8 +125,13 @@ pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> T
                 meta.is_span() && ours.would_enable(meta.target(), meta.level())
             }))
     });
+    // The log sees one span per command, the command's own (request id, channel, method):
+    // every line logged for a command carries those, whichever inner span it came from.
+    // The inner spans are for traces; formatting their fields for the log at each start
+    // and record cost about 12 us of CPU per command at `info` on the benchmark machine.
+    let log_spans = filter::filter_fn(|meta| !meta.is_span() || meta.name() == LOGGED_SPAN);
     let result = tracing_subscriber::registry()
-        .with(log_layer.with_filter(filter))
+        .with(log_layer.with_filter(filter.and(log_spans)))
         .with(span_layer)
         .try_init();
     drop(result);
