@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use super::{summarize, Load, TUNNEL};
+use super::{closed_loop, Load, TUNNEL};
 
 #[derive(Default)]
 struct Shared {
@@ -67,33 +67,12 @@ impl LoadCp {
 
     /// `concurrency` callers, back to back, for `secs`.
     pub(crate) async fn load(self: &Arc<Self>, concurrency: usize, secs: Duration) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..concurrency {
-            let (cp, stop) = (self.clone(), stop.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    let t = Instant::now();
-                    if cp.call().await {
-                        latencies.push(t.elapsed().as_micros() as u64);
-                    }
-                }
-                latencies
-            }));
-        }
-        tokio::time::sleep(secs).await;
-        stop.store(true, Ordering::Relaxed);
-        let elapsed = started.elapsed();
-        let mut all = Vec::new();
-        for t in tasks {
-            // A caller whose last command is never answered must not hang the run.
-            if let Ok(Ok(l)) = tokio::time::timeout(Duration::from_secs(10), t).await {
-                all.extend(l);
-            }
-        }
-        summarize(all, elapsed)
+        let cp = self.clone();
+        closed_loop(concurrency, secs, move |_| {
+            let cp = cp.clone();
+            async move { cp.call().await }
+        })
+        .await
     }
 }
 

@@ -23,9 +23,10 @@
 //! Usage: `cargo run --release --example bench -- --gateway target/release/tunnelgate
 //! [--seconds 5] [--smoke]` (see `--help`). Prints a Markdown report on stdout.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -240,42 +241,61 @@ async fn smoke(args: &Args, stub: &McpStub, client: &reqwest::Client) -> Result<
     Ok(0)
 }
 
-/// `concurrency` clients, each sending `tools/call echo` back to back to `url` for `secs`.
-async fn load(client: &reqwest::Client, url: &str, concurrency: usize, secs: Duration) -> Load {
+/// `concurrency` callers, each running `call` back to back for `secs`; a call that
+/// returns `true` counts, timed from its start.
+async fn closed_loop<F, Fut>(concurrency: usize, secs: Duration, call: F) -> Load
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = bool> + Send,
+{
     let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
     let started = Instant::now();
-    for c in 0..concurrency {
-        let (client, url, stop) = (client.clone(), url.to_owned(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                let body = json!({"jsonrpc":"2.0","id":n,"method":"tools/call",
-                    "params":{"name":"echo","arguments":{"message":format!("c{c}")}}});
-                let t = Instant::now();
-                let ok = client
-                    .post(&url)
-                    .header("Accept", "application/json, text/event-stream")
-                    .json(&body)
-                    .send()
-                    .await
-                    .map(|r| r.status().is_success());
-                if let Ok(true) = ok {
-                    latencies.push(t.elapsed().as_micros() as u64);
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|c| {
+            let (call, stop) = (call.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    if call(c).await {
+                        latencies.push(t.elapsed().as_micros() as u64);
+                    }
                 }
-            }
-            latencies
-        }));
-    }
+                latencies
+            })
+        })
+        .collect();
     tokio::time::sleep(secs).await;
     stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed();
     let mut all = Vec::new();
     for t in tasks {
-        all.extend(t.await.unwrap_or_default());
+        // A caller whose last call never finishes must not hang the run.
+        if let Ok(Ok(l)) = tokio::time::timeout(Duration::from_secs(10), t).await {
+            all.extend(l);
+        }
     }
-    summarize(all, started.elapsed())
+    summarize(all, elapsed)
+}
+
+/// `concurrency` clients, each sending `tools/call echo` back to back to `url` for `secs`.
+async fn load(client: &reqwest::Client, url: &str, concurrency: usize, secs: Duration) -> Load {
+    let (client, url) = (client.clone(), Arc::<str>::from(url));
+    closed_loop(concurrency, secs, move |c| {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let body = json!({"jsonrpc":"2.0","id":c,"method":"tools/call",
+                "params":{"name":"echo","arguments":{"message":format!("c{c}")}}});
+            client
+                .post(&*url)
+                .header("Accept", "application/json, text/event-stream")
+                .json(&body)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        }
+    })
+    .await
 }
 
 fn summarize(mut latencies: Vec<u64>, elapsed: Duration) -> Load {
@@ -537,47 +557,30 @@ impl Floor {
 
     /// Each "command" is the three exchanges in sequence, against no-op peers.
     async fn load(&self, client: &reqwest::Client, concurrency: usize, secs: Duration) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let count = Arc::new(AtomicU64::new(0));
-        let mut tasks = Vec::new();
-        let started = Instant::now();
-        for _ in 0..concurrency {
-            let (client, stop, count) = (client.clone(), stop.clone(), count.clone());
-            let (cp, mcp) = (self.cp, self.mcp);
-            tasks.push(tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    let t = Instant::now();
-                    let poll = client.get(format!("http://{cp}/poll")).send().await;
-                    let Ok(poll) = poll else { continue };
-                    let _ = poll.bytes().await;
-                    let call = client
-                        .post(format!("http://{mcp}/mcp"))
-                        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"m"}}}"#)
-                        .send()
-                        .await;
-                    let Ok(call) = call else { continue };
-                    let _ = call.bytes().await;
-                    let ack = client
-                        .post(format!("http://{cp}/response"))
-                        .body(r#"{"request_id":"r","channel":"main","resp_code":200,"resp_type":"jsonrpc_response"}"#)
-                        .send()
-                        .await;
-                    if ack.is_ok() {
-                        count.fetch_add(1, Ordering::Relaxed);
-                        latencies.push(t.elapsed().as_micros() as u64);
-                    }
-                }
-                latencies
-            }));
-        }
-        tokio::time::sleep(secs).await;
-        stop.store(true, Ordering::Relaxed);
-        let mut all = Vec::new();
-        for t in tasks {
-            all.extend(t.await.unwrap_or_default());
-        }
-        summarize(all, started.elapsed())
+        let (client, cp, mcp) = (client.clone(), self.cp, self.mcp);
+        closed_loop(concurrency, secs, move |_| {
+            let client = client.clone();
+            async move {
+                let Ok(poll) = client.get(format!("http://{cp}/poll")).send().await else {
+                    return false;
+                };
+                let _ = poll.bytes().await;
+                let call = client
+                    .post(format!("http://{mcp}/mcp"))
+                    .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"m"}}}"#)
+                    .send()
+                    .await;
+                let Ok(call) = call else { return false };
+                let _ = call.bytes().await;
+                client
+                    .post(format!("http://{cp}/response"))
+                    .body(r#"{"request_id":"r","channel":"main","resp_code":200,"resp_type":"jsonrpc_response"}"#)
+                    .send()
+                    .await
+                    .is_ok()
+            }
+        })
+        .await
     }
 }
 
