@@ -580,3 +580,48 @@ async fn even_at_trace_level_the_log_holds_no_payload_key_token_session_or_url()
         assert!(!log.contains(secret), "{secret:?} leaked into the trace-level log");
     }
 }
+
+/// `runtime.worker_threads = 2`: the gateway runs a multi-thread runtime (the main thread
+/// and two workers) and serves a batch of overlapping calls exactly as with one.
+#[tokio::test]
+async fn with_two_worker_threads_the_gateway_runs_multi_threaded_and_answers_every_call() {
+    let rig = Rig::start("").await;
+    let options = RigOptions {
+        strict: false,
+        extra: "[runtime]\nworker_threads = 2\n",
+        ..Default::default()
+    };
+    let mut gw = rig.gateway(&options).await;
+    let ids: Vec<String> = (0..12)
+        .map(|i| rig.sim.enqueue(call(i, "echo", json!({"message": format!("m{i}")}))))
+        .collect();
+    rig.wait("every call answered", |r| ids.iter().all(|id| r.is_completed(id)))
+        .await;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", gw.pid())).unwrap();
+    let threads: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    assert!(threads >= 3, "the main thread and two workers: {threads} thread(s)");
+    rig.assert_all_bodies_valid();
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
+}
+
+/// The default (`runtime.worker_threads = 1`) runs every task on the main thread.
+#[tokio::test]
+async fn by_default_the_gateway_runs_on_one_thread() {
+    let rig = Rig::start("").await;
+    let mut gw = rig.gateway(&default_mode()).await;
+    let id = rig.sim.enqueue(call(1, "echo", json!({"message": "one"})));
+    rig.wait("the call answered", |r| r.is_completed(&id)).await;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", gw.pid())).unwrap();
+    assert!(
+        status.lines().any(|l| l == "Threads:\t1"),
+        "one thread: {}",
+        status.lines().find(|l| l.starts_with("Threads:")).unwrap_or("")
+    );
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
+}
