@@ -24,6 +24,18 @@ fn settings_with(max_concurrent: usize) -> StdioSettings {
     }
 }
 
+/// `concurrent.py` logging every line it reads to `received.log` in a fresh folder (kept
+/// alive by the returned `TempDir`), behind a transport and a fence 4 wide.
+fn logged_concurrent_peer() -> (tempfile::TempDir, std::path::PathBuf, Arc<StdioTransport>, Fence) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("received.log");
+    let (t, _) = transport_with(
+        peer("concurrent.py", &["--log", log.to_str().unwrap()]),
+        settings_with(4),
+    );
+    (dir, log, Arc::new(t), Fence::new(false, 4))
+}
+
 fn session(id: &str) -> WireHeaders {
     vec![("Mcp-Session-Id".to_owned(), vec![id.to_owned()])]
 }
@@ -129,14 +141,7 @@ async fn eight_overlapping_calls_are_in_flight_at_once_and_each_answer_reaches_i
 #[tokio::test]
 async fn duplicate_ids_and_progress_tokens_from_two_callers_each_get_their_own_answer_and_progress() {
     bounded(async {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("received.log");
-        let (t, _) = transport_with(
-            peer("concurrent.py", &["--log", log.to_str().unwrap()]),
-            settings_with(4),
-        );
-        let t = Arc::new(t);
-        let fence = Fence::new(false, 4);
+        let (_dir, log, t, fence) = logged_concurrent_peer();
         let a = start(&t, &fence, sleep_with_token("1", "\"tok\"", 400, "for A"), session("A"), ANSWER_WITHIN);
         let b = start(&t, &fence, sleep_with_token("1", "\"tok\"", 400, "for B"), session("B"), ANSWER_WITHIN);
         for (who, call) in [("A", a), ("B", b)] {
@@ -166,14 +171,7 @@ async fn duplicate_ids_and_progress_tokens_from_two_callers_each_get_their_own_a
 #[tokio::test]
 async fn a_cancel_reaches_only_its_own_callers_request() {
     bounded(async {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("received.log");
-        let (t, _) = transport_with(
-            peer("concurrent.py", &["--log", log.to_str().unwrap()]),
-            settings_with(4),
-        );
-        let t = Arc::new(t);
-        let fence = Fence::new(false, 4);
+        let (_dir, log, t, fence) = logged_concurrent_peer();
         let a = start(
             &t,
             &fence,
@@ -343,14 +341,7 @@ async fn a_request_queued_behind_a_write_when_the_child_dies_is_not_sent() {
 #[tokio::test]
 async fn a_child_slow_to_read_holds_up_writers_but_not_answers_already_read() {
     bounded(async {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("received.log");
-        let (t, _) = transport_with(
-            peer("concurrent.py", &["--log", log.to_str().unwrap()]),
-            settings_with(4),
-        );
-        let t = Arc::new(t);
-        let fence = Fence::new(false, 4);
+        let (_dir, log, t, fence) = logged_concurrent_peer();
         let first = start(
             &t,
             &fence,

@@ -852,25 +852,17 @@ impl Plan {
     pub fn fault_script(&self) -> String {
         let mut out = String::new();
         for c in &self.commands {
-            for (j, post) in c.post.iter().enumerate() {
-                let Some(post) = post else { continue };
-                let _ = writeln!(
-                    out,
-                    "[[rule]]\nmatch = {{ order = {}, resp_type = \"terminal\" }}\nattempts = [{}]",
-                    c.order(),
-                    j + 1
-                );
-                action(&mut out, post);
-            }
-            for (j, post) in c.notify.iter().enumerate() {
-                let Some(post) = post else { continue };
-                let _ = writeln!(
-                    out,
-                    "[[rule]]\nmatch = {{ order = {}, resp_type = \"jsonrpc_notify\" }}\nattempts = [{}]",
-                    c.order(),
-                    j + 1
-                );
-                action(&mut out, post);
+            for (resp_type, posts) in [("terminal", &c.post), ("jsonrpc_notify", &c.notify)] {
+                for (j, post) in posts.iter().enumerate() {
+                    let Some(post) = post else { continue };
+                    let _ = writeln!(
+                        out,
+                        "[[rule]]\nmatch = {{ order = {}, resp_type = \"{resp_type}\" }}\nattempts = [{}]",
+                        c.order(),
+                        j + 1
+                    );
+                    action(&mut out, post);
+                }
             }
         }
         for (nth, fault) in &self.polls {
