@@ -4,7 +4,8 @@
 //! - **direct**: an MCP client calling the MCP server (the embedded stub) directly;
 //! - **tunnel**: a load control plane ([`loadcp`]: callers that each queue a command and
 //!   wait for its response POST) and a real `tunnelgate` process (the binary given with
-//!   `--gateway`) between it and the stub, default and strict mode;
+//!   `--gateway`) between it and the stub, default and strict mode; with `--stdio-server`,
+//!   also to a trivial stdio MCP server (the gateway's child);
 //! - **floor**: the three loopback exchanges a tunnelled command needs (poll delivery, the
 //!   MCP exchange, the response POST), each served by a no-op peer, so the gateway's own
 //!   share shows as a ratio.
@@ -55,6 +56,8 @@ struct Args {
     tunnel_only: bool,
     /// Print each gateway's pid on stderr as it starts (to attach a profiler).
     announce: bool,
+    /// `examples/bench_stdio`, whose `--serve-stdio` is the trivial stdio MCP server.
+    stdio_server: Option<String>,
 }
 
 /// One load run's figures.
@@ -75,7 +78,7 @@ struct TunnelLoad {
 }
 
 const USAGE: &str =
-    "usage: bench [--gateway PATH] [--seconds N] [--smoke] [--concurrency N]... [--only tunnel] [--announce-pid]
+    "usage: bench [--gateway PATH] [--seconds N] [--smoke] [--concurrency N]... [--only tunnel] [--announce-pid] [--stdio-server PATH]
 
   --gateway PATH     the tunnelgate binary (default target/release/tunnelgate)
   --seconds N        measured seconds per run (default 5)
@@ -83,6 +86,8 @@ const USAGE: &str =
   --concurrency N    run this concurrency (repeatable; default 1, 16 and 64)
   --only tunnel      only the default-mode tunnel runs (for profiling)
   --announce-pid     print each gateway's pid on stderr when it is ready
+  --stdio-server P   also run the tunnel to a stdio MCP server: P is examples/bench_stdio,
+                     whose --serve-stdio answers each line (default mode only)
 
 example: bench --only tunnel --concurrency 16 --seconds 20 --announce-pid";
 
@@ -94,6 +99,7 @@ fn parse_args() -> Result<Args, String> {
         concurrency: Vec::new(),
         tunnel_only: false,
         announce: false,
+        stdio_server: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -117,6 +123,7 @@ fn parse_args() -> Result<Args, String> {
                 other => return Err(format!("--only takes `tunnel`, not {other:?}")),
             },
             "--announce-pid" => args.announce = true,
+            "--stdio-server" => args.stdio_server = Some(it.next().ok_or("--stdio-server needs a path")?),
             "--smoke" => args.smoke = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}; see --help")),
@@ -161,7 +168,7 @@ async fn run(args: Args) -> Result<u8, String> {
     if args.tunnel_only {
         for &concurrency in &args.concurrency {
             eprintln!("bench: concurrency {concurrency}: tunnel, default mode");
-            let t = tunnel_load(&args, &stub, concurrency, false, secs).await?;
+            let t = tunnel_load(&args, &http_channel(&stub), concurrency, false, secs).await?;
             println!(
                 "concurrency {concurrency}: {:.0}/s, p50 {:.0} us, p99 {:.0} us, gateway CPU {:.1} us/command, peak RSS {:.1} MiB",
                 t.load.per_second,
@@ -174,8 +181,8 @@ async fn run(args: Args) -> Result<u8, String> {
         return Ok(0);
     }
     let mut out = String::new();
-    out.push_str("| concurrency | direct /s | floor /s | tunnel /s | tunnel / floor | p50 direct | p50 floor | p50 tunnel | p50 tunnel / floor | p99 tunnel | added p50 (vs direct) | gateway CPU / command | tunnel /s (strict) | strict p50 | peak RSS under load |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| concurrency | direct /s | floor /s | tunnel /s | tunnel / floor | p50 direct | p50 floor | p50 tunnel | p50 tunnel / floor | p99 tunnel | added p50 / p99 (vs direct) | gateway CPU / command | tunnel /s (strict) | strict p50 | peak RSS under load | stdio tunnel /s | stdio p50 | stdio gateway CPU / command |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let floor_peers = Floor::start().await?;
     for &concurrency in &args.concurrency {
         eprintln!("bench: concurrency {concurrency}: direct");
@@ -183,15 +190,22 @@ async fn run(args: Args) -> Result<u8, String> {
         eprintln!("bench: concurrency {concurrency}: floor");
         let floor = floor_peers.load(&client, concurrency, secs).await;
         eprintln!("bench: concurrency {concurrency}: tunnel, default mode");
-        let tunnel = tunnel_load(&args, &stub, concurrency, false, secs).await?;
+        let tunnel = tunnel_load(&args, &http_channel(&stub), concurrency, false, secs).await?;
+        let stdio = match &args.stdio_server {
+            Some(server) => {
+                eprintln!("bench: concurrency {concurrency}: tunnel to a stdio server, default mode");
+                Some(tunnel_load(&args, &stdio_channel(server), concurrency, false, secs).await?)
+            }
+            None => None,
+        };
         let strict = if concurrency == 1 {
             eprintln!("bench: concurrency 1: tunnel, strict mode");
-            Some(tunnel_load(&args, &stub, 1, true, secs).await?)
+            Some(tunnel_load(&args, &http_channel(&stub), 1, true, secs).await?)
         } else {
             None
         };
         out.push_str(&format!(
-            "| {concurrency} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} us | {:.0} us | {:.0} us | {:.2} | {:.0} us | {:.0} us | {:.0} us | {} | {} | {:.1} MiB |\n",
+            "| {concurrency} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} us | {:.0} us | {:.0} us | {:.2} | {:.0} us | {:.0} / {:.0} us | {:.0} us | {} | {} | {:.1} MiB | {} | {} | {} |\n",
             direct.per_second,
             floor.per_second,
             tunnel.load.per_second,
@@ -202,14 +216,18 @@ async fn run(args: Args) -> Result<u8, String> {
             tunnel.load.p50_us / floor.p50_us.max(1.0),
             tunnel.load.p99_us,
             tunnel.load.p50_us - direct.p50_us,
+            tunnel.load.p99_us - direct.p99_us,
             tunnel.cpu_us_per_command,
             strict.map_or("—".to_owned(), |s| format!("{:.0}", s.load.per_second)),
             strict.map_or("—".to_owned(), |s| format!("{:.0} us", s.load.p50_us)),
             tunnel.peak_rss_kib as f64 / 1024.0,
+            stdio.map_or("—".to_owned(), |s| format!("{:.0}", s.load.per_second)),
+            stdio.map_or("—".to_owned(), |s| format!("{:.0} us", s.load.p50_us)),
+            stdio.map_or("—".to_owned(), |s| format!("{:.0} us", s.cpu_us_per_command)),
         ));
     }
     eprintln!("bench: concurrency 16: tunnel, default mode, log_level = info");
-    let info = tunnel_load_logging(&args, &stub, 16, false, secs, "info").await?;
+    let info = tunnel_load_logging(&args, &http_channel(&stub), 16, false, secs, "info").await?;
     eprintln!("bench: memory, startup and latch-to-exit");
     let spot = spot_figures(&args, &stub).await?;
     out.push_str(&format!(
@@ -228,7 +246,7 @@ async fn run(args: Args) -> Result<u8, String> {
 async fn smoke(args: &Args, stub: &McpStub, client: &reqwest::Client) -> Result<u8, String> {
     let secs = Duration::from_secs(args.seconds.clamp(1, 5));
     let direct = load(client, &stub.url(), 16, secs).await;
-    let tunnel = tunnel_load(args, stub, 16, false, secs).await?;
+    let tunnel = tunnel_load(args, &http_channel(stub), 16, false, secs).await?;
     let ratio = tunnel.load.per_second / direct.per_second.max(1.0);
     println!(
         "bench smoke: direct {:.0}/s, tunnel {:.0}/s, ratio {ratio:.3} (fails below {SMOKE_MIN_RATIO})",
@@ -324,7 +342,7 @@ impl GatewayProcess {
     async fn start(
         args: &Args,
         base_url: &str,
-        mcp_url: &str,
+        channel: &str,
         strict: bool,
         max_inflight: usize,
         log_level: &str,
@@ -342,7 +360,7 @@ max_inflight = {max_inflight}
 [mcp]
 max_concurrent = {concurrent}
 [mcp.channels.main]
-url = "{mcp_url}"
+{channel}
 [strict]
 enabled = {strict}
 latch_file = "{latch}"
@@ -428,28 +446,29 @@ async fn start_sim(faults: &str) -> Result<Simulator, String> {
     Simulator::start(config).await.map_err(|e| format!("simulator: {e}"))
 }
 
-/// A gateway between the load control plane and the stub, `concurrency` callers.
+/// A gateway between the load control plane and the MCP server of `channel` (a TOML line
+/// of `[mcp.channels.main]`), `concurrency` callers.
 async fn tunnel_load(
     args: &Args,
-    stub: &McpStub,
+    channel: &str,
     concurrency: usize,
     strict: bool,
     secs: Duration,
 ) -> Result<TunnelLoad, String> {
-    tunnel_load_logging(args, stub, concurrency, strict, secs, "warn").await
+    tunnel_load_logging(args, channel, concurrency, strict, secs, "warn").await
 }
 
 /// [`tunnel_load`] with the gateway's `telemetry.log_level` set to `log_level`.
 async fn tunnel_load_logging(
     args: &Args,
-    stub: &McpStub,
+    channel: &str,
     concurrency: usize,
     strict: bool,
     secs: Duration,
     log_level: &str,
 ) -> Result<TunnelLoad, String> {
     let cp = Arc::new(LoadCp::start().await?);
-    let (gw, _) = GatewayProcess::start(args, &cp.base_url(), &stub.url(), strict, 128, log_level).await?;
+    let (gw, _) = GatewayProcess::start(args, &cp.base_url(), channel, strict, 128, log_level).await?;
     if args.announce {
         eprintln!("bench: gateway pid {}", gw.pid());
     }
@@ -475,7 +494,7 @@ struct Spot {
 async fn spot_figures(args: &Args, stub: &McpStub) -> Result<Spot, String> {
     // Idle, then 1,000 commands queued behind slow calls.
     let sim = start_sim("").await?;
-    let (gw, startup) = GatewayProcess::start(args, &sim.base_url(), &stub.url(), false, 1000, "warn").await?;
+    let (gw, startup) = GatewayProcess::start(args, &sim.base_url(), &http_channel(stub), false, 1000, "warn").await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss_kib = gw.rss_kib("VmHWM:");
     for i in 0..1000u64 {
@@ -494,7 +513,7 @@ async fn spot_figures(args: &Args, stub: &McpStub) -> Result<Spot, String> {
 
     // Latch to exit: a 404 on the terminal POST of a strict gateway.
     let sim = start_sim("[[rule]]\nmatch = { tool = \"echo\", resp_type = \"terminal\" }\nstatus = 404\n").await?;
-    let (mut gw, _) = GatewayProcess::start(args, &sim.base_url(), &stub.url(), true, 20, "warn").await?;
+    let (mut gw, _) = GatewayProcess::start(args, &sim.base_url(), &http_channel(stub), true, 20, "warn").await?;
     sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
         "params":{"name":"echo","arguments":{"message":"latch"}}}),
@@ -582,6 +601,17 @@ impl Floor {
         })
         .await
     }
+}
+
+/// `[mcp.channels.main]` pointing at the embedded stub over HTTP.
+fn http_channel(stub: &McpStub) -> String {
+    format!("url = \"{}\"", stub.url())
+}
+
+/// `[mcp.channels.main]` running `server --serve-stdio` as the gateway's stdio child.
+fn stdio_channel(server: &str) -> String {
+    let argv = [server, "--serve-stdio"];
+    format!("command = {}", serde_json::to_string(&argv).expect("argv is JSON"))
 }
 
 async fn serve(app: axum::Router) -> Result<SocketAddr, String> {
