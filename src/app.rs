@@ -31,7 +31,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{AmbiguityPolicy, ChannelConfig, Config, LatchedStart};
 use crate::control::{random_hex, ControlClient, ControlSettings};
-use crate::dispatch::{Dispatcher, Health, Policy, Propagation, Stops};
+use crate::dispatch::{Dispatcher, Health, Policy, Propagation, Stops, Wiring};
 use crate::downstream::{Channels, HttpSettings, HttpTransport, StdioSettings, StdioTransport, Transport};
 use crate::ops::OpsState;
 use crate::protocol::{server_info_header, ServerInfoChannel};
@@ -185,13 +185,13 @@ impl Gateway {
             crate::ops::serve(listener, ops_state, ops_stop.clone()),
         );
 
-        let dispatcher = Dispatcher::new(
+        let dispatcher = Dispatcher::new(Wiring {
             control,
-            fence.clone(),
-            channels.clone(),
-            metrics.clone(),
-            health.clone(),
-            Policy {
+            fence: fence.clone(),
+            channels: channels.clone(),
+            metrics: metrics.clone(),
+            health: health.clone(),
+            policy: Policy {
                 strict,
                 ambiguity_is_fatal: config.strict.on_downstream_ambiguity == AmbiguityPolicy::Fatal,
                 cleanup_timeout: config.strict.cleanup_timeout,
@@ -201,12 +201,12 @@ impl Gateway {
                     meta: config.telemetry.propagate.meta(),
                 },
             },
-            supervisor.clone(),
-            Stops {
+            supervisor: supervisor.clone(),
+            stops: Stops {
                 cut: cut.clone(),
                 hard_stop: hard_stop.clone(),
             },
-        );
+        });
         tracing::info!(
             mode = if strict { "strict" } else { "default" },
             channels = channels.status().len(),

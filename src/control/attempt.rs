@@ -2,7 +2,6 @@
 //!
 //! One exhaustive `match` per question, no wildcard arms over our own enums.
 
-use crate::strict::FatalCategory;
 use crate::telemetry::LabelValue;
 
 /// How one POST attempt ended (`delivery_attempts_total{result}`).
@@ -103,20 +102,6 @@ impl AttemptResult {
             | Self::Cancelled => Delivery::Ambiguous,
         }
     }
-
-    /// The fatal category a strict gateway latches when this was the last attempt of a
-    /// dispatched command's terminal response. `None` for `Ok`.
-    pub fn fatal_category(self) -> Option<FatalCategory> {
-        match self {
-            Self::Ok => None,
-            Self::NotFound => Some(FatalCategory::AckNotFound),
-            Self::RejectedStatus => Some(FatalCategory::AckRejected),
-            Self::RetryableStatus | Self::TransportNotSent => Some(FatalCategory::AckRetriesExhausted),
-            Self::TransportAfterWrite => Some(FatalCategory::AckConnectionLost),
-            Self::Timeout => Some(FatalCategory::AckTimeout),
-            Self::Cancelled => Some(FatalCategory::StoppedBeforeAck),
-        }
-    }
 }
 
 impl Delivery {
@@ -194,36 +179,6 @@ mod tests {
         for (a, status, terminal, notify) in table {
             assert_eq!(a.is_retryable(Terminal, status), terminal, "{a:?} terminal");
             assert_eq!(a.is_retryable(Notify, status), notify, "{a:?} notify");
-        }
-    }
-
-    #[test]
-    fn last_attempts_map_to_deliveries_and_categories() {
-        let table = [
-            (A::Ok, Delivery::Acked, None),
-            (A::NotFound, Delivery::NotFound, Some(FatalCategory::AckNotFound)),
-            (A::RejectedStatus, Delivery::Rejected, Some(FatalCategory::AckRejected)),
-            (
-                A::RetryableStatus,
-                Delivery::Ambiguous,
-                Some(FatalCategory::AckRetriesExhausted),
-            ),
-            (
-                A::TransportNotSent,
-                Delivery::Ambiguous,
-                Some(FatalCategory::AckRetriesExhausted),
-            ),
-            (
-                A::TransportAfterWrite,
-                Delivery::Ambiguous,
-                Some(FatalCategory::AckConnectionLost),
-            ),
-            (A::Timeout, Delivery::Ambiguous, Some(FatalCategory::AckTimeout)),
-            (A::Cancelled, Delivery::Ambiguous, Some(FatalCategory::StoppedBeforeAck)),
-        ];
-        for (a, delivery, category) in table {
-            assert_eq!(a.final_delivery(), delivery, "{a:?}");
-            assert_eq!(a.fatal_category(), category, "{a:?}");
         }
     }
 }

@@ -2,12 +2,14 @@
 //!
 //! Owns the wire conversation with the tunnel service: request headers, the poll's
 //! receipt time, retry policy for response POSTs (identical bytes on every attempt),
-//! and classification of each attempt into a typed [`Delivery`]. Must not touch MCP
-//! servers or the fence: it reports, the dispatcher decides.
+//! and classification of each attempt into a typed [`Delivery`], and the poll loop with its
+//! backoff ([`Poller`]). Must not touch MCP servers, the fence or anything of strict
+//! mode: it reports, the dispatcher decides.
 
 mod attempt;
 pub mod backoff;
 mod client;
+mod poller;
 #[cfg(test)]
 mod timing_tests;
 
@@ -16,3 +18,4 @@ pub use backoff::{parse_retry_after, Backoff};
 pub use client::{
     random_hex, ControlClient, ControlSettings, DeliveryReport, PollAnswer, PollError, PollErrorKind, PollWait, Polled,
 };
+pub use poller::{PollSink, Poller, Retry, MAX_POLL_LIMIT};

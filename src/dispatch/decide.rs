@@ -1,15 +1,18 @@
 //! What a command's lifecycle does next, as one pure function: the strict-mode latch
 //! decisions and the default-mode reports, with no I/O, no clock and no state.
 //!
-//! The lifecycle (`lifecycle.rs`) asks twice per admitted command: when its downstream
-//! leg ends, and when its terminal delivery ends. It performs what comes back and nothing
-//! else; the table test below lists every combination of the inputs.
+//! An admitted command walks three states: [`BeforeDispatch`], [`Running`]
+//! (its downstream leg), [`Delivering`] (its terminal response). Each state is consumed
+//! by its one transition, which says what the driver (`command.rs`) does next; the
+//! driver performs that and nothing else. [`decide`] flattens the two decision points
+//! into one table, and the table test lists every combination of the inputs.
 
 use crate::control::{AttemptResult, Delivery};
 use crate::downstream::LegOutcome;
 use crate::strict::FatalCategory;
 
-/// Where the command stands.
+/// Where the command stands (for [`decide`]).
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stage {
     /// The downstream leg ended with `outcome`; `cut` when the stop cut it short (grace
@@ -24,7 +27,8 @@ pub(crate) enum Stage {
     },
 }
 
-/// Everything a decision depends on.
+/// Everything a decision depends on (for [`decide`]).
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Situation {
     pub stage: Stage,
@@ -35,7 +39,8 @@ pub(crate) struct Situation {
     pub ambiguity_is_fatal: bool,
 }
 
-/// What the lifecycle does.
+/// What the lifecycle does, flattened (for [`decide`]).
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Decision {
     /// Post the leg's reply as the terminal response, then decide on its delivery.
@@ -55,41 +60,186 @@ pub(crate) enum Decision {
     Report,
 }
 
-/// The one decision table.
-pub(crate) fn decide(s: Situation) -> Decision {
-    match s.stage {
-        Stage::LegEnded { outcome, cut } => {
-            let dispatched = outcome != LegOutcome::NotSent;
-            if s.deadline_passed {
-                return if dispatched && s.strict {
-                    Decision::Latch(FatalCategory::DeadlineExpired)
-                } else {
-                    Decision::Silent
-                };
-            }
-            match (cut, dispatched, s.strict, outcome) {
-                (true, true, true, _) => Decision::LatchThenTell(FatalCategory::StoppedBeforeAck),
-                (true, _, _, _) => Decision::DeliverWithinCleanup,
-                (false, _, true, LegOutcome::Abandoned) if s.ambiguity_is_fatal => {
-                    Decision::LatchThenTell(FatalCategory::DownstreamAmbiguous)
-                }
-                (false, _, _, _) => Decision::Deliver,
-            }
+/// The rules a strict gateway decides by, fixed at startup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Rules {
+    pub strict: bool,
+    /// `strict.on_downstream_ambiguity = "fatal"`.
+    pub ambiguity_is_fatal: bool,
+}
+
+/// An admitted command that has not started its downstream leg. The lifecycle is a
+/// chain of these states, each consumed by the one transition it allows, so the driver
+/// (`command.rs`) cannot ask a question out of order.
+#[derive(Debug)]
+pub(crate) struct BeforeDispatch {
+    rules: Rules,
+}
+
+/// The downstream leg runs.
+#[derive(Debug)]
+pub(crate) struct Running {
+    rules: Rules,
+}
+
+/// The terminal response is being delivered.
+#[derive(Debug)]
+pub(crate) struct Delivering {
+    rules: Rules,
+    /// The leg's outcome was not `not_sent`.
+    dispatched: bool,
+}
+
+/// What an admitted command does first.
+#[derive(Debug)]
+pub(crate) enum Start {
+    /// The deadline passed before dispatch: dropped, nothing sent.
+    Expired,
+    /// Run the leg.
+    Run(Running),
+}
+
+/// What the lifecycle does when the leg has ended.
+#[derive(Debug)]
+pub(crate) enum AfterLeg {
+    /// Post the leg's reply as the terminal response (bounded by the cleanup time when
+    /// the gateway is stopping), then decide on its delivery.
+    Deliver { within_cleanup: bool, next: Delivering },
+    /// Post nothing: the deadline passed, and a late answer is never synthesized.
+    Silent,
+    /// Latch; nothing more is posted.
+    Latch(FatalCategory),
+    /// Latch, then tell the caller "effect unknown", bounded by the cleanup time.
+    LatchThenTell(FatalCategory),
+}
+
+/// What the lifecycle does when the terminal delivery has ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AfterDelivery {
+    Done,
+    Latch(FatalCategory),
+    Report,
+}
+
+impl BeforeDispatch {
+    pub(crate) fn new(rules: Rules) -> Self {
+        Self { rules }
+    }
+
+    /// Just before dispatch.
+    pub(crate) fn start(self, deadline_passed: bool) -> Start {
+        if deadline_passed {
+            Start::Expired
+        } else {
+            Start::Run(Running { rules: self.rules })
         }
+    }
+}
+
+impl Running {
+    /// The leg ended with `outcome`; `cut` when the stop cut it short (grace over, or a
+    /// second stop request).
+    pub(crate) fn leg_ended(self, outcome: LegOutcome, cut: bool, deadline_passed: bool) -> AfterLeg {
+        let Rules {
+            strict,
+            ambiguity_is_fatal,
+        } = self.rules;
+        let dispatched = outcome != LegOutcome::NotSent;
+        let deliver = |within_cleanup| AfterLeg::Deliver {
+            within_cleanup,
+            next: Delivering {
+                rules: self.rules,
+                dispatched,
+            },
+        };
+        if deadline_passed {
+            return if dispatched && strict {
+                AfterLeg::Latch(FatalCategory::DeadlineExpired)
+            } else {
+                AfterLeg::Silent
+            };
+        }
+        match (cut, dispatched, strict, outcome) {
+            (true, true, true, _) => AfterLeg::LatchThenTell(FatalCategory::StoppedBeforeAck),
+            (true, _, _, _) => deliver(true),
+            (false, _, true, LegOutcome::Abandoned) if ambiguity_is_fatal => {
+                AfterLeg::LatchThenTell(FatalCategory::DownstreamAmbiguous)
+            }
+            (false, _, _, _) => deliver(false),
+        }
+    }
+}
+
+impl Delivering {
+    /// The leg's outcome was not `not_sent`.
+    #[cfg(test)]
+    pub(crate) fn dispatched(&self) -> bool {
+        self.dispatched
+    }
+
+    /// The terminal delivery ended with `delivery`, settled by `last_attempt`.
+    pub(crate) fn delivered(
+        self,
+        delivery: Delivery,
+        last_attempt: AttemptResult,
+        deadline_passed: bool,
+    ) -> AfterDelivery {
+        match delivery {
+            Delivery::Acked => AfterDelivery::Done,
+            Delivery::NotFound | Delivery::Rejected | Delivery::Ambiguous if self.rules.strict && self.dispatched => {
+                AfterDelivery::Latch(if deadline_passed {
+                    FatalCategory::DeadlineExpired
+                } else {
+                    fatal_category(last_attempt).unwrap_or(FatalCategory::InternalError)
+                })
+            }
+            Delivery::NotFound | Delivery::Rejected | Delivery::Ambiguous => AfterDelivery::Report,
+        }
+    }
+}
+
+/// The fatal category a strict gateway latches when `last` was the last attempt of a
+/// dispatched command's terminal response. `None` for `Ok`.
+pub(crate) fn fatal_category(last: AttemptResult) -> Option<FatalCategory> {
+    match last {
+        AttemptResult::Ok => None,
+        AttemptResult::NotFound => Some(FatalCategory::AckNotFound),
+        AttemptResult::RejectedStatus => Some(FatalCategory::AckRejected),
+        AttemptResult::RetryableStatus | AttemptResult::TransportNotSent => Some(FatalCategory::AckRetriesExhausted),
+        AttemptResult::TransportAfterWrite => Some(FatalCategory::AckConnectionLost),
+        AttemptResult::Timeout => Some(FatalCategory::AckTimeout),
+        AttemptResult::Cancelled => Some(FatalCategory::StoppedBeforeAck),
+    }
+}
+
+/// The whole decision table as one function of the [`Situation`], for the table test:
+/// the lifecycle itself walks the states above.
+#[cfg(test)]
+pub(crate) fn decide(s: Situation) -> Decision {
+    let rules = Rules {
+        strict: s.strict,
+        ambiguity_is_fatal: s.ambiguity_is_fatal,
+    };
+    match s.stage {
+        Stage::LegEnded { outcome, cut } => match (Running { rules }).leg_ended(outcome, cut, s.deadline_passed) {
+            AfterLeg::Deliver {
+                within_cleanup: false, ..
+            } => Decision::Deliver,
+            AfterLeg::Deliver {
+                within_cleanup: true, ..
+            } => Decision::DeliverWithinCleanup,
+            AfterLeg::Silent => Decision::Silent,
+            AfterLeg::Latch(c) => Decision::Latch(c),
+            AfterLeg::LatchThenTell(c) => Decision::LatchThenTell(c),
+        },
         Stage::Delivered {
             delivery,
             last_attempt,
             dispatched,
-        } => match delivery {
-            Delivery::Acked => Decision::Done,
-            Delivery::NotFound | Delivery::Rejected | Delivery::Ambiguous if s.strict && dispatched => {
-                Decision::Latch(if s.deadline_passed {
-                    FatalCategory::DeadlineExpired
-                } else {
-                    last_attempt.fatal_category().unwrap_or(FatalCategory::InternalError)
-                })
-            }
-            Delivery::NotFound | Delivery::Rejected | Delivery::Ambiguous => Decision::Report,
+        } => match (Delivering { rules, dispatched }).delivered(delivery, last_attempt, s.deadline_passed) {
+            AfterDelivery::Done => Decision::Done,
+            AfterDelivery::Latch(c) => Decision::Latch(c),
+            AfterDelivery::Report => Decision::Report,
         },
     }
 }

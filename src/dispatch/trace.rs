@@ -19,9 +19,9 @@ use crate::protocol::{
     header_trace_fields, header_value, is_protocol_revision, reply_facts, with_trace_headers, Command, CommandKind,
     InvalidCommand, JsonRpcPayload, NotText, RespType, TraceFields, WireHeaders,
 };
-use crate::strict::{Admission, FatalCategory};
 use crate::telemetry::{
-    events, hashed_session_id, safe_method, safe_token, span_trace_context, Metrics, TraceContext, TraceContextSource,
+    hashed_session_id, safe_method, safe_token, span_trace_context, CommandType, Metrics, TraceContext,
+    TraceContextSource,
 };
 
 /// Which carriers get the gateway's trace context on the way to an MCP server.
@@ -44,7 +44,7 @@ pub(super) struct Forwarded {
 /// The root span of one command, `tunnelgate.command`.
 pub(super) fn command_span(
     command: &Result<Command, InvalidCommand>,
-    command_type: &'static str,
+    command_type: CommandType,
     strict: bool,
 ) -> tracing::Span {
     match command {
@@ -52,7 +52,7 @@ pub(super) fn command_span(
             "tunnelgate.command",
             tunnelgate.request_id = %safe_token(c.request_id.as_str()),
             tunnelgate.channel = %safe_token(c.channel.as_str()),
-            tunnelgate.command_type = command_type,
+            tunnelgate.command_type = command_type.as_str(),
             mcp.method.name = match &c.kind { CommandKind::JsonRpc(p) => p.method().map(safe_method), _ => None },
             tunnelgate.strict = strict,
             tunnelgate.leg_outcome = Empty,
@@ -64,7 +64,7 @@ pub(super) fn command_span(
             "tunnelgate.command",
             tunnelgate.request_id = invalid.request_id.as_ref().map(|r| safe_token(r.as_str())),
             tunnelgate.channel = %safe_token(invalid.channel.as_str()),
-            tunnelgate.command_type = command_type,
+            tunnelgate.command_type = command_type.as_str(),
             tunnelgate.strict = strict,
             "error.type" = invalid.reason,
             otel.status_code = "ERROR",
@@ -207,12 +207,6 @@ pub(super) fn forwarded(
         payload: meta.and_then(|p| p.with_meta_trace(&traceparent, cx.tracestate())),
         headers: set_headers.then(|| with_trace_headers(headers, &traceparent, cx.tracestate())),
     }
-}
-
-/// Latches fatal for this admission and records the latch on the command's span.
-pub(super) fn latch(admission: &Admission, category: FatalCategory) {
-    let latched = admission.latch(category);
-    events::fatal_latched(latched.fatal.category.as_str(), latched.fatal.exit_code);
 }
 
 /// A JSON-RPC id as spans show it: a string's text, a number's digits.

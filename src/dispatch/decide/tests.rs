@@ -237,3 +237,116 @@ fn default_mode_never_latches() {
         );
     }
 }
+
+#[test]
+fn last_attempts_map_to_deliveries_and_categories() {
+    use crate::control::Delivery;
+    use AttemptResult as A;
+    let table = [
+        (A::Ok, Delivery::Acked, None),
+        (A::NotFound, Delivery::NotFound, Some(FatalCategory::AckNotFound)),
+        (A::RejectedStatus, Delivery::Rejected, Some(FatalCategory::AckRejected)),
+        (
+            A::RetryableStatus,
+            Delivery::Ambiguous,
+            Some(FatalCategory::AckRetriesExhausted),
+        ),
+        (
+            A::TransportNotSent,
+            Delivery::Ambiguous,
+            Some(FatalCategory::AckRetriesExhausted),
+        ),
+        (
+            A::TransportAfterWrite,
+            Delivery::Ambiguous,
+            Some(FatalCategory::AckConnectionLost),
+        ),
+        (A::Timeout, Delivery::Ambiguous, Some(FatalCategory::AckTimeout)),
+        (A::Cancelled, Delivery::Ambiguous, Some(FatalCategory::StoppedBeforeAck)),
+    ];
+    for (a, delivery, category) in table {
+        assert_eq!(a.final_delivery(), delivery, "{a:?}");
+        assert_eq!(fatal_category(a), category, "{a:?}");
+    }
+}
+
+const STRICT: Rules = Rules {
+    strict: true,
+    ambiguity_is_fatal: true,
+};
+
+#[test]
+fn an_admitted_command_whose_deadline_passed_before_dispatch_is_dropped_unsent() {
+    for rules in [
+        STRICT,
+        Rules {
+            strict: false,
+            ambiguity_is_fatal: true,
+        },
+    ] {
+        assert!(matches!(BeforeDispatch::new(rules).start(true), Start::Expired));
+        assert!(matches!(BeforeDispatch::new(rules).start(false), Start::Run(_)));
+    }
+}
+
+/// Walks the states as the driver does: start, leg, delivery.
+fn walk(
+    rules: Rules,
+    outcome: LegOutcome,
+    delivery: crate::control::Delivery,
+    last: AttemptResult,
+) -> (bool, AfterDelivery) {
+    let Start::Run(running) = BeforeDispatch::new(rules).start(false) else {
+        panic!("the deadline has not passed");
+    };
+    let AfterLeg::Deliver { within_cleanup, next } = running.leg_ended(outcome, false, false) else {
+        panic!("{outcome:?} is delivered");
+    };
+    assert!(!within_cleanup);
+    let dispatched = next.dispatched();
+    (dispatched, next.delivered(delivery, last, false))
+}
+
+#[test]
+fn the_delivery_state_remembers_whether_the_leg_dispatched() {
+    use crate::control::Delivery::{Acked, NotFound as Nf};
+    let table = [
+        (STRICT, Answered, Acked, Ok, true, AfterDelivery::Done),
+        (STRICT, Answered, Nf, A404, true, AfterDelivery::Latch(AckNotFound)),
+        (STRICT, LegOutcome::NotSent, Nf, A404, false, AfterDelivery::Report),
+        (
+            Rules {
+                strict: false,
+                ambiguity_is_fatal: true,
+            },
+            Answered,
+            Nf,
+            A404,
+            true,
+            AfterDelivery::Report,
+        ),
+    ];
+    for (rules, outcome, delivery, last, dispatched, after) in table {
+        assert_eq!(
+            walk(rules, outcome, delivery, last),
+            (dispatched, after),
+            "{rules:?} {outcome:?}"
+        );
+    }
+}
+
+use AttemptResult::NotFound as A404;
+
+#[test]
+fn a_cut_leg_that_sent_nothing_is_delivered_within_the_cleanup_time() {
+    let Start::Run(running) = BeforeDispatch::new(STRICT).start(false) else {
+        panic!("the deadline has not passed");
+    };
+    assert!(matches!(
+        running.leg_ended(LegOutcome::NotSent, true, false),
+        AfterLeg::Deliver {
+            within_cleanup: true,
+            ..
+        }
+    ));
+}

@@ -1,0 +1,161 @@
+//! The control plane's side of a command: its terminal response, its notifications'
+//! posts, and the answers of commands that never reach an MCP server (refused, not
+//! executed, malformed). Answers of the last kind never latch: nothing was sent.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::control::{ControlClient, DeliveryReport, PostKind};
+use crate::downstream::Reply;
+use crate::protocol::{
+    synthesize_error, ChannelName, Command, CommandKind, FailureSource, InvalidCommand, RequestId, RespType,
+    ResponseBody, ShardToken, TunnelFailure,
+};
+
+/// Said when a command was refused before reaching any MCP server.
+const NOT_EXECUTED_MESSAGE: &str = "not delivered to the MCP server; safe to retry";
+
+/// Said to the caller of a command that could not be decoded.
+const MALFORMED_MESSAGE: &str = "not delivered to the MCP server: the tunnel command was malformed";
+
+/// Posts responses to the control plane.
+pub(crate) struct Responder {
+    control: ControlClient,
+    /// Cancelled when in-flight work must stop now, posts included (cleanup over).
+    hard_stop: CancellationToken,
+    /// Bound on best-effort error responses after a latch or at shutdown.
+    cleanup_timeout: Duration,
+}
+
+impl Responder {
+    pub(crate) fn new(control: ControlClient, hard_stop: CancellationToken, cleanup_timeout: Duration) -> Self {
+        Self {
+            control,
+            hard_stop,
+            cleanup_timeout,
+        }
+    }
+
+    pub(crate) fn control(&self) -> &ControlClient {
+        &self.control
+    }
+
+    pub(crate) fn cleanup_timeout(&self) -> Duration {
+        self.cleanup_timeout
+    }
+
+    /// The cleanup bound from now, never past `deadline`.
+    pub(crate) fn cleanup_deadline(&self, deadline: Option<Instant>) -> Option<Instant> {
+        let end = Instant::now() + self.cleanup_timeout;
+        Some(deadline.map_or(end, |d| d.min(end)))
+    }
+
+    /// Posts `reply` as `cmd`'s terminal response, in a `tunnelgate.deliver` span.
+    pub(crate) async fn terminal(&self, cmd: &Command, reply: &Reply, deadline: Option<Instant>) -> DeliveryReport {
+        let span = tracing::info_span!(
+            "tunnelgate.deliver",
+            tunnelgate.resp_type = reply.resp_type.as_str(),
+            tunnelgate.delivery_outcome = tracing::field::Empty,
+            tunnelgate.attempts = tracing::field::Empty,
+        );
+        let body = body(&cmd.request_id, &cmd.channel, reply);
+        let report = self
+            .post(PostKind::Terminal, body, &cmd.shard_token, deadline)
+            .instrument(span.clone())
+            .await;
+        span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
+        span.record("tunnelgate.attempts", i64::from(report.attempts));
+        report
+    }
+
+    /// Posts one response body of `kind`, retried per the control client's rules.
+    pub(crate) async fn post(
+        &self,
+        kind: PostKind,
+        body: Bytes,
+        shard_token: &ShardToken,
+        deadline: Option<Instant>,
+    ) -> DeliveryReport {
+        self.control
+            .deliver(kind, body, shard_token, deadline, &self.hard_stop)
+            .await
+    }
+
+    /// Answers a command that will never reach an MCP server, best effort, bounded by
+    /// the cleanup timeout.
+    pub(crate) async fn not_executed(&self, cmd: &Command, reason: &'static str) {
+        let report = self.refused(cmd, NOT_EXECUTED_MESSAGE, 503).await;
+        if let Some(report) = report {
+            tracing::info!(reason, delivery = report.delivery.as_str(), "not-executed response");
+        }
+    }
+
+    /// Answers a command the gateway will not carry, with `message` for a request (a
+    /// notification or reply gets `notify_ack` with `code` and no payload), bounded by
+    /// the cleanup timeout.
+    pub(crate) async fn refused(&self, cmd: &Command, message: &str, code: u16) -> Option<DeliveryReport> {
+        let (id, resp_type) = match &cmd.kind {
+            CommandKind::JsonRpc(p) if p.expects_response() => (p.id(), RespType::JsonrpcResponse),
+            CommandKind::JsonRpc(_) => (None, RespType::NotifyAck),
+            CommandKind::SessionTermination => (None, RespType::SessionTerminationResponse),
+            CommandKind::Unknown(_) => return None,
+        };
+        let failure = TunnelFailure::new(FailureSource::ClientInternal, None, false, None);
+        let resp_json = (resp_type == RespType::JsonrpcResponse).then(|| synthesize_error(id, message, &failure));
+        let reply = error_reply(resp_json, code, resp_type);
+        let deadline = Instant::now() + self.cleanup_timeout;
+        Some(self.terminal(cmd, &reply, Some(deadline)).await)
+    }
+
+    /// A command that could not be decoded: answered when it carries what a response
+    /// needs, otherwise skipped (it is counted by the caller).
+    pub(crate) async fn invalid(&self, invalid: InvalidCommand) {
+        let (Some(request_id), Some(shard_token)) = (invalid.request_id, invalid.shard_token) else {
+            tracing::warn!(
+                reason = invalid.reason,
+                "malformed command without request id or shard token; skipped"
+            );
+            return;
+        };
+        tracing::warn!(reason = invalid.reason, "malformed command; answered with an error");
+        let failure = TunnelFailure::new(FailureSource::Protocol, Some("invalid_protocol_response"), false, None);
+        let resp_json = synthesize_error(None, MALFORMED_MESSAGE, &failure);
+        let reply = error_reply(Some(resp_json), 400, RespType::JsonrpcResponse);
+        let deadline = Instant::now() + self.cleanup_timeout;
+        let body = body(&request_id, &invalid.channel, &reply);
+        let report = self.post(PostKind::Terminal, body, &shard_token, Some(deadline)).await;
+        tracing::info!(delivery = report.delivery.as_str(), "malformed-command response");
+    }
+}
+
+/// The response body of `reply` for the command `request_id` on `channel`.
+pub(crate) fn body(request_id: &RequestId, channel: &ChannelName, reply: &Reply) -> Bytes {
+    ResponseBody {
+        request_id,
+        channel,
+        resp_json: reply.resp_json.as_deref(),
+        resp_headers: &reply.resp_headers,
+        resp_code: reply.resp_code,
+        resp_type: reply.resp_type,
+    }
+    .to_bytes()
+}
+
+/// A synthesized answer: JSON when there is a payload, nothing otherwise.
+fn error_reply(resp_json: Option<Box<serde_json::value::RawValue>>, code: u16, resp_type: RespType) -> Reply {
+    let mut resp_headers = BTreeMap::new();
+    if resp_json.is_some() {
+        resp_headers.insert("Content-Type".to_owned(), vec!["application/json".to_owned()]);
+    }
+    Reply {
+        resp_json,
+        resp_headers,
+        resp_code: code,
+        resp_type,
+    }
+}

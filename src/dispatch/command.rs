@@ -1,0 +1,303 @@
+//! One command, from its route to its last delivery.
+//!
+//! [`run`] routes the command and handles the routes that never reach the fence; an
+//! admitted command becomes a [`CommandTask`], which owns its deadline, its transport,
+//! its admission once granted and its span, and walks the states of `decide`: each
+//! transition says what to do, and this file only does it (the I/O). Latches are taken
+//! here, while the permit is held, never from the spans.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::admission::{is_expired, Admitted, Place};
+use super::decide::{AfterDelivery, AfterLeg, BeforeDispatch, Start};
+use super::leg::record_leg;
+use super::replies::{ReplyJob, ReplyKey};
+use super::route::{route, Route};
+use super::Dispatcher;
+use crate::control::{Delivery, DeliveryReport};
+use crate::downstream::{LegResult, Transport};
+use crate::protocol::{Command, JsonRpcPayload};
+use crate::strict::{Admission, FatalCategory, FenceLeg, Refusal};
+use crate::telemetry::{events, DropReason, DurationLeg};
+
+/// Said (in the log and by the status) when a reply matches no waiting server request.
+const UNMATCHED_REPLY_MESSAGE: &str =
+    "this reply matches no request the MCP server is waiting for; it was not delivered";
+
+/// Said when strict mode refuses a long-lived subscription stream.
+const LISTEN_REFUSED_MESSAGE: &str = "not delivered to the MCP server: strict mode carries no long-lived subscription streams (subscriptions/listen); use a gateway in default mode for subscriptions";
+
+/// An admitted command's task.
+pub(super) struct CommandTask<'a> {
+    pub(super) d: &'a Arc<Dispatcher>,
+    pub(super) cmd: &'a Command,
+    pub(super) transport: &'a Transport,
+    pub(super) deadline: Option<Instant>,
+    /// The command's own span (`tunnelgate.command`).
+    pub(super) span: tracing::Span,
+}
+
+impl super::Gate {
+    /// The command's place in the admission line, taken now (in receipt order); `None`
+    /// for a command that will never be admitted, which its task handles on its own.
+    pub(super) fn join_if_admitted(&self, cmd: &Command, received_at: Instant) -> Option<Place> {
+        match route(
+            cmd,
+            received_at,
+            |c| self.channels.get(c),
+            self.rules.strict,
+            Instant::now(),
+        ) {
+            Route::Admit { method, deadline, .. } => Some(self.line.join(cmd, method, deadline)),
+            _ => None,
+        }
+    }
+}
+
+/// Runs one decoded command. `place` is its place in the admission line, if the poller
+/// took one; `queue` is its queue span, closed when the task starts on it.
+pub(super) async fn run(
+    d: &Arc<Dispatcher>,
+    cmd: Command,
+    received_at: Instant,
+    place: Option<Place>,
+    queue: tracing::Span,
+) {
+    let gate = &d.gate;
+    match route(
+        &cmd,
+        received_at,
+        |c| gate.channels.get(c),
+        gate.rules.strict,
+        Instant::now(),
+    ) {
+        Route::UnknownType(t) => {
+            tracing::warn!(command_type = %crate::telemetry::safe_method(t), "unknown command type; skipped");
+            d.books.dropped(DropReason::UnknownType);
+        }
+        Route::Expired => {
+            tracing::info!("response_timeout already passed at receipt; dropped without contacting the MCP server");
+            d.books.dropped(DropReason::Expired);
+        }
+        Route::Unroutable => {
+            tracing::warn!("no channel of that name is configured; answered with an error, never routed elsewhere");
+            d.books.dropped(DropReason::Unroutable);
+            d.responder.not_executed(&cmd, "unroutable").await;
+        }
+        Route::Reply {
+            payload,
+            channel,
+            deadline,
+        } => run_reply(d, &cmd, payload, channel, deadline).await,
+        Route::LongLivedRefused => {
+            tracing::warn!(
+                "strict mode carries no long-lived subscription stream (subscriptions/listen); refused, not delivered"
+            );
+            d.books.dropped(DropReason::Unsupported);
+            d.responder.refused(&cmd, LISTEN_REFUSED_MESSAGE, 501).await;
+        }
+        Route::Admit {
+            channel,
+            method,
+            deadline,
+        } => {
+            d.books.leg_took(DurationLeg::Queue, received_at);
+            drop(queue);
+            let place = place.unwrap_or_else(|| gate.line.join(&cmd, method, deadline));
+            let task = CommandTask {
+                d,
+                cmd: &cmd,
+                transport: channel,
+                deadline,
+                span: tracing::Span::current(),
+            };
+            task.run(place, received_at).await;
+        }
+    }
+}
+
+impl CommandTask<'_> {
+    /// Waits for the fence, then runs the admitted lifecycle.
+    async fn run(self, place: Place, received_at: Instant) {
+        // Admission is granted in receipt order by the admitter.
+        let Some(admission) = self.wait_at_fence(place).await else {
+            return;
+        };
+        let books = &self.d.books;
+        books.admitted(self.d.gate.fence.is_strict());
+        self.admitted(admission).await;
+        books.released(self.d.gate.fence.snapshot().held);
+        books.leg_took(DurationLeg::Total, received_at);
+    }
+
+    /// The admission, or `None` when the command was dropped or answered instead.
+    async fn wait_at_fence(&self, place: Place) -> Option<Admission> {
+        let wait_started = Instant::now();
+        let admitted = place.instrument(tracing::info_span!("tunnelgate.fence_wait")).await;
+        let books = &self.d.books;
+        books.leg_took(DurationLeg::FenceWait, wait_started);
+        let refusal = match admitted {
+            Ok(Admitted::Yes(a)) => return Some(a),
+            Ok(Admitted::Expired) => {
+                tracing::info!(
+                    "response_timeout passed while waiting for the fence; dropped without contacting the MCP server"
+                );
+                books.dropped(DropReason::Expired);
+                return None;
+            }
+            Ok(Admitted::Refused(refusal)) => refusal,
+            // The admitter is gone: the gateway is stopping.
+            Err(_) => {
+                books.dropped(DropReason::Shutdown);
+                self.d.responder.not_executed(self.cmd, "stopping").await;
+                return None;
+            }
+        };
+        let reason = match refusal {
+            Refusal::Latched => DropReason::Fatal,
+            Refusal::Stopping => DropReason::Shutdown,
+        };
+        tracing::info!(
+            reason = refusal.kind(),
+            "not executed; answered with a retry-safe error"
+        );
+        books.dropped(reason);
+        self.d.responder.not_executed(self.cmd, refusal.kind()).await;
+        None
+    }
+
+    /// The admitted lifecycle: the leg, then what `decide` says, twice at most (after
+    /// the leg, after the delivery). The admission is released when this returns.
+    async fn admitted(&self, admission: Admission) {
+        let rules = self.d.gate.rules;
+        let running = match BeforeDispatch::new(rules).start(is_expired(self.deadline)) {
+            Start::Run(running) => running,
+            Start::Expired => {
+                tracing::info!("response_timeout passed before dispatch; dropped without contacting the MCP server");
+                self.d.books.dropped(DropReason::Expired);
+                return;
+            }
+        };
+        let (leg, cut) = self.run_leg(&admission).await;
+        let dispatched = leg.outcome != crate::downstream::LegOutcome::NotSent;
+        let (within_cleanup, delivering) = match running.leg_ended(leg.outcome, cut, is_expired(self.deadline)) {
+            AfterLeg::Deliver { within_cleanup, next } => (within_cleanup, next),
+            AfterLeg::Silent => {
+                // Never synthesize a late error; a late answer is not posted either. The
+                // command is counted once, by its leg's outcome.
+                tracing::warn!(
+                    dispatched,
+                    "response_timeout passed during the downstream leg; nothing posted"
+                );
+                return;
+            }
+            AfterLeg::Latch(category) => return latch(&admission, category),
+            AfterLeg::LatchThenTell(category) => {
+                latch(&admission, category);
+                // The caller has not been told yet: post "effect unknown", bounded by cleanup.
+                let deadline = self.d.responder.cleanup_deadline(self.deadline);
+                let report = self.d.responder.terminal(self.cmd, &leg.reply, deadline).await;
+                tracing::info!(
+                    delivery = report.delivery.as_str(),
+                    "effect-unknown response after the latch"
+                );
+                return;
+            }
+        };
+        admission.set_leg(FenceLeg::Deliver);
+        let report = self.deliver(&leg, within_cleanup).await;
+        match delivering.delivered(report.delivery, report.last_attempt, is_expired(self.deadline)) {
+            AfterDelivery::Done => {}
+            AfterDelivery::Latch(category) => latch(&admission, category),
+            AfterDelivery::Report => tracing::warn!(
+                delivery = report.delivery.as_str(),
+                attempt_result = report.last_attempt.as_str(),
+                attempts = report.attempts,
+                dispatched,
+                "terminal response not acknowledged; the caller may not have its result"
+            ),
+        }
+    }
+
+    /// Posts the leg's reply as the terminal response, bounded by the command's
+    /// deadline (or by the cleanup time when the gateway is stopping).
+    async fn deliver(&self, leg: &LegResult, within_cleanup: bool) -> DeliveryReport {
+        let responder = &self.d.responder;
+        let deadline = if within_cleanup {
+            responder.cleanup_deadline(self.deadline)
+        } else {
+            self.deadline
+        };
+        let started = Instant::now();
+        let report = responder.terminal(self.cmd, &leg.reply, deadline).await;
+        self.d.books.leg_took(DurationLeg::Deliver, started);
+        let span = &self.span;
+        span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
+        if report.delivery != Delivery::Acked {
+            span.record("otel.status_code", "ERROR");
+            if leg.failure.is_none() {
+                span.record("error.type", report.last_attempt.as_str());
+            }
+        }
+        report
+    }
+}
+
+/// Latches fatal for this admission, and records the latch on the command's span.
+fn latch(admission: &Admission, category: FatalCategory) {
+    let latched = admission.latch(category);
+    events::fatal_latched(latched.fatal.category.as_str(), latched.fatal.exit_code);
+}
+
+/// A caller's reply to a server request: handed to the leg that carried the question
+/// (no admission of its own), or refused when no server request waits for it.
+async fn run_reply(
+    d: &Arc<Dispatcher>,
+    cmd: &Command,
+    payload: &JsonRpcPayload,
+    transport: &Transport,
+    deadline: Option<Instant>,
+) {
+    let jobs = payload
+        .id()
+        .and_then(|id| ReplyKey::new(cmd.channel.as_str(), &cmd.headers, id))
+        .and_then(|key| d.legs.requests.take(&key));
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let job = ReplyJob {
+        payload: payload.clone(),
+        headers: cmd.headers.clone(),
+        deadline,
+        done: done_tx,
+    };
+    let queued = match jobs {
+        Some(jobs) => jobs.send(job).await.is_ok(),
+        None => false,
+    };
+    // The owning leg runs it; it ends with that leg at the latest.
+    let leg = if queued {
+        match deadline {
+            Some(d) => tokio::time::timeout_at(d, done_rx).await.ok().and_then(Result::ok),
+            None => done_rx.await.ok(),
+        }
+    } else {
+        None
+    };
+    let Some(leg) = leg else {
+        tracing::warn!(reason = "unmatched_reply", "{UNMATCHED_REPLY_MESSAGE}");
+        d.books.dropped(DropReason::UnmatchedReply);
+        d.responder.refused(cmd, UNMATCHED_REPLY_MESSAGE, 409).await;
+        return;
+    };
+    d.books.metrics().downstream_finished(transport.kind(), leg.outcome);
+    let span = tracing::Span::current();
+    record_leg(&span, &leg);
+    tracing::info!(outcome = leg.outcome.as_str(), "reply delivered on the leg that asked");
+    if is_expired(deadline) {
+        return;
+    }
+    let report = d.responder.terminal(cmd, &leg.reply, deadline).await;
+    span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
+}

@@ -1,0 +1,333 @@
+//! A command's downstream leg as it runs: the request to the MCP server, the server's
+//! notifications posted in order while it runs, the server's questions registered for
+//! the caller's replies, those replies carried on the same leg, and the stop's cut.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::FuturesUnordered;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::answer::body;
+use super::command::CommandTask;
+use super::replies::{server_request, ReplyJob, ReplyKey, ServerRequests};
+use super::{trace, Dispatcher, Propagation};
+use crate::control::{Delivery, PostKind};
+use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Notification, Reply, Transport};
+use crate::protocol::{message_method, Command, CommandKind, RespType, WireHeaders};
+use crate::strict::Admission;
+use crate::supervisor::{TaskEnd, TaskKind};
+use crate::telemetry::DurationLeg;
+
+/// Notifications buffered between a transport and the control plane.
+const NOTIFY_BUFFER: usize = 64;
+
+/// Replies queued for one leg at once.
+const REPLY_BUFFER: usize = 16;
+
+/// A server request unanswered this long is logged at `warn` (once).
+const SERVER_REQUEST_WARN_AFTER: Duration = Duration::from_secs(10);
+/// How often a running leg looks for server requests waiting too long on the caller.
+const SERVER_REQUEST_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// What running legs share.
+pub(crate) struct Legs {
+    /// Cancelled when the stop cuts downstream legs short (grace over, second stop
+    /// request, or latched cleanup over): each is answered within the cleanup time.
+    cut: CancellationToken,
+    /// Server requests in flight, for the replies that belong to them.
+    pub(super) requests: ServerRequests,
+    /// Names each admitted leg, as the owner of its server requests.
+    next_owner: AtomicU64,
+    /// Where the gateway's trace context is handed on to MCP servers.
+    pub(super) propagation: Propagation,
+}
+
+/// What the notifier needs to register the server's questions for the leg's replies.
+struct Questions {
+    owner: u64,
+    headers: WireHeaders,
+    jobs: mpsc::Sender<ReplyJob>,
+}
+
+impl Legs {
+    pub(crate) fn new(cut: CancellationToken, propagation: Propagation) -> Self {
+        Self {
+            cut,
+            requests: ServerRequests::default(),
+            next_owner: AtomicU64::new(1),
+            propagation,
+        }
+    }
+}
+
+impl CommandTask<'_> {
+    /// Runs the leg, cut short by the stop, with its notifications posted and its
+    /// replies carried; returns how it ended and whether the stop cut it.
+    pub(super) async fn run_leg(&self, admission: &Admission) -> (LegResult, bool) {
+        let d = self.d;
+        // Notifications are posted in order while the leg runs; the server's questions
+        // among them are registered first, so their replies find this leg.
+        let owner = d.legs.next_owner.fetch_add(1, Ordering::Relaxed);
+        let (jobs_tx, jobs_rx) = mpsc::channel::<ReplyJob>(REPLY_BUFFER);
+        let (notes_tx, notes_rx) = mpsc::channel(NOTIFY_BUFFER);
+        let questions = Questions {
+            owner,
+            headers: self.cmd.headers.clone(),
+            jobs: jobs_tx,
+        };
+        // Driven inside this command's task (no spawn per command), still supervised as
+        // the notifier: a panic there is reported as such and the command goes on.
+        let mut notifier = std::pin::pin!(d.supervisor.watched(
+            TaskKind::Notifier,
+            post_notifications(d.clone(), notes_rx, Ids::of(self.cmd), self.deadline, questions).in_current_span(),
+        ));
+        let started = Instant::now();
+        let leg_future = Box::pin(self.downstream_leg(admission, notes_tx));
+        let (leg, cut, notifier_done) = self
+            .drive(admission, owner, leg_future, jobs_rx, notifier.as_mut())
+            .await;
+        d.books.leg_took(DurationLeg::Downstream, started);
+        d.books
+            .metrics()
+            .downstream_finished(self.transport.kind(), leg.outcome);
+        record_leg(&self.span, &leg);
+        // Notifications go out before the terminal response, whatever happens to them. A
+        // notifier that panicked was reported by the supervisor.
+        if !notifier_done {
+            notifier.await;
+        }
+        // Questions the notifier registered after the leg ended can never be answered.
+        d.legs.requests.release(owner);
+        (leg, cut)
+    }
+
+    /// Polls the leg, the replies it carries and the notifier until the leg ends or the
+    /// stop cuts it; returns the leg, whether it was cut, and whether the notifier ended.
+    async fn drive(
+        &self,
+        admission: &Admission,
+        owner: u64,
+        mut leg_future: std::pin::Pin<Box<impl std::future::Future<Output = LegResult>>>,
+        mut jobs: mpsc::Receiver<ReplyJob>,
+        mut notifier: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    ) -> (LegResult, bool, bool) {
+        let d = self.d;
+        let mut notifier_done = false;
+        let mut replies = FuturesUnordered::new();
+        // The first check one period in (an interval's first tick is immediate).
+        let mut check_waits =
+            tokio::time::interval_at(Instant::now() + SERVER_REQUEST_CHECK_EVERY, SERVER_REQUEST_CHECK_EVERY);
+        let (leg, cut) = loop {
+            tokio::select! {
+                biased;
+                // cancel-safe: dropping the leg is safe before its request may have left;
+                // after that the drop itself is the ambiguity, reported as
+                // `CancelledAfterWrite`. Replies in flight are dropped with it.
+                () = d.legs.cut.cancelled() => break (cut_leg(self.cmd, admission), true),
+                leg = &mut leg_future => break (leg, false),
+                // cancel-safe: mpsc receive loses nothing.
+                Some(job) = jobs.recv() => replies.push(run_reply_job(self.transport, admission, job, d.legs.propagation)),
+                // cancel-safe: a reply in flight stays in the set.
+                Some(()) = replies.next(), if !replies.is_empty() => {}
+                // cancel-safe: the notifier future is kept and polled again; this branch
+                // only marks it finished.
+                () = &mut notifier, if !notifier_done => notifier_done = true,
+                // cancel-safe: a timer.
+                _ = check_waits.tick() => warn_long_waits(&d.legs.requests, owner),
+            }
+        };
+        // The leg is over: nobody can carry a reply to this server any more. Replies
+        // already being written finish (each bounded by its own deadline).
+        d.legs.requests.release(owner);
+        if !cut {
+            while replies.next().await.is_some() {}
+        }
+        // Dropping the leg (cut, or already finished) closes its notification sink, so
+        // the notifier ends.
+        (leg, cut, notifier_done)
+    }
+
+    /// The request itself, in the downstream span.
+    async fn downstream_leg(&self, admission: &Admission, notes: mpsc::Sender<Notification>) -> LegResult {
+        let (cmd, transport) = (self.cmd, self.transport);
+        let span = trace::downstream_span(cmd, transport);
+        let payload = match &cmd.kind {
+            CommandKind::JsonRpc(p) => Some(p),
+            CommandKind::SessionTermination | CommandKind::Unknown(_) => None,
+        };
+        let forwarded = trace::forwarded(payload, &cmd.headers, transport, self.d.legs.propagation, &span);
+        let headers = forwarded.headers.as_ref().unwrap_or(&cmd.headers);
+        let leg = async {
+            match &cmd.kind {
+                CommandKind::JsonRpc(payload) => {
+                    let req = DownstreamRequest {
+                        payload: forwarded.payload.as_ref().unwrap_or(payload),
+                        headers,
+                        deadline: self.deadline,
+                    };
+                    transport.call(admission, &req, &notes).await
+                }
+                CommandKind::SessionTermination => transport.terminate_session(admission, headers, self.deadline).await,
+                CommandKind::Unknown(_) => {
+                    LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse)
+                }
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        trace::record_downstream(&span, cmd, &leg);
+        leg
+    }
+}
+
+fn warn_long_waits(requests: &ServerRequests, owner: u64) {
+    for w in requests.long_waits(owner, SERVER_REQUEST_WARN_AFTER) {
+        tracing::warn!(
+            method = %crate::telemetry::safe_method(&w.method),
+            waited_s = w.waited.as_secs(),
+            "the MCP server is waiting for the caller's reply to its request; the call cannot finish until the caller answers"
+        );
+    }
+}
+
+/// Runs one reply on the leg that owns the question, with that leg's admission: in strict
+/// mode the reply is part of the question's dispatch, not a second one.
+async fn run_reply_job(transport: &Transport, admission: &Admission, job: ReplyJob, propagation: Propagation) {
+    // A reply is answered `202`: anything the server streams back to it has no caller.
+    let (sink, _discard) = mpsc::channel(1);
+    let span = tracing::info_span!(
+        "tunnelgate.reply",
+        otel.kind = "client",
+        network.transport = transport.network_transport(),
+    );
+    let forwarded = trace::forwarded(Some(&job.payload), &job.headers, transport, propagation, &span);
+    let req = DownstreamRequest {
+        payload: &job.payload,
+        headers: forwarded.headers.as_ref().unwrap_or(&job.headers),
+        deadline: job.deadline,
+    };
+    let result = transport.call(admission, &req, &sink).instrument(span).await;
+    let _ = job.done.send(result);
+}
+
+/// Who a command's notifications are posted for.
+struct Ids {
+    request_id: crate::protocol::RequestId,
+    channel: crate::protocol::ChannelName,
+    shard_token: crate::protocol::ShardToken,
+}
+
+impl Ids {
+    fn of(cmd: &Command) -> Self {
+        Self {
+            request_id: cmd.request_id.clone(),
+            channel: cmd.channel.clone(),
+            shard_token: cmd.shard_token.clone(),
+        }
+    }
+}
+
+/// Posts `jsonrpc_notify` messages in order; after one fails, skips the rest for this
+/// command (the terminal response is still delivered).
+async fn post_notifications(
+    d: Arc<Dispatcher>,
+    mut rx: mpsc::Receiver<Notification>,
+    ids: Ids,
+    deadline: Option<Instant>,
+    questions: Questions,
+) -> TaskEnd {
+    let mut failed = false;
+    let mut skipped = 0u64;
+    while let Some(n) = rx.recv().await {
+        // A question from the server: registered before the caller can see it.
+        if let Some((method, id)) = server_request(&n.resp_json) {
+            let registered = ReplyKey::new(ids.channel.as_str(), &questions.headers, &id).is_some_and(|key| {
+                d.legs
+                    .requests
+                    .register(key, questions.owner, &method, questions.jobs.clone())
+            });
+            if !registered {
+                tracing::warn!("a server request could not be registered; the caller's reply will not reach it");
+            }
+        }
+        if failed {
+            skipped += 1;
+            continue;
+        }
+        let method = message_method(&n.resp_json).map(|m| crate::telemetry::safe_method(&m));
+        let note = Reply {
+            resp_json: Some(n.resp_json),
+            resp_headers: n.resp_headers,
+            resp_code: 200,
+            resp_type: RespType::JsonrpcNotify,
+        };
+        let body = body(&ids.request_id, &ids.channel, &note);
+        let report = d
+            .responder
+            .post(PostKind::Notify, body, &ids.shard_token, deadline)
+            .await;
+        crate::telemetry::events::notification_forwarded(method, report.delivery.as_str());
+        if report.delivery != Delivery::Acked {
+            failed = true;
+            tracing::warn!(
+                delivery = report.delivery.as_str(),
+                "notification not acknowledged; later notifications of this command are skipped"
+            );
+        }
+    }
+    if skipped > 0 {
+        tracing::warn!(skipped, "notifications skipped after an earlier one failed");
+    }
+    TaskEnd::Finished
+}
+
+/// The leg's result when the stop cut it short: nothing of the request left (safe to
+/// retry), or it may have (effect unknown). Decided by the admission, which knows.
+fn cut_leg(cmd: &Command, admission: &Admission) -> LegResult {
+    let failure = if admission.is_sent() {
+        LegFailure::CancelledAfterWrite
+    } else {
+        LegFailure::NotAdmitted
+    };
+    let (rpc_id, resp_type) = match &cmd.kind {
+        CommandKind::JsonRpc(p) if p.expects_response() => (p.id(), RespType::JsonrpcResponse),
+        CommandKind::JsonRpc(_) => (None, RespType::NotifyAck),
+        CommandKind::SessionTermination | CommandKind::Unknown(_) => (None, RespType::SessionTerminationResponse),
+    };
+    LegResult::failed(failure, rpc_id, resp_type)
+}
+
+/// The leg's outcome on the command span, and one log line for a failed leg.
+pub(super) fn record_leg(span: &tracing::Span, leg: &LegResult) {
+    span.record("tunnelgate.leg_outcome", leg.outcome.as_str());
+    let Some(f) = &leg.failure else { return };
+    if *f != LegFailure::SubscriptionEnded {
+        span.record("error.type", f.kind());
+        span.record("otel.status_code", "ERROR");
+    }
+    let reason = f.kind();
+    match leg.outcome {
+        LegOutcome::NotSent => tracing::warn!(
+            outcome = "not_sent",
+            reason,
+            "downstream leg failed before sending; safe to retry"
+        ),
+        LegOutcome::Abandoned => tracing::warn!(
+            outcome = "abandoned",
+            reason,
+            "downstream leg abandoned: effect unknown"
+        ),
+        LegOutcome::Answered if *f == LegFailure::SubscriptionEnded => tracing::info!(
+            outcome = "answered",
+            reason,
+            "subscription stream ended (by the server, a cancel or its bound): a normal end"
+        ),
+        LegOutcome::Answered => tracing::info!(outcome = "answered", reason, "the MCP server refused the request"),
+    }
+}

@@ -1,0 +1,90 @@
+//! Where a command goes, as one pure function of the command, the channels, the mode
+//! and the clock: skipped, answered without reaching any MCP server, handed to the leg
+//! that asked (a reply), or into the admission line.
+//!
+//! Asked twice per command, with the same rules: by the poller as it hands the command
+//! on (to take its place in the admission line in receipt order), and by the command's
+//! task when it starts (the deadline may have passed in between).
+
+use tokio::time::Instant;
+
+use crate::protocol::{Command, CommandKind, JsonRpcPayload};
+
+/// Where one command goes. `T` is what a channel name resolves to (a transport).
+#[derive(Debug)]
+pub(super) enum Route<'a, T> {
+    /// A `command_type` this gateway does not know: counted and skipped.
+    UnknownType(&'a str),
+    /// Its `response_timeout` has passed: dropped without contacting an MCP server.
+    Expired,
+    /// No channel of that name: answered "not executed", never routed elsewhere.
+    Unroutable,
+    /// A caller's reply to a server request: runs on the leg that asked, unadmitted.
+    Reply {
+        payload: &'a JsonRpcPayload,
+        channel: T,
+        deadline: Option<Instant>,
+    },
+    /// Strict mode refuses a long-lived subscription stream.
+    LongLivedRefused,
+    /// Joins the admission line.
+    Admit {
+        channel: T,
+        method: Option<&'a str>,
+        deadline: Option<Instant>,
+    },
+}
+
+/// The command's deadline: its `response_timeout` from the poll's receipt.
+pub(super) fn deadline(cmd: &Command, received_at: Instant) -> Option<Instant> {
+    cmd.response_timeout.budget().map(|b| received_at + b)
+}
+
+/// Routes `cmd`, received at `received_at`, at time `now`. `channel` resolves a
+/// configured channel name.
+pub(super) fn route<'a, T>(
+    cmd: &'a Command,
+    received_at: Instant,
+    channel: impl FnOnce(&str) -> Option<T>,
+    strict: bool,
+    now: Instant,
+) -> Route<'a, T> {
+    let payload = match &cmd.kind {
+        CommandKind::JsonRpc(p) => Some(p),
+        CommandKind::SessionTermination => None,
+        CommandKind::Unknown(t) => return Route::UnknownType(t),
+    };
+    let deadline = deadline(cmd, received_at);
+    if deadline.is_some_and(|d| now >= d) {
+        return Route::Expired;
+    }
+    let Some(channel) = channel(cmd.channel.as_str()) else {
+        return Route::Unroutable;
+    };
+    match payload {
+        Some(p) if p.is_reply() => Route::Reply {
+            payload: p,
+            channel,
+            deadline,
+        },
+        Some(p) if strict && p.method().is_some_and(is_long_lived) => Route::LongLivedRefused,
+        Some(p) => Route::Admit {
+            channel,
+            method: p.method(),
+            deadline,
+        },
+        None => Route::Admit {
+            channel,
+            method: None,
+            deadline,
+        },
+    }
+}
+
+/// Requests whose response stream the server keeps open by design (2026-07-28).
+fn is_long_lived(method: &str) -> bool {
+    method == "subscriptions/listen"
+}
+
+#[cfg(test)]
+mod tests;
