@@ -301,3 +301,6 @@ async fn run_reply(
     let report = d.responder.terminal(cmd, &leg.reply, deadline).await;
     span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
 }
+
+#[cfg(test)]
+mod tests;
