@@ -11,6 +11,7 @@ use tracing::Instrument;
 
 use super::attempt::{AttemptResult, Delivery, PostKind};
 use super::backoff::parse_retry_after;
+use super::retry::{next_try, AfterAttempt, RetryPolicy};
 use crate::protocol::{decode_poll, Command, InvalidCommand, ShardToken};
 use crate::telemetry::{DeliveryKind, LabelValue, Metrics};
 
@@ -330,10 +331,47 @@ impl ControlClient {
             PostKind::Terminal => DeliveryKind::Terminal,
             PostKind::Notify => DeliveryKind::Notify,
         };
-        let max_attempts = match kind {
-            // Notifications get the same budget; only their retryable set is smaller.
-            PostKind::Terminal | PostKind::Notify => self.settings.post_attempts.max(1),
-        };
+        let policy = RetryPolicy::new(self.settings.post_attempts);
+        let headers = self.post_headers(shard_token);
+        let mut backoff = super::Backoff::default();
+        let mut attempt = 0;
+        loop {
+            if cancel.is_cancelled() {
+                // Cancelled before this attempt began: nothing ran, nothing is counted as
+                // an attempt. The delivery ends as the cancellation leaves it.
+                let last = AttemptResult::Cancelled;
+                return self.settled(metric_kind, last.final_delivery(), last, attempt);
+            }
+            attempt += 1;
+            let (result, status, retry_after) = self.traced_attempt(&headers, &body, attempt, deadline, cancel).await;
+            self.metrics.delivery_attempted(metric_kind, result);
+            let after = AfterAttempt {
+                attempt,
+                result,
+                status,
+                deadline_left: deadline.is_none_or(|d| Instant::now() < d),
+                cancelled: cancel.is_cancelled(),
+            };
+            if policy.settles(kind, after) {
+                return self.settled(metric_kind, result.final_delivery(), result, attempt);
+            }
+            let delay = backoff.next_delay(rand::random::<f64>(), retry_after);
+            tokio::select! {
+                biased;
+                // cancel-safe: nothing in flight between attempts.
+                _ = cancel.cancelled() => {
+                    self.metrics.delivery_attempted(metric_kind, AttemptResult::Cancelled);
+                    // The previous attempt's result decides the category: it may have been written.
+                    return self.settled(metric_kind, Delivery::Ambiguous, result, attempt);
+                }
+                // cancel-safe: a sleep.
+                _ = tokio::time::sleep_until(next_try(delay, deadline, Instant::now())) => {}
+            }
+        }
+    }
+
+    /// The headers of every attempt of one delivery: identical bytes each time.
+    fn post_headers(&self, shard_token: &ShardToken) -> HeaderMap {
         let mut headers = self.headers.clone();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Ok(mut v) = HeaderValue::from_str(shard_token.expose()) {
@@ -343,67 +381,51 @@ impl ControlClient {
         if let Ok(v) = HeaderValue::from_str(&random_hex(16)) {
             headers.insert(HeaderName::from_static("x-client-request-id"), v);
         }
-        let mut attempt = 0;
-        let mut backoff = super::Backoff::default();
-        loop {
-            attempt += 1;
-            if cancel.is_cancelled() {
-                // Cancelled before this attempt began: nothing ran, nothing is counted as
-                // an attempt. The delivery ends as the cancellation leaves it.
-                let delivery = AttemptResult::Cancelled.final_delivery();
-                self.metrics.delivery_finished(metric_kind, delivery);
-                return DeliveryReport {
-                    delivery,
-                    last_attempt: AttemptResult::Cancelled,
-                    attempts: attempt - 1,
-                };
-            }
-            let span = tracing::info_span!(
-                "tunnelgate.deliver.attempt",
-                otel.kind = "client",
-                http.request.method = "POST",
-                http.request.resend_count = i64::from(attempt - 1),
-                http.response.status_code = tracing::field::Empty,
-                tunnelgate.attempt_result = tracing::field::Empty,
-            );
-            let (result, status, retry_after) = self
-                .attempt(&headers, body.clone(), deadline, cancel)
-                .instrument(span.clone())
-                .await;
-            if let Some(code) = status {
-                span.record("http.response.status_code", i64::from(code));
-            }
-            span.record("tunnelgate.attempt_result", result.as_str());
-            self.metrics.delivery_attempted(metric_kind, result);
-            let deadline_left = deadline.is_none_or(|d| Instant::now() < d);
-            if attempt >= max_attempts || !result.is_retryable(kind, status) || !deadline_left || cancel.is_cancelled()
-            {
-                let delivery = result.final_delivery();
-                self.metrics.delivery_finished(metric_kind, delivery);
-                return DeliveryReport {
-                    delivery,
-                    last_attempt: result,
-                    attempts: attempt,
-                };
-            }
-            let delay = backoff
-                .next_delay(rand::random::<f64>(), retry_after)
-                .min(Duration::from_secs(5));
-            let wake = deadline.map_or(Instant::now() + delay, |d| d.min(Instant::now() + delay));
-            tokio::select! {
-                biased;
-                // cancel-safe: nothing in flight between attempts.
-                _ = cancel.cancelled() => {
-                    self.metrics.delivery_attempted(metric_kind, AttemptResult::Cancelled);
-                    let delivery = Delivery::Ambiguous;
-                    self.metrics.delivery_finished(metric_kind, delivery);
-                    // The previous attempt's result decides the category: it may have been written.
-                    return DeliveryReport { delivery, last_attempt: result, attempts: attempt };
-                }
-                // cancel-safe: a sleep.
-                _ = tokio::time::sleep_until(wake) => {}
-            }
+        headers
+    }
+
+    /// Counts the delivery's end and reports it.
+    fn settled(
+        &self,
+        kind: DeliveryKind,
+        delivery: Delivery,
+        last_attempt: AttemptResult,
+        attempts: u32,
+    ) -> DeliveryReport {
+        self.metrics.delivery_finished(kind, delivery);
+        DeliveryReport {
+            delivery,
+            last_attempt,
+            attempts,
         }
+    }
+
+    /// One attempt (1-based) in its `tunnelgate.deliver.attempt` span.
+    async fn traced_attempt(
+        &self,
+        headers: &HeaderMap,
+        body: &Bytes,
+        attempt: u32,
+        deadline: Option<Instant>,
+        cancel: &CancellationToken,
+    ) -> (AttemptResult, Option<u16>, Option<Duration>) {
+        let span = tracing::info_span!(
+            "tunnelgate.deliver.attempt",
+            otel.kind = "client",
+            http.request.method = "POST",
+            http.request.resend_count = i64::from(attempt - 1),
+            http.response.status_code = tracing::field::Empty,
+            tunnelgate.attempt_result = tracing::field::Empty,
+        );
+        let (result, status, retry_after) = self
+            .attempt(headers, body.clone(), deadline, cancel)
+            .instrument(span.clone())
+            .await;
+        if let Some(code) = status {
+            span.record("http.response.status_code", i64::from(code));
+        }
+        span.record("tunnelgate.attempt_result", result.as_str());
+        (result, status, retry_after)
     }
 
     async fn attempt(

@@ -10,6 +10,7 @@ mod attempt;
 pub mod backoff;
 mod client;
 mod poller;
+mod retry;
 #[cfg(test)]
 mod timing_tests;
 
