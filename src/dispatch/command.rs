@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use super::admission::{is_expired, Admitted, Place};
 use super::decide::{AfterDelivery, AfterLeg, BeforeDispatch, Start};
-use super::leg::record_leg;
+use super::leg::{record_leg, Leg};
 use super::replies::{ReplyJob, ReplyKey};
 use super::route::{route, Route};
 use super::Dispatcher;
@@ -32,12 +32,12 @@ const LISTEN_REFUSED_MESSAGE: &str = "not delivered to the MCP server: strict mo
 
 /// An admitted command's task.
 pub(super) struct CommandTask<'a> {
-    pub(super) d: &'a Arc<Dispatcher>,
-    pub(super) cmd: &'a Command,
-    pub(super) transport: &'a Transport,
-    pub(super) deadline: Option<Instant>,
+    d: &'a Arc<Dispatcher>,
+    cmd: &'a Command,
+    transport: &'a Transport,
+    deadline: Option<Instant>,
     /// The command's own span (`tunnelgate.command`).
-    pub(super) span: tracing::Span,
+    span: tracing::Span,
 }
 
 impl super::Gate {
@@ -181,7 +181,15 @@ impl CommandTask<'_> {
                 return;
             }
         };
-        let (leg, cut) = self.run_leg(&admission).await;
+        let (leg, cut) = Leg {
+            d: self.d,
+            cmd: self.cmd,
+            transport: self.transport,
+            deadline: self.deadline,
+            span: &self.span,
+        }
+        .run_leg(&admission)
+        .await;
         let dispatched = leg.outcome != crate::downstream::LegOutcome::NotSent;
         let (within_cleanup, delivering) = match running.leg_ended(leg.outcome, cut, is_expired(self.deadline)) {
             AfterLeg::Deliver { within_cleanup, next } => (within_cleanup, next),

@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::answer::body;
-use super::command::CommandTask;
 use super::replies::{server_request, ReplyJob, ReplyKey, ServerRequests};
 use super::{trace, Dispatcher, Propagation};
 use crate::control::{Delivery, PostKind};
@@ -66,7 +65,17 @@ impl Legs {
     }
 }
 
-impl CommandTask<'_> {
+/// One admitted command's downstream leg.
+pub(super) struct Leg<'a> {
+    pub(super) d: &'a Arc<Dispatcher>,
+    pub(super) cmd: &'a Command,
+    pub(super) transport: &'a Transport,
+    pub(super) deadline: Option<Instant>,
+    /// The command's own span (`tunnelgate.command`).
+    pub(super) span: &'a tracing::Span,
+}
+
+impl Leg<'_> {
     /// Runs the leg, cut short by the stop, with its notifications posted and its
     /// replies carried; returns how it ended and whether the stop cut it.
     pub(super) async fn run_leg(&self, admission: &Admission) -> (LegResult, bool) {
@@ -96,7 +105,7 @@ impl CommandTask<'_> {
         d.books
             .metrics()
             .downstream_finished(self.transport.kind(), leg.outcome);
-        record_leg(&self.span, &leg);
+        record_leg(self.span, &leg);
         // Notifications go out before the terminal response, whatever happens to them. A
         // notifier that panicked was reported by the supervisor.
         if !notifier_done {

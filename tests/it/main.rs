@@ -6,6 +6,7 @@
 //! a helper nobody calls is deleted).
 #![allow(unreachable_pub, clippy::unwrap_used)]
 
+mod architecture;
 mod bad_input;
 mod cli;
 mod contract;

@@ -1,0 +1,341 @@
+//! The crate's layering, read from its source: the dependency rules of the design, and
+//! no module circles.
+//!
+//! Every `crate::` and `super::` path in the non-test code of `src/` is resolved to the
+//! module it names (a file module: `src/a/b.rs` or `src/a/b/mod.rs` is `a::b`). Test
+//! code (`tests.rs`, `*_tests.rs`, files under a `tests/` folder, and inline
+//! `#[cfg(test)] mod` blocks) may reach anywhere and is not read. A circle is two or more
+//! modules that reach each other, where neither contains the other (a parent re-exporting
+//! its child, and a child using its parent's items, are one concept).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+type Module = Vec<String>;
+
+/// Every non-test source file of the crate, by module path.
+fn modules() -> BTreeMap<Module, PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if path.is_dir() {
+                if name != "tests" {
+                    stack.push(path);
+                }
+                continue;
+            }
+            let Some(stem) = name.strip_suffix(".rs") else { continue };
+            if stem == "tests" || stem.ends_with("_tests") || stem == "main" {
+                continue;
+            }
+            let rel = path.strip_prefix(&root).unwrap().with_extension("");
+            let mut module: Module = rel.iter().map(|s| s.to_string_lossy().to_string()).collect();
+            if matches!(module.last().map(String::as_str), Some("mod" | "lib")) {
+                module.pop();
+            }
+            out.insert(module, path);
+        }
+    }
+    out
+}
+
+/// The source without comments, string literals and inline test modules.
+fn code_of(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            if let Some(next) = lines.peek() {
+                if next.trim_start().starts_with("mod ") && next.trim_end().ends_with('{') {
+                    let mut depth = 0i32;
+                    for inner in lines.by_ref() {
+                        depth += inner.matches('{').count() as i32 - inner.matches('}').count() as i32;
+                        if depth <= 0 {
+                            break;
+                        }
+                    }
+                }
+            }
+            continue;
+        }
+        let mut in_string = false;
+        let mut prev = ' ';
+        let mut kept = String::new();
+        for (i, c) in line.char_indices() {
+            if !in_string && c == '/' && line[i..].starts_with("//") {
+                break;
+            }
+            if c == '"' && prev != '\\' && prev != '\'' {
+                in_string = !in_string;
+            } else if !in_string {
+                kept.push(c);
+            }
+            prev = c;
+        }
+        out.push_str(&kept);
+        out.push('\n');
+    }
+    out
+}
+
+/// The paths a file names that start at `crate::` or `super::`, brace groups expanded,
+/// as module paths relative to the crate root.
+fn references(module: &Module, code: &str) -> Vec<Module> {
+    // `super` is the parent module, for a `mod.rs` as for any other file (its module
+    // path is already the folder's).
+    let base: Module = module[..module.len().saturating_sub(1)].to_vec();
+    let bytes: Vec<char> = code.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest: String = bytes[i..bytes.len().min(i + 7)].iter().collect();
+        let boundary = i == 0 || !(bytes[i - 1].is_alphanumeric() || bytes[i - 1] == '_' || bytes[i - 1] == ':');
+        let start = if boundary && rest.starts_with("crate::") {
+            Some((Vec::new(), i + 7))
+        } else if boundary && rest.starts_with("super::") {
+            let mut at = i + 7;
+            let mut up = base.clone();
+            while bytes[at..].iter().collect::<String>().starts_with("super::") {
+                up.pop();
+                at += 7;
+            }
+            Some((up, at))
+        } else {
+            None
+        };
+        if let Some((prefix, at)) = start {
+            let (paths, end) = parse_tree(&bytes, at);
+            for p in paths {
+                let mut full = prefix.clone();
+                full.extend(p);
+                out.push(full);
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Parses `a::b::{c, d::e}` from `at`: every path it names, and where it ends.
+fn parse_tree(bytes: &[char], mut at: usize) -> (Vec<Module>, usize) {
+    let mut segments = Vec::new();
+    loop {
+        while at < bytes.len() && bytes[at].is_whitespace() {
+            at += 1;
+        }
+        if at < bytes.len() && bytes[at] == '{' {
+            at += 1;
+            let mut paths = Vec::new();
+            loop {
+                let (inner, end) = parse_tree(bytes, at);
+                for p in inner {
+                    let mut full = segments.clone();
+                    full.extend(p);
+                    paths.push(full);
+                }
+                at = end;
+                while at < bytes.len() && (bytes[at].is_whitespace() || bytes[at] == ',') {
+                    at += 1;
+                }
+                if at >= bytes.len() || bytes[at] == '}' {
+                    return (paths, at + 1);
+                }
+            }
+        }
+        let start = at;
+        while at < bytes.len() && (bytes[at].is_alphanumeric() || bytes[at] == '_') {
+            at += 1;
+        }
+        if start == at {
+            return (vec![segments], at);
+        }
+        segments.push(bytes[start..at].iter().collect());
+        if bytes[at..].iter().take(2).collect::<String>() == "::" {
+            at += 2;
+        } else {
+            return (vec![segments], at);
+        }
+    }
+}
+
+/// Which module of the crate each file module reaches (its longest known prefix).
+fn graph() -> BTreeMap<Module, BTreeSet<Module>> {
+    let modules = modules();
+    let known: BTreeSet<Module> = modules.keys().cloned().collect();
+    let mut edges = BTreeMap::new();
+    for (module, path) in &modules {
+        let code = code_of(&std::fs::read_to_string(path).unwrap());
+        let mut reached = BTreeSet::new();
+        for target in references(module, &code) {
+            let Some(hit) = (1..=target.len())
+                .rev()
+                .map(|n| target[..n].to_vec())
+                .find(|p| known.contains(p))
+            else {
+                continue;
+            };
+            if hit != *module {
+                reached.insert(hit);
+            }
+        }
+        edges.insert(module.clone(), reached);
+    }
+    edges
+}
+
+fn name(m: &Module) -> String {
+    if m.is_empty() {
+        "crate".to_owned()
+    } else {
+        m.join("::")
+    }
+}
+
+/// The top-level modules each top-level module reaches.
+fn top_level(edges: &BTreeMap<Module, BTreeSet<Module>>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, tos) in edges {
+        let Some(f) = from.first() else { continue };
+        for to in tos {
+            if let Some(t) = to.first().filter(|t| *t != f) {
+                out.entry(f.clone()).or_default().insert(t.clone());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_dependency_rules_of_the_design_hold() {
+    let top = top_level(&graph());
+    let reaches = |m: &str| top.get(m).cloned().unwrap_or_default();
+    let mut broken = Vec::new();
+    for ground in ["protocol", "config", "telemetry"] {
+        for t in reaches(ground) {
+            broken.push(format!("{ground} is the ground floor but imports {t}"));
+        }
+    }
+    for t in reaches("sim") {
+        if t != "protocol" && t != "config" {
+            broken.push(format!("sim may import only protocol and config, but imports {t}"));
+        }
+    }
+    for (from, forbidden) in [
+        ("downstream", "control"),
+        ("control", "downstream"),
+        ("control", "strict"),
+        ("control", "dispatch"),
+        ("strict", "downstream"),
+        ("strict", "control"),
+        ("strict", "dispatch"),
+        ("ops", "dispatch"),
+    ] {
+        if reaches(from).contains(forbidden) {
+            broken.push(format!("{from} must not import {forbidden}"));
+        }
+    }
+    assert!(broken.is_empty(), "dependency rules broken:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn no_two_modules_reach_each_other() {
+    let edges = graph();
+    // Strongly connected components (Tarjan), over edges between modules where neither
+    // contains the other.
+    let nodes: Vec<Module> = edges.keys().cloned().collect();
+    let index_of: BTreeMap<&Module, usize> = nodes.iter().enumerate().map(|(i, m)| (m, i)).collect();
+    let contains = |a: &Module, b: &Module| b.starts_with(a) || a.starts_with(b);
+    let adjacency: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|m| {
+            edges[m]
+                .iter()
+                .filter(|t| !contains(m, t))
+                .filter_map(|t| index_of.get(t).copied())
+                .collect()
+        })
+        .collect();
+    let circles = strongly_connected(&adjacency)
+        .into_iter()
+        .filter(|c| c.len() > 1)
+        .map(|c| c.iter().map(|&i| name(&nodes[i])).collect::<Vec<_>>().join(" <-> "))
+        .collect::<Vec<_>>();
+    assert!(circles.is_empty(), "module circles:\n{}", circles.join("\n"));
+}
+
+/// Tarjan's algorithm, iterative enough for a crate's module count.
+fn strongly_connected(adjacency: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    struct State<'a> {
+        adjacency: &'a [Vec<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on_stack: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        out: Vec<Vec<usize>>,
+    }
+    fn visit(s: &mut State<'_>, v: usize) {
+        s.index[v] = Some(s.next);
+        s.low[v] = s.next;
+        s.next += 1;
+        s.stack.push(v);
+        s.on_stack[v] = true;
+        for &w in &s.adjacency[v] {
+            match s.index[w] {
+                None => {
+                    visit(s, w);
+                    s.low[v] = s.low[v].min(s.low[w]);
+                }
+                Some(iw) if s.on_stack[w] => s.low[v] = s.low[v].min(iw),
+                Some(_) => {}
+            }
+        }
+        if Some(s.low[v]) == s.index[v] {
+            let mut component = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack[w] = false;
+                component.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            s.out.push(component);
+        }
+    }
+    let n = adjacency.len();
+    let mut s = State {
+        adjacency,
+        index: vec![None; n],
+        low: vec![0; n],
+        on_stack: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for v in 0..n {
+        if s.index[v].is_none() {
+            visit(&mut s, v);
+        }
+    }
+    s.out
+}
+
+#[test]
+fn the_reader_resolves_crate_super_and_brace_paths() {
+    let code = code_of(
+        "use crate::{control::{A, b::C}, strict};\nuse super::super::x::Y;\n// crate::comment::Ignored\nlet s = \"crate::string::Ignored\";\nfn f() { crate::ops::serve(); }\n#[cfg(test)]\nmod tests {\n    use crate::test_only::Z;\n}\n",
+    );
+    let module: Module = vec!["a".into(), "b".into(), "c".into()];
+    let found: BTreeSet<String> = references(&module, &code).iter().map(|m| m.join("::")).collect();
+    let expected: BTreeSet<String> = ["control::A", "control::b::C", "strict", "a::x::Y", "ops::serve"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(found, expected);
+}
