@@ -40,23 +40,6 @@ pub(super) struct CommandTask<'a> {
     span: tracing::Span,
 }
 
-impl super::Gate {
-    /// The command's place in the admission line, taken now (in receipt order); `None`
-    /// for a command that will never be admitted, which its task handles on its own.
-    pub(super) fn join_if_admitted(&self, cmd: &Command, received_at: Instant) -> Option<Place> {
-        match route(
-            cmd,
-            received_at,
-            |c| self.channels.get(c),
-            self.rules.strict,
-            Instant::now(),
-        ) {
-            Route::Admit { method, deadline, .. } => Some(self.line.join(cmd, method, deadline)),
-            _ => None,
-        }
-    }
-}
-
 /// Runs one decoded command. `place` is its place in the admission line, if the poller
 /// took one; `queue` is its queue span, closed when the task starts on it.
 pub(super) async fn run(
