@@ -5,7 +5,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::{AmbiguityPolicy, ChannelConfig, LogFormat, Propagate};
+use crate::config::{AmbiguityPolicy, ChannelConfig, HttpUrl, LogFormat, Propagate};
 
 #[test]
 fn minimal_config_gets_every_default() {
@@ -37,7 +37,7 @@ fn minimal_config_gets_every_default() {
     assert_eq!(config.telemetry.propagate, Propagate::Off);
     assert_eq!(config.runtime.worker_threads.get(), 1);
     let main = ChannelConfig::Http {
-        url: "http://127.0.0.1:3001/mcp".to_owned(),
+        url: HttpUrl::endpoint("url", "http://127.0.0.1:3001/mcp").expect("a valid URL"),
     };
     assert_eq!(config.mcp.channels.get("main"), Some(&main));
 }
