@@ -392,7 +392,7 @@ fn step(title: &str) {
 }
 
 fn tempfile_dir() -> Result<PathBuf, DemoError> {
-    let dir = std::env::temp_dir().join(format!("tunnelgate-demo-{}", crate::control::random_hex(6)));
+    let dir = std::env::temp_dir().join(format!("tunnelgate-demo-{}", crate::protocol::random_hex(6)));
     std::fs::create_dir_all(&dir).map_err(|source| DemoError::WorkDir {
         path: dir.clone(),
         source,
