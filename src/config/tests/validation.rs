@@ -643,3 +643,12 @@ proptest! {
         prop_assert_eq!(config.control_plane.poll_timeout, Duration::from_millis(ms));
     }
 }
+
+#[test]
+fn channel_names_and_the_tunnel_id_print_as_their_text() {
+    let config = accepted(MINIMAL);
+    let (name, _) = config.mcp.channels.iter().next().expect("one channel");
+    assert_eq!(format!("{name} {name:?}"), "main \"main\"");
+    let id = &config.control_plane.tunnel_id;
+    assert_eq!(format!("{id} {id:?}"), "tunnel_test \"tunnel_test\"");
+}
