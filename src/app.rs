@@ -472,7 +472,7 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                 };
                 Transport::Http(
                     HttpTransport::new(name, url, settings).map_err(|e| GatewayError::Channel {
-                        channel: name.clone(),
+                        channel: name.to_string(),
                         problem: e.to_string(),
                     })?,
                 )
@@ -495,7 +495,7 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                 )
             }
         };
-        by_name.insert(name.clone(), transport);
+        by_name.insert(name.to_string(), transport);
     }
     Ok(Channels::new(by_name))
 }
@@ -508,15 +508,15 @@ pub(crate) fn build_control(config: &Config, metrics: &Arc<Metrics>) -> Result<C
         .channels
         .iter()
         .map(|(name, c)| ServerInfoChannel {
-            name: name.clone(),
+            name: name.to_string(),
             proc_affinity: matches!(c, ChannelConfig::Stdio { .. }),
         })
         .collect();
     let cp = &config.control_plane;
     let settings = ControlSettings {
-        base_url: cp.base_url.clone(),
+        base_url: cp.base_url.to_string(),
         url_path: cp.url_path.clone(),
-        tunnel_id: cp.tunnel_id.clone(),
+        tunnel_id: cp.tunnel_id.to_string(),
         api_key: cp.api_key.expose().to_owned(),
         poll_timeout: cp.poll_timeout,
         post_timeout: cp.post_timeout,

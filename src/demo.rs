@@ -135,22 +135,7 @@ async fn tour(latch_path: &Path) -> Result<u8, DemoError> {
     println!("   simulator   {}", sim.base_url());
     println!("   MCP ingress {}", sim.ingress_url());
     println!("   MCP stub    {}", stub.url());
-
-    let mut gateway = Gateway::new(config.clone());
-    let ops = gateway.ops_addr();
-    let running = tokio::spawn(gateway.run());
-    let ops = match tokio::time::timeout(START_BOUND, ops).await {
-        Ok(Ok(addr)) => addr,
-        Err(_) => return Err(DemoError::GatewayNotStarted),
-        // The gateway dropped the sender: its run ended before the listener was up.
-        Ok(Err(_)) => {
-            return Err(match running.await {
-                Ok(Err(e)) => DemoError::Gateway(e),
-                Ok(Ok(_)) => DemoError::GatewayNotStarted,
-                Err(e) => DemoError::GatewayTask(e),
-            })
-        }
-    };
+    let (ops, running) = start_gateway(&config).await?;
     println!("   gateway ops http://{ops}/status (strict mode, one command at a time)");
 
     step("2. MCP calls through the tunnel (client -> simulator -> gateway -> MCP server)");
@@ -160,42 +145,7 @@ async fn tour(latch_path: &Path) -> Result<u8, DemoError> {
         .build()
         .map_err(DemoError::HttpClient)?;
     let ingress = sim.ingress_url();
-    let init = mcp(
-        &client,
-        &ingress,
-        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"tunnelgate-demo","version":"1"}}}),
-    )
-    .await?;
-    println!(
-        "   initialize          -> server {}",
-        init["result"]["serverInfo"]["name"].as_str().unwrap_or("?")
-    );
-    let status = client
-        .post(&ingress)
-        .header("accept", "application/json, text/event-stream")
-        .json(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
-        .send()
-        .await
-        .map_err(DemoError::Ingress)?
-        .status();
-    println!("   notifications/initialized -> HTTP {status} (notify_ack)");
-    let tools = mcp(&client, &ingress, json!({"jsonrpc":"2.0","id":2,"method":"tools/list"})).await?;
-    let names: Vec<&str> = tools["result"]["tools"]
-        .as_array()
-        .map(|t| t.iter().filter_map(|x| x["name"].as_str()).collect())
-        .unwrap_or_default();
-    println!("   tools/list          -> {}", names.join(", "));
-    let echo = mcp(&client, &ingress, json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello through the tunnel"}}})).await?;
-    println!(
-        "   tools/call echo     -> {}",
-        echo["result"]["content"][0]["text"].as_str().unwrap_or("?")
-    );
-    let slow = mcp(&client, &ingress, json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"slow","arguments":{"ms":300},"_meta":{"progressToken":"p1"}}})).await?;
-    println!(
-        "   tools/call slow     -> {} (progress notifications forwarded first)",
-        slow["result"]["content"][0]["text"].as_str().unwrap_or("?")
-    );
+    healthy_calls(&client, &ingress).await?;
 
     step("3. /status while healthy");
     let doc = get_status(&client, ops).await?;
@@ -205,10 +155,102 @@ async fn tour(latch_path: &Path) -> Result<u8, DemoError> {
     println!(
         "   the gateway posts the result, gets no answer within post_timeout, retries the identical bytes, and latches"
     );
+    drill(&client, &ingress, ops, &stub, running).await?;
+    print_latch_file(latch_path)?;
+
+    step("5. Restart with the latch in place: the gateway refuses to run (exit 89)");
+    let before = sim.record().polls.len();
+    let again = Gateway::new(config.clone()).run().await.map_err(DemoError::Gateway)?;
+    println!(
+        "   exit code {}; polls made by the refused gateway: {}",
+        again.exit_code(),
+        sim.record().polls.len() - before
+    );
+
+    step("6. Operator clears the latch (`tunnelgate latch clear`)");
+    latch_file::clear(latch_path).map_err(DemoError::ClearLatch)?;
+    println!("   cleared; a strict gateway would now start normally");
+
+    sim.shutdown().await;
+    stub.shutdown().await;
+    step("Demo finished: every outcome above was measured, not scripted.");
+    Ok(0)
+}
+
+/// The gateway's run, as a task.
+type Running = tokio::task::JoinHandle<Result<RunOutcome, GatewayError>>;
+
+/// Starts the gateway and waits, bounded, for its ops listener.
+async fn start_gateway(config: &Config) -> Result<(SocketAddr, Running), DemoError> {
+    let mut gateway = Gateway::new(config.clone());
+    let ops = gateway.ops_addr();
+    let running = tokio::spawn(gateway.run());
+    match tokio::time::timeout(START_BOUND, ops).await {
+        Ok(Ok(addr)) => Ok((addr, running)),
+        Err(_) => Err(DemoError::GatewayNotStarted),
+        // The gateway dropped the sender: its run ended before the listener was up.
+        Ok(Err(_)) => Err(match running.await {
+            Ok(Err(e)) => DemoError::Gateway(e),
+            Ok(Ok(_)) => DemoError::GatewayNotStarted,
+            Err(e) => DemoError::GatewayTask(e),
+        }),
+    }
+}
+
+/// Step 2: initialize, the initialized notification, tools/list and two tool calls.
+async fn healthy_calls(client: &reqwest::Client, ingress: &str) -> Result<(), DemoError> {
+    let init = mcp(
+        client,
+        ingress,
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"tunnelgate-demo","version":"1"}}}),
+    )
+    .await?;
+    println!(
+        "   initialize          -> server {}",
+        init["result"]["serverInfo"]["name"].as_str().unwrap_or("?")
+    );
+    let status = client
+        .post(ingress)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .send()
+        .await
+        .map_err(DemoError::Ingress)?
+        .status();
+    println!("   notifications/initialized -> HTTP {status} (notify_ack)");
+    let tools = mcp(client, ingress, json!({"jsonrpc":"2.0","id":2,"method":"tools/list"})).await?;
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|x| x["name"].as_str()).collect())
+        .unwrap_or_default();
+    println!("   tools/list          -> {}", names.join(", "));
+    let echo = mcp(client, ingress, json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello through the tunnel"}}})).await?;
+    println!(
+        "   tools/call echo     -> {}",
+        echo["result"]["content"][0]["text"].as_str().unwrap_or("?")
+    );
+    let slow = mcp(client, ingress, json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"slow","arguments":{"ms":300},"_meta":{"progressToken":"p1"}}})).await?;
+    println!(
+        "   tools/call slow     -> {} (progress notifications forwarded first)",
+        slow["result"]["content"][0]["text"].as_str().unwrap_or("?")
+    );
+    Ok(())
+}
+
+/// Step 4: a tools/call add whose acknowledgement the simulator holds, and a ping queued
+/// behind it; shows `/status` once latched, then how the gateway ended.
+async fn drill(
+    client: &reqwest::Client,
+    ingress: &str,
+    ops: SocketAddr,
+    stub: &McpStub,
+    running: Running,
+) -> Result<(), DemoError> {
     let calls_before = stub.count("tools/call");
     let drill = tokio::spawn({
         let client = client.clone();
-        let ingress = ingress.clone();
+        let ingress = ingress.to_owned();
         async move {
             let _ = client.post(&ingress).header("accept", "application/json, text/event-stream")
                 .json(&json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":2,"b":3}}}))
@@ -223,22 +265,12 @@ async fn tour(latch_path: &Path) -> Result<u8, DemoError> {
     }
     let queued = tokio::spawn({
         let client = client.clone();
-        let ingress = ingress.clone();
+        let ingress = ingress.to_owned();
         async move { mcp(&client, &ingress, json!({"jsonrpc":"2.0","id":6,"method":"ping"})).await }
     });
-    let mut latched = None;
-    for _ in 0..200 {
-        if let Ok(doc) = get_status(&client, ops).await {
-            if !doc["fatal"].is_null() {
-                latched = Some(doc);
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    if let Some(doc) = &latched {
+    if let Some(doc) = latched_status(client, ops).await {
         println!("   /status during cleanup:");
-        print_status(doc);
+        print_status(&doc);
     }
     let outcome = tokio::time::timeout(STOP_BOUND, running)
         .await
@@ -266,6 +298,23 @@ async fn tour(latch_path: &Path) -> Result<u8, DemoError> {
         "   MCP server received the drill's tools/call {} time(s): the retries re-posted the result, never the request",
         stub.count("tools/call") - calls_before
     );
+    Ok(())
+}
+
+/// `/status` once it shows a fatal cause, polled for a bounded time.
+async fn latched_status(client: &reqwest::Client, ops: SocketAddr) -> Option<Value> {
+    for _ in 0..200 {
+        if let Ok(doc) = get_status(client, ops).await {
+            if !doc["fatal"].is_null() {
+                return Some(doc);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    None
+}
+
+fn print_latch_file(latch_path: &Path) -> Result<(), DemoError> {
     println!("   latch file {}:", latch_path.display());
     let latch = std::fs::read_to_string(latch_path).map_err(|source| DemoError::ReadLatch {
         path: latch_path.to_owned(),
@@ -274,24 +323,7 @@ async fn tour(latch_path: &Path) -> Result<u8, DemoError> {
     for line in latch.lines() {
         println!("     {line}");
     }
-
-    step("5. Restart with the latch in place: the gateway refuses to run (exit 89)");
-    let before = sim.record().polls.len();
-    let again = Gateway::new(config.clone()).run().await.map_err(DemoError::Gateway)?;
-    println!(
-        "   exit code {}; polls made by the refused gateway: {}",
-        again.exit_code(),
-        sim.record().polls.len() - before
-    );
-
-    step("6. Operator clears the latch (`tunnelgate latch clear`)");
-    latch_file::clear(latch_path).map_err(DemoError::ClearLatch)?;
-    println!("   cleared; a strict gateway would now start normally");
-
-    sim.shutdown().await;
-    stub.shutdown().await;
-    step("Demo finished: every outcome above was measured, not scripted.");
-    Ok(0)
+    Ok(())
 }
 
 fn demo_config(sim: &str, stub: &str, latch: &Path) -> Result<Config, DemoError> {
@@ -392,7 +424,7 @@ fn step(title: &str) {
 }
 
 fn tempfile_dir() -> Result<PathBuf, DemoError> {
-    let dir = std::env::temp_dir().join(format!("tunnelgate-demo-{}", crate::control::random_hex(6)));
+    let dir = std::env::temp_dir().join(format!("tunnelgate-demo-{}", crate::protocol::random_hex(6)));
     std::fs::create_dir_all(&dir).map_err(|source| DemoError::WorkDir {
         path: dir.clone(),
         source,

@@ -11,18 +11,17 @@ use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 
 use super::error::{ConfigError, ErrorKind};
-use super::http_url::{self, UrlRole};
+use super::number::count;
 use super::raw::RawChannel;
-use super::{ChannelConfig, Secret};
+use super::{ChannelConfig, ChannelName, HttpUrl, Secret};
 
 const MAX_CHANNELS: usize = 32;
-const MAX_CHANNEL_NAME: usize = 64;
 
 pub(super) fn channels(
     raw: BTreeMap<String, RawChannel>,
     api_key: &Secret,
     max_concurrent: NonZeroUsize,
-) -> Result<BTreeMap<String, ChannelConfig>, ConfigError> {
+) -> Result<BTreeMap<ChannelName, ChannelConfig>, ConfigError> {
     const KEY: &str = "mcp.channels";
     if raw.is_empty() {
         let fix = "add [mcp.channels.main] with url = \"http://...\" or command = [...]";
@@ -43,23 +42,11 @@ pub(super) fn channels(
     }
     raw.into_iter()
         .map(|(name, channel)| {
-            channel_name(&name)?;
+            let name = ChannelName::parse(&name)?;
             let config = channel_config(&format!("{KEY}.{name}"), channel, api_key, max_concurrent)?;
             Ok((name, config))
         })
         .collect()
-}
-
-/// `[A-Za-z0-9_-]{1,64}`: names go into a header and metric labels.
-fn channel_name(name: &str) -> Result<(), ConfigError> {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-    if name.is_empty() || name.len() > MAX_CHANNEL_NAME || !name.chars().all(allowed) {
-        let problem = format!(
-            "channel name {name:?} is not allowed: use 1 to {MAX_CHANNEL_NAME} letters, digits, '_' or '-' (it is sent in a header and used as a metric label)"
-        );
-        return Err(ConfigError::invalid("mcp.channels", problem));
-    }
-    Ok(())
 }
 
 fn channel_config(
@@ -88,7 +75,7 @@ fn channel_config(
                 "only applies to stdio channels (command = [...]); an HTTP channel is bounded by mcp.max_concurrent",
             )),
             (None, None) => Ok(ChannelConfig::Http {
-                url: http_url::parse(&format!("{key}.url"), &url, UrlRole::Endpoint)?,
+                url: HttpUrl::endpoint(&format!("{key}.url"), &url)?,
             }),
         },
         (None, Some(command)) => Ok(ChannelConfig::Stdio {
@@ -105,7 +92,7 @@ fn channel_max_concurrent(key: &str, value: Option<u64>, global: NonZeroUsize) -
     let Some(value) = value else {
         return Ok(global);
     };
-    let own = super::validation::count(key, value)?;
+    let own = count(key, value)?;
     if own > global {
         return Err(ConfigError::invalid(
             key,

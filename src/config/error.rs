@@ -4,9 +4,6 @@
 //! type that was found, never the value (it may be a secret).
 
 use figment::error::{Actual, Kind};
-use figment::Figment;
-
-use super::layers;
 
 /// An invalid configuration: which key, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,11 +64,9 @@ impl ConfigError {
         }
     }
 
-    /// Appends which variable or flag set the key, when it was not the config file.
-    pub(super) fn with_source(mut self, figment: &Figment) -> Self {
-        if let Some(source) = layers::source_of(figment, &self.key) {
-            self.problem = format!("{} (set by {source})", self.problem);
-        }
+    /// Appends which variable or flag set the key (see `layers::with_source`).
+    pub(super) fn set_by(mut self, source: &str) -> Self {
+        self.problem = format!("{} (set by {source})", self.problem);
         self
     }
 

@@ -1,10 +1,21 @@
-//! A small, strict check for the http(s) URLs in the configuration.
+//! [`HttpUrl`]: the http(s) URLs of the configuration, checked once at load by a small,
+//! strict grammar.
 //!
 //! Grammar: `http` or `https`, `://`, a host (name, IPv4 or `[IPv6]`) with an optional
 //! port 1-65535, then an optional path; no whitespace, no credentials. Error messages
 //! quote only the offending part, never the whole URL (it may carry a token).
 
 use super::error::ConfigError;
+use super::text::str_views;
+
+/// An http(s) URL that passed the grammar, normalized for its role; its scheme is known.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpUrl {
+    text: String,
+    https: bool,
+}
+
+str_views!(HttpUrl, |this| &this.text);
 
 /// What may follow the host and path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +24,31 @@ pub(super) enum UrlRole {
     Base,
     /// A complete endpoint: a query is allowed, a fragment is not; kept as written.
     Endpoint,
+}
+
+impl HttpUrl {
+    /// A complete endpoint (an MCP server's URL): a query is allowed, a fragment is not;
+    /// kept as written. Errors name `key`.
+    pub fn endpoint(key: &str, value: &str) -> Result<HttpUrl, ConfigError> {
+        HttpUrl::parse(key, value, UrlRole::Endpoint)
+    }
+
+    /// A base that paths are appended to: no query or fragment; a trailing `/` is removed.
+    /// Errors name `key`.
+    pub fn base(key: &str, value: &str) -> Result<HttpUrl, ConfigError> {
+        HttpUrl::parse(key, value, UrlRole::Base)
+    }
+
+    /// Whether the scheme is `https` (else it is `http`).
+    pub fn is_https(&self) -> bool {
+        self.https
+    }
+
+    fn parse(key: &str, value: &str, role: UrlRole) -> Result<HttpUrl, ConfigError> {
+        let text = parse(key, value, role)?;
+        let https = text.starts_with("https://");
+        Ok(HttpUrl { text, https })
+    }
 }
 
 /// Checks `value` for `key` and returns it normalized for `role`.

@@ -59,8 +59,16 @@ pub(super) fn figment(file: Option<FileLayer>, overrides: &Overrides, env: &EnvV
     figment
 }
 
+/// `error`, naming which variable or flag set its key when it was not the config file.
+pub(super) fn with_source(error: ConfigError, figment: &Figment) -> ConfigError {
+    match source_of(figment, error.key()) {
+        Some(source) => error.set_by(&source),
+        None => error,
+    }
+}
+
 /// The variable or flag that set `key`, if it was not the config file.
-pub(super) fn source_of(figment: &Figment, key: &str) -> Option<String> {
+fn source_of(figment: &Figment, key: &str) -> Option<String> {
     let metadata = figment.find_metadata(key)?;
     if metadata.name == FILE {
         return None;

@@ -141,7 +141,7 @@ fn mcp(config: &Config) -> McpView<'_> {
 fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
     match channel {
         ChannelConfig::Http { url } => ChannelView {
-            url: Some(url),
+            url: Some(url.as_str()),
             command: None,
             env: None,
             max_concurrent: None,

@@ -7,20 +7,25 @@
 //! The anchor's `MCP_SERVER_URL` / `MCP_COMMAND` supply the `main` channel only when no
 //! other layer configures any channel.
 //!
-//! Invariants: a [`Config`] is fully validated (parse, don't validate); secrets are
-//! resolved once at load and never printed (`Debug`, `Display` and [`Config::masked`]
-//! show only their reference); errors name the dotted key and never echo secret values
+//! Invariants: a [`Config`] is fully validated (parse, don't validate): URLs, the tunnel
+//! id and channel names are parsed once into [`HttpUrl`], [`TunnelId`] and
+//! [`ChannelName`]; secrets are resolved once at load and never printed (`Debug`,
+//! `Display` and [`Config::masked`] show only their reference); errors name the dotted key and never echo secret values
 //! or URLs. This module performs no network I/O and never mutates the process
 //! environment; the only I/O is reading the config file and `file:` secrets.
 
 mod channel;
+mod channel_name;
 mod defaults;
 mod error;
 mod http_url;
 mod layers;
 mod masked;
+mod number;
 mod raw;
 mod secret;
+mod text;
+mod tunnel_id;
 mod validation;
 
 #[cfg(test)]
@@ -32,8 +37,11 @@ use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use channel_name::ChannelName;
 pub use error::ConfigError;
+pub use http_url::HttpUrl;
 pub use secret::Secret;
+pub use tunnel_id::TunnelId;
 
 use layers::{EnvVars, FileLayer};
 
@@ -52,11 +60,11 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControlPlane {
     /// An http(s) URL without a trailing slash, query or fragment.
-    pub base_url: String,
+    pub base_url: HttpUrl,
     /// `""` or a path starting with `/`, without a trailing `/`.
     pub url_path: String,
     /// Non-empty, free of whitespace and of `/ ? # %` (it is placed in request paths).
-    pub tunnel_id: String,
+    pub tunnel_id: TunnelId,
     pub api_key: Secret,
     /// Non-zero.
     pub poll_timeout: Duration,
@@ -76,14 +84,14 @@ pub struct Mcp {
     /// Non-zero.
     pub connect_timeout: Duration,
     /// 1 to 32 channels; names match `[A-Za-z0-9_-]{1,64}`.
-    pub channels: BTreeMap<String, ChannelConfig>,
+    pub channels: BTreeMap<ChannelName, ChannelConfig>,
 }
 
 /// One `[mcp.channels.NAME]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelConfig {
     /// Streamable HTTP; `url` is an http(s) URL without a fragment.
-    Http { url: String },
+    Http { url: HttpUrl },
     /// stdio; `command` is a non-empty argv (no shell). `env` is added on top of a
     /// minimal base and never names the API key variable, `TUNNELGATE_*` or
     /// `CONTROL_PLANE_*`. `max_concurrent` is the effective bound on requests in flight to
@@ -139,7 +147,7 @@ pub struct Telemetry {
     /// A non-empty `tracing` filter directive (accepted by `EnvFilter`).
     pub log_level: String,
     /// An http(s) base URL without a trailing slash; `None` when export is off.
-    pub otlp_endpoint: Option<String>,
+    pub otlp_endpoint: Option<HttpUrl>,
     /// Where the gateway hands W3C trace context on to MCP servers.
     pub propagate: Propagate,
 }
@@ -219,7 +227,7 @@ impl Config {
             .channels
             .iter()
             .filter(|(_, channel)| matches!(channel, ChannelConfig::Stdio { .. }))
-            .map(|(name, _)| name.clone())
+            .map(|(name, _)| name.to_string())
             .collect()
     }
 
@@ -232,8 +240,8 @@ impl Config {
         let figment = layers::figment(file, overrides, &env);
         let raw: raw::RawConfig = figment
             .extract()
-            .map_err(|e| ConfigError::from_figment(e).with_source(&figment))?;
-        validation::build(raw, &env).map_err(|e| e.with_source(&figment))
+            .map_err(|e| layers::with_source(ConfigError::from_figment(e), &figment))?;
+        validation::build(raw, &env).map_err(|e| layers::with_source(e, &figment))
     }
 }
 

@@ -5,19 +5,19 @@
 //! so the first problem reported is the first one in the file's natural order.
 
 use std::net::SocketAddr;
-use std::num::{NonZeroU32, NonZeroUsize};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::channel;
 use super::defaults as default;
-use super::error::{ConfigError, ErrorKind};
-use super::http_url::{self, UrlRole};
+use super::error::ConfigError;
 use super::layers::EnvVars;
+use super::number::{attempts, count};
 use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawRuntime, RawStrict, RawTelemetry};
 use super::{
-    AmbiguityPolicy, Config, ControlPlane, LatchedStart, LogFormat, Mcp, Ops, Propagate, Runtime, Secret, Strict,
-    Telemetry,
+    AmbiguityPolicy, Config, ControlPlane, HttpUrl, LatchedStart, LogFormat, Mcp, Ops, Propagate, Runtime, Secret,
+    Strict, Telemetry, TunnelId,
 };
 
 pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
@@ -52,9 +52,9 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
     let base_url = raw.base_url.as_deref().unwrap_or(default::BASE_URL);
     let api_key = raw.api_key.as_deref().unwrap_or(default::API_KEY);
     Ok(ControlPlane {
-        base_url: http_url::parse("control_plane.base_url", base_url, UrlRole::Base)?,
+        base_url: HttpUrl::base("control_plane.base_url", base_url)?,
         url_path: url_path(raw.url_path.as_deref().unwrap_or(default::URL_PATH))?,
-        tunnel_id: tunnel_id(raw.tunnel_id)?,
+        tunnel_id: TunnelId::parse(raw.tunnel_id)?,
         api_key: Secret::resolve("control_plane.api_key", api_key, env)?,
         poll_timeout: positive_duration("control_plane.poll_timeout", raw.poll_timeout, default::POLL_TIMEOUT)?,
         max_inflight: count(
@@ -91,20 +91,6 @@ fn url_path(value: &str) -> Result<String, ConfigError> {
         ));
     }
     Ok(value.trim_end_matches('/').to_owned())
-}
-
-fn tunnel_id(value: Option<String>) -> Result<String, ConfigError> {
-    const KEY: &str = "control_plane.tunnel_id";
-    let value = value.filter(|v| !v.is_empty()).ok_or_else(|| {
-        let fix = "set it in the config file or TUNNELGATE_CONTROL_PLANE__TUNNEL_ID / CONTROL_PLANE_TUNNEL_ID";
-        ConfigError::new(ErrorKind::Missing, KEY, format!("missing; {fix}"))
-    })?;
-    let bad = |c: char| c.is_whitespace() || c.is_control() || matches!(c, '/' | '?' | '#' | '%');
-    if value.chars().any(bad) {
-        let problem = "must not contain whitespace, '/', '?', '#' or '%' (it is placed in request paths)";
-        return Err(ConfigError::invalid(KEY, problem));
-    }
-    Ok(value)
 }
 
 fn mcp(raw: RawMcp, strict: bool, api_key: &Secret) -> Result<Mcp, ConfigError> {
@@ -240,10 +226,10 @@ fn log_level(value: String) -> Result<String, ConfigError> {
     }
 }
 
-fn otlp_endpoint(value: &str) -> Result<Option<String>, ConfigError> {
+fn otlp_endpoint(value: &str) -> Result<Option<HttpUrl>, ConfigError> {
     match value {
         "" => Ok(None),
-        url => http_url::parse("telemetry.otlp_endpoint", url, UrlRole::Base).map(Some),
+        url => HttpUrl::base("telemetry.otlp_endpoint", url).map(Some),
     }
 }
 
@@ -263,14 +249,4 @@ fn positive_duration(key: &str, value: Option<String>, default: &str) -> Result<
         ));
     }
     Ok(parsed)
-}
-
-pub(super) fn count(key: &str, value: u64) -> Result<NonZeroUsize, ConfigError> {
-    let value = usize::try_from(value).map_err(|_| ConfigError::invalid(key, format!("{value} is too large")))?;
-    NonZeroUsize::new(value).ok_or_else(|| ConfigError::invalid(key, "must be at least 1 (found 0)"))
-}
-
-fn attempts(key: &str, value: u64) -> Result<NonZeroU32, ConfigError> {
-    let value = u32::try_from(value).map_err(|_| ConfigError::invalid(key, format!("{value} is too large")))?;
-    NonZeroU32::new(value).ok_or_else(|| ConfigError::invalid(key, "must be at least 1 (found 0)"))
 }

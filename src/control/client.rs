@@ -15,6 +15,9 @@ use super::retry::{next_try, AfterAttempt, RetryPolicy};
 use crate::protocol::{decode_poll, Command, InvalidCommand, ShardToken};
 use crate::telemetry::{DeliveryKind, LabelValue, Metrics};
 
+/// Fresh ids live in `protocol`; named here too for the wiring's call site.
+pub use crate::protocol::random_hex;
+
 const CLIENT_NAME: &str = "tunnelgate";
 /// Poll bodies above this are refused as undecodable rather than buffered.
 const MAX_POLL_BODY: usize = 32 * 1024 * 1024;
@@ -524,18 +527,6 @@ fn percent_encode_segment(s: &str) -> String {
         } else {
             out.push_str(&format!("%{b:02X}"));
         }
-    }
-    out
-}
-
-/// `n` random bytes as lowercase hex.
-pub fn random_hex(n: usize) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(2 * n);
-    for _ in 0..n {
-        let byte = rand::random::<u8>();
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
     }
     out
 }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use super::control::{net_words, NetFailure};
 use super::report::{Check, Verdict};
 use super::Options;
-use crate::config::ChannelConfig;
+use crate::config::{ChannelConfig, HttpUrl};
 use crate::downstream::{
     DownstreamRequest, HttpSettings, HttpTransport, LegFailure, LegResult, NotifySink, StdioSettings, StdioTransport,
 };
@@ -76,7 +76,7 @@ pub(super) async fn check(name: &str, channel: &ChannelConfig, probe: &Probe<'_>
     }
 }
 
-async fn http(check_name: &str, channel: &str, url: &str, probe: &Probe<'_>) -> Check {
+async fn http(check_name: &str, channel: &str, url: &HttpUrl, probe: &Probe<'_>) -> Check {
     let key = format!("mcp.channels.{channel}.url");
     let timeout = probe.options.timeout;
     let settings = HttpSettings {

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::report::Check;
 use crate::config::Config;
 use crate::control::ControlClient;
-use crate::downstream::error_chain::{chain_mentions, io_kinds};
+use crate::downstream::error_chain::SendFacts;
 use crate::telemetry::safe_token;
 
 const NAME: &str = "control_plane";
@@ -48,7 +48,7 @@ pub(super) async fn check(config: &Config, client: &ControlClient, timeout: Dura
     let started = Instant::now();
     let answer = match client.get_tunnel(timeout).await {
         Ok(status) => Answer::Status(status.as_u16()),
-        Err(e) => Answer::Net(classify(&e, config.control_plane.base_url.starts_with("https:"))),
+        Err(e) => Answer::Net(classify(SendFacts::of(&e), config.control_plane.base_url.is_https())),
     };
     let context = Context {
         tunnel_id: safe_token(&config.control_plane.tunnel_id),
@@ -137,19 +137,19 @@ pub(super) fn net_words(failure: NetFailure, key: &str, timeout: Duration) -> St
 
 /// Names why a request got no HTTP answer. The order matters: a timeout while
 /// connecting is a timeout; a name that does not resolve is DNS, not "connect".
-fn classify(error: &reqwest::Error, https: bool) -> NetFailure {
-    if error.is_timeout() {
+fn classify(facts: SendFacts, https: bool) -> NetFailure {
+    if facts.timeout {
         return NetFailure::Timeout;
     }
-    if error.is_dns() || chain_mentions(error, &["dns error", "failed to lookup address"]) {
+    if facts.dns {
         return NetFailure::Dns;
     }
-    if !error.is_connect() {
+    if !facts.connect {
         return NetFailure::Transport;
     }
-    if io_kinds(error).contains(&std::io::ErrorKind::ConnectionRefused) {
+    if facts.refused {
         NetFailure::Refused
-    } else if https && !chain_mentions(error, &["tcp connect error"]) {
+    } else if https && !facts.tcp_stage {
         NetFailure::Tls
     } else {
         NetFailure::Connect
@@ -172,42 +172,32 @@ mod tests {
     #[test]
     fn every_answer_maps_to_one_verdict_naming_what_to_fix() {
         use NetFailure as N;
-        let cases: [(Answer, Verdict, &str); 14] = [
-            (
-                Answer::Status(200),
-                Verdict::Ok,
-                "credentials accepted for tunnel tunnel_abc",
-            ),
+        let ok = (Answer::Status(200), "credentials accepted for tunnel tunnel_abc");
+        let fails: [(Answer, &str); 13] = [
             (
                 Answer::Status(401),
-                Verdict::Fail,
                 "credentials refused (HTTP 401): control_plane.api_key (env:CONTROL_PLANE_API_KEY)",
             ),
-            (Answer::Status(403), Verdict::Fail, "credentials refused (HTTP 403)"),
+            (Answer::Status(403), "credentials refused (HTTP 403)"),
             (
                 Answer::Status(404),
-                Verdict::Fail,
                 "tunnel not found (HTTP 404): check control_plane.tunnel_id (tunnel_abc)",
             ),
             (
                 Answer::Status(400),
-                Verdict::Fail,
                 "control_plane.tunnel_id (tunnel_abc) is probably malformed",
             ),
-            (Answer::Status(429), Verdict::Fail, "rate limited"),
-            (Answer::Status(308), Verdict::Fail, "redirects are not followed"),
-            (Answer::Status(503), Verdict::Fail, "control-plane error (HTTP 503)"),
-            (Answer::Status(204), Verdict::Fail, "unexpected answer (HTTP 204)"),
-            (
-                Answer::Net(N::Dns),
-                Verdict::Fail,
-                "cannot resolve the host of control_plane.base_url",
-            ),
-            (Answer::Net(N::Refused), Verdict::Fail, "connection refused"),
-            (Answer::Net(N::Tls), Verdict::Fail, "TLS handshake failed"),
-            (Answer::Net(N::Timeout), Verdict::Fail, "timeout: no answer within 5s"),
-            (Answer::Net(N::Transport), Verdict::Fail, "failed before an answer"),
+            (Answer::Status(429), "rate limited"),
+            (Answer::Status(308), "redirects are not followed"),
+            (Answer::Status(503), "control-plane error (HTTP 503)"),
+            (Answer::Status(204), "unexpected answer (HTTP 204)"),
+            (Answer::Net(N::Dns), "cannot resolve the host of control_plane.base_url"),
+            (Answer::Net(N::Refused), "connection refused"),
+            (Answer::Net(N::Tls), "TLS handshake failed"),
+            (Answer::Net(N::Timeout), "timeout: no answer within 5s"),
+            (Answer::Net(N::Transport), "failed before an answer"),
         ];
+        let cases = std::iter::once((ok.0, Verdict::Ok, ok.1)).chain(fails.map(|(a, w)| (a, Verdict::Fail, w)));
         for (answer, verdict, words) in cases {
             let check = verdict_of(answer);
             assert_eq!(check.name, "control_plane");
@@ -222,15 +212,25 @@ mod tests {
     }
 
     #[test]
-    fn io_kinds_are_found_inside_wrapped_errors() {
-        let inner = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        let outer = std::io::Error::other(inner);
-        let kinds = io_kinds(&outer);
-        assert!(kinds.contains(&std::io::ErrorKind::ConnectionRefused), "{kinds:?}");
-        assert!(chain_mentions(
-            &std::io::Error::other("dns error: no record"),
-            &["dns error"]
-        ));
-        assert!(!chain_mentions(&outer, &["dns error"]));
+    fn each_send_error_fact_set_maps_to_one_net_failure() {
+        let facts = |dns, connect, timeout, refused, tcp_stage| SendFacts {
+            dns,
+            connect,
+            timeout,
+            refused,
+            tcp_stage,
+        };
+        let cases = [
+            (facts(true, true, true, false, false), true, NetFailure::Timeout),
+            (facts(true, true, false, false, false), false, NetFailure::Dns),
+            (facts(false, false, false, false, false), true, NetFailure::Transport),
+            (facts(false, true, false, true, true), true, NetFailure::Refused),
+            (facts(false, true, false, false, false), true, NetFailure::Tls),
+            (facts(false, true, false, false, true), true, NetFailure::Connect),
+            (facts(false, true, false, false, false), false, NetFailure::Connect),
+        ];
+        for (facts, https, want) in cases {
+            assert_eq!(classify(facts, https), want, "{facts:?}, https {https}");
+        }
     }
 }

@@ -133,7 +133,7 @@ fn probe_file(dir: &Path) -> std::io::Result<()> {
     let path = dir.join(format!(
         ".tunnelgate-doctor.{}.{}",
         std::process::id(),
-        crate::control::random_hex(4)
+        crate::protocol::random_hex(4)
     ));
     let written = std::fs::OpenOptions::new()
         .write(true)

@@ -1,5 +1,47 @@
-//! Reading an error's cause chain: which I/O kinds it holds and what its layers say. The
-//! HTTP client's errors name their stage (DNS, TCP connect, TLS) only in their text.
+//! Reading an HTTP client error's cause chain: what it says about the stage the request
+//! failed in, read by type wherever the crates expose one.
+//!
+//! By type: reqwest's `is_dns` (its resolver's errors), `is_connect` (hyper-util's
+//! connect-phase error), `is_timeout`, and every `std::io::ErrorKind` in the chain
+//! (found with `downcast_ref`, also inside wrapped `io::Error`s). By text, only where no
+//! type says it (each place names the crate and version it was checked against).
+//!
+//! Must not decide outcomes: callers map [`SendFacts`] to their own failure kinds.
+
+/// What a send error's cause chain says, read once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SendFacts {
+    /// Name resolution failed.
+    pub(crate) dns: bool,
+    /// The failure happened while connecting (TCP or TLS), before any request byte.
+    pub(crate) connect: bool,
+    /// A timeout ended it (the connect timeout, or an I/O timeout).
+    pub(crate) timeout: bool,
+    /// The peer refused the TCP connection.
+    pub(crate) refused: bool,
+    /// The TCP stage itself failed (so a connect failure was not the TLS handshake).
+    pub(crate) tcp_stage: bool,
+}
+
+impl SendFacts {
+    pub(crate) fn of(error: &reqwest::Error) -> Self {
+        SendFacts {
+            // reqwest 0.13.5 wraps its resolver's errors in a type of its own (`is_dns`).
+            // Text fallback: hyper-util 0.1.21 names the stage "dns error" in its
+            // `ConnectError`, a type it does not export; std's getaddrinfo failure,
+            // "failed to lookup address information", has the unstable
+            // `io::ErrorKind::Uncategorized`, which cannot be matched.
+            dns: error.is_dns() || chain_mentions(error, &["dns error", "failed to lookup address"]),
+            connect: error.is_connect(),
+            timeout: error.is_timeout(),
+            refused: io_kinds(error).contains(&std::io::ErrorKind::ConnectionRefused),
+            // Text only: hyper-util 0.1.21 names its TCP stage "tcp connect error" in the
+            // unexported `ConnectError`; the TLS stage has no type of its own in the
+            // chain that this crate depends on.
+            tcp_stage: chain_mentions(error, &["tcp connect error"]),
+        }
+    }
+}
 
 /// Every `io::ErrorKind` in the chain, including errors wrapped inside `io::Error`s.
 pub(crate) fn io_kinds(error: &(dyn std::error::Error + 'static)) -> Vec<std::io::ErrorKind> {
@@ -31,4 +73,22 @@ pub(crate) fn chain_mentions(error: &(dyn std::error::Error + 'static), needles:
         source = err.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_kinds_are_found_inside_wrapped_errors() {
+        let inner = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let outer = std::io::Error::other(inner);
+        let kinds = io_kinds(&outer);
+        assert!(kinds.contains(&std::io::ErrorKind::ConnectionRefused), "{kinds:?}");
+        assert!(chain_mentions(
+            &std::io::Error::other("dns error: no record"),
+            &["dns error"]
+        ));
+        assert!(!chain_mentions(&outer, &["dns error"]));
+    }
 }

@@ -33,9 +33,10 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use tokio::time::{timeout_at, Instant};
 
-use super::error_chain::{chain_mentions, io_kinds};
+use super::error_chain::SendFacts;
 use super::sse::SseParser;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, Notification, NotifySink, Reply};
+use crate::config::HttpUrl;
 use crate::protocol::{filter_resp_headers, header_value, RespType, WireHeaders};
 use crate::strict::Admission;
 
@@ -213,11 +214,26 @@ struct Expected {
 }
 
 impl HttpTransport {
-    /// Builds the channel's transport. The URL must be `http` or `https`.
-    pub fn new(channel: &str, url: &str, settings: HttpSettings) -> Result<Self, HttpSetupError> {
-        let url = Url::parse(url).map_err(|_| HttpSetupError::InvalidUrl {
+    /// Builds the channel's transport for a URL the configuration has checked.
+    ///
+    /// The scheme comes from the [`HttpUrl`]. reqwest needs its own `Url`, whose grammar
+    /// (WHATWG) is not the configuration's, so the text is converted here, once; a URL
+    /// the configuration accepts and WHATWG does not (say, host `1.2.3.999`) is
+    /// [`HttpSetupError::InvalidUrl`].
+    pub fn new(channel: &str, url: &HttpUrl, settings: HttpSettings) -> Result<Self, HttpSetupError> {
+        let parsed = Url::parse(url.as_str()).map_err(|_| HttpSetupError::InvalidUrl {
             channel: channel.to_owned(),
         })?;
+        Self::build(channel, parsed, url.is_https(), settings)
+    }
+
+    /// Builds the channel's transport for a URL given as text that did not come through
+    /// the configuration (an embedder's own). It must be `http` or `https`, with a host.
+    pub fn from_text(channel: &str, url: &str, settings: HttpSettings) -> Result<Self, HttpSetupError> {
+        let invalid = || HttpSetupError::InvalidUrl {
+            channel: channel.to_owned(),
+        };
+        let url = Url::parse(url).map_err(|_| invalid())?;
         let https = match url.scheme() {
             "https" => true,
             "http" => false,
@@ -228,10 +244,12 @@ impl HttpTransport {
             }
         };
         if !url.has_host() {
-            return Err(HttpSetupError::InvalidUrl {
-                channel: channel.to_owned(),
-            });
+            return Err(invalid());
         }
+        Self::build(channel, url, https, settings)
+    }
+
+    fn build(channel: &str, url: Url, https: bool, settings: HttpSettings) -> Result<Self, HttpSetupError> {
         let connects = watch::ConnectSlot::default();
         let client = build_client(&settings, &connects).map_err(|source| HttpSetupError::Client {
             channel: channel.to_owned(),
@@ -316,6 +334,7 @@ impl HttpTransport {
         }
     }
 
+    /// The POST of one message, then its answer by body kind.
     async fn exchange(
         &self,
         admission: &Admission,
@@ -325,32 +344,15 @@ impl HttpTransport {
     ) -> Result<Reply, LegFailure> {
         let deadline = self.leg_deadline(req.deadline);
         let client = self.client()?;
-        let mut headers = forward_headers(req.headers);
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if !headers.contains_key(ACCEPT) {
-            headers.insert(ACCEPT, HeaderValue::from_static(DEFAULT_ACCEPT));
-        }
-        let body = Bytes::copy_from_slice(req.payload.raw().get().as_bytes());
-        let request = client
-            .request(Method::POST, self.inner.url.clone())
-            .headers(headers)
-            .body(body)
-            .build()
-            .map_err(|_| LegFailure::InternalBeforeSend)?;
+        let request = self.post_request(&client, req)?;
         let resp = self.send(&client, admission, request, deadline).await?;
 
         let status = resp.status();
         let resp_headers = response_headers(resp.headers());
+        let max = self.inner.settings.max_body_bytes;
         if !status.is_success() {
-            return refusal(
-                resp,
-                status,
-                resp_headers,
-                expects_response.then(|| Expected::of(req)).as_ref(),
-                self.inner.settings.max_body_bytes,
-                deadline,
-            )
-            .await;
+            let expected = expects_response.then(|| Expected::of(req));
+            return refusal(resp, status, resp_headers, expected.as_ref(), max, deadline).await;
         }
         if !expects_response {
             return Ok(Reply {
@@ -365,28 +367,7 @@ impl HttpTransport {
         }
         let expected = Expected::of(req);
         match body_kind(resp.headers()) {
-            BodyKind::Json => {
-                let body = read_body(resp, self.inner.settings.max_body_bytes, deadline)
-                    .await
-                    .map_err(|e| match e {
-                        BodyError::TooLarge => LegFailure::BodyTooLarge,
-                        BodyError::Timeout => LegFailure::TimeoutAfterWrite,
-                        BodyError::Broken => LegFailure::TruncatedJson,
-                    })?;
-                let raw = String::from_utf8(body)
-                    .ok()
-                    .and_then(json_value)
-                    .ok_or(LegFailure::TruncatedJson)?;
-                match expected.classify_body(raw) {
-                    Message::Terminal(raw) => Ok(Reply {
-                        resp_json: Some(raw),
-                        resp_headers,
-                        resp_code: status.as_u16(),
-                        resp_type: RespType::JsonrpcResponse,
-                    }),
-                    Message::Other(_) | Message::Noise => Err(LegFailure::NonProtocolResponse),
-                }
-            }
+            BodyKind::Json => json_reply(resp, resp_headers, &expected, max, deadline).await,
             BodyKind::EventStream => {
                 let mut leg = StreamLeg {
                     admission,
@@ -401,6 +382,27 @@ impl HttpTransport {
             }
             BodyKind::Other => Err(LegFailure::NonProtocolResponse),
         }
+    }
+
+    /// The POST carrying the message: the command's headers, the JSON content type, and
+    /// the default `Accept` when the command gives none.
+    fn post_request(
+        &self,
+        client: &reqwest::Client,
+        req: &DownstreamRequest<'_>,
+    ) -> Result<reqwest::Request, LegFailure> {
+        let mut headers = forward_headers(req.headers);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if !headers.contains_key(ACCEPT) {
+            headers.insert(ACCEPT, HeaderValue::from_static(DEFAULT_ACCEPT));
+        }
+        let body = Bytes::copy_from_slice(req.payload.raw().get().as_bytes());
+        client
+            .request(Method::POST, self.inner.url.clone())
+            .headers(headers)
+            .body(body)
+            .build()
+            .map_err(|_| LegFailure::InternalBeforeSend)
     }
 
     /// Regime (A): reads events until the sentinel, resuming a cut stream when allowed.
@@ -647,7 +649,7 @@ impl HttpTransport {
             }),
             // A connection the fence refused to use: nothing was written.
             Ok(Err(_)) if !admission.is_sent() && admission.recheck().is_err() => Err(LegFailure::NotAdmitted),
-            Ok(Err(error)) => Err(classify_send_error(&error, self.inner.https)),
+            Ok(Err(error)) => Err(classify_send_error(SendFacts::of(&error), self.inner.https)),
             Ok(Ok(resp)) => Ok(resp),
         }
     }
@@ -754,26 +756,56 @@ fn reached_server(failure: &LegFailure) -> Option<bool> {
 /// Maps a send error (before response headers) to a failure. Errors while connecting
 /// (DNS, TCP, TLS) happen before any request byte is written: `not_sent`. Everything else
 /// may follow the write: `abandoned`.
-fn classify_send_error(error: &reqwest::Error, https: bool) -> LegFailure {
-    if error.is_dns() || chain_mentions(error, &["dns error", "failed to lookup address"]) {
+fn classify_send_error(facts: SendFacts, https: bool) -> LegFailure {
+    if facts.dns {
         return LegFailure::Dns;
     }
-    if !error.is_connect() {
-        return if error.is_timeout() {
+    if !facts.connect {
+        return if facts.timeout {
             LegFailure::TimeoutAfterWrite
         } else {
             LegFailure::ConnectionLost
         };
     }
-    if io_kinds(error).contains(&std::io::ErrorKind::ConnectionRefused) {
+    if facts.refused {
         return LegFailure::ConnectRefused;
     }
     // The TCP stage names itself; a connect-phase failure past it on an https URL is the
     // TLS handshake (the connect timeout spans both, and stays a connect failure).
-    if error.is_timeout() || chain_mentions(error, &["tcp connect error"]) || !https {
+    if facts.timeout || facts.tcp_stage || !https {
         LegFailure::ConnectFailed
     } else {
         LegFailure::Tls
+    }
+}
+
+/// Regime (B): a whole JSON body, bounded in size and time, that must be the response
+/// for this request.
+async fn json_reply(
+    resp: reqwest::Response,
+    resp_headers: RespHeaders,
+    expected: &Expected,
+    max: usize,
+    deadline: Instant,
+) -> Result<Reply, LegFailure> {
+    let status = resp.status();
+    let body = read_body(resp, max, deadline).await.map_err(|e| match e {
+        BodyError::TooLarge => LegFailure::BodyTooLarge,
+        BodyError::Timeout => LegFailure::TimeoutAfterWrite,
+        BodyError::Broken => LegFailure::TruncatedJson,
+    })?;
+    let raw = String::from_utf8(body)
+        .ok()
+        .and_then(json_value)
+        .ok_or(LegFailure::TruncatedJson)?;
+    match expected.classify_body(raw) {
+        Message::Terminal(raw) => Ok(Reply {
+            resp_json: Some(raw),
+            resp_headers,
+            resp_code: status.as_u16(),
+            resp_type: RespType::JsonrpcResponse,
+        }),
+        Message::Other(_) | Message::Noise => Err(LegFailure::NonProtocolResponse),
     }
 }
 

@@ -8,11 +8,13 @@
 //! plane sent is what the MCP server receives (bar trace context that `telemetry.propagate`
 //! inserts into `params._meta`), and the reverse.
 //!
-//! Must not touch: sockets, clocks, metrics. Everything here is pure and unit tested.
+//! Must not touch: sockets, clocks, metrics. Everything here is pure and unit tested, but
+//! for `random_hex` (fresh ids, from the thread RNG).
 
 mod command;
 mod failure;
 mod headers;
+mod id;
 mod response;
 mod timeout;
 mod trace;
@@ -20,6 +22,7 @@ mod trace;
 pub use command::{decode_poll, Command, CommandKind, InvalidCommand, JsonRpcPayload, PollDecodeError};
 pub use failure::{synthesize_error, FailureSource, TunnelFailure};
 pub use headers::{filter_resp_headers, server_info_header, ServerInfoChannel, RESP_HEADER_ALLOWLIST};
+pub use id::random_hex;
 pub use response::{RespType, ResponseBody};
 pub use timeout::ResponseTimeout;
 pub use trace::{

@@ -182,7 +182,7 @@ pub(crate) async fn response(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut rec = ResponseRecord {
+    let rec = ResponseRecord {
         headers: record_headers(&headers),
         attempt: 1,
         ..ResponseRecord::default()
@@ -191,10 +191,7 @@ pub(crate) async fn response(
         .and_then(|()| validate::shard_token(&headers));
     let shard = match caller {
         Ok(shard) => shard,
-        Err(e) => {
-            let idx = sim.record_response(rec);
-            return finish(&sim, idx, e.into_response());
-        }
+        Err(e) => return refuse_unread(&sim, rec, e),
     };
     let body = match axum::body::to_bytes(body, MAX_RESPONSE_BODY).await {
         Ok(b) => b,
@@ -204,11 +201,31 @@ pub(crate) async fn response(
                 "request_body_too_large",
                 "response body too large or unreadable",
             );
-            let idx = sim.record_response(rec);
-            return finish(&sim, idx, e.into_response());
+            return refuse_unread(&sim, rec, e);
         }
     };
-    rec.json = serde_json::from_slice(&body).ok();
+    let (idx, fault) = record_post(&sim, rec, &body);
+    if let Some(action) = fault {
+        sim.fault_applied();
+        sim.update_response(idx, |r| r.fault = Some(action.clone()));
+        if let Some(resp) = apply_fault(action, &conn).await {
+            return finish(&sim, idx, resp);
+        }
+    }
+    let resp = settle(&sim, idx, &headers, &body, shard);
+    finish(&sim, idx, resp)
+}
+
+/// Records a POST refused before its body was read.
+fn refuse_unread(sim: &Shared, rec: ResponseRecord, error: ApiError) -> Response {
+    let idx = sim.record_response(rec);
+    finish(sim, idx, error.into_response())
+}
+
+/// Records a POST whose body was read, with what the simulator knows of the request it
+/// names, and returns its record's index and the fault scripted for it, if any.
+fn record_post(sim: &Shared, mut rec: ResponseRecord, body: &Bytes) -> (u64, Option<FaultAction>) {
+    rec.json = serde_json::from_slice(body).ok();
     rec.body = body.clone();
     let field = |name: &str| {
         rec.json
@@ -231,50 +248,46 @@ pub(crate) async fn response(
         attempt: facts.attempt,
     };
     let idx = sim.record_response(rec);
-    if let Some(action) = sim.faults.response_fault(&view).cloned() {
-        sim.fault_applied();
-        sim.update_response(idx, |r| r.fault = Some(action.clone()));
-        if let Some(resp) = apply_fault(action, &conn).await {
-            return finish(&sim, idx, resp);
-        }
-    }
-    if !validate::is_json_content_type(&headers) {
+    (idx, sim.faults.response_fault(&view).cloned())
+}
+
+/// The request itself, once faults are past: content type, payload, then the pending
+/// request it answers and its shard token.
+fn settle(sim: &Shared, idx: u64, headers: &HeaderMap, body: &Bytes, shard: &str) -> Response {
+    if !validate::is_json_content_type(headers) {
         let e = ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_content_type",
             "Content-Type must be application/json",
         );
-        return finish(&sim, idx, e.into_response());
+        return e.into_response();
     }
-    let payload = match validate::payload(&body) {
+    let payload = match validate::payload(body) {
         Ok(p) => p,
-        Err(e) => return finish(&sim, idx, e.into_response()),
+        Err(e) => return e.into_response(),
     };
     match sim.accept(&payload.request_id, shard, payload.reply) {
         Ok(completed) => {
             sim.update_response(idx, |r| r.completed = completed);
-            finish(
-                &sim,
-                idx,
-                json(StatusCode::OK, Bytes::from_static(br#"{"status":"ok"}"#)),
-            )
+            json(StatusCode::OK, Bytes::from_static(br#"{"status":"ok"}"#))
         }
-        Err(Refusal::NotPending) => {
-            let e = ApiError::new(
-                StatusCode::NOT_FOUND,
-                "pending_request_not_found",
-                "the pending request was already processed, expired, or never existed",
-            );
-            finish(&sim, idx, e.into_response())
-        }
-        Err(Refusal::ShardTokenMismatch) => {
-            let e = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "tunnel_request_mismatch",
-                "X-Tunnel-Shard-Token does not match the request",
-            );
-            finish(&sim, idx, e.into_response())
-        }
+        Err(refusal) => refusal_error(refusal).into_response(),
+    }
+}
+
+/// The answer to a valid POST the state refuses.
+fn refusal_error(refusal: Refusal) -> ApiError {
+    match refusal {
+        Refusal::NotPending => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "pending_request_not_found",
+            "the pending request was already processed, expired, or never existed",
+        ),
+        Refusal::ShardTokenMismatch => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "tunnel_request_mismatch",
+            "X-Tunnel-Shard-Token does not match the request",
+        ),
     }
 }
 

@@ -65,6 +65,7 @@ mod control;
 mod fault;
 mod ingress;
 mod record;
+mod routes;
 mod server;
 mod state;
 pub mod stub;
@@ -159,7 +160,7 @@ impl Simulator {
         let tracker = TaskTracker::new();
         tracker.spawn(server::serve(
             listener,
-            server::router(shared.clone()),
+            routes::router(shared.clone()),
             shutdown.clone(),
             tracker.clone(),
         ));

@@ -3,12 +3,11 @@
 //! held request never blocks shutdown.
 //!
 //! Every connection task is on the simulator's `TaskTracker` and ends on its
-//! `CancellationToken`: shutdown drops held and streaming connections at once.
+//! `CancellationToken`: shutdown drops held and streaming connections at once. It serves
+//! whatever router it is given (`routes`, the stub's) and imports no handler.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 
-use axum::routing::{get, post};
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::service::{service_fn, Service};
@@ -17,9 +16,6 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-
-use super::state::Shared;
-use super::{control, ingress};
 
 /// Lets a handler end the connection its request arrived on, without a response.
 #[derive(Clone, Debug)]
@@ -30,19 +26,6 @@ impl ConnHandle {
     pub(crate) fn close(&self) {
         self.0.cancel();
     }
-}
-
-/// The simulator's routes.
-pub(crate) fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/v1/tunnels/{tunnel_id}", get(control::tunnel))
-        .route("/v1/tunnels/{tunnel_id}/poll", get(control::poll))
-        .route("/v1/tunnels/{tunnel_id}/response", post(control::response))
-        .route(
-            "/v1/mcp/{tunnel_id}",
-            post(ingress::post).delete(ingress::delete).get(ingress::get),
-        )
-        .with_state(shared)
 }
 
 /// Accepts connections until `shutdown`, serving each with `router`.

@@ -93,3 +93,15 @@ proptest! {
         prop_assert_eq!(parse("k", &url, UrlRole::Endpoint), Ok(url));
     }
 }
+
+#[test]
+fn a_parsed_url_knows_its_scheme_and_prints_as_its_text() {
+    use crate::config::HttpUrl;
+    let https = HttpUrl::endpoint("k", "https://h.example/mcp?x=1").expect("valid");
+    assert!(https.is_https());
+    assert_eq!(https, "https://h.example/mcp?x=1");
+    assert_eq!(format!("{https:?}"), "\"https://h.example/mcp?x=1\"");
+    let http = HttpUrl::base("k", "http://h.example/p/").expect("valid");
+    assert!(!http.is_https());
+    assert_eq!(http.to_string(), "http://h.example/p");
+}

@@ -2,14 +2,16 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::*;
-use crate::config::ChannelConfig;
+use crate::config::{ChannelConfig, HttpUrl};
 
 fn with_env(toml: &str, pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
     load(toml, &Overrides::default(), pairs)
 }
 
 fn http(url: &str) -> ChannelConfig {
-    ChannelConfig::Http { url: url.to_owned() }
+    ChannelConfig::Http {
+        url: HttpUrl::endpoint("url", url).expect("a valid URL"),
+    }
 }
 
 #[test]

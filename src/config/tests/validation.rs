@@ -5,7 +5,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::{AmbiguityPolicy, ChannelConfig, LogFormat, Propagate};
+use crate::config::{AmbiguityPolicy, ChannelConfig, HttpUrl, LogFormat, Propagate};
 
 #[test]
 fn minimal_config_gets_every_default() {
@@ -37,7 +37,7 @@ fn minimal_config_gets_every_default() {
     assert_eq!(config.telemetry.propagate, Propagate::Off);
     assert_eq!(config.runtime.worker_threads.get(), 1);
     let main = ChannelConfig::Http {
-        url: "http://127.0.0.1:3001/mcp".to_owned(),
+        url: HttpUrl::endpoint("url", "http://127.0.0.1:3001/mcp").expect("a valid URL"),
     };
     assert_eq!(config.mcp.channels.get("main"), Some(&main));
 }
@@ -642,4 +642,13 @@ proptest! {
         let config = accepted(&toml_with(&[("control_plane.poll_timeout", &format!("{printed:?}"))]));
         prop_assert_eq!(config.control_plane.poll_timeout, Duration::from_millis(ms));
     }
+}
+
+#[test]
+fn channel_names_and_the_tunnel_id_print_as_their_text() {
+    let config = accepted(MINIMAL);
+    let (name, _) = config.mcp.channels.iter().next().expect("one channel");
+    assert_eq!(format!("{name} {name:?}"), "main \"main\"");
+    let id = &config.control_plane.tunnel_id;
+    assert_eq!(format!("{id} {id:?}"), "tunnel_test \"tunnel_test\"");
 }

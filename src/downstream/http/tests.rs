@@ -236,8 +236,13 @@ fn settings() -> HttpSettings {
     }
 }
 
+/// `text` as the configuration would hand it over.
+fn endpoint(text: &str) -> HttpUrl {
+    HttpUrl::endpoint("mcp.channels.main.url", text).unwrap()
+}
+
 fn transport(url: &str) -> HttpTransport {
-    HttpTransport::new("main", url, settings()).unwrap()
+    HttpTransport::new("main", &endpoint(url), settings()).unwrap()
 }
 
 async fn admission() -> Admission {
@@ -417,7 +422,7 @@ async fn a_json_body_over_the_bound_is_abandoned_whether_or_not_its_length_is_de
         let server = Server::start(vec![act]).await;
         let t = HttpTransport::new(
             "main",
-            &server.url(),
+            &endpoint(&server.url()),
             HttpSettings {
                 max_body_bytes: 1024,
                 ..settings()
@@ -451,7 +456,7 @@ async fn an_sse_event_still_undispatched_past_the_bound_is_abandoned() {
     .await;
     let t = HttpTransport::new(
         "main",
-        &server.url(),
+        &endpoint(&server.url()),
         HttpSettings {
             max_body_bytes: 1024,
             ..settings()
@@ -483,7 +488,7 @@ async fn an_sse_event_over_the_bound_that_arrives_whole_in_one_chunk_is_abandone
     .await;
     let t = HttpTransport::new(
         "main",
-        &server.url(),
+        &endpoint(&server.url()),
         HttpSettings {
             max_body_bytes: 1024,
             ..settings()
@@ -1036,7 +1041,7 @@ async fn a_connect_timeout_is_not_sent() {
         connect_timeout: Duration::from_millis(200),
         ..settings()
     };
-    let t = HttpTransport::new("main", &format!("http://{addr}/mcp"), settings).unwrap();
+    let t = HttpTransport::new("main", &endpoint(&format!("http://{addr}/mcp")), settings).unwrap();
     let started = Instant::now();
     let (result, _) = run(&t, &payload(CALL), &Vec::new(), None).await;
     assert_row(
@@ -1128,6 +1133,42 @@ async fn a_latched_admission_sends_nothing() {
     assert!(result.reply.resp_json.is_none());
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(server.accepted.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn each_send_error_fact_set_maps_to_one_failure() {
+    let facts = |dns, connect, timeout, refused, tcp_stage| SendFacts {
+        dns,
+        connect,
+        timeout,
+        refused,
+        tcp_stage,
+    };
+    let cases = [
+        (facts(true, true, true, true, true), true, LegFailure::Dns),
+        (
+            facts(false, false, true, false, false),
+            true,
+            LegFailure::TimeoutAfterWrite,
+        ),
+        (
+            facts(false, false, false, false, false),
+            true,
+            LegFailure::ConnectionLost,
+        ),
+        (facts(false, true, true, true, false), true, LegFailure::ConnectRefused),
+        (facts(false, true, true, false, false), true, LegFailure::ConnectFailed),
+        (facts(false, true, false, false, true), true, LegFailure::ConnectFailed),
+        (
+            facts(false, true, false, false, false),
+            false,
+            LegFailure::ConnectFailed,
+        ),
+        (facts(false, true, false, false, false), true, LegFailure::Tls),
+    ];
+    for (facts, https, want) in cases {
+        assert_eq!(classify_send_error(facts, https), want, "{facts:?}, https {https}");
+    }
 }
 
 // --- notifications, sessions, headers ---
@@ -1286,13 +1327,13 @@ async fn closed_connections_are_rebuilt_on_the_next_leg() {
 
 #[test]
 fn setup_rejects_bad_urls_without_echoing_them() {
-    let err = HttpTransport::new("main", "not a url ://secret", settings()).unwrap_err();
+    let err = HttpTransport::from_text("main", "not a url ://secret", settings()).unwrap_err();
     assert_eq!(err.kind(), "invalid_url");
     assert!(!err.to_string().contains("secret"));
-    let err = HttpTransport::new("main", "ftp://host/secret", settings()).unwrap_err();
+    let err = HttpTransport::from_text("main", "ftp://host/secret", settings()).unwrap_err();
     assert_eq!(err.kind(), "unsupported_scheme");
     assert!(!err.to_string().contains("secret"));
-    let t = HttpTransport::new("main", "http://user:secret@127.0.0.1/", settings()).unwrap();
+    let t = HttpTransport::from_text("main", "http://user:secret@127.0.0.1/", settings()).unwrap();
     assert!(!format!("{t:?}").contains("secret"));
 }
 

@@ -12,7 +12,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
-use super::rewrite::{span_in, Span};
+use super::rewrite::{span_in, trim_json, Span};
 
 /// What one line of a child's stdout is.
 #[derive(Debug)]
@@ -49,15 +49,6 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 /// A present member's raw value, `null` included.
 fn raw_present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
     <&'de RawValue>::deserialize(d).map(Some)
-}
-
-fn is_json_space(c: char) -> bool {
-    matches!(c, ' ' | '\t' | '\r' | '\n')
-}
-
-/// Trims JSON whitespace (what may surround a value without changing it).
-pub(super) fn trim_json(s: &str) -> &str {
-    s.trim_matches(is_json_space)
 }
 
 /// Whether a raw `method` value is the string `notifications/progress`.

@@ -9,14 +9,14 @@
 //! Invariant: only the replaced value's bytes change; every other byte of the message is
 //! kept (key order, whitespace, escapes, unknown members). Spans come from serde_json's
 //! borrowed `RawValue`s, which are slices of the text being parsed, so a span is found
-//! without re-serializing anything. Nothing here does I/O, logs or counts.
+//! without re-serializing anything. Nothing here does I/O, logs or counts. The line
+//! framing (`line`) finds a response's id span with [`span_in`]; this module imports
+//! nothing from it.
 
 use std::ops::Range;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
-
-use super::line::trim_json;
 
 /// A byte range of a JSON text holding one value.
 pub(super) type Span = Range<usize>;
@@ -54,6 +54,15 @@ struct Params<'a> {
 struct Meta<'a> {
     #[serde(borrow, default, rename = "progressToken")]
     progress_token: Option<&'a RawValue>,
+}
+
+fn is_json_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\r' | '\n')
+}
+
+/// Trims JSON whitespace (what may surround a value without changing it).
+pub(super) fn trim_json(s: &str) -> &str {
+    s.trim_matches(is_json_space)
 }
 
 /// Where `inner` (a value parsed out of `outer`, so a slice of it) sits in `outer`,

@@ -81,25 +81,23 @@ struct RawFeed {
 /// Parses and validates a whole script.
 pub(super) fn script(text: &str) -> Result<FaultScript, FaultScriptError> {
     let raw: RawScript = toml::from_str(text)?;
-    let rules = raw
-        .rule
-        .into_iter()
+    Ok(FaultScript {
+        rules: entries(raw.rule, "rule", RawRule::build)?,
+        polls: entries(raw.poll, "poll", RawPoll::build)?,
+        feed: entries(raw.feed, "feed", RawFeed::build)?,
+    })
+}
+
+/// Builds every entry of one kind in order; errors name it `{kind} N`, counted from 1.
+fn entries<R, T>(
+    raw: Vec<R>,
+    kind: &str,
+    build: impl Fn(R, &str) -> Result<T, FaultScriptError>,
+) -> Result<Vec<T>, FaultScriptError> {
+    raw.into_iter()
         .enumerate()
-        .map(|(i, r)| r.build(&format!("rule {}", i + 1)))
-        .collect::<Result<_, _>>()?;
-    let polls = raw
-        .poll
-        .into_iter()
-        .enumerate()
-        .map(|(i, p)| p.build(&format!("poll {}", i + 1)))
-        .collect::<Result<_, _>>()?;
-    let feed = raw
-        .feed
-        .into_iter()
-        .enumerate()
-        .map(|(i, f)| f.build(&format!("feed {}", i + 1)))
-        .collect::<Result<_, _>>()?;
-    Ok(FaultScript { rules, polls, feed })
+        .map(|(i, r)| build(r, &format!("{kind} {}", i + 1)))
+        .collect()
 }
 
 fn invalid(entry: &str, problem: impl Into<String>) -> FaultScriptError {
