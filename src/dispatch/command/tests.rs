@@ -185,7 +185,7 @@ fn dispatcher(mcp: &Peer, control: &Peer, strict: bool) -> (Arc<Dispatcher>, Fen
         request_timeout: Duration::from_secs(5),
         max_body_bytes: 1024 * 1024,
     };
-    let transport = HttpTransport::new("main", &format!("http://{}/mcp", mcp.addr), http).unwrap();
+    let transport = HttpTransport::from_text("main", &format!("http://{}/mcp", mcp.addr), http).unwrap();
     let channels = Channels::new(BTreeMap::from([("main".to_owned(), Transport::Http(transport))]));
     let fence = Fence::new(strict, 1);
     let d = Dispatcher::new(Wiring {
