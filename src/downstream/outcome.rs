@@ -10,39 +10,23 @@ use std::collections::BTreeMap;
 use serde_json::value::RawValue;
 
 use crate::protocol::{synthesize_error, FailureSource, RespType, TunnelFailure};
-use crate::telemetry::LabelValue;
+use crate::telemetry::{label_enum, LegOutcomeLabel};
 
-/// How a downstream leg ended (DESIGN §2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LegOutcome {
-    /// The MCP server cannot have seen the request.
-    NotSent,
-    /// A terminal response for this request arrived whole.
-    Answered,
-    /// The request was (or may have been) handed off and no terminal response arrived.
-    Abandoned,
-}
-
-impl LegOutcome {
-    /// Stable label for metrics, logs and spans.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::NotSent => "not_sent",
-            Self::Answered => "answered",
-            Self::Abandoned => "abandoned",
-        }
+label_enum! {
+    /// How a downstream leg ended (DESIGN §2); its label is used in metrics, logs and spans.
+    #[derive(Hash)]
+    pub enum LegOutcome {
+        /// The MCP server cannot have seen the request.
+        NotSent => "not_sent",
+        /// A terminal response for this request arrived whole.
+        Answered => "answered",
+        /// The request was (or may have been) handed off and no terminal response arrived.
+        Abandoned => "abandoned",
     }
-
-    pub const ALL: [LegOutcome; 3] = [Self::NotSent, Self::Answered, Self::Abandoned];
 }
 
 /// `downstream_requests_total{outcome}`.
-impl LabelValue for LegOutcome {
-    const ALL: &'static [Self] = &Self::ALL;
-    fn as_label(self) -> &'static str {
-        self.as_str()
-    }
-}
+impl LegOutcomeLabel for LegOutcome {}
 
 /// Words a caller can act on, carried in synthesized error messages.
 pub const SUBSCRIPTION_ENDED_MESSAGE: &str =
