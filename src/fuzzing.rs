@@ -60,9 +60,14 @@ pub fn poll_envelope(data: &[u8]) {
                 }
             }
             Err(invalid) => assert!(
-                !invalid.reason.is_empty() && invalid.reason.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                !invalid.reason.as_str().is_empty()
+                    && invalid
+                        .reason
+                        .as_str()
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b == b'_'),
                 "an unstable reason label: {:?}",
-                invalid.reason
+                invalid.reason.as_str()
             ),
         }
     }

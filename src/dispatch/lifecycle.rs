@@ -656,12 +656,15 @@ impl Dispatcher {
         self.metrics.command_dropped(DropReason::Invalid);
         let (Some(request_id), Some(shard_token)) = (invalid.request_id, invalid.shard_token) else {
             tracing::warn!(
-                reason = invalid.reason,
+                reason = invalid.reason.as_str(),
                 "malformed command without request id or shard token; skipped"
             );
             return;
         };
-        tracing::warn!(reason = invalid.reason, "malformed command; answered with an error");
+        tracing::warn!(
+            reason = invalid.reason.as_str(),
+            "malformed command; answered with an error"
+        );
         let failure = TunnelFailure::new(FailureSource::Protocol, Some("invalid_protocol_response"), false, None);
         let resp_json = synthesize_error(
             None,

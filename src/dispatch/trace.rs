@@ -66,7 +66,7 @@ pub(super) fn command_span(
             tunnelgate.channel = %safe_token(invalid.channel.as_str()),
             tunnelgate.command_type = command_type,
             tunnelgate.strict = strict,
-            "error.type" = invalid.reason,
+            "error.type" = invalid.reason.as_str(),
             otel.status_code = "ERROR",
         ),
     }

@@ -129,3 +129,15 @@ impl Channels {
         futures_util::future::join_all(stops).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transport_kind_serializes_as_its_label() {
+        for kind in TransportKind::ALL {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
+    }
+}

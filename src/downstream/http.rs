@@ -310,7 +310,7 @@ impl HttpTransport {
     pub fn status(&self) -> ChannelStatus {
         ChannelStatus {
             channel: self.inner.channel.clone(),
-            transport: "http",
+            transport: super::TransportKind::Http,
             up: self.inner.up.load(Ordering::Relaxed),
             generation: 0,
         }

@@ -44,7 +44,7 @@ pub struct DownstreamRequest<'a> {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ChannelStatus {
     pub channel: String,
-    pub transport: &'static str,
+    pub transport: TransportKind,
     pub up: bool,
     pub generation: u64,
 }

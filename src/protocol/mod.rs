@@ -17,7 +17,7 @@ mod response;
 mod timeout;
 mod trace;
 
-pub use command::{decode_poll, Command, CommandKind, InvalidCommand, JsonRpcPayload, PollDecodeError};
+pub use command::{decode_poll, Command, CommandKind, InvalidCommand, InvalidReason, JsonRpcPayload, PollDecodeError};
 pub use failure::{synthesize_error, FailureSource, TunnelFailure};
 pub use headers::{filter_resp_headers, server_info_header, ServerInfoChannel, RESP_HEADER_ALLOWLIST};
 pub use response::{RespType, ResponseBody};

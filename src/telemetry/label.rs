@@ -57,7 +57,7 @@ pub trait LabelSets {
 /// Declares a label enum once: its variants (doc comments and attributes kept), each
 /// with its label value, and from that list the enum itself (`Clone`, `Copy`, `Debug`,
 /// `PartialEq`, `Eq`, plus any derives given), `as_str`, an `ALL` array in declaration
-/// order and the [`LabelValue`] impl.
+/// order, the [`LabelValue`] impl and a `Display` that writes the label.
 ///
 /// ```text
 /// label_enum! {
@@ -104,6 +104,13 @@ macro_rules! label_enum {
             const ALL: &'static [Self] = &Self::ALL;
             fn as_label(self) -> &'static str {
                 self.as_str()
+            }
+        }
+
+        /// The label.
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
             }
         }
     };

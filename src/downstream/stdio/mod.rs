@@ -54,7 +54,7 @@ use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 use self::child::{Child, Registration};
 use self::line::WriteResult;
 use self::pending::{CancelTarget, Origin};
-use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply};
+use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply, TransportKind};
 use crate::protocol::RespType;
 use crate::strict::Admission;
 use crate::supervisor::Supervisor;
@@ -305,7 +305,7 @@ impl StdioTransport {
         let st = self.shared.lock();
         ChannelStatus {
             channel: self.shared.channel.clone(),
-            transport: "stdio",
+            transport: TransportKind::Stdio,
             up: st.child.as_ref().is_some_and(|c| c.is_running()),
             generation: st.generation,
         }
