@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 
-use crate::protocol::{synthesize_error, FailureSource, RespType, TunnelFailure};
+use crate::protocol::{
+    json_resp_headers, synthesize_error, FailureSource, RespType, TunnelFailure, ABANDONED_MESSAGE, NOT_SENT_MESSAGE,
+};
 use crate::telemetry::{label_enum, LegOutcomeLabel};
 
 label_enum! {
@@ -31,8 +33,6 @@ impl LegOutcomeLabel for LegOutcome {}
 /// Words a caller can act on, carried in synthesized error messages.
 pub const SUBSCRIPTION_ENDED_MESSAGE: &str =
     "the subscription stream ended (the MCP server closed it, it was cancelled, or it reached its time bound); listen again to go on receiving";
-pub const NOT_SENT_MESSAGE: &str = "not delivered to the MCP server; safe to retry";
-pub const ABANDONED_MESSAGE: &str = "effect unknown: the MCP server may have acted; check before retrying";
 pub const REFUSED_MESSAGE: &str = "the MCP server refused the request with an HTTP error and no JSON-RPC response";
 
 /// Every way a downstream leg can fail, named where it happens.
@@ -266,10 +266,11 @@ impl LegResult {
             )),
             RespType::NotifyAck | RespType::SessionTerminationResponse => None,
         };
-        let mut resp_headers = BTreeMap::new();
-        if resp_json.is_some() {
-            resp_headers.insert("Content-Type".to_owned(), vec!["application/json".to_owned()]);
-        }
+        let resp_headers = if resp_json.is_some() {
+            json_resp_headers()
+        } else {
+            BTreeMap::new()
+        };
         Self {
             outcome: failure.outcome(),
             reply: Reply {
