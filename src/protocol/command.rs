@@ -169,53 +169,9 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
             channel,
         ));
     };
-    let headers = match decode_headers(wire.headers) {
-        Some(h) => h,
-        None => {
-            return Err(invalid(
-                InvalidReason::InvalidHeaders,
-                Some(request_id),
-                Some(shard_token),
-                channel,
-            ))
-        }
-    };
-    let command_type = match wire.command_type {
-        None | Some(serde_json::Value::Null) => "jsonrpc".to_owned(),
-        Some(serde_json::Value::String(s)) => s,
-        Some(_) => {
-            return Err(invalid(
-                InvalidReason::InvalidCommandType,
-                Some(request_id),
-                Some(shard_token),
-                channel,
-            ))
-        }
-    };
-    let kind = match command_type.as_str() {
-        "jsonrpc" => {
-            let Some(raw) = wire.jsonrpc else {
-                return Err(invalid(
-                    InvalidReason::MissingJsonrpc,
-                    Some(request_id),
-                    Some(shard_token),
-                    channel,
-                ));
-            };
-            match JsonRpcPayload::from_raw(raw) {
-                Some(p) => CommandKind::JsonRpc(p),
-                None => {
-                    return Err(invalid(
-                        InvalidReason::JsonrpcNotObject,
-                        Some(request_id),
-                        Some(shard_token),
-                        channel,
-                    ))
-                }
-            }
-        }
-        "session_termination" => CommandKind::SessionTermination,
-        _ => CommandKind::Unknown(command_type),
+    let (headers, kind) = match decode_body(wire.headers, wire.command_type, wire.jsonrpc) {
+        Ok(body) => body,
+        Err(reason) => return Err(invalid(reason, Some(request_id), Some(shard_token), channel)),
     };
     Ok(Command {
         request_id,
@@ -225,6 +181,30 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
         headers,
         kind,
     })
+}
+
+/// The headers and what to do, for a command that carries what a response needs; checked
+/// in this order: headers, `command_type`, the `jsonrpc` message.
+fn decode_body(
+    headers: Option<serde_json::Value>,
+    command_type: Option<serde_json::Value>,
+    jsonrpc: Option<Box<RawValue>>,
+) -> Result<(WireHeaders, CommandKind), InvalidReason> {
+    let headers = decode_headers(headers).ok_or(InvalidReason::InvalidHeaders)?;
+    let command_type = match command_type {
+        None | Some(serde_json::Value::Null) => "jsonrpc".to_owned(),
+        Some(serde_json::Value::String(s)) => s,
+        Some(_) => return Err(InvalidReason::InvalidCommandType),
+    };
+    let kind = match command_type.as_str() {
+        "jsonrpc" => {
+            let raw = jsonrpc.ok_or(InvalidReason::MissingJsonrpc)?;
+            CommandKind::JsonRpc(JsonRpcPayload::from_raw(raw).ok_or(InvalidReason::JsonrpcNotObject)?)
+        }
+        "session_termination" => CommandKind::SessionTermination,
+        _ => CommandKind::Unknown(command_type),
+    };
+    Ok((headers, kind))
 }
 
 fn decode_headers(value: Option<serde_json::Value>) -> Option<WireHeaders> {
