@@ -59,11 +59,13 @@ pub fn poll_envelope(data: &[u8]) {
                     let _ = (payload.expects_response(), payload.is_reply());
                 }
             }
-            Err(invalid) => assert!(
-                !invalid.reason.is_empty() && invalid.reason.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
-                "an unstable reason label: {:?}",
-                invalid.reason
-            ),
+            Err(invalid) => {
+                let reason = invalid.reason.as_str();
+                assert!(
+                    !reason.is_empty() && reason.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                    "an unstable reason label: {reason:?}"
+                );
+            }
         }
     }
     // Payloads are kept byte for byte, each a disjoint part of the body.

@@ -2,34 +2,42 @@
 //!
 //! One exhaustive `match` per question, no wildcard arms over our own enums.
 
-use crate::telemetry::LabelValue;
+use crate::telemetry::{label_enum, AttemptResultLabel, DeliveryLabel};
 
-/// How one POST attempt ended (`delivery_attempts_total{result}`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AttemptResult {
-    /// `200 {"status":"ok"}`.
-    Ok,
-    NotFound,
-    /// 408, 429, 502, 503, 504.
-    RetryableStatus,
-    /// Any other status (including a 2xx that is not the ack document).
-    RejectedStatus,
-    /// Failed before the request could be written (connect error).
-    TransportNotSent,
-    /// Failed after the request may have been written.
-    TransportAfterWrite,
-    Timeout,
-    Cancelled,
+label_enum! {
+    /// How one POST attempt ended (`delivery_attempts_total{result}`).
+    pub enum AttemptResult {
+        /// `200 {"status":"ok"}`.
+        Ok => "ok",
+        NotFound => "not_found",
+        /// 408, 429, 502, 503, 504.
+        RetryableStatus => "retryable_status",
+        /// Any other status (including a 2xx that is not the ack document).
+        RejectedStatus => "rejected_status",
+        /// Failed before the request could be written (connect error).
+        TransportNotSent => "transport_not_sent",
+        /// Failed after the request may have been written.
+        TransportAfterWrite => "transport_after_write",
+        Timeout => "timeout",
+        Cancelled => "cancelled",
+    }
 }
 
-/// How a delivery ended (DESIGN §2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Delivery {
-    Acked,
-    NotFound,
-    Rejected,
-    Ambiguous,
+label_enum! {
+    /// How a delivery ended (DESIGN §2; `deliveries_total{outcome}`).
+    pub enum Delivery {
+        Acked => "acked",
+        NotFound => "not_found",
+        Rejected => "rejected",
+        Ambiguous => "ambiguous",
+    }
 }
+
+/// `delivery_attempts_total{result}`.
+impl AttemptResultLabel for AttemptResult {}
+
+/// `deliveries_total{outcome}`.
+impl DeliveryLabel for Delivery {}
 
 /// Which retry rules apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,30 +49,6 @@ pub enum PostKind {
 }
 
 impl AttemptResult {
-    pub const ALL: [AttemptResult; 8] = [
-        Self::Ok,
-        Self::NotFound,
-        Self::RetryableStatus,
-        Self::RejectedStatus,
-        Self::TransportNotSent,
-        Self::TransportAfterWrite,
-        Self::Timeout,
-        Self::Cancelled,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::NotFound => "not_found",
-            Self::RetryableStatus => "retryable_status",
-            Self::RejectedStatus => "rejected_status",
-            Self::TransportNotSent => "transport_not_sent",
-            Self::TransportAfterWrite => "transport_after_write",
-            Self::Timeout => "timeout",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
     /// Classifies an HTTP answer. `is_ack` says whether the body was `{"status":"ok"}`.
     pub fn from_status(status: u16, is_ack: bool) -> Self {
         match status {
@@ -101,35 +85,6 @@ impl AttemptResult {
             | Self::Timeout
             | Self::Cancelled => Delivery::Ambiguous,
         }
-    }
-}
-
-impl Delivery {
-    pub const ALL: [Delivery; 4] = [Self::Acked, Self::NotFound, Self::Rejected, Self::Ambiguous];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Acked => "acked",
-            Self::NotFound => "not_found",
-            Self::Rejected => "rejected",
-            Self::Ambiguous => "ambiguous",
-        }
-    }
-}
-
-/// `delivery_attempts_total{result}`.
-impl LabelValue for AttemptResult {
-    const ALL: &'static [Self] = &Self::ALL;
-    fn as_label(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-/// `deliveries_total{outcome}`.
-impl LabelValue for Delivery {
-    const ALL: &'static [Self] = &Self::ALL;
-    fn as_label(self) -> &'static str {
-        self.as_str()
     }
 }
 

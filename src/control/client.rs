@@ -13,7 +13,7 @@ use super::attempt::{AttemptResult, Delivery, PostKind};
 use super::backoff::parse_retry_after;
 use super::retry::{next_try, AfterAttempt, RetryPolicy};
 use crate::protocol::{decode_poll, Command, InvalidCommand, ShardToken};
-use crate::telemetry::{DeliveryKind, LabelValue, Metrics};
+use crate::telemetry::{label_enum, DeliveryKind, Metrics, PollErrorLabel};
 
 /// Fresh ids live in `protocol`; named here too for the wiring's call site.
 pub use crate::protocol::random_hex;
@@ -92,41 +92,22 @@ pub struct Polled {
     pub commands: Vec<Result<Command, InvalidCommand>>,
 }
 
-/// `poll_errors_total{kind}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PollErrorKind {
-    Timeout,
-    Transport,
-    Unauthorized,
-    RateLimited,
-    ServerError,
-    ClientError,
-    Decode,
+label_enum! {
+    /// `poll_errors_total{kind}`.
+    pub enum PollErrorKind {
+        Timeout => "timeout",
+        Transport => "transport",
+        Unauthorized => "unauthorized",
+        RateLimited => "rate_limited",
+        ServerError => "server_error",
+        ClientError => "client_error",
+        Decode => "decode",
+    }
 }
 
+impl PollErrorLabel for PollErrorKind {}
+
 impl PollErrorKind {
-    pub const ALL: [PollErrorKind; 7] = [
-        Self::Timeout,
-        Self::Transport,
-        Self::Unauthorized,
-        Self::RateLimited,
-        Self::ServerError,
-        Self::ClientError,
-        Self::Decode,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Timeout => "timeout",
-            Self::Transport => "transport",
-            Self::Unauthorized => "unauthorized",
-            Self::RateLimited => "rate_limited",
-            Self::ServerError => "server_error",
-            Self::ClientError => "client_error",
-            Self::Decode => "decode",
-        }
-    }
-
     fn from_status(status: u16) -> Self {
         match status {
             401 | 403 => Self::Unauthorized,
@@ -134,13 +115,6 @@ impl PollErrorKind {
             500..=599 => Self::ServerError,
             _ => Self::ClientError,
         }
-    }
-}
-
-impl LabelValue for PollErrorKind {
-    const ALL: &'static [Self] = &Self::ALL;
-    fn as_label(self) -> &'static str {
-        self.as_str()
     }
 }
 

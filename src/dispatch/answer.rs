@@ -13,12 +13,9 @@ use tracing::Instrument;
 use crate::control::{ControlClient, DeliveryReport, PostKind};
 use crate::downstream::Reply;
 use crate::protocol::{
-    synthesize_error, ChannelName, Command, CommandKind, FailureSource, InvalidCommand, RequestId, RespType,
-    ResponseBody, ShardToken, TunnelFailure,
+    json_resp_headers, synthesize_error, ChannelName, Command, CommandKind, FailureSource, InvalidCommand, RequestId,
+    RespType, ResponseBody, ShardToken, TunnelFailure, NOT_SENT_MESSAGE,
 };
-
-/// Said when a command was refused before reaching any MCP server.
-const NOT_EXECUTED_MESSAGE: &str = "not delivered to the MCP server; safe to retry";
 
 /// Said to the caller of a command that could not be decoded.
 const MALFORMED_MESSAGE: &str = "not delivered to the MCP server: the tunnel command was malformed";
@@ -89,7 +86,7 @@ impl Responder {
     /// Answers a command that will never reach an MCP server, best effort, bounded by
     /// the cleanup timeout.
     pub(crate) async fn not_executed(&self, cmd: &Command, reason: &'static str) {
-        let report = self.refused(cmd, NOT_EXECUTED_MESSAGE, 503).await;
+        let report = self.refused(cmd, NOT_SENT_MESSAGE, 503).await;
         if let Some(report) = report {
             tracing::info!(reason, delivery = report.delivery.as_str(), "not-executed response");
         }
@@ -117,12 +114,15 @@ impl Responder {
     pub(crate) async fn invalid(&self, invalid: InvalidCommand) {
         let (Some(request_id), Some(shard_token)) = (invalid.request_id, invalid.shard_token) else {
             tracing::warn!(
-                reason = invalid.reason,
+                reason = invalid.reason.as_str(),
                 "malformed command without request id or shard token; skipped"
             );
             return;
         };
-        tracing::warn!(reason = invalid.reason, "malformed command; answered with an error");
+        tracing::warn!(
+            reason = invalid.reason.as_str(),
+            "malformed command; answered with an error"
+        );
         let failure = TunnelFailure::new(FailureSource::Protocol, Some("invalid_protocol_response"), false, None);
         let resp_json = synthesize_error(None, MALFORMED_MESSAGE, &failure);
         let reply = error_reply(Some(resp_json), 400, RespType::JsonrpcResponse);
@@ -148,10 +148,11 @@ pub(crate) fn body(request_id: &RequestId, channel: &ChannelName, reply: &Reply)
 
 /// A synthesized answer: JSON when there is a payload, nothing otherwise.
 fn error_reply(resp_json: Option<Box<serde_json::value::RawValue>>, code: u16, resp_type: RespType) -> Reply {
-    let mut resp_headers = BTreeMap::new();
-    if resp_json.is_some() {
-        resp_headers.insert("Content-Type".to_owned(), vec!["application/json".to_owned()]);
-    }
+    let resp_headers = if resp_json.is_some() {
+        json_resp_headers()
+    } else {
+        BTreeMap::new()
+    };
     Reply {
         resp_json,
         resp_headers,

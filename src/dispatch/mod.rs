@@ -99,7 +99,13 @@ impl Gate {
     /// The command's place in the admission line, taken now (in receipt order); `None`
     /// for a command that will never be admitted, which its task handles on its own.
     fn join_if_admitted(&self, cmd: &Command, received_at: Instant) -> Option<admission::Place> {
-        match route::route(cmd, received_at, |c| self.channels.get(c), self.rules.strict, Instant::now()) {
+        match route::route(
+            cmd,
+            received_at,
+            |c| self.channels.get(c),
+            self.rules.strict,
+            Instant::now(),
+        ) {
             route::Route::Admit { method, deadline, .. } => Some(self.line.join(cmd, method, deadline)),
             _ => None,
         }

@@ -134,7 +134,7 @@ impl ServerRequests {
 
 /// The `Mcp-Session-Id` a command carried, if any (first value, any spelling).
 fn session_of(headers: &WireHeaders) -> Option<String> {
-    crate::protocol::header_value(headers, "mcp-session-id").map(str::to_owned)
+    crate::protocol::header_value(headers, crate::protocol::MCP_SESSION_ID).map(str::to_owned)
 }
 
 /// A server request carried as a notification: its method and id, when it is one.
@@ -158,7 +158,7 @@ mod tests {
 
     fn key(channel: &str, session: Option<&str>, id: &str) -> ReplyKey {
         let headers: WireHeaders = session
-            .map(|s| vec![("Mcp-Session-Id".to_owned(), vec![s.to_owned()])])
+            .map(|s| vec![(crate::protocol::MCP_SESSION_ID.to_owned(), vec![s.to_owned()])])
             .unwrap_or_default();
         ReplyKey::new(channel, &headers, &raw(id)).unwrap()
     }

@@ -17,7 +17,7 @@ use tracing::field::Empty;
 use crate::downstream::{LegResult, Transport, TransportKind};
 use crate::protocol::{
     header_trace_fields, header_value, is_protocol_revision, reply_facts, with_trace_headers, Command, CommandKind,
-    InvalidCommand, JsonRpcPayload, NotText, RespType, TraceFields, WireHeaders,
+    InvalidCommand, JsonRpcPayload, NotText, RespType, TraceFields, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
 use crate::telemetry::{
     hashed_session_id, safe_method, safe_token, span_trace_context, CommandType, Metrics, TraceContext,
@@ -66,7 +66,7 @@ pub(super) fn command_span(
             tunnelgate.channel = %safe_token(invalid.channel.as_str()),
             tunnelgate.command_type = command_type.as_str(),
             tunnelgate.strict = strict,
-            "error.type" = invalid.reason,
+            "error.type" = invalid.reason.as_str(),
             otel.status_code = "ERROR",
         ),
     }
@@ -124,8 +124,8 @@ pub(super) fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::
         Some(t) => format!("{method} {t}"),
         None => method.clone(),
     };
-    let version = header_value(&cmd.headers, "mcp-protocol-version").filter(|v| is_protocol_revision(v));
-    let session = header_value(&cmd.headers, "mcp-session-id").map(hashed_session_id);
+    let version = header_value(&cmd.headers, MCP_PROTOCOL_VERSION).filter(|v| is_protocol_revision(v));
+    let session = header_value(&cmd.headers, MCP_SESSION_ID).map(hashed_session_id);
     let http = transport.kind() == TransportKind::Http;
     tracing::info_span!(
         "tunnelgate.downstream",
@@ -156,8 +156,8 @@ pub(super) fn record_downstream(span: &tracing::Span, cmd: &Command, leg: &LegRe
         return;
     }
     let reply = &leg.reply;
-    if header_value(&cmd.headers, "mcp-session-id").is_none() {
-        if let Some(session) = reply.resp_headers.get("Mcp-Session-Id").and_then(|v| v.first()) {
+    if header_value(&cmd.headers, MCP_SESSION_ID).is_none() {
+        if let Some(session) = reply.resp_headers.get(MCP_SESSION_ID).and_then(|v| v.first()) {
             span.record("mcp.session.id", hashed_session_id(session));
         }
     }
@@ -178,7 +178,7 @@ pub(super) fn record_downstream(span: &tracing::Span, cmd: &Command, leg: &LegRe
         span.record("error.type", "tool_error");
         span.record("otel.status_code", "ERROR");
     }
-    let has_version = header_value(&cmd.headers, "mcp-protocol-version").is_some_and(is_protocol_revision);
+    let has_version = header_value(&cmd.headers, MCP_PROTOCOL_VERSION).is_some_and(is_protocol_revision);
     if let Some(version) = facts.protocol_version.filter(|_| !has_version) {
         span.record("mcp.protocol.version", version.as_str());
     }

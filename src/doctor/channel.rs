@@ -28,7 +28,7 @@ use crate::config::{ChannelConfig, HttpUrl};
 use crate::downstream::{
     DownstreamRequest, HttpSettings, HttpTransport, LegFailure, LegResult, NotifySink, StdioSettings, StdioTransport,
 };
-use crate::protocol::{JsonRpcPayload, WireHeaders};
+use crate::protocol::{JsonRpcPayload, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::strict::{Admission, CommandRef, Fence};
 use crate::telemetry::{safe_method, Metrics};
 
@@ -111,8 +111,8 @@ async fn http(check_name: &str, channel: &str, url: &HttpUrl, probe: &Probe<'_>)
     };
     let version = info.protocol.as_deref().unwrap_or(PROTOCOL_VERSION);
     let headers: WireHeaders = vec![
-        ("Mcp-Session-Id".to_owned(), vec![session]),
-        ("Mcp-Protocol-Version".to_owned(), vec![version.to_owned()]),
+        (MCP_SESSION_ID.to_owned(), vec![session]),
+        (MCP_PROTOCOL_VERSION.to_owned(), vec![version.to_owned()]),
     ];
     let end = transport
         .terminate_session(&admission, &headers, Some(Instant::now() + timeout))
@@ -267,7 +267,7 @@ fn judge(leg: LegResult, key: &str, timeout: Duration) -> Result<(Initialized, O
     let session = leg
         .reply
         .resp_headers
-        .get("Mcp-Session-Id")
+        .get(MCP_SESSION_ID)
         .and_then(|values| values.first())
         .cloned();
     Ok((info, session))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{ChannelStatus, DownstreamRequest, HttpTransport, LegResult, NotifySink, StdioTransport};
 use crate::protocol::WireHeaders;
 use crate::strict::Admission;
-use crate::telemetry::LabelValue;
+use crate::telemetry::{label_enum, TransportLabel};
 
 /// One channel's transport.
 pub enum Transport {
@@ -15,30 +15,18 @@ pub enum Transport {
     Stdio(StdioTransport),
 }
 
-/// Which transport a channel uses (`downstream_requests_total{transport}`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TransportKind {
-    Http,
-    Stdio,
-}
-
-impl TransportKind {
-    pub const ALL: [TransportKind; 2] = [Self::Http, Self::Stdio];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Http => "http",
-            Self::Stdio => "stdio",
-        }
+label_enum! {
+    /// Which transport a channel uses (`downstream_requests_total{transport}`, and
+    /// `transport` in `/status`).
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum TransportKind {
+        Http => "http",
+        Stdio => "stdio",
     }
 }
 
-impl LabelValue for TransportKind {
-    const ALL: &'static [Self] = &Self::ALL;
-    fn as_label(self) -> &'static str {
-        self.as_str()
-    }
-}
+impl TransportLabel for TransportKind {}
 
 impl Transport {
     /// The `transport` label for metrics.
@@ -139,5 +127,17 @@ impl Channels {
             }
         });
         futures_util::future::join_all(stops).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transport_kind_serializes_as_its_label() {
+        for kind in TransportKind::ALL {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
     }
 }

@@ -37,7 +37,9 @@ use super::error_chain::SendFacts;
 use super::sse::SseParser;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, Notification, NotifySink, Reply};
 use crate::config::HttpUrl;
-use crate::protocol::{filter_resp_headers, header_value, RespType, WireHeaders};
+use crate::protocol::{
+    filter_resp_headers, header_value, RespType, WireHeaders, LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
+};
 use crate::strict::Admission;
 
 /// Bounds for one channel's HTTP legs.
@@ -130,7 +132,8 @@ const NOT_FORWARDED: [&str; 10] = [
     "accept-encoding",
 ];
 
-/// Command headers carried on a resume `GET`.
+/// Command headers carried on a resume `GET`, lower-cased: they are compared with
+/// `HeaderMap` names, which are always lower case.
 const RESUME_HEADERS: [&str; 3] = ["mcp-session-id", "mcp-protocol-version", "authorization"];
 
 /// How the response body announced itself.
@@ -328,7 +331,7 @@ impl HttpTransport {
     pub fn status(&self) -> ChannelStatus {
         ChannelStatus {
             channel: self.inner.channel.clone(),
-            transport: "http",
+            transport: super::TransportKind::Http,
             up: self.inner.up.load(Ordering::Relaxed),
             generation: 0,
         }
@@ -412,16 +415,16 @@ impl HttpTransport {
         mut resp: reqwest::Response,
         mut resp_headers: RespHeaders,
     ) -> Result<Reply, LegFailure> {
-        let session_id = header_value(leg.command_headers, "mcp-session-id")
+        let session_id = header_value(leg.command_headers, MCP_SESSION_ID)
             .map(str::to_owned)
             .or_else(|| {
                 resp.headers()
-                    .get("mcp-session-id")
+                    .get(MCP_SESSION_ID)
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned)
             });
-        let request_version = header_value(leg.command_headers, "mcp-protocol-version");
-        let response_version = resp.headers().get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+        let request_version = header_value(leg.command_headers, MCP_PROTOCOL_VERSION);
+        let response_version = resp.headers().get(MCP_PROTOCOL_VERSION).and_then(|v| v.to_str().ok());
         let resumable_version = [request_version, response_version]
             .into_iter()
             .flatten()
@@ -552,16 +555,16 @@ impl HttpTransport {
                 }
             }
         }
-        if !headers.contains_key("mcp-session-id") {
+        if !headers.contains_key(MCP_SESSION_ID) {
             if let Some(value) = session_id.and_then(|s| HeaderValue::from_str(s).ok()) {
-                headers.insert("mcp-session-id", value);
+                headers.insert(MCP_SESSION_ID, value);
             }
         }
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         let Ok(last_id) = HeaderValue::from_str(last_event_id) else {
             return Err(LegFailure::StreamClosedBeforeResponse);
         };
-        headers.insert("last-event-id", last_id);
+        headers.insert(LAST_EVENT_ID, last_id);
         let request = client
             .request(Method::GET, self.inner.url.clone())
             .headers(headers)

@@ -15,8 +15,7 @@ mod stdio;
 pub use channels::{Channels, Transport, TransportKind};
 pub use http::{HttpSettings, HttpSetupError, HttpTransport};
 pub use outcome::{
-    LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, ABANDONED_MESSAGE, NOT_SENT_MESSAGE,
-    REFUSED_MESSAGE, SUBSCRIPTION_ENDED_MESSAGE,
+    LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, REFUSED_MESSAGE, SUBSCRIPTION_ENDED_MESSAGE,
 };
 pub use stdio::{StdioSettings, StdioTransport};
 
@@ -44,7 +43,7 @@ pub struct DownstreamRequest<'a> {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ChannelStatus {
     pub channel: String,
-    pub transport: &'static str,
+    pub transport: TransportKind,
     pub up: bool,
     pub generation: u64,
 }

@@ -9,46 +9,30 @@ use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 
-use crate::protocol::{synthesize_error, FailureSource, RespType, TunnelFailure};
-use crate::telemetry::LabelValue;
+use crate::protocol::{
+    json_resp_headers, synthesize_error, FailureSource, RespType, TunnelFailure, ABANDONED_MESSAGE, NOT_SENT_MESSAGE,
+};
+use crate::telemetry::{label_enum, LegOutcomeLabel};
 
-/// How a downstream leg ended (DESIGN §2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LegOutcome {
-    /// The MCP server cannot have seen the request.
-    NotSent,
-    /// A terminal response for this request arrived whole.
-    Answered,
-    /// The request was (or may have been) handed off and no terminal response arrived.
-    Abandoned,
-}
-
-impl LegOutcome {
-    /// Stable label for metrics, logs and spans.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::NotSent => "not_sent",
-            Self::Answered => "answered",
-            Self::Abandoned => "abandoned",
-        }
+label_enum! {
+    /// How a downstream leg ended (DESIGN §2); its label is used in metrics, logs and spans.
+    #[derive(Hash)]
+    pub enum LegOutcome {
+        /// The MCP server cannot have seen the request.
+        NotSent => "not_sent",
+        /// A terminal response for this request arrived whole.
+        Answered => "answered",
+        /// The request was (or may have been) handed off and no terminal response arrived.
+        Abandoned => "abandoned",
     }
-
-    pub const ALL: [LegOutcome; 3] = [Self::NotSent, Self::Answered, Self::Abandoned];
 }
 
 /// `downstream_requests_total{outcome}`.
-impl LabelValue for LegOutcome {
-    const ALL: &'static [Self] = &Self::ALL;
-    fn as_label(self) -> &'static str {
-        self.as_str()
-    }
-}
+impl LegOutcomeLabel for LegOutcome {}
 
 /// Words a caller can act on, carried in synthesized error messages.
 pub const SUBSCRIPTION_ENDED_MESSAGE: &str =
     "the subscription stream ended (the MCP server closed it, it was cancelled, or it reached its time bound); listen again to go on receiving";
-pub const NOT_SENT_MESSAGE: &str = "not delivered to the MCP server; safe to retry";
-pub const ABANDONED_MESSAGE: &str = "effect unknown: the MCP server may have acted; check before retrying";
 pub const REFUSED_MESSAGE: &str = "the MCP server refused the request with an HTTP error and no JSON-RPC response";
 
 /// Every way a downstream leg can fail, named where it happens.
@@ -282,10 +266,11 @@ impl LegResult {
             )),
             RespType::NotifyAck | RespType::SessionTerminationResponse => None,
         };
-        let mut resp_headers = BTreeMap::new();
-        if resp_json.is_some() {
-            resp_headers.insert("Content-Type".to_owned(), vec!["application/json".to_owned()]);
-        }
+        let resp_headers = if resp_json.is_some() {
+            json_resp_headers()
+        } else {
+            BTreeMap::new()
+        };
         Self {
             outcome: failure.outcome(),
             reply: Reply {

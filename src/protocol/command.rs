@@ -41,8 +41,45 @@ pub struct InvalidCommand {
     pub request_id: Option<RequestId>,
     pub shard_token: Option<ShardToken>,
     pub channel: ChannelName,
-    /// Stable, payload-free reason (`missing_request_id`, `jsonrpc_not_object`, ...).
-    pub reason: &'static str,
+    pub reason: InvalidReason,
+}
+
+/// Why a command could not be decoded: a closed set whose labels are stable and
+/// payload-free (`error.type` in spans, `reason` in logs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidReason {
+    /// The command is not a JSON object of the expected shape.
+    NotAnObject,
+    /// `channel` is neither absent, `null` nor a non-empty string.
+    InvalidChannel,
+    /// `request_id` is absent, empty or not a string.
+    MissingRequestId,
+    /// `shard_token` is absent or not a string.
+    MissingShardToken,
+    /// `headers` is not an object of strings or string lists.
+    InvalidHeaders,
+    /// `command_type` is neither absent, `null` nor a string.
+    InvalidCommandType,
+    /// A `jsonrpc` command without its `jsonrpc` message.
+    MissingJsonrpc,
+    /// The `jsonrpc` message is not a JSON object.
+    JsonrpcNotObject,
+}
+
+impl InvalidReason {
+    /// The stable label (API: logs and spans; never rename one).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotAnObject => "not_an_object",
+            Self::InvalidChannel => "invalid_channel",
+            Self::MissingRequestId => "missing_request_id",
+            Self::MissingShardToken => "missing_shard_token",
+            Self::InvalidHeaders => "invalid_headers",
+            Self::InvalidCommandType => "invalid_command_type",
+            Self::MissingJsonrpc => "missing_jsonrpc",
+            Self::JsonrpcNotObject => "jsonrpc_not_object",
+        }
+    }
 }
 
 /// The poll body itself was unusable: nothing in it can be trusted.
@@ -104,7 +141,7 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
     };
     let wire: WireCommand = match serde_json::from_str(raw.get()) {
         Ok(w) => w,
-        Err(_) => return Err(invalid("not_an_object", None, None, ChannelName::main())),
+        Err(_) => return Err(invalid(InvalidReason::NotAnObject, None, None, ChannelName::main())),
     };
     let request_id = as_string(wire.request_id).filter(|s| !s.is_empty()).map(RequestId::new);
     let shard_token = as_string(wire.shard_token).map(ShardToken::new);
@@ -114,49 +151,27 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
         Some(_) => None,
     };
     let Some(channel) = channel else {
-        return Err(invalid("invalid_channel", request_id, shard_token, ChannelName::main()));
+        return Err(invalid(
+            InvalidReason::InvalidChannel,
+            request_id,
+            shard_token,
+            ChannelName::main(),
+        ));
     };
     let Some(request_id) = request_id else {
-        return Err(invalid("missing_request_id", None, shard_token, channel));
+        return Err(invalid(InvalidReason::MissingRequestId, None, shard_token, channel));
     };
     let Some(shard_token) = shard_token else {
-        return Err(invalid("missing_shard_token", Some(request_id), None, channel));
+        return Err(invalid(
+            InvalidReason::MissingShardToken,
+            Some(request_id),
+            None,
+            channel,
+        ));
     };
-    let headers = match decode_headers(wire.headers) {
-        Some(h) => h,
-        None => return Err(invalid("invalid_headers", Some(request_id), Some(shard_token), channel)),
-    };
-    let command_type = match wire.command_type {
-        None | Some(serde_json::Value::Null) => "jsonrpc".to_owned(),
-        Some(serde_json::Value::String(s)) => s,
-        Some(_) => {
-            return Err(invalid(
-                "invalid_command_type",
-                Some(request_id),
-                Some(shard_token),
-                channel,
-            ))
-        }
-    };
-    let kind = match command_type.as_str() {
-        "jsonrpc" => {
-            let Some(raw) = wire.jsonrpc else {
-                return Err(invalid("missing_jsonrpc", Some(request_id), Some(shard_token), channel));
-            };
-            match JsonRpcPayload::from_raw(raw) {
-                Some(p) => CommandKind::JsonRpc(p),
-                None => {
-                    return Err(invalid(
-                        "jsonrpc_not_object",
-                        Some(request_id),
-                        Some(shard_token),
-                        channel,
-                    ))
-                }
-            }
-        }
-        "session_termination" => CommandKind::SessionTermination,
-        _ => CommandKind::Unknown(command_type),
+    let (headers, kind) = match decode_body(wire.headers, wire.command_type, wire.jsonrpc) {
+        Ok(body) => body,
+        Err(reason) => return Err(invalid(reason, Some(request_id), Some(shard_token), channel)),
     };
     Ok(Command {
         request_id,
@@ -166,6 +181,30 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
         headers,
         kind,
     })
+}
+
+/// The headers and what to do, for a command that carries what a response needs; checked
+/// in this order: headers, `command_type`, the `jsonrpc` message.
+fn decode_body(
+    headers: Option<serde_json::Value>,
+    command_type: Option<serde_json::Value>,
+    jsonrpc: Option<Box<RawValue>>,
+) -> Result<(WireHeaders, CommandKind), InvalidReason> {
+    let headers = decode_headers(headers).ok_or(InvalidReason::InvalidHeaders)?;
+    let command_type = match command_type {
+        None | Some(serde_json::Value::Null) => "jsonrpc".to_owned(),
+        Some(serde_json::Value::String(s)) => s,
+        Some(_) => return Err(InvalidReason::InvalidCommandType),
+    };
+    let kind = match command_type.as_str() {
+        "jsonrpc" => {
+            let raw = jsonrpc.ok_or(InvalidReason::MissingJsonrpc)?;
+            CommandKind::JsonRpc(JsonRpcPayload::from_raw(raw).ok_or(InvalidReason::JsonrpcNotObject)?)
+        }
+        "session_termination" => CommandKind::SessionTermination,
+        _ => CommandKind::Unknown(command_type),
+    };
+    Ok((headers, kind))
 }
 
 fn decode_headers(value: Option<serde_json::Value>) -> Option<WireHeaders> {
@@ -307,7 +346,7 @@ mod tests {
             prop_assert_eq!(decoded.len(), items.len(), "nothing is lost");
             for (item, result) in items.iter().zip(decoded) {
                 if let Err(invalid) = result {
-                    prop_assert!(!invalid.reason.is_empty());
+                    prop_assert!(!invalid.reason.as_str().is_empty());
                     // An answerable invalid command keeps exactly what a response needs.
                     if let Some(id) = &invalid.request_id {
                         prop_assert_eq!(item.get("request_id").and_then(|v| v.as_str()), Some(id.as_str()));
@@ -404,7 +443,7 @@ mod tests {
         ];
         for (json, reason) in cases {
             let err = decode_one(json).expect_err(json);
-            assert_eq!(err.reason, reason, "{json}");
+            assert_eq!(err.reason.as_str(), reason, "{json}");
         }
         let err = decode_one(r#"{"request_id":"r","shard_token":"s","channel":"side"}"#).unwrap_err();
         assert_eq!(err.request_id.unwrap().as_str(), "r");

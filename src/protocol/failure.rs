@@ -6,6 +6,12 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+/// What a caller is told when its request cannot have reached the MCP server.
+pub const NOT_SENT_MESSAGE: &str = "not delivered to the MCP server; safe to retry";
+/// What a caller is told when its request may have reached the MCP server and no answer
+/// came back.
+pub const ABANDONED_MESSAGE: &str = "effect unknown: the MCP server may have acted; check before retrying";
+
 /// `tunnel_failure.source` (closed set from the contract).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -90,7 +96,7 @@ mod tests {
     fn synthesized_errors_echo_the_id_and_carry_provenance() {
         let id = RawValue::from_string(r#""rpc-9""#.into()).unwrap();
         let f = TunnelFailure::new(FailureSource::TargetHttp, Some("http_status"), true, Some(502));
-        let raw = synthesize_error(Some(&id), "not delivered to the MCP server; safe to retry", &f);
+        let raw = synthesize_error(Some(&id), NOT_SENT_MESSAGE, &f);
         let v: serde_json::Value = serde_json::from_str(raw.get()).unwrap();
         assert_eq!(v["id"], "rpc-9");
         assert_eq!(v["error"]["code"], -32603);

@@ -1,18 +1,36 @@
-//! Header rules: the response-header allowlist and the MCP server-info declaration.
+//! Header rules: the MCP header names, the response-header allowlist, the JSON
+//! content-type header map and the MCP server-info declaration.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+// MCP header names in their canonical spelling, the one `resp_headers` and a command's
+// headers carry. Names are case-insensitive: compare them with `eq_ignore_ascii_case`;
+// an `http::HeaderMap` takes these spellings as they are and lower-cases them itself.
+
+/// The MCP session a request belongs to.
+pub const MCP_SESSION_ID: &str = "Mcp-Session-Id";
+/// The MCP protocol revision a request speaks.
+pub const MCP_PROTOCOL_VERSION: &str = "Mcp-Protocol-Version";
+/// The SSE event id a resumed stream continues after.
+pub const LAST_EVENT_ID: &str = "Last-Event-ID";
+
 /// The only response headers copied into `resp_headers`, in their canonical spelling.
 pub const RESP_HEADER_ALLOWLIST: [&str; 6] = [
     "Content-Type",
-    "Mcp-Session-Id",
-    "Mcp-Protocol-Version",
-    "Last-Event-ID",
+    MCP_SESSION_ID,
+    MCP_PROTOCOL_VERSION,
+    LAST_EVENT_ID,
     "Access-Control-Expose-Headers",
     "WWW-Authenticate",
 ];
+
+/// `resp_headers` of a JSON body the gateway writes itself (a synthesized error, a stdio
+/// child's line): `Content-Type: application/json`.
+pub fn json_resp_headers() -> BTreeMap<String, Vec<String>> {
+    BTreeMap::from([("Content-Type".to_owned(), vec!["application/json".to_owned()])])
+}
 
 /// Keeps allowlisted headers, minus any named by `Connection` and empty values.
 pub fn filter_resp_headers<'a>(

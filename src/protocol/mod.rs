@@ -1,12 +1,13 @@
 //! Control-plane wire types and the pure rules of the tunnel protocol.
 //!
 //! Owns: decoding polled commands (one bad command never poisons its poll), the
-//! `response_timeout` grammar, the response body written back, the response-header
-//! allowlist, the `X-Tunnel-MCP-Server-Info` declaration, the synthesized
-//! `tunnel_failure` error, and the trace-context carriers of a command (read as text,
-//! written by insertion only). Payloads stay raw bytes (`Box<RawValue>`): what the control
-//! plane sent is what the MCP server receives (bar trace context that `telemetry.propagate`
-//! inserts into `params._meta`), and the reverse.
+//! `response_timeout` grammar, the response body written back, the MCP header names and
+//! the response-header allowlist, the `X-Tunnel-MCP-Server-Info` declaration, the
+//! synthesized `tunnel_failure` error and the caller's words it carries, and the
+//! trace-context carriers of a command (read as text, written by insertion only).
+//! Payloads stay raw bytes (`Box<RawValue>`): what the control plane sent is what the MCP
+//! server receives (bar trace context that `telemetry.propagate` inserts into
+//! `params._meta`), and the reverse.
 //!
 //! Must not touch: sockets, clocks, metrics. Everything here is pure and unit tested, but
 //! for `random_hex` (fresh ids, from the thread RNG).
@@ -19,9 +20,12 @@ mod response;
 mod timeout;
 mod trace;
 
-pub use command::{decode_poll, Command, CommandKind, InvalidCommand, JsonRpcPayload, PollDecodeError};
-pub use failure::{synthesize_error, FailureSource, TunnelFailure};
-pub use headers::{filter_resp_headers, server_info_header, ServerInfoChannel, RESP_HEADER_ALLOWLIST};
+pub use command::{decode_poll, Command, CommandKind, InvalidCommand, InvalidReason, JsonRpcPayload, PollDecodeError};
+pub use failure::{synthesize_error, FailureSource, TunnelFailure, ABANDONED_MESSAGE, NOT_SENT_MESSAGE};
+pub use headers::{
+    filter_resp_headers, json_resp_headers, server_info_header, ServerInfoChannel, LAST_EVENT_ID, MCP_PROTOCOL_VERSION,
+    MCP_SESSION_ID, RESP_HEADER_ALLOWLIST,
+};
 pub use id::random_hex;
 pub use response::{RespType, ResponseBody};
 pub use timeout::ResponseTimeout;

@@ -65,7 +65,7 @@ mod tests {
             r#"{"z":1,"jsonrpc":"2.0","id":"a","result":{"b":2,"a":1},"x-vendor":[1.50]}"#.into(),
         )
         .unwrap();
-        let headers = BTreeMap::from([("Content-Type".to_owned(), vec!["application/json".to_owned()])]);
+        let headers = crate::protocol::json_resp_headers();
         let body = ResponseBody {
             request_id: &RequestId::new("req_1"),
             channel: &ChannelName::main(),

@@ -10,7 +10,7 @@ use rand::distr::{Alphanumeric, SampleString};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
 
-use crate::protocol::JsonRpcPayload;
+use crate::protocol::{JsonRpcPayload, MCP_SESSION_ID};
 
 /// A command to queue. Build it with [`NewCommand::jsonrpc`] or
 /// [`NewCommand::session_termination`], then the chained setters.
@@ -98,7 +98,7 @@ impl NewCommand {
             command_type: "session_termination".to_owned(),
         };
         match session_id {
-            Some(id) => cmd.header("Mcp-Session-Id", id),
+            Some(id) => cmd.header(MCP_SESSION_ID, id),
             None => cmd,
         }
     }

@@ -30,23 +30,23 @@ use tokio::time::Instant;
 use super::command::NewCommand;
 use super::state::{GatewayReply, Shared};
 use super::validate::ApiError;
-use crate::protocol::RespType;
+use crate::protocol::{RespType, LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 
 /// Client headers copied into the command, in their canonical spelling: the session and
 /// resumption headers, and the 2026-07-28 revision's mirrors of the body (`Mcp-Method`,
 /// `Mcp-Name`; `Mcp-Param-*` are copied too, by prefix).
 const FORWARDED: [&str; 6] = [
-    "Mcp-Session-Id",
-    "Mcp-Protocol-Version",
+    MCP_SESSION_ID,
+    MCP_PROTOCOL_VERSION,
     "Accept",
-    "Last-Event-ID",
+    LAST_EVENT_ID,
     "Mcp-Method",
     "Mcp-Name",
 ];
 /// Header-name prefix of the 2026-07-28 parameter mirrors, copied as sent.
 const FORWARDED_PREFIX: &str = "mcp-param-";
 /// `resp_headers` copied back to the client.
-const RETURNED: [&str; 2] = ["Mcp-Session-Id", "Mcp-Protocol-Version"];
+const RETURNED: [&str; 2] = [MCP_SESSION_ID, MCP_PROTOCOL_VERSION];
 
 /// Larger MCP request bodies get `413`.
 const MAX_INGRESS_BODY: usize = 2 * 1024 * 1024;
@@ -125,7 +125,7 @@ pub(crate) async fn delete(State(sim): State<Arc<Shared>>, Path(tunnel): Path<St
     if tunnel != sim.tunnel_id {
         return ApiError::new(StatusCode::NOT_FOUND, "tunnel_not_found", "no such tunnel").into_response();
     }
-    if !headers.contains_key("mcp-session-id") {
+    if !headers.contains_key(MCP_SESSION_ID) {
         return ApiError::new(
             StatusCode::BAD_REQUEST,
             "missing_mcp_session_id",

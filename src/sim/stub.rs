@@ -29,6 +29,7 @@ use tokio_util::task::TaskTracker;
 
 use super::ingress::{sse_event, Events};
 use super::server;
+use crate::protocol::MCP_SESSION_ID;
 
 const DEFAULT_PROTOCOL_VERSION: &str = "2025-06-18";
 /// `slow` never sleeps longer than this, whatever it is asked.
@@ -157,7 +158,7 @@ async fn handle(State(received): State<Received>, body: Bytes) -> Response {
             let mut resp = json_body(StatusCode::OK, &result);
             let session = format!("stub-{}", Alphanumeric.sample_string(&mut rand::rng(), 16));
             if let Ok(v) = http::HeaderValue::from_str(&session) {
-                resp.headers_mut().insert("mcp-session-id", v);
+                resp.headers_mut().insert(MCP_SESSION_ID, v);
             }
             resp
         }

@@ -2,38 +2,28 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::telemetry::LabelValue;
+use crate::telemetry::{label_enum, FatalCategoryLabel};
 
-/// Why a strict gateway latched. Each has a stable exit code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FatalCategory {
-    AckTimeout,
-    AckConnectionLost,
-    AckNotFound,
-    AckRejected,
-    AckRetriesExhausted,
-    DeadlineExpired,
-    StoppedBeforeAck,
-    DownstreamAmbiguous,
-    InternalError,
-    LatchedPreviously,
+label_enum! {
+    /// Why a strict gateway latched. Each has a stable exit code; its label is used in
+    /// metrics, the status JSON and the latch file (the serde name is the same).
+    #[derive(Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum FatalCategory {
+        AckTimeout => "ack_timeout",
+        AckConnectionLost => "ack_connection_lost",
+        AckNotFound => "ack_not_found",
+        AckRejected => "ack_rejected",
+        AckRetriesExhausted => "ack_retries_exhausted",
+        DeadlineExpired => "deadline_expired",
+        StoppedBeforeAck => "stopped_before_ack",
+        DownstreamAmbiguous => "downstream_ambiguous",
+        InternalError => "internal_error",
+        LatchedPreviously => "latched_previously",
+    }
 }
 
 impl FatalCategory {
-    pub const ALL: [FatalCategory; 10] = [
-        Self::AckTimeout,
-        Self::AckConnectionLost,
-        Self::AckNotFound,
-        Self::AckRejected,
-        Self::AckRetriesExhausted,
-        Self::DeadlineExpired,
-        Self::StoppedBeforeAck,
-        Self::DownstreamAmbiguous,
-        Self::InternalError,
-        Self::LatchedPreviously,
-    ];
-
     /// The process exit code for this category.
     pub fn exit_code(self) -> u8 {
         match self {
@@ -47,22 +37,6 @@ impl FatalCategory {
             Self::DownstreamAmbiguous => 87,
             Self::InternalError => 88,
             Self::LatchedPreviously => 89,
-        }
-    }
-
-    /// Stable label (metrics, status JSON, latch file).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::AckTimeout => "ack_timeout",
-            Self::AckConnectionLost => "ack_connection_lost",
-            Self::AckNotFound => "ack_not_found",
-            Self::AckRejected => "ack_rejected",
-            Self::AckRetriesExhausted => "ack_retries_exhausted",
-            Self::DeadlineExpired => "deadline_expired",
-            Self::StoppedBeforeAck => "stopped_before_ack",
-            Self::DownstreamAmbiguous => "downstream_ambiguous",
-            Self::InternalError => "internal_error",
-            Self::LatchedPreviously => "latched_previously",
         }
     }
 
@@ -92,12 +66,7 @@ impl FatalCategory {
 }
 
 /// `fatal_latches_total{category}` and `fatal_info{category}`.
-impl LabelValue for FatalCategory {
-    const ALL: &'static [Self] = &Self::ALL;
-    fn as_label(self) -> &'static str {
-        self.as_str()
-    }
-}
+impl FatalCategoryLabel for FatalCategory {}
 
 #[cfg(test)]
 mod tests {

@@ -50,8 +50,10 @@ impl Refusal {
     }
 }
 
-/// Which leg of a command holds the fence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which leg of a command holds the fence (`leg` in `/status`: the same words as
+/// [`FenceLeg::as_str`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FenceLeg {
     Downstream,
     Deliver,
@@ -70,7 +72,7 @@ impl FenceLeg {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct FenceSnapshot {
     pub held: bool,
-    pub leg: Option<&'static str>,
+    pub leg: Option<FenceLeg>,
     pub request_id: Option<String>,
     pub channel: Option<String>,
     pub held_seconds: Option<f64>,
@@ -140,19 +142,63 @@ enum Decision {
     },
 }
 
-/// Where an admitted request stands on the way to the MCP server.
-const WIRE_NONE: u8 = 0;
-/// A connection for it is being made; none of its bytes has left.
-const WIRE_CONNECTING: u8 = 1;
-/// Bytes of it may have reached the server (monotonic).
-const WIRE_SENT: u8 = 2;
-/// Handed to a client that may write it on a pooled connection without telling: counted as
-/// sent, unless the connector reports a new connection for it first.
-const WIRE_HANDING: u8 = 3;
+/// Where an admitted request stands on the way to the MCP server. Kept in the
+/// admission's atomic cell as its [`WireState::bits`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WireState {
+    /// Nothing of it has left, and no connection is being made for it.
+    None,
+    /// A connection for it is being made; none of its bytes has left.
+    Connecting,
+    /// Bytes of it may have reached the server (monotonic).
+    Sent,
+    /// Handed to a client that may write it on a pooled connection without telling:
+    /// counted as sent, unless the connector reports a new connection for it first.
+    Handing,
+}
 
-/// Whether a request in this state may have reached the server.
-fn may_have_left(wire: u8) -> bool {
-    wire == WIRE_SENT || wire == WIRE_HANDING
+impl WireState {
+    /// The cell's value for this state.
+    const fn bits(self) -> u8 {
+        match self {
+            Self::None => 0,
+            Self::Connecting => 1,
+            Self::Sent => 2,
+            Self::Handing => 3,
+        }
+    }
+
+    /// The state a cell value stands for. Only [`WireState::bits`] is ever stored.
+    fn from_bits(bits: u8) -> Self {
+        match bits {
+            0 => Self::None,
+            1 => Self::Connecting,
+            2 => Self::Sent,
+            3 => Self::Handing,
+            other => unreachable!("the wire cell holds only WireState bits, not {other}"),
+        }
+    }
+
+    /// Whether a request in this state may have reached the server.
+    fn may_have_left(self) -> bool {
+        match self {
+            Self::Sent | Self::Handing => true,
+            Self::None | Self::Connecting => false,
+        }
+    }
+
+    fn load<S: FenceSync>(cell: &S::Cell) -> Self {
+        Self::from_bits(S::load(cell))
+    }
+
+    fn store<S: FenceSync>(self, cell: &S::Cell) {
+        S::store(cell, self.bits());
+    }
+
+    /// Moves `cell` from `current` to `new`, if it holds `current`.
+    fn advance<S: FenceSync>(cell: &S::Cell, current: Self, new: Self) {
+        S::compare_exchange(cell, current.bits(), new.bits());
+    }
 }
 
 /// Proof of admission through the fence. Dropping it releases the permit.
@@ -256,7 +302,7 @@ impl<S: FenceSync> Fence<S> {
         let ticket = state.next_ticket;
         #[cfg(test)]
         state.history.push(Decision::Admitted { ticket });
-        let wire = Arc::new(S::cell(WIRE_NONE));
+        let wire = Arc::new(S::cell(WireState::None.bits()));
         if self.inner.strict {
             state.held = Some(Held {
                 ticket,
@@ -289,7 +335,7 @@ impl<S: FenceSync> Fence<S> {
         let command = {
             let state = self.inner.lock();
             let held = state.held.as_ref()?;
-            if !may_have_left(S::load(&held.wire)) {
+            if !WireState::load::<S>(&held.wire).may_have_left() {
                 return None;
             }
             held.command.clone()
@@ -326,7 +372,7 @@ impl<S: FenceSync> Fence<S> {
         match &state.held {
             Some(h) => FenceSnapshot {
                 held: true,
-                leg: Some(h.leg.as_str()),
+                leg: Some(h.leg),
                 request_id: h.command.request_id.clone(),
                 channel: h.command.channel.clone(),
                 held_seconds: Some(h.since.elapsed().as_secs_f64()),
@@ -434,13 +480,13 @@ impl<S: FenceSync> Admission<S> {
     pub fn begin_send(&self) -> Result<(), Refusal> {
         let mut state = self.inner.lock();
         self.inner.check(&mut state, self.is_sent())?;
-        S::store(&self.wire, WIRE_SENT);
+        WireState::Sent.store::<S>(&self.wire);
         Ok(())
     }
 
     /// Whether bytes of this request may have reached an MCP server.
     pub fn is_sent(&self) -> bool {
-        may_have_left(S::load(&self.wire))
+        WireState::load::<S>(&self.wire).may_have_left()
     }
 
     /// Whether a connector may report the send late through a [`Wire`] (strict mode:
@@ -481,10 +527,10 @@ impl<S: FenceSync> Wire<S> {
     /// sent and end clean while the pooled connection writes the request.
     pub fn hand_over(&self) -> Result<(), Refusal> {
         let mut state = self.inner.lock();
-        let wire = S::load(&self.wire);
-        self.inner.check(&mut state, may_have_left(wire))?;
-        if wire != WIRE_SENT {
-            S::store(&self.wire, WIRE_HANDING);
+        let wire = WireState::load::<S>(&self.wire);
+        self.inner.check(&mut state, wire.may_have_left())?;
+        if wire != WireState::Sent {
+            WireState::Handing.store::<S>(&self.wire);
         }
         Ok(())
     }
@@ -492,8 +538,8 @@ impl<S: FenceSync> Wire<S> {
     /// A connection for the request is being made: nothing of it has left yet (unless an
     /// earlier exchange of the same leg already sent it; that stays sent).
     pub fn connecting(&self) {
-        S::compare_exchange(&self.wire, WIRE_HANDING, WIRE_CONNECTING);
-        S::compare_exchange(&self.wire, WIRE_NONE, WIRE_CONNECTING);
+        WireState::advance::<S>(&self.wire, WireState::Handing, WireState::Connecting);
+        WireState::advance::<S>(&self.wire, WireState::None, WireState::Connecting);
     }
 
     /// The connection is up and the request is about to be written: allowed only if the
@@ -501,17 +547,17 @@ impl<S: FenceSync> Wire<S> {
     /// refusal means the connection must be dropped unused.
     pub fn connected(&self) -> Result<(), Refusal> {
         let mut state = self.inner.lock();
-        let sent = may_have_left(S::load(&self.wire));
+        let sent = WireState::load::<S>(&self.wire).may_have_left();
         self.inner.check(&mut state, sent)?;
-        S::store(&self.wire, WIRE_SENT);
+        WireState::Sent.store::<S>(&self.wire);
         Ok(())
     }
 
     /// After the request was handed to the client: if no connection was started for it,
     /// it went out on a pooled connection and may have reached the server.
     pub fn handed_over(&self) {
-        S::compare_exchange(&self.wire, WIRE_HANDING, WIRE_SENT);
-        S::compare_exchange(&self.wire, WIRE_NONE, WIRE_SENT);
+        WireState::advance::<S>(&self.wire, WireState::Handing, WireState::Sent);
+        WireState::advance::<S>(&self.wire, WireState::None, WireState::Sent);
     }
 }
 

@@ -1,14 +1,17 @@
 //! Metric labels as closed sets of values, typed, without telemetry importing the
 //! modules that own them.
 //!
-//! An enum whose values are metric labels implements [`LabelValue`] where it is declared:
-//! in `strict`, `downstream` and `control` for their outcomes, here for telemetry's own
-//! sets. [`LabelSets`] names, once and in the wiring (`app`), which of those upstairs
-//! enums fills each label, so [`Metrics::new`](super::Metrics::new) can create every
-//! alerting series at zero from the enums' `ALL` lists. Label values are API: never
-//! rename one.
+//! An enum whose values are metric labels is declared with [`label_enum!`], which lists
+//! its variants and their values once and implements [`LabelValue`]: in `strict`,
+//! `downstream` and `control` for their outcomes, here for telemetry's own sets. Each
+//! label filled from upstairs has a marker trait here ([`DeliveryLabel`], ...) that only
+//! its owning enum implements, so handing a metric the wrong enum does not compile.
+//! [`LabelSets`] names, once and in the wiring (`app`), which of those upstairs enums
+//! fills each label, so [`Metrics::new`](super::Metrics::new) can create every alerting
+//! series at zero from the enums' `ALL` lists. Label values are API: never rename one.
 
-/// A closed set of label values, declared by the enum that owns them.
+/// A closed set of label values, declared by the enum that owns them (with `label_enum!`,
+/// which writes the list once).
 pub trait LabelValue: Copy + 'static {
     /// Every value: the series created at zero at startup.
     const ALL: &'static [Self];
@@ -16,248 +19,180 @@ pub trait LabelValue: Copy + 'static {
     fn as_label(self) -> &'static str;
 }
 
-/// Which upstairs enum fills each label whose values telemetry does not own. The
-/// intent methods of [`Metrics`](super::Metrics) take `impl LabelValue`; in debug builds
-/// each checks it was given the enum named here.
+// One marker trait per label whose values are owned upstairs: each is implemented by
+// exactly the enum that owns the label, where it is declared, and the intent methods of
+// [`Metrics`](super::Metrics) take it, so a value of another label set does not compile.
+
+/// `poll_errors_total{kind}`: implemented by `control::PollErrorKind`.
+pub trait PollErrorLabel: LabelValue {}
+/// `downstream_requests_total{transport}`: implemented by `downstream::TransportKind`.
+pub trait TransportLabel: LabelValue {}
+/// `downstream_requests_total{outcome}`: implemented by `downstream::LegOutcome`.
+pub trait LegOutcomeLabel: LabelValue {}
+/// `deliveries_total{outcome}`: implemented by `control::Delivery`.
+pub trait DeliveryLabel: LabelValue {}
+/// `delivery_attempts_total{result}`: implemented by `control::AttemptResult`.
+pub trait AttemptResultLabel: LabelValue {}
+/// `fatal_latches_total{category}`, `fatal_info{category}`: implemented by
+/// `strict::FatalCategory`.
+pub trait FatalCategoryLabel: LabelValue {}
+
+/// Which upstairs enum fills each label whose values telemetry does not own, so that
+/// [`Metrics::new`](super::Metrics::new) can create their series at zero.
 pub trait LabelSets {
     /// `poll_errors_total{kind}`.
-    type PollErrorKind: LabelValue;
+    type PollErrorKind: PollErrorLabel;
     /// `downstream_requests_total{transport}`.
-    type Transport: LabelValue;
+    type Transport: TransportLabel;
     /// `downstream_requests_total{outcome}`.
-    type LegOutcome: LabelValue;
+    type LegOutcome: LegOutcomeLabel;
     /// `deliveries_total{outcome}`.
-    type Delivery: LabelValue;
+    type Delivery: DeliveryLabel;
     /// `delivery_attempts_total{result}`.
-    type AttemptResult: LabelValue;
+    type AttemptResult: AttemptResultLabel;
     /// `fatal_latches_total{category}`, `fatal_info{category}`.
-    type FatalCategory: LabelValue;
+    type FatalCategory: FatalCategoryLabel;
 }
 
-/// `polls_total{result}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PollResult {
-    Commands,
-    Empty,
-    Error,
-}
-
-/// `commands_received_total{command_type}`: the wire's open `command_type` folded into a
-/// closed set (a type this client does not know, and an undecodable command, are `unknown`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CommandType {
-    JsonRpc,
-    SessionTermination,
-    Unknown,
-}
-
-/// Which response POST a delivery metric is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeliveryKind {
-    Terminal,
-    Notify,
-}
-
-/// Why a command never reached downstream (`commands_dropped_total{reason}`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DropReason {
-    Expired,
-    Invalid,
-    UnknownType,
-    Unroutable,
-    Fatal,
-    Shutdown,
-    /// A caller's reply that matches no server request waiting for one.
-    UnmatchedReply,
-    /// A request the mode does not carry (strict mode: `subscriptions/listen`).
-    Unsupported,
-}
-
-/// `command_duration_seconds{leg}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DurationLeg {
-    Queue,
-    FenceWait,
-    Downstream,
-    Deliver,
-    Total,
-}
-
-/// A gateway task whose unexpected end is counted (`task_failures_total{task}`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskKind {
-    Admitter,
-    Poller,
-    Notifier,
-    Command,
-    StdioMonitor,
-    StdioReader,
-    StdioStderr,
-    OpsListener,
-    Warmup,
-}
-
-/// Where a malformed trace context was found (`trace_context_invalid_total{source}`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TraceContextSource {
-    /// The command's connector headers.
-    Header,
-    /// `params._meta` of the JSON-RPC message.
-    Meta,
-}
-
-impl PollResult {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Commands => "commands",
-            Self::Empty => "empty",
-            Self::Error => "error",
+/// Declares a label enum once: its variants (doc comments and attributes kept), each
+/// with its label value, and from that list the enum itself (`Clone`, `Copy`, `Debug`,
+/// `PartialEq`, `Eq`, plus any derives given), `as_str`, an `ALL` array in declaration
+/// order, the [`LabelValue`] impl and a `Display` that writes the label.
+///
+/// ```text
+/// label_enum! {
+///     /// `polls_total{result}`.
+///     pub enum PollResult {
+///         Commands => "commands",
+///         /// An empty poll.
+///         Empty => "empty",
+///     }
+/// }
+/// ```
+macro_rules! label_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $(
+                $(#[$vmeta:meta])*
+                $variant:ident => $label:literal
+            ),+ $(,)?
         }
-    }
-}
-
-impl LabelValue for PollResult {
-    const ALL: &'static [Self] = &[Self::Commands, Self::Empty, Self::Error];
-    fn as_label(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-impl CommandType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::JsonRpc => "jsonrpc",
-            Self::SessionTermination => "session_termination",
-            Self::Unknown => "unknown",
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        $vis enum $name {
+            $(
+                $(#[$vmeta])*
+                $variant,
+            )+
         }
-    }
-}
 
-impl LabelValue for CommandType {
-    const ALL: &'static [Self] = &[Self::JsonRpc, Self::SessionTermination, Self::Unknown];
-    fn as_label(self) -> &'static str {
-        self.as_str()
-    }
-}
+        impl $name {
+            /// Every value, in declaration order.
+            $vis const ALL: [Self; [$($label),+].len()] = [$(Self::$variant),+];
 
-impl DeliveryKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Terminal => "terminal",
-            Self::Notify => "notify",
+            /// The stable label (API: metrics, logs, spans; never rename one).
+            $vis fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $label,)+
+                }
+            }
         }
-    }
-}
 
-impl LabelValue for DeliveryKind {
-    const ALL: &'static [Self] = &[Self::Terminal, Self::Notify];
-    fn as_label(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-impl DropReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Expired => "expired",
-            Self::Invalid => "invalid",
-            Self::UnknownType => "unknown_type",
-            Self::Unroutable => "unroutable",
-            Self::Fatal => "fatal",
-            Self::Shutdown => "shutdown",
-            Self::UnmatchedReply => "unmatched_reply",
-            Self::Unsupported => "unsupported",
+        impl $crate::telemetry::LabelValue for $name {
+            const ALL: &'static [Self] = &Self::ALL;
+            fn as_label(self) -> &'static str {
+                self.as_str()
+            }
         }
-    }
-}
 
-impl LabelValue for DropReason {
-    const ALL: &'static [Self] = &[
-        Self::Expired,
-        Self::Invalid,
-        Self::UnknownType,
-        Self::Unroutable,
-        Self::Fatal,
-        Self::Shutdown,
-        Self::UnmatchedReply,
-        Self::Unsupported,
-    ];
-    fn as_label(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-impl DurationLeg {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Queue => "queue",
-            Self::FenceWait => "fence_wait",
-            Self::Downstream => "downstream",
-            Self::Deliver => "deliver",
-            Self::Total => "total",
+        /// The label.
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
+            }
         }
+    };
+}
+pub(crate) use label_enum;
+
+label_enum! {
+    /// `polls_total{result}`.
+    pub enum PollResult {
+        Commands => "commands",
+        Empty => "empty",
+        Error => "error",
     }
 }
 
-impl LabelValue for DurationLeg {
-    const ALL: &'static [Self] = &[
-        Self::Queue,
-        Self::FenceWait,
-        Self::Downstream,
-        Self::Deliver,
-        Self::Total,
-    ];
-    fn as_label(self) -> &'static str {
-        self.as_str()
+label_enum! {
+    /// `commands_received_total{command_type}`: the wire's open `command_type` folded into a
+    /// closed set (a type this client does not know, and an undecodable command, are `unknown`).
+    pub enum CommandType {
+        JsonRpc => "jsonrpc",
+        SessionTermination => "session_termination",
+        Unknown => "unknown",
     }
 }
 
-impl TaskKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Admitter => "admitter",
-            Self::Poller => "poller",
-            Self::Notifier => "notifier",
-            Self::Command => "command",
-            Self::StdioMonitor => "stdio_monitor",
-            Self::StdioReader => "stdio_reader",
-            Self::StdioStderr => "stdio_stderr",
-            Self::OpsListener => "ops_listener",
-            Self::Warmup => "warmup",
-        }
+label_enum! {
+    /// Which response POST a delivery metric is about.
+    pub enum DeliveryKind {
+        Terminal => "terminal",
+        Notify => "notify",
     }
 }
 
-impl LabelValue for TaskKind {
-    const ALL: &'static [Self] = &[
-        Self::Admitter,
-        Self::Poller,
-        Self::Notifier,
-        Self::Command,
-        Self::StdioMonitor,
-        Self::StdioReader,
-        Self::StdioStderr,
-        Self::OpsListener,
-        Self::Warmup,
-    ];
-    fn as_label(self) -> &'static str {
-        self.as_str()
+label_enum! {
+    /// Why a command never reached downstream (`commands_dropped_total{reason}`).
+    pub enum DropReason {
+        Expired => "expired",
+        Invalid => "invalid",
+        UnknownType => "unknown_type",
+        Unroutable => "unroutable",
+        Fatal => "fatal",
+        Shutdown => "shutdown",
+        /// A caller's reply that matches no server request waiting for one.
+        UnmatchedReply => "unmatched_reply",
+        /// A request the mode does not carry (strict mode: `subscriptions/listen`).
+        Unsupported => "unsupported",
     }
 }
 
-impl TraceContextSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Header => "header",
-            Self::Meta => "meta",
-        }
+label_enum! {
+    /// `command_duration_seconds{leg}`.
+    pub enum DurationLeg {
+        Queue => "queue",
+        FenceWait => "fence_wait",
+        Downstream => "downstream",
+        Deliver => "deliver",
+        Total => "total",
     }
 }
 
-impl LabelValue for TraceContextSource {
-    const ALL: &'static [Self] = &[Self::Header, Self::Meta];
-    fn as_label(self) -> &'static str {
-        self.as_str()
+label_enum! {
+    /// A gateway task whose unexpected end is counted (`task_failures_total{task}`).
+    pub enum TaskKind {
+        Admitter => "admitter",
+        Poller => "poller",
+        Notifier => "notifier",
+        Command => "command",
+        StdioMonitor => "stdio_monitor",
+        StdioReader => "stdio_reader",
+        StdioStderr => "stdio_stderr",
+        OpsListener => "ops_listener",
+        Warmup => "warmup",
+    }
+}
+
+label_enum! {
+    /// Where a malformed trace context was found (`trace_context_invalid_total{source}`).
+    pub enum TraceContextSource {
+        /// The command's connector headers.
+        Header => "header",
+        /// `params._meta` of the JSON-RPC message.
+        Meta => "meta",
     }
 }
 

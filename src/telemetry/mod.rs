@@ -6,7 +6,8 @@
 //! intent-named methods of [`Metrics`].
 //!
 //! Ground floor: imports no other module of the crate. Label values owned upstairs reach
-//! the metrics through the [`LabelValue`] trait, implemented next to each enum.
+//! the metrics through the [`LabelValue`] trait and one marker trait per label, implemented
+//! next to each enum (declared with `label_enum!`).
 
 pub mod events;
 mod label;
@@ -16,8 +17,10 @@ pub mod otlp;
 mod propagation;
 mod redact;
 
+pub(crate) use label::label_enum;
 pub use label::{
-    CommandType, DeliveryKind, DropReason, DurationLeg, LabelSets, LabelValue, PollResult, TaskKind, TraceContextSource,
+    AttemptResultLabel, CommandType, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
+    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, TaskKind, TraceContextSource, TransportLabel,
 };
 pub use metrics::{Accounting, Metrics};
 pub use propagation::{continue_trace, span_trace_context, Extracted, TraceContext};

@@ -996,7 +996,7 @@ async fn connect_refused_is_not_sent_and_marks_the_channel_down() {
     let status = t.status();
     assert!(!status.up);
     assert_eq!(
-        (status.transport, status.generation, status.channel.as_str()),
+        (status.transport.as_str(), status.generation, status.channel.as_str()),
         ("http", 0, "main")
     );
 }

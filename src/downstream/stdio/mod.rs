@@ -54,8 +54,8 @@ use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 use self::child::{Child, Registration};
 use self::line::WriteResult;
 use self::pending::{CancelTarget, Origin};
-use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply};
-use crate::protocol::RespType;
+use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply, TransportKind};
+use crate::protocol::{json_resp_headers, RespType, MCP_SESSION_ID};
 use crate::strict::Admission;
 use crate::supervisor::Supervisor;
 use crate::telemetry::Metrics;
@@ -305,7 +305,7 @@ impl StdioTransport {
         let st = self.shared.lock();
         ChannelStatus {
             channel: self.shared.channel.clone(),
-            transport: "stdio",
+            transport: TransportKind::Stdio,
             up: st.child.as_ref().is_some_and(|c| c.is_running()),
             generation: st.generation,
         }
@@ -405,7 +405,7 @@ impl Shared {
         match wait_answer(&child, &mut registration, limit).await {
             Waited::Response((raw, span, original)) => Ok(Reply {
                 resp_json: Some(restore_id(raw, span, &original)?),
-                resp_headers: BTreeMap::from([("Content-Type".to_owned(), vec!["application/json".to_owned()])]),
+                resp_headers: json_resp_headers(),
                 resp_code: 200,
                 resp_type: RespType::JsonrpcResponse,
             }),
@@ -754,7 +754,7 @@ fn restore_id(raw: Box<RawValue>, span: rewrite::Span, original: &str) -> Result
 fn caller_key(headers: &crate::protocol::WireHeaders) -> Option<Box<str>> {
     let mut values = headers
         .iter()
-        .filter(|(name, _)| name.eq_ignore_ascii_case("mcp-session-id"))
+        .filter(|(name, _)| name.eq_ignore_ascii_case(MCP_SESSION_ID))
         .flat_map(|(_, values)| values.iter().map(String::as_str))
         .peekable();
     values.peek()?;

@@ -270,7 +270,12 @@ async fn a_well_behaved_child_answers_each_request_with_its_exact_response_line(
 
         let status = t.status();
         assert_eq!(
-            (status.channel.as_str(), status.transport, status.up, status.generation),
+            (
+                status.channel.as_str(),
+                status.transport.as_str(),
+                status.up,
+                status.generation
+            ),
             (CHANNEL, "stdio", true, 1)
         );
         assert_eq!(metric(&metrics, "tunnelgate_stdio_up{channel=\"t\"}"), Some(1.0));

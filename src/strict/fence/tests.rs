@@ -241,3 +241,23 @@ async fn a_hand_over_counts_as_sent_for_a_stop_until_a_new_connection_is_reporte
     assert_eq!(admission.wire().hand_over(), Err(Refusal::Stopping));
     assert!(!admission.is_sent());
 }
+
+#[test]
+fn every_wire_state_round_trips_through_its_cell_bits() {
+    use WireState as W;
+    for state in [W::None, W::Connecting, W::Sent, W::Handing] {
+        assert_eq!(W::from_bits(state.bits()), state);
+    }
+    let left: Vec<bool> = [W::None, W::Connecting, W::Sent, W::Handing]
+        .iter()
+        .map(|s| s.may_have_left())
+        .collect();
+    assert_eq!(left, [false, false, true, true]);
+}
+
+#[test]
+fn the_fence_leg_serializes_as_its_label() {
+    for leg in [FenceLeg::Downstream, FenceLeg::Deliver] {
+        assert_eq!(serde_json::to_value(leg).unwrap(), leg.as_str());
+    }
+}
