@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::app::GatewayLabels;
+pub(super) use crate::downstream::test_support::{assert_row, assert_timed_out_after_write, response_json, A, N};
 use crate::downstream::{LegOutcome, Notification};
 use crate::protocol::JsonRpcPayload;
 use crate::strict::{CommandRef, FatalCategory, Fence};
@@ -125,10 +126,6 @@ pub(super) async fn send_with(
     (result, notes)
 }
 
-pub(super) fn response_json(result: &LegResult) -> serde_json::Value {
-    serde_json::from_str(result.reply.resp_json.as_ref().expect("a JSON reply").get()).unwrap()
-}
-
 pub(super) fn assert_answered(result: &LegResult, id: u64) {
     assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
     assert_eq!(result.reply.resp_code, 200);
@@ -143,31 +140,6 @@ pub(super) fn assert_answered(result: &LegResult, id: u64) {
 pub(super) fn assert_failed(result: &LegResult, failure: LegFailure, outcome: LegOutcome) {
     assert_eq!(result.failure.as_ref(), Some(&failure));
     assert_eq!(result.outcome, outcome);
-}
-
-/// The caller's words, as `docs/downstream-faults.md` spells them (N, A).
-pub(super) const N: &str = "not delivered to the MCP server; safe to retry";
-pub(super) const A: &str = "effect unknown: the MCP server may have acted; check before retrying";
-
-/// A failed leg as its row in `docs/downstream-faults.md` states it: the failure and the
-/// outcome, the `tunnel_failure` source and `transport_error_kind` (`None`: none given),
-/// and the words of the synthesized error the caller reads.
-#[track_caller]
-pub(super) fn assert_row(
-    result: &LegResult,
-    failure: LegFailure,
-    outcome: LegOutcome,
-    source: &str,
-    kind: Option<&str>,
-    words: &str,
-) {
-    assert_failed(result, failure, outcome);
-    let v = response_json(result);
-    assert_eq!(v["error"]["code"], -32603);
-    assert_eq!(v["error"]["message"], words);
-    let tf = &v["error"]["data"]["tunnel_failure"];
-    assert_eq!(tf["source"], source);
-    assert_eq!(tf.get("transport_error_kind").and_then(|k| k.as_str()), kind);
 }
 
 /// Runs a test body under [`TEST_BOUND`].
@@ -553,14 +525,7 @@ async fn a_request_past_its_deadline_is_retired_and_its_late_answer_discarded() 
         let started = Instant::now();
         let (late, _) = send(&t, &adm, slow, Duration::from_millis(300)).await;
         let took = started.elapsed();
-        assert_row(
-            &late,
-            LegFailure::TimeoutAfterWrite,
-            LegOutcome::Abandoned,
-            "timeout",
-            Some("timeout"),
-            A,
-        );
+        assert_timed_out_after_write(&late);
         assert_eq!(late.reply.resp_code, 504);
         assert!(
             took >= Duration::from_millis(290) && took < Duration::from_secs(3),
@@ -627,14 +592,7 @@ async fn an_initialize_that_times_out_kills_the_child_and_the_next_call_restarts
         let adm = admission().await;
         let slow_init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"_delay_ms":5000}}"#;
         let (result, _) = send(&t, &adm, slow_init, Duration::from_millis(300)).await;
-        assert_row(
-            &result,
-            LegFailure::TimeoutAfterWrite,
-            LegOutcome::Abandoned,
-            "timeout",
-            Some("timeout"),
-            A,
-        );
+        assert_timed_out_after_write(&result);
         eventually("the child is killed", || !t.status().up).await;
 
         let (next, _) = send(&t, &adm, INITIALIZE, ANSWER_WITHIN).await;
