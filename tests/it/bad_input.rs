@@ -17,8 +17,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tunnelgate::sim::NewCommand;
 
-use crate::harness::{free_port, wait_until, Gateway};
-use crate::rig::{final_json, Rig, RigOptions};
+use crate::harness::{final_json, free_port, wait_until, Gateway, Rig, RigOptions};
 
 const EXIT: Duration = Duration::from_secs(30);
 
@@ -162,7 +161,7 @@ async fn a_poll_of_ten_thousand_commands_is_answered_command_by_command_within_t
     let stub = tunnelgate::sim::McpStub::start(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
-    let mut config = tunnelgate::sim::SimConfig::new(crate::rig::TUNNEL, crate::rig::KEY);
+    let mut config = tunnelgate::sim::SimConfig::new(crate::harness::TUNNEL, crate::harness::KEY);
     config.faults =
         tunnelgate::sim::FaultScript::from_toml_str(&format!("[[poll]]\nnth = 1\nextra_commands = {N}\n")).unwrap();
     config.record_capacity = 2 * N;
@@ -181,10 +180,10 @@ async fn a_poll_of_ten_thousand_commands_is_answered_command_by_command_within_t
             .enqueue(if i % 100 == 0 { cmd } else { cmd.response_timeout("0s") });
     }
     let mut gw = rig
-        .gateway(&RigOptions {
+        .spawn_gateway(&rig.config(&RigOptions {
             strict: false,
             ..Default::default()
-        })
+        }))
         .await;
     // Waiting on the gateway's own count; the simulator's record is checked once at the end.
     wait_until("every command accounted for", Duration::from_secs(60), || async {
@@ -315,7 +314,7 @@ async fn misbehaving_mcp_servers_get_a_counted_outcome_each_and_nothing_else_is_
             ..Default::default()
         })
         .replace("[strict]", &format!("{extra}\n[strict]"));
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
     let bad: Vec<(String, &str)> = cases
         .iter()
         .map(|(name, _, kind)| {
