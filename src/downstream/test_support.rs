@@ -49,3 +49,16 @@ pub(super) fn assert_timed_out_after_write(result: &LegResult) {
         A,
     );
 }
+
+/// The row of a leg the fence did not admit: nothing was sent.
+#[track_caller]
+pub(super) fn assert_not_admitted(result: &LegResult) {
+    assert_row(
+        result,
+        LegFailure::NotAdmitted,
+        LegOutcome::NotSent,
+        "client_internal",
+        None,
+        N,
+    );
+}

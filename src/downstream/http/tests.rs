@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 
 use super::*;
-use crate::downstream::test_support::{assert_row, assert_timed_out_after_write, A, N, R};
+use crate::downstream::test_support::{assert_not_admitted, assert_row, assert_timed_out_after_write, A, N, R};
 use crate::downstream::LegOutcome;
 use crate::protocol::JsonRpcPayload;
 use crate::strict::{CommandRef, FatalCategory, Fence};
@@ -1048,14 +1048,7 @@ async fn a_latched_admission_sends_nothing() {
     let t = transport(&server.url());
     let (tx, _rx) = mpsc::channel(1);
     let result = timeout(TEST_BOUND, call_admitted(&t, &admission, &tx)).await.unwrap();
-    assert_row(
-        &result,
-        LegFailure::NotAdmitted,
-        LegOutcome::NotSent,
-        "client_internal",
-        None,
-        N,
-    );
+    assert_not_admitted(&result);
     let result = timeout(TEST_BOUND, t.terminate_session(&admission, &Vec::new(), None))
         .await
         .unwrap();
