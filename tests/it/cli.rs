@@ -103,10 +103,7 @@ async fn a_bad_flag_is_a_usage_error_with_exit_2() {
 async fn status_prints_the_document_and_exits_zero_while_healthy() {
     let rig = crate::harness::Rig::start("").await;
     let mut gw = rig
-        .spawn_gateway(&rig.config(&crate::harness::RigOptions {
-            strict: false,
-            ..Default::default()
-        }))
+        .spawn_gateway(&rig.config(&crate::harness::RigOptions::default_mode()))
         .await;
     rig.wait("a poll", |r| r.polls.len() >= 2).await;
     let url = format!("http://127.0.0.1:{}", rig.ops_port);
@@ -146,10 +143,7 @@ async fn status_prints_the_document_and_exits_zero_while_healthy() {
 async fn readyz_says_why_when_the_control_plane_refuses_the_key() {
     let rig = crate::harness::Rig::start("").await;
     let config = rig
-        .config(&crate::harness::RigOptions {
-            strict: false,
-            ..Default::default()
-        })
+        .config(&crate::harness::RigOptions::default_mode())
         .replace(crate::harness::KEY, "wrong-key");
     let mut gw = rig.spawn_gateway(&config).await;
     rig.wait("a refused poll", |r| r.polls.iter().any(|p| p.status == Some(401)))

@@ -363,12 +363,7 @@ async fn doctor_fails_the_latch_directory_when_its_parent_is_a_regular_file() {
 #[tokio::test]
 async fn doctor_fails_the_ops_address_while_a_running_gateway_holds_it() {
     let rig = Rig::start("").await;
-    let mut gw = rig
-        .spawn_gateway(&rig.config(&RigOptions {
-            strict: false,
-            ..Default::default()
-        }))
-        .await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     let (run, report) = doctor(&config(&rig, false), &[]).await;
     assert_fails(
         &run,

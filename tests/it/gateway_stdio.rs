@@ -22,14 +22,7 @@ fn with_stdio(rig: &Rig, argv: &[String], o: &RigOptions<'_>) -> String {
 #[tokio::test]
 async fn server_everything_over_stdio_initialize_list_echo_and_progress() {
     let rig = Rig::start("").await;
-    let config = with_stdio(
-        &rig,
-        &server_everything_stdio_argv(),
-        &RigOptions {
-            strict: false,
-            ..Default::default()
-        },
-    );
+    let config = with_stdio(&rig, &server_everything_stdio_argv(), &RigOptions::default_mode());
     let mut gw = rig.spawn_gateway(&config).await;
     let init = rig.sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
@@ -117,14 +110,7 @@ fn echo_call(id: u64) -> NewCommand {
 #[tokio::test]
 async fn a_child_that_dies_after_the_write_is_abandoned_then_restarted_with_a_new_generation() {
     let rig = Rig::start("").await;
-    let config = with_stdio(
-        &rig,
-        &exit_after_read_argv(&rig),
-        &RigOptions {
-            strict: false,
-            ..Default::default()
-        },
-    );
+    let config = with_stdio(&rig, &exit_after_read_argv(&rig), &RigOptions::default_mode());
     let mut gw = rig.spawn_gateway(&config).await;
     let first = rig.sim.enqueue(echo_call(1));
     let rec = rig.wait("first answered", |r| r.is_completed(&first)).await;

@@ -127,7 +127,16 @@ where
 }
 
 /// Polls `probe` until it yields a value and returns it; panics naming `what` after `timeout`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    wait_for_every(what, timeout, POLL_INTERVAL, probe).await
+}
+
+/// [`wait_for`], checking every `interval` (for a probe that costs the peer something).
+pub async fn wait_for_every<T, F, Fut>(what: &str, timeout: Duration, interval: Duration, mut probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -141,7 +150,7 @@ where
             Instant::now() < deadline,
             "timed out after {timeout:?} waiting for {what}"
         );
-        tokio::time::sleep(POLL_INTERVAL).await;
+        tokio::time::sleep(interval).await;
     }
 }
 
@@ -632,6 +641,16 @@ pub struct RigOptions<'a> {
     pub extra: &'a str,
     pub post_timeout: &'a str,
     pub post_attempts: u32,
+}
+
+impl RigOptions<'_> {
+    /// The defaults with strict mode off: the gateway's default mode.
+    pub fn default_mode() -> Self {
+        Self {
+            strict: false,
+            ..Default::default()
+        }
+    }
 }
 
 impl Default for RigOptions<'_> {

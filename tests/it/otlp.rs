@@ -28,10 +28,7 @@ async fn command_spans_reach_a_real_receiver_without_payloads_or_secrets() {
     let rig = Rig::start("").await;
     let extra = format!("otlp_endpoint = \"http://127.0.0.1:{port}\"");
     let config = rig
-        .config(&RigOptions {
-            strict: false,
-            ..Default::default()
-        })
+        .config(&RigOptions::default_mode())
         .replace("log_level = \"info\"", &format!("log_level = \"info\"\n{extra}"));
     let mut gw = rig.spawn_gateway(&config).await;
     let canary = "PAYLOAD-CANARY-3390";
@@ -97,15 +94,10 @@ async fn a_black_holed_collector_delays_neither_commands_nor_exit_beyond_the_bou
         }
     });
     let rig = Rig::start("").await;
-    let config = rig
-        .config(&RigOptions {
-            strict: false,
-            ..Default::default()
-        })
-        .replace(
-            "log_level = \"info\"",
-            &format!("log_level = \"info\"\notlp_endpoint = \"http://127.0.0.1:{port}\""),
-        );
+    let config = rig.config(&RigOptions::default_mode()).replace(
+        "log_level = \"info\"",
+        &format!("log_level = \"info\"\notlp_endpoint = \"http://127.0.0.1:{port}\""),
+    );
     let mut gw = rig.spawn_gateway(&config).await;
     let started = tokio::time::Instant::now();
     let ids: Vec<String> = (0..5)

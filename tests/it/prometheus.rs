@@ -419,23 +419,12 @@ impl<'a> Feeder<'a> {
     }
 }
 
-/// Polls `probe` until it yields, at most `timeout`.
-async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
+/// Polls `probe` every [`TICK`] until it yields, at most `timeout`.
+async fn wait_for<T, Fut>(timeout: Duration, what: &str, probe: impl FnMut() -> Fut) -> T
 where
-    F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(TICK).await;
-    }
+    crate::harness::wait_for_every(what, timeout, TICK, probe).await
 }
 
 /// An MCP server that reads a request, then closes the connection without answering:

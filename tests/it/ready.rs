@@ -31,11 +31,8 @@ async fn readyz(rig: &Rig) -> (u16, String) {
 
 fn long_poll_config(rig: &Rig) -> String {
     // A real poll timeout: the old first poll made readiness wait this long.
-    rig.config(&RigOptions {
-        strict: false,
-        ..Default::default()
-    })
-    .replace("poll_timeout = \"1s\"", "poll_timeout = \"30s\"")
+    rig.config(&RigOptions::default_mode())
+        .replace("poll_timeout = \"1s\"", "poll_timeout = \"30s\"")
 }
 
 #[tokio::test]

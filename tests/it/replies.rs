@@ -174,13 +174,7 @@ async fn a_listen_stream_forwards_each_event_as_it_comes_and_its_deadline_is_a_n
     let rig = Rig::start("").await;
     let (_server, url) = spawn_py_server(PyMode::Sse).await;
     let mut gw = rig
-        .spawn_gateway(&rig.config_to(
-            &url,
-            &RigOptions {
-                strict: false,
-                ..Default::default()
-            },
-        ))
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
         .await;
     let stream = rig.sim.enqueue(listen("listen-1", "4s"));
     let notes = |r: &tunnelgate::sim::Record| {

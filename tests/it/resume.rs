@@ -106,13 +106,7 @@ async fn a_cut_stream_from_server_everything_is_recovered_by_resume_without_a_re
 
     let rig = Rig::start("").await;
     let mut gw = rig
-        .spawn_gateway(&rig.config_to(
-            &url,
-            &RigOptions {
-                strict: false,
-                ..Default::default()
-            },
-        ))
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
         .await;
     let init = rig.sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{

@@ -15,13 +15,6 @@ fn call(id: u64, tool: &str, args: Value) -> NewCommand {
     NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}))
 }
 
-fn default_mode() -> RigOptions<'static> {
-    RigOptions {
-        strict: false,
-        ..Default::default()
-    }
-}
-
 /// The fields of the gateway's last "final command accounting" log line.
 fn final_accounting(stderr: &str) -> Value {
     stderr
@@ -47,7 +40,7 @@ fn pairs(v: &Value) -> std::collections::BTreeMap<String, u64> {
 #[tokio::test]
 async fn every_command_of_a_mixed_batch_with_a_stop_mid_flight_is_counted_exactly_once() {
     let rig = Rig::start("").await;
-    let mut gw = rig.spawn_gateway(&rig.config(&default_mode())).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     // Answered, expired at receipt, unknown type, unroutable: each ends before the stop.
     let answered = rig.sim.enqueue(call(1, "echo", json!({"message": "hi"})));
     rig.sim

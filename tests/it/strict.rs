@@ -293,10 +293,7 @@ async fn response_timeout_passing_after_dispatch_exits_85() {
 #[tokio::test]
 async fn strict_disabled_keeps_running_and_dispatches_the_next_command() {
     let rig = Rig::start(&hold_echo_terminal("status = 404")).await;
-    let opts = RigOptions {
-        strict: false,
-        ..Default::default()
-    };
+    let opts = RigOptions::default_mode();
     let mut gw = rig.spawn_gateway(&rig.config(&opts)).await;
     let a = rig.enqueue_call("echo", json!({"message": "404 is counted"}));
     rig.wait("the 404", |r| r.responses_for(&a).any(|x| x.status == Some(404)))
