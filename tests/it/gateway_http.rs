@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::sim::NewCommand;
+use tunnelgate::sim::{NewCommand, Record};
 
 use crate::harness::{
     final_json, run_py_client, spawn_py_server, spawn_server_everything_http, PyMode, Rig, RigOptions, KEY,
@@ -464,11 +464,23 @@ async fn polling_pauses_while_the_prefetch_queue_is_full() {
         .config(&RigOptions::default_mode())
         .replace("post_attempts = 2", "post_attempts = 2\nmax_inflight = 1");
     let mut gw = rig.spawn_gateway(&config).await;
-    let slow = rig.sim.enqueue(call(1, "slow", json!({"ms": 1500})));
+    // The stub reports progress 2/2 halfway through the call, a second after it began
+    // and while the one slot is still taken: the gateway's own post of that notification
+    // is the signal to look, in place of a pause.
+    let slow = rig.sim.enqueue(NewCommand::jsonrpc(
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"slow","arguments":{"ms":2000},"_meta":{"progressToken":"held"}}}),
+    ));
     rig.wait_stub_calls(1).await;
     let before = rig.sim.record().polls.len();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let polls = rig.sim.record().polls;
+    let halfway = |r: &Record| {
+        r.responses_for(&slow).any(|p| {
+            p.json
+                .as_ref()
+                .is_some_and(|j| j["resp_json"]["params"]["progress"] == 2)
+        })
+    };
+    let polls = rig.wait("the progress posted halfway", halfway).await.polls;
     assert_eq!(
         polls.len(),
         before,
