@@ -533,12 +533,13 @@ pub struct CliRun {
 }
 
 impl Gateway {
-    /// `tunnelgate run --config <tempfile holding config_toml>`.
     /// The gateway's process id (to read its `/proc` figures).
     pub fn pid(&self) -> u32 {
         self.process.pid()
     }
 
+    /// `tunnelgate run --config <tempfile holding config_toml>`, not waited on: for a
+    /// gateway against a rig, [`Rig::spawn_gateway`].
     pub fn run(config_toml: &str) -> Gateway {
         Gateway::spawn(&["run"], Some(config_toml), &[])
     }
@@ -627,6 +628,8 @@ impl Gateway {
 pub const KEY: &str = "test-key-canary-K3Y";
 pub const TUNNEL: &str = "tunnel_test";
 
+/// The simulator and MCP stub in this process, a temporary folder (the latch file lives
+/// there) and the port the gateway's ops listener is given.
 pub struct Rig {
     pub sim: Simulator,
     pub stub: McpStub,
