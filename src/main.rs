@@ -8,11 +8,11 @@ use clap::Parser;
 use tunnelgate::cli::{Cli, Command, LatchAction};
 use tunnelgate::config::{Config, ConfigError};
 
-/// mimalloc by default: on the measured machine the gateway spent 44-47 us of CPU per
-/// command at concurrency 16-64 with it against 48-53 us with the system allocator (`dist`
-/// build; docs/PERFORMANCE.md). It is built with `no_thp`: it never madvises its heap into
-/// transparent huge pages (which saved about 4 MiB resident); the process's THP setting,
-/// inherited by stdio children, is left alone.
+/// mimalloc by default: on the measured machine the gateway spent less CPU per command
+/// with it than with the system allocator (`dist` build; the figures are in
+/// docs/PERFORMANCE.md). It is built with `no_thp`: it never madvises its heap into
+/// transparent huge pages, which kept its resident memory near the system allocator's;
+/// the process's THP setting, inherited by stdio children, is left alone.
 /// `--no-default-features` builds with the system allocator.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]

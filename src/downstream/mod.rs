@@ -11,6 +11,8 @@ mod http;
 mod outcome;
 mod sse;
 mod stdio;
+#[cfg(test)]
+mod test_support;
 
 pub use channels::{Channels, Transport, TransportKind};
 pub use http::{HttpSettings, HttpSetupError, HttpTransport};

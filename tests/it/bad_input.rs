@@ -17,8 +17,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tunnelgate::sim::NewCommand;
 
-use crate::harness::{free_port, wait_until, Gateway};
-use crate::rig::{final_json, Rig, RigOptions};
+use crate::harness::{final_json, free_port, wait_until, Gateway, Rig, RigOptions};
 
 const EXIT: Duration = Duration::from_secs(30);
 
@@ -162,7 +161,7 @@ async fn a_poll_of_ten_thousand_commands_is_answered_command_by_command_within_t
     let stub = tunnelgate::sim::McpStub::start(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
-    let mut config = tunnelgate::sim::SimConfig::new(crate::rig::TUNNEL, crate::rig::KEY);
+    let mut config = tunnelgate::sim::SimConfig::new(crate::harness::TUNNEL, crate::harness::KEY);
     config.faults =
         tunnelgate::sim::FaultScript::from_toml_str(&format!("[[poll]]\nnth = 1\nextra_commands = {N}\n")).unwrap();
     config.record_capacity = 2 * N;
@@ -180,12 +179,7 @@ async fn a_poll_of_ten_thousand_commands_is_answered_command_by_command_within_t
         rig.sim
             .enqueue(if i % 100 == 0 { cmd } else { cmd.response_timeout("0s") });
     }
-    let mut gw = rig
-        .gateway(&RigOptions {
-            strict: false,
-            ..Default::default()
-        })
-        .await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     // Waiting on the gateway's own count; the simulator's record is checked once at the end.
     wait_until("every command accounted for", Duration::from_secs(60), || async {
         let m = rig.metrics().await;
@@ -268,31 +262,26 @@ async fn serve(conn: &mut tokio::net::TcpStream, how: Misbehaviour) -> std::io::
             }
         }
         Misbehaviour::InvalidUtf8 => {
-            let body = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"\xff\xfe\xfd\"}";
-            conn.write_all(
-                format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                    body.len()
-                )
-                .as_bytes(),
-            )
-            .await?;
-            conn.write_all(body).await?;
+            write_json(conn, b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"\xff\xfe\xfd\"}").await?;
         }
         Misbehaviour::WrongId => {
-            let body = br#"{"jsonrpc":"2.0","id":999,"result":{"content":[]}}"#;
-            conn.write_all(
-                format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                    body.len()
-                )
-                .as_bytes(),
-            )
-            .await?;
-            conn.write_all(body).await?;
+            write_json(conn, br#"{"jsonrpc":"2.0","id":999,"result":{"content":[]}}"#).await?;
         }
     }
     conn.shutdown().await
+}
+
+/// A `200 OK` JSON answer with `Content-Length`.
+async fn write_json(conn: &mut tokio::net::TcpStream, body: &[u8]) -> std::io::Result<()> {
+    conn.write_all(
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await?;
+    conn.write_all(body).await
 }
 
 #[tokio::test]
@@ -310,12 +299,9 @@ async fn misbehaving_mcp_servers_get_a_counted_outcome_each_and_nothing_else_is_
         extra.push_str(&format!("\n[mcp.channels.{name}]\nurl = \"{url}\"\n"));
     }
     let config = rig
-        .config(&RigOptions {
-            strict: false,
-            ..Default::default()
-        })
+        .config(&RigOptions::default_mode())
         .replace("[strict]", &format!("{extra}\n[strict]"));
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
     let bad: Vec<(String, &str)> = cases
         .iter()
         .map(|(name, _, kind)| {

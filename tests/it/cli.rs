@@ -101,12 +101,9 @@ async fn a_bad_flag_is_a_usage_error_with_exit_2() {
 
 #[tokio::test]
 async fn status_prints_the_document_and_exits_zero_while_healthy() {
-    let rig = crate::rig::Rig::start("").await;
+    let rig = crate::harness::Rig::start("").await;
     let mut gw = rig
-        .gateway(&crate::rig::RigOptions {
-            strict: false,
-            ..Default::default()
-        })
+        .spawn_gateway(&rig.config(&crate::harness::RigOptions::default_mode()))
         .await;
     rig.wait("a poll", |r| r.polls.len() >= 2).await;
     let url = format!("http://127.0.0.1:{}", rig.ops_port);
@@ -144,14 +141,11 @@ async fn status_prints_the_document_and_exits_zero_while_healthy() {
 
 #[tokio::test]
 async fn readyz_says_why_when_the_control_plane_refuses_the_key() {
-    let rig = crate::rig::Rig::start("").await;
+    let rig = crate::harness::Rig::start("").await;
     let config = rig
-        .config(&crate::rig::RigOptions {
-            strict: false,
-            ..Default::default()
-        })
-        .replace(crate::rig::KEY, "wrong-key");
-    let mut gw = rig.gateway_with(&config).await;
+        .config(&crate::harness::RigOptions::default_mode())
+        .replace(crate::harness::KEY, "wrong-key");
+    let mut gw = rig.spawn_gateway(&config).await;
     rig.wait("a refused poll", |r| r.polls.iter().any(|p| p.status == Some(401)))
         .await;
     let url = format!("http://127.0.0.1:{}", rig.ops_port);

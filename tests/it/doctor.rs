@@ -8,8 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tunnelgate::strict::{latch_file, CommandRef, Fatal, FatalCategory};
 
-use crate::harness::{free_port, python, spawn_server_everything_http, CliRun, Gateway};
-use crate::rig::{Rig, RigOptions, KEY, TUNNEL};
+use crate::harness::{free_port, python, spawn_server_everything_http, CliRun, Gateway, Rig, RigOptions, KEY, TUNNEL};
 
 const T: Duration = Duration::from_secs(30);
 /// Every check's name, in the order the report prints them (for [`config`]'s channels).
@@ -364,12 +363,7 @@ async fn doctor_fails_the_latch_directory_when_its_parent_is_a_regular_file() {
 #[tokio::test]
 async fn doctor_fails_the_ops_address_while_a_running_gateway_holds_it() {
     let rig = Rig::start("").await;
-    let mut gw = rig
-        .gateway(&RigOptions {
-            strict: false,
-            ..Default::default()
-        })
-        .await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     let (run, report) = doctor(&config(&rig, false), &[]).await;
     assert_fails(
         &run,

@@ -5,19 +5,13 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::sim::NewCommand;
+use tunnelgate::sim::{NewCommand, Record};
 
-use crate::harness::{run_py_client, spawn_py_server, spawn_server_everything_http, PyMode};
-use crate::rig::{final_json, Rig, RigOptions, KEY};
+use crate::harness::{
+    final_json, run_py_client, spawn_py_server, spawn_server_everything_http, PyMode, Rig, RigOptions, KEY,
+};
 
 const EXIT: Duration = Duration::from_secs(20);
-
-fn default_mode() -> RigOptions<'static> {
-    RigOptions {
-        strict: false,
-        ..Default::default()
-    }
-}
 
 fn call(id: u64, tool: &str, args: Value) -> NewCommand {
     NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}))
@@ -32,7 +26,9 @@ fn initialize(id: u64) -> NewCommand {
 async fn server_everything_over_http_initialize_list_echo_progress_and_session_delete() {
     let (_server, url) = spawn_server_everything_http().await;
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway_to(&url, &default_mode()).await;
+    let mut gw = rig
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
+        .await;
 
     let init = rig.sim.enqueue(initialize(1));
     let rec = rig.wait("initialize answered", |r| r.is_completed(&init)).await;
@@ -116,7 +112,9 @@ async fn server_everything_over_http_initialize_list_echo_progress_and_session_d
 async fn python_server_answers_echo(mode: PyMode) {
     let (_server, url) = spawn_py_server(mode).await;
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway_to(&url, &default_mode()).await;
+    let mut gw = rig
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
+        .await;
     let init = rig.sim.enqueue(initialize(1));
     let rec = rig.wait("initialize", |r| r.is_completed(&init)).await;
     let body = final_json(&rec, &init);
@@ -159,7 +157,9 @@ async fn the_python_sdk_server_in_stateless_mode_answers_through_the_gateway() {
 async fn a_real_mcp_client_gets_echo_through_the_simulator_ingress_and_the_gateway() {
     let (_server, url) = spawn_server_everything_http().await;
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway_to(&url, &default_mode()).await;
+    let mut gw = rig
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
+        .await;
     let out = run_py_client(
         &rig.sim.ingress_url(),
         &["--list-tools", "--call", "echo", r#"{"message":"hi"}"#],
@@ -206,7 +206,9 @@ async fn vendor_server() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) 
 async fn payloads_and_replies_pass_through_byte_for_byte() {
     let (url, seen) = vendor_server().await;
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway_to(&url, &default_mode()).await;
+    let mut gw = rig
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
+        .await;
     let payload =
         r#"{"params":{"z":[1.0,-0],"a":"\u00e9"},"id":"rpc-v","method":"tools/call","jsonrpc":"2.0","x-extra":{}}"#;
     let id = rig.sim.enqueue(NewCommand::jsonrpc_raw(
@@ -235,7 +237,7 @@ async fn payloads_and_replies_pass_through_byte_for_byte() {
 #[tokio::test]
 async fn polls_carry_every_contract_header_and_a_limit_within_bounds() {
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway(&default_mode()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     rig.wait("two polls", |r| r.polls.len() >= 2).await;
     let rec = rig.sim.record();
     let first = &rec.polls[0];
@@ -269,7 +271,7 @@ async fn polls_carry_every_contract_header_and_a_limit_within_bounds() {
 #[tokio::test]
 async fn odd_commands_are_skipped_answered_or_dropped_as_the_contract_says() {
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway(&default_mode()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     rig.sim
         .enqueue_raw(json!({"request_id":"req_unknown","shard_token":"s1","command_type":"teleport","created_at":"t"}));
     rig.sim.enqueue_raw(
@@ -333,7 +335,7 @@ async fn odd_commands_are_skipped_answered_or_dropped_as_the_contract_says() {
 #[tokio::test]
 async fn a_json_rpc_error_from_the_server_is_forwarded_with_its_status() {
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway(&default_mode()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     let id = rig
         .sim
         .enqueue(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":9,"method":"no/such"})));
@@ -385,7 +387,9 @@ async fn erroring_server() -> String {
 async fn a_json_rpc_error_with_http_400_or_500_is_forwarded_byte_for_byte_with_that_status() {
     let url = erroring_server().await;
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway_to(&url, &default_mode()).await;
+    let mut gw = rig
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
+        .await;
     let ids: Vec<(u64, String)> = [400, 500]
         .into_iter()
         .map(|code| (code, rig.sim.enqueue(call(code, "echo", json!({"message": "refused"})))))
@@ -421,7 +425,7 @@ async fn a_json_rpc_error_with_http_400_or_500_is_forwarded_byte_for_byte_with_t
 #[tokio::test]
 async fn sigterm_lets_an_in_flight_command_finish_then_exits_zero() {
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway(&default_mode()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     let slow = rig.sim.enqueue(call(1, "slow", json!({"ms": 400})));
     rig.wait_stub_calls(1).await;
     gw.sigterm();
@@ -439,9 +443,9 @@ async fn every_command_returned_is_processed_even_beyond_the_limit() {
         .map(|i| rig.sim.enqueue(call(i, "echo", json!({"message": format!("m{i}")}))))
         .collect();
     let config = rig
-        .config(&default_mode())
+        .config(&RigOptions::default_mode())
         .replace("post_attempts = 2", "post_attempts = 2\nmax_inflight = 2");
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
     let rec = rig
         .wait("all five answered", |r| ids.iter().all(|id| r.is_completed(id)))
         .await;
@@ -457,14 +461,26 @@ async fn every_command_returned_is_processed_even_beyond_the_limit() {
 async fn polling_pauses_while_the_prefetch_queue_is_full() {
     let rig = Rig::start("").await;
     let config = rig
-        .config(&default_mode())
+        .config(&RigOptions::default_mode())
         .replace("post_attempts = 2", "post_attempts = 2\nmax_inflight = 1");
-    let mut gw = rig.gateway_with(&config).await;
-    let slow = rig.sim.enqueue(call(1, "slow", json!({"ms": 1500})));
+    let mut gw = rig.spawn_gateway(&config).await;
+    // The stub reports progress 2/2 halfway through the call, a second after it began
+    // and while the one slot is still taken: the gateway's own post of that notification
+    // is the signal to look, in place of a pause.
+    let slow = rig.sim.enqueue(NewCommand::jsonrpc(
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"slow","arguments":{"ms":2000},"_meta":{"progressToken":"held"}}}),
+    ));
     rig.wait_stub_calls(1).await;
     let before = rig.sim.record().polls.len();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let polls = rig.sim.record().polls;
+    let halfway = |r: &Record| {
+        r.responses_for(&slow).any(|p| {
+            p.json
+                .as_ref()
+                .is_some_and(|j| j["resp_json"]["params"]["progress"] == 2)
+        })
+    };
+    let polls = rig.wait("the progress posted halfway", halfway).await.polls;
     assert_eq!(
         polls.len(),
         before,
@@ -480,7 +496,7 @@ async fn polling_pauses_while_the_prefetch_queue_is_full() {
 #[tokio::test]
 async fn a_rate_limited_poll_is_retried_no_sooner_than_retry_after() {
     let rig = Rig::start("[[poll]]\nnth = 1\nstatus = 429\nretry_after = \"2\"\n").await;
-    let mut gw = rig.gateway(&default_mode()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     rig.wait("the rate-limited poll", |r| {
         r.polls.iter().any(|p| p.status == Some(429))
     })
@@ -504,7 +520,7 @@ async fn a_rate_limited_poll_is_retried_no_sooner_than_retry_after() {
 #[tokio::test]
 async fn a_command_still_running_when_the_grace_ends_is_cut_and_told_effect_unknown() {
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway(&default_mode()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     let slow = rig.sim.enqueue(call(1, "slow", json!({"ms": 8000})));
     rig.wait_stub_calls(1).await;
     gw.sigterm();
@@ -539,9 +555,9 @@ async fn a_command_still_running_when_the_grace_ends_is_cut_and_told_effect_unkn
 async fn even_at_trace_level_the_log_holds_no_payload_key_token_session_or_url() {
     let rig = Rig::start("").await;
     let config = rig
-        .config(&default_mode())
+        .config(&RigOptions::default_mode())
         .replace("log_level = \"info\"", "log_level = \"trace\"");
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
     let canary = "PAYLOAD-CANARY-5521";
     let init = rig.sim.enqueue(initialize(1));
     let rec = rig.wait("initialize", |r| r.is_completed(&init)).await;
@@ -555,7 +571,7 @@ async fn even_at_trace_level_the_log_holds_no_payload_key_token_session_or_url()
             .header("Authorization", "Bearer HEADER-CANARY-8812"),
     );
     let rec = rig.wait("echo", |r| r.is_completed(&echo)).await;
-    let shard = crate::rig::shard_token(&rec, &echo);
+    let shard = crate::harness::shard_token(&rec, &echo);
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
     let log = gw.stderr();
@@ -591,7 +607,7 @@ async fn with_two_worker_threads_the_gateway_runs_multi_threaded_and_answers_eve
         extra: "[runtime]\nworker_threads = 2\n",
         ..Default::default()
     };
-    let mut gw = rig.gateway(&options).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&options)).await;
     let ids: Vec<String> = (0..12)
         .map(|i| rig.sim.enqueue(call(i, "echo", json!({"message": format!("m{i}")}))))
         .collect();
@@ -613,7 +629,7 @@ async fn with_two_worker_threads_the_gateway_runs_multi_threaded_and_answers_eve
 #[tokio::test]
 async fn by_default_the_gateway_runs_on_one_thread() {
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway(&default_mode()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     let id = rig.sim.enqueue(call(1, "echo", json!({"message": "one"})));
     rig.wait("the call answered", |r| r.is_completed(&id)).await;
     let status = std::fs::read_to_string(format!("/proc/{}/status", gw.pid())).unwrap();

@@ -7,8 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tunnelgate::sim::NewCommand;
 
-use crate::harness::{python, server_everything_stdio_argv, Gateway};
-use crate::rig::{final_json, Rig, RigOptions};
+use crate::harness::{final_json, python, server_everything_stdio_argv, Gateway, Rig, RigOptions};
 
 const EXIT: Duration = Duration::from_secs(20);
 
@@ -23,15 +22,8 @@ fn with_stdio(rig: &Rig, argv: &[String], o: &RigOptions<'_>) -> String {
 #[tokio::test]
 async fn server_everything_over_stdio_initialize_list_echo_and_progress() {
     let rig = Rig::start("").await;
-    let config = with_stdio(
-        &rig,
-        &server_everything_stdio_argv(),
-        &RigOptions {
-            strict: false,
-            ..Default::default()
-        },
-    );
-    let mut gw = rig.gateway_with(&config).await;
+    let config = with_stdio(&rig, &server_everything_stdio_argv(), &RigOptions::default_mode());
+    let mut gw = rig.spawn_gateway(&config).await;
     let init = rig.sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
         "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"1"}}}),
@@ -118,15 +110,8 @@ fn echo_call(id: u64) -> NewCommand {
 #[tokio::test]
 async fn a_child_that_dies_after_the_write_is_abandoned_then_restarted_with_a_new_generation() {
     let rig = Rig::start("").await;
-    let config = with_stdio(
-        &rig,
-        &exit_after_read_argv(&rig),
-        &RigOptions {
-            strict: false,
-            ..Default::default()
-        },
-    );
-    let mut gw = rig.gateway_with(&config).await;
+    let config = with_stdio(&rig, &exit_after_read_argv(&rig), &RigOptions::default_mode());
+    let mut gw = rig.spawn_gateway(&config).await;
     let first = rig.sim.enqueue(echo_call(1));
     let rec = rig.wait("first answered", |r| r.is_completed(&first)).await;
     let body = final_json(&rec, &first);
@@ -163,7 +148,7 @@ async fn a_child_that_dies_after_the_write_is_abandoned_then_restarted_with_a_ne
 async fn in_strict_mode_a_dying_child_latches_downstream_ambiguous_and_nothing_restarts() {
     let rig = Rig::start("").await;
     let config = with_stdio(&rig, &exit_after_read_argv(&rig), &RigOptions::default());
-    let mut gw: Gateway = rig.gateway_with(&config).await;
+    let mut gw: Gateway = rig.spawn_gateway(&config).await;
     let first = rig.sim.enqueue(echo_call(1));
     let second = rig.sim.enqueue(echo_call(2));
     assert_eq!(gw.wait_exit(EXIT).await, Some(87), "{}", gw.stderr());

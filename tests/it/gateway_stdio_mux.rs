@@ -8,8 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tunnelgate::sim::NewCommand;
 
-use crate::harness::{python, server_everything_stdio_argv, wait_until, Gateway};
-use crate::rig::{final_json, Rig, RigOptions};
+use crate::harness::{final_json, python, server_everything_stdio_argv, wait_until, Gateway, Rig, RigOptions};
 
 const EXIT: Duration = Duration::from_secs(20);
 const DEFAULT_MODE: RigOptions<'static> = RigOptions {
@@ -91,7 +90,7 @@ async fn eight_slow_calls_from_one_poll_are_in_flight_at_once_and_each_caller_ge
         })
         .collect();
     let mut gw: Gateway = rig
-        .gateway_with(&stdio_config(&rig, &concurrent_peer(&rig, &[]), 8))
+        .spawn_gateway(&stdio_config(&rig, &concurrent_peer(&rig, &[]), 8))
         .await;
     let rec = rig
         .wait("all eight answered", |r| commands.iter().all(|c| r.is_completed(c)))
@@ -111,7 +110,7 @@ async fn eight_slow_calls_from_one_poll_are_in_flight_at_once_and_each_caller_ge
 async fn server_everything_serves_overlapping_calls_with_colliding_ids_and_tokens_each_to_its_own_caller() {
     let rig = Rig::start("").await;
     let mut gw = rig
-        .gateway_with(&stdio_config(&rig, &server_everything_stdio_argv(), 8))
+        .spawn_gateway(&stdio_config(&rig, &server_everything_stdio_argv(), 8))
         .await;
     // Two callers, four calls each, every one with id 7 and progress token "p"; the
     // callers' calls differ in their steps, so each answer and progress tells whose it is.
@@ -173,7 +172,7 @@ async fn server_everything_serves_overlapping_calls_with_colliding_ids_and_token
 async fn a_cancel_through_the_gateway_reaches_only_its_own_callers_call() {
     let rig = Rig::start("").await;
     let mut gw = rig
-        .gateway_with(&stdio_config(
+        .spawn_gateway(&stdio_config(
             &rig,
             &concurrent_peer(&rig, &[("--log", "received.log")]),
             8,
@@ -214,7 +213,7 @@ async fn a_cancel_through_the_gateway_reaches_only_its_own_callers_call() {
 async fn a_child_that_dies_with_five_calls_in_flight_tells_each_caller_effect_unknown_and_resends_nothing() {
     let rig = Rig::start("").await;
     let mut gw = rig
-        .gateway_with(&stdio_config(
+        .spawn_gateway(&stdio_config(
             &rig,
             &concurrent_peer(&rig, &[("--log", "received.log"), ("--pidfile", "pid")]),
             8,

@@ -4,7 +4,9 @@
 //! spawning them (server-everything over HTTP or stdio, the Python SDK server and client)
 //! and the real `tunnelgate` binary, capturing their output, and killing every process
 //! group it started when its guard drops (also when a test panics; the captured stderr
-//! is printed then, to explain the failure).
+//! is printed then, to explain the failure). A [`Rig`] pairs the in-process simulator
+//! and MCP stub with the gateway configured against them: [`Rig::spawn_gateway`] is how
+//! a test starts the gateway.
 //!
 //! Waits poll a condition against a deadline on the tokio clock: real sockets use real
 //! time, so no test that spawns processes may run with `start_paused`.
@@ -18,7 +20,11 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde_json::{json, Value};
 use tokio::time::Instant;
+use tunnelgate::sim::{FaultScript, McpStub, NewCommand, Record, SimConfig, Simulator};
+
+use crate::contract::validate_response_body;
 
 /// How long a peer may take to start answering HTTP (a cold Python start is ~1.5 s).
 const PEER_READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -121,7 +127,16 @@ where
 }
 
 /// Polls `probe` until it yields a value and returns it; panics naming `what` after `timeout`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    wait_for_every(what, timeout, POLL_INTERVAL, probe).await
+}
+
+/// [`wait_for`], checking every `interval` (for a probe that costs the peer something).
+pub async fn wait_for_every<T, F, Fut>(what: &str, timeout: Duration, interval: Duration, mut probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -135,7 +150,7 @@ where
             Instant::now() < deadline,
             "timed out after {timeout:?} waiting for {what}"
         );
-        tokio::time::sleep(POLL_INTERVAL).await;
+        tokio::time::sleep(interval).await;
     }
 }
 
@@ -518,12 +533,13 @@ pub struct CliRun {
 }
 
 impl Gateway {
-    /// `tunnelgate run --config <tempfile holding config_toml>`.
     /// The gateway's process id (to read its `/proc` figures).
     pub fn pid(&self) -> u32 {
         self.process.pid()
     }
 
+    /// `tunnelgate run --config <tempfile holding config_toml>`, not waited on: for a
+    /// gateway against a rig, [`Rig::spawn_gateway`].
     pub fn run(config_toml: &str) -> Gateway {
         Gateway::spawn(&["run"], Some(config_toml), &[])
     }
@@ -603,4 +619,204 @@ impl Gateway {
     pub async fn wait_http_ready(&mut self, url: &str, timeout: Duration) {
         self.process.wait_http_ready(url, timeout).await
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The rig: the in-process simulator and MCP stub, and the gateway configured against them
+// ---------------------------------------------------------------------------------------
+
+pub const KEY: &str = "test-key-canary-K3Y";
+pub const TUNNEL: &str = "tunnel_test";
+
+/// The simulator and MCP stub in this process, a temporary folder (the latch file lives
+/// there) and the port the gateway's ops listener is given.
+pub struct Rig {
+    pub sim: Simulator,
+    pub stub: McpStub,
+    pub dir: tempfile::TempDir,
+    pub ops_port: u16,
+}
+
+/// Options beyond the defaults every rig uses.
+pub struct RigOptions<'a> {
+    pub strict: bool,
+    /// Extra TOML appended to the gateway's configuration.
+    pub extra: &'a str,
+    pub post_timeout: &'a str,
+    pub post_attempts: u32,
+}
+
+impl RigOptions<'_> {
+    /// The defaults with strict mode off: the gateway's default mode.
+    pub fn default_mode() -> Self {
+        Self {
+            strict: false,
+            ..Default::default()
+        }
+    }
+}
+
+impl Default for RigOptions<'_> {
+    fn default() -> Self {
+        Self {
+            strict: true,
+            extra: "",
+            post_timeout: "700ms",
+            post_attempts: 2,
+        }
+    }
+}
+
+impl Rig {
+    pub async fn start(faults: &str) -> Rig {
+        let stub = McpStub::start(([127, 0, 0, 1], 0).into()).await.expect("stub starts");
+        let mut config = SimConfig::new(TUNNEL, KEY);
+        config.faults = FaultScript::from_toml_str(faults).expect("fault script parses");
+        config.max_poll_wait = Duration::from_millis(500);
+        config.ingress_timeout = Duration::from_secs(15);
+        let sim = Simulator::start(config).await.expect("simulator starts");
+        Rig {
+            sim,
+            stub,
+            dir: tempfile::tempdir().expect("tempdir"),
+            ops_port: free_port(),
+        }
+    }
+
+    pub fn latch_path(&self) -> PathBuf {
+        self.dir.path().join("latch.json")
+    }
+
+    /// The gateway configuration for this rig.
+    pub fn config(&self, o: &RigOptions<'_>) -> String {
+        format!(
+            r#"
+[control_plane]
+base_url = "{base}"
+tunnel_id = "{TUNNEL}"
+api_key = "{KEY}"
+poll_timeout = "1s"
+post_timeout = "{post_timeout}"
+post_attempts = {post_attempts}
+
+[mcp]
+max_concurrent = {max}
+
+[mcp.channels.main]
+url = "{stub}"
+
+[strict]
+enabled = {strict}
+latch_file = "{latch}"
+cleanup_timeout = "2s"
+shutdown_grace = "1s"
+
+[ops]
+listen = "127.0.0.1:{ops}"
+
+[telemetry]
+log_format = "json"
+log_level = "info"
+{extra}
+"#,
+            base = self.sim.base_url(),
+            stub = self.stub.url(),
+            post_timeout = o.post_timeout,
+            post_attempts = o.post_attempts,
+            max = if o.strict { 1 } else { 4 },
+            strict = o.strict,
+            latch = self.latch_path().display(),
+            ops = self.ops_port,
+            extra = o.extra,
+        )
+    }
+
+    /// [`Rig::config`] with `main` pointing at `url` instead of the stub.
+    pub fn config_to(&self, url: &str, o: &RigOptions<'_>) -> String {
+        self.config(o).replace(&self.stub.url(), url)
+    }
+
+    /// The one way a test starts the gateway against this rig: `tunnelgate run` with
+    /// `config` (usually [`Rig::config`], edited), returned once its ops listener answers.
+    pub async fn spawn_gateway(&self, config: &str) -> Gateway {
+        let mut gw = Gateway::run(config);
+        gw.wait_http_ready(
+            &format!("http://127.0.0.1:{}/livez", self.ops_port),
+            Duration::from_secs(20),
+        )
+        .await;
+        gw
+    }
+
+    pub fn enqueue_call(&self, tool: &str, args: Value) -> String {
+        self.sim.enqueue(NewCommand::jsonrpc(json!({
+            "jsonrpc": "2.0", "id": format!("rpc-{tool}"), "method": "tools/call",
+            "params": {"name": tool, "arguments": args}
+        })))
+    }
+
+    pub async fn wait(&self, what: &str, pred: impl Fn(&Record) -> bool) -> Record {
+        self.sim
+            .wait_for(what, Duration::from_secs(20), pred)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Waits until the MCP stub has received `n` `tools/call` requests.
+    pub async fn wait_stub_calls(&self, n: usize) {
+        wait_until("the MCP stub's tools/call count", Duration::from_secs(20), || async {
+            self.stub.count("tools/call") >= n
+        })
+        .await;
+    }
+
+    /// The gateway's Prometheus text.
+    pub async fn metrics(&self) -> String {
+        http_client()
+            .get(format!("http://127.0.0.1:{}/metrics", self.ops_port))
+            .send()
+            .await
+            .expect("metrics answer")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
+    pub async fn status(&self) -> Value {
+        http_client()
+            .get(format!("http://127.0.0.1:{}/status", self.ops_port))
+            .send()
+            .await
+            .expect("status answers")
+            .json()
+            .await
+            .expect("status is JSON")
+    }
+
+    /// Every body the gateway posted must satisfy the contract.
+    pub fn assert_all_bodies_valid(&self) {
+        for r in self.sim.record().responses {
+            validate_response_body(&r.body)
+                .unwrap_or_else(|e| panic!("posted body violates the contract: {e}\n{:?}", r.body));
+        }
+    }
+}
+
+/// The shard token the gateway sent with its first response POST for `request_id`.
+pub fn shard_token(record: &Record, request_id: &str) -> String {
+    record
+        .responses_for(request_id)
+        .find_map(|r| r.header("x-tunnel-shard-token"))
+        .unwrap_or_else(|| panic!("no response POST with a shard token for {request_id}"))
+        .to_owned()
+}
+
+/// The final response the simulator recorded for `request_id` (last POST with a final type).
+pub fn final_json(record: &Record, request_id: &str) -> Value {
+    record
+        .responses_for(request_id)
+        .filter(|r| r.resp_type.as_deref() != Some("jsonrpc_notify"))
+        .last()
+        .and_then(|r| r.json.clone())
+        .unwrap_or_else(|| panic!("no final response for {request_id}"))
 }

@@ -21,7 +21,6 @@ mod prometheus;
 mod ready;
 mod replies;
 mod resume;
-mod rig;
 mod soak;
 mod stop;
 mod strict;

@@ -7,8 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use tunnelgate::sim::NewCommand;
 
-use crate::harness::{free_port, python, wait_until, ChildGuard};
-use crate::rig::{Rig, RigOptions, KEY};
+use crate::harness::{free_port, python, wait_until, ChildGuard, Rig, RigOptions, KEY};
 
 const EXIT: Duration = Duration::from_secs(20);
 
@@ -29,19 +28,16 @@ async fn command_spans_reach_a_real_receiver_without_payloads_or_secrets() {
     let rig = Rig::start("").await;
     let extra = format!("otlp_endpoint = \"http://127.0.0.1:{port}\"");
     let config = rig
-        .config(&RigOptions {
-            strict: false,
-            ..Default::default()
-        })
+        .config(&RigOptions::default_mode())
         .replace("log_level = \"info\"", &format!("log_level = \"info\"\n{extra}"));
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
     let canary = "PAYLOAD-CANARY-3390";
     let id = rig.sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
         "params":{"name":"echo","arguments":{"message": canary}}}),
     ));
     let rec = rig.wait("answered", |r| r.is_completed(&id)).await;
-    let shard = crate::rig::shard_token(&rec, &id);
+    let shard = crate::harness::shard_token(&rec, &id);
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
     wait_until(
@@ -98,16 +94,11 @@ async fn a_black_holed_collector_delays_neither_commands_nor_exit_beyond_the_bou
         }
     });
     let rig = Rig::start("").await;
-    let config = rig
-        .config(&RigOptions {
-            strict: false,
-            ..Default::default()
-        })
-        .replace(
-            "log_level = \"info\"",
-            &format!("log_level = \"info\"\notlp_endpoint = \"http://127.0.0.1:{port}\""),
-        );
-    let mut gw = rig.gateway_with(&config).await;
+    let config = rig.config(&RigOptions::default_mode()).replace(
+        "log_level = \"info\"",
+        &format!("log_level = \"info\"\notlp_endpoint = \"http://127.0.0.1:{port}\""),
+    );
+    let mut gw = rig.spawn_gateway(&config).await;
     let started = tokio::time::Instant::now();
     let ids: Vec<String> = (0..5)
         .map(|i| {

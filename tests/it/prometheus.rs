@@ -42,8 +42,9 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 use tunnelgate::sim::NewCommand;
 
-use crate::harness::{free_port, http_client, repo_root, server_everything_stdio_argv, which, ChildGuard};
-use crate::rig::{Rig, RigOptions};
+use crate::harness::{
+    free_port, http_client, repo_root, server_everything_stdio_argv, which, ChildGuard, Rig, RigOptions,
+};
 
 /// The scrape job name the rules (`TunnelgateDown`) and the dashboard expect.
 const JOB: &str = "tunnelgate";
@@ -120,11 +121,11 @@ async fn dashboard_and_alert_rules_hold_against_a_real_prometheus_and_alertmanag
          [mcp.channels.tools]\ncommand = {stdio}\n"
     );
     let mut gw_a = rig_a
-        .gateway(&RigOptions {
+        .spawn_gateway(&rig_a.config(&RigOptions {
             strict: false,
             extra: &extra,
             ..Default::default()
-        })
+        }))
         .await;
     for tool in ["echo", "nf", "rej", "amb", "held"] {
         rig_a.sim.enqueue(call(tool));
@@ -299,13 +300,13 @@ async fn dashboard_and_alert_rules_hold_against_a_real_prometheus_and_alertmanag
     eprintln!("[{:?}] scaled ambiguity alert cleared", started.elapsed());
 
     // --- (c) gateway B: a strict latch, then a held restart ----------------------------
-    let mut first = rig_b.gateway(&RigOptions::default()).await;
+    let mut first = rig_b.spawn_gateway(&rig_b.config(&RigOptions::default())).await;
     rig_b.enqueue_call("echo", json!({"message": "latch"}));
     assert_eq!(first.wait_exit(EXIT).await, Some(82), "{}", first.stderr());
     let hold = rig_b
         .config(&RigOptions::default())
         .replace("[strict]\n", "[strict]\nlatched_start = \"hold\"\n");
-    let mut held = rig_b.gateway_with(&hold).await;
+    let mut held = rig_b.spawn_gateway(&hold).await;
 
     let fired = wait_for(STARTUP, "TunnelgateFatalLatch firing for the held gateway", || async {
         let alerts = prom.alerts().await;
@@ -418,23 +419,12 @@ impl<'a> Feeder<'a> {
     }
 }
 
-/// Polls `probe` until it yields, at most `timeout`.
-async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
+/// Polls `probe` every [`TICK`] until it yields, at most `timeout`.
+async fn wait_for<T, Fut>(timeout: Duration, what: &str, probe: impl FnMut() -> Fut) -> T
 where
-    F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(TICK).await;
-    }
+    crate::harness::wait_for_every(what, timeout, TICK, probe).await
 }
 
 /// An MCP server that reads a request, then closes the connection without answering:

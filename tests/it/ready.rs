@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use tunnelgate::sim::{McpStub, SimConfig, Simulator};
 
-use crate::harness::{free_port, http_client, wait_until};
-use crate::rig::{Rig, RigOptions, KEY, TUNNEL};
+use crate::harness::{free_port, http_client, wait_until, Rig, RigOptions, KEY, TUNNEL};
 
 /// A rig whose simulator holds empty polls for 30 s, as a real control plane does.
 async fn idle_rig(api_key: &str) -> Rig {
@@ -32,17 +31,14 @@ async fn readyz(rig: &Rig) -> (u16, String) {
 
 fn long_poll_config(rig: &Rig) -> String {
     // A real poll timeout: the old first poll made readiness wait this long.
-    rig.config(&RigOptions {
-        strict: false,
-        ..Default::default()
-    })
-    .replace("poll_timeout = \"1s\"", "poll_timeout = \"30s\"")
+    rig.config(&RigOptions::default_mode())
+        .replace("poll_timeout = \"1s\"", "poll_timeout = \"30s\"")
 }
 
 #[tokio::test]
 async fn an_idle_gateway_is_ready_after_one_quick_poll_then_long_polls() {
     let rig = idle_rig(KEY).await;
-    let mut gw = rig.gateway_with(&long_poll_config(&rig)).await;
+    let mut gw = rig.spawn_gateway(&long_poll_config(&rig)).await;
     wait_until("ready with an idle control plane", Duration::from_secs(5), || async {
         readyz(&rig).await.0 == 200
     })
@@ -62,7 +58,7 @@ async fn an_idle_gateway_is_ready_after_one_quick_poll_then_long_polls() {
 #[tokio::test]
 async fn refused_credentials_keep_the_gateway_not_ready() {
     let rig = idle_rig("another-key").await;
-    let mut gw = rig.gateway_with(&long_poll_config(&rig)).await;
+    let mut gw = rig.spawn_gateway(&long_poll_config(&rig)).await;
     wait_until("the refused poll", Duration::from_secs(5), || async {
         rig.sim.record().polls.iter().any(|p| p.status == Some(401))
     })

@@ -8,8 +8,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tunnelgate::sim::NewCommand;
 
-use crate::harness::{run_py_client, spawn_py_server, spawn_server_everything_http, wait_until, PyMode};
-use crate::rig::{Rig, RigOptions};
+use crate::harness::{
+    run_py_client, spawn_py_server, spawn_server_everything_http, wait_until, PyMode, Rig, RigOptions,
+};
 
 const EXIT: Duration = Duration::from_secs(30);
 
@@ -30,7 +31,7 @@ fn texts(out: &Value, i: usize) -> Vec<String> {
 async fn a_strict_gateway_completes_calls_that_ask_for_sampling_and_elicitation_mid_call() {
     let rig = Rig::start("").await;
     let (_server, url) = spawn_py_server(PyMode::Sse).await;
-    let mut gw = rig.gateway_to(&url, &strict()).await;
+    let mut gw = rig.spawn_gateway(&rig.config_to(&url, &strict())).await;
     let out = run_py_client(
         &rig.sim.ingress_url(),
         &[
@@ -67,7 +68,7 @@ async fn a_strict_gateway_completes_calls_that_ask_for_sampling_and_elicitation_
 async fn server_everything_sampling_and_elicitation_tools_complete_through_a_strict_gateway() {
     let rig = Rig::start("").await;
     let (_server, url) = spawn_server_everything_http().await;
-    let mut gw = rig.gateway_to(&url, &strict()).await;
+    let mut gw = rig.spawn_gateway(&rig.config_to(&url, &strict())).await;
     let out = run_py_client(
         &rig.sim.ingress_url(),
         &[
@@ -95,7 +96,7 @@ async fn server_everything_sampling_and_elicitation_tools_complete_through_a_str
 #[tokio::test]
 async fn a_reply_that_matches_no_server_request_is_refused_counted_and_never_latches() {
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway(&strict()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&strict())).await;
     let reply = rig.sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":"nobody-asked","result":{}}),
     ));
@@ -129,7 +130,7 @@ async fn a_caller_that_never_replies_is_warned_about_then_latches_deadline_expir
     // The simulator gives each ingress command a 15 s response_timeout.
     let rig = Rig::start("").await;
     let (_server, url) = spawn_py_server(PyMode::Sse).await;
-    let mut gw = rig.gateway_to(&url, &strict()).await;
+    let mut gw = rig.spawn_gateway(&rig.config_to(&url, &strict())).await;
     let client = tokio::spawn({
         let ingress = rig.sim.ingress_url();
         async move {
@@ -173,13 +174,7 @@ async fn a_listen_stream_forwards_each_event_as_it_comes_and_its_deadline_is_a_n
     let rig = Rig::start("").await;
     let (_server, url) = spawn_py_server(PyMode::Sse).await;
     let mut gw = rig
-        .gateway_to(
-            &url,
-            &RigOptions {
-                strict: false,
-                ..Default::default()
-            },
-        )
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
         .await;
     let stream = rig.sim.enqueue(listen("listen-1", "4s"));
     let notes = |r: &tunnelgate::sim::Record| {
@@ -223,10 +218,10 @@ async fn a_listen_stream_forwards_each_event_as_it_comes_and_its_deadline_is_a_n
 #[tokio::test]
 async fn strict_mode_refuses_a_listen_stream_without_touching_the_server_or_the_fence() {
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway(&strict()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&strict())).await;
     let stream = rig.sim.enqueue(listen("listen-1", "10s"));
     let record = rig.wait("the refusal", |r| r.is_completed(&stream)).await;
-    let answer = crate::rig::final_json(&record, &stream);
+    let answer = crate::harness::final_json(&record, &stream);
     assert_eq!(answer["resp_code"], 501, "{answer}");
     assert!(
         answer["resp_json"]["error"]["message"]
@@ -286,13 +281,13 @@ async fn requests_of_the_2026_07_28_revision_pass_through_untouched_in_both_mode
         let rig = Rig::start("").await;
         let (_server, url) = spawn_py_server(PyMode::Stateless).await;
         let mut gw = rig
-            .gateway_to(
+            .spawn_gateway(&rig.config_to(
                 &url,
                 &RigOptions {
                     strict: strict_mode,
                     ..Default::default()
                 },
-            )
+            ))
             .await;
         let ingress = rig.sim.ingress_url();
         // Discovery.

@@ -12,8 +12,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tunnelgate::sim::NewCommand;
 
-use crate::harness::spawn_server_everything_http;
-use crate::rig::{final_json, Rig, RigOptions};
+use crate::harness::{final_json, spawn_server_everything_http, Rig, RigOptions};
 
 #[derive(Clone)]
 struct Proxy {
@@ -107,13 +106,7 @@ async fn a_cut_stream_from_server_everything_is_recovered_by_resume_without_a_re
 
     let rig = Rig::start("").await;
     let mut gw = rig
-        .gateway_to(
-            &url,
-            &RigOptions {
-                strict: false,
-                ..Default::default()
-            },
-        )
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
         .await;
     let init = rig.sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{

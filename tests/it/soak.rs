@@ -31,8 +31,7 @@ use tunnelgate::sim::{FaultAction, FaultScript, Record, ResponseRecord, SimConfi
 
 use self::mcp::{Event, McpServer, StdioLog};
 use self::plan::{Cmd, Kind, Mcp, Plan, Queued, Route};
-use crate::harness::{free_port, http_client, python, Gateway};
-use crate::rig::{KEY, TUNNEL};
+use crate::harness::{free_port, http_client, python, Gateway, KEY, TUNNEL};
 
 /// Default-mode seeds (and sizes) that once failed; replayed by every `scripts/test`.
 /// A seed names a plan of the generator in `soak/plan.rs`: after changing the generator,

@@ -6,20 +6,13 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tunnelgate::sim::NewCommand;
 
-use crate::rig::{final_json, Rig, RigOptions};
+use crate::harness::{final_json, Rig, RigOptions};
 
 const EXIT: Duration = Duration::from_secs(20);
 const SAFE_TO_RETRY: &str = "not delivered to the MCP server; safe to retry";
 
 fn call(id: u64, tool: &str, args: Value) -> NewCommand {
     NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}))
-}
-
-fn default_mode() -> RigOptions<'static> {
-    RigOptions {
-        strict: false,
-        ..Default::default()
-    }
 }
 
 /// The fields of the gateway's last "final command accounting" log line.
@@ -47,7 +40,7 @@ fn pairs(v: &Value) -> std::collections::BTreeMap<String, u64> {
 #[tokio::test]
 async fn every_command_of_a_mixed_batch_with_a_stop_mid_flight_is_counted_exactly_once() {
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway(&default_mode()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
     // Answered, expired at receipt, unknown type, unroutable: each ends before the stop.
     let answered = rig.sim.enqueue(call(1, "echo", json!({"message": "hi"})));
     rig.sim
@@ -136,7 +129,7 @@ async fn a_strict_stop_while_the_mcp_connect_hangs_exits_zero_and_tells_the_call
         .config(&RigOptions::default())
         .replace(&rig.stub.url(), &url)
         .replace("[mcp]\n", "[mcp]\nconnect_timeout = \"30s\"\n");
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
     let id = rig.enqueue_call("echo", json!({"message": "never sent"}));
     crate::harness::wait_until(
         "the fence held by the connecting command",
@@ -161,7 +154,7 @@ async fn a_strict_stop_while_the_mcp_connect_hangs_exits_zero_and_tells_the_call
 #[tokio::test]
 async fn with_latched_start_hold_a_latched_gateway_stays_up_not_ready_and_reports_the_latch_until_stopped() {
     let rig = Rig::start("[[rule]]\nmatch = { tool = \"echo\", resp_type = \"terminal\" }\nstatus = 404\n").await;
-    let mut first = rig.gateway(&RigOptions::default()).await;
+    let mut first = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
     rig.enqueue_call("echo", json!({"message": "latch"}));
     assert_eq!(first.wait_exit(EXIT).await, Some(82), "{}", first.stderr());
     let polls = rig.sim.record().polls.len();
@@ -170,7 +163,7 @@ async fn with_latched_start_hold_a_latched_gateway_stays_up_not_ready_and_report
     let config = rig
         .config(&RigOptions::default())
         .replace("[strict]\n", "[strict]\nlatched_start = \"hold\"\n");
-    let mut held = rig.gateway_with(&config).await;
+    let mut held = rig.spawn_gateway(&config).await;
     let ready = crate::harness::http_client()
         .get(format!("http://127.0.0.1:{}/readyz", rig.ops_port))
         .send()

@@ -7,8 +7,7 @@ use tokio::time::Instant;
 
 use serde_json::json;
 
-use crate::harness::Gateway;
-use crate::rig::{final_json, Rig, RigOptions, KEY};
+use crate::harness::{final_json, Gateway, Rig, RigOptions, KEY};
 
 const EXIT: Duration = Duration::from_secs(20);
 
@@ -19,7 +18,7 @@ fn hold_echo_terminal(action: &str) -> String {
 #[tokio::test]
 async fn acknowledged_terminal_post_releases_the_fence_for_the_next_command() {
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway(&RigOptions::default()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
     let a = rig.enqueue_call("echo", json!({"message": "one"}));
     let b = rig.enqueue_call("add", json!({"a": 1, "b": 2}));
     let rec = rig
@@ -41,10 +40,10 @@ async fn ambiguous_then_acked(action: &str) {
         format!("[[rule]]\nmatch = {{ tool = \"echo\", resp_type = \"terminal\" }}\nattempts = [1]\n{action}\n");
     let rig = Rig::start(&faults).await;
     let mut gw = rig
-        .gateway(&RigOptions {
+        .spawn_gateway(&rig.config(&RigOptions {
             post_attempts: 3,
             ..Default::default()
-        })
+        }))
         .await;
     let a = rig.enqueue_call("echo", json!({"message": "retry me"}));
     let rec = rig.wait("completed on a retry", |r| r.is_completed(&a)).await;
@@ -81,7 +80,7 @@ async fn a_closed_attempt_then_an_acknowledged_identical_retry_finishes_normally
 /// queued behind it must never reach the MCP server.
 async fn latches_with(action: &str, category: &str, code: i32) {
     let rig = Rig::start(&hold_echo_terminal(action)).await;
-    let mut gw = rig.gateway(&RigOptions::default()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
     let a = rig.enqueue_call("echo", json!({"message": "fatal"}));
     rig.wait("the first command's POST", |r| r.responses_for(&a).next().is_some())
         .await;
@@ -163,7 +162,7 @@ async fn a_command_returned_in_the_same_poll_never_reaches_the_mcp_server_after_
 #[tokio::test]
 async fn the_latch_fires_and_the_process_exits_within_cleanup_timeout_plus_one_second() {
     let rig = Rig::start(&hold_echo_terminal("status = 404")).await;
-    let mut gw = rig.gateway(&RigOptions::default()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
     let a = rig.enqueue_call("echo", json!({"message": "x"}));
     let _queued = rig.enqueue_call("add", json!({"a": 1, "b": 1}));
     rig.wait("the 404", |r| r.responses_for(&a).any(|x| x.status == Some(404)))
@@ -183,11 +182,11 @@ async fn another_channel_and_command_type_are_blocked_by_the_same_fence() {
         .unwrap();
     let extra = format!("[mcp.channels.side]\nurl = \"{}\"\n", side.url());
     let mut gw = rig
-        .gateway(&RigOptions {
+        .spawn_gateway(&rig.config(&RigOptions {
             extra: &extra,
             post_timeout: "1500ms",
             ..Default::default()
-        })
+        }))
         .await;
     let a = rig.enqueue_call("echo", json!({"message": "holds the fence"}));
     rig.wait("the held POST", |r| r.responses_for(&a).next().is_some())
@@ -223,7 +222,7 @@ async fn strict_with_more_than_one_concurrent_command_is_a_configuration_error()
 async fn a_failed_progress_notification_keeps_the_fence_and_the_terminal_ack_decides() {
     let faults = "[[rule]]\nmatch = { resp_type = \"jsonrpc_notify\" }\nstatus = 500\n";
     let rig = Rig::start(faults).await;
-    let mut gw = rig.gateway(&RigOptions::default()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
     let a = rig.sim.enqueue(tunnelgate::sim::NewCommand::jsonrpc(json!({
         "jsonrpc":"2.0","id":1,"method":"tools/call",
         "params":{"name":"slow","arguments":{"ms":200},"_meta":{"progressToken":"p"}}})));
@@ -243,11 +242,11 @@ async fn a_failed_progress_notification_keeps_the_fence_and_the_terminal_ack_dec
 #[tokio::test]
 async fn stop_before_dispatch_or_after_the_acknowledgement_exits_zero() {
     let rig = Rig::start("").await;
-    let mut idle = rig.gateway(&RigOptions::default()).await;
+    let mut idle = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
     idle.sigterm();
     assert_eq!(idle.wait_exit(EXIT).await, Some(0), "{}", idle.stderr());
 
-    let mut gw = rig.gateway(&RigOptions::default()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
     let a = rig.enqueue_call("echo", json!({"message": "done"}));
     rig.wait("acked", |r| r.is_completed(&a)).await;
     gw.sigterm();
@@ -259,10 +258,10 @@ async fn stop_before_dispatch_or_after_the_acknowledgement_exits_zero() {
 async fn stop_after_dispatch_before_the_acknowledgement_past_the_grace_exits_86() {
     let rig = Rig::start(&hold_echo_terminal("action = \"hold\"")).await;
     let mut gw = rig
-        .gateway(&RigOptions {
+        .spawn_gateway(&rig.config(&RigOptions {
             post_timeout: "10s",
             ..Default::default()
-        })
+        }))
         .await;
     let a = rig.enqueue_call("echo", json!({"message": "in flight"}));
     rig.wait("the held POST", |r| r.responses_for(&a).next().is_some())
@@ -277,7 +276,7 @@ async fn stop_after_dispatch_before_the_acknowledgement_past_the_grace_exits_86(
 #[tokio::test]
 async fn response_timeout_passing_after_dispatch_exits_85() {
     let rig = Rig::start("").await;
-    let mut gw = rig.gateway(&RigOptions::default()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
     rig.sim.enqueue(
         tunnelgate::sim::NewCommand::jsonrpc(
             json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1500}}}),
@@ -294,11 +293,8 @@ async fn response_timeout_passing_after_dispatch_exits_85() {
 #[tokio::test]
 async fn strict_disabled_keeps_running_and_dispatches_the_next_command() {
     let rig = Rig::start(&hold_echo_terminal("status = 404")).await;
-    let opts = RigOptions {
-        strict: false,
-        ..Default::default()
-    };
-    let mut gw = rig.gateway(&opts).await;
+    let opts = RigOptions::default_mode();
+    let mut gw = rig.spawn_gateway(&rig.config(&opts)).await;
     let a = rig.enqueue_call("echo", json!({"message": "404 is counted"}));
     rig.wait("the 404", |r| r.responses_for(&a).any(|x| x.status == Some(404)))
         .await;
@@ -318,7 +314,7 @@ async fn strict_disabled_keeps_running_and_dispatches_the_next_command() {
 #[tokio::test]
 async fn a_persisted_latch_refuses_to_run_until_cleared() {
     let rig = Rig::start(&hold_echo_terminal("status = 404")).await;
-    let mut gw = rig.gateway(&RigOptions::default()).await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
     rig.enqueue_call("echo", json!({"message": "latch"}));
     assert_eq!(gw.wait_exit(EXIT).await, Some(82));
     let polls = rig.sim.record().polls.len();
@@ -347,9 +343,7 @@ async fn a_persisted_latch_refuses_to_run_until_cleared() {
     let config = rig2
         .config(&RigOptions::default())
         .replace(&rig2.latch_path().display().to_string(), path);
-    let mut gw = Gateway::run(&config);
-    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig2.ops_port), EXIT)
-        .await;
+    let mut gw = rig2.spawn_gateway(&config).await;
     let b = rig2.enqueue_call("echo", json!({"message": "runs again"}));
     rig2.wait("runs normally", |r| r.is_completed(&b)).await;
     gw.sigterm();
@@ -362,10 +356,10 @@ async fn no_canary_appears_in_the_latch_file_status_or_stderr() {
     // command's "not executed" answer keeps the cleanup (and /status) alive a moment.
     let rig = Rig::start("[[rule]]\nmatch = { resp_type = \"terminal\" }\naction = \"hold\"\n").await;
     let mut gw = rig
-        .gateway(&RigOptions {
+        .spawn_gateway(&rig.config(&RigOptions {
             post_timeout: "300ms",
             ..Default::default()
-        })
+        }))
         .await;
     let payload_canary = "PAYLOAD-CANARY-7731";
     let header_canary = "HEADER-CANARY-9124";
@@ -397,7 +391,7 @@ async fn no_canary_appears_in_the_latch_file_status_or_stderr() {
     assert!(status.contains("ack_timeout"), "status while latched: {status}");
     assert_eq!(gw.wait_exit(EXIT).await, Some(80));
     let rec = rig.sim.record();
-    let shard = crate::rig::shard_token(&rec, &a);
+    let shard = crate::harness::shard_token(&rec, &a);
     let latch = std::fs::read_to_string(rig.latch_path()).unwrap();
     let outputs = [
         ("stderr", gw.stderr()),
@@ -445,9 +439,7 @@ async fn an_abandoned_downstream_leg_exits_87_after_telling_the_caller_effect_un
     let rig = Rig::start("").await;
     let (url, seen) = cutting_server().await;
     let config = rig.config(&RigOptions::default()).replace(&rig.stub.url(), &url);
-    let mut gw = Gateway::run(&config);
-    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig.ops_port), EXIT)
-        .await;
+    let mut gw = rig.spawn_gateway(&config).await;
     let a = rig.enqueue_call("echo", json!({"message": "cut"}));
     let b = rig.enqueue_call("echo", json!({"message": "never"}));
     assert_eq!(gw.wait_exit(EXIT).await, Some(87), "{}", gw.stderr());
@@ -488,9 +480,7 @@ async fn with_ambiguity_reported_an_abandoned_leg_is_answered_and_the_gateway_ke
             "[strict]\nenabled = true",
             "[strict]\nenabled = true\non_downstream_ambiguity = \"report\"",
         );
-    let mut gw = Gateway::run(&config);
-    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig.ops_port), EXIT)
-        .await;
+    let mut gw = rig.spawn_gateway(&config).await;
     let a = rig.enqueue_call("echo", json!({"message": "cut"}));
     let b = rig.enqueue_call("echo", json!({"message": "next"}));
     let rec = rig
@@ -520,9 +510,7 @@ async fn a_second_signal_during_the_grace_makes_the_latch_win() {
             ..Default::default()
         })
         .replace("shutdown_grace = \"1s\"", "shutdown_grace = \"30s\"");
-    let mut gw = Gateway::run(&config);
-    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig.ops_port), EXIT)
-        .await;
+    let mut gw = rig.spawn_gateway(&config).await;
     let a = rig.enqueue_call("echo", json!({"message": "in flight"}));
     rig.wait("the held POST", |r| r.responses_for(&a).next().is_some())
         .await;

@@ -9,9 +9,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tunnelgate::sim::NewCommand;
 
-use crate::harness::{self, python, spawn_py_server, spawn_server_everything_http, wait_until, ChildGuard, PyMode};
+use crate::harness::{
+    self, final_json, python, spawn_py_server, spawn_server_everything_http, wait_until, ChildGuard, PyMode, Rig,
+    RigOptions, KEY,
+};
 use crate::otlp::oteltap;
-use crate::rig::{final_json, Rig, RigOptions, KEY};
 
 const EXIT: Duration = Duration::from_secs(20);
 
@@ -175,7 +177,7 @@ async fn a_callers_trace_runs_through_the_gateway_to_the_python_server_with_prop
     let (_server, url) = spawn_py_server(PyMode::Stateless).await;
     let rig = Rig::start("").await;
     let config = traced(&rig, port, "both", "").replace(&rig.stub.url(), &url);
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
 
     let id = rig.sim.enqueue(with_caller_headers(trace_seen(1)));
     let rec = rig.wait("trace_seen answered", |r| r.is_completed(&id)).await;
@@ -230,7 +232,7 @@ async fn propagate_headers_sets_only_the_header_and_a_meta_context_is_continued_
     let (_server, url) = spawn_py_server(PyMode::Stateless).await;
     let rig = Rig::start("").await;
     let config = traced(&rig, port, "headers", "").replace(&rig.stub.url(), &url);
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
 
     let id = rig.sim.enqueue(trace_seen_with_meta(1, &CALLER.traceparent()));
     let rec = rig.wait("trace_seen answered", |r| r.is_completed(&id)).await;
@@ -268,7 +270,7 @@ async fn propagate_meta_reaches_a_stdio_python_server_and_never_overwrites_the_c
         "stdio"
     ]);
     let config = traced(&rig, port, "meta", &format!("[mcp.channels.py]\ncommand = {argv}\n"));
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
 
     let init = rig.sim.enqueue(
         NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
@@ -329,7 +331,7 @@ async fn server_everything_over_http_accepts_the_handed_on_context_and_keeps_the
     let (_server, url) = spawn_server_everything_http().await;
     let rig = Rig::start("").await;
     let config = traced(&rig, port, "both", "").replace(&rig.stub.url(), &url);
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
 
     let init = rig.sim.enqueue(with_caller_headers(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
@@ -449,7 +451,7 @@ async fn with_propagate_off_the_mcp_server_gets_the_commands_bytes_and_headers_e
     let (url, received) = recording_server().await;
     let rig = Rig::start("").await;
     let config = traced(&rig, port, "off", "").replace(&rig.stub.url(), &url);
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
 
     let payload = odd_payload(&CALLER.traceparent());
     let header = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -478,7 +480,7 @@ async fn with_propagate_meta_the_forwarded_bytes_differ_only_by_the_inserted_con
     let (url, received) = recording_server().await;
     let rig = Rig::start("").await;
     let config = traced(&rig, port, "meta", "").replace(&rig.stub.url(), &url);
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
 
     let payload =
         r#"{"params":{"z":[1.0,-0] ,"_meta":{"k":1},"name":"x"},"id":"rpc-m","method":"tools/call","jsonrpc":"2.0"}"#;
@@ -515,7 +517,7 @@ async fn a_malformed_trace_context_is_ignored_counted_and_never_echoed() {
     let canary = "TRACE-CANARY-7781";
     let config =
         traced(&rig, port, "both", "").replace("log_level = \"info\"", "log_level = \"tunnelgate=debug,info\"");
-    let mut gw = rig.gateway_with(&config).await;
+    let mut gw = rig.spawn_gateway(&config).await;
 
     let bad_header = rig.sim.enqueue(
         NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":1,"method":"ping"}))
@@ -678,7 +680,7 @@ status = 503
     )
     .await;
     let channels = format!("[mcp.channels.py]\nurl = \"{py_url}\"\n[mcp.channels.dead]\nurl = \"{dead}\"\n");
-    let mut gw = rig.gateway_with(&traced(&rig, port, "both", &channels)).await;
+    let mut gw = rig.spawn_gateway(&traced(&rig, port, "both", &channels)).await;
     let rpc = |id: u64, method: &str, params: Value| {
         NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}))
     };
@@ -738,7 +740,7 @@ status = 404
     .await;
     let mut config = strict.config(&RigOptions::default());
     config.push_str(&format!("otlp_endpoint = \"http://127.0.0.1:{port}\"\n"));
-    let mut gw = strict.gateway_with(&config).await;
+    let mut gw = strict.spawn_gateway(&config).await;
     let latched = strict.enqueue_call("echo", json!({"message":"x"}));
     assert_eq!(gw.wait_exit(EXIT).await, Some(82), "{}", gw.stderr());
     wait_until("the latch event at the receiver", Duration::from_secs(15), || async {
@@ -750,7 +752,7 @@ status = 404
     let (_asking, asking_url) = spawn_py_server(PyMode::Sse).await;
     let replies = Rig::start("").await;
     let config = traced(&replies, port, "both", "").replace(&replies.stub.url(), &asking_url);
-    let mut gw = replies.gateway_with(&config).await;
+    let mut gw = replies.spawn_gateway(&config).await;
     let out = harness::run_py_client(
         &replies.sim.ingress_url(),
         &["--sampling-reply", "sampled", "--call", "sample", r#"{"prompt":"p"}"#],

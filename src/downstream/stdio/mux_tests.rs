@@ -246,14 +246,7 @@ async fn a_child_that_dies_with_five_requests_in_flight_abandons_each_once_and_r
 
         for (i, call) in calls.into_iter().enumerate() {
             let (result, _) = call.await.unwrap();
-            assert_row(
-                &result,
-                LegFailure::ChildExited,
-                LegOutcome::Abandoned,
-                "transport_closed",
-                Some("eof"),
-                A,
-            );
+            assert_child_exited(&result);
             assert_eq!(response_json(&result)["id"], i, "its own caller's id");
         }
         std::fs::remove_file(&pidfile).unwrap();
@@ -271,10 +264,7 @@ async fn a_child_that_dies_with_five_requests_in_flight_abandons_each_once_and_r
         let sent = logged(&log);
         assert_eq!(sent.len(), 6, "nothing was re-sent to the new child: {sent:?}");
         assert_eq!(sent[5]["params"]["arguments"]["text"], "new child");
-        assert_eq!(
-            metric(&metrics, "tunnelgate_stdio_late_responses_total{channel=\"t\"}"),
-            Some(0.0)
-        );
+        assert_eq!(metric(&metrics, LATE_RESPONSES), Some(0.0));
     })
     .await;
 }
@@ -326,14 +316,7 @@ async fn a_request_queued_behind_a_write_when_the_child_dies_is_not_sent() {
             A,
         );
         let (queued, _) = queued.await.unwrap();
-        assert_row(
-            &queued,
-            LegFailure::ChildNotRunning,
-            LegOutcome::NotSent,
-            "transport_closed",
-            Some("closed_pipe"),
-            N,
-        );
+        assert_child_not_running(&queued);
     })
     .await;
 }
@@ -423,23 +406,13 @@ async fn a_child_that_never_answers_leaves_a_bounded_id_map() {
                 .collect();
             for call in calls {
                 let (result, _) = call.await.unwrap();
-                assert_row(
-                    &result,
-                    LegFailure::TimeoutAfterWrite,
-                    LegOutcome::Abandoned,
-                    "timeout",
-                    Some("timeout"),
-                    A,
-                );
+                assert_timed_out_after_write(&result);
             }
         }
         // 40 retired requests: none live, and only the latest 16 remembered.
         assert_eq!(t.map_sizes(), (0, 16));
         assert_eq!(t.status().generation, 1, "the child is kept");
-        assert_eq!(
-            metric(&metrics, "tunnelgate_stdio_late_responses_total{channel=\"t\"}"),
-            Some(0.0)
-        );
+        assert_eq!(metric(&metrics, LATE_RESPONSES), Some(0.0));
     })
     .await;
 }

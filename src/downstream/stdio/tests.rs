@@ -16,6 +16,9 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::app::GatewayLabels;
+pub(super) use crate::downstream::test_support::{
+    assert_not_admitted, assert_row, assert_timed_out_after_write, response_json, A, N,
+};
 use crate::downstream::{LegOutcome, Notification};
 use crate::protocol::JsonRpcPayload;
 use crate::strict::{CommandRef, FatalCategory, Fence};
@@ -125,10 +128,6 @@ pub(super) async fn send_with(
     (result, notes)
 }
 
-pub(super) fn response_json(result: &LegResult) -> serde_json::Value {
-    serde_json::from_str(result.reply.resp_json.as_ref().expect("a JSON reply").get()).unwrap()
-}
-
 pub(super) fn assert_answered(result: &LegResult, id: u64) {
     assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
     assert_eq!(result.reply.resp_code, 200);
@@ -145,29 +144,30 @@ pub(super) fn assert_failed(result: &LegResult, failure: LegFailure, outcome: Le
     assert_eq!(result.outcome, outcome);
 }
 
-/// The caller's words, as `docs/downstream-faults.md` spells them (N, A).
-pub(super) const N: &str = "not delivered to the MCP server; safe to retry";
-pub(super) const A: &str = "effect unknown: the MCP server may have acted; check before retrying";
-
-/// A failed leg as its row in `docs/downstream-faults.md` states it: the failure and the
-/// outcome, the `tunnel_failure` source and `transport_error_kind` (`None`: none given),
-/// and the words of the synthesized error the caller reads.
+/// The row of a request cut short by its child's exit: abandoned at the pipe's EOF.
 #[track_caller]
-pub(super) fn assert_row(
-    result: &LegResult,
-    failure: LegFailure,
-    outcome: LegOutcome,
-    source: &str,
-    kind: Option<&str>,
-    words: &str,
-) {
-    assert_failed(result, failure, outcome);
-    let v = response_json(result);
-    assert_eq!(v["error"]["code"], -32603);
-    assert_eq!(v["error"]["message"], words);
-    let tf = &v["error"]["data"]["tunnel_failure"];
-    assert_eq!(tf["source"], source);
-    assert_eq!(tf.get("transport_error_kind").and_then(|k| k.as_str()), kind);
+pub(super) fn assert_child_exited(result: &LegResult) {
+    assert_row(
+        result,
+        LegFailure::ChildExited,
+        LegOutcome::Abandoned,
+        "transport_closed",
+        Some("eof"),
+        A,
+    );
+}
+
+/// The row of a request refused because no child was running: nothing was sent.
+#[track_caller]
+pub(super) fn assert_child_not_running(result: &LegResult) {
+    assert_row(
+        result,
+        LegFailure::ChildNotRunning,
+        LegOutcome::NotSent,
+        "transport_closed",
+        Some("closed_pipe"),
+        N,
+    );
 }
 
 /// Runs a test body under [`TEST_BOUND`].
@@ -190,6 +190,12 @@ pub(super) async fn read_when_present(path: &Path) -> String {
     eventually("the peer wrote its file", || path.exists()).await;
     std::fs::read_to_string(path).unwrap()
 }
+
+/// The series of channel `t` (the [`CHANNEL`] of every test) that the tests read.
+pub(super) const UP: &str = "tunnelgate_stdio_up{channel=\"t\"}";
+pub(super) const RESTARTS: &str = "tunnelgate_stdio_restarts_total{channel=\"t\"}";
+pub(super) const LATE_RESPONSES: &str = "tunnelgate_stdio_late_responses_total{channel=\"t\"}";
+pub(super) const INVALID_LINES: &str = "tunnelgate_stdio_stdout_invalid_lines_total";
 
 pub(super) fn metric(metrics: &Metrics, series: &str) -> Option<f64> {
     metrics
@@ -278,14 +284,11 @@ async fn a_well_behaved_child_answers_each_request_with_its_exact_response_line(
             ),
             (CHANNEL, "stdio", true, 1)
         );
-        assert_eq!(metric(&metrics, "tunnelgate_stdio_up{channel=\"t\"}"), Some(1.0));
-        assert_eq!(
-            metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"),
-            Some(0.0)
-        );
+        assert_eq!(metric(&metrics, UP), Some(1.0));
+        assert_eq!(metric(&metrics, RESTARTS), Some(0.0));
         t.shutdown().await;
         assert!(!t.status().up);
-        assert_eq!(metric(&metrics, "tunnelgate_stdio_up{channel=\"t\"}"), Some(0.0));
+        assert_eq!(metric(&metrics, UP), Some(0.0));
     })
     .await;
 }
@@ -408,16 +411,10 @@ async fn garbage_lines_are_counted_and_skipped_and_the_answer_is_delivered() {
         assert_answered(&result, 2);
         assert!(notes.is_empty(), "garbage is never forwarded");
         // Four non-JSON lines (the blank one is not counted), all before the answer.
-        assert_eq!(
-            metric(&metrics, "tunnelgate_stdio_stdout_invalid_lines_total"),
-            Some(4.0)
-        );
+        assert_eq!(metric(&metrics, INVALID_LINES), Some(4.0));
         let (again, _) = send(&t, &adm, INITIALIZE, ANSWER_WITHIN).await;
         assert_answered(&again, 1);
-        assert_eq!(
-            metric(&metrics, "tunnelgate_stdio_stdout_invalid_lines_total"),
-            Some(8.0)
-        );
+        assert_eq!(metric(&metrics, INVALID_LINES), Some(8.0));
         assert_eq!(t.status().generation, 1, "garbage is never fatal");
     })
     .await;
@@ -499,14 +496,7 @@ async fn a_child_that_exits_after_reading_the_request_is_abandoned_and_restarts_
         let (t, metrics) = transport(peer("exit_after_read.py", &[marker.to_str().unwrap()]));
         let adm = admission().await;
         let (first, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
-        assert_row(
-            &first,
-            LegFailure::ChildExited,
-            LegOutcome::Abandoned,
-            "transport_closed",
-            Some("eof"),
-            A,
-        );
+        assert_child_exited(&first);
         assert_eq!(first.reply.resp_type, RespType::JsonrpcResponse);
         assert_eq!(
             response_json(&first)["id"],
@@ -518,10 +508,7 @@ async fn a_child_that_exits_after_reading_the_request_is_abandoned_and_restarts_
         assert_answered(&second, 1);
         let status = t.status();
         assert_eq!((status.up, status.generation), (true, 2));
-        assert_eq!(
-            metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"),
-            Some(1.0)
-        );
+        assert_eq!(metric(&metrics, RESTARTS), Some(1.0));
     })
     .await;
 }
@@ -532,16 +519,9 @@ async fn a_child_that_exits_mid_response_leaves_the_request_abandoned() {
         let (t, metrics) = transport(peer("partial_response.py", &[]));
         let adm = admission().await;
         let (result, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
-        assert_row(
-            &result,
-            LegFailure::ChildExited,
-            LegOutcome::Abandoned,
-            "transport_closed",
-            Some("eof"),
-            A,
-        );
+        assert_child_exited(&result);
         eventually("the partial line is counted", || {
-            metric(&metrics, "tunnelgate_stdio_stdout_invalid_lines_total") == Some(1.0)
+            metric(&metrics, INVALID_LINES) == Some(1.0)
         })
         .await;
         eventually("the child is seen down", || !t.status().up).await;
@@ -558,14 +538,7 @@ async fn a_request_past_its_deadline_is_retired_and_its_late_answer_discarded() 
         let started = Instant::now();
         let (late, _) = send(&t, &adm, slow, Duration::from_millis(300)).await;
         let took = started.elapsed();
-        assert_row(
-            &late,
-            LegFailure::TimeoutAfterWrite,
-            LegOutcome::Abandoned,
-            "timeout",
-            Some("timeout"),
-            A,
-        );
+        assert_timed_out_after_write(&late);
         assert_eq!(late.reply.resp_code, 504);
         assert!(
             took >= Duration::from_millis(290) && took < Duration::from_secs(3),
@@ -603,21 +576,20 @@ async fn a_late_answer_counts_as_a_late_response_of_its_channel_and_an_unknown_i
             STRAY_THEN_ANSWER.to_owned(),
         ]);
         let adm = admission().await;
-        let late_series = "tunnelgate_stdio_late_responses_total{channel=\"t\"}";
-        assert_eq!(metric(&metrics, late_series), Some(0.0));
+        assert_eq!(metric(&metrics, LATE_RESPONSES), Some(0.0));
 
         // Answered in time, after a response with an id no request had.
         let (answered, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
         assert_answered(&answered, 2);
         assert_eq!(t.discarded_responses(), 1);
-        assert_eq!(metric(&metrics, late_series), Some(0.0));
+        assert_eq!(metric(&metrics, LATE_RESPONSES), Some(0.0));
 
         // Retired at its deadline; its answer comes later and is discarded as late.
         let slow = r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_delay_ms":800}}"#;
         let (late, _) = send(&t, &adm, slow, Duration::from_millis(300)).await;
         assert_failed(&late, LegFailure::TimeoutAfterWrite, LegOutcome::Abandoned);
         eventually("the late answer is counted", || {
-            metric(&metrics, late_series) == Some(1.0)
+            metric(&metrics, LATE_RESPONSES) == Some(1.0)
         })
         .await;
         assert_eq!(t.discarded_responses(), 3);
@@ -632,23 +604,13 @@ async fn an_initialize_that_times_out_kills_the_child_and_the_next_call_restarts
         let adm = admission().await;
         let slow_init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"_delay_ms":5000}}"#;
         let (result, _) = send(&t, &adm, slow_init, Duration::from_millis(300)).await;
-        assert_row(
-            &result,
-            LegFailure::TimeoutAfterWrite,
-            LegOutcome::Abandoned,
-            "timeout",
-            Some("timeout"),
-            A,
-        );
+        assert_timed_out_after_write(&result);
         eventually("the child is killed", || !t.status().up).await;
 
         let (next, _) = send(&t, &adm, INITIALIZE, ANSWER_WITHIN).await;
         assert_answered(&next, 1);
         assert_eq!(t.status().generation, 2);
-        assert_eq!(
-            metric(&metrics, "tunnelgate_stdio_restarts_total{channel=\"t\"}"),
-            Some(1.0)
-        );
+        assert_eq!(metric(&metrics, RESTARTS), Some(1.0));
     })
     .await;
 }
@@ -772,14 +734,7 @@ async fn a_grandchild_holding_the_pipes_holds_the_channel_until_it_is_reaped_and
 
         let started = Instant::now();
         let (refused, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
-        assert_row(
-            &refused,
-            LegFailure::ChildNotRunning,
-            LegOutcome::NotSent,
-            "transport_closed",
-            Some("closed_pipe"),
-            N,
-        );
+        assert_child_not_running(&refused);
         assert!(
             started.elapsed() < Duration::from_secs(2),
             "a held channel refuses at once"
@@ -818,14 +773,7 @@ async fn a_latched_admission_is_refused_and_the_child_never_sees_the_request() {
 
         adm.latch(FatalCategory::DownstreamAmbiguous);
         let (refused, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
-        assert_row(
-            &refused,
-            LegFailure::NotAdmitted,
-            LegOutcome::NotSent,
-            "client_internal",
-            None,
-            N,
-        );
+        assert_not_admitted(&refused);
         assert_eq!(t.warm(&adm).await, Err(LegFailure::NotAdmitted));
         assert_eq!(t.terminate_session(&adm).await.outcome, LegOutcome::NotSent);
 
@@ -848,14 +796,7 @@ async fn a_latched_admission_never_spawns_a_child() {
         let adm = admit(&fence).await;
         adm.latch(FatalCategory::DownstreamAmbiguous);
         let (refused, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
-        assert_row(
-            &refused,
-            LegFailure::NotAdmitted,
-            LegOutcome::NotSent,
-            "client_internal",
-            None,
-            N,
-        );
+        assert_not_admitted(&refused);
         assert_eq!(t.status().generation, 0);
     })
     .await;
@@ -868,14 +809,7 @@ async fn a_command_that_does_not_exist_is_not_sent() {
         let adm = admission().await;
         assert_eq!(t.warm(&adm).await, Err(LegFailure::ChildNotRunning));
         let (result, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(1)).await;
-        assert_row(
-            &result,
-            LegFailure::ChildNotRunning,
-            LegOutcome::NotSent,
-            "transport_closed",
-            Some("closed_pipe"),
-            N,
-        );
+        assert_child_not_running(&result);
         assert_eq!(result.reply.resp_code, 502);
         let status = t.status();
         assert_eq!((status.up, status.generation), (false, 0));

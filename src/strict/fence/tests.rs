@@ -98,6 +98,16 @@ async fn no_admission_is_ever_granted_after_the_latch() {
     }
 }
 
+/// Panics in a task that holds `admission`, as a failure after dispatch would.
+async fn panic_holding(admission: Admission) {
+    let joined = tokio::spawn(async move {
+        let _held = admission;
+        panic!("simulated failure after dispatch");
+    })
+    .await;
+    assert!(joined.is_err());
+}
+
 #[tokio::test]
 async fn every_latch_reports_once_to_the_observer_whoever_latches() {
     let fence = Fence::new(true, 1);
@@ -108,12 +118,7 @@ async fn every_latch_reports_once_to_the_observer_whoever_latches() {
     }
     let admission = fence.admit(cmd("a")).await.unwrap();
     // A panic while holding the permit is the first latch: it reports.
-    let joined = tokio::spawn(async move {
-        let _held = admission;
-        panic!("simulated failure after dispatch");
-    })
-    .await;
-    assert!(joined.is_err());
+    panic_holding(admission).await;
     let later = fence.latch(FatalCategory::StoppedBeforeAck, &cmd("b"));
     assert!(!later.first);
     assert_eq!(later.fatal.category, FatalCategory::InternalError);
@@ -190,12 +195,7 @@ async fn a_connection_made_in_time_marks_the_request_sent_and_stays_sent() {
 async fn a_panic_while_holding_a_strict_permit_latches_internal_error() {
     let fence = Fence::new(true, 1);
     let admission = fence.admit(cmd("a")).await.unwrap();
-    let joined = tokio::spawn(async move {
-        let _held = admission;
-        panic!("simulated failure after dispatch");
-    })
-    .await;
-    assert!(joined.is_err());
+    panic_holding(admission).await;
     assert_eq!(fence.fatal().unwrap().category, FatalCategory::InternalError);
     assert_eq!(fence.admit(cmd("b")).await.err(), Some(Refusal::Latched));
 }
