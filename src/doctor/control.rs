@@ -213,13 +213,7 @@ mod tests {
 
     #[test]
     fn each_send_error_fact_set_maps_to_one_net_failure() {
-        let facts = |dns, connect, timeout, refused, tcp_stage| SendFacts {
-            dns,
-            connect,
-            timeout,
-            refused,
-            tcp_stage,
-        };
+        let facts = SendFacts::given;
         let cases = [
             (facts(true, true, true, false, false), true, NetFailure::Timeout),
             (facts(true, true, false, false, false), false, NetFailure::Dns),

@@ -24,6 +24,18 @@ pub(crate) struct SendFacts {
 }
 
 impl SendFacts {
+    /// The facts given in field order: for classification table tests.
+    #[cfg(test)]
+    pub(crate) fn given(dns: bool, connect: bool, timeout: bool, refused: bool, tcp_stage: bool) -> Self {
+        Self {
+            dns,
+            connect,
+            timeout,
+            refused,
+            tcp_stage,
+        }
+    }
+
     pub(crate) fn of(error: &reqwest::Error) -> Self {
         SendFacts {
             // reqwest 0.13.5 wraps its resolver's errors in a type of its own (`is_dns`).

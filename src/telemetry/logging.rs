@@ -128,12 +128,12 @@ pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> T
     // The log sees one span per command, the command's own (request id, channel, method):
     // every line logged for a command carries those, whichever inner span it came from.
     // The inner spans are for traces; formatting their fields for the log at each start
-    // and record cost about 12 us of CPU per command at `info` on the benchmark machine.
+    // and record is a cost per command (measured in docs/PERFORMANCE.md).
     let log_spans = filter::filter_fn(|meta| !meta.is_span() || meta.name() == LOGGED_SPAN);
     let result = match span_layer {
         // Without export the level filter is global: a span or event it rules out is never
-        // created at all (as a per-layer filter it still was, costing about 5 us per
-        // command at `warn`).
+        // created at all (as a per-layer filter it still was, a cost per command at
+        // `warn`; docs/PERFORMANCE.md).
         None => tracing_subscriber::registry()
             .with(log_layer.with_filter(log_spans))
             .with(filter)

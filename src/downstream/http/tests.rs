@@ -1067,13 +1067,7 @@ async fn a_latched_admission_sends_nothing() {
 
 #[test]
 fn each_send_error_fact_set_maps_to_one_failure() {
-    let facts = |dns, connect, timeout, refused, tcp_stage| SendFacts {
-        dns,
-        connect,
-        timeout,
-        refused,
-        tcp_stage,
-    };
+    let facts = SendFacts::given;
     let cases = [
         (facts(true, true, true, true, true), true, LegFailure::Dns),
         (
