@@ -10,12 +10,10 @@
 //! span when the command carries W3C trace context; see `trace`).
 
 mod decide;
-mod health;
 mod lifecycle;
 mod replies;
 mod trace;
 
-pub use health::{Health, PollHealth};
 pub use trace::Propagation;
 
 use std::sync::Arc;
@@ -30,6 +28,7 @@ use crate::control::backoff::UNAUTHORIZED_FLOOR;
 use crate::control::{Backoff, ControlClient};
 use crate::control::{PollError, PollErrorKind, PollWait};
 use crate::downstream::Channels;
+use crate::health::Health;
 use crate::protocol::{Command, CommandKind, InvalidCommand};
 use crate::strict::Fence;
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
