@@ -5,12 +5,16 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, Subcommand};
+use std::time::Duration;
 
-use crate::app::{Gateway, GatewayError};
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::app::{Gateway, GatewayError, StopHandle};
 use crate::config::{Config, ConfigError, LogFormat, Overrides};
 use crate::sim::SimError;
 use crate::strict::latch_file::{self, LatchFileError};
+use crate::supervisor::Supervisor;
 use crate::telemetry::logging;
 
 const EXAMPLES: &str = "\
@@ -71,10 +75,18 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `run`, which builds its runtime from its configuration, or any other command.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Poll the control plane and forward commands to the configured MCP servers.
     Run(ConfigArgs),
+    #[command(flatten)]
+    Tool(Tool),
+}
+
+/// Every command but `run` (listed with it, in this order, in `--help`).
+#[derive(Subcommand, Debug)]
+pub enum Tool {
     /// Validate the configuration and print the effective values with secrets masked.
     Check(ConfigArgs),
     /// Preflight every endpoint the runtime will use: config, control plane, MCP channels,
@@ -252,30 +264,44 @@ pub async fn run(config: Config) -> Result<u8, CliError> {
     )
     .await;
     let gateway = Gateway::new(config);
-    let stop = gateway.stop_handle();
-    tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot watch SIGTERM");
-                return;
-            }
-        };
-        loop {
-            tokio::select! {
-                // cancel-safe: signal streams.
-                _ = term.recv() => {},
-                // cancel-safe: signal streams.
-                _ = tokio::signal::ctrl_c() => {},
-            }
-            tracing::info!("stop signal received (a second one stops now)");
-            stop.stop();
-        }
-    });
+    let signals = Supervisor::logging_only();
+    let watching = CancellationToken::new();
+    let watcher = signals.spawn_joined(forward_stop_signals(gateway.stop_handle(), watching.clone()));
     let outcome = gateway.run().await;
+    watching.cancel();
+    // It ends at once; an end of any other kind changes nothing the run did.
+    let _ = tokio::time::timeout(SIGNAL_WATCH_JOIN, watcher).await;
     // Exported spans are flushed before the exit code is returned, within FLUSH_BOUND.
     telemetry.shutdown().await;
     Ok(outcome.map_err(CliError::Gateway)?.exit_code())
+}
+
+/// How long the end of `tunnelgate run` waits for the signal watcher to end.
+const SIGNAL_WATCH_JOIN: Duration = Duration::from_secs(1);
+
+/// Turns each SIGTERM or Ctrl-C into a stop request (the first graceful, a second one
+/// "now") until `done`.
+async fn forward_stop_signals(stop: StopHandle, done: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot watch SIGTERM");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            biased;
+            // cancel-safe: waiting on a token.
+            () = done.cancelled() => return,
+            // cancel-safe: signal streams.
+            _ = term.recv() => {},
+            // cancel-safe: signal streams.
+            _ = tokio::signal::ctrl_c() => {},
+        }
+        tracing::info!("stop signal received (a second one stops now)");
+        stop.stop();
+    }
 }
 
 /// `tunnelgate doctor`: prints the report and returns its exit code (78 when the

@@ -73,6 +73,7 @@ pub mod downstream;
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod health;
 pub mod ops;
 pub mod protocol;
 pub mod sim;

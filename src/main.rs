@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tunnelgate::cli::{Cli, Command, LatchAction};
+use tunnelgate::cli::{Cli, Command, LatchAction, Tool};
 use tunnelgate::config::{Config, ConfigError};
 
 /// mimalloc by default: on the measured machine the gateway spent less CPU per command
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
             }
             Err(e) => return ExitCode::from(config_error(&e)),
         },
-        other => (Ready::Other(other), None),
+        Command::Tool(tool) => (Ready::Tool(tool), None),
     };
     let mut builder = match threads {
         Some(1) => tokio::runtime::Builder::new_current_thread(),
@@ -57,20 +57,16 @@ fn main() -> ExitCode {
 /// A command ready to run: `run` with its loaded configuration, or any other.
 enum Ready {
     Run(Box<Config>),
-    Other(Command),
+    Tool(Tool),
 }
 
 async fn dispatch(command: Ready) -> u8 {
-    let command = match command {
+    let tool = match command {
         Ready::Run(config) => return finish(tunnelgate::cli::run(*config).await.map_err(Into::into)),
-        Ready::Other(command) => command,
+        Ready::Tool(tool) => tool,
     };
-    let result: anyhow::Result<u8> = match command {
-        Command::Run(args) => match load(args.config.as_deref(), &args.overrides()) {
-            Ok(config) => tunnelgate::cli::run(config).await.map_err(Into::into),
-            Err(e) => return config_error(&e),
-        },
-        Command::Check(args) => match load(args.config.as_deref(), &args.overrides()) {
+    let result: anyhow::Result<u8> = match tool {
+        Tool::Check(args) => match load(args.config.as_deref(), &args.overrides()) {
             Ok(config) => {
                 println!("# configuration is valid; effective values (secrets masked):");
                 print!("{}", config.masked());
@@ -78,12 +74,12 @@ async fn dispatch(command: Ready) -> u8 {
             }
             Err(e) => return config_error(&e),
         },
-        Command::Doctor(args) => {
+        Tool::Doctor(args) => {
             let config = load(args.config.config.as_deref(), &args.config.overrides());
             tunnelgate::cli::doctor(&args, config).await.map_err(Into::into)
         }
-        Command::Status(args) => tunnelgate::cli::status(&args.url).await.map_err(Into::into),
-        Command::Latch(args) => {
+        Tool::Status(args) => tunnelgate::cli::status(&args.url).await.map_err(Into::into),
+        Tool::Latch(args) => {
             let path = match (&args.latch_file, load(args.config.as_deref(), &Default::default())) {
                 (Some(p), _) => p.clone(),
                 (None, Ok(config)) => config.strict.latch_file,
@@ -94,8 +90,8 @@ async fn dispatch(command: Ready) -> u8 {
                 LatchAction::Clear { yes } => tunnelgate::cli::latch_clear(&path, yes).map_err(Into::into),
             }
         }
-        Command::Sim(args) => tunnelgate::cli::sim(args).await.map_err(Into::into),
-        Command::Demo(args) => tunnelgate::demo::run(args.keep_dir).await.map_err(Into::into),
+        Tool::Sim(args) => tunnelgate::cli::sim(args).await.map_err(Into::into),
+        Tool::Demo(args) => tunnelgate::demo::run(args.keep_dir).await.map_err(Into::into),
     };
     finish(result)
 }

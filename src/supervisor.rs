@@ -1,16 +1,28 @@
-//! Background tasks that are never left to die silently.
+//! Background tasks that are never left to die silently, and never left running unseen.
 //!
-//! Every long-lived or per-command task is spawned through a [`Supervisor`]: a panic, or
-//! an end its owner calls unexpected ([`TaskEnd::Unexpected`]), is logged once and handed
-//! to the failure hook the gateway installs (strict mode latches `internal_error`;
-//! default mode turns not ready with the reason and counts it). Tracked tasks are on the
-//! gateway's `TaskTracker`, so the stop order waits for them.
+//! Every task of the gateway is spawned through a [`Supervisor`]. A watched task's panic,
+//! or an end its owner calls unexpected ([`TaskEnd::Unexpected`]), is logged once and
+//! handed to the failure hook the gateway installs (strict mode latches `internal_error`;
+//! default mode turns not ready with the reason and counts it). A joined task
+//! ([`Supervisor::spawn_joined`], [`Supervisor::spawn_blocking`]) hands its result, or its
+//! panic, to the caller that awaits its handle.
+//!
+//! Two sets of tasks, each joined at stop:
+//! - *drained* tasks ([`Supervisor::spawn`]: commands, the poller, the warm-up): the stop
+//!   order closes the set ([`Supervisor::close`]) and waits for it to empty
+//!   ([`Supervisor::drained`]) within its own bounds;
+//! - *background* tasks (everything else: the admitter, the ops listener, a stdio child's
+//!   monitor, reader, stderr logger and writes, the latch write): they idle until the very
+//!   end and must not hold up a drain; the run joins them last, with a bound
+//!   ([`Supervisor::join_background`]). What is still running then is dropped with the
+//!   runtime.
 //!
 //! Imports only `telemetry` (the ground floor): any module may use it.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use tokio::task::JoinHandle;
@@ -30,38 +42,89 @@ pub enum TaskEnd {
 /// Told of each task that panicked or ended unexpectedly: the task and a fixed phrase.
 pub type FailureHook = Arc<dyn Fn(TaskKind, &'static str) + Send + Sync>;
 
-/// Spawns and watches tasks. Cheap to clone.
+/// Spawns, watches and joins tasks. Cheap to clone; clones share the task sets.
 #[derive(Clone)]
 pub struct Supervisor {
-    tracker: TaskTracker,
+    /// Drained by the stop order.
+    drained: TaskTracker,
+    /// Joined last, with a bound.
+    background: TaskTracker,
     on_failure: FailureHook,
 }
 
 impl Supervisor {
-    pub fn new(tracker: TaskTracker, on_failure: FailureHook) -> Self {
-        Self { tracker, on_failure }
+    pub fn new(on_failure: FailureHook) -> Self {
+        Self {
+            drained: TaskTracker::new(),
+            background: TaskTracker::new(),
+            on_failure,
+        }
     }
 
     /// A supervisor whose failures are only logged (tests, stand-alone transports).
     pub fn logging_only() -> Self {
-        Self::new(TaskTracker::new(), Arc::new(|_, _| {}))
+        Self::new(Arc::new(|_, _| {}))
     }
 
-    /// Spawns `task` on the tracker (the stop order waits for it).
+    /// Spawns `task` among the drained tasks (the stop order waits for it).
     pub fn spawn<F>(&self, kind: TaskKind, task: F) -> JoinHandle<()>
     where
         F: Future<Output = TaskEnd> + Send + 'static,
     {
-        self.tracker.spawn(self.watched(kind, task))
+        self.drained.spawn(self.watched(kind, task))
     }
 
-    /// Spawns `task` outside the tracker: for tasks that idle until the very end and must
-    /// not hold up a drain. Still watched.
+    /// Spawns `task` among the background tasks: for tasks that idle until the very end
+    /// and must not hold up a drain. Still watched, and joined by
+    /// [`join_background`](Self::join_background).
     pub fn spawn_untracked<F>(&self, kind: TaskKind, task: F) -> JoinHandle<()>
     where
         F: Future<Output = TaskEnd> + Send + 'static,
     {
-        tokio::spawn(self.watched(kind, task))
+        self.background.spawn(self.watched(kind, task))
+    }
+
+    /// Spawns `task` among the background tasks for a caller that awaits its handle: the
+    /// result, or a panic as a `JoinError`, is the caller's to act on (nothing is handed
+    /// to the failure hook). Joined by [`join_background`](Self::join_background) too.
+    pub fn spawn_joined<F>(&self, task: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.background.spawn(task)
+    }
+
+    /// Runs the blocking `work` off the runtime's workers, among the background tasks; as
+    /// for [`spawn_joined`](Self::spawn_joined), the caller awaits the handle.
+    pub fn spawn_blocking<F, T>(&self, work: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.background.spawn_blocking(work)
+    }
+
+    /// Closes the drained set: [`drained`](Self::drained) completes once it is empty.
+    /// Tasks may still be spawned into it (a command's own follow-ups).
+    pub fn close(&self) {
+        self.drained.close();
+    }
+
+    /// Completes when the drained set is closed and empty. The stop order bounds it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Waiting only: dropping the future changes nothing.
+    pub fn drained(&self) -> impl Future<Output = ()> + Send + '_ {
+        self.drained.wait()
+    }
+
+    /// The last join of a run: closes the background set and waits up to `bound` for it
+    /// to empty. `true` when every background task ended in time.
+    pub async fn join_background(&self, bound: Duration) -> bool {
+        self.background.close();
+        tokio::time::timeout(bound, self.background.wait()).await.is_ok()
     }
 
     /// `task`, watched but not spawned: the caller drives it inside its own task (saving a
@@ -106,7 +169,7 @@ mod tests {
             let seen = seen.clone();
             Arc::new(move |k, why| seen.lock().unwrap().push((k, why))) as FailureHook
         };
-        (Supervisor::new(TaskTracker::new(), hook), seen)
+        (Supervisor::new(hook), seen)
     }
 
     #[tokio::test]
@@ -127,5 +190,57 @@ mod tests {
             *seen.lock().unwrap(),
             vec![(TaskKind::Notifier, "panicked"), (TaskKind::Admitter, "channel closed")]
         );
+    }
+
+    #[tokio::test]
+    async fn a_joined_task_hands_its_result_and_its_panic_to_the_caller_not_the_hook() {
+        let (sup, seen) = recording();
+        assert_eq!(sup.spawn_joined(async { 7 }).await.unwrap(), 7);
+        assert!(sup.spawn_joined(async { panic!("boom") }).await.unwrap_err().is_panic());
+        assert_eq!(sup.spawn_blocking(|| 8).await.unwrap(), 8);
+        assert!(seen.lock().unwrap().is_empty(), "the caller acts on the end");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_drain_waits_for_drained_tasks_only_and_only_once_closed() {
+        let (sup, _) = recording();
+        let release = tokio_util::sync::CancellationToken::new();
+        sup.spawn(TaskKind::Command, {
+            let release = release.clone();
+            async move {
+                release.cancelled().await;
+                TaskEnd::Finished
+            }
+        });
+        sup.spawn_untracked(TaskKind::Admitter, std::future::pending::<TaskEnd>());
+        sup.close();
+        let bound = Duration::from_secs(5);
+        assert!(
+            tokio::time::timeout(bound, sup.drained()).await.is_err(),
+            "a drained task still runs"
+        );
+        release.cancel();
+        assert!(
+            tokio::time::timeout(bound, sup.drained()).await.is_ok(),
+            "a background task does not hold up the drain"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_join_is_bounded_and_says_whether_everything_ended() {
+        let (sup, _) = recording();
+        let release = tokio_util::sync::CancellationToken::new();
+        sup.spawn_untracked(TaskKind::OpsListener, {
+            let release = release.clone();
+            async move {
+                release.cancelled().await;
+                TaskEnd::Finished
+            }
+        });
+        let started = tokio::time::Instant::now();
+        assert!(!sup.join_background(Duration::from_secs(1)).await, "still running");
+        assert_eq!(started.elapsed(), Duration::from_secs(1), "waited exactly the bound");
+        release.cancel();
+        assert!(sup.join_background(Duration::from_secs(1)).await);
     }
 }

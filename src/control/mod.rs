@@ -17,6 +17,7 @@ mod timing_tests;
 pub use attempt::{AttemptResult, Delivery, PostKind};
 pub use backoff::{parse_retry_after, Backoff};
 pub use client::{
-    random_hex, ControlClient, ControlSettings, DeliveryReport, PollAnswer, PollError, PollErrorKind, PollWait, Polled,
+    random_hex, BuildError, ControlClient, ControlSettings, DeliveryReport, PollAnswer, PollError, PollErrorKind,
+    PollWait, Polled,
 };
 pub use poller::{PollSink, Poller, Retry, MAX_POLL_LIMIT};

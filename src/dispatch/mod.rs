@@ -23,13 +23,11 @@ mod answer;
 mod books;
 mod command;
 mod decide;
-mod health;
 mod leg;
 mod replies;
 mod route;
 mod trace;
 
-pub use health::{Health, PollHealth};
 pub use trace::Propagation;
 
 use std::sync::Arc;
@@ -41,6 +39,7 @@ use tracing::Instrument;
 
 use crate::control::{ControlClient, PollError, PollSink, Polled, Poller};
 use crate::downstream::Channels;
+use crate::health::Health;
 use crate::protocol::{Command, CommandKind, InvalidCommand};
 use crate::strict::Fence;
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
@@ -66,7 +65,7 @@ pub struct Policy {
     pub propagation: Propagation,
 }
 
-/// The dispatcher's two stop signals (see the stop order in `app`).
+/// The dispatcher's two stop signals (see the stop order in `app::stop`).
 pub struct Stops {
     /// Downstream legs in flight are cut short.
     pub cut: CancellationToken,

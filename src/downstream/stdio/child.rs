@@ -24,7 +24,7 @@ use super::redact::{self, LogBudget};
 use super::rewrite::{self, Span};
 use super::Shared;
 use crate::downstream::{Notification, NotifySink};
-use crate::supervisor::{TaskEnd, TaskKind};
+use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
 
 /// Longest stdout line accepted as a message; longer ones are dropped as invalid.
 pub(super) const MAX_MESSAGE_LINE: usize = 16 * 1024 * 1024;
@@ -52,6 +52,8 @@ pub(super) struct Child {
     pub(super) held: CancellationToken,
     /// Reaped and stdout closed: a new child may start.
     pub(super) released: CancellationToken,
+    /// Spawns its writes (joined by their callers, and at the end of the run).
+    supervisor: Supervisor,
 }
 
 enum StdinSlot {
@@ -169,7 +171,7 @@ impl Child {
             }
         };
         let child = self.clone();
-        Some(tokio::spawn(async move {
+        Some(self.supervisor.spawn_joined(async move {
             let result = line::write_line(&mut stdin, &line).await;
             let mut slot = child.stdin();
             if result == WriteResult::Done && matches!(*slot, StdinSlot::Busy) {
@@ -288,6 +290,7 @@ pub(super) fn spawn(shared: &Arc<Shared>, generation: u64) -> std::io::Result<Ar
         killed: CancellationToken::new(),
         held: CancellationToken::new(),
         released: CancellationToken::new(),
+        supervisor: shared.supervisor.clone(),
     });
     // Untracked: they live as long as the child, which outlives any drain.
     let sup = &shared.supervisor;

@@ -1,5 +1,8 @@
 //! Live counters and poll health shared with `/status` and `/readyz`. Writers are the
-//! poller and command tasks; readers only observe.
+//! poller and command tasks (`dispatch`) and the stop order (`app`); readers (`ops`) only
+//! observe.
+//!
+//! Below both `dispatch` and `ops`: imports no other module of the crate.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;

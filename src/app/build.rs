@@ -1,0 +1,255 @@
+//! Builds the parts of a run from the configuration: the observed core (metrics, the fence
+//! with its latch observer, the health counters, the supervisor with its failure hook),
+//! the channels, the control-plane client, the ops listener and the dispatcher.
+//!
+//! Shared by a normal run and by a held latched start, so that both are observed the same
+//! way. Nothing here contacts the control plane or an MCP server; the only task it starts
+//! is the ops listener ([`Parts::serve_ops`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::labels::GatewayLabels;
+use super::stop::StopSignals;
+use super::GatewayError;
+use crate::config::{AmbiguityPolicy, ChannelConfig, Config};
+use crate::control::{random_hex, ControlClient, ControlSettings};
+use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring};
+use crate::downstream::{Channels, HttpSettings, HttpTransport, StdioSettings, StdioTransport, Transport};
+use crate::health::Health;
+use crate::ops::OpsState;
+use crate::protocol::{server_info_header, ServerInfoChannel};
+use crate::strict::{CommandRef, FatalCategory, Fence};
+use crate::supervisor::{FailureHook, Supervisor, TaskKind};
+use crate::telemetry::Metrics;
+
+/// Largest JSON body, or largest undispatched SSE event, an HTTP channel's leg holds in
+/// memory (`HttpSettings::max_body_bytes`).
+const MAX_HTTP_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// How much older than `control_plane.poll_timeout` the last successful poll may be before
+/// the gateway turns not ready: a long poll may take its whole timeout, and the next one
+/// starts only after its commands were handed on.
+const POLL_FRESHNESS_SLACK: Duration = Duration::from_secs(30);
+
+/// Random bytes in the instance id the control client sends (`x-tunnel-client-instance-id`,
+/// in hex): new for every run.
+const INSTANCE_ID_BYTES: usize = 16;
+
+/// How long the end of a run waits for the background tasks (the ops listener, the
+/// admitter, stdio children's tasks) after the stop; what is left is dropped with the
+/// runtime.
+const BACKGROUND_JOIN_BOUND: Duration = Duration::from_secs(1);
+
+/// What a run is made of. Cheap handles: each is shared with the tasks that use it.
+pub(super) struct Parts {
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) fence: Fence,
+    pub(super) health: Arc<Health>,
+    pub(super) supervisor: Supervisor,
+    /// None until [`Parts::with_channels`]: a held latched start builds none, so that
+    /// nothing can touch an MCP server.
+    pub(super) channels: Channels,
+    /// Stops the ops listener, last of all ([`Parts::finish`]).
+    ops_stop: CancellationToken,
+}
+
+/// The bound ops listener, not yet serving.
+pub(super) struct OpsListener {
+    listener: TcpListener,
+    pub(super) addr: SocketAddr,
+}
+
+impl OpsListener {
+    /// Tells an embedder the bound address (useful with port 0).
+    pub(super) fn report(&self, to: Option<tokio::sync::oneshot::Sender<SocketAddr>>) {
+        if let Some(tx) = to {
+            let _ = tx.send(self.addr);
+        }
+    }
+}
+
+impl Parts {
+    /// The observed core, with no channel: metrics, the fence (one permit in strict mode)
+    /// reporting each latch to the metrics, health, and the supervisor whose failure hook
+    /// is [`task_failure_hook`].
+    pub(super) fn observed(config: &Config) -> Self {
+        let strict = config.strict.enabled;
+        let metrics = Arc::new(Metrics::new::<GatewayLabels>(strict, &config.stdio_channel_names()));
+        let permits = config.mcp.max_concurrent.get();
+        let fence = Fence::new(strict, if strict { 1 } else { permits });
+        {
+            let metrics = metrics.clone();
+            fence.observe_latches(Box::new(move |fatal| metrics.fatal_latched(fatal.category)));
+        }
+        let health = Arc::new(Health::default());
+        let supervisor = Supervisor::new(task_failure_hook(&fence, &health, &metrics));
+        Self {
+            metrics,
+            fence,
+            health,
+            supervisor,
+            channels: Channels::default(),
+            ops_stop: CancellationToken::new(),
+        }
+    }
+
+    /// Builds every configured channel (nothing is contacted yet).
+    pub(super) fn with_channels(mut self, config: &Config) -> Result<Self, GatewayError> {
+        self.channels = build_channels(config, &self.metrics, &self.supervisor)?;
+        Ok(self)
+    }
+
+    /// Binds `ops.listen` (errors name the address).
+    pub(super) async fn bind_ops(&self, config: &Config) -> Result<OpsListener, GatewayError> {
+        let listener = crate::ops::bind(config.ops.listen)
+            .await
+            .map_err(|source| GatewayError::OpsListen {
+                addr: config.ops.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().unwrap_or(config.ops.listen);
+        Ok(OpsListener { listener, addr })
+    }
+
+    /// Serves the ops listener (a background task) until [`Parts::finish`].
+    pub(super) fn serve_ops(&self, config: &Config, ops: OpsListener) {
+        let state = Arc::new(OpsState {
+            fence: self.fence.clone(),
+            health: self.health.clone(),
+            channels: self.channels.clone(),
+            metrics: self.metrics.clone(),
+            poll_freshness: config.control_plane.poll_timeout + POLL_FRESHNESS_SLACK,
+        });
+        self.supervisor.spawn_untracked(
+            TaskKind::OpsListener,
+            crate::ops::serve(ops.listener, state, self.ops_stop.clone()),
+        );
+    }
+
+    /// The dispatcher over these parts (it starts the admission line).
+    pub(super) fn dispatcher(&self, config: &Config, control: ControlClient, signals: &StopSignals) -> Arc<Dispatcher> {
+        Dispatcher::new(Wiring {
+            control,
+            fence: self.fence.clone(),
+            channels: self.channels.clone(),
+            metrics: self.metrics.clone(),
+            health: self.health.clone(),
+            policy: policy(config),
+            supervisor: self.supervisor.clone(),
+            stops: Stops {
+                cut: signals.cut.clone(),
+                hard_stop: signals.hard_stop.clone(),
+            },
+        })
+    }
+
+    /// The end of a run, after its stop: stops the ops listener and joins the background
+    /// tasks within [`BACKGROUND_JOIN_BOUND`].
+    pub(super) async fn finish(self) {
+        self.ops_stop.cancel();
+        if !self.supervisor.join_background(BACKGROUND_JOIN_BOUND).await {
+            tracing::debug!("background tasks still running at exit are dropped with the runtime");
+        }
+    }
+}
+
+/// What the lifecycle needs to decide, from the configuration.
+fn policy(config: &Config) -> Policy {
+    let strict = config.strict.enabled;
+    Policy {
+        strict,
+        ambiguity_is_fatal: config.strict.on_downstream_ambiguity == AmbiguityPolicy::Fatal,
+        cleanup_timeout: config.strict.cleanup_timeout,
+        max_inflight: config.control_plane.max_inflight.get(),
+        propagation: Propagation {
+            headers: config.telemetry.propagate.headers(),
+            meta: config.telemetry.propagate.meta(),
+        },
+    }
+}
+
+/// What a supervised task's unexpected end does: in strict mode the latch
+/// (`internal_error`: a part of the gateway is gone, nothing more may be trusted to reach
+/// an MCP server); in both modes the gateway turns not ready with the reason.
+pub(super) fn task_failure_hook(fence: &Fence, health: &Arc<Health>, metrics: &Arc<Metrics>) -> FailureHook {
+    let fence = fence.clone();
+    let health = health.clone();
+    let metrics = metrics.clone();
+    Arc::new(move |task: TaskKind, why| {
+        metrics.task_failed(task);
+        health.task_failed(task.as_str(), why);
+        if fence.is_strict() {
+            fence.latch(FatalCategory::InternalError, &CommandRef::default());
+        }
+    })
+}
+
+fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervisor) -> Result<Channels, GatewayError> {
+    let mut by_name = BTreeMap::new();
+    for (name, channel) in &config.mcp.channels {
+        let transport = match channel {
+            ChannelConfig::Http { url } => {
+                let settings = HttpSettings {
+                    connect_timeout: config.mcp.connect_timeout,
+                    request_timeout: config.mcp.request_timeout,
+                    max_body_bytes: MAX_HTTP_BODY_BYTES,
+                };
+                Transport::Http(
+                    HttpTransport::new(name, url, settings).map_err(|e| GatewayError::Channel {
+                        channel: name.to_string(),
+                        problem: e.to_string(),
+                    })?,
+                )
+            }
+            ChannelConfig::Stdio {
+                command,
+                env,
+                max_concurrent,
+            } => {
+                let settings = StdioSettings {
+                    request_timeout: config.mcp.request_timeout,
+                    max_concurrent: *max_concurrent,
+                    ..StdioSettings::default()
+                };
+                Transport::Stdio(
+                    StdioTransport::new(name, command.clone(), env.clone(), settings, metrics.clone())
+                        .supervised(supervisor.clone()),
+                )
+            }
+        };
+        by_name.insert(name.to_string(), transport);
+    }
+    Ok(Channels::new(by_name))
+}
+
+/// The control-plane client as the gateway uses it (headers, server-info declaration);
+/// also used by `tunnelgate doctor`, so its checks send what the runtime sends.
+pub(crate) fn build_control(config: &Config, metrics: &Arc<Metrics>) -> Result<ControlClient, GatewayError> {
+    let declared: Vec<ServerInfoChannel> = config
+        .mcp
+        .channels
+        .iter()
+        .map(|(name, c)| ServerInfoChannel {
+            name: name.to_string(),
+            proc_affinity: matches!(c, ChannelConfig::Stdio { .. }),
+        })
+        .collect();
+    let cp = &config.control_plane;
+    let settings = ControlSettings {
+        base_url: cp.base_url.to_string(),
+        url_path: cp.url_path.clone(),
+        tunnel_id: cp.tunnel_id.to_string(),
+        api_key: cp.api_key.expose().to_owned(),
+        poll_timeout: cp.poll_timeout,
+        post_timeout: cp.post_timeout,
+        post_attempts: cp.post_attempts.get(),
+        server_info: server_info_header(&declared),
+    };
+    ControlClient::new(settings, &random_hex(INSTANCE_ID_BYTES), metrics.clone()).map_err(GatewayError::ControlClient)
+}

@@ -1,0 +1,77 @@
+//! A strict start that finds a persisted latch: it never polls and never touches an MCP
+//! server. With `strict.latched_start = "exit"` the run ends at once with the latch; with
+//! `"hold"` it serves only the ops listener, in the fatal state, until stopped.
+
+use std::net::SocketAddr;
+
+use tokio::sync::mpsc;
+
+use super::build::Parts;
+use super::{GatewayError, RunOutcome};
+use crate::config::Config;
+use crate::strict::{latch_file, CommandRef, Fatal, FatalCategory};
+
+/// Honours a persisted latch. Returns the run's cause (`latched_previously`) and the
+/// persisted cause's own category, when readable; `None` when there is no latch.
+pub(super) fn previous_latch(config: &Config) -> Option<(Fatal, Option<FatalCategory>)> {
+    let path = &config.strict.latch_file;
+    let (command, cause) = match latch_file::read(path) {
+        Ok(None) => return None,
+        Ok(Some(previous)) => {
+            eprintln!("tunnelgate: refusing to start: {}", previous.one_line());
+            let cause = previous.category;
+            (
+                CommandRef {
+                    request_id: previous.request_id,
+                    channel: previous.channel,
+                    method: previous.method,
+                },
+                Some(cause),
+            )
+        }
+        Err(e) => {
+            eprintln!("tunnelgate: refusing to start: {e}");
+            (CommandRef::default(), None)
+        }
+    };
+    eprintln!(
+        "tunnelgate: inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the cause is understood"
+    );
+    let mut fatal = Fatal::new(FatalCategory::LatchedPreviously, &command);
+    fatal.persisted = true;
+    Some((fatal, cause))
+}
+
+/// `strict.latched_start = "hold"`: serves only the ops listener, in the fatal state with
+/// the persisted cause (`/readyz` 503, `/status` `state = "fatal"` and category
+/// `latched_previously`, `tunnelgate_fatal_info{category=<the persisted cause's
+/// category>}` so an alert names what fired), never polls and never touches an MCP
+/// server, until stopped; then the run ends with the latch (exit 89).
+pub(super) async fn hold(
+    config: &Config,
+    previous: Fatal,
+    cause: Option<FatalCategory>,
+    mut stop_rx: mpsc::UnboundedReceiver<()>,
+    ops_addr_tx: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+) -> Result<RunOutcome, GatewayError> {
+    // No channel is built: nothing may touch an MCP server.
+    let parts = Parts::observed(config);
+    let command = CommandRef {
+        request_id: previous.request_id.clone(),
+        channel: previous.channel.clone(),
+        method: previous.method.clone(),
+    };
+    parts.fence.latch(FatalCategory::LatchedPreviously, &command);
+    parts.fence.mark_persisted();
+    if let Some(cause) = cause {
+        parts.metrics.fatal_info(cause);
+    }
+    let ops = parts.bind_ops(config).await?;
+    ops.report(ops_addr_tx);
+    tracing::warn!(addr = %ops.addr, "holding in the fatal state (strict.latched_start = \"hold\"): serving the ops listener only until stopped");
+    parts.serve_ops(config, ops);
+    let _ = stop_rx.recv().await;
+    let fatal = parts.fence.fatal().unwrap_or(previous);
+    parts.finish().await;
+    Ok(RunOutcome::Fatal(fatal))
+}

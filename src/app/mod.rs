@@ -1,0 +1,195 @@
+//! Wiring and lifecycle of one gateway run, and the public embedding API: [`Gateway`],
+//! [`StopHandle`], [`RunOutcome`], [`GatewayError`].
+//!
+//! A run builds its parts from the configuration (`build`), starts the poller and the
+//! warm-up, and ends through one of the two stop orders (`stop`, where both are
+//! documented). A strict start that finds a persisted latch never gets that far
+//! (`latched`).
+
+mod build;
+mod labels;
+mod latched;
+mod stop;
+
+pub(crate) use build::build_control;
+pub use labels::GatewayLabels;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::config::{Config, LatchedStart};
+use crate::control::BuildError;
+use crate::dispatch::Dispatcher;
+use crate::ops::Mode;
+use crate::strict::Fatal;
+use crate::supervisor::{TaskEnd, TaskKind};
+use crate::telemetry::{Accounting, Metrics};
+use build::Parts;
+use stop::{StopBounds, StopOrder, StopSignals};
+
+/// How a run ended. The binary maps it to the exit code; embedders match on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Stopped cleanly: nothing dispatched was left unacknowledged.
+    Clean,
+    /// Strict mode latched (or found a persisted latch at startup).
+    Fatal(Fatal),
+}
+
+impl RunOutcome {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Clean => 0,
+            Self::Fatal(f) => f.category.exit_code(),
+        }
+    }
+}
+
+/// Failures that prevent a run from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("cannot build the control-plane client: {0}")]
+    ControlClient(#[source] BuildError),
+    #[error("channel {channel}: {problem}")]
+    Channel { channel: String, problem: String },
+    #[error("cannot listen on ops.listen {addr}: {source}")]
+    OpsListen { addr: SocketAddr, source: std::io::Error },
+}
+
+impl GatewayError {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::ControlClient(_) => "control_client",
+            Self::Channel { .. } => "channel",
+            Self::OpsListen { .. } => "ops_listen",
+        }
+    }
+}
+
+/// A request to stop, from a signal or an embedder.
+#[derive(Clone)]
+pub struct StopHandle {
+    tx: mpsc::UnboundedSender<()>,
+}
+
+impl StopHandle {
+    /// First call: graceful stop. Second call: stop now (strict: the latch wins).
+    pub fn stop(&self) {
+        let _ = self.tx.send(());
+    }
+}
+
+/// A started gateway.
+pub struct Gateway {
+    config: Config,
+    stop_tx: mpsc::UnboundedSender<()>,
+    stop_rx: mpsc::UnboundedReceiver<()>,
+    ops_addr_tx: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+}
+
+impl Gateway {
+    pub fn new(config: Config) -> Self {
+        let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+        Self {
+            config,
+            stop_tx,
+            stop_rx,
+            ops_addr_tx: None,
+        }
+    }
+
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle {
+            tx: self.stop_tx.clone(),
+        }
+    }
+
+    /// Reports the bound ops address once the listener is up (useful with port 0).
+    pub fn ops_addr(&mut self) -> tokio::sync::oneshot::Receiver<SocketAddr> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.ops_addr_tx = Some(tx);
+        rx
+    }
+
+    /// Runs until stopped or latched.
+    pub async fn run(self) -> Result<RunOutcome, GatewayError> {
+        let Gateway {
+            config,
+            // Kept alive for the whole run: with every sender gone, `recv` would return
+            // at once and read as a stop request.
+            stop_tx: _keep_stop_channel_open,
+            stop_rx,
+            ops_addr_tx,
+        } = self;
+        if config.strict.enabled {
+            if let Some((previous, cause)) = latched::previous_latch(&config) {
+                return match config.strict.latched_start {
+                    LatchedStart::Exit => Ok(RunOutcome::Fatal(previous)),
+                    LatchedStart::Hold => latched::hold(&config, previous, cause, stop_rx, ops_addr_tx).await,
+                };
+            }
+        }
+        let parts = Parts::observed(&config).with_channels(&config)?;
+        let control = build_control(&config, &parts.metrics)?;
+        let ops = parts.bind_ops(&config).await?;
+        tracing::info!(addr = %ops.addr, "ops listener ready");
+        ops.report(ops_addr_tx);
+        parts.serve_ops(&config, ops);
+
+        let signals = StopSignals::new();
+        let dispatcher = parts.dispatcher(&config, control, &signals);
+        tracing::info!(
+            mode = Mode::of(config.strict.enabled).as_str(),
+            channels = parts.channels.status().len(),
+            "gateway starting"
+        );
+        start(&parts, &dispatcher, &signals);
+
+        let order = StopOrder {
+            bounds: StopBounds::of(&config),
+            fence: parts.fence.clone(),
+            channels: parts.channels.clone(),
+            health: parts.health.clone(),
+            supervisor: parts.supervisor.clone(),
+            signals,
+            requests: stop_rx,
+        };
+        let (outcome, signals) = order.run().await;
+        log_accounting(&parts.metrics);
+        signals.end();
+        parts.finish().await;
+        Ok(outcome)
+    }
+}
+
+/// Starts the work of a run: the channels' warm-up and the poller.
+fn start(parts: &Parts, dispatcher: &Arc<Dispatcher>, signals: &StopSignals) {
+    let channels = parts.channels.clone();
+    let fence = parts.fence.clone();
+    parts.supervisor.spawn(TaskKind::Warmup, async move {
+        channels.warm(&fence).await;
+        TaskEnd::Finished
+    });
+    parts.supervisor.spawn(
+        TaskKind::Poller,
+        dispatcher.clone().poll_loop(signals.poll_stop.clone()),
+    );
+}
+
+/// The one line that says whether every command received was accounted for.
+fn log_accounting(metrics: &Metrics) {
+    let tally = metrics.accounting();
+    tracing::info!(
+        received = tally.received,
+        legs = tally.legs,
+        dropped = %Accounting::pairs(&tally.dropped),
+        terminal_deliveries = %Accounting::pairs(&tally.terminal),
+        balanced = tally.balances(),
+        "final command accounting"
+    );
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,182 @@
+//! What the operator listener reports: readiness with its one-line reason, and the
+//! `/status` document. Pure reads of the fence, the health counters, the channels and the
+//! metrics; nothing here changes any of them.
+//!
+//! API: the `/status` keys and values and the `/readyz` reason texts are what operators'
+//! probes and scripts read; the types below keep each closed set closed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::downstream::{ChannelStatus, Channels};
+use crate::health::{Health, PollHealth};
+use crate::strict::{Fatal, FatalCategory, Fence, FenceSnapshot};
+use crate::telemetry::Metrics;
+
+/// What the listener observes.
+pub struct OpsState {
+    pub fence: Fence,
+    pub health: Arc<Health>,
+    pub channels: Channels,
+    pub metrics: Arc<Metrics>,
+    /// A poll older than this makes the gateway not ready.
+    pub poll_freshness: Duration,
+}
+
+/// Why the gateway is not ready: the first that holds, in this order. Its `Display` is
+/// the one-line reason `/readyz` prints after `not ready: `.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("fatal latch set ({})", .0.as_str())]
+    Fatal(FatalCategory),
+    #[error("draining: the gateway is stopping")]
+    Draining,
+    #[error("internal task {task} ended unexpectedly ({why})")]
+    TaskFailed { task: &'static str, why: &'static str },
+    #[error("no successful poll of the control plane yet")]
+    NoPollYet,
+    /// The last successful poll is older than the freshness bound.
+    #[error("last successful poll {}s ago (last error: {})", .age.as_secs(), .last_error.unwrap_or("none"))]
+    PollStale {
+        age: Duration,
+        last_error: Option<&'static str>,
+    },
+    /// The first channel seen down.
+    #[error("downstream channel {} ({}) is down", .0.channel, .0.transport)]
+    ChannelDown(ChannelStatus),
+}
+
+/// `/status` `mode` (API).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Default,
+    Strict,
+}
+
+/// `/status` `state` (API).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GatewayState {
+    /// No successful poll yet.
+    Starting,
+    Ready,
+    /// Polled at least once, and not ready now.
+    Degraded,
+    Draining,
+    Fatal,
+}
+
+/// `/status` document (schema_version 1; keys are API).
+#[derive(Serialize)]
+pub struct StatusDocument {
+    pub schema_version: u32,
+    pub version: &'static str,
+    pub mode: Mode,
+    pub state: GatewayState,
+    pub ready: bool,
+    pub fence: FenceSnapshot,
+    pub fatal: Option<Fatal>,
+    pub control_plane: PollHealth,
+    pub downstream: Vec<ChannelStatus>,
+    pub commands: Commands,
+}
+
+#[derive(Serialize)]
+pub struct Commands {
+    pub in_flight: usize,
+    pub queued: usize,
+}
+
+impl Mode {
+    pub fn of(strict: bool) -> Self {
+        if strict {
+            Self::Strict
+        } else {
+            Self::Default
+        }
+    }
+
+    /// The `/status` value (also the `mode` field of the startup log line).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::Strict => "strict",
+        }
+    }
+}
+
+impl GatewayState {
+    /// The first that holds: fatal, draining, starting (never polled), ready, degraded.
+    pub fn of(fatal: bool, draining: bool, polled: bool, ready: bool) -> Self {
+        if fatal {
+            Self::Fatal
+        } else if draining {
+            Self::Draining
+        } else if !polled {
+            Self::Starting
+        } else if ready {
+            Self::Ready
+        } else {
+            Self::Degraded
+        }
+    }
+}
+
+impl OpsState {
+    /// `Ok(())` when ready, else why not.
+    pub fn readiness(&self) -> Result<(), NotReady> {
+        if let Some(f) = self.fence.fatal() {
+            return Err(NotReady::Fatal(f.category));
+        }
+        if self.health.is_draining() {
+            return Err(NotReady::Draining);
+        }
+        if let Some((task, why)) = self.health.task_failure() {
+            return Err(NotReady::TaskFailed { task, why });
+        }
+        match self.health.last_poll_age() {
+            None => return Err(NotReady::NoPollYet),
+            Some(age) if age > self.poll_freshness => {
+                let last_error = self.health.poll_health().last_poll_error_kind;
+                return Err(NotReady::PollStale { age, last_error });
+            }
+            Some(_) => {}
+        }
+        if let Some(down) = self.channels.status().into_iter().find(|c| !c.up) {
+            return Err(NotReady::ChannelDown(down));
+        }
+        Ok(())
+    }
+
+    pub fn status(&self) -> StatusDocument {
+        let fatal = self.fence.fatal();
+        let readiness = self.readiness();
+        let state = GatewayState::of(
+            fatal.is_some(),
+            self.health.is_draining(),
+            self.health.last_poll_age().is_some(),
+            readiness.is_ok(),
+        );
+        StatusDocument {
+            schema_version: 1,
+            version: env!("CARGO_PKG_VERSION"),
+            mode: Mode::of(self.fence.is_strict()),
+            state,
+            ready: readiness.is_ok(),
+            fence: self.fence.snapshot(),
+            fatal,
+            control_plane: self.health.poll_health(),
+            downstream: self.channels.status(),
+            commands: Commands {
+                in_flight: self.health.in_flight(),
+                queued: self.health.queued(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

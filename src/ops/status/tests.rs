@@ -1,0 +1,154 @@
+use super::*;
+use crate::app::GatewayLabels;
+use crate::strict::CommandRef;
+
+fn state(strict: bool) -> OpsState {
+    OpsState {
+        fence: Fence::new(strict, 1),
+        health: Arc::new(Health::default()),
+        channels: Channels::default(),
+        metrics: Arc::new(Metrics::new::<GatewayLabels>(strict, &[])),
+        poll_freshness: Duration::from_secs(60),
+    }
+}
+
+fn reason(s: &OpsState) -> String {
+    s.readiness().unwrap_err().to_string()
+}
+
+#[test]
+fn each_not_ready_reason_reads_as_the_documented_line() {
+    let down = ChannelStatus {
+        channel: "main".to_owned(),
+        transport: crate::downstream::TransportKind::Stdio,
+        up: false,
+        generation: 3,
+    };
+    let rows = [
+        (
+            NotReady::Fatal(FatalCategory::AckNotFound),
+            "fatal latch set (ack_not_found)",
+        ),
+        (NotReady::Draining, "draining: the gateway is stopping"),
+        (
+            NotReady::TaskFailed {
+                task: "poller",
+                why: "panicked",
+            },
+            "internal task poller ended unexpectedly (panicked)",
+        ),
+        (NotReady::NoPollYet, "no successful poll of the control plane yet"),
+        (
+            NotReady::PollStale {
+                age: Duration::from_millis(91_900),
+                last_error: Some("timeout"),
+            },
+            "last successful poll 91s ago (last error: timeout)",
+        ),
+        (
+            NotReady::PollStale {
+                age: Duration::from_secs(61),
+                last_error: None,
+            },
+            "last successful poll 61s ago (last error: none)",
+        ),
+        (NotReady::ChannelDown(down), "downstream channel main (stdio) is down"),
+    ];
+    for (reason, line) in rows {
+        assert_eq!(reason.to_string(), line, "{reason:?}");
+    }
+}
+
+fn json(value: impl Serialize) -> String {
+    serde_json::to_string(&value).unwrap()
+}
+
+#[test]
+fn mode_and_state_serialize_to_their_api_strings() {
+    assert_eq!(json(Mode::Default), "\"default\"");
+    assert_eq!(json(Mode::Strict), "\"strict\"");
+    for (state, text) in [
+        (GatewayState::Starting, "starting"),
+        (GatewayState::Ready, "ready"),
+        (GatewayState::Degraded, "degraded"),
+        (GatewayState::Draining, "draining"),
+        (GatewayState::Fatal, "fatal"),
+    ] {
+        assert_eq!(json(state), format!("\"{text}\""));
+    }
+    assert_eq!(Mode::of(true).as_str(), "strict");
+    assert_eq!(Mode::of(false).as_str(), "default");
+}
+
+#[test]
+fn the_state_is_the_first_that_holds() {
+    use GatewayState::*;
+    // (fatal, draining, polled, ready) -> state
+    let rows = [
+        ((true, true, true, true), Fatal),
+        ((true, false, false, false), Fatal),
+        ((false, true, true, true), Draining),
+        ((false, true, false, false), Draining),
+        ((false, false, false, false), Starting),
+        ((false, false, false, true), Starting),
+        ((false, false, true, true), Ready),
+        ((false, false, true, false), Degraded),
+    ];
+    for ((fatal, draining, polled, ready), state) in rows {
+        assert_eq!(
+            GatewayState::of(fatal, draining, polled, ready),
+            state,
+            "{fatal} {draining} {polled} {ready}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_names_the_first_reason_in_order() {
+    let s = state(true);
+    assert_eq!(reason(&s), "no successful poll of the control plane yet");
+    s.health.poll_succeeded();
+    assert!(s.readiness().is_ok());
+    tokio::time::advance(Duration::from_secs(61)).await;
+    s.health.poll_failed("timeout");
+    assert_eq!(reason(&s), "last successful poll 61s ago (last error: timeout)");
+    s.health.task_failed("notifier", "panicked");
+    assert_eq!(reason(&s), "internal task notifier ended unexpectedly (panicked)");
+    s.health.set_draining();
+    assert_eq!(reason(&s), "draining: the gateway is stopping");
+    s.fence.latch(FatalCategory::InternalError, &CommandRef::default());
+    assert_eq!(reason(&s), "fatal latch set (internal_error)");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_status_document_keeps_its_keys_order_and_values() {
+    let s = state(true);
+    let doc = |s: &OpsState| json(s.status());
+    let version = env!("CARGO_PKG_VERSION");
+    let rest = r#""fence":{"held":false,"leg":null,"request_id":null,"channel":null,"held_seconds":null},"fatal":null,"control_plane":{"last_successful_poll_age_seconds":AGE,"consecutive_poll_errors":0,"last_poll_error_kind":null},"downstream":[],"commands":{"in_flight":0,"queued":0}}"#;
+    assert_eq!(
+        doc(&s),
+        format!(
+            r#"{{"schema_version":1,"version":"{version}","mode":"strict","state":"starting","ready":false,{}"#,
+            rest.replace("AGE", "null")
+        )
+    );
+    s.health.poll_succeeded();
+    assert_eq!(
+        doc(&s),
+        format!(
+            r#"{{"schema_version":1,"version":"{version}","mode":"strict","state":"ready","ready":true,{}"#,
+            rest.replace("AGE", "0.0")
+        )
+    );
+    let s = state(false);
+    s.health.poll_succeeded();
+    s.health.task_failed("poller", "panicked");
+    assert_eq!(
+        doc(&s),
+        format!(
+            r#"{{"schema_version":1,"version":"{version}","mode":"default","state":"degraded","ready":false,{}"#,
+            rest.replace("AGE", "0.0")
+        )
+    );
+}
