@@ -72,21 +72,7 @@ impl FenceSync for ShuttleSync {
         semaphore.close();
     }
 
-    fn cell(value: u8) -> Self::Cell {
-        shuttle::sync::atomic::AtomicU8::new(value)
-    }
-
-    fn load(cell: &Self::Cell) -> u8 {
-        cell.load(Ordering::SeqCst)
-    }
-
-    fn store(cell: &Self::Cell, value: u8) {
-        cell.store(value, Ordering::SeqCst);
-    }
-
-    fn compare_exchange(cell: &Self::Cell, current: u8, new: u8) {
-        let _ = cell.compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst);
-    }
+    super::sync::atomic_u8_cell!(shuttle::sync::atomic::AtomicU8);
 }
 
 type ModelFence = Fence<ShuttleSync>;

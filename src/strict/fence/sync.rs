@@ -14,7 +14,7 @@
 
 use std::future::Future;
 use std::ops::DerefMut;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::AtomicU8;
 use std::sync::{Arc, PoisonError};
 
 /// The primitives a [`Fence`](super::Fence) is built from.
@@ -47,6 +47,31 @@ pub trait FenceSync: Send + Sync + 'static {
 }
 
 /// Production: tokio's fair semaphore, std's mutex, `SeqCst` atomics.
+/// The wire-state cell's four methods of [`FenceSync`], over an `AtomicU8` type with
+/// std's API (std's, or the model checker's), every access `SeqCst`.
+macro_rules! atomic_u8_cell {
+    ($atomic:ty) => {
+        fn cell(value: u8) -> Self::Cell {
+            <$atomic>::new(value)
+        }
+
+        fn load(cell: &Self::Cell) -> u8 {
+            cell.load(std::sync::atomic::Ordering::SeqCst)
+        }
+
+        fn store(cell: &Self::Cell, value: u8) {
+            cell.store(value, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        fn compare_exchange(cell: &Self::Cell, current: u8, new: u8) {
+            use std::sync::atomic::Ordering::SeqCst;
+            let _ = cell.compare_exchange(current, new, SeqCst, SeqCst);
+        }
+    };
+}
+#[cfg(test)]
+pub(super) use atomic_u8_cell;
+
 #[derive(Debug)]
 pub enum TokioSync {}
 
@@ -77,19 +102,5 @@ impl FenceSync for TokioSync {
         semaphore.close();
     }
 
-    fn cell(value: u8) -> Self::Cell {
-        AtomicU8::new(value)
-    }
-
-    fn load(cell: &Self::Cell) -> u8 {
-        cell.load(Ordering::SeqCst)
-    }
-
-    fn store(cell: &Self::Cell, value: u8) {
-        cell.store(value, Ordering::SeqCst);
-    }
-
-    fn compare_exchange(cell: &Self::Cell, current: u8, new: u8) {
-        let _ = cell.compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst);
-    }
+    atomic_u8_cell!(AtomicU8);
 }
