@@ -44,6 +44,8 @@ pub enum CliError {
     StatusNotJson { url: String, source: serde_json::Error },
     #[error(transparent)]
     LatchFile(#[from] LatchFileError),
+    #[error(transparent)]
+    Intent(crate::strict::IntentError),
     #[error("refusing to clear {} without confirmation: pass --yes", path.display())]
     ClearNotConfirmed { path: PathBuf },
     #[error("cannot ask for confirmation on the terminal: {0}")]
@@ -61,6 +63,7 @@ impl CliError {
             Self::StatusUnreachable { .. } => "status_unreachable",
             Self::StatusNotJson { .. } => "status_not_json",
             Self::LatchFile(_) => "latch_file",
+            Self::Intent(_) => "intent",
             Self::ClearNotConfirmed { .. } => "clear_not_confirmed",
             Self::Terminal(_) => "terminal",
             Self::Sim(_) => "sim",
@@ -375,18 +378,44 @@ pub fn latch_show(path: &Path) -> Result<u8, CliError> {
             println!("{}", serde_json::to_string_pretty(&f).expect("latch causes serialize"));
         }
     }
+    if let Some(intent) = unsettled_intent(path) {
+        println!("{intent}");
+    }
     Ok(0)
+}
+
+/// A write-ahead intent an earlier strict run left unsettled, in words; `None` if none.
+fn unsettled_intent(latch: &Path) -> Option<String> {
+    let intents = crate::strict::FileIntents::beside(latch);
+    let what = match intents.read() {
+        crate::strict::Unsettled::None => return None,
+        crate::strict::Unsettled::Intent(i) => format!(
+            "request_id={} channel={} method={} written_at={} instance_id={}",
+            i.request_id,
+            i.channel,
+            i.method.as_deref().unwrap_or("-"),
+            i.written_at,
+            i.instance_id
+        ),
+        crate::strict::Unsettled::Unreadable(e) => format!("unreadable ({e})"),
+    };
+    Some(format!(
+        "unsettled write-ahead intent at {}: {what}; the next strict start latches interrupted_before_ack on it",
+        intents.path().display()
+    ))
 }
 
 /// `tunnelgate latch clear`.
 pub fn latch_clear(path: &Path, yes: bool) -> Result<u8, CliError> {
-    let cause = match latch_file::read(path) {
-        Ok(None) => {
+    let intent = unsettled_intent(path);
+    let cause = match (latch_file::read(path), &intent) {
+        (Ok(None), None) => {
             println!("no latch at {}; nothing to clear", path.display());
             return Ok(0);
         }
-        Ok(Some(f)) => f.one_line(),
-        Err(e) => format!("unreadable latch ({e})"),
+        (Ok(None), Some(intent)) => intent.clone(),
+        (Ok(Some(f)), _) => f.one_line(),
+        (Err(e), _) => format!("unreadable latch ({e})"),
     };
     if !yes {
         if !std::io::stdin().is_terminal() {
@@ -405,6 +434,9 @@ pub fn latch_clear(path: &Path, yes: bool) -> Result<u8, CliError> {
         }
     }
     latch_file::clear(path)?;
+    // The operator has reconciled the command: its intent record goes with the latch.
+    let intents = crate::strict::FileIntents::beside(path);
+    intents.clear().map_err(CliError::Intent)?;
     println!("cleared {}", path.display());
     Ok(0)
 }

@@ -19,12 +19,12 @@ use super::stop::StopSignals;
 use super::GatewayError;
 use crate::config::{AmbiguityPolicy, ChannelConfig, Config};
 use crate::control::{random_hex, ControlClient, ControlSettings};
-use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring};
+use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring, WriteAhead};
 use crate::downstream::{Channels, HttpSettings, HttpTransport, StdioSettings, StdioTransport, Transport};
 use crate::health::Health;
 use crate::ops::OpsState;
 use crate::protocol::{server_info_header, ServerInfoChannel};
-use crate::strict::{CommandRef, FatalCategory, Fence};
+use crate::strict::{CommandRef, FatalCategory, Fence, FileIntents};
 use crate::supervisor::{FailureHook, Supervisor, TaskKind};
 use crate::telemetry::Metrics;
 
@@ -57,6 +57,8 @@ pub(super) struct Parts {
     pub(super) channels: Channels,
     /// Stops the ops listener, last of all ([`Parts::finish`]).
     ops_stop: CancellationToken,
+    /// This run's `X-Tunnel-Client-Instance-Id`, also written into each intent record.
+    pub(super) instance_id: String,
 }
 
 /// The bound ops listener, not yet serving.
@@ -96,6 +98,7 @@ impl Parts {
             supervisor,
             channels: Channels::default(),
             ops_stop: CancellationToken::new(),
+            instance_id: random_hex(INSTANCE_ID_BYTES),
         }
     }
 
@@ -146,6 +149,10 @@ impl Parts {
                 cut: signals.cut.clone(),
                 hard_stop: signals.hard_stop.clone(),
             },
+            write_ahead: config.strict.enabled.then(|| WriteAhead {
+                store: Arc::new(FileIntents::beside(&config.strict.latch_file)),
+                instance_id: self.instance_id.clone(),
+            }),
         })
     }
 
@@ -230,7 +237,11 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
 
 /// The control-plane client as the gateway uses it (headers, server-info declaration);
 /// also used by `tunnelgate doctor`, so its checks send what the runtime sends.
-pub(crate) fn build_control(config: &Config, metrics: &Arc<Metrics>) -> Result<ControlClient, GatewayError> {
+pub(crate) fn build_control(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+    instance_id: &str,
+) -> Result<ControlClient, GatewayError> {
     let declared: Vec<ServerInfoChannel> = config
         .mcp
         .channels
@@ -251,5 +262,5 @@ pub(crate) fn build_control(config: &Config, metrics: &Arc<Metrics>) -> Result<C
         post_attempts: cp.post_attempts.get(),
         server_info: server_info_header(&declared),
     };
-    ControlClient::new(settings, &random_hex(INSTANCE_ID_BYTES), metrics.clone()).map_err(GatewayError::ControlClient)
+    ControlClient::new(settings, instance_id, metrics.clone()).map_err(GatewayError::ControlClient)
 }

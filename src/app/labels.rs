@@ -72,7 +72,8 @@ mod tests {
                 "stopped_before_ack",
                 "downstream_ambiguous",
                 "internal_error",
-                "latched_previously"
+                "latched_previously",
+                "interrupted_before_ack"
             ]
         );
     }

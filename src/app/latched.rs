@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use super::build::Parts;
 use super::{GatewayError, RunOutcome};
 use crate::config::Config;
-use crate::strict::{latch_file, CommandRef, Fatal, FatalCategory};
+use crate::strict::{latch_file, CommandRef, Fatal, FatalCategory, FileIntents, Unsettled};
 
 /// Honours a persisted latch. Returns the run's cause (`latched_previously`) and the
 /// persisted cause's own category, when readable; `None` when there is no latch.
@@ -40,6 +40,42 @@ pub(super) fn previous_latch(config: &Config) -> Option<(Fatal, Option<FatalCate
     let mut fatal = Fatal::new(FatalCategory::LatchedPreviously, &command);
     fatal.persisted = true;
     Some((fatal, cause))
+}
+
+/// A write-ahead intent an earlier run left unsettled: that run ended (however it died)
+/// after this command may have reached an MCP server and before its acknowledgement. The
+/// start latches `interrupted_before_ack` before anything else, persists that cause in the
+/// latch file, and only then removes the intent (so a crash in between latches again on
+/// the next start). Returns the cause, or `None` when nothing is outstanding.
+pub(super) fn interrupted(config: &Config) -> Option<Fatal> {
+    let intents = FileIntents::beside(&config.strict.latch_file);
+    let command = match intents.read() {
+        Unsettled::None => return None,
+        Unsettled::Intent(intent) => CommandRef {
+            request_id: Some(intent.request_id),
+            channel: Some(intent.channel),
+            method: intent.method,
+        },
+        Unsettled::Unreadable(e) => {
+            eprintln!("tunnelgate: {e}");
+            CommandRef::default()
+        }
+    };
+    let mut fatal = Fatal::new(FatalCategory::InterruptedBeforeAck, &command);
+    match latch_file::write(&config.strict.latch_file, &fatal) {
+        Ok(()) => {
+            fatal.persisted = true;
+            if let Err(e) = intents.clear() {
+                eprintln!("tunnelgate: the latch is persisted, but {e}");
+            }
+        }
+        Err(e) => eprintln!("tunnelgate: {e}; the intent record is kept, so the next start latches again"),
+    }
+    eprintln!("tunnelgate: refusing to start: {}", fatal.one_line());
+    eprintln!(
+        "tunnelgate: inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the command is reconciled"
+    );
+    Some(fatal)
 }
 
 /// `strict.latched_start = "hold"`: serves only the ops listener, in the fatal state with

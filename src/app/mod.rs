@@ -130,9 +130,16 @@ impl Gateway {
                     LatchedStart::Hold => latched::hold(&config, previous, cause, stop_rx, ops_addr_tx).await,
                 };
             }
+            if let Some(interrupted) = latched::interrupted(&config) {
+                let cause = Some(interrupted.category);
+                return match config.strict.latched_start {
+                    LatchedStart::Exit => Ok(RunOutcome::Fatal(interrupted)),
+                    LatchedStart::Hold => latched::hold(&config, interrupted, cause, stop_rx, ops_addr_tx).await,
+                };
+            }
         }
         let parts = Parts::observed(&config).with_channels(&config)?;
-        let control = build_control(&config, &parts.metrics)?;
+        let control = build_control(&config, &parts.metrics, &parts.instance_id)?;
         let ops = parts.bind_ops(&config).await?;
         tracing::info!(addr = %ops.addr, "ops listener ready");
         ops.report(ops_addr_tx);

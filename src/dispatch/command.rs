@@ -13,14 +13,14 @@ use tracing::Instrument;
 
 use super::admission::{is_expired, Admitted, Place};
 use super::decide::{AfterDelivery, AfterLeg, BeforeDispatch, Start};
-use super::leg::{record_leg, Leg};
+use super::leg::{failed_leg, record_leg, Leg};
 use super::replies::{ReplyJob, ReplyKey};
 use super::route::{route, Route};
 use super::Dispatcher;
 use crate::control::{Delivery, DeliveryReport};
-use crate::downstream::{LegResult, Transport};
+use crate::downstream::{LegFailure, LegOutcome, LegResult, Transport};
 use crate::protocol::{Command, JsonRpcPayload};
-use crate::strict::{Admission, FatalCategory, FenceLeg, Refusal};
+use crate::strict::{Admission, FatalCategory, FenceLeg, Intent, Refusal};
 use crate::telemetry::{events, DropReason, DurationLeg};
 
 /// Said (in the log and by the status) when a reply matches no waiting server request.
@@ -164,16 +164,12 @@ impl CommandTask<'_> {
                 return;
             }
         };
-        let (leg, cut) = Leg {
-            d: self.d,
-            cmd: self.cmd,
-            transport: self.transport,
-            deadline: self.deadline,
-            span: &self.span,
+        let (leg, cut) = self.run_leg(&admission).await;
+        let dispatched = leg.outcome != LegOutcome::NotSent;
+        if !dispatched {
+            // Nothing reached an MCP server: nothing is outstanding, whatever the answer does.
+            self.settle_intent().await;
         }
-        .run_leg(&admission)
-        .await;
-        let dispatched = leg.outcome != crate::downstream::LegOutcome::NotSent;
         let (within_cleanup, delivering) = match running.leg_ended(leg.outcome, cut, is_expired(self.deadline)) {
             AfterLeg::Deliver { within_cleanup, next } => (within_cleanup, next),
             AfterLeg::Silent => {
@@ -201,7 +197,7 @@ impl CommandTask<'_> {
         admission.set_leg(FenceLeg::Deliver);
         let report = self.deliver(&leg, within_cleanup).await;
         match delivering.delivered(report.delivery, report.last_attempt, is_expired(self.deadline)) {
-            AfterDelivery::Done => {}
+            AfterDelivery::Done => self.settle_intent().await,
             AfterDelivery::Latch(category) => latch(&admission, category),
             AfterDelivery::Report => tracing::warn!(
                 delivery = report.delivery.as_str(),
@@ -210,6 +206,60 @@ impl CommandTask<'_> {
                 dispatched,
                 "terminal response not acknowledged; the caller may not have its result"
             ),
+        }
+    }
+
+    /// The leg, after its write-ahead intent (strict mode). An intent that cannot be
+    /// written means the command is not dispatched: the leg ends `not_sent`.
+    async fn run_leg(&self, admission: &Admission) -> (LegResult, bool) {
+        let leg = Leg {
+            d: self.d,
+            cmd: self.cmd,
+            transport: self.transport,
+            deadline: self.deadline,
+            span: &self.span,
+        };
+        if let Err(e) = self.record_intent().await {
+            tracing::error!(
+                error = %e,
+                kind = e.kind(),
+                "the write-ahead intent could not be written; the command is not dispatched"
+            );
+            let unsent = failed_leg(self.cmd, LegFailure::InternalBeforeSend);
+            leg.account(&unsent);
+            return (unsent, false);
+        }
+        leg.run_leg(admission).await
+    }
+
+    /// Records, durably, that this command may be about to reach an MCP server.
+    async fn record_intent(&self) -> Result<(), crate::strict::IntentError> {
+        let Some(w) = &self.d.gate.write_ahead else {
+            return Ok(());
+        };
+        let method = match &self.cmd.kind {
+            crate::protocol::CommandKind::JsonRpc(p) => p.method(),
+            _ => None,
+        };
+        let intent = Intent::now(
+            self.cmd.request_id.as_str(),
+            self.cmd.channel.as_str(),
+            method,
+            &w.instance_id,
+        );
+        w.store.record(&intent).await
+    }
+
+    /// Settles the write-ahead intent. A record left behind makes the next start latch
+    /// `interrupted_before_ack` on a command that was in fact settled: the safe side.
+    async fn settle_intent(&self) {
+        let Some(w) = &self.d.gate.write_ahead else { return };
+        if let Err(e) = w.store.settle().await {
+            tracing::error!(
+                error = %e,
+                kind = e.kind(),
+                "the write-ahead intent could not be settled; the next start will latch on it"
+            );
         }
     }
 

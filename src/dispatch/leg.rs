@@ -102,10 +102,7 @@ impl Leg<'_> {
             .drive(admission, owner, leg_future, jobs_rx, notifier.as_mut())
             .await;
         d.books.leg_took(DurationLeg::Downstream, started);
-        d.books
-            .metrics()
-            .downstream_finished(self.transport.kind(), leg.outcome);
-        record_leg(self.span, &leg);
+        self.account(&leg);
         // Notifications go out before the terminal response, whatever happens to them. A
         // notifier that panicked was reported by the supervisor.
         if !notifier_done {
@@ -160,6 +157,15 @@ impl Leg<'_> {
         // Dropping the leg (cut, or already finished) closes its notification sink, so
         // the notifier ends.
         (leg, cut, notifier_done)
+    }
+
+    /// Counts the leg's outcome and records it on the command span.
+    pub(super) fn account(&self, leg: &LegResult) {
+        self.d
+            .books
+            .metrics()
+            .downstream_finished(self.transport.kind(), leg.outcome);
+        record_leg(self.span, leg);
     }
 
     /// The request itself, in the downstream span.
@@ -304,6 +310,11 @@ fn cut_leg(cmd: &Command, admission: &Admission) -> LegResult {
     } else {
         LegFailure::NotAdmitted
     };
+    failed_leg(cmd, failure)
+}
+
+/// `cmd`'s leg ended by `failure` without the MCP server's answer.
+pub(super) fn failed_leg(cmd: &Command, failure: LegFailure) -> LegResult {
     let (rpc_id, resp_type) = match &cmd.kind {
         CommandKind::JsonRpc(p) if p.expects_response() => (p.id(), RespType::JsonrpcResponse),
         CommandKind::JsonRpc(_) => (None, RespType::NotifyAck),

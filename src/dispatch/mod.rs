@@ -41,7 +41,7 @@ use crate::control::{ControlClient, PollError, PollSink, Polled, Poller};
 use crate::downstream::Channels;
 use crate::health::Health;
 use crate::protocol::{Command, CommandKind, InvalidCommand};
-use crate::strict::Fence;
+use crate::strict::{Fence, IntentStore};
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
 use crate::telemetry::{CommandType, Metrics};
 
@@ -84,14 +84,26 @@ pub struct Wiring {
     pub policy: Policy,
     pub supervisor: Supervisor,
     pub stops: Stops,
+    /// Strict mode's write-ahead intent; `None` in default mode.
+    pub write_ahead: Option<WriteAhead>,
 }
 
-/// Where commands may go: the fence, the line in front of it, the channels, the rules.
+/// Where strict mode records each admitted command before its first downstream step,
+/// and who writes it.
+pub struct WriteAhead {
+    pub store: Arc<dyn IntentStore>,
+    /// This run's `X-Tunnel-Client-Instance-Id`.
+    pub instance_id: String,
+}
+
+/// Where commands may go: the fence, the line in front of it, the channels, the rules,
+/// and the write-ahead record of what passed the fence.
 pub(crate) struct Gate {
     fence: Fence,
     line: AdmissionLine,
     channels: Channels,
     rules: Rules,
+    write_ahead: Option<WriteAhead>,
 }
 
 impl Gate {
@@ -131,6 +143,7 @@ impl Dispatcher {
             policy,
             supervisor,
             stops,
+            write_ahead,
         } = wiring;
         let line = AdmissionLine::start(&supervisor, fence.clone(), stops.hard_stop.clone());
         Arc::new(Self {
@@ -142,6 +155,7 @@ impl Dispatcher {
                     strict: policy.strict,
                     ambiguity_is_fatal: policy.ambiguity_is_fatal,
                 },
+                write_ahead,
             },
             responder: Responder::new(control, stops.hard_stop, policy.cleanup_timeout),
             books: Books::new(metrics, health, policy.max_inflight),

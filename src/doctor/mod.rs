@@ -59,7 +59,7 @@ pub async fn run(config: &Config, options: &Options) -> Report {
     // A check's own bounds: the request, plus the session DELETE or the child's reaping.
     let guard = options.timeout.saturating_mul(2) + GUARD_SLACK;
     let control_plane = guarded("control_plane".to_owned(), guard, async {
-        match build_control(config, &metrics) {
+        match build_control(config, &metrics, &crate::protocol::random_hex(16)) {
             Ok(client) => control::check(config, &client, options.timeout).await,
             Err(e) => Check::fail("control_plane", e.to_string()),
         }

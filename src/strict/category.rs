@@ -20,6 +20,7 @@ label_enum! {
         DownstreamAmbiguous => "downstream_ambiguous",
         InternalError => "internal_error",
         LatchedPreviously => "latched_previously",
+        InterruptedBeforeAck => "interrupted_before_ack",
     }
 }
 
@@ -37,6 +38,7 @@ impl FatalCategory {
             Self::DownstreamAmbiguous => 87,
             Self::InternalError => 88,
             Self::LatchedPreviously => 89,
+            Self::InterruptedBeforeAck => 90,
         }
     }
 
@@ -61,6 +63,9 @@ impl FatalCategory {
             Self::DownstreamAmbiguous => "the MCP server may have acted but no terminal response arrived",
             Self::InternalError => "an internal failure happened after a command reached the MCP server",
             Self::LatchedPreviously => "a fatal latch from an earlier run is still in place",
+            Self::InterruptedBeforeAck => {
+                "an earlier run ended after dispatching this command and before its acknowledgement"
+            }
         }
     }
 }
@@ -75,7 +80,7 @@ mod tests {
     #[test]
     fn exit_codes_are_the_documented_ones_and_distinct() {
         let codes: Vec<u8> = FatalCategory::ALL.iter().map(|c| c.exit_code()).collect();
-        assert_eq!(codes, (80..=89).collect::<Vec<u8>>());
+        assert_eq!(codes, (80..=90).collect::<Vec<u8>>());
     }
 
     #[test]

@@ -41,22 +41,29 @@ impl LatchFileError {
 
 /// Writes the cause atomically. The file holds only the privacy-safe [`Fatal`].
 pub fn write(path: &Path, fatal: &Fatal) -> Result<(), LatchFileError> {
-    let err = |source| LatchFileError::Write {
-        path: path.to_owned(),
-        source,
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&dir).map_err(err)?;
     let mut doc = LatchDocument {
         schema_version: 1,
         tunnelgate_version: env!("CARGO_PKG_VERSION").to_owned(),
         fatal: fatal.clone(),
     };
     doc.fatal.persisted = true;
-    let bytes = serde_json::to_vec_pretty(&doc).expect("latch documents serialize");
+    let mut bytes = serde_json::to_vec_pretty(&doc).expect("latch documents serialize");
+    bytes.push(b'\n');
+    write_durably(path, &bytes).map_err(|source| LatchFileError::Write {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Replaces `path` with `bytes` so that after a crash it is either the old file (or
+/// none) or wholly the new one: a temporary file beside it, fsynced, renamed over it, and
+/// the directory fsynced. Creates the directory if needed.
+pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir)?;
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -68,8 +75,7 @@ pub fn write(path: &Path, fatal: &Fatal) -> Result<(), LatchFileError> {
             .create(true)
             .truncate(true)
             .open(&tmp)?;
-        f.write_all(&bytes)?;
-        f.write_all(b"\n")?;
+        f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         std::fs::File::open(&dir)?.sync_all()
@@ -77,7 +83,7 @@ pub fn write(path: &Path, fatal: &Fatal) -> Result<(), LatchFileError> {
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result.map_err(err)
+    result
 }
 
 /// Reads a persisted cause. `Ok(None)` when there is no file. A file that exists but does
@@ -112,7 +118,7 @@ pub fn clear(path: &Path) -> Result<bool, LatchFileError> {
     }
 }
 
-trait ClassifyName {
+pub(crate) trait ClassifyName {
     fn classify_name(&self) -> &'static str;
 }
 

@@ -1,4 +1,5 @@
-//! Strict mode: the fence, the fatal latch, fatal categories and the persisted latch file.
+//! Strict mode: the fence, the fatal latch, fatal categories, the persisted latch file and
+//! the write-ahead intent.
 //!
 //! Owns the single source of truth for "may anything more reach an MCP server". Must not
 //! touch sockets or child processes: it only mints and refuses admissions, and records
@@ -7,6 +8,7 @@
 mod category;
 mod fatal;
 mod fence;
+pub mod intent;
 pub mod latch_file;
 
 pub use category::FatalCategory;
@@ -14,6 +16,7 @@ pub use fatal::{CommandRef, Fatal};
 pub use fence::{
     Admission, Fence, FenceLeg, FenceSnapshot, FenceSync, LatchObserver, Latched, Refusal, TokioSync, Wire,
 };
+pub use intent::{FileIntents, Intent, IntentError, IntentStore, Unsettled};
 
 /// The model checks' explorer (shuttle), shared with the admission line's model check.
 #[cfg(test)]

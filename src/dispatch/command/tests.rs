@@ -15,10 +15,10 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::app::GatewayLabels;
 use crate::control::{ControlClient, ControlSettings};
-use crate::dispatch::{Health, Policy, Propagation, Stops, Wiring};
+use crate::dispatch::{Health, Policy, Propagation, Stops, Wiring, WriteAhead};
 use crate::downstream::{Channels, HttpSettings, HttpTransport};
 use crate::protocol::decode_poll;
-use crate::strict::Fence;
+use crate::strict::{Fence, FileIntents, Unsettled};
 use crate::supervisor::Supervisor;
 use crate::telemetry::Metrics;
 
@@ -168,6 +168,11 @@ const ANSWER: Step = Step::Json {
 
 /// A dispatcher whose only channel, `main`, is the MCP peer.
 fn dispatcher(mcp: &Peer, control: &Peer, strict: bool) -> (Arc<Dispatcher>, Fence) {
+    with_intents(mcp, control, strict, None)
+}
+
+/// As [`dispatcher`], with a write-ahead intent store.
+fn with_intents(mcp: &Peer, control: &Peer, strict: bool, intents: Option<FileIntents>) -> (Arc<Dispatcher>, Fence) {
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(strict, &[]));
     let settings = ControlSettings {
         base_url: format!("http://{}", control.addr),
@@ -206,6 +211,10 @@ fn dispatcher(mcp: &Peer, control: &Peer, strict: bool) -> (Arc<Dispatcher>, Fen
             cut: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
         },
+        write_ahead: intents.map(|store| WriteAhead {
+            store: Arc::new(store),
+            instance_id: "instance-1".to_owned(),
+        }),
     });
     (d, fence)
 }
@@ -310,4 +319,71 @@ async fn a_stopping_admission_line_answers_not_executed_without_dispatch() {
     let posted = control.seen();
     assert_eq!(posted.len(), 1);
     assert!(posted[0].body.contains("safe to retry"), "{}", posted[0].body);
+}
+
+fn intent_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "tunnelgate-command-intent-{}-{}",
+        std::process::id(),
+        crate::protocol::random_hex(4)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[tokio::test]
+async fn an_acknowledged_command_settles_its_intent() {
+    let d = intent_dir();
+    let store = FileIntents::beside(&d.join("latch.json"));
+    let mcp = Peer::start(vec![ANSWER]).await;
+    let control = Peer::start(vec![ACK]).await;
+    let (dispatcher, fence) = with_intents(&mcp, &control, true, Some(store.clone()));
+    run_one(&dispatcher, command("main")).await;
+    assert_eq!(fence.fatal(), None);
+    assert!(matches!(store.read(), Unsettled::None), "settled after acked");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[tokio::test]
+async fn a_latched_command_leaves_its_intent_for_the_next_start() {
+    let d = intent_dir();
+    let store = FileIntents::beside(&d.join("latch.json"));
+    let mcp = Peer::start(vec![ANSWER]).await;
+    let control = Peer::start(vec![Step::Json {
+        status: 404,
+        body: r#"{"error":"gone"}"#,
+    }])
+    .await;
+    let (dispatcher, fence) = with_intents(&mcp, &control, true, Some(store.clone()));
+    run_one(&dispatcher, command("main")).await;
+    assert_eq!(fence.fatal().map(|f| f.category), Some(FatalCategory::AckNotFound));
+    match store.read() {
+        Unsettled::Intent(i) => {
+            assert_eq!(i.request_id, "r1");
+            assert_eq!(i.channel, "main");
+            assert_eq!(i.method.as_deref(), Some("tools/call"));
+            assert_eq!(i.instance_id, "instance-1");
+        }
+        other => panic!("the intent stays until the latch is handled, got {other:?}"),
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[tokio::test]
+async fn an_intent_that_cannot_be_written_keeps_the_command_from_the_server() {
+    let d = intent_dir();
+    let blocker = d.join("not-a-directory");
+    std::fs::write(&blocker, b"x").unwrap();
+    let store = FileIntents::beside(&blocker.join("latch.json"));
+    // The MCP peer has no step: a request reaching it fails the test.
+    let mcp = Peer::start(vec![]).await;
+    let control = Peer::start(vec![ACK]).await;
+    let (dispatcher, fence) = with_intents(&mcp, &control, true, Some(store));
+    run_one(&dispatcher, command("main")).await;
+    assert_eq!(fence.fatal(), None, "nothing was dispatched: nothing to latch");
+    let posted = control.seen();
+    assert_eq!(posted.len(), 1);
+    assert!(posted[0].body.contains("safe to retry"), "{}", posted[0].body);
+    assert!(mcp.seen().is_empty());
+    std::fs::remove_dir_all(&d).unwrap();
 }

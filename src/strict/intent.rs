@@ -1,0 +1,222 @@
+//! The write-ahead intent: before an admitted command's first downstream step, a strict
+//! gateway records durably that the command may be about to reach an MCP server; it
+//! settles the record once the command's terminal response is acknowledged (or its leg
+//! ended `not_sent`). A start that finds an unsettled record knows an earlier run died in
+//! between, however it died (SIGKILL, OOM, abort, power), and latches
+//! `interrupted_before_ack` before anything else.
+//!
+//! The record holds request id, channel, method, instance id and time: never payloads.
+//! It sits behind [`IntentStore`], whose first backend is a file beside the latch file
+//! ([`FileIntents`]); a shared backend for replicas comes later. Strict mode admits one
+//! command at a time, so one record at a time is all there is.
+//!
+//! Durability: the record is written to a temporary file, fsynced, renamed over the record
+//! path and the directory fsynced (the latch file's own procedure), so after a crash it is
+//! either wholly there or absent. Settling removes the file without an fsync of the
+//! directory: a removal lost to a power failure leaves a record of a command that was in
+//! fact acknowledged, and the next start latches on it. That is the conservative side.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+
+use super::latch_file::{write_durably, ClassifyName};
+
+/// One command that may have reached an MCP server and is not yet acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    pub request_id: String,
+    pub channel: String,
+    pub method: Option<String>,
+    /// The gateway instance that wrote it (`X-Tunnel-Client-Instance-Id`).
+    pub instance_id: String,
+    /// RFC 3339, UTC, seconds.
+    pub written_at: String,
+}
+
+/// The on-disk document (schema_version 1).
+#[derive(Debug, Serialize, Deserialize)]
+struct IntentDocument {
+    schema_version: u32,
+    tunnelgate_version: String,
+    intent: Intent,
+}
+
+/// Why the intent store failed. Messages name the path and the problem, never a payload.
+#[derive(Debug, thiserror::Error)]
+pub enum IntentError {
+    #[error("cannot write the intent record {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot remove the intent record {path}: {source}")]
+    Remove { path: PathBuf, source: std::io::Error },
+    #[error("cannot read the intent record {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("the intent record {path} exists but is not a tunnelgate intent (treated as unsettled): {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("the intent store stopped before finishing")]
+    Interrupted,
+}
+
+impl IntentError {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Write { .. } => "write",
+            Self::Remove { .. } => "remove",
+            Self::Read { .. } => "read",
+            Self::Corrupt { .. } => "corrupt",
+            Self::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// What a start finds.
+#[derive(Debug)]
+pub enum Unsettled {
+    /// No record: the last run ended with nothing outstanding.
+    None,
+    /// A readable record.
+    Intent(Intent),
+    /// A record that exists but cannot be read: treated as unsettled (fail closed), with
+    /// no command to name.
+    Unreadable(IntentError),
+}
+
+/// A boxed future of the store: the trait stays usable behind `dyn`.
+pub type IntentFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where intents are kept.
+pub trait IntentStore: Send + Sync {
+    /// Records `intent` durably; returns once it would survive a crash.
+    fn record<'a>(&'a self, intent: &'a Intent) -> IntentFuture<'a, Result<(), IntentError>>;
+    /// Settles the outstanding record, if any.
+    fn settle(&self) -> IntentFuture<'_, Result<(), IntentError>>;
+    /// What an earlier run left.
+    fn unsettled(&self) -> Unsettled;
+}
+
+/// The file backend: one record at `path`.
+#[derive(Clone, Debug)]
+pub struct FileIntents {
+    path: PathBuf,
+}
+
+impl FileIntents {
+    pub fn new(path: PathBuf) -> Self {
+        Self { path }
+    }
+
+    /// The record beside `latch_file`: `latch.json` -> `latch.intent.json`.
+    pub fn beside(latch_file: &Path) -> Self {
+        Self::new(intent_path(latch_file))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn write_now(&self, intent: &Intent) -> Result<(), IntentError> {
+        let doc = IntentDocument {
+            schema_version: 1,
+            tunnelgate_version: env!("CARGO_PKG_VERSION").to_owned(),
+            intent: intent.clone(),
+        };
+        let mut bytes = serde_json::to_vec_pretty(&doc).expect("intent documents serialize");
+        bytes.push(b'\n');
+        write_durably(&self.path, &bytes).map_err(|source| IntentError::Write {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    fn remove_now(&self) -> Result<(), IntentError> {
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(IntentError::Remove {
+                path: self.path.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Reads the record now (blocking).
+    pub fn read(&self) -> Unsettled {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Unsettled::None,
+            Err(source) => {
+                return Unsettled::Unreadable(IntentError::Read {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        };
+        match serde_json::from_slice::<IntentDocument>(&bytes) {
+            Ok(doc) => Unsettled::Intent(doc.intent),
+            Err(e) => Unsettled::Unreadable(IntentError::Corrupt {
+                path: self.path.clone(),
+                reason: format!("line {} column {}: {}", e.line(), e.column(), e.classify_name()),
+            }),
+        }
+    }
+
+    /// Removes the record now (blocking): `tunnelgate latch clear` and a start that has
+    /// latched on it. `Ok(false)` when there was none.
+    pub fn clear(&self) -> Result<bool, IntentError> {
+        let existed = self.path.exists();
+        self.remove_now()?;
+        Ok(existed)
+    }
+}
+
+impl IntentStore for FileIntents {
+    fn record<'a>(&'a self, intent: &'a Intent) -> IntentFuture<'a, Result<(), IntentError>> {
+        let (this, intent) = (self.clone(), intent.clone());
+        Box::pin(async move {
+            // The fsyncs block: off the runtime, so polls and the ops listener go on.
+            tokio::task::spawn_blocking(move || this.write_now(&intent))
+                .await
+                .unwrap_or(Err(IntentError::Interrupted))
+        })
+    }
+
+    fn settle(&self) -> IntentFuture<'_, Result<(), IntentError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || this.remove_now())
+                .await
+                .unwrap_or(Err(IntentError::Interrupted))
+        })
+    }
+
+    fn unsettled(&self) -> Unsettled {
+        self.read()
+    }
+}
+
+/// `latch.json` -> `latch.intent.json` (any extension is replaced; none is added to).
+pub fn intent_path(latch_file: &Path) -> PathBuf {
+    let stem = latch_file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "latch".to_owned());
+    latch_file.with_file_name(format!("{stem}.intent.json"))
+}
+
+impl Intent {
+    /// An intent for the command, written now by `instance_id`.
+    pub fn now(request_id: &str, channel: &str, method: Option<&str>, instance_id: &str) -> Self {
+        Self {
+            request_id: request_id.to_owned(),
+            channel: channel.to_owned(),
+            method: method.map(str::to_owned),
+            instance_id: instance_id.to_owned(),
+            written_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,74 @@
+//! The file backend on a real directory.
+
+use super::*;
+
+fn dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "tunnelgate-intent-{}-{}",
+        std::process::id(),
+        crate::protocol::random_hex(4)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn the_record_sits_beside_the_latch_file() {
+    assert_eq!(
+        intent_path(Path::new("/var/lib/tunnelgate/latch.json")),
+        PathBuf::from("/var/lib/tunnelgate/latch.intent.json")
+    );
+    assert_eq!(
+        intent_path(Path::new("state/latch")),
+        PathBuf::from("state/latch.intent.json")
+    );
+}
+
+#[tokio::test]
+async fn a_recorded_intent_is_found_until_it_is_settled() {
+    let d = dir();
+    let store = FileIntents::beside(&d.join("latch.json"));
+    assert!(matches!(store.unsettled(), Unsettled::None));
+    let intent = Intent::now("req-1", "main", Some("tools/call"), "abcd");
+    store.record(&intent).await.unwrap();
+    match store.unsettled() {
+        Unsettled::Intent(found) => assert_eq!(found, intent),
+        other => panic!("expected the intent, got {other:?}"),
+    }
+    let text = std::fs::read_to_string(store.path()).unwrap();
+    assert!(text.contains("\"schema_version\": 1"), "{text}");
+    store.settle().await.unwrap();
+    assert!(matches!(store.unsettled(), Unsettled::None));
+    // Settling twice is harmless, and no temporary file is left behind.
+    store.settle().await.unwrap();
+    let left: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_record_that_does_not_parse_is_unsettled_and_unreadable() {
+    let d = dir();
+    let store = FileIntents::beside(&d.join("latch.json"));
+    std::fs::write(store.path(), b"{ half a record").unwrap();
+    match store.unsettled() {
+        Unsettled::Unreadable(e) => assert_eq!(e.kind(), "corrupt"),
+        other => panic!("a corrupt record fails closed, got {other:?}"),
+    }
+    assert!(store.clear().unwrap());
+    assert!(!store.clear().unwrap());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[tokio::test]
+async fn a_record_that_cannot_be_written_is_an_error_naming_the_path() {
+    let d = dir();
+    // A directory where the record's directory should be: nothing can be created there.
+    let blocker = d.join("blocked");
+    std::fs::write(&blocker, b"a file, not a directory").unwrap();
+    let store = FileIntents::beside(&blocker.join("latch.json"));
+    let err = store.record(&Intent::now("r", "main", None, "i")).await.unwrap_err();
+    assert_eq!(err.kind(), "write");
+    assert!(err.to_string().contains("latch.intent.json"), "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
