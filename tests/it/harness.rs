@@ -614,6 +614,11 @@ impl Gateway {
         self.process.signal("TERM");
     }
 
+    /// `kill -<signal> PID` (the gateway only), e.g. `KILL`, `STOP`.
+    pub fn signal(&self, signal: &str) {
+        self.process.signal(signal);
+    }
+
     /// Waits until `url` (e.g. the ops listener's `/livez`) answers HTTP; panics early,
     /// with the stderr, if the gateway exits first.
     pub async fn wait_http_ready(&mut self, url: &str, timeout: Duration) {

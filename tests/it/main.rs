@@ -10,6 +10,7 @@ mod architecture;
 mod bad_input;
 mod cli;
 mod contract;
+mod crash;
 mod doctor;
 mod gateway_http;
 mod gateway_stdio;
