@@ -262,3 +262,74 @@ async fn killed_while_idle_the_restart_is_clean_with_no_intent_left() {
     kill9(&mut gw).await;
     restart_is_clean(&rig, &config).await;
 }
+
+/// An intent record as an earlier run leaves it.
+fn leave_intent(rig: &Rig, text: &str) {
+    std::fs::write(intent_path(rig), text).unwrap();
+}
+
+const LEFT_INTENT: &str = r#"{
+  "schema_version": 1,
+  "tunnelgate_version": "0.1.0",
+  "intent": {
+    "request_id": "req-left-behind",
+    "channel": "main",
+    "method": "tools/call",
+    "instance_id": "0123456789abcdef",
+    "written_at": "2026-12-01T09:00:00Z"
+  }
+}
+"#;
+
+#[tokio::test]
+async fn a_held_start_on_an_unsettled_intent_serves_only_the_fatal_state() {
+    let rig = Rig::start("").await;
+    leave_intent(&rig, LEFT_INTENT);
+    let config = rig
+        .config(&RigOptions::default())
+        .replace("[strict]\n", "[strict]\nlatched_start = \"hold\"\n");
+    let mut gw = rig.spawn_gateway(&config).await;
+    let status = rig.status().await;
+    assert_eq!(status["state"], "fatal", "{status}");
+    assert_eq!(status["fatal"]["request_id"], "req-left-behind", "{status}");
+    let metrics = rig.metrics().await;
+    assert!(
+        metrics.contains("tunnelgate_fatal_info{category=\"interrupted_before_ack\"} 1"),
+        "the alert names the cause"
+    );
+    let latch = read_json(&rig.latch_path());
+    assert_eq!(latch["fatal"]["category"], "interrupted_before_ack", "{latch}");
+    assert!(!intent_path(&rig).exists());
+    assert!(rig.sim.record().polls.is_empty(), "a held start never polls");
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(BOUND).await, Some(89), "{}", gw.stderr());
+}
+
+#[tokio::test]
+async fn an_unreadable_intent_fails_closed() {
+    let rig = Rig::start("").await;
+    leave_intent(&rig, "{ half a record");
+    let mut gw = Gateway::run(&rig.config(&RigOptions::default()));
+    assert_eq!(gw.wait_exit(BOUND).await, Some(90), "{}", gw.stderr());
+    let stderr = gw.stderr();
+    assert!(stderr.contains("is not a tunnelgate intent"), "{stderr}");
+    let latch = read_json(&rig.latch_path());
+    assert_eq!(latch["fatal"]["category"], "interrupted_before_ack", "{latch}");
+    assert!(rig.sim.record().polls.is_empty());
+}
+
+#[tokio::test]
+async fn latch_show_lists_an_unsettled_intent_and_latch_clear_removes_it() {
+    let rig = Rig::start("").await;
+    leave_intent(&rig, LEFT_INTENT);
+    let latch = rig.latch_path();
+    let latch = latch.to_str().unwrap();
+    let shown = Gateway::cli(&["latch", "show", "--latch-file", latch], None, &[], BOUND).await;
+    assert_eq!(shown.code, 0, "{shown:?}");
+    assert!(shown.stdout.contains("unsettled write-ahead intent"), "{shown:?}");
+    assert!(shown.stdout.contains("request_id=req-left-behind"), "{shown:?}");
+    let cleared = Gateway::cli(&["latch", "clear", "--latch-file", latch, "--yes"], None, &[], BOUND).await;
+    assert_eq!(cleared.code, 0, "{cleared:?}");
+    assert!(!intent_path(&rig).exists());
+    restart_is_clean(&rig, &rig.config(&RigOptions::default())).await;
+}
