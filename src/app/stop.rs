@@ -17,7 +17,9 @@
 //! itself has already reported the cause (stderr, event, metrics) when it was set.
 //!
 //! Fatal beats a clean stop until the cut: a latch seen while running, during the grace or
-//! at its end turns the order fatal. From the cut on, the graceful order runs to its end.
+//! at its end turns the order fatal. From the cut on, the graceful order runs to its end,
+//! and a latch set meanwhile is persisted and returned at that end: a run that latched
+//! never reads as clean.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -222,6 +224,10 @@ impl StopOrder {
             phase = next;
         };
         let outcome = match end {
+            // A latch set during or after the cut (a task failing in strict mode, say)
+            // comes too late to change the order, never too late to win: it is
+            // persisted and returned, so the run never reads as clean.
+            End::Clean if self.fence.fatal().is_some() => RunOutcome::Fatal(self.persist().await),
             End::Clean => RunOutcome::Clean,
             End::Fatal => RunOutcome::Fatal(
                 progress
@@ -342,10 +348,18 @@ impl StopOrder {
     async fn begin_fatal(&self) -> Fatal {
         self.signals.poll_stop.cancel();
         self.channels.kill_all();
+        let fatal = self.persist().await;
+        self.supervisor.close();
+        fatal
+    }
+
+    /// Persists the latch in force (off the runtime: the write ends with an fsync) and
+    /// returns it, marked persisted when the write succeeded.
+    async fn persist(&self) -> Fatal {
         let fatal = self
             .fence
             .fatal()
-            .expect("the fatal order begins only once the cause is recorded");
+            .expect("a latch is persisted only once the cause is recorded");
         // The write ends with an fsync: off the runtime, so the cleanup below is not held up.
         let path = self.bounds.latch_file.clone();
         let persisted = self
@@ -360,9 +374,7 @@ impl StopOrder {
             Ok(Err(e)) => eprintln!("tunnelgate: {e}; the latch holds for this run only"),
             Err(_) => eprintln!("tunnelgate: writing the latch file failed; the latch holds for this run only"),
         }
-        let fatal = self.fence.fatal().unwrap_or(fatal);
-        self.supervisor.close();
-        fatal
+        self.fence.fatal().unwrap_or(fatal)
     }
 }
 

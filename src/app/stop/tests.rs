@@ -259,3 +259,31 @@ async fn a_task_that_ignores_every_signal_holds_the_stop_only_for_the_last_wait(
         Duration::from_secs(10) + Duration::from_secs(3) + LAST_WAIT
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_latch_after_the_cut_still_ends_the_run_fatal_and_is_persisted() {
+    let dir = tempfile::tempdir().unwrap();
+    let fence = Fence::new(true, 1);
+    let supervisor = Supervisor::logging_only();
+    let (order, tx) = order(&fence, &supervisor, dir.path());
+    let cut = order.signals.cut.clone();
+    // A command that ignores the grace, and latches only once the cut has come (as a
+    // task failing in strict mode would, through the failure hook).
+    supervisor.spawn(TaskKind::Command, {
+        let fence = fence.clone();
+        async move {
+            cut.cancelled().await;
+            fence.latch(FatalCategory::InternalError, &CommandRef::new("late", "main", None));
+            TaskEnd::Finished
+        }
+    });
+    tx.send(()).unwrap();
+    let (outcome, _) = tokio::spawn(order.run()).await.unwrap();
+    let RunOutcome::Fatal(fatal) = outcome else {
+        panic!("a run that latched never reads as clean: {outcome:?}")
+    };
+    assert_eq!(fatal.category, FatalCategory::InternalError);
+    assert!(fatal.persisted);
+    let persisted = crate::strict::latch_file::read(&dir.path().join("latch.json")).unwrap();
+    assert_eq!(persisted.map(|f| f.category), Some(FatalCategory::InternalError));
+}
