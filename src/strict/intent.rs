@@ -10,11 +10,18 @@
 //! ([`FileIntents`]); a shared backend for replicas comes later. Strict mode admits one
 //! command at a time, so one record at a time is all there is.
 //!
-//! Durability: the record is written to a temporary file, fsynced, renamed over the record
-//! path and the directory fsynced (the latch file's own procedure), so after a crash it is
-//! either wholly there or absent. Settling removes the file without an fsync of the
-//! directory: a removal lost to a power failure leaves a record of a command that was in
-//! fact acknowledged, and the next start latches on it. That is the conservative side.
+//! Durability costs one flush per strict command, and no more: the record file is created
+//! once (temporary file, fsync, rename, directory fsync: the latch file's procedure), and
+//! from then on each record overwrites it in place, padded to a whole number of blocks so
+//! its size rarely changes, and is `fdatasync`ed before the command's first downstream
+//! step. Settling overwrites it with a settled document and is not flushed at all.
+//!
+//! Why that is safe: the command is dispatched only after the flush returned, so a crash
+//! that tears or loses a record write dispatched nothing, and whatever the file then
+//! holds (the settled document: a clean start; a torn mix: unreadable, which fails
+//! closed) is on the safe side. A settle lost to a crash leaves the record of a command
+//! that was in fact acknowledged, and the next start latches on it: the conservative
+//! side, documented.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -36,13 +43,17 @@ pub struct Intent {
     pub written_at: String,
 }
 
-/// The on-disk document (schema_version 1).
+/// The on-disk document (schema_version 1); `intent` is null once settled. Trailing
+/// spaces pad it to whole blocks.
 #[derive(Debug, Serialize, Deserialize)]
 struct IntentDocument {
     schema_version: u32,
     tunnelgate_version: String,
-    intent: Intent,
+    intent: Option<Intent>,
 }
+
+/// Records are padded to a multiple of this, so that an overwrite keeps the file's size.
+const RECORD_BLOCK: usize = 4096;
 
 /// Why the intent store failed. Messages name the path and the problem, never a payload.
 #[derive(Debug, thiserror::Error)]
@@ -116,29 +127,32 @@ impl FileIntents {
         &self.path
     }
 
-    fn write_now(&self, intent: &Intent) -> Result<(), IntentError> {
-        let doc = IntentDocument {
-            schema_version: 1,
-            tunnelgate_version: env!("CARGO_PKG_VERSION").to_owned(),
-            intent: intent.clone(),
-        };
-        let mut bytes = serde_json::to_vec_pretty(&doc).expect("intent documents serialize");
-        bytes.push(b'\n');
-        write_durably(&self.path, &bytes).map_err(|source| IntentError::Write {
+    /// Writes `intent` (or the settled document) in place; flushed with `fdatasync` when
+    /// `flush`. The first write creates the file durably.
+    fn write_now(&self, intent: Option<&Intent>, flush: bool) -> Result<(), IntentError> {
+        let err = |source| IntentError::Write {
             path: self.path.clone(),
             source,
-        })
-    }
-
-    fn remove_now(&self) -> Result<(), IntentError> {
-        match std::fs::remove_file(&self.path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(IntentError::Remove {
-                path: self.path.clone(),
-                source,
-            }),
+        };
+        let bytes = document(intent);
+        let file = match std::fs::OpenOptions::new().write(true).open(&self.path) {
+            Ok(f) => f,
+            // Created once, with the directory entry made durable too.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return write_durably(&self.path, &bytes).map_err(err)
+            }
+            Err(e) => return Err(err(e)),
+        };
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&bytes, 0).map_err(err)?;
+        let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        if file.metadata().map_err(err)?.len() != len {
+            file.set_len(len).map_err(err)?;
         }
+        if flush {
+            file.sync_data().map_err(err)?;
+        }
+        Ok(())
     }
 
     /// Reads the record now (blocking).
@@ -154,7 +168,8 @@ impl FileIntents {
             }
         };
         match serde_json::from_slice::<IntentDocument>(&bytes) {
-            Ok(doc) => Unsettled::Intent(doc.intent),
+            Ok(IntentDocument { intent: None, .. }) => Unsettled::None,
+            Ok(IntentDocument { intent: Some(i), .. }) => Unsettled::Intent(i),
             Err(e) => Unsettled::Unreadable(IntentError::Corrupt {
                 path: self.path.clone(),
                 reason: format!("line {} column {}: {}", e.line(), e.column(), e.classify_name()),
@@ -165,9 +180,15 @@ impl FileIntents {
     /// Removes the record now (blocking): `tunnelgate latch clear` and a start that has
     /// latched on it. `Ok(false)` when there was none.
     pub fn clear(&self) -> Result<bool, IntentError> {
-        let existed = self.path.exists();
-        self.remove_now()?;
-        Ok(existed)
+        let unsettled = !matches!(self.read(), Unsettled::None);
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(unsettled),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(IntentError::Remove {
+                path: self.path.clone(),
+                source,
+            }),
+        }
     }
 }
 
@@ -176,7 +197,7 @@ impl IntentStore for FileIntents {
         let (this, intent) = (self.clone(), intent.clone());
         Box::pin(async move {
             // The fsyncs block: off the runtime, so polls and the ops listener go on.
-            tokio::task::spawn_blocking(move || this.write_now(&intent))
+            tokio::task::spawn_blocking(move || this.write_now(Some(&intent), true))
                 .await
                 .unwrap_or(Err(IntentError::Interrupted))
         })
@@ -185,7 +206,8 @@ impl IntentStore for FileIntents {
     fn settle(&self) -> IntentFuture<'_, Result<(), IntentError>> {
         let this = self.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || this.remove_now())
+            // Not flushed: a settle lost to a crash errs on the safe side.
+            tokio::task::spawn_blocking(move || this.write_now(None, false))
                 .await
                 .unwrap_or(Err(IntentError::Interrupted))
         })
@@ -194,6 +216,20 @@ impl IntentStore for FileIntents {
     fn unsettled(&self) -> Unsettled {
         self.read()
     }
+}
+
+/// The document for `intent` (null: settled), padded with spaces to whole blocks.
+fn document(intent: Option<&Intent>) -> Vec<u8> {
+    let doc = IntentDocument {
+        schema_version: 1,
+        tunnelgate_version: env!("CARGO_PKG_VERSION").to_owned(),
+        intent: intent.cloned(),
+    };
+    let mut bytes = serde_json::to_vec_pretty(&doc).expect("intent documents serialize");
+    bytes.push(b'\n');
+    let padded = bytes.len().div_ceil(RECORD_BLOCK) * RECORD_BLOCK;
+    bytes.resize(padded, b' ');
+    bytes
 }
 
 /// `latch.json` -> `latch.intent.json` (any extension is replaced; none is added to).

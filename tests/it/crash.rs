@@ -31,10 +31,15 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
 }
 
-async fn wait_for_intent(rig: &Rig) -> Value {
+/// Whether the record holds a command in doubt (it stays, settled, once written).
+fn in_doubt(rig: &Rig) -> bool {
     let path = intent_path(rig);
-    wait_until("the write-ahead intent record", BOUND, || async { path.exists() }).await;
-    read_json(&path)
+    path.exists() && !read_json(&path)["intent"].is_null()
+}
+
+async fn wait_for_intent(rig: &Rig) -> Value {
+    wait_until("the write-ahead intent record", BOUND, || async { in_doubt(rig) }).await;
+    read_json(&intent_path(rig))
 }
 
 /// SIGKILL, and wait until the process is gone.
@@ -84,7 +89,7 @@ async fn restart_latches_on(rig: &Rig, config: &str, request_id: &str) {
 /// Starts the gateway again and expects a clean, serving run: a command is answered and
 /// acknowledged, and a stop exits 0.
 async fn restart_is_clean(rig: &Rig, config: &str) {
-    assert!(!intent_path(rig).exists(), "nothing was left in doubt");
+    assert!(!in_doubt(rig), "nothing was left in doubt");
     let mut again = rig.spawn_gateway(config).await;
     let id = rig.enqueue_call("echo", json!({"message": "after the restart"}));
     rig.wait("the next command's terminal response", |r| {
@@ -92,7 +97,7 @@ async fn restart_is_clean(rig: &Rig, config: &str) {
             .any(|p| p.resp_type.as_deref() == Some("jsonrpc_response"))
     })
     .await;
-    wait_until("the intent settled", BOUND, || async { !intent_path(rig).exists() }).await;
+    wait_until("the intent settled", BOUND, || async { !in_doubt(rig) }).await;
     again.sigterm();
     assert_eq!(again.wait_exit(BOUND).await, Some(0), "{}", again.stderr());
     assert!(!rig.latch_path().exists());
@@ -245,10 +250,7 @@ async fn killed_after_the_acknowledgement_the_restart_is_clean() {
             .any(|p| p.resp_type.as_deref() == Some("jsonrpc_response"))
     })
     .await;
-    wait_until("the intent settled after acked", BOUND, || async {
-        !intent_path(&rig).exists()
-    })
-    .await;
+    wait_until("the intent settled after acked", BOUND, || async { !in_doubt(&rig) }).await;
     kill9(&mut gw).await;
     restart_is_clean(&rig, &config).await;
 }

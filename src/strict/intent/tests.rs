@@ -39,10 +39,16 @@ async fn a_recorded_intent_is_found_until_it_is_settled() {
     assert!(text.contains("\"schema_version\": 1"), "{text}");
     store.settle().await.unwrap();
     assert!(matches!(store.unsettled(), Unsettled::None));
-    // Settling twice is harmless, and no temporary file is left behind.
+    // Settling twice is harmless; the record file stays (settled), padded to whole
+    // blocks, and no temporary file is left behind.
     store.settle().await.unwrap();
-    let left: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
-    assert!(left.is_empty(), "{left:?}");
+    let left: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, [std::ffi::OsString::from("latch.intent.json")]);
+    assert_eq!(std::fs::metadata(store.path()).unwrap().len() % 4096, 0);
+    // The next record overwrites it in place and is found again.
+    let next = Intent::now("req-2", "main", None, "abcd");
+    store.record(&next).await.unwrap();
+    assert!(matches!(store.unsettled(), Unsettled::Intent(i) if i == next));
     std::fs::remove_dir_all(&d).unwrap();
 }
 
