@@ -21,6 +21,9 @@ pub(crate) struct SendFacts {
     pub(crate) refused: bool,
     /// The TCP stage itself failed (so a connect failure was not the TLS handshake).
     pub(crate) tcp_stage: bool,
+    /// The gateway ran out of descriptors or socket memory (`EMFILE`, `ENFILE`, `ENOMEM`,
+    /// `ENOBUFS`): a local failure, never the peer's.
+    pub(crate) exhausted: bool,
 }
 
 impl SendFacts {
@@ -33,6 +36,16 @@ impl SendFacts {
             timeout,
             refused,
             tcp_stage,
+            exhausted: false,
+        }
+    }
+
+    /// The same facts, with the gateway's own resources exhausted: for table tests.
+    #[cfg(test)]
+    pub(crate) fn exhausted(self) -> Self {
+        Self {
+            exhausted: true,
+            ..self
         }
     }
 
@@ -51,6 +64,7 @@ impl SendFacts {
             // unexported `ConnectError`; the TLS stage has no type of its own in the
             // chain that this crate depends on.
             tcp_stage: chain_mentions(error, &["tcp connect error"]),
+            exhausted: crate::descriptors::chain_is_exhaustion(error),
         }
     }
 }

@@ -351,12 +351,13 @@ fn recorded_result(r: &ResponseRecord) -> Result<&'static str, String> {
     }
 }
 
-const ATTEMPT_RESULTS: [&str; 8] = [
+const ATTEMPT_RESULTS: [&str; 9] = [
     "ok",
     "not_found",
     "retryable_status",
     "rejected_status",
     "transport_not_sent",
+    "local_exhaustion",
     "transport_after_write",
     "timeout",
     "cancelled",
