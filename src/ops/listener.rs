@@ -149,3 +149,6 @@ async fn refuse_bodies(request: Request<Body>, next: Next) -> Response {
     }
     next.run(request).await
 }
+
+#[cfg(test)]
+mod tests;

@@ -281,6 +281,10 @@ fn last_attempts_map_to_deliveries_and_categories() {
         assert_eq!(a.final_delivery(), delivery, "{a:?}");
         assert_eq!(fatal_category(a), category, "{a:?}");
     }
+    // The gateway's own exhaustion is named as such, never as the control plane's.
+    let words = fatal_category(A::LocalExhaustion).unwrap().explanation();
+    assert!(words.contains(crate::descriptors::EXHAUSTION_WORDS), "{words}");
+    assert!(!words.contains("control plane"), "{words}");
 }
 
 const STRICT: Rules = Rules {
