@@ -68,7 +68,9 @@ pub(super) async fn serve(listener: TcpListener, router: Router, stop: Cancellat
         .max_buf_size(MAX_HEAD_BYTES)
         .max_headers(MAX_HEADERS);
     let mut connections: FuturesUnordered<Connection> = FuturesUnordered::new();
+    // Each condition is logged once when it begins, not once per connection or retry.
     let mut at_limit = false;
+    let mut exhausted = false;
     loop {
         tokio::select! {
             biased;
@@ -87,6 +89,7 @@ pub(super) async fn serve(listener: TcpListener, router: Router, stop: Cancellat
                 }
                 Ok((stream, _)) => {
                     at_limit = false;
+                    exhausted = false;
                     let service = TowerToHyperService::new(router.clone());
                     let conn = http.serve_connection(TokioIo::new(stream), service);
                     connections.push(Box::pin(async move {
@@ -95,7 +98,10 @@ pub(super) async fn serve(listener: TcpListener, router: Router, stop: Cancellat
                     }));
                 }
                 Err(e) if crate::descriptors::is_exhaustion(&e) => {
-                    tracing::warn!(error = %e, "ops listener cannot accept: {}", crate::descriptors::EXHAUSTION_WORDS);
+                    if !exhausted {
+                        exhausted = true;
+                        tracing::warn!(error = %e, "ops listener cannot accept: {}", crate::descriptors::EXHAUSTION_WORDS);
+                    }
                     pause(&stop, &mut connections).await;
                 }
                 // A connection reset before it was accepted, and the like: transient.
