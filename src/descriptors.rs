@@ -1,13 +1,49 @@
 //! The process's descriptor budget: raising the soft `RLIMIT_NOFILE` at the start of
 //! `tunnelgate run`, and recognising the errors that say a local resource ran out
 //! (`EMFILE`, `ENFILE`, `ENOMEM`, `ENOBUFS`), so that such a failure is named as the
-//! gateway's own and never blamed on a peer.
+//! gateway's own and never blamed on a peer; and a small reserve of descriptors, held
+//! from the start of `run` and released just before the latch file is written, so that
+//! a strict gateway out of descriptors still persists its latch.
 //!
-//! Imports nothing of the crate: `downstream` and `control` both classify with it. The
-//! limit is raised only by the binary's run path, never by an embedder's
+//! Imports nothing of the crate: `downstream`, `control` and `ops` classify with it,
+//! `strict` releases the reserve. The limit is raised and the reserve held only by the
+//! binary's run path ([`prepare_for_run`]), never by an embedder's
 //! [`Gateway::run`](crate::Gateway::run): a library does not change its host's limits.
 
+use std::sync::Mutex;
+
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
+
+/// Descriptors held in reserve: the latch file's write needs two at once (the temporary
+/// file and its directory), with room for one more attempt.
+const RESERVE: usize = 4;
+
+/// The reserve (`/dev/null` opened [`RESERVE`] times); empty once released, or when
+/// [`prepare_for_run`] was never called.
+static RESERVED: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+
+/// The start of `tunnelgate run`: raises the soft `RLIMIT_NOFILE` to the hard limit (and
+/// logs both), then holds the reserve. Called once.
+pub fn prepare_for_run() {
+    raise_nofile_and_log();
+    let mut reserved = RESERVED.lock().unwrap_or_else(|p| p.into_inner());
+    while reserved.len() < RESERVE {
+        match std::fs::File::open("/dev/null") {
+            Ok(f) => reserved.push(f),
+            Err(e) => {
+                tracing::warn!(error = %e, held = reserved.len(), "cannot hold the descriptor reserve for the latch file");
+                break;
+            }
+        }
+    }
+}
+
+/// Frees the reserve, so that what follows (the latch file's write) finds descriptors
+/// even when the process ran out of them. Called just before the latch file is written;
+/// idempotent, and a no-op when nothing was reserved.
+pub fn release_reserve() {
+    RESERVED.lock().unwrap_or_else(|p| p.into_inner()).clear();
+}
 
 /// The words every failure of this kind carries, in logs, errors and caller messages.
 pub const EXHAUSTION_WORDS: &str = "too many open files in the gateway";
@@ -24,9 +60,8 @@ pub struct NofileLimits {
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit and logs both (one `info` line; a
-/// `warn` line naming the limits when the raise was refused). Called once, at the start
-/// of `tunnelgate run`.
-pub fn raise_nofile_and_log() {
+/// `warn` line naming the limits when the raise was refused).
+fn raise_nofile_and_log() {
     match raise_nofile() {
         Ok(l) => tracing::info!(
             inherited_soft = l.inherited_soft,
@@ -112,6 +147,19 @@ mod tests {
             assert!(!is_exhaustion(&e), "{e}");
             assert!(!chain_is_exhaustion(&std::io::Error::other(e)), "wrapped {errno}");
         }
+    }
+
+    #[test]
+    fn the_reserve_is_held_by_the_run_path_and_released_once() {
+        let held = || RESERVED.lock().unwrap().len();
+        release_reserve();
+        assert_eq!(held(), 0, "nothing is reserved before the run path asks");
+        prepare_for_run();
+        assert_eq!(held(), RESERVE);
+        release_reserve();
+        assert_eq!(held(), 0);
+        release_reserve();
+        assert_eq!(held(), 0, "a second release is a no-op");
     }
 
     #[test]

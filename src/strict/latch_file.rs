@@ -41,6 +41,8 @@ impl LatchFileError {
 
 /// Writes the cause atomically. The file holds only the privacy-safe [`Fatal`].
 pub fn write(path: &Path, fatal: &Fatal) -> Result<(), LatchFileError> {
+    // A gateway out of descriptors must still persist its latch.
+    crate::descriptors::release_reserve();
     let err = |source| LatchFileError::Write {
         path: path.to_owned(),
         source,

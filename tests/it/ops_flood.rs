@@ -15,7 +15,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tunnelgate::ops::MAX_CONNECTIONS;
 
-use crate::harness::{http_answers, wait_until, which, ChildGuard, Rig, RigOptions};
+use crate::harness::{http_answers, wait_until, which, ChildGuard, Gateway, Rig, RigOptions};
 
 /// The gateway's soft and hard descriptor limit.
 const LIMIT: u32 = 1024;
@@ -168,4 +168,80 @@ async fn a_half_open_flood_of_the_ops_port_at_a_1024_descriptor_limit_leaves_str
     gw.signal("TERM");
     let status = gw.wait_exit(Duration::from_secs(20)).await.expect("the gateway exits");
     assert_eq!(status.code(), Some(0), "{}", gw.stderr());
+}
+
+/// One past the gateway's descriptor reserve (`/dev/null` held above stdin, opened at the
+/// start of `run`, so every number below it is in use): with the limit there, nothing
+/// new can be opened, not even on the number of a socket closed later, until the reserve
+/// is released.
+fn past_the_reserve(pid: u32) -> u32 {
+    let reserve: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("read /proc fd")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let n: u32 = e.file_name().to_str()?.parse().ok()?;
+            (n > 2 && std::fs::read_link(e.path()).ok()? == Path::new("/dev/null")).then_some(n)
+        })
+        .collect();
+    assert!(reserve.len() >= 4, "the reserve is held: {reserve:?}");
+    reserve.iter().max().unwrap() + 1
+}
+
+/// A strict gateway whose descriptors run out after dispatch: the first terminal POST is
+/// held by the simulator, and meanwhile the gateway's limits are lowered to just past its
+/// descriptor reserve (`prlimit --pid`: no new descriptor can be opened), so every
+/// retry fails before a byte is written. It latches `internal_error` (88) naming the
+/// exhaustion, never the control plane's retryable statuses; the descriptors it holds in
+/// reserve let it persist the latch, and a restart refuses to run.
+#[tokio::test]
+async fn a_terminal_post_that_finds_no_descriptor_after_dispatch_latches_naming_the_exhaustion() {
+    let Some(prlimit) = which("prlimit") else {
+        eprintln!("prlimit is not installed: skipped");
+        return;
+    };
+    let faults = "[[rule]]\nmatch = { tool = \"echo\", resp_type = \"terminal\" }\nattempts = [1]\naction = \"hold\"\n";
+    let rig = Rig::start(faults).await;
+    let mut gw = rig
+        .spawn_gateway(&rig.config(&RigOptions {
+            post_timeout: "1500ms",
+            post_attempts: 3,
+            ..Default::default()
+        }))
+        .await;
+    let a = rig.enqueue_call("echo", json!({"message": "dispatched"}));
+    rig.wait("the first attempt of the terminal POST", |r| {
+        r.responses_for(&a).next().is_some()
+    })
+    .await;
+    let limit = past_the_reserve(gw.pid());
+    let lowered = Command::new(prlimit)
+        .args(["--pid", &gw.pid().to_string(), &format!("--nofile={limit}:{limit}")])
+        .status()
+        .expect("prlimit runs");
+    assert!(lowered.success(), "prlimit --pid failed");
+    let code = gw.wait_exit(Duration::from_secs(20)).await;
+    let stderr = gw.stderr();
+    assert_eq!(code, Some(88), "stderr:\n{stderr}");
+    assert!(stderr.contains("category=internal_error exit_code=88"), "{stderr}");
+    assert!(
+        stderr.contains("response POST not sent: too many open files in the gateway"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("local_exhaustion"), "{stderr}");
+    assert!(!stderr.contains("kept answering retryable statuses"), "{stderr}");
+    assert_eq!(rig.stub.count("tools/call"), 1, "nothing reached the MCP server after");
+    assert_eq!(
+        rig.sim.record().responses_for(&a).count(),
+        1,
+        "no retry was written: each failed before sending"
+    );
+    let latch: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(rig.latch_path()).expect("the latch file was written")).unwrap();
+    assert_eq!(latch["fatal"]["category"], "internal_error");
+    assert_eq!(latch["fatal"]["request_id"], a.as_str());
+    assert!(!stderr.contains("cannot write latch file"), "{stderr}");
+    let mut again = Gateway::run(&rig.config(&RigOptions::default()));
+    let code = again.wait_exit(Duration::from_secs(20)).await;
+    assert_eq!(code, Some(89), "a restart refuses to run: {}", again.stderr());
+    assert_eq!(rig.stub.count("tools/call"), 1);
 }
