@@ -2,9 +2,11 @@
 //! failed in, read by type wherever the crates expose one.
 //!
 //! By type: reqwest's `is_dns` (its resolver's errors), `is_connect` (hyper-util's
-//! connect-phase error), `is_timeout`, and every `std::io::ErrorKind` in the chain
-//! (found with `downcast_ref`, also inside wrapped `io::Error`s). By text, only where no
-//! type says it (each place names the crate and version it was checked against).
+//! connect-phase error), `is_timeout`, every `std::io::ErrorKind` in the chain
+//! (found with `downcast_ref`, also inside wrapped `io::Error`s), and the raw errno of
+//! the gateway's own exhaustion (`EMFILE`, `ENFILE`, `ENOMEM`, `ENOBUFS`: see
+//! `crate::descriptors`). By text, only where no type says it (each place names the
+//! crate and version it was checked against).
 //!
 //! Must not decide outcomes: callers map [`SendFacts`] to their own failure kinds.
 
