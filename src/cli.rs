@@ -266,6 +266,7 @@ pub async fn run(config: Config) -> Result<u8, CliError> {
         config.telemetry.otlp_endpoint.as_deref(),
     )
     .await;
+    crate::descriptors::prepare_for_run();
     let gateway = Gateway::new(config);
     let signals = Supervisor::logging_only();
     let watching = CancellationToken::new();

@@ -66,6 +66,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod demo;
+pub mod descriptors;
 pub mod dispatch;
 pub mod doctor;
 pub mod downstream;

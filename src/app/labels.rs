@@ -41,7 +41,8 @@ mod tests {
                 "rate_limited",
                 "server_error",
                 "client_error",
-                "decode"
+                "decode",
+                "local_exhaustion"
             ]
         );
         assert_eq!(labels::<TransportKind>(), ["http", "stdio"]);
@@ -55,6 +56,7 @@ mod tests {
                 "retryable_status",
                 "rejected_status",
                 "transport_not_sent",
+                "local_exhaustion",
                 "transport_after_write",
                 "timeout",
                 "cancelled"

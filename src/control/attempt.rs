@@ -16,6 +16,10 @@ label_enum! {
         RejectedStatus => "rejected_status",
         /// Failed before the request could be written (connect error).
         TransportNotSent => "transport_not_sent",
+        /// Not sent: the gateway had no descriptor or socket memory for the connection
+        /// (`EMFILE`, `ENFILE`, `ENOMEM`, `ENOBUFS`). Nothing was written; the control
+        /// plane is not to blame.
+        LocalExhaustion => "local_exhaustion",
         /// Failed after the request may have been written.
         TransportAfterWrite => "transport_after_write",
         Timeout => "timeout",
@@ -65,9 +69,13 @@ impl AttemptResult {
             (_, Self::Ok | Self::NotFound | Self::RejectedStatus | Self::Cancelled) => false,
             (
                 PostKind::Terminal,
-                Self::RetryableStatus | Self::TransportNotSent | Self::TransportAfterWrite | Self::Timeout,
+                Self::RetryableStatus
+                | Self::TransportNotSent
+                | Self::LocalExhaustion
+                | Self::TransportAfterWrite
+                | Self::Timeout,
             ) => true,
-            (PostKind::Notify, Self::TransportNotSent) => true,
+            (PostKind::Notify, Self::TransportNotSent | Self::LocalExhaustion) => true,
             (PostKind::Notify, Self::RetryableStatus) => status == Some(429),
             (PostKind::Notify, Self::TransportAfterWrite | Self::Timeout) => false,
         }
@@ -81,6 +89,7 @@ impl AttemptResult {
             Self::RejectedStatus => Delivery::Rejected,
             Self::RetryableStatus
             | Self::TransportNotSent
+            | Self::LocalExhaustion
             | Self::TransportAfterWrite
             | Self::Timeout
             | Self::Cancelled => Delivery::Ambiguous,
@@ -124,6 +133,7 @@ mod tests {
             (A::RetryableStatus, Some(503), true, false),
             (A::RetryableStatus, Some(429), true, true),
             (A::TransportNotSent, None, true, true),
+            (A::LocalExhaustion, None, true, true),
             (A::TransportAfterWrite, None, true, false),
             (A::Timeout, None, true, false),
             (A::NotFound, Some(404), false, false),

@@ -12,6 +12,7 @@ use tracing::Instrument;
 use super::attempt::{AttemptResult, Delivery, PostKind};
 use super::backoff::parse_retry_after;
 use super::retry::{next_try, AfterAttempt, RetryPolicy};
+use crate::descriptors::{chain_is_exhaustion, EXHAUSTION_WORDS};
 use crate::protocol::{decode_poll, Command, InvalidCommand, ShardToken};
 use crate::telemetry::{label_enum, DeliveryKind, Metrics, PollErrorLabel};
 
@@ -102,6 +103,8 @@ label_enum! {
         ServerError => "server_error",
         ClientError => "client_error",
         Decode => "decode",
+        /// Not sent: the gateway had no descriptor or socket memory for the connection.
+        LocalExhaustion => "local_exhaustion",
     }
 }
 
@@ -119,7 +122,12 @@ impl PollErrorKind {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("poll failed ({}){}", kind.as_str(), status.map(|s| format!(": HTTP {s}")).unwrap_or_default())]
+#[error(
+    "poll failed ({}){}{}",
+    kind.as_str(),
+    status.map(|s| format!(": HTTP {s}")).unwrap_or_default(),
+    if *kind == PollErrorKind::LocalExhaustion { format!(": {EXHAUSTION_WORDS}") } else { String::new() }
+)]
 pub struct PollError {
     pub kind: PollErrorKind,
     pub status: Option<u16>,
@@ -226,8 +234,7 @@ impl ControlClient {
         let deadline = Instant::now() + wait + POLL_SLACK;
         let response = match tokio::time::timeout_at(deadline, request.send()).await {
             Err(_) => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
-            Ok(Err(e)) if e.is_timeout() => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
-            Ok(Err(_)) => return Err(PollError::new(PollErrorKind::Transport, None, None)),
+            Ok(Err(e)) => return Err(PollError::new(poll_send_error_kind(&e), None, None)),
             Ok(Ok(r)) => r,
         };
         let received_at = Instant::now();
@@ -424,9 +431,7 @@ impl ControlClient {
                 .await;
             let response = match response {
                 Ok(r) => r,
-                Err(e) if e.is_connect() => return (AttemptResult::TransportNotSent, None, None),
-                Err(e) if e.is_timeout() => return (AttemptResult::Timeout, None, None),
-                Err(_) => return (AttemptResult::TransportAfterWrite, None, None),
+                Err(e) => return (post_send_error_result(&e), None, None),
             };
             let status = response.status().as_u16();
             let retry_after = retry_after(&response);
@@ -449,6 +454,37 @@ impl ControlClient {
             // cancel-safe: as above, a timeout after the write is ambiguous by definition.
             r = tokio::time::timeout_at(until, exchange) => r.unwrap_or((AttemptResult::Timeout, None, None)),
         }
+    }
+}
+
+/// How a poll that got no response headers failed. Exhaustion of the gateway's own
+/// descriptors is named before anything that would blame the control plane.
+fn poll_send_error_kind(e: &reqwest::Error) -> PollErrorKind {
+    if e.is_connect() && chain_is_exhaustion(e) {
+        PollErrorKind::LocalExhaustion
+    } else if e.is_timeout() {
+        PollErrorKind::Timeout
+    } else {
+        PollErrorKind::Transport
+    }
+}
+
+/// How a response POST that got no response headers failed. A connect error wrote
+/// nothing: `transport_not_sent`, or `local_exhaustion` when the gateway had no
+/// descriptor or socket memory for it (logged with words that say so).
+fn post_send_error_result(e: &reqwest::Error) -> AttemptResult {
+    if e.is_connect() && chain_is_exhaustion(e) {
+        tracing::warn!(
+            attempt_result = AttemptResult::LocalExhaustion.as_str(),
+            "response POST not sent: {EXHAUSTION_WORDS} (no descriptor or socket memory for the connection); the control plane is not at fault"
+        );
+        AttemptResult::LocalExhaustion
+    } else if e.is_connect() {
+        AttemptResult::TransportNotSent
+    } else if e.is_timeout() {
+        AttemptResult::Timeout
+    } else {
+        AttemptResult::TransportAfterWrite
     }
 }
 

@@ -9,6 +9,8 @@
 mod attempt;
 pub mod backoff;
 mod client;
+#[cfg(test)]
+mod exhaustion_tests;
 mod poller;
 mod retry;
 #[cfg(test)]

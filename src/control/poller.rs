@@ -188,7 +188,15 @@ impl Poller {
 }
 
 fn log_retry(e: &PollError, retry: Retry, failures: u32) {
-    if retry.needs_operator {
+    if e.kind == PollErrorKind::LocalExhaustion {
+        tracing::warn!(
+            kind = e.kind(),
+            failures,
+            retry_in_ms = retry.delay.as_millis() as u64,
+            "poll not sent: {}; backing off (the control plane is not at fault)",
+            crate::descriptors::EXHAUSTION_WORDS
+        );
+    } else if retry.needs_operator {
         tracing::error!(
             status = e.status,
             retry_in_ms = retry.delay.as_millis() as u64,

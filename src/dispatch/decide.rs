@@ -209,6 +209,9 @@ pub(crate) fn fatal_category(last: AttemptResult) -> Option<FatalCategory> {
         AttemptResult::TransportAfterWrite => Some(FatalCategory::AckConnectionLost),
         AttemptResult::Timeout => Some(FatalCategory::AckTimeout),
         AttemptResult::Cancelled => Some(FatalCategory::StoppedBeforeAck),
+        // The gateway's own failure, not the control plane's: no descriptor (or socket
+        // memory) for the POST, so the caller may lack a result the server produced.
+        AttemptResult::LocalExhaustion => Some(FatalCategory::InternalError),
     }
 }
 

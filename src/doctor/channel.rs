@@ -353,6 +353,10 @@ fn leg_words(failure: &LegFailure, key: &str, timeout: Duration) -> (Verdict, St
         LegFailure::ChildPipeBroken => fail(format!(
             "the program of {key} closed its stdin while initialize was written"
         )),
+        LegFailure::LocalExhaustion => fail(format!(
+            "the probe of {key} could not run: {}",
+            crate::descriptors::EXHAUSTION_WORDS
+        )),
         LegFailure::NotAdmitted
         | LegFailure::InternalBeforeSend
         | LegFailure::CancelledAfterWrite

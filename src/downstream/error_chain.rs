@@ -2,9 +2,11 @@
 //! failed in, read by type wherever the crates expose one.
 //!
 //! By type: reqwest's `is_dns` (its resolver's errors), `is_connect` (hyper-util's
-//! connect-phase error), `is_timeout`, and every `std::io::ErrorKind` in the chain
-//! (found with `downcast_ref`, also inside wrapped `io::Error`s). By text, only where no
-//! type says it (each place names the crate and version it was checked against).
+//! connect-phase error), `is_timeout`, every `std::io::ErrorKind` in the chain
+//! (found with `downcast_ref`, also inside wrapped `io::Error`s), and the raw errno of
+//! the gateway's own exhaustion (`EMFILE`, `ENFILE`, `ENOMEM`, `ENOBUFS`: see
+//! `crate::descriptors`). By text, only where no type says it (each place names the
+//! crate and version it was checked against).
 //!
 //! Must not decide outcomes: callers map [`SendFacts`] to their own failure kinds.
 
@@ -21,6 +23,9 @@ pub(crate) struct SendFacts {
     pub(crate) refused: bool,
     /// The TCP stage itself failed (so a connect failure was not the TLS handshake).
     pub(crate) tcp_stage: bool,
+    /// The gateway ran out of descriptors or socket memory (`EMFILE`, `ENFILE`, `ENOMEM`,
+    /// `ENOBUFS`): a local failure, never the peer's.
+    pub(crate) exhausted: bool,
 }
 
 impl SendFacts {
@@ -33,6 +38,16 @@ impl SendFacts {
             timeout,
             refused,
             tcp_stage,
+            exhausted: false,
+        }
+    }
+
+    /// The same facts, with the gateway's own resources exhausted: for table tests.
+    #[cfg(test)]
+    pub(crate) fn exhausted(self) -> Self {
+        Self {
+            exhausted: true,
+            ..self
         }
     }
 
@@ -51,6 +66,7 @@ impl SendFacts {
             // unexported `ConnectError`; the TLS stage has no type of its own in the
             // chain that this crate depends on.
             tcp_stage: chain_mentions(error, &["tcp connect error"]),
+            exhausted: crate::descriptors::chain_is_exhaustion(error),
         }
     }
 }

@@ -740,6 +740,7 @@ fn reached_server(failure: &LegFailure) -> Option<bool> {
         LegFailure::NotAdmitted
         | LegFailure::DeadlineBeforeSend
         | LegFailure::InternalBeforeSend
+        | LegFailure::LocalExhaustion
         | LegFailure::ChildNotRunning
         | LegFailure::TimeoutAfterWrite
         | LegFailure::CancelledAfterWrite
@@ -758,8 +759,13 @@ fn reached_server(failure: &LegFailure) -> Option<bool> {
 
 /// Maps a send error (before response headers) to a failure. Errors while connecting
 /// (DNS, TCP, TLS) happen before any request byte is written: `not_sent`. Everything else
-/// may follow the write: `abandoned`.
+/// may follow the write: `abandoned`. Exhaustion of the gateway's own descriptors or
+/// socket memory while resolving or connecting is named first, never as the server's
+/// failure (a resolver out of descriptors reports a DNS error).
 fn classify_send_error(facts: SendFacts, https: bool) -> LegFailure {
+    if facts.exhausted && (facts.connect || facts.dns) {
+        return LegFailure::LocalExhaustion;
+    }
     if facts.dns {
         return LegFailure::Dns;
     }

@@ -17,7 +17,8 @@ mod test_support;
 pub use channels::{Channels, Transport, TransportKind};
 pub use http::{HttpSettings, HttpSetupError, HttpTransport};
 pub use outcome::{
-    LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, REFUSED_MESSAGE, SUBSCRIPTION_ENDED_MESSAGE,
+    LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, LOCAL_EXHAUSTION_MESSAGE, REFUSED_MESSAGE,
+    SUBSCRIPTION_ENDED_MESSAGE,
 };
 pub use stdio::{StdioSettings, StdioTransport};
 

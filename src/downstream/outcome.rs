@@ -34,6 +34,9 @@ impl LegOutcomeLabel for LegOutcome {}
 pub const SUBSCRIPTION_ENDED_MESSAGE: &str =
     "the subscription stream ended (the MCP server closed it, it was cancelled, or it reached its time bound); listen again to go on receiving";
 pub const REFUSED_MESSAGE: &str = "the MCP server refused the request with an HTTP error and no JSON-RPC response";
+/// The gateway itself had no descriptor (or no socket memory) for the request.
+pub const LOCAL_EXHAUSTION_MESSAGE: &str =
+    "not delivered to the MCP server: too many open files in the gateway; safe to retry";
 
 /// Every way a downstream leg can fail, named where it happens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +58,9 @@ pub enum LegFailure {
     DeadlineBeforeSend,
     /// An internal gateway failure before the write.
     InternalBeforeSend,
+    /// The gateway ran out of descriptors or socket memory (`EMFILE`, `ENFILE`, `ENOMEM`,
+    /// `ENOBUFS`) while connecting or spawning: its own failure, never the server's.
+    LocalExhaustion,
 
     // --- the server answered, without a usable JSON-RPC response ---
     /// A non-2xx HTTP status without a JSON-RPC error body.
@@ -97,7 +103,8 @@ impl LegFailure {
             | Self::ChildNotRunning
             | Self::NotAdmitted
             | Self::DeadlineBeforeSend
-            | Self::InternalBeforeSend => LegOutcome::NotSent,
+            | Self::InternalBeforeSend
+            | Self::LocalExhaustion => LegOutcome::NotSent,
             // A 4xx (other than 408) is the server declining the request: a terminal
             // answer. 408 and 5xx may come after the server acted: effect unknown.
             Self::SubscriptionEnded => LegOutcome::Answered,
@@ -132,6 +139,7 @@ impl LegFailure {
             Self::NotAdmitted => "not_admitted",
             Self::DeadlineBeforeSend => "deadline_before_send",
             Self::InternalBeforeSend => "internal_before_send",
+            Self::LocalExhaustion => "local_exhaustion",
             Self::HttpStatus(_) => "http_status",
             Self::SubscriptionEnded => "subscription_ended",
             Self::TimeoutAfterWrite => "timeout",
@@ -159,6 +167,7 @@ impl LegFailure {
             Self::NotAdmitted => (S::ClientInternal, None, false, None),
             Self::DeadlineBeforeSend => (S::Timeout, Some("timeout"), false, None),
             Self::InternalBeforeSend => (S::ClientInternal, Some("unknown"), false, None),
+            Self::LocalExhaustion => (S::ClientInternal, Some("unknown"), false, None),
             Self::HttpStatus(code) => (S::TargetHttp, Some("http_status"), true, Some(*code)),
             Self::SubscriptionEnded => (S::Protocol, Some("unexpected_eof"), true, None),
             Self::TimeoutAfterWrite => (S::Timeout, Some("timeout"), false, None),
@@ -179,6 +188,9 @@ impl LegFailure {
     pub fn caller_message(&self) -> &'static str {
         if *self == Self::SubscriptionEnded {
             return SUBSCRIPTION_ENDED_MESSAGE;
+        }
+        if *self == Self::LocalExhaustion {
+            return LOCAL_EXHAUSTION_MESSAGE;
         }
         match self.outcome() {
             LegOutcome::NotSent => NOT_SENT_MESSAGE,
@@ -201,6 +213,7 @@ impl LegFailure {
             | Self::ChildNotRunning
             | Self::NotAdmitted
             | Self::InternalBeforeSend
+            | Self::LocalExhaustion
             | Self::ConnectionLost
             | Self::StreamClosedBeforeResponse
             | Self::TruncatedJson

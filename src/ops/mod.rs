@@ -2,10 +2,15 @@
 //!
 //! Read-only: it observes the fence, the health counters, the channels and the metrics,
 //! and never changes any of them. Loopback by default; a non-loopback address needs
-//! `ops.allow_remote = true` (checked by the configuration).
+//! `ops.allow_remote = true` (checked by the configuration). Its connections are bounded
+//! ([`listener`]): a flood of them cannot take the command path's descriptors.
 
+mod listener;
 mod status;
 
+pub use listener::{
+    CONNECTION_LIFETIME, HEADER_READ_TIMEOUT, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_HEADERS, MAX_HEAD_BYTES,
+};
 pub use status::{Commands, GatewayState, Mode, NotReady, OpsState, StatusDocument};
 
 use std::net::SocketAddr;
@@ -35,12 +40,11 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     tokio::net::TcpListener::bind(addr).await
 }
 
-/// Serves until `stop`; ending any other way is unexpected (its supervisor reports it).
+/// Serves until `stop`, within the listener's bounds; ending any other way is unexpected
+/// (its supervisor reports it).
 pub async fn serve(listener: tokio::net::TcpListener, state: Arc<OpsState>, stop: CancellationToken) -> TaskEnd {
     let stopped = stop.clone();
-    let result = axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await;
+    let result = listener::serve(listener, router(state), stop).await;
     match result {
         Ok(()) if stopped.is_cancelled() => TaskEnd::Finished,
         Ok(()) => TaskEnd::Unexpected("the ops listener stopped"),

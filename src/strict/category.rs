@@ -61,7 +61,9 @@ impl FatalCategory {
             Self::DeadlineExpired => "the command's response_timeout passed after it reached the MCP server",
             Self::StoppedBeforeAck => "the gateway stopped while a dispatched command was not yet acknowledged",
             Self::DownstreamAmbiguous => "the MCP server may have acted but no terminal response arrived",
-            Self::InternalError => "an internal failure happened after a command reached the MCP server",
+            Self::InternalError => {
+                "the gateway itself failed after a command reached the MCP server (a panic, a lost task, or too many open files in the gateway for the terminal response); the log names which"
+            }
             Self::LatchedPreviously => "a fatal latch from an earlier run is still in place",
             Self::InterruptedBeforeAck => {
                 "an earlier run ended after dispatching this command and before its acknowledgement"

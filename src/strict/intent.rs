@@ -107,15 +107,21 @@ pub trait IntentStore: Send + Sync {
     fn unsettled(&self) -> Unsettled;
 }
 
-/// The file backend: one record at `path`.
+/// The file backend: one record at `path`. Cheap to clone: clones share the open file,
+/// which is kept from the first record on, so that a gateway short of descriptors can
+/// still record and settle.
 #[derive(Clone, Debug)]
 pub struct FileIntents {
     path: PathBuf,
+    file: std::sync::Arc<std::sync::Mutex<Option<std::fs::File>>>,
 }
 
 impl FileIntents {
     pub fn new(path: PathBuf) -> Self {
-        Self { path }
+        Self {
+            path,
+            file: Default::default(),
+        }
     }
 
     /// The record beside `latch_file`: `latch.json` -> `latch.intent.json`.
@@ -135,18 +141,31 @@ impl FileIntents {
             source,
         };
         let bytes = document(intent);
-        let file = match std::fs::OpenOptions::new().write(true).open(&self.path) {
-            Ok(f) => f,
-            // Created once, with the directory entry made durable too.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return write_durably(&self.path, &bytes).map_err(err)
+        // Only the blocking pool takes this lock, never across an await.
+        let mut open = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if open.is_none() {
+            match std::fs::OpenOptions::new().write(true).open(&self.path) {
+                Ok(f) => *open = Some(f),
+                // Created once, with the directory entry made durable too; opened by the
+                // next write.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return write_durably(&self.path, &bytes).map_err(err)
+                }
+                Err(e) => return Err(err(e)),
             }
-            Err(e) => return Err(err(e)),
-        };
-        use std::os::unix::fs::FileExt;
+        }
+        let file = open.as_ref().expect("opened above");
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let meta = file.metadata().map_err(err)?;
+        if meta.nlink() == 0 {
+            // Removed behind the gateway's back: a write to it would be lost. Create the
+            // record again, durably, and open that one next time.
+            *open = None;
+            return write_durably(&self.path, &bytes).map_err(err);
+        }
         file.write_all_at(&bytes, 0).map_err(err)?;
         let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-        if file.metadata().map_err(err)?.len() != len {
+        if meta.len() != len {
             file.set_len(len).map_err(err)?;
         }
         if flush {

@@ -41,6 +41,8 @@ impl LatchFileError {
 
 /// Writes the cause atomically. The file holds only the privacy-safe [`Fatal`].
 pub fn write(path: &Path, fatal: &Fatal) -> Result<(), LatchFileError> {
+    // A gateway out of descriptors must still persist its latch.
+    crate::descriptors::release_reserve();
     let mut doc = LatchDocument {
         schema_version: 1,
         tunnelgate_version: env!("CARGO_PKG_VERSION").to_owned(),

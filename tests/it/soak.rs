@@ -18,6 +18,7 @@
 //! out in `docs/RELIABILITY.md` ("Fault soak") and in the comments of `check_default` and
 //! `run_strict` below.
 
+mod flood;
 mod mcp;
 mod plan;
 
@@ -235,29 +236,43 @@ impl Prom {
     }
 }
 
-async fn scrape(ops: u16) -> Result<Prom, String> {
-    let text = http_client()
-        .get(format!("http://127.0.0.1:{ops}/metrics"))
+/// An ops endpoint's body, tried again for up to [`OPS_BOUND`]: during a wave of the
+/// descriptor flood (`soak/flood.rs`) the ops listener is full and closes new connections
+/// at once, until the wave's half-open connections reach its header-read timeout.
+async fn ops_get(ops: u16, path: &str) -> Result<String, String> {
+    let deadline = Instant::now() + OPS_BOUND;
+    loop {
+        match ops_get_once(ops, path).await {
+            Ok(body) => return Ok(body),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// How long [`ops_get`] tries: the ops listener's header-read timeout, with room.
+const OPS_BOUND: Duration = Duration::from_secs(10);
+
+async fn ops_get_once(ops: u16, path: &str) -> Result<String, String> {
+    http_client()
+        .get(format!("http://127.0.0.1:{ops}{path}"))
         .send()
         .await
-        .map_err(|e| format!("/metrics: {e}"))?
+        .map_err(|e| format!("{path}: {e}"))?
         .text()
         .await
-        .map_err(|e| format!("/metrics body: {e}"))?;
-    Ok(Prom::parse(&text))
+        .map_err(|e| format!("{path} body: {e}"))
+}
+
+async fn scrape(ops: u16) -> Result<Prom, String> {
+    Ok(Prom::parse(&ops_get(ops, "/metrics").await?))
 }
 
 /// Commands received, and how many are still alive (queued or in flight).
 async fn progress(ops: u16) -> Result<(u64, u64), String> {
     let received = scrape(ops).await?.sum("tunnelgate_commands_received_total", &[]);
-    let status: Value = http_client()
-        .get(format!("http://127.0.0.1:{ops}/status"))
-        .send()
-        .await
-        .map_err(|e| format!("/status: {e}"))?
-        .json()
-        .await
-        .map_err(|e| format!("/status body: {e}"))?;
+    let status: Value =
+        serde_json::from_str(&ops_get(ops, "/status").await?).map_err(|e| format!("/status body: {e}"))?;
     let alive =
         status["commands"]["in_flight"].as_u64().unwrap_or(0) + status["commands"]["queued"].as_u64().unwrap_or(0);
     Ok((received, alive))
@@ -351,12 +366,13 @@ fn recorded_result(r: &ResponseRecord) -> Result<&'static str, String> {
     }
 }
 
-const ATTEMPT_RESULTS: [&str; 8] = [
+const ATTEMPT_RESULTS: [&str; 9] = [
     "ok",
     "not_found",
     "retryable_status",
     "rejected_status",
     "transport_not_sent",
+    "local_exhaustion",
     "transport_after_write",
     "timeout",
     "cancelled",
@@ -538,8 +554,13 @@ async fn run_default(seed: u64, n: usize) -> Result<String, String> {
     let sim = start_sim(&plan.fault_script(), 8 * n + 1000).await?;
     let ids = enqueue(&sim, &plan.commands);
     let started = Instant::now();
+    // The flood's connections are this process's descriptors too.
+    tunnelgate::descriptors::raise_nofile().map_err(|(e, _)| format!("raise the soak's descriptor limit: {e}"))?;
     let (mut gw, ops) = start_gateway(|ops| default_config(&sim, &server.url, refused, &stdio_log, ops)).await?;
-    wait_quiescent(&mut gw, ops, n as u64, Duration::from_secs(90), true).await?;
+    let flood = flood::Flood::start(gw.pid(), ops, seed).await;
+    let quiet = wait_quiescent(&mut gw, ops, n as u64, Duration::from_secs(90), true).await;
+    let flood = flood.stop().await;
+    quiet?;
     let elapsed = started.elapsed();
     let metrics = scrape(ops).await?;
     gw.sigterm();
@@ -550,6 +571,18 @@ async fn run_default(seed: u64, n: usize) -> Result<String, String> {
     let stdio = StdioLog::read(&stdio_log);
     let mut v = Violations::default();
     v.check(exit == Some(0), || format!("the gateway exited with {exit:?}, not 0"));
+    v.check(flood.waves > 0, || "the descriptor flood ran no wave".to_owned());
+    v.check(
+        flood.peak_descriptors + flood::HEADROOM <= flood::LIMIT as usize,
+        || {
+            format!(
+                "the gateway held {} descriptors under the flood: less than {} left of {}",
+                flood.peak_descriptors,
+                flood::HEADROOM,
+                flood::LIMIT
+            )
+        },
+    );
     let tally = check_default(
         &plan,
         &ids,
@@ -565,7 +598,7 @@ async fn run_default(seed: u64, n: usize) -> Result<String, String> {
     Ok(format!(
         "soak-summary mode=default seed={} commands={n} duration_s={secs:.1} commands_per_s={:.0} \
          received={} legs={} dropped=[{}] terminal=[{}] post_attempts=[{}] notify_attempts=[{}] faulted_posts={} poll_faults={} \
-         mcp_faults={} child_deaths={} stdio_spawns={} mean_leg_ms=[{}]",
+         mcp_faults={} child_deaths={} stdio_spawns={} fd_flood=[limited={} waves={} connections={} peak_fds={}] mean_leg_ms=[{}]",
         plan.seed,
         n as f64 / secs,
         accounting["received"],
@@ -582,6 +615,10 @@ async fn run_default(seed: u64, n: usize) -> Result<String, String> {
         tally.mcp_faults,
         tally.deaths,
         stdio.spawns,
+        flood.limited,
+        flood.waves,
+        flood.connections,
+        flood.peak_descriptors,
         ["queue", "fence_wait", "downstream", "deliver", "total"]
             .iter()
             .map(|leg| {

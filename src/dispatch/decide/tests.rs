@@ -152,6 +152,14 @@ fn table() -> Vec<Row> {
         delivered(TransportNotSent   , true , false, true , Latch(AckRetriesExhausted)),
         delivered(TransportNotSent   , true , true , false, Report),
         delivered(TransportNotSent   , true , true , true , Latch(DeadlineExpired)),
+        delivered(LocalExhaustion    , false, false, false, Report),
+        delivered(LocalExhaustion    , false, false, true , Report),
+        delivered(LocalExhaustion    , false, true , false, Report),
+        delivered(LocalExhaustion    , false, true , true , Report),
+        delivered(LocalExhaustion    , true , false, false, Report),
+        delivered(LocalExhaustion    , true , false, true , Latch(InternalError)),
+        delivered(LocalExhaustion    , true , true , false, Report),
+        delivered(LocalExhaustion    , true , true , true , Latch(DeadlineExpired)),
         delivered(TransportAfterWrite, false, false, false, Report),
         delivered(TransportAfterWrite, false, false, true , Report),
         delivered(TransportAfterWrite, false, true , false, Report),
@@ -197,9 +205,9 @@ fn every_combination_has_its_written_decision() {
 #[test]
 fn the_table_lists_every_combination_once() {
     let rows = table();
-    // Legs: 3 outcomes x cut x deadline x strict x policy; deliveries: 8 attempts x
+    // Legs: 3 outcomes x cut x deadline x strict x policy; deliveries: 9 attempts x
     // dispatched x deadline x strict.
-    assert_eq!(rows.len(), 3 * 2 * 2 * 2 * 2 + 8 * 2 * 2 * 2);
+    assert_eq!(rows.len(), 3 * 2 * 2 * 2 * 2 + 9 * 2 * 2 * 2);
     let mut seen = std::collections::HashSet::new();
     for row in &rows {
         assert!(
@@ -263,11 +271,20 @@ fn last_attempts_map_to_deliveries_and_categories() {
         ),
         (A::Timeout, Delivery::Ambiguous, Some(FatalCategory::AckTimeout)),
         (A::Cancelled, Delivery::Ambiguous, Some(FatalCategory::StoppedBeforeAck)),
+        (
+            A::LocalExhaustion,
+            Delivery::Ambiguous,
+            Some(FatalCategory::InternalError),
+        ),
     ];
     for (a, delivery, category) in table {
         assert_eq!(a.final_delivery(), delivery, "{a:?}");
         assert_eq!(fatal_category(a), category, "{a:?}");
     }
+    // The gateway's own exhaustion is named as such, never as the control plane's.
+    let words = fatal_category(A::LocalExhaustion).unwrap().explanation();
+    assert!(words.contains(crate::descriptors::EXHAUSTION_WORDS), "{words}");
+    assert!(!words.contains("control plane"), "{words}");
 }
 
 const STRICT: Rules = Rules {

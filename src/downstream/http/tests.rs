@@ -1089,10 +1089,61 @@ fn each_send_error_fact_set_maps_to_one_failure() {
             LegFailure::ConnectFailed,
         ),
         (facts(false, true, false, false, false), true, LegFailure::Tls),
+        // The gateway's own exhaustion while resolving or connecting is named as such...
+        (
+            facts(false, true, false, false, true).exhausted(),
+            true,
+            LegFailure::LocalExhaustion,
+        ),
+        (
+            facts(true, true, false, false, false).exhausted(),
+            false,
+            LegFailure::LocalExhaustion,
+        ),
+        (
+            facts(false, true, true, true, false).exhausted(),
+            true,
+            LegFailure::LocalExhaustion,
+        ),
+        // ...and never turns a failure after the write into "not sent".
+        (
+            facts(false, false, false, false, false).exhausted(),
+            true,
+            LegFailure::ConnectionLost,
+        ),
+        (
+            facts(false, false, true, false, false).exhausted(),
+            true,
+            LegFailure::TimeoutAfterWrite,
+        ),
     ];
     for (facts, https, want) in cases {
         assert_eq!(classify_send_error(facts, https), want, "{facts:?}, https {https}");
     }
+}
+
+/// A real `EMFILE`: in a child process whose descriptor table is full, a strict leg's
+/// connect fails before anything is written, and the leg says so in its own words.
+#[tokio::test]
+async fn a_connect_with_no_descriptor_left_is_local_exhaustion_and_not_sent() {
+    use crate::descriptors::exhausted;
+    let path = "downstream::http::tests::a_connect_with_no_descriptor_left_is_local_exhaustion_and_not_sent";
+    if exhausted::rerun_in_child(path, "local_exhaustion not_sent unsent") {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let t = transport(&format!("http://{}/mcp", listener.local_addr().unwrap()));
+    let fence = Fence::new(true, 1);
+    let admission = fence.admit(CommandRef::default()).await.unwrap();
+    let (tx, _rx) = mpsc::channel(1);
+    let table = exhausted::fill_descriptor_table();
+    let result = timeout(TEST_BOUND, call_admitted(&t, &admission, &tx)).await.unwrap();
+    drop(table);
+    let failure = result.failure.clone().expect("a failed leg");
+    assert_eq!(failure.caller_message(), crate::downstream::LOCAL_EXHAUSTION_MESSAGE);
+    assert!(resp_json(&result).contains("too many open files in the gateway"));
+    let sent = if admission.is_sent() { "sent" } else { "unsent" };
+    exhausted::report(&format!("{} {} {sent}", failure.kind(), result.outcome.as_str()));
 }
 
 // --- notifications, sessions, headers ---

@@ -66,6 +66,14 @@ fn table() -> Vec<Row> {
             502,
         ),
         (
+            LegFailure::LocalExhaustion,
+            NotSent,
+            "client_internal",
+            Some("unknown"),
+            LOCAL_EXHAUSTION_MESSAGE,
+            502,
+        ),
+        (
             LegFailure::HttpStatus(400),
             Answered,
             "target_http",

@@ -616,6 +616,10 @@ impl Shared {
                     self.settings.restart_backoff_max,
                 );
                 st.next_spawn_at = Some(Instant::now() + wait);
+                if crate::descriptors::is_exhaustion(&e) {
+                    tracing::warn!(channel = %self.channel, error = %e, retry_in_ms = wait.as_millis() as u64, "stdio child could not be started: {}", crate::descriptors::EXHAUSTION_WORDS);
+                    return Err(LegFailure::LocalExhaustion);
+                }
                 tracing::warn!(channel = %self.channel, error = %e, retry_in_ms = wait.as_millis() as u64, "stdio child could not be started");
                 Err(LegFailure::ChildNotRunning)
             }

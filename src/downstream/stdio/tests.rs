@@ -871,3 +871,24 @@ async fn concurrent_calls_each_get_their_own_response() {
     })
     .await;
 }
+
+/// A real `EMFILE`: in a child process whose descriptor table is full, the stdio child
+/// cannot be spawned (no descriptor for its pipes), and the leg names the gateway's own
+/// exhaustion: `not_sent`, never "the child is not running".
+#[tokio::test]
+async fn a_spawn_with_no_descriptor_left_is_local_exhaustion_and_not_sent() {
+    use crate::descriptors::exhausted;
+    let path = "downstream::stdio::tests::a_spawn_with_no_descriptor_left_is_local_exhaustion_and_not_sent";
+    if exhausted::rerun_in_child(path, "local_exhaustion not_sent") {
+        return;
+    }
+    let (t, _metrics) = transport(peer("echo.py", &[]));
+    let adm = admission().await;
+    let table = exhausted::fill_descriptor_table();
+    let (result, _) = tokio::time::timeout(TEST_BOUND, send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN))
+        .await
+        .expect("within the bound");
+    drop(table);
+    let failure = result.failure.clone().expect("a failed leg");
+    exhausted::report(&format!("{} {}", failure.kind(), result.outcome.as_str()));
+}

@@ -78,3 +78,17 @@ async fn a_record_that_cannot_be_written_is_an_error_naming_the_path() {
     assert!(err.to_string().contains("latch.intent.json"), "{err}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[tokio::test]
+async fn a_record_removed_behind_the_gateways_back_is_written_again() {
+    let d = dir();
+    let store = FileIntents::beside(&d.join("latch.json"));
+    store.record(&Intent::now("first", "main", None, "i")).await.unwrap();
+    // The second write opens the file and keeps it.
+    store.settle().await.unwrap();
+    std::fs::remove_file(store.path()).unwrap();
+    let again = Intent::now("second", "main", None, "i");
+    store.record(&again).await.unwrap();
+    assert!(matches!(store.unsettled(), Unsettled::Intent(i) if i == again));
+    std::fs::remove_dir_all(&d).unwrap();
+}
