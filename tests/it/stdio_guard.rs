@@ -165,6 +165,15 @@ async fn call_in_flight(rig: &Rig, gw: &Gateway) -> (String, Family) {
         cmdline(guard)
     );
     assert_eq!(stat(guard).map(|(_, ppid, _)| ppid), Some(gw.pid() as i32));
+    // The guard blocks the signals it waits for (shown unblocked while it waits in
+    // sigwait); the server it started blocks none.
+    let blocked = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:").map(|m| m.trim().to_owned()))
+    };
+    assert_eq!(blocked(server).as_deref(), Some("0000000000000000"));
     assert!(!rig.sim.record().is_completed(&id), "the call is still in flight");
     (
         id,
