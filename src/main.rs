@@ -19,6 +19,10 @@ use tunnelgate::config::{Config, ConfigError};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // A stdio child's guard (`__stdio-guard`, README "stdio"): before anything else.
+    if let Some(code) = tunnelgate::downstream::stdio_guard::dispatch() {
+        return code;
+    }
     let cli = Cli::parse();
     // `run` loads its configuration before anything else: it says how to build the
     // runtime (`runtime.worker_threads`). Every other command keeps a thread per core.

@@ -20,7 +20,7 @@ pub use outcome::{
     LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, LOCAL_EXHAUSTION_MESSAGE, REFUSED_MESSAGE,
     SUBSCRIPTION_ENDED_MESSAGE,
 };
-pub use stdio::{StdioSettings, StdioTransport};
+pub use stdio::{guard as stdio_guard, StdioSettings, StdioTransport};
 
 // The decoders as the fuzz and property targets drive them (`crate::fuzzing`).
 #[cfg(any(test, fuzzing))]

@@ -24,6 +24,7 @@ mod ready;
 mod replies;
 mod resume;
 mod soak;
+mod stdio_guard;
 mod stop;
 mod strict;
 mod trace;

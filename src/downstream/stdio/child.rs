@@ -3,7 +3,9 @@
 //!
 //! Three tasks per child, each ending on its own: the monitor (ends when the child is
 //! reaped and its stdout closed), the stdout reader (ends at EOF) and the stderr logger
-//! (ends at EOF). Signals go to the whole process group (the child leads it).
+//! (ends at EOF). Signals go to the whole process group: its leader is the child's guard
+//! ([`super::guard`]) when the settings name one, else the child itself; either way the
+//! child and what it starts in its group are in it.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -18,6 +20,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
+use super::guard;
 use super::line::{self, Line, LineReader, RawLine, WriteResult};
 use super::pending::{Answer, Closed, Origin, PendingMap, Ticket};
 use super::redact::{self, LogBudget};
@@ -38,6 +41,9 @@ const RETIRED_MIN: usize = 16;
 /// A spawned child and what is known about it.
 pub(super) struct Child {
     pub(super) generation: u64,
+    /// The child's own pid (the guard's child, or the spawned process without a guard).
+    pid: Option<i32>,
+    /// Its process group: the guard's pid, or the child's own without a guard.
     pgid: Option<Pid>,
     pub(super) spawned_at: Instant,
     stdin: Mutex<StdinSlot>,
@@ -92,6 +98,10 @@ struct RouteGuard {
 
 impl Child {
     pub(super) fn pid(&self) -> Option<i32> {
+        self.pid
+    }
+
+    pub(super) fn pgid(&self) -> Option<i32> {
         self.pgid.map(Pid::as_raw)
     }
 
@@ -252,7 +262,8 @@ impl Drop for RouteGuard {
     }
 }
 
-/// Spawns generation `generation` of the channel's child and its three tasks.
+/// Spawns generation `generation` of the channel's child (through its guard when the
+/// settings name one) and its three tasks.
 pub(super) fn spawn(shared: &Arc<Shared>, generation: u64) -> std::io::Result<Arc<Child>> {
     let Some((program, args)) = shared.command.split_first() else {
         return Err(std::io::Error::new(
@@ -260,27 +271,50 @@ pub(super) fn spawn(shared: &Arc<Shared>, generation: u64) -> std::io::Result<Ar
             "the command is empty",
         ));
     };
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(args)
-        .env_clear()
-        .envs(&shared.env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut process = command.spawn()?;
+    // What the child gets, guarded or not: the same pipes, environment and working
+    // directory, and a process group of its own.
+    let configure = |command: &mut tokio::process::Command| {
+        command
+            .env_clear()
+            .envs(&shared.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+    };
+    let (process, pid) = match &shared.settings.guard {
+        Some(exe) => {
+            let (process, pid) = guard::spawn(exe, &shared.command, configure)?;
+            (process, Some(pid))
+        }
+        None => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args);
+            configure(&mut command);
+            let process = command.spawn()?;
+            let pid = process.id().and_then(|id| i32::try_from(id).ok());
+            (process, pid)
+        }
+    };
     let pgid = process.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
-    let (Some(stdin), Some(stdout), Some(stderr)) =
-        (process.stdin.take(), process.stdout.take(), process.stderr.take())
-    else {
-        // Dropping `process` kills it.
+    let mut process = Leader {
+        process,
+        pgid,
+        reaped: false,
+    };
+    let (Some(stdin), Some(stdout), Some(stderr)) = (
+        process.process.stdin.take(),
+        process.process.stdout.take(),
+        process.process.stderr.take(),
+    ) else {
+        // Dropping `process` kills its group.
         return Err(std::io::Error::other("the child's pipes were not set up"));
     };
     let retired_kept = (shared.settings.max_concurrent.get().saturating_mul(RETIRED_PER_SLOT)).max(RETIRED_MIN);
     let child = Arc::new(Child {
         generation,
+        pid,
         pgid,
         spawned_at: Instant::now(),
         stdin: Mutex::new(StdinSlot::Ready(stdin)),
@@ -303,12 +337,40 @@ pub(super) fn spawn(shared: &Arc<Shared>, generation: u64) -> std::io::Result<Ar
     Ok(child)
 }
 
+/// The spawned process (the guard, or the child itself), leader of the child's group.
+/// Dropped before it was reaped (a spawn that failed half way, a monitor dropped with the
+/// runtime), it SIGKILLs the whole group: `kill_on_drop` alone would reach the guard and
+/// not the child. Once reaped, the group id may be reused: nothing is sent then.
+struct Leader {
+    process: tokio::process::Child,
+    pgid: Option<Pid>,
+    reaped: bool,
+}
+
+impl Leader {
+    /// # Cancel safety
+    /// Cancel-safe: `Child::wait` may be dropped and called again.
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        let status = self.process.wait().await;
+        self.reaped = status.is_ok();
+        status
+    }
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        if let (false, Some(pgid)) = (self.reaped, self.pgid) {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
 /// Reaps the child, then makes sure nothing still holds its stdout before releasing it.
-async fn monitor(shared: Arc<Shared>, child: Arc<Child>, mut process: tokio::process::Child) -> TaskEnd {
+async fn monitor(shared: Arc<Shared>, child: Arc<Child>, mut process: Leader) -> TaskEnd {
     let grace = shared.settings.stop_grace;
     let status = tokio::select! {
         biased;
-        // cancel-safe: `Child::wait` may be dropped and called again.
+        // cancel-safe: `Leader::wait` may be dropped and called again.
         status = process.wait() => status,
         // cancel-safe: waiting on a token.
         () = child.killed.cancelled() => match timeout(grace, process.wait()).await {

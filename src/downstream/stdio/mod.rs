@@ -2,7 +2,8 @@
 //! newline-delimited JSON-RPC over its stdin and stdout.
 //!
 //! Owns the child's whole life: spawning (argv without a shell, its own process group, a
-//! minimal environment that never carries the gateway's credentials), multiplexing up to
+//! minimal environment that never carries the gateway's credentials, through a guard
+//! process that kills the group when the gateway dies: [`guard`]), multiplexing up to
 //! the channel's `max_concurrent` requests over its pipes (each with a pipe-side id from
 //! the child's id map, the caller's own id restored in what comes back), routing what it
 //! prints, logging its stderr (redacted, bounded), restarting it with backoff, and
@@ -34,6 +35,7 @@
 mod backoff;
 mod child;
 mod env;
+pub mod guard;
 mod line;
 #[cfg(any(test, fuzzing))]
 pub(crate) mod line_probe;
@@ -79,6 +81,12 @@ pub struct StdioSettings {
     /// Requests in flight to the child at once (the channel's `max_concurrent`, else
     /// `mcp.max_concurrent`). Notifications and client responses take no slot.
     pub max_concurrent: NonZeroUsize,
+    /// The tunnelgate executable each child is started through (`__stdio-guard`, see
+    /// [`guard`]), so that the child's process group dies with this process however it
+    /// dies; `None` starts the command directly. The default is this binary when its
+    /// `main` dispatches the guard ([`guard::dispatch`]), else `None` (unit tests, a
+    /// binary that embeds the gateway without dispatching the guard).
+    pub guard: Option<std::path::PathBuf>,
 }
 
 impl Default for StdioSettings {
@@ -89,6 +97,7 @@ impl Default for StdioSettings {
             restart_backoff_max: Duration::from_secs(10),
             stop_grace: Duration::from_secs(2),
             max_concurrent: NonZeroUsize::new(10).expect("10 is not zero"),
+            guard: guard::executable(),
         }
     }
 }
@@ -605,7 +614,7 @@ impl Shared {
                 st.generation = generation;
                 st.child = Some(c.clone());
                 self.metrics.stdio_up(&self.channel, true);
-                tracing::info!(channel = %self.channel, generation, pid = c.pid(), "stdio child started");
+                tracing::info!(channel = %self.channel, generation, pid = c.pid(), pgid = c.pgid(), "stdio child started");
                 Ok(c)
             }
             Err(e) => {

@@ -22,6 +22,7 @@ async fn a_strict_stop_during_a_pending_restart_sends_nothing_and_spawns_nothing
         restart_backoff_max: Duration::from_secs(2),
         stop_grace: Duration::from_millis(300),
         max_concurrent: std::num::NonZeroUsize::new(1).unwrap(),
+        guard: None,
     };
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(true, &["t".to_owned()]));
     // A child that exits at once: its restart waits for the backoff.

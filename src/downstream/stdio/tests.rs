@@ -44,6 +44,7 @@ pub(super) fn settings() -> StdioSettings {
         restart_backoff_max: Duration::from_secs(1),
         stop_grace: Duration::from_millis(300),
         max_concurrent: std::num::NonZeroUsize::new(4).unwrap(),
+        guard: None,
     }
 }
 
