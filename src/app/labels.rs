@@ -75,7 +75,8 @@ mod tests {
                 "downstream_ambiguous",
                 "internal_error",
                 "latched_previously",
-                "interrupted_before_ack"
+                "interrupted_before_ack",
+                "local_exhaustion"
             ]
         );
     }

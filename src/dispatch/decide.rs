@@ -211,7 +211,7 @@ pub(crate) fn fatal_category(last: AttemptResult) -> Option<FatalCategory> {
         AttemptResult::Cancelled => Some(FatalCategory::StoppedBeforeAck),
         // The gateway's own failure, not the control plane's: no descriptor (or socket
         // memory) for the POST, so the caller may lack a result the server produced.
-        AttemptResult::LocalExhaustion => Some(FatalCategory::InternalError),
+        AttemptResult::LocalExhaustion => Some(FatalCategory::LocalExhaustion),
     }
 }
 

@@ -21,6 +21,7 @@ label_enum! {
         InternalError => "internal_error",
         LatchedPreviously => "latched_previously",
         InterruptedBeforeAck => "interrupted_before_ack",
+        LocalExhaustion => "local_exhaustion",
     }
 }
 
@@ -39,6 +40,7 @@ impl FatalCategory {
             Self::InternalError => 88,
             Self::LatchedPreviously => 89,
             Self::InterruptedBeforeAck => 90,
+            Self::LocalExhaustion => 91,
         }
     }
 
@@ -61,12 +63,13 @@ impl FatalCategory {
             Self::DeadlineExpired => "the command's response_timeout passed after it reached the MCP server",
             Self::StoppedBeforeAck => "the gateway stopped while a dispatched command was not yet acknowledged",
             Self::DownstreamAmbiguous => "the MCP server may have acted but no terminal response arrived",
-            Self::InternalError => {
-                "the gateway itself failed after a command reached the MCP server (a panic, a lost task, or too many open files in the gateway for the terminal response); the log names which"
-            }
+            Self::InternalError => "an internal failure happened after a command reached the MCP server",
             Self::LatchedPreviously => "a fatal latch from an earlier run is still in place",
             Self::InterruptedBeforeAck => {
                 "an earlier run ended after dispatching this command and before its acknowledgement"
+            }
+            Self::LocalExhaustion => {
+                "too many open files in the gateway (or no socket memory): the terminal response could not be sent after the command reached the MCP server"
             }
         }
     }
@@ -82,7 +85,7 @@ mod tests {
     #[test]
     fn exit_codes_are_the_documented_ones_and_distinct() {
         let codes: Vec<u8> = FatalCategory::ALL.iter().map(|c| c.exit_code()).collect();
-        assert_eq!(codes, (80..=90).collect::<Vec<u8>>());
+        assert_eq!(codes, (80..=91).collect::<Vec<u8>>());
     }
 
     #[test]

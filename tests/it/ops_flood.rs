@@ -190,15 +190,12 @@ fn past_the_reserve(pid: u32) -> u32 {
 /// A strict gateway whose descriptors run out after dispatch: the first terminal POST is
 /// held by the simulator, and meanwhile the gateway's limits are lowered to just past its
 /// descriptor reserve (`prlimit --pid`: no new descriptor can be opened), so every
-/// retry fails before a byte is written. It latches `internal_error` (88) naming the
+/// retry fails before a byte is written. It latches `local_exhaustion` (91) naming the
 /// exhaustion, never the control plane's retryable statuses; the descriptors it holds in
 /// reserve let it persist the latch, and a restart refuses to run.
 #[tokio::test]
 async fn a_terminal_post_that_finds_no_descriptor_after_dispatch_latches_naming_the_exhaustion() {
-    let Some(prlimit) = which("prlimit") else {
-        eprintln!("prlimit is not installed: skipped");
-        return;
-    };
+    let prlimit = which("prlimit").expect("prlimit (util-linux, a Debian essential package) is installed");
     let faults = "[[rule]]\nmatch = { tool = \"echo\", resp_type = \"terminal\" }\nattempts = [1]\naction = \"hold\"\n";
     let rig = Rig::start(faults).await;
     let mut gw = rig
@@ -221,8 +218,8 @@ async fn a_terminal_post_that_finds_no_descriptor_after_dispatch_latches_naming_
     assert!(lowered.success(), "prlimit --pid failed");
     let code = gw.wait_exit(Duration::from_secs(20)).await;
     let stderr = gw.stderr();
-    assert_eq!(code, Some(88), "stderr:\n{stderr}");
-    assert!(stderr.contains("category=internal_error exit_code=88"), "{stderr}");
+    assert_eq!(code, Some(91), "stderr:\n{stderr}");
+    assert!(stderr.contains("category=local_exhaustion exit_code=91"), "{stderr}");
     assert!(
         stderr.contains("response POST not sent: too many open files in the gateway"),
         "{stderr}"
@@ -237,7 +234,7 @@ async fn a_terminal_post_that_finds_no_descriptor_after_dispatch_latches_naming_
     );
     let latch: serde_json::Value =
         serde_json::from_slice(&std::fs::read(rig.latch_path()).expect("the latch file was written")).unwrap();
-    assert_eq!(latch["fatal"]["category"], "internal_error");
+    assert_eq!(latch["fatal"]["category"], "local_exhaustion");
     assert_eq!(latch["fatal"]["request_id"], a.as_str());
     assert!(!stderr.contains("cannot write latch file"), "{stderr}");
     let mut again = Gateway::run(&rig.config(&RigOptions::default()));
