@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tunnelgate::cli::{Cli, Command, LatchAction, Tool};
+use tunnelgate::cli::{Cli, Command, ConfigSource, LatchAction, Tool};
 use tunnelgate::config::{Config, ConfigError};
 
 /// mimalloc by default: on the measured machine the gateway spent less CPU per command
@@ -23,13 +23,16 @@ fn main() -> ExitCode {
     // `run` loads its configuration before anything else: it says how to build the
     // runtime (`runtime.worker_threads`). Every other command keeps a thread per core.
     let (command, threads) = match cli.command {
-        Command::Run(args) => match load(args.config.as_deref(), &args.overrides()) {
-            Ok(config) => {
-                let threads = config.runtime.worker_threads.get();
-                (Ready::Run(Box::new(config)), Some(threads))
+        Command::Run(args) => {
+            let source = args.source();
+            match source.load() {
+                Ok(config) => {
+                    let threads = config.runtime.worker_threads.get();
+                    (Ready::Run(Box::new(config), source), Some(threads))
+                }
+                Err(e) => return ExitCode::from(config_error(&e)),
             }
-            Err(e) => return ExitCode::from(config_error(&e)),
-        },
+        }
         Command::Tool(tool) => (Ready::Tool(tool), None),
     };
     let mut builder = match threads {
@@ -54,15 +57,16 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// A command ready to run: `run` with its loaded configuration, or any other.
+/// A command ready to run: `run` with its loaded configuration (and where from, for a
+/// reload), or any other.
 enum Ready {
-    Run(Box<Config>),
+    Run(Box<Config>, ConfigSource),
     Tool(Tool),
 }
 
 async fn dispatch(command: Ready) -> u8 {
     let tool = match command {
-        Ready::Run(config) => return finish(tunnelgate::cli::run(*config).await.map_err(Into::into)),
+        Ready::Run(config, source) => return finish(tunnelgate::cli::run(*config, source).await.map_err(Into::into)),
         Ready::Tool(tool) => tool,
     };
     let result: anyhow::Result<u8> = match tool {
