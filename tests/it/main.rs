@@ -21,6 +21,7 @@ mod prometheus;
 mod ready;
 mod replies;
 mod resume;
+mod signals;
 mod soak;
 mod stop;
 mod strict;
