@@ -282,10 +282,17 @@ pub struct DemoArgs {
     pub keep_dir: bool,
 }
 
+/// Call first thing for `tunnelgate run`, before loading its configuration: a signal that
+/// arrives before [`run`] installs its handlers then waits instead of taking its default
+/// action (see `signals`).
+pub fn defer_signals() {
+    signals::defer();
+}
+
 /// `tunnelgate run`: signals, logs, the gateway; returns the exit code. `source` is how
 /// `config` was loaded, for SIGHUP to load it again.
 pub async fn run(config: Config, source: ConfigSource) -> Result<u8, CliError> {
-    // First of all: from here on no signal of the table takes its default action.
+    // First of all: the handlers, which also ends what `defer_signals` began.
     let handlers = signals::Signals::install();
     let format = match config.telemetry.log_format {
         LogFormat::Json => logging::Format::Json,

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
     // runtime (`runtime.worker_threads`). Every other command keeps a thread per core.
     let (command, threads) = match cli.command {
         Command::Run(args) => {
+            tunnelgate::cli::defer_signals();
             let source = args.source();
             match source.load() {
                 Ok(config) => {

@@ -12,13 +12,15 @@
 //! - one task acts on the signals, one at a time, in the order it sees them; a reload
 //!   reads files off the runtime's workers, and never touches a running command.
 //!
-//! Handlers are installed when `run` starts, before the logging: a signal in the moment
-//! before (parsing, loading the configuration, building the runtime) still takes its
-//! default action.
+//! `main` blocks the signals of the table first thing in `run` ([`defer`]), so one that
+//! arrives while the configuration loads and the runtime is built waits, pending; the
+//! handlers are installed when `run`'s future starts, which unblocks them on that thread
+//! (the runtime's threads keep them blocked, so each is delivered there).
 
 use std::borrow::Cow;
 
 use futures_util::stream::{self, BoxStream, StreamExt};
+use nix::sys::signal::SigSet;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
@@ -112,8 +114,28 @@ pub(crate) struct Reload {
     pub(crate) supervisor: Supervisor,
 }
 
+/// Blocks the signals of [`TABLE`] on the calling thread, and so on every thread it starts
+/// from now on: one that arrives before [`Signals::install`] waits, pending, instead of
+/// taking its default action. The real-time signals are not deferred.
+pub(crate) fn defer() {
+    // Without it the window stays as it was; nothing else depends on it.
+    let _ = table_set().thread_block();
+}
+
+fn table_set() -> SigSet {
+    let mut set = SigSet::empty();
+    for (number, _, _) in TABLE {
+        if let Ok(signal) = nix::sys::signal::Signal::try_from(number) {
+            set.add(signal);
+        }
+    }
+    set
+}
+
 impl Signals {
-    /// Installs a handler for every signal of [`TABLE`] and every real-time signal.
+    /// Installs a handler for every signal of [`TABLE`] and every real-time signal, then
+    /// unblocks on this thread what [`defer`] blocked (a pending one is delivered now).
+    /// Called on the thread that called [`defer`].
     pub(crate) fn install() -> Signals {
         let mut all: Vec<(i32, Cow<'static, str>, Meaning)> = TABLE
             .iter()
@@ -137,6 +159,7 @@ impl Signals {
                 Err(e) => signals.failed.push((name, e)),
             }
         }
+        let _ = table_set().thread_unblock();
         signals
     }
 

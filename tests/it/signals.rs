@@ -94,7 +94,17 @@ async fn a_strict_gateway_survives(signal: &str, log_level: &str, check: impl Fn
     let slow = slow_call_in_flight(&rig).await;
     send(&gw, signal);
     check(&gw);
-    let rec = rig.wait("the slow call acknowledged", |r| r.is_completed(&slow)).await;
+    // The call's acknowledgement, failing at once, with the log, if the signal killed it.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !rig.sim.record().is_completed(&slow) {
+        assert!(!gw.has_exited(), "SIG{signal} ended the gateway: {}", gw.stderr());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slow call was not acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rec = rig.sim.record();
     let answer = final_json(&rec, &slow);
     assert!(
         answer["resp_json"]["result"]["content"][0]["text"]
