@@ -340,3 +340,51 @@ async fn sighup_with_a_broken_configuration_keeps_the_running_one_and_names_the_
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
 }
+
+/// Kills the process on drop (a test that panics leaves nothing running).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_strict_gateway_whose_stderr_reader_is_gone_keeps_serving_and_stops_cleanly() {
+    // The real SIGPIPE: every log line is written to a pipe nobody reads any more (a log
+    // collector restarted), and fails with EPIPE instead of ending the process.
+    let rig = Rig::start("").await;
+    let path = rig.dir.path().join("config.toml");
+    rewrite(&path, &rig.config(&RigOptions::default()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tunnelgate"))
+        .args(["run", "--config", path.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tunnelgate");
+    drop(child.stderr.take());
+    let mut gw = Killed(child);
+    let livez = format!("http://127.0.0.1:{}/livez", rig.ops_port);
+    wait_until("the ops listener", WAIT, || crate::harness::http_answers(&livez)).await;
+    for n in 0..3 {
+        let a = rig.enqueue_call("echo", json!({"message": format!("unlogged {n}")}));
+        rig.wait("a command with every log line failing", |r| r.is_completed(&a))
+            .await;
+    }
+    assert!(gw.0.try_wait().unwrap().is_none(), "still running");
+    let pid = gw.0.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let deadline = tokio::time::Instant::now() + EXIT;
+    let status = loop {
+        if let Some(status) = gw.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert!(!rig.latch_path().exists());
+}
