@@ -69,7 +69,7 @@ const TABLE: [(i32, &str, Meaning); 13] = [
     (
         libc::SIGSTKFLT,
         "SIGSTKFLT",
-        Meaning::Ignored("unused on this platform"),
+        Meaning::Ignored("a coprocessor stack fault, never raised on this platform"),
     ),
     (
         libc::SIGXCPU,
