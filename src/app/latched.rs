@@ -18,7 +18,7 @@ pub(super) fn previous_latch(config: &Config) -> Option<(Fatal, Option<FatalCate
     let (command, cause, latched_at) = match latch_file::read(path) {
         Ok(None) => return None,
         Ok(Some(previous)) => {
-            eprintln!("tunnelgate: refusing to start: {}", previous.one_line());
+            say(format_args!("refusing to start: {}", previous.one_line()));
             let cause = previous.category;
             let latched_at = own_time(&previous.latched_at);
             (
@@ -32,13 +32,13 @@ pub(super) fn previous_latch(config: &Config) -> Option<(Fatal, Option<FatalCate
             )
         }
         Err(e) => {
-            eprintln!("tunnelgate: refusing to start: {e}");
+            say(format_args!("refusing to start: {e}"));
             (CommandRef::default(), None, None)
         }
     };
-    eprintln!(
-        "tunnelgate: inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the cause is understood"
-    );
+    say(format_args!(
+        "inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the cause is understood"
+    ));
     let mut fatal = Fatal::new(FatalCategory::LatchedPreviously, &command);
     fatal.persisted = true;
     // The runbook reconciles from the latch's own time, not from this restart's.
@@ -46,6 +46,14 @@ pub(super) fn previous_latch(config: &Config) -> Option<(Fatal, Option<FatalCate
         fatal.latched_at = at;
     }
     Some((fatal, cause))
+}
+
+/// One `tunnelgate: ...` line on stderr, never a panic (with SIGPIPE ignored, a stderr
+/// whose reader is gone fails with EPIPE, where `eprintln!` would panic and the run would
+/// end 101 instead of 89).
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "tunnelgate: {line}");
 }
 
 /// The persisted `latched_at` when it is an RFC 3339 time (the file is read back, so it is

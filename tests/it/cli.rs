@@ -369,3 +369,56 @@ async fn with_latched_start_hold_status_shows_the_latchs_own_time() {
     held.sigterm();
     assert_eq!(held.wait_exit(T).await, Some(89), "{}", held.stderr());
 }
+
+/// Runs the binary with `args` and a stderr whose reader is already gone (every write to
+/// it fails with EPIPE); returns its exit code.
+async fn exit_code_with_stderr_gone(args: &[&str]) -> Option<i32> {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tunnelgate"))
+        .args(args)
+        .env_remove("TUNNELGATE_STRICT__ENABLED")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(writer)
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn with_its_stderr_reader_gone_the_exit_code_still_says_why() {
+    // Found while testing SIGPIPE: `eprintln!` panics on EPIPE, so a configuration error
+    // ended 101, and a strict start into a latch too, instead of 78 and 89.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, GOOD.replace("env:CLI_TEST_KEY", "literal-key")).unwrap();
+    let config = config.to_str().unwrap();
+    assert_eq!(
+        exit_code_with_stderr_gone(&["check", "--config", config, "--log-level", "nonsense"]).await,
+        Some(78)
+    );
+    let latch = dir.path().join("latch.json");
+    let latched = r#"{"schema_version":1,"tunnelgate_version":"0.1.0","fatal":{"category":"ack_not_found","exit_code":82,"request_id":"req_1","channel":"main","method":"tools/call","latched_at":"2026-01-02T03:04:05Z","persisted":true}}"#;
+    std::fs::write(&latch, latched).unwrap();
+    let args = [
+        "run",
+        "--strict",
+        "--config",
+        config,
+        "--latch-file",
+        latch.to_str().unwrap(),
+    ];
+    assert_eq!(exit_code_with_stderr_gone(&args).await, Some(89));
+}
