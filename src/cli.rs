@@ -1,5 +1,6 @@
 //! Command-line surface (names are API): `run`, `check`, `doctor`, `status`,
 //! `latch show|clear`, `sim`, `demo`. Parsing lives here so `main.rs` stays a thin exit-code mapper.
+//! What `run` does on each signal (stop, reload, status dump, ignore) is in `signals`.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::net::SocketAddr;
@@ -10,12 +11,14 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use crate::app::{Gateway, GatewayError, StopHandle};
+use crate::app::{Gateway, GatewayError};
 use crate::config::{Config, ConfigError, LogFormat, Overrides};
 use crate::sim::SimError;
 use crate::strict::latch_file::{self, LatchFileError};
 use crate::supervisor::Supervisor;
 use crate::telemetry::logging;
+
+mod signals;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -38,8 +41,12 @@ pub enum CliError {
     Gateway(#[source] GatewayError),
     #[error("cannot build the HTTP client: {0}")]
     HttpClient(#[source] reqwest::Error),
-    #[error("no gateway answered at {url}: {source}")]
-    StatusUnreachable { url: String, source: reqwest::Error },
+    #[error("--url {url:?} {problem}")]
+    StatusBadUrl { url: String, problem: String },
+    #[error("no gateway is listening at {url}")]
+    StatusNotListening { url: String },
+    #[error("no gateway answered at {url}: {problem}")]
+    StatusUnreachable { url: String, problem: String },
     #[error("{url} did not return status JSON: {source}")]
     StatusNotJson { url: String, source: serde_json::Error },
     #[error(transparent)]
@@ -60,6 +67,8 @@ impl CliError {
         match self {
             Self::Gateway(_) => "gateway",
             Self::HttpClient(_) => "http_client",
+            Self::StatusBadUrl { .. } => "status_bad_url",
+            Self::StatusNotListening { .. } => "status_not_listening",
             Self::StatusUnreachable { .. } => "status_unreachable",
             Self::StatusNotJson { .. } => "status_not_json",
             Self::LatchFile(_) => "latch_file",
@@ -129,7 +138,29 @@ pub struct ConfigArgs {
     pub latch_file: Option<PathBuf>,
 }
 
+/// Where `run` loads its configuration from, kept to load it again the same way (SIGHUP).
+#[derive(Clone, Debug)]
+pub struct ConfigSource {
+    pub path: Option<PathBuf>,
+    pub overrides: Overrides,
+}
+
+impl ConfigSource {
+    /// Loads every layer: the file, the process environment, the flags.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        Config::load(self.path.as_deref(), &self.overrides)
+    }
+}
+
 impl ConfigArgs {
+    /// The file and flags of this command line.
+    pub fn source(&self) -> ConfigSource {
+        ConfigSource {
+            path: self.config.clone(),
+            overrides: self.overrides(),
+        }
+    }
+
     pub fn overrides(&self) -> Overrides {
         Overrides {
             strict: self.strict.then_some(true),
@@ -254,8 +285,18 @@ pub struct DemoArgs {
     pub keep_dir: bool,
 }
 
-/// `tunnelgate run`: logs, signals, the gateway; returns the exit code.
-pub async fn run(config: Config) -> Result<u8, CliError> {
+/// Call first thing for `tunnelgate run`, before loading its configuration: a signal that
+/// arrives before [`run`] installs its handlers then waits instead of taking its default
+/// action (see `signals`).
+pub fn defer_signals() {
+    signals::defer();
+}
+
+/// `tunnelgate run`: signals, logs, the gateway; returns the exit code. `source` is how
+/// `config` was loaded, for SIGHUP to load it again.
+pub async fn run(config: Config, source: ConfigSource) -> Result<u8, CliError> {
+    // First of all: the handlers, which also ends what `defer_signals` began.
+    let handlers = signals::Signals::install();
     let format = match config.telemetry.log_format {
         LogFormat::Json => logging::Format::Json,
         LogFormat::Text => logging::Format::Text,
@@ -267,13 +308,25 @@ pub async fn run(config: Config) -> Result<u8, CliError> {
     )
     .await;
     crate::descriptors::prepare_for_run();
-    let gateway = Gateway::new(config);
     let signals = Supervisor::logging_only();
+    let reload = signals::Reload {
+        source,
+        running: config.clone(),
+        log_filter: telemetry.log_filter(),
+        supervisor: signals.clone(),
+    };
+    let gateway = Gateway::new(config);
+    let watch = signals::Watch {
+        stop: gateway.stop_handle(),
+        status: gateway.status_handle(),
+        reload,
+    };
     let watching = CancellationToken::new();
-    let watcher = signals.spawn_joined(forward_stop_signals(gateway.stop_handle(), watching.clone()));
+    let watcher = signals.spawn_joined(handlers.watch(watch, watching.clone()));
     let outcome = gateway.run().await;
     watching.cancel();
-    // It ends at once; an end of any other kind changes nothing the run did.
+    // It ends at once between two signals; a reload still reading files is left to the
+    // runtime's end. Neither changes anything the run did.
     let _ = tokio::time::timeout(SIGNAL_WATCH_JOIN, watcher).await;
     // Exported spans are flushed before the exit code is returned, within FLUSH_BOUND.
     telemetry.shutdown().await;
@@ -282,31 +335,6 @@ pub async fn run(config: Config) -> Result<u8, CliError> {
 
 /// How long the end of `tunnelgate run` waits for the signal watcher to end.
 const SIGNAL_WATCH_JOIN: Duration = Duration::from_secs(1);
-
-/// Turns each SIGTERM or Ctrl-C into a stop request (the first graceful, a second one
-/// "now") until `done`.
-async fn forward_stop_signals(stop: StopHandle, done: CancellationToken) {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot watch SIGTERM");
-            return;
-        }
-    };
-    loop {
-        tokio::select! {
-            biased;
-            // cancel-safe: waiting on a token.
-            () = done.cancelled() => return,
-            // cancel-safe: signal streams.
-            _ = term.recv() => {},
-            // cancel-safe: signal streams.
-            _ = tokio::signal::ctrl_c() => {},
-        }
-        tracing::info!("stop signal received (a second one stops now)");
-        stop.stop();
-    }
-}
 
 /// `tunnelgate doctor`: prints the report and returns its exit code (78 when the
 /// configuration is invalid: the report says why, and stderr too, as `check` does).
@@ -337,26 +365,20 @@ pub async fn doctor(args: &DoctorArgs, config: Result<Config, ConfigError>) -> R
 
 /// `tunnelgate status`.
 pub async fn status(base: &str) -> Result<u8, CliError> {
-    let url = format!("{}/status", base.trim_end_matches('/'));
+    let url = status_url(base)?;
     let client = reqwest::Client::builder()
         .no_proxy()
-        .timeout(std::time::Duration::from_secs(5))
+        .timeout(STATUS_TIMEOUT)
         .build()
         .map_err(CliError::HttpClient)?;
-    let unreachable = |source| CliError::StatusUnreachable {
-        url: url.clone(),
-        source,
-    };
-    let body = client
-        .get(&url)
-        .send()
-        .await
-        .map_err(unreachable)?
-        .text()
-        .await
-        .map_err(unreachable)?;
+    let shown = url.to_string();
+    let body = match client.get(url).send().await {
+        Ok(response) => response.text().await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| unreachable(&shown, &e))?;
     let doc: serde_json::Value = serde_json::from_str(&body).map_err(|source| CliError::StatusNotJson {
-        url: url.clone(),
+        url: shown.clone(),
         source,
     })?;
     println!(
@@ -368,6 +390,60 @@ pub async fn status(base: &str) -> Result<u8, CliError> {
         .and_then(|c| u8::try_from(c).ok())
         .unwrap_or(0);
     Ok(code)
+}
+
+/// Bound of the whole `/status` request of `tunnelgate status`.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `{base}/status`, with what is wrong with `base` in words when it is not an http(s) URL
+/// of a host.
+fn status_url(base: &str) -> Result<reqwest::Url, CliError> {
+    let bad = |problem: String| CliError::StatusBadUrl {
+        url: base.to_owned(),
+        problem,
+    };
+    if !base.contains("://") {
+        return Err(bad(format!(
+            "is not a URL: it has no scheme; write e.g. \"http://{base}\""
+        )));
+    }
+    let parsed = reqwest::Url::parse(base).map_err(|e| bad(format!("is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad(format!(
+            "must start with http:// or https:// (found {}:), e.g. http://127.0.0.1:9464",
+            parsed.scheme()
+        )));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(bad("names no host, e.g. http://127.0.0.1:9464".to_owned()));
+    }
+    let joined = format!("{}/status", parsed.as_str().trim_end_matches('/'));
+    reqwest::Url::parse(&joined).map_err(|e| bad(format!("is not a URL: {e}")))
+}
+
+/// What a failed `/status` request means, in words: nothing listening, no answer in time,
+/// or the transport's own reason.
+fn unreachable(url: &str, error: &reqwest::Error) -> CliError {
+    let refused = std::iter::successors(Some(error as &dyn std::error::Error), |e| e.source())
+        .filter_map(|e| e.downcast_ref::<std::io::Error>())
+        .any(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
+    if refused {
+        return CliError::StatusNotListening { url: url.to_owned() };
+    }
+    let problem = if error.is_timeout() {
+        format!("no answer within {}", humantime::format_duration(STATUS_TIMEOUT))
+    } else {
+        // The innermost cause names it ("dns error", "connection reset", ...).
+        let mut cause: &dyn std::error::Error = error;
+        while let Some(next) = cause.source() {
+            cause = next;
+        }
+        cause.to_string()
+    };
+    CliError::StatusUnreachable {
+        url: url.to_owned(),
+        problem,
+    }
 }
 
 /// `tunnelgate latch show`.

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tunnelgate::cli::{Cli, Command, LatchAction, Tool};
+use tunnelgate::cli::{Cli, Command, ConfigSource, LatchAction, Tool};
 use tunnelgate::config::{Config, ConfigError};
 
 /// mimalloc by default: on the measured machine the gateway spent less CPU per command
@@ -27,13 +27,17 @@ fn main() -> ExitCode {
     // `run` loads its configuration before anything else: it says how to build the
     // runtime (`runtime.worker_threads`). Every other command keeps a thread per core.
     let (command, threads) = match cli.command {
-        Command::Run(args) => match load(args.config.as_deref(), &args.overrides()) {
-            Ok(config) => {
-                let threads = config.runtime.worker_threads.get();
-                (Ready::Run(Box::new(config)), Some(threads))
+        Command::Run(args) => {
+            tunnelgate::cli::defer_signals();
+            let source = args.source();
+            match source.load() {
+                Ok(config) => {
+                    let threads = config.runtime.worker_threads.get();
+                    (Ready::Run(Box::new(config), source), Some(threads))
+                }
+                Err(e) => return ExitCode::from(config_error(&e)),
             }
-            Err(e) => return ExitCode::from(config_error(&e)),
-        },
+        }
         Command::Tool(tool) => (Ready::Tool(tool), None),
     };
     let mut builder = match threads {
@@ -48,7 +52,7 @@ fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tunnelgate: cannot start the async runtime: {e}");
+            say(format_args!("cannot start the async runtime: {e}"));
             return ExitCode::from(1);
         }
     };
@@ -58,15 +62,16 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// A command ready to run: `run` with its loaded configuration, or any other.
+/// A command ready to run: `run` with its loaded configuration (and where from, for a
+/// reload), or any other.
 enum Ready {
-    Run(Box<Config>),
+    Run(Box<Config>, ConfigSource),
     Tool(Tool),
 }
 
 async fn dispatch(command: Ready) -> u8 {
     let tool = match command {
-        Ready::Run(config) => return finish(tunnelgate::cli::run(*config).await.map_err(Into::into)),
+        Ready::Run(config, source) => return finish(tunnelgate::cli::run(*config, source).await.map_err(Into::into)),
         Ready::Tool(tool) => tool,
     };
     let result: anyhow::Result<u8> = match tool {
@@ -105,7 +110,7 @@ fn finish(result: anyhow::Result<u8>) -> u8 {
         Ok(code) => code,
         Err(e) => {
             // Every error of the crate names its cause in its own message: no chain to print.
-            eprintln!("tunnelgate: {e}");
+            say(format_args!("{e}"));
             1
         }
     }
@@ -116,6 +121,14 @@ fn load(path: Option<&std::path::Path>, overrides: &tunnelgate::config::Override
 }
 
 fn config_error(e: &ConfigError) -> u8 {
-    eprintln!("tunnelgate: {e}");
+    say(format_args!("{e}"));
     78
+}
+
+/// One `tunnelgate: ...` line on stderr. Unlike `eprintln!` it never panics: SIGPIPE is
+/// ignored, so a stderr whose reader is gone fails with EPIPE, and the exit code must
+/// still be the one that says why (78, not a panic's 101).
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "tunnelgate: {line}");
 }

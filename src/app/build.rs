@@ -120,8 +120,9 @@ impl Parts {
         Ok(OpsListener { listener, addr })
     }
 
-    /// Serves the ops listener (a background task) until [`Parts::finish`].
-    pub(super) fn serve_ops(&self, config: &Config, ops: OpsListener) {
+    /// Serves the ops listener (a background task) until [`Parts::finish`]; returns what
+    /// it reads.
+    pub(super) fn serve_ops(&self, config: &Config, ops: OpsListener) -> Arc<OpsState> {
         let state = Arc::new(OpsState {
             fence: self.fence.clone(),
             health: self.health.clone(),
@@ -131,8 +132,9 @@ impl Parts {
         });
         self.supervisor.spawn_untracked(
             TaskKind::OpsListener,
-            crate::ops::serve(ops.listener, state, self.ops_stop.clone()),
+            crate::ops::serve(ops.listener, state.clone(), self.ops_stop.clone()),
         );
+        state
     }
 
     /// The dispatcher over these parts (it starts the admission line).

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use tokio::sync::mpsc;
 
 use super::build::Parts;
-use super::{GatewayError, RunOutcome};
+use super::{GatewayError, RunOutcome, StatusHandle};
 use crate::config::Config;
 use crate::strict::{latch_file, CommandRef, Fatal, FatalCategory, FileIntents, Unsettled};
 
@@ -15,11 +15,12 @@ use crate::strict::{latch_file, CommandRef, Fatal, FatalCategory, FileIntents, U
 /// persisted cause's own category, when readable; `None` when there is no latch.
 pub(super) fn previous_latch(config: &Config) -> Option<(Fatal, Option<FatalCategory>)> {
     let path = &config.strict.latch_file;
-    let (command, cause) = match latch_file::read(path) {
+    let (command, cause, latched_at) = match latch_file::read(path) {
         Ok(None) => return None,
         Ok(Some(previous)) => {
-            eprintln!("tunnelgate: refusing to start: {}", previous.one_line());
+            say(format_args!("refusing to start: {}", previous.one_line()));
             let cause = previous.category;
+            let latched_at = own_time(&previous.latched_at);
             (
                 CommandRef {
                     request_id: previous.request_id,
@@ -27,18 +28,23 @@ pub(super) fn previous_latch(config: &Config) -> Option<(Fatal, Option<FatalCate
                     method: previous.method,
                 },
                 Some(cause),
+                latched_at,
             )
         }
         Err(e) => {
-            eprintln!("tunnelgate: refusing to start: {e}");
-            (CommandRef::default(), None)
+            say(format_args!("refusing to start: {e}"));
+            (CommandRef::default(), None, None)
         }
     };
-    eprintln!(
-        "tunnelgate: inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the cause is understood"
-    );
+    say(format_args!(
+        "inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the cause is understood"
+    ));
     let mut fatal = Fatal::new(FatalCategory::LatchedPreviously, &command);
     fatal.persisted = true;
+    // The runbook reconciles from the latch's own time, not from this restart's.
+    if let Some(at) = latched_at {
+        fatal.latched_at = at;
+    }
     Some((fatal, cause))
 }
 
@@ -57,7 +63,7 @@ pub(super) fn interrupted(config: &Config) -> Option<Fatal> {
             method: intent.method,
         },
         Unsettled::Unreadable(e) => {
-            eprintln!("tunnelgate: {e}");
+            say(format_args!("{e}"));
             CommandRef::default()
         }
     };
@@ -66,16 +72,31 @@ pub(super) fn interrupted(config: &Config) -> Option<Fatal> {
         Ok(()) => {
             fatal.persisted = true;
             if let Err(e) = intents.clear() {
-                eprintln!("tunnelgate: the latch is persisted, but {e}");
+                say(format_args!("the latch is persisted, but {e}"));
             }
         }
-        Err(e) => eprintln!("tunnelgate: {e}; the intent record is kept, so the next start latches again"),
+        Err(e) => say(format_args!("{e}; the intent record is kept, so the next start latches again")),
     }
-    eprintln!("tunnelgate: refusing to start: {}", fatal.one_line());
-    eprintln!(
-        "tunnelgate: inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the command is reconciled"
-    );
+    say(format_args!("refusing to start: {}", fatal.one_line()));
+    say(format_args!(
+        "inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the command is reconciled"
+    ));
     Some(fatal)
+}
+
+/// One `tunnelgate: ...` line on stderr, never a panic (with SIGPIPE ignored, a stderr
+/// whose reader is gone fails with EPIPE, where `eprintln!` would panic and the run would
+/// end 101 instead of 89).
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "tunnelgate: {line}");
+}
+
+/// The persisted `latched_at` when it is an RFC 3339 time (the file is read back, so it is
+/// checked before it reaches a log line or `/status`); `None` keeps the time of this start.
+fn own_time(latched_at: &str) -> Option<String> {
+    humantime::parse_rfc3339(latched_at).ok()?;
+    Some(latched_at.to_owned())
 }
 
 /// `strict.latched_start = "hold"`: serves only the ops listener, in the fatal state with
@@ -85,10 +106,10 @@ pub(super) fn interrupted(config: &Config) -> Option<Fatal> {
 /// server, until stopped; then the run ends with the latch (exit 89).
 pub(super) async fn hold(
     config: &Config,
-    previous: Fatal,
-    cause: Option<FatalCategory>,
+    (previous, cause): (Fatal, Option<FatalCategory>),
     mut stop_rx: mpsc::UnboundedReceiver<()>,
     ops_addr_tx: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+    status: &StatusHandle,
 ) -> Result<RunOutcome, GatewayError> {
     // No channel is built: nothing may touch an MCP server.
     let parts = Parts::observed(config);
@@ -98,14 +119,14 @@ pub(super) async fn hold(
         method: previous.method.clone(),
     };
     parts.fence.latch(FatalCategory::LatchedPreviously, &command);
-    parts.fence.mark_persisted();
+    parts.fence.mark_restored(&previous.latched_at);
     if let Some(cause) = cause {
         parts.metrics.fatal_info(cause);
     }
     let ops = parts.bind_ops(config).await?;
     ops.report(ops_addr_tx);
     tracing::warn!(addr = %ops.addr, "holding in the fatal state (strict.latched_start = \"hold\"): serving the ops listener only until stopped");
-    parts.serve_ops(config, ops);
+    status.publish(parts.serve_ops(config, ops));
     let _ = stop_rx.recv().await;
     let fatal = parts.fence.fatal().unwrap_or(previous);
     parts.finish().await;

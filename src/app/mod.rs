@@ -15,14 +15,14 @@ pub(crate) use build::build_control;
 pub use labels::GatewayLabels;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::mpsc;
 
 use crate::config::{Config, LatchedStart};
 use crate::control::BuildError;
 use crate::dispatch::Dispatcher;
-use crate::ops::Mode;
+use crate::ops::{Mode, OpsState, StatusDocument};
 use crate::strict::Fatal;
 use crate::supervisor::{TaskEnd, TaskKind};
 use crate::telemetry::{Accounting, Metrics};
@@ -81,12 +81,35 @@ impl StopHandle {
     }
 }
 
+/// Reads what `/status` shows, in process (a status dump on SIGUSR1). Cheap to clone.
+#[derive(Clone, Default)]
+pub struct StatusHandle {
+    state: Arc<OnceLock<Arc<OpsState>>>,
+}
+
+impl StatusHandle {
+    /// The `/status` document; `None` until the ops listener serves.
+    pub fn status(&self) -> Option<StatusDocument> {
+        self.state.get().map(|s| s.status())
+    }
+
+    /// The commands counted so far (the final accounting's figures); `None` as above.
+    pub fn accounting(&self) -> Option<Accounting> {
+        self.state.get().map(|s| s.metrics.accounting())
+    }
+
+    pub(super) fn publish(&self, state: Arc<OpsState>) {
+        let _ = self.state.set(state);
+    }
+}
+
 /// A started gateway.
 pub struct Gateway {
     config: Config,
     stop_tx: mpsc::UnboundedSender<()>,
     stop_rx: mpsc::UnboundedReceiver<()>,
     ops_addr_tx: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+    status: StatusHandle,
 }
 
 impl Gateway {
@@ -97,7 +120,13 @@ impl Gateway {
             stop_tx,
             stop_rx,
             ops_addr_tx: None,
+            status: StatusHandle::default(),
         }
+    }
+
+    /// Reads this gateway's `/status` document while it runs.
+    pub fn status_handle(&self) -> StatusHandle {
+        self.status.clone()
     }
 
     pub fn stop_handle(&self) -> StopHandle {
@@ -122,19 +151,24 @@ impl Gateway {
             stop_tx: _keep_stop_channel_open,
             stop_rx,
             ops_addr_tx,
+            status,
         } = self;
         if config.strict.enabled {
             if let Some((previous, cause)) = latched::previous_latch(&config) {
                 return match config.strict.latched_start {
                     LatchedStart::Exit => Ok(RunOutcome::Fatal(previous)),
-                    LatchedStart::Hold => latched::hold(&config, previous, cause, stop_rx, ops_addr_tx).await,
+                    LatchedStart::Hold => {
+                        latched::hold(&config, (previous, cause), stop_rx, ops_addr_tx, &status).await
+                    }
                 };
             }
             if let Some(interrupted) = latched::interrupted(&config) {
                 let cause = Some(interrupted.category);
                 return match config.strict.latched_start {
                     LatchedStart::Exit => Ok(RunOutcome::Fatal(interrupted)),
-                    LatchedStart::Hold => latched::hold(&config, interrupted, cause, stop_rx, ops_addr_tx).await,
+                    LatchedStart::Hold => {
+                        latched::hold(&config, (interrupted, cause), stop_rx, ops_addr_tx, &status).await
+                    }
                 };
             }
         }
@@ -143,7 +177,7 @@ impl Gateway {
         let ops = parts.bind_ops(&config).await?;
         tracing::info!(addr = %ops.addr, "ops listener ready");
         ops.report(ops_addr_tx);
-        parts.serve_ops(&config, ops);
+        status.publish(parts.serve_ops(&config, ops));
 
         let signals = StopSignals::new();
         let dispatcher = parts.dispatcher(&config, control, &signals);

@@ -97,12 +97,35 @@ impl EnvVars {
 /// A config file larger than this is refused rather than read whole.
 const MAX_CONFIG_FILE: u64 = 1024 * 1024;
 
-/// Reads a UTF-8 file of at most `max` bytes. A path that never ends (`/dev/zero`, a
-/// pipe) is read only to the bound, never into memory whole.
+/// Reads a UTF-8 regular file of at most `max` bytes (a symlink to one is followed).
+///
+/// Anything else (a FIFO, a directory, a device, a socket) is refused at once, before a
+/// byte is read: opening a FIFO for reading waits for a writer, and a device may never
+/// end. The file is opened non-blocking, so the open itself cannot wait, and its type is
+/// read from the open descriptor, so it cannot be swapped after the check.
 pub(super) fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
     use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        // A socket cannot be opened at all: say what it is rather than "no such device".
+        Err(e) => {
+            return Err(match std::fs::metadata(path) {
+                Ok(m) if !m.is_file() => not_regular(&m.file_type()),
+                _ => e,
+            })
+        }
+    };
+    let file_type = file.metadata()?.file_type();
+    if !file_type.is_file() {
+        return Err(not_regular(&file_type));
+    }
     let mut bytes = Vec::new();
-    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut bytes)?;
+    file.take(max + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::FileTooLarge,
@@ -111,6 +134,28 @@ pub(super) fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
     }
     String::from_utf8(bytes)
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
+}
+
+/// "it is a FIFO (named pipe), not a regular file", for any type but a regular file.
+fn not_regular(file_type: &std::fs::FileType) -> std::io::Error {
+    use std::os::unix::fs::FileTypeExt;
+    let what = if file_type.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "something else"
+    };
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("it is {what}, not a regular file"),
+    )
 }
 
 impl FileLayer {

@@ -81,7 +81,58 @@ struct TelemetryView<'a> {
 }
 
 pub(super) fn render(config: &Config) -> String {
-    let view = View {
+    toml::to_string(&view(config)).expect("the configuration view is plain tables, strings and numbers")
+}
+
+/// The dotted keys whose effective values differ between `a` and `b`, sorted (a
+/// secret's value is compared too, and never shown).
+pub(super) fn changed_keys(a: &Config, b: &Config) -> Vec<String> {
+    let (mut left, mut right) = (BTreeMap::new(), BTreeMap::new());
+    flatten(
+        "",
+        &serde_json::to_value(view(a)).expect("the view serializes"),
+        &mut left,
+    );
+    flatten(
+        "",
+        &serde_json::to_value(view(b)).expect("the view serializes"),
+        &mut right,
+    );
+    let mut keys: Vec<String> = left
+        .keys()
+        .chain(right.keys())
+        .filter(|k| left.get(*k) != right.get(*k))
+        .cloned()
+        .collect();
+    if a.control_plane.api_key != b.control_plane.api_key {
+        keys.push("control_plane.api_key".to_owned());
+    }
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Every leaf of `value` (arrays are leaves) under its dotted key.
+fn flatten(prefix: &str, value: &serde_json::Value, into: &mut BTreeMap<String, serde_json::Value>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, into);
+            }
+        }
+        leaf => {
+            into.insert(prefix.to_owned(), leaf.clone());
+        }
+    }
+}
+
+fn view(config: &Config) -> View<'_> {
+    View {
         control_plane: control_plane(config),
         mcp: mcp(config),
         strict: StrictView {
@@ -105,8 +156,7 @@ pub(super) fn render(config: &Config) -> String {
         runtime: RuntimeView {
             worker_threads: config.runtime.worker_threads.get(),
         },
-    };
-    toml::to_string(&view).expect("the configuration view is plain tables, strings and numbers")
+    }
 }
 
 fn control_plane(config: &Config) -> ControlPlaneView<'_> {

@@ -221,6 +221,12 @@ impl Config {
         masked::render(self)
     }
 
+    /// The dotted keys whose effective values differ in `other`, sorted; what a reload
+    /// compares. Secrets are compared by value and named only by their key.
+    pub fn changed_keys(&self, other: &Config) -> Vec<String> {
+        masked::changed_keys(self, other)
+    }
+
     /// Names of the stdio channels, sorted.
     pub fn stdio_channel_names(&self) -> Vec<String> {
         self.mcp

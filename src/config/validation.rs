@@ -210,12 +210,27 @@ fn log_format(value: &str) -> Result<LogFormat, ConfigError> {
     }
 }
 
-/// A non-empty filter that `tracing_subscriber::EnvFilter` accepts.
+/// Level names a bare directive may be (`EnvFilter` reads any other bare word as a target,
+/// which enables that target alone and silences everything else).
+const LEVEL_NAMES: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// A non-empty filter that `tracing_subscriber::EnvFilter` accepts, whose bare words are
+/// level names (`target=level` and span directives are unchanged).
 fn log_level(value: String) -> Result<String, ConfigError> {
     const KEY: &str = "telemetry.log_level";
     const EXAMPLE: &str = "use e.g. \"info\" or \"tunnelgate=debug,info\"";
     if value.trim().is_empty() {
         return Err(ConfigError::invalid(KEY, format!("is empty; {EXAMPLE}")));
+    }
+    if let Some(word) = bare_non_level(&value) {
+        return Err(ConfigError::invalid(
+            KEY,
+            format!(
+                "{value:?}: directive {word:?} is not a level name (a bare word must be one of {}; \
+                 to filter by target write target=level, e.g. \"{word}=debug\")",
+                LEVEL_NAMES.join(", ")
+            ),
+        ));
     }
     match tracing_subscriber::EnvFilter::try_new(&value) {
         Ok(_) => Ok(value),
@@ -224,6 +239,16 @@ fn log_level(value: String) -> Result<String, ConfigError> {
             format!("{value:?} is not a log filter ({e}); {EXAMPLE}"),
         )),
     }
+}
+
+/// The first directive of `filter` that is a bare word (no `=`, no span part) and not a
+/// level name, in any case.
+fn bare_non_level(filter: &str) -> Option<&str> {
+    filter
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty() && !d.contains(['=', '[']))
+        .find(|d| !LEVEL_NAMES.iter().any(|level| d.eq_ignore_ascii_case(level)))
 }
 
 fn otlp_endpoint(value: &str) -> Result<Option<HttpUrl>, ConfigError> {

@@ -350,6 +350,15 @@ impl<S: FenceSync> Fence<S> {
         }
     }
 
+    /// A latch restored from the latch file at start: marks the cause in force persisted,
+    /// with the persisted latch's own time (`latched_at`, RFC 3339) instead of now.
+    pub fn mark_restored(&self, latched_at: &str) {
+        if let Some(f) = self.inner.lock().fatal.as_mut() {
+            f.persisted = true;
+            latched_at.clone_into(&mut f.latched_at);
+        }
+    }
+
     /// Refuses all further admissions (graceful stop); admitted commands go on.
     pub fn stop_admitting(&self) {
         let mut state = self.inner.lock();

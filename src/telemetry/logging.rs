@@ -5,11 +5,16 @@
 //! this crate, so no level can reveal them. The HTTP and TLS libraries underneath log
 //! peer addresses and connection details at debug level; they are capped at `warn`
 //! unless the filter names them explicitly (an operator's deliberate choice).
+//!
+//! The level filter sits behind a reload handle ([`LogFilter`]): `tunnelgate run` swaps
+//! it on SIGHUP without restarting the subscriber.
+
+use std::sync::Arc;
 
 use tracing_subscriber::filter::{self, FilterExt, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer, Registry};
+use tracing_subscriber::{reload, EnvFilter, Layer, Registry};
 
 use super::otlp;
 
@@ -27,9 +32,59 @@ pub enum Format {
 #[must_use = "await `shutdown()` at exit to flush exported spans"]
 pub struct TelemetryGuard {
     provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+    log_filter: LogFilter,
+}
+
+/// Replaces the level filter of the installed subscriber. Cheap to clone.
+#[derive(Clone)]
+pub struct LogFilter {
+    swap: Arc<dyn Fn(EnvFilter) -> Result<(), reload::Error> + Send + Sync>,
+}
+
+/// Why the level filter could not be replaced (the one in force stays).
+#[derive(Debug, thiserror::Error)]
+pub enum LogFilterError {
+    #[error("{filter:?} is not a log filter: {source}")]
+    Invalid { filter: String, source: filter::ParseError },
+    #[error("the log filter cannot be replaced: {0}")]
+    Unavailable(#[source] reload::Error),
+}
+
+impl LogFilterError {
+    /// Stable label for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Invalid { .. } => "invalid",
+            Self::Unavailable(_) => "unavailable",
+        }
+    }
+}
+
+impl LogFilter {
+    fn new<S: 'static>(handle: reload::Handle<EnvFilter, S>) -> Self {
+        LogFilter {
+            swap: Arc::new(move |filter| handle.reload(filter)),
+        }
+    }
+
+    /// Applies `level` (a `telemetry.log_level` value) as [`init`] did, the quiet
+    /// libraries capped the same way. Callsites are re-evaluated at once.
+    pub fn set(&self, level: &str) -> Result<(), LogFilterError> {
+        let filter = EnvFilter::try_new(filter_directives(level)).map_err(|source| LogFilterError::Invalid {
+            filter: level.to_owned(),
+            source,
+        })?;
+        (self.swap)(filter).map_err(LogFilterError::Unavailable)
+    }
 }
 
 impl TelemetryGuard {
+    /// The handle that replaces the level filter (a no-op handle when [`init`] found a
+    /// subscriber already installed: [`LogFilter::set`] then reports it unavailable).
+    pub fn log_filter(&self) -> LogFilter {
+        self.log_filter.clone()
+    }
+
     /// Flushes and stops span export, waiting at most [`otlp::FLUSH_BOUND`] and never
     /// blocking the async worker it runs on.
     pub async fn shutdown(mut self) {
@@ -130,21 +185,31 @@ pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> T
     // The inner spans are for traces; formatting their fields for the log at each start
     // and record is a cost per command (measured in docs/PERFORMANCE.md).
     let log_spans = filter::filter_fn(|meta| !meta.is_span() || meta.name() == LOGGED_SPAN);
-    let result = match span_layer {
+    // The filter is reloadable in both shapes (SIGHUP): the handle's type names the
+    // subscriber under it, so each shape makes its own.
+    let (result, log_filter) = match span_layer {
         // Without export the level filter is global: a span or event it rules out is never
         // created at all (as a per-layer filter it still was, a cost per command at
         // `warn`; docs/PERFORMANCE.md).
-        None => tracing_subscriber::registry()
-            .with(log_layer.with_filter(log_spans))
-            .with(filter)
-            .try_init(),
-        Some(span_layer) => tracing_subscriber::registry()
-            .with(log_layer.with_filter(filter.and(log_spans)))
-            .with(span_layer)
-            .try_init(),
+        None => {
+            let (filter, handle) = reload::Layer::new(filter);
+            let result = tracing_subscriber::registry()
+                .with(log_layer.with_filter(log_spans))
+                .with(filter)
+                .try_init();
+            (result, LogFilter::new(handle))
+        }
+        Some(span_layer) => {
+            let (filter, handle) = reload::Layer::new(filter);
+            let result = tracing_subscriber::registry()
+                .with(log_layer.with_filter(filter.and(log_spans)))
+                .with(span_layer)
+                .try_init();
+            (result, LogFilter::new(handle))
+        }
     };
     drop(result);
-    TelemetryGuard { provider }
+    TelemetryGuard { provider, log_filter }
 }
 
 #[cfg(test)]
@@ -158,5 +223,15 @@ mod tests {
         let d = filter_directives("info,reqwest=debug");
         assert!(d.contains("reqwest=debug") && !d.contains("reqwest=warn"));
         assert!(EnvFilter::try_new(filter_directives("tunnelgate=trace")).is_ok());
+    }
+
+    #[test]
+    fn a_filter_whose_subscriber_is_gone_reports_it_and_a_bad_one_is_refused() {
+        let (layer, handle) = reload::Layer::<EnvFilter, Registry>::new(EnvFilter::new("info"));
+        let filter = LogFilter::new(handle);
+        assert!(filter.set("debug").is_ok(), "the layer is alive");
+        assert_eq!(filter.set("tunnelgate=loud").unwrap_err().kind(), "invalid");
+        drop(layer);
+        assert_eq!(filter.set("debug").unwrap_err().kind(), "unavailable");
     }
 }

@@ -230,3 +230,195 @@ async fn the_simulator_says_what_it_cannot_carry_and_prints_its_summary_on_sigte
         sim.stdout()
     );
 }
+
+#[tokio::test]
+async fn a_log_filter_whose_bare_word_is_not_a_level_exits_78_naming_the_key_and_the_directive() {
+    // Found in a trial: "nonsense" parsed as a target name and silenced every log line.
+    let env = [("CLI_TEST_KEY", "cli-secret-canary")];
+    for command in ["check", "run"] {
+        let run = Gateway::cli(&[command, "--log-level", "nonsense"], Some(GOOD), &env, T).await;
+        assert_eq!(run.code, 78, "{command}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("telemetry.log_level: \"nonsense\": directive \"nonsense\" is not a level name"),
+            "{command}: {}",
+            run.stderr
+        );
+        assert!(run.stderr.contains("(set by a command-line flag)"), "{}", run.stderr);
+    }
+    let in_file = GOOD.to_owned() + "[telemetry]\nlog_level = \"info,verbose\"\n";
+    let run = check(&in_file).await;
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(run.stderr.contains("directive \"verbose\""), "{}", run.stderr);
+    let run = Gateway::cli(&["check", "--log-level", "tunnelgate=debug,WARN"], Some(GOOD), &env, T).await;
+    assert_eq!(run.code, 0, "target=level stays valid: {}", run.stderr);
+}
+
+/// A FIFO with no writer: opening it for reading would wait forever.
+fn fifo(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success());
+    path
+}
+
+#[tokio::test]
+async fn a_fifo_as_config_or_secret_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = fifo(dir.path());
+    let shown = fifo.display().to_string();
+    // `Gateway::cli` panics if the command is still running after its bound.
+    let bound = Duration::from_secs(10);
+    for command in ["check", "run"] {
+        let run = Gateway::cli(&[command, "--config", &shown], None, &[], bound).await;
+        assert_eq!(run.code, 78, "{command}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!(
+                "{shown}: cannot read config file: it is a FIFO (named pipe), not a regular file"
+            )),
+            "{command}: {}",
+            run.stderr
+        );
+    }
+    let secret = GOOD.replace("env:CLI_TEST_KEY", &format!("file:{shown}"));
+    for command in ["check", "run"] {
+        let run = Gateway::cli(&[command], Some(&secret), &[], bound).await;
+        assert_eq!(run.code, 78, "{command}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!(
+                "control_plane.api_key: cannot read secret file {shown}: it is a FIFO (named pipe), not a regular file"
+            )),
+            "{command}: {}",
+            run.stderr
+        );
+    }
+    let run = Gateway::cli(&["check", "--config", dir.path().to_str().unwrap()], None, &[], bound).await;
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("it is a directory, not a regular file"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn status_says_nothing_listens_and_names_a_bad_urls_problem() {
+    let port = crate::harness::free_port();
+    let run = Gateway::cli(&["status", "--url", &format!("http://127.0.0.1:{port}")], None, &[], T).await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(
+        run.stderr.trim(),
+        format!("tunnelgate: no gateway is listening at http://127.0.0.1:{port}/status")
+    );
+    for (url, problem) in [
+        (
+            "127.0.0.1:9464",
+            "is not a URL: it has no scheme; write e.g. \"http://127.0.0.1:9464\"",
+        ),
+        (
+            "localhost:9464",
+            "is not a URL: it has no scheme; write e.g. \"http://localhost:9464\"",
+        ),
+        ("http://", "is not a URL: empty host"),
+        ("http://127.0.0.1:99999", "is not a URL: invalid port number"),
+        (
+            "ftp://127.0.0.1:9464",
+            "must start with http:// or https:// (found ftp:)",
+        ),
+    ] {
+        let run = Gateway::cli(&["status", "--url", url], None, &[], T).await;
+        assert_eq!(run.code, 1, "{url}: {}", run.stderr);
+        assert!(
+            run.stderr.starts_with(&format!("tunnelgate: --url {url:?} {problem}")),
+            "{url}: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("builder error"), "{}", run.stderr);
+    }
+}
+
+#[tokio::test]
+async fn with_latched_start_hold_status_shows_the_latchs_own_time() {
+    use crate::harness::{Rig, RigOptions};
+    let rig = Rig::start("[[rule]]\nmatch = { tool = \"echo\", resp_type = \"terminal\" }\nstatus = 404\n").await;
+    let mut first = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
+    rig.enqueue_call("echo", serde_json::json!({"message": "latch"}));
+    assert_eq!(first.wait_exit(T).await, Some(82), "{}", first.stderr());
+    // An hour-old latch: its time cannot be mistaken for the restart's.
+    let mut latch: serde_json::Value = serde_json::from_slice(&std::fs::read(rig.latch_path()).unwrap()).unwrap();
+    let then = "2026-01-02T03:04:05Z";
+    latch["fatal"]["latched_at"] = then.into();
+    std::fs::write(rig.latch_path(), latch.to_string()).unwrap();
+
+    let config = rig
+        .config(&RigOptions::default())
+        .replace("[strict]\n", "[strict]\nlatched_start = \"hold\"\n");
+    let mut held = rig.spawn_gateway(&config).await;
+    let status = rig.status().await;
+    assert_eq!(status["fatal"]["category"], "latched_previously", "{status}");
+    assert_eq!(status["fatal"]["latched_at"], then, "{status}");
+    assert_eq!(status["fatal"]["persisted"], true, "{status}");
+    let url = format!("http://127.0.0.1:{}", rig.ops_port);
+    let run = Gateway::cli(&["status", "--url", &url], None, &[], T).await;
+    assert_eq!(run.code, 89, "{}", run.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(doc["fatal"]["latched_at"], then, "{doc}");
+    held.sigterm();
+    assert_eq!(held.wait_exit(T).await, Some(89), "{}", held.stderr());
+}
+
+/// Runs the binary with `args` and a stderr whose reader is already gone (every write to
+/// it fails with EPIPE); returns its exit code.
+async fn exit_code_with_stderr_gone(args: &[&str]) -> Option<i32> {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tunnelgate"))
+        .args(args)
+        .env_remove("TUNNELGATE_STRICT__ENABLED")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(writer)
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn with_its_stderr_reader_gone_the_exit_code_still_says_why() {
+    // Found while testing SIGPIPE: `eprintln!` panics on EPIPE, so a configuration error
+    // ended 101, and a strict start into a latch too, instead of 78 and 89.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, GOOD.replace("env:CLI_TEST_KEY", "literal-key")).unwrap();
+    let config = config.to_str().unwrap();
+    assert_eq!(
+        exit_code_with_stderr_gone(&["check", "--config", config, "--log-level", "nonsense"]).await,
+        Some(78)
+    );
+    let latch = dir.path().join("latch.json");
+    let latched = r#"{"schema_version":1,"tunnelgate_version":"0.1.0","fatal":{"category":"ack_not_found","exit_code":82,"request_id":"req_1","channel":"main","method":"tools/call","latched_at":"2026-01-02T03:04:05Z","persisted":true}}"#;
+    std::fs::write(&latch, latched).unwrap();
+    let args = [
+        "run",
+        "--strict",
+        "--config",
+        config,
+        "--latch-file",
+        latch.to_str().unwrap(),
+    ];
+    assert_eq!(exit_code_with_stderr_gone(&args).await, Some(89));
+}

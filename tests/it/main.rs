@@ -23,6 +23,7 @@ mod prometheus;
 mod ready;
 mod replies;
 mod resume;
+mod signals;
 mod soak;
 mod stdio_guard;
 mod stop;

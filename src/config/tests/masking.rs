@@ -68,3 +68,18 @@ fn masked_output_is_toml_that_loads_back_to_the_same_config() {
     let reloaded = accepted(&toml::to_string(&reparsed).expect("serializes"));
     assert_eq!(reloaded, config);
 }
+
+#[test]
+fn changed_keys_names_each_differing_key_and_a_secret_by_its_key_only() {
+    let base = accepted(MINIMAL);
+    assert!(base.changed_keys(&base.clone()).is_empty());
+    let other = accepted(&toml_with(&[
+        ("telemetry.log_level", "\"debug\""),
+        ("control_plane.api_key", "\"literal-test-kez\""),
+        ("mcp.channels.main.url", "\"http://127.0.0.1:3002/mcp\""),
+    ]));
+    assert_eq!(
+        base.changed_keys(&other),
+        ["control_plane.api_key", "mcp.channels.main.url", "telemetry.log_level"]
+    );
+}

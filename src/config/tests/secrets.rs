@@ -156,12 +156,12 @@ fn from_toml_str_never_reads_the_environment() {
 #[test]
 fn a_secret_file_that_never_ends_is_read_only_to_its_bound() {
     // Found while writing the config fuzz target: read whole, `file:/dev/zero` grew until
-    // the process ran out of memory.
+    // the process ran out of memory. A device is now refused before it is read at all.
     let error = with_api_key("file:/dev/zero", &[]).expect_err("endless");
     assert_error(
         &error,
         "control_plane.api_key",
-        "cannot read secret file /dev/zero: larger than 65536 bytes",
+        "cannot read secret file /dev/zero: it is a character device, not a regular file",
     );
     let file = secret_file(&"k".repeat(64 * 1024 + 1));
     assert!(with_api_key(&format!("file:{}", file.path().display()), &[]).is_err());
@@ -171,8 +171,32 @@ fn a_secret_file_that_never_ends_is_read_only_to_its_bound() {
 }
 
 #[test]
-fn a_config_file_that_never_ends_is_read_only_to_its_bound() {
+fn a_config_file_that_never_ends_is_refused_before_it_is_read() {
     let error = Config::load_with_env(Some(std::path::Path::new("/dev/zero")), &Overrides::default(), &[])
         .expect_err("endless");
+    assert_error(
+        &error,
+        "/dev/zero",
+        "cannot read config file: it is a character device, not a regular file",
+    );
+    let big = secret_file(&"#".repeat(1024 * 1024 + 1));
+    let error = Config::load_with_env(Some(big.path()), &Overrides::default(), &[]).expect_err("too big");
     assert!(error.to_string().contains("larger than 1048576 bytes"), "{error}");
+}
+
+#[test]
+fn a_directory_is_not_a_secret_file_nor_a_config_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let error = with_api_key(&format!("file:{}", dir.path().display()), &[]).expect_err("a directory");
+    assert_eq!(error.key(), "control_plane.api_key");
+    assert!(
+        error.problem().ends_with("it is a directory, not a regular file"),
+        "{error}"
+    );
+    let error = Config::load_with_env(Some(dir.path()), &Overrides::default(), &[]).expect_err("a directory");
+    assert_eq!(error.kind(), "unreadable_file");
+    assert!(
+        error.problem().ends_with("it is a directory, not a regular file"),
+        "{error}"
+    );
 }

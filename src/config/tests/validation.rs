@@ -598,6 +598,59 @@ fn log_format_and_log_level_are_checked() {
 }
 
 #[test]
+fn a_bare_word_in_the_log_filter_must_be_a_level_name() {
+    // Found in a trial: EnvFilter reads "nonsense" as a target, which silenced every log line.
+    let error = rejected(&toml_with(&[("telemetry.log_level", "\"nonsense\"")]));
+    assert_eq!(error.key(), "telemetry.log_level");
+    assert!(
+        error
+            .problem()
+            .starts_with("\"nonsense\": directive \"nonsense\" is not a level name"),
+        "{error}"
+    );
+    assert!(
+        error.problem().contains("trace, debug, info, warn, error, off"),
+        "{error}"
+    );
+    let error = rejected(&toml_with(&[("telemetry.log_level", "\"tunnelgate=debug, verbose\"")]));
+    assert!(error.problem().contains("directive \"verbose\""), "{error}");
+    let flag = Overrides {
+        log_level: Some("nonsense".to_owned()),
+        ..Overrides::default()
+    };
+    let error = load(MINIMAL, &flag, &[]).expect_err("a bad flag");
+    assert!(error.problem().ends_with("(set by a command-line flag)"), "{error}");
+    let error = load(
+        MINIMAL,
+        &Overrides::default(),
+        &[("TUNNELGATE_TELEMETRY__LOG_LEVEL", "loud")],
+    )
+    .expect_err("a bad variable");
+    assert!(
+        error.problem().ends_with("(set by TUNNELGATE_TELEMETRY__LOG_LEVEL)"),
+        "{error}"
+    );
+    for good in [
+        "trace",
+        "DEBUG",
+        "info",
+        "Warn",
+        "error",
+        "off",
+        "tunnelgate=debug,warn",
+        "hyper=off",
+    ] {
+        let config = accepted(&toml_with(&[("telemetry.log_level", &format!("{good:?}"))]));
+        assert_eq!(config.telemetry.log_level, good);
+    }
+    let span = accepted(&toml_with(&[(
+        "telemetry.log_level",
+        "\"info,[tunnelgate.command]=debug\"",
+    )]));
+    assert_eq!(span.telemetry.log_level, "info,[tunnelgate.command]=debug");
+}
+
+#[test]
 fn ambiguity_policy_is_fatal_or_report() {
     let report = accepted(&toml_with(&[("strict.on_downstream_ambiguity", "\"report\"")]));
     assert_eq!(report.strict.on_downstream_ambiguity, AmbiguityPolicy::Report);
