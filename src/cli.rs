@@ -350,7 +350,7 @@ pub async fn doctor(args: &DoctorArgs, config: Result<Config, ConfigError>) -> R
             (report, code)
         }
         Err(e) => {
-            eprintln!("tunnelgate: {e}");
+            crate::stderr::line(format_args!("{e}"));
             (crate::doctor::invalid_config(&e), 78)
         }
     };
@@ -531,7 +531,7 @@ pub async fn sim(args: SimArgs) -> Result<u8, CliError> {
         Ok(()) => Ok(0),
         // A bad fault script is bad configuration: the same 78 as the gateway's.
         Err(e @ SimError::Faults(_)) => {
-            eprintln!("tunnelgate: {e}");
+            crate::stderr::line(format_args!("{e}"));
             Ok(78)
         }
         Err(e) => Err(CliError::Sim(e)),

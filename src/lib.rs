@@ -78,6 +78,7 @@ pub mod health;
 pub mod ops;
 pub mod protocol;
 pub mod sim;
+pub mod stderr;
 pub mod strict;
 pub mod supervisor;
 pub mod telemetry;

@@ -52,7 +52,7 @@ fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            say(format_args!("cannot start the async runtime: {e}"));
+            tunnelgate::stderr::line(format_args!("cannot start the async runtime: {e}"));
             return ExitCode::from(1);
         }
     };
@@ -110,7 +110,7 @@ fn finish(result: anyhow::Result<u8>) -> u8 {
         Ok(code) => code,
         Err(e) => {
             // Every error of the crate names its cause in its own message: no chain to print.
-            say(format_args!("{e}"));
+            tunnelgate::stderr::line(format_args!("{e}"));
             1
         }
     }
@@ -121,14 +121,6 @@ fn load(path: Option<&std::path::Path>, overrides: &tunnelgate::config::Override
 }
 
 fn config_error(e: &ConfigError) -> u8 {
-    say(format_args!("{e}"));
+    tunnelgate::stderr::line(format_args!("{e}"));
     78
-}
-
-/// One `tunnelgate: ...` line on stderr. Unlike `eprintln!` it never panics: SIGPIPE is
-/// ignored, so a stderr whose reader is gone fails with EPIPE, and the exit code must
-/// still be the one that says why (78, not a panic's 101).
-fn say(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "tunnelgate: {line}");
 }

@@ -18,7 +18,7 @@ pub(super) fn previous_latch(config: &Config) -> Option<(Fatal, Option<FatalCate
     let (command, cause, latched_at) = match latch_file::read(path) {
         Ok(None) => return None,
         Ok(Some(previous)) => {
-            say(format_args!("refusing to start: {}", previous.one_line()));
+            crate::stderr::line(format_args!("refusing to start: {}", previous.one_line()));
             let cause = previous.category;
             let latched_at = own_time(&previous.latched_at);
             (
@@ -32,11 +32,11 @@ pub(super) fn previous_latch(config: &Config) -> Option<(Fatal, Option<FatalCate
             )
         }
         Err(e) => {
-            say(format_args!("refusing to start: {e}"));
+            crate::stderr::line(format_args!("refusing to start: {e}"));
             (CommandRef::default(), None, None)
         }
     };
-    say(format_args!(
+    crate::stderr::line(format_args!(
         "inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the cause is understood"
     ));
     let mut fatal = Fatal::new(FatalCategory::LatchedPreviously, &command);
@@ -63,7 +63,7 @@ pub(super) fn interrupted(config: &Config) -> Option<Fatal> {
             method: intent.method,
         },
         Unsettled::Unreadable(e) => {
-            say(format_args!("{e}"));
+            crate::stderr::line(format_args!("{e}"));
             CommandRef::default()
         }
     };
@@ -72,24 +72,18 @@ pub(super) fn interrupted(config: &Config) -> Option<Fatal> {
         Ok(()) => {
             fatal.persisted = true;
             if let Err(e) = intents.clear() {
-                say(format_args!("the latch is persisted, but {e}"));
+                crate::stderr::line(format_args!("the latch is persisted, but {e}"));
             }
         }
-        Err(e) => say(format_args!("{e}; the intent record is kept, so the next start latches again")),
+        Err(e) => crate::stderr::line(format_args!(
+            "{e}; the intent record is kept, so the next start latches again"
+        )),
     }
-    say(format_args!("refusing to start: {}", fatal.one_line()));
-    say(format_args!(
+    crate::stderr::line(format_args!("refusing to start: {}", fatal.one_line()));
+    crate::stderr::line(format_args!(
         "inspect with `tunnelgate latch show`, clear with `tunnelgate latch clear` once the command is reconciled"
     ));
     Some(fatal)
-}
-
-/// One `tunnelgate: ...` line on stderr, never a panic (with SIGPIPE ignored, a stderr
-/// whose reader is gone fails with EPIPE, where `eprintln!` would panic and the run would
-/// end 101 instead of 89).
-fn say(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "tunnelgate: {line}");
 }
 
 /// The persisted `latched_at` when it is an RFC 3339 time (the file is read back, so it is

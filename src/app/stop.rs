@@ -371,8 +371,10 @@ impl StopOrder {
             .await;
         match persisted {
             Ok(Ok(())) => self.fence.mark_persisted(),
-            Ok(Err(e)) => eprintln!("tunnelgate: {e}; the latch holds for this run only"),
-            Err(_) => eprintln!("tunnelgate: writing the latch file failed; the latch holds for this run only"),
+            Ok(Err(e)) => crate::stderr::line(format_args!("{e}; the latch holds for this run only")),
+            Err(_) => crate::stderr::line(format_args!(
+                "writing the latch file failed; the latch holds for this run only"
+            )),
         }
         self.fence.fatal().unwrap_or(fatal)
     }

@@ -456,7 +456,7 @@ impl<S: FenceSync> Inner<S> {
         self.latched.cancel();
         if latched.first {
             let f = &latched.fatal;
-            eprintln!("tunnelgate: {}", f.one_line());
+            crate::stderr::line(format_args!("{}", f.one_line()));
             tracing::error!(
                 category = f.category.as_str(),
                 exit_code = f.exit_code,

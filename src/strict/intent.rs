@@ -176,7 +176,7 @@ impl FileIntents {
 
     /// Reads the record now (blocking).
     pub fn read(&self) -> Unsettled {
-        let bytes = match std::fs::read(&self.path) {
+        let bytes = match super::latch_file::read_regular(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Unsettled::None,
             Err(source) => {

@@ -91,7 +91,7 @@ pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Reads a persisted cause. `Ok(None)` when there is no file. A file that exists but does
 /// not parse is an error the caller must treat as latched (fail closed).
 pub fn read(path: &Path) -> Result<Option<Fatal>, LatchFileError> {
-    let bytes = match std::fs::read(path) {
+    let bytes = match read_regular(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => {
@@ -106,6 +106,36 @@ pub fn read(path: &Path) -> Result<Option<Fatal>, LatchFileError> {
         reason: format!("line {} column {}: {}", e.line(), e.column(), e.classify_name()),
     })?;
     Ok(Some(doc.fatal))
+}
+
+/// Most a latch or intent record may hold: both are a few hundred bytes.
+const MAX_RECORD_BYTES: u64 = 1024 * 1024;
+
+/// Reads a record that must be a regular file, without ever blocking: it is opened
+/// non-blocking and its type read from the open descriptor, so a FIFO, a device or a
+/// directory at the path is an error (the caller fails closed), never a hang.
+pub(crate) fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORD_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_RECORD_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("larger than {MAX_RECORD_BYTES} bytes"),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Removes the latch file. `Ok(false)` when there was none.

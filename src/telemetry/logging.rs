@@ -158,7 +158,11 @@ pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> T
         Some(url) => match otlp::provider(url).await {
             Ok(p) => Some(p),
             Err(e) => {
-                eprintln!("tunnelgate: span export disabled: {e}");
+                {
+                    // Never a panic on a closed stderr (telemetry imports nothing upward).
+                    use std::io::Write;
+                    let _ = writeln!(std::io::stderr(), "tunnelgate: span export disabled: {e}");
+                }
                 None
             }
         },

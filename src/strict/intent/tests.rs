@@ -92,3 +92,24 @@ async fn a_record_removed_behind_the_gateways_back_is_written_again() {
     assert!(matches!(store.unsettled(), Unsettled::Intent(i) if i == again));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn a_fifo_where_the_record_should_be_fails_closed_at_once() {
+    let d = dir();
+    let store = FileIntents::beside(&d.join("latch.json"));
+    let made = std::process::Command::new("mkfifo").arg(store.path()).status().unwrap();
+    assert!(made.success());
+    // Nobody writes the FIFO: a blocking read would never return.
+    match store.unsettled() {
+        Unsettled::Unreadable(e) => {
+            assert_eq!(e.kind(), "read");
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
+        other => panic!("a FIFO is not a record, got {other:?}"),
+    }
+    match crate::strict::latch_file::read(store.path()) {
+        Err(e) => assert!(e.to_string().contains("not a regular file"), "{e}"),
+        Ok(found) => panic!("a FIFO is not a latch, got {found:?}"),
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
