@@ -77,6 +77,9 @@ pub mod fuzzing;
 pub mod health;
 pub mod ops;
 pub mod protocol;
+/// A scripted HTTP peer for the crate's own tests.
+#[cfg(test)]
+pub(crate) mod scripted_peer;
 pub mod sim;
 pub mod stderr;
 pub mod strict;

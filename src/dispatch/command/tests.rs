@@ -1,15 +1,11 @@
-//! A `CommandTask` driven end to end against two scripted loopback peers: one plays the
-//! MCP server behind the real HTTP transport, the other the control plane behind the
-//! real control client. Each peer fails the test when it is dropped with a step left
-//! unused, or after a request its script did not expect.
+//! A `CommandTask` driven end to end against two scripted loopback peers
+//! (`scripted_peer`): one plays the MCP server behind the real HTTP transport, the other
+//! the control plane behind the real control client. Each fails the test when it is
+//! dropped with a step left unused, or after a request its script did not expect.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
@@ -18,6 +14,7 @@ use crate::control::{ControlClient, ControlSettings};
 use crate::dispatch::{Health, Policy, Propagation, Stops, Wiring, WriteAhead};
 use crate::downstream::{Channels, HttpSettings, HttpTransport};
 use crate::protocol::decode_poll;
+use crate::scripted_peer::{reply, Act, Server};
 use crate::strict::{Fence, FileIntents, Unsettled};
 use crate::supervisor::Supervisor;
 use crate::telemetry::Metrics;
@@ -25,154 +22,38 @@ use crate::telemetry::Metrics;
 /// Every test's outer bound: a hang fails the test instead of the suite.
 const TEST_BOUND: Duration = Duration::from_secs(10);
 
-/// What a peer does with the next request it reads.
-enum Step {
-    /// Answers with `status` and a JSON `body`.
-    Json { status: u16, body: &'static str },
-    /// Reads the request, then closes the connection without a byte.
-    Close,
+/// A JSON answer with `status`.
+fn json(status: &str, body: &str) -> Act {
+    Act::Reply(reply(status, &[("Content-Type", "application/json")], body.as_bytes()))
 }
 
-/// One request as the peer read it.
-#[derive(Clone, Debug)]
-struct Seen {
-    path: String,
-    body: String,
+/// The control plane's acknowledgement.
+fn ack() -> Act {
+    json("200 OK", r#"{"status":"ok"}"#)
 }
 
-#[derive(Default)]
-struct Script {
-    steps: VecDeque<Step>,
-    seen: Vec<Seen>,
-    /// Requests that came when no step was left.
-    unexpected: Vec<String>,
+/// The MCP server's answer to the command's `tools/call` (id 1).
+fn answer() -> Act {
+    json("200 OK", r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#)
 }
 
-/// A scripted HTTP/1.1 peer on loopback.
-struct Peer {
-    addr: SocketAddr,
-    script: Arc<Mutex<Script>>,
-    task: tokio::task::JoinHandle<()>,
+/// A 404 on the terminal POST.
+fn not_found() -> Act {
+    json("404 Not Found", r#"{"error":"gone"}"#)
 }
-
-impl Peer {
-    async fn start(steps: Vec<Step>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let script = Arc::new(Mutex::new(Script {
-            steps: steps.into(),
-            ..Script::default()
-        }));
-        let task = tokio::spawn({
-            let script = script.clone();
-            async move {
-                while let Ok((stream, _)) = listener.accept().await {
-                    tokio::spawn(serve(stream, script.clone()));
-                }
-            }
-        });
-        Self { addr, script, task }
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.script.lock().unwrap().seen.clone()
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        self.task.abort();
-        if std::thread::panicking() {
-            return;
-        }
-        let script = self.script.lock().unwrap();
-        assert!(
-            script.unexpected.is_empty(),
-            "unexpected requests: {:?}",
-            script.unexpected
-        );
-        assert!(
-            script.steps.is_empty(),
-            "{} scripted step(s) never used",
-            script.steps.len()
-        );
-    }
-}
-
-/// Serves one connection: each request takes the next step.
-async fn serve(mut stream: TcpStream, script: Arc<Mutex<Script>>) {
-    while let Some(seen) = read_request(&mut stream).await {
-        let step = {
-            let mut s = script.lock().unwrap();
-            let step = s.steps.pop_front();
-            if step.is_none() {
-                s.unexpected.push(seen.path.clone());
-            }
-            s.seen.push(seen);
-            step
-        };
-        match step {
-            Some(Step::Json { status, body }) => {
-                let head = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-                    body.len()
-                );
-                if stream.write_all(head.as_bytes()).await.is_err() || stream.write_all(body.as_bytes()).await.is_err()
-                {
-                    return;
-                }
-            }
-            Some(Step::Close) | None => return,
-        }
-    }
-}
-
-async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = stream.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let length = head
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse::<usize>().ok())
-                .flatten()
-        })
-        .unwrap_or(0);
-    while buf.len() < head_end + length {
-        let n = stream.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
-    let body = String::from_utf8_lossy(&buf[head_end..head_end + length]).to_string();
-    Some(Seen { path, body })
-}
-
-const ACK: Step = Step::Json {
-    status: 200,
-    body: r#"{"status":"ok"}"#,
-};
-
-const ANSWER: Step = Step::Json {
-    status: 200,
-    body: r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
-};
 
 /// A dispatcher whose only channel, `main`, is the MCP peer.
-fn dispatcher(mcp: &Peer, control: &Peer, strict: bool) -> (Arc<Dispatcher>, Fence) {
+fn dispatcher(mcp: &Server, control: &Server, strict: bool) -> (Arc<Dispatcher>, Fence) {
     with_intents(mcp, control, strict, None)
 }
 
 /// As [`dispatcher`], with a write-ahead intent store.
-fn with_intents(mcp: &Peer, control: &Peer, strict: bool, intents: Option<FileIntents>) -> (Arc<Dispatcher>, Fence) {
+fn with_intents(
+    mcp: &Server,
+    control: &Server,
+    strict: bool,
+    intents: Option<FileIntents>,
+) -> (Arc<Dispatcher>, Fence) {
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(strict, &[]));
     let settings = ControlSettings {
         base_url: format!("http://{}", control.addr),
@@ -234,8 +115,8 @@ async fn run_one(d: &Arc<Dispatcher>, cmd: Command) {
 
 #[tokio::test]
 async fn an_answered_and_acknowledged_command_releases_the_fence_without_a_latch() {
-    let mcp = Peer::start(vec![ANSWER]).await;
-    let control = Peer::start(vec![ACK]).await;
+    let mcp = Server::start(vec![answer()]).await;
+    let control = Server::start(vec![ack()]).await;
     let (d, fence) = dispatcher(&mcp, &control, true);
     run_one(&d, command("main")).await;
     assert_eq!(fence.fatal(), None);
@@ -244,21 +125,17 @@ async fn an_answered_and_acknowledged_command_releases_the_fence_without_a_latch
     assert_eq!(posted.len(), 1);
     assert!(posted[0].path.ends_with("/v1/tunnels/t/response"), "{}", posted[0].path);
     assert!(
-        posted[0].body.contains(r#""resp_type":"jsonrpc_response""#),
+        posted[0].text().contains(r#""resp_type":"jsonrpc_response""#),
         "{}",
-        posted[0].body
+        posted[0].text()
     );
     assert_eq!(mcp.seen().len(), 1);
 }
 
 #[tokio::test]
 async fn a_404_on_the_terminal_post_of_a_dispatched_command_latches_ack_not_found_in_strict_mode() {
-    let mcp = Peer::start(vec![ANSWER]).await;
-    let control = Peer::start(vec![Step::Json {
-        status: 404,
-        body: r#"{"error":"gone"}"#,
-    }])
-    .await;
+    let mcp = Server::start(vec![answer()]).await;
+    let control = Server::start(vec![not_found()]).await;
     let (d, fence) = dispatcher(&mcp, &control, true);
     run_one(&d, command("main")).await;
     let fatal = fence.fatal().expect("latched");
@@ -268,12 +145,8 @@ async fn a_404_on_the_terminal_post_of_a_dispatched_command_latches_ack_not_foun
 
 #[tokio::test]
 async fn the_same_404_in_default_mode_is_reported_and_nothing_latches() {
-    let mcp = Peer::start(vec![ANSWER]).await;
-    let control = Peer::start(vec![Step::Json {
-        status: 404,
-        body: r#"{"error":"gone"}"#,
-    }])
-    .await;
+    let mcp = Server::start(vec![answer()]).await;
+    let control = Server::start(vec![not_found()]).await;
     let (d, fence) = dispatcher(&mcp, &control, false);
     run_one(&d, command("main")).await;
     assert_eq!(fence.fatal(), None);
@@ -281,8 +154,8 @@ async fn the_same_404_in_default_mode_is_reported_and_nothing_latches() {
 
 #[tokio::test]
 async fn an_abandoned_leg_latches_then_tells_the_caller_effect_unknown() {
-    let mcp = Peer::start(vec![Step::Close]).await;
-    let control = Peer::start(vec![ACK]).await;
+    let mcp = Server::start(vec![Act::Close]).await;
+    let control = Server::start(vec![ack()]).await;
     let (d, fence) = dispatcher(&mcp, &control, true);
     run_one(&d, command("main")).await;
     assert_eq!(
@@ -291,34 +164,34 @@ async fn an_abandoned_leg_latches_then_tells_the_caller_effect_unknown() {
     );
     let posted = control.seen();
     assert_eq!(posted.len(), 1, "the caller is told once");
-    assert!(posted[0].body.contains("effect unknown"), "{}", posted[0].body);
+    assert!(posted[0].text().contains("effect unknown"), "{}", posted[0].text());
 }
 
 #[tokio::test]
 async fn an_unroutable_command_is_answered_not_executed_and_never_reaches_a_server() {
     // The MCP peer has no step: any request to it fails the test.
-    let mcp = Peer::start(vec![]).await;
-    let control = Peer::start(vec![ACK]).await;
+    let mcp = Server::start(vec![]).await;
+    let control = Server::start(vec![ack()]).await;
     let (d, fence) = dispatcher(&mcp, &control, true);
     run_one(&d, command("elsewhere")).await;
     assert_eq!(fence.fatal(), None);
     let posted = control.seen();
     assert_eq!(posted.len(), 1);
-    assert!(posted[0].body.contains("safe to retry"), "{}", posted[0].body);
+    assert!(posted[0].text().contains("safe to retry"), "{}", posted[0].text());
     assert!(mcp.seen().is_empty());
 }
 
 #[tokio::test]
 async fn a_stopping_admission_line_answers_not_executed_without_dispatch() {
-    let mcp = Peer::start(vec![]).await;
-    let control = Peer::start(vec![ACK]).await;
+    let mcp = Server::start(vec![]).await;
+    let control = Server::start(vec![ack()]).await;
     let (d, fence) = dispatcher(&mcp, &control, true);
     fence.stop_admitting();
     run_one(&d, command("main")).await;
     assert_eq!(fence.fatal(), None);
     let posted = control.seen();
     assert_eq!(posted.len(), 1);
-    assert!(posted[0].body.contains("safe to retry"), "{}", posted[0].body);
+    assert!(posted[0].text().contains("safe to retry"), "{}", posted[0].text());
 }
 
 fn intent_dir() -> std::path::PathBuf {
@@ -335,8 +208,8 @@ fn intent_dir() -> std::path::PathBuf {
 async fn an_acknowledged_command_settles_its_intent() {
     let d = intent_dir();
     let store = FileIntents::beside(&d.join("latch.json"));
-    let mcp = Peer::start(vec![ANSWER]).await;
-    let control = Peer::start(vec![ACK]).await;
+    let mcp = Server::start(vec![answer()]).await;
+    let control = Server::start(vec![ack()]).await;
     let (dispatcher, fence) = with_intents(&mcp, &control, true, Some(store.clone()));
     run_one(&dispatcher, command("main")).await;
     assert_eq!(fence.fatal(), None);
@@ -348,12 +221,8 @@ async fn an_acknowledged_command_settles_its_intent() {
 async fn a_latched_command_leaves_its_intent_for_the_next_start() {
     let d = intent_dir();
     let store = FileIntents::beside(&d.join("latch.json"));
-    let mcp = Peer::start(vec![ANSWER]).await;
-    let control = Peer::start(vec![Step::Json {
-        status: 404,
-        body: r#"{"error":"gone"}"#,
-    }])
-    .await;
+    let mcp = Server::start(vec![answer()]).await;
+    let control = Server::start(vec![not_found()]).await;
     let (dispatcher, fence) = with_intents(&mcp, &control, true, Some(store.clone()));
     run_one(&dispatcher, command("main")).await;
     assert_eq!(fence.fatal().map(|f| f.category), Some(FatalCategory::AckNotFound));
@@ -376,14 +245,14 @@ async fn an_intent_that_cannot_be_written_keeps_the_command_from_the_server() {
     std::fs::write(&blocker, b"x").unwrap();
     let store = FileIntents::beside(&blocker.join("latch.json"));
     // The MCP peer has no step: a request reaching it fails the test.
-    let mcp = Peer::start(vec![]).await;
-    let control = Peer::start(vec![ACK]).await;
+    let mcp = Server::start(vec![]).await;
+    let control = Server::start(vec![ack()]).await;
     let (dispatcher, fence) = with_intents(&mcp, &control, true, Some(store));
     run_one(&dispatcher, command("main")).await;
     assert_eq!(fence.fatal(), None, "nothing was dispatched: nothing to latch");
     let posted = control.seen();
     assert_eq!(posted.len(), 1);
-    assert!(posted[0].body.contains("safe to retry"), "{}", posted[0].body);
+    assert!(posted[0].text().contains("safe to retry"), "{}", posted[0].text());
     assert!(mcp.seen().is_empty());
     std::fs::remove_dir_all(&d).unwrap();
 }
