@@ -110,12 +110,17 @@ pub fn is_exhaustion(error: &std::io::Error) -> bool {
 
 /// Whether any `io::Error` in the cause chain (also inside wrapped ones) says so.
 pub fn chain_is_exhaustion(error: &(dyn std::error::Error + 'static)) -> bool {
+    io_errors(error).into_iter().any(is_exhaustion)
+}
+
+/// Every `io::Error` in the cause chain of `error`, including errors wrapped inside
+/// `io::Error`s, outermost first.
+pub fn io_errors<'a>(error: &'a (dyn std::error::Error + 'static)) -> Vec<&'a std::io::Error> {
+    let mut found = Vec::new();
     let mut pending: Vec<&(dyn std::error::Error + 'static)> = vec![error];
     while let Some(err) = pending.pop() {
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if is_exhaustion(io) {
-                return true;
-            }
+            found.push(io);
             if let Some(inner) = io.get_ref() {
                 pending.push(inner);
                 continue;
@@ -125,7 +130,7 @@ pub fn chain_is_exhaustion(error: &(dyn std::error::Error + 'static)) -> bool {
             pending.push(next);
         }
     }
-    false
+    found
 }
 
 #[cfg(test)]

@@ -22,4 +22,4 @@ pub use client::{
     random_hex, BuildError, ControlClient, ControlSettings, DeliveryReport, PollAnswer, PollError, PollErrorKind,
     PollWait, Polled,
 };
-pub use poller::{PollSink, Poller, Retry, MAX_POLL_LIMIT};
+pub use poller::{PollSink, Poller};

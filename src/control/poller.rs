@@ -16,7 +16,7 @@ use super::client::{ControlClient, PollError, PollErrorKind, PollWait, Polled};
 use crate::telemetry::{Metrics, PollResult};
 
 /// Most commands one poll asks for (the contract's `limit` maximum).
-pub const MAX_POLL_LIMIT: usize = 25;
+const MAX_POLL_LIMIT: usize = 25;
 
 /// Where answered polls go, and how much room there is for them.
 pub trait PollSink {
@@ -44,10 +44,10 @@ pub struct Poller {
 
 /// What the poller does after a poll failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Retry {
-    pub delay: Duration,
+pub(crate) struct Retry {
+    pub(crate) delay: Duration,
     /// The credentials were refused: an operator must act, so it is logged as an error.
-    pub needs_operator: bool,
+    pub(crate) needs_operator: bool,
 }
 
 impl Poller {

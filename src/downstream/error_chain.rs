@@ -73,21 +73,10 @@ impl SendFacts {
 
 /// Every `io::ErrorKind` in the chain, including errors wrapped inside `io::Error`s.
 pub(crate) fn io_kinds(error: &(dyn std::error::Error + 'static)) -> Vec<std::io::ErrorKind> {
-    let mut kinds = Vec::new();
-    let mut pending: Vec<&(dyn std::error::Error + 'static)> = vec![error];
-    while let Some(err) = pending.pop() {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            kinds.push(io.kind());
-            if let Some(inner) = io.get_ref() {
-                pending.push(inner);
-                continue;
-            }
-        }
-        if let Some(next) = err.source() {
-            pending.push(next);
-        }
-    }
-    kinds
+    crate::descriptors::io_errors(error)
+        .into_iter()
+        .map(std::io::Error::kind)
+        .collect()
 }
 
 /// Whether any layer of the chain mentions one of `needles` (lowercase).
