@@ -20,6 +20,8 @@ pub const LIMIT: u32 = 1024;
 pub const HEADROOM: usize = 64;
 /// Connections per wave.
 const WAVE: usize = 1_100;
+/// The pause between two waves.
+const BETWEEN_WAVES: Duration = Duration::from_millis(500);
 
 /// A running flood; [`Flood::stop`] ends it and closes every connection.
 pub struct Flood {
@@ -92,6 +94,14 @@ async fn waves(pid: u32, ops: u16, seed: u64, limited: bool, stop: CancellationT
             () = tokio::time::sleep(hold) => {}
         }
         drop(held);
+        // A breath between waves: the listener is free for a moment, so that the soak's
+        // own reads of /metrics and /status get in (within a wave, a new connection only
+        // finds a slot when one of the wave's times out).
+        tokio::select! {
+            // cancel-safe: waiting only.
+            () = stop.cancelled() => {}
+            () = tokio::time::sleep(BETWEEN_WAVES) => {}
+        }
     }
     report
 }
