@@ -17,10 +17,12 @@ use tokio_util::sync::CancellationToken;
 use super::labels::GatewayLabels;
 use super::stop::StopSignals;
 use super::GatewayError;
-use crate::config::{AmbiguityPolicy, ChannelConfig, Config};
+use crate::config::{AmbiguityPolicy, ChannelConfig, Config, SessionOwner, StdioSession};
 use crate::control::{random_hex, ControlClient, ControlSettings};
 use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring, WriteAhead};
-use crate::downstream::{Channels, HttpSettings, HttpTransport, StdioSettings, StdioTransport, Transport};
+use crate::downstream::{
+    Channels, HttpSettings, HttpTransport, SessionMode, SessionSettings, StdioSettings, StdioTransport, Transport,
+};
 use crate::health::Health;
 use crate::ops::OpsState;
 use crate::protocol::{server_info_header, ServerInfoChannel};
@@ -220,10 +222,12 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                 command,
                 env,
                 max_concurrent,
+                session,
             } => {
                 let settings = StdioSettings {
                     request_timeout: config.mcp.request_timeout,
                     max_concurrent: *max_concurrent,
+                    session: session_settings(session),
                     ..StdioSettings::default()
                 };
                 Transport::Stdio(
@@ -235,6 +239,21 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
         by_name.insert(name.to_string(), transport);
     }
     Ok(Channels::new(by_name))
+}
+
+/// A stdio channel's configured session, as its transport takes it.
+pub(crate) fn session_settings(session: &StdioSession) -> SessionSettings {
+    SessionSettings {
+        mode: match session.owner {
+            SessionOwner::Owned => SessionMode::Owned,
+            SessionOwner::PassThrough => SessionMode::PassThrough,
+        },
+        protocol_version: session.protocol_version.clone(),
+        client_name: session.client_name.clone(),
+        client_version: session.client_version.clone(),
+        capabilities: session.capabilities.clone(),
+        timeout: session.timeout,
+    }
 }
 
 /// The control-plane client as the gateway uses it (headers, server-info declaration);

@@ -11,7 +11,7 @@ mod labels;
 mod latched;
 mod stop;
 
-pub(crate) use build::build_control;
+pub(crate) use build::{build_control, session_settings};
 pub use labels::GatewayLabels;
 
 use std::net::SocketAddr;
@@ -24,7 +24,7 @@ use crate::control::BuildError;
 use crate::dispatch::Dispatcher;
 use crate::ops::{Mode, OpsState, StatusDocument};
 use crate::strict::Fatal;
-use crate::supervisor::{TaskEnd, TaskKind};
+use crate::supervisor::TaskKind;
 use crate::telemetry::{Accounting, Metrics};
 use build::Parts;
 use stop::{StopBounds, StopOrder, StopSignals};
@@ -207,12 +207,7 @@ impl Gateway {
 
 /// Starts the work of a run: the channels' warm-up and the poller.
 fn start(parts: &Parts, dispatcher: &Arc<Dispatcher>, signals: &StopSignals) {
-    let channels = parts.channels.clone();
-    let fence = parts.fence.clone();
-    parts.supervisor.spawn(TaskKind::Warmup, async move {
-        channels.warm(&fence).await;
-        TaskEnd::Finished
-    });
+    dispatcher.keep_stdio_sessions();
     parts.supervisor.spawn(
         TaskKind::Poller,
         dispatcher.clone().poll_loop(signals.poll_stop.clone()),

@@ -11,7 +11,7 @@ use crate::app::GatewayLabels;
 use crate::downstream::Channels;
 use crate::health::Health;
 use crate::strict::{CommandRef, FatalCategory, Fence};
-use crate::supervisor::Supervisor;
+use crate::supervisor::{Supervisor, TaskEnd};
 
 /// A configuration with the stop bounds under test (nothing is contacted).
 fn config(strict: bool, latch_dir: &std::path::Path) -> Config {

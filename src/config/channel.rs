@@ -11,9 +11,11 @@ use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 
 use super::error::{ConfigError, ErrorKind};
+use super::defaults as default;
 use super::number::count;
-use super::raw::RawChannel;
-use super::{ChannelConfig, ChannelName, HttpUrl, Secret};
+use super::raw::{RawChannel, RawInitialize};
+use super::validation::positive_duration;
+use super::{ChannelConfig, ChannelName, HttpUrl, Secret, SessionOwner, StdioSession};
 
 const MAX_CHANNELS: usize = 32;
 
@@ -65,6 +67,13 @@ fn channel_config(
             key,
             "sets neither url nor command; add url = \"http://...\" (Streamable HTTP) or command = [\"program\", \"arg\"] (stdio)",
         )),
+        (Some(_), None) if raw.session.is_some() || raw.initialize.is_some() => {
+            let member = if raw.session.is_some() { "session" } else { "initialize" };
+            Err(ConfigError::invalid(
+                format!("{key}.{member}"),
+                "only applies to stdio channels (command = [...]); an HTTP server's session belongs to its callers",
+            ))
+        }
         (Some(url), None) => match (raw.env, raw.max_concurrent) {
             (Some(_), _) => Err(ConfigError::invalid(
                 format!("{key}.env"),
@@ -82,8 +91,84 @@ fn channel_config(
             command: command_argv(&format!("{key}.command"), command)?,
             env: child_env(&format!("{key}.env"), raw.env.unwrap_or_default(), api_key)?,
             max_concurrent: channel_max_concurrent(&format!("{key}.max_concurrent"), raw.max_concurrent, max_concurrent)?,
+            session: stdio_session(key, raw.session, raw.initialize.unwrap_or_default())?,
         }),
     }
+}
+
+/// A stdio channel's `session` and `initialize`: who opens the child's session, and
+/// with what.
+fn stdio_session(key: &str, owner: Option<String>, init: RawInitialize) -> Result<StdioSession, ConfigError> {
+    let owner = match owner.as_deref().unwrap_or(default::STDIO_SESSION) {
+        "owned" => SessionOwner::Owned,
+        "pass_through" => SessionOwner::PassThrough,
+        other => {
+            return Err(ConfigError::invalid(
+                format!("{key}.session"),
+                format!("{other:?} is not a session owner; use \"owned\" (the gateway initializes the child) or \"pass_through\" (a 2026-07-28 server, discovered rather than initialized)"),
+            ))
+        }
+    };
+    let init_key = format!("{key}.initialize");
+    let text = |name: &str, value: Option<String>, default: &str| -> Result<String, ConfigError> {
+        let value = value.unwrap_or_else(|| default.to_owned());
+        if value.trim().is_empty() || value.chars().any(char::is_control) {
+            return Err(ConfigError::invalid(
+                format!("{init_key}.{name}"),
+                "must be non-empty text without control characters",
+            ));
+        }
+        Ok(value)
+    };
+    let protocol_version = text("protocol_version", init.protocol_version, default::STDIO_PROTOCOL_VERSION)?;
+    if !is_revision(&protocol_version) {
+        return Err(ConfigError::invalid(
+            format!("{init_key}.protocol_version"),
+            format!("{protocol_version:?} is not an MCP revision; use a date like \"{}\"", default::STDIO_PROTOCOL_VERSION),
+        ));
+    }
+    let capabilities = match init.capabilities {
+        None => default_capabilities(),
+        Some(serde_json::Value::Object(caps)) => caps,
+        Some(_) => {
+            return Err(ConfigError::invalid(
+                format!("{init_key}.capabilities"),
+                "must be a table, e.g. { sampling = {}, elicitation = {}, roots = {} }",
+            ))
+        }
+    };
+    Ok(StdioSession {
+        owner,
+        protocol_version,
+        client_name: text("client_name", init.client_name, default::STDIO_CLIENT_NAME)?,
+        client_version: text("client_version", init.client_version, env!("CARGO_PKG_VERSION"))?,
+        capabilities,
+        timeout: positive_duration(&format!("{init_key}.timeout"), init.timeout, default::STDIO_INITIALIZE_TIMEOUT)?,
+    })
+}
+
+/// The session of a stdio channel that configures none.
+pub(super) fn default_session() -> StdioSession {
+    stdio_session("mcp.channels", None, RawInitialize::default()).expect("the defaults are valid")
+}
+
+/// An MCP revision: a date `YYYY-MM-DD`.
+fn is_revision(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() == 10
+        && bytes.iter().enumerate().all(|(i, b)| match i {
+            4 | 7 => *b == b'-',
+            _ => b.is_ascii_digit(),
+        })
+}
+
+/// The client capabilities a session declares by default: every one a caller can be
+/// asked for.
+fn default_capabilities() -> serde_json::Map<String, serde_json::Value> {
+    ["sampling", "elicitation", "roots"]
+        .into_iter()
+        .map(|name| (name.to_owned(), serde_json::Value::Object(serde_json::Map::new())))
+        .collect()
 }
 
 /// A stdio channel's bound on requests in flight: `mcp.max_concurrent` unless the

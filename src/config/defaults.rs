@@ -17,6 +17,16 @@ pub(super) const STRICT_MAX_CONCURRENT: u64 = 1;
 pub(super) const REQUEST_TIMEOUT: &str = "300s";
 pub(super) const CONNECT_TIMEOUT: &str = "5s";
 
+/// `mcp.channels.NAME.session`: the gateway opens each stdio child's session itself.
+pub(super) const STDIO_SESSION: &str = "owned";
+/// `mcp.channels.NAME.initialize.protocol_version`: the latest revision with the
+/// `initialize` handshake (a 2026-07-28 server is discovered, not initialized).
+pub const STDIO_PROTOCOL_VERSION: &str = "2025-11-25";
+/// `mcp.channels.NAME.initialize.client_name`.
+pub(super) const STDIO_CLIENT_NAME: &str = "tunnelgate";
+/// `mcp.channels.NAME.initialize.timeout`.
+pub(super) const STDIO_INITIALIZE_TIMEOUT: &str = "10s";
+
 pub(super) const STRICT_ENABLED: bool = false;
 pub(super) const ON_DOWNSTREAM_AMBIGUITY: &str = "fatal";
 pub(super) const LATCH_FILE: &str = "/var/lib/tunnelgate/latch.json";

@@ -49,6 +49,19 @@ struct ChannelView<'a> {
     env: Option<&'a BTreeMap<String, String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_concurrent: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    initialize: Option<InitializeView<'a>>,
+}
+
+#[derive(Serialize)]
+struct InitializeView<'a> {
+    protocol_version: &'a str,
+    client_name: &'a str,
+    client_version: &'a str,
+    capabilities: &'a serde_json::Map<String, serde_json::Value>,
+    timeout: String,
 }
 
 #[derive(Serialize)]
@@ -195,16 +208,30 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
             command: None,
             env: None,
             max_concurrent: None,
+            session: None,
+            initialize: None,
         },
         ChannelConfig::Stdio {
             command,
             env,
             max_concurrent,
+            session,
         } => ChannelView {
             url: None,
             command: Some(command),
             env: (!env.is_empty()).then_some(env),
             max_concurrent: Some(max_concurrent.get()),
+            session: Some(match session.owner {
+                super::SessionOwner::Owned => "owned",
+                super::SessionOwner::PassThrough => "pass_through",
+            }),
+            initialize: Some(InitializeView {
+                protocol_version: &session.protocol_version,
+                client_name: &session.client_name,
+                client_version: &session.client_version,
+                capabilities: &session.capabilities,
+                timeout: duration(session.timeout),
+            }),
         },
     }
 }

@@ -38,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use channel_name::ChannelName;
+pub use defaults::STDIO_PROTOCOL_VERSION;
 pub use error::ConfigError;
 pub use http_url::HttpUrl;
 pub use secret::Secret;
@@ -100,7 +101,41 @@ pub enum ChannelConfig {
         command: Vec<String>,
         env: BTreeMap<String, String>,
         max_concurrent: NonZeroUsize,
+        session: StdioSession,
     },
+}
+
+/// Who opens a stdio child's MCP session (`mcp.channels.NAME.session`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionOwner {
+    /// `"owned"` (default): the gateway initializes each child itself and answers callers
+    /// from the session; a child that refuses `initialize` as a 2026-07-28 server does
+    /// is passed through.
+    Owned,
+    /// `"pass_through"`: nothing is initialized by the gateway; every message passes
+    /// untouched (a 2026-07-28 server that is discovered rather than initialized).
+    PassThrough,
+}
+
+/// A stdio channel's session: who opens it and the gateway's own `initialize`
+/// (`mcp.channels.NAME.initialize`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StdioSession {
+    pub owner: SessionOwner,
+    pub protocol_version: String,
+    pub client_name: String,
+    pub client_version: String,
+    /// The client capabilities the session declares (a JSON object).
+    pub capabilities: serde_json::Map<String, serde_json::Value>,
+    /// Bound of the gateway's handshake with one child.
+    pub timeout: Duration,
+}
+
+impl Default for StdioSession {
+    /// What a stdio channel that sets neither `session` nor `initialize` gets.
+    fn default() -> Self {
+        channel::default_session()
+    }
 }
 
 /// `[strict]`: the fail-closed mode (DESIGN.md section 3).

@@ -49,6 +49,18 @@ pub(super) struct RawChannel {
     pub(super) command: Option<Vec<String>>,
     pub(super) env: Option<BTreeMap<String, String>>,
     pub(super) max_concurrent: Option<u64>,
+    pub(super) session: Option<String>,
+    pub(super) initialize: Option<RawInitialize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawInitialize {
+    pub(super) protocol_version: Option<String>,
+    pub(super) client_name: Option<String>,
+    pub(super) client_version: Option<String>,
+    pub(super) capabilities: Option<serde_json::Value>,
+    pub(super) timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

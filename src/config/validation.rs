@@ -265,7 +265,7 @@ fn duration(key: &str, value: Option<String>, default: &str) -> Result<Duration,
         .map_err(|_| ConfigError::invalid(key, format!("{text:?} is not a duration (use e.g. \"10s\", \"250ms\")")))
 }
 
-fn positive_duration(key: &str, value: Option<String>, default: &str) -> Result<Duration, ConfigError> {
+pub(super) fn positive_duration(key: &str, value: Option<String>, default: &str) -> Result<Duration, ConfigError> {
     let parsed = duration(key, value, default)?;
     if parsed.is_zero() {
         return Err(ConfigError::invalid(

@@ -170,7 +170,12 @@ impl CommandTask<'_> {
             // Nothing reached an MCP server: nothing is outstanding, whatever the answer does.
             self.settle_intent().await;
         }
-        let (within_cleanup, delivering) = match running.leg_ended(leg.outcome, cut, is_expired(self.deadline)) {
+        let after = if leg.failure.as_ref().is_some_and(LegFailure::gateway_step_abandoned) {
+            running.own_step_abandoned(cut, is_expired(self.deadline))
+        } else {
+            running.leg_ended(leg.outcome, cut, is_expired(self.deadline))
+        };
+        let (within_cleanup, delivering) = match after {
             AfterLeg::Deliver { within_cleanup, next } => (within_cleanup, next),
             AfterLeg::Silent => {
                 // Never synthesize a late error; a late answer is not posted either. The

@@ -68,6 +68,15 @@ pub(crate) struct Rules {
     pub ambiguity_is_fatal: bool,
 }
 
+impl Rules {
+    /// A downstream step the gateway took on its own ended abandoned (its `initialize`
+    /// of a stdio child, written and never answered), outside any command: strict mode
+    /// with ambiguity fatal latches `downstream_ambiguous`, as on any abandoned leg.
+    pub(crate) fn own_step_abandoned(self) -> Option<FatalCategory> {
+        (self.strict && self.ambiguity_is_fatal).then_some(FatalCategory::DownstreamAmbiguous)
+    }
+}
+
 /// An admitted command that has not started its downstream leg. The lifecycle is a
 /// chain of these states, each consumed by the one transition it allows, so the driver
 /// (`command.rs`) cannot ask a question out of order.
@@ -166,6 +175,22 @@ impl Running {
                 AfterLeg::LatchThenTell(FatalCategory::DownstreamAmbiguous)
             }
             (false, _, _, _) => deliver(false),
+        }
+    }
+}
+
+impl Running {
+    /// The leg ended `not_sent` for the command's own request, after a step the gateway
+    /// took for it under its admission ended abandoned (the `initialize` of a restarted
+    /// stdio child, written and never answered). The caller is told "not delivered" as
+    /// for any `not_sent` leg; strict mode with ambiguity fatal latches
+    /// `downstream_ambiguous` first, because the step's effect is unknown.
+    pub(crate) fn own_step_abandoned(self, cut: bool, deadline_passed: bool) -> AfterLeg {
+        let latch = self.rules.own_step_abandoned();
+        match (self.leg_ended(LegOutcome::NotSent, cut, deadline_passed), latch) {
+            (AfterLeg::Silent, Some(category)) => AfterLeg::Latch(category),
+            (AfterLeg::Deliver { .. }, Some(category)) => AfterLeg::LatchThenTell(category),
+            (after, _) => after,
         }
     }
 }

@@ -23,6 +23,7 @@ mod answer;
 mod books;
 mod command;
 mod decide;
+mod keeper;
 mod leg;
 mod replies;
 mod route;
@@ -162,6 +163,12 @@ impl Dispatcher {
             legs: Legs::new(stops.cut, policy.propagation),
             supervisor,
         })
+    }
+
+    /// Starts the stdio keepers: every stdio child started and its session opened now
+    /// and after each death (see `keeper`).
+    pub fn keep_stdio_sessions(&self) {
+        keeper::start(&self.supervisor, &self.gate.channels, &self.gate.fence, self.gate.rules);
     }
 
     /// The poll loop: `control`'s [`Poller`] feeding this dispatcher, until `stop` is

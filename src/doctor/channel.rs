@@ -24,9 +24,9 @@ use tokio::time::Instant;
 use super::control::{net_words, NetFailure};
 use super::report::{Check, Verdict};
 use super::Options;
-use crate::config::{ChannelConfig, HttpUrl};
+use crate::config::{ChannelConfig, HttpUrl, StdioSession};
 use crate::downstream::{
-    DownstreamRequest, HttpSettings, HttpTransport, LegFailure, LegResult, NotifySink, StdioSettings, StdioTransport,
+    DownstreamRequest, HttpSettings, HttpTransport, LegFailure, LegResult, NotifySink, SessionSettings, StdioSettings, StdioTransport,
 };
 use crate::protocol::{JsonRpcPayload, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::strict::{Admission, CommandRef, Fence};
@@ -72,7 +72,9 @@ pub(super) async fn check(name: &str, channel: &ChannelConfig, probe: &Probe<'_>
     let check_name = format!("channel.{name}");
     match channel {
         ChannelConfig::Http { url } => http(&check_name, name, url, probe).await,
-        ChannelConfig::Stdio { command, env, .. } => stdio(&check_name, name, command, env, probe).await,
+        ChannelConfig::Stdio {
+            command, env, session, ..
+        } => stdio(&check_name, name, command, env, session, probe).await,
     }
 }
 
@@ -142,6 +144,7 @@ async fn stdio(
     channel: &str,
     command: &[String],
     env: &BTreeMap<String, String>,
+    session: &StdioSession,
     probe: &Probe<'_>,
 ) -> Check {
     let key = format!("mcp.channels.{channel}.command");
@@ -167,9 +170,15 @@ async fn stdio(
         return Check::fail(check_name, "internal: the probe was not admitted");
     };
     let timeout = probe.options.timeout;
+    // The runtime's own handshake (its `initialize` parameters), bounded by the probe's
+    // timeout; the probe's `initialize` is then answered from that session.
     let settings = StdioSettings {
         request_timeout: timeout,
         stop_grace: Duration::from_millis(500),
+        session: SessionSettings {
+            timeout: timeout.min(session.timeout),
+            ..crate::app::session_settings(session)
+        },
         ..StdioSettings::default()
     };
     let transport = StdioTransport::new(channel, command.to_vec(), env.clone(), settings, probe.metrics.clone());
@@ -346,6 +355,9 @@ fn leg_words(failure: &LegFailure, key: &str, timeout: Duration) -> (Verdict, St
         )),
         LegFailure::ChildNotRunning => fail(format!(
             "the program of {key} could not be started, or exited at once"
+        )),
+        LegFailure::SessionNotOpen | LegFailure::InitializeAbandoned => fail(format!(
+            "the program of {key} started but did not complete the gateway's initialize (it exited, refused it or did not answer within {key}.initialize.timeout)"
         )),
         LegFailure::ChildExited => fail(format!(
             "the program of {key} exited before answering initialize (run it by hand to see why)"

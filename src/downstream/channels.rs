@@ -93,18 +93,12 @@ impl Channels {
         self.by_name.values().map(Transport::status).collect()
     }
 
-    /// Spawns stdio children ahead of the first command (each under its own admission).
-    pub async fn warm(&self, fence: &crate::strict::Fence) {
-        for (name, t) in self.by_name.iter() {
-            if let Transport::Stdio(s) = t {
-                let Ok(admission) = fence.admit(crate::strict::CommandRef::default()).await else {
-                    return;
-                };
-                if let Err(failure) = s.warm(&admission).await {
-                    tracing::warn!(channel = %name, reason = failure.kind(), "stdio child did not start; the next command will retry");
-                }
-            }
-        }
+    /// The stdio channels, by name (each has its session kept open by the dispatcher).
+    pub fn stdio(&self) -> impl Iterator<Item = (&str, &StdioTransport)> {
+        self.by_name.iter().filter_map(|(name, t)| match t {
+            Transport::Stdio(s) => Some((name.as_str(), s)),
+            Transport::Http(_) => None,
+        })
     }
 
     /// Fatal-latch cleanup: kill stdio groups now, drop HTTP connections. Nothing restarts.

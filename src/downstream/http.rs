@@ -334,6 +334,7 @@ impl HttpTransport {
             transport: super::TransportKind::Http,
             up: self.inner.up.load(Ordering::Relaxed),
             generation: 0,
+            session: None,
         }
     }
 
@@ -742,6 +743,8 @@ fn reached_server(failure: &LegFailure) -> Option<bool> {
         | LegFailure::InternalBeforeSend
         | LegFailure::LocalExhaustion
         | LegFailure::ChildNotRunning
+        | LegFailure::SessionNotOpen
+        | LegFailure::InitializeAbandoned
         | LegFailure::TimeoutAfterWrite
         | LegFailure::CancelledAfterWrite
         | LegFailure::InternalAfterWrite => None,

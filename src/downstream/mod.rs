@@ -18,9 +18,11 @@ pub use channels::{Channels, Transport, TransportKind};
 pub use http::{HttpSettings, HttpSetupError, HttpTransport};
 pub use outcome::{
     LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, LOCAL_EXHAUSTION_MESSAGE, REFUSED_MESSAGE,
-    SUBSCRIPTION_ENDED_MESSAGE,
+    SESSION_NOT_OPEN_MESSAGE, SUBSCRIPTION_ENDED_MESSAGE,
 };
-pub use stdio::{guard as stdio_guard, StdioSettings, StdioTransport};
+pub use stdio::{
+    guard as stdio_guard, SessionMode, SessionSettings, SessionState, StdioSettings, StdioTransport, DEFAULT_PROTOCOL_VERSION,
+};
 
 // The decoders as the fuzz and property targets drive them (`crate::fuzzing`).
 #[cfg(any(test, fuzzing))]
@@ -49,4 +51,18 @@ pub struct ChannelStatus {
     pub transport: TransportKind,
     pub up: bool,
     pub generation: u64,
+    /// stdio only: where the child's MCP session stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionState>,
+}
+
+impl ChannelStatus {
+    /// What is wrong with a channel that is not up, in words for `/readyz`.
+    pub fn condition(&self) -> &'static str {
+        match self.session {
+            _ if self.up => "up",
+            Some(SessionState::Starting) => "starting (the gateway's initialize is not answered yet)",
+            _ => "down",
+        }
+    }
 }

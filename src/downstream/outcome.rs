@@ -38,6 +38,10 @@ pub const REFUSED_MESSAGE: &str = "the MCP server refused the request with an HT
 pub const LOCAL_EXHAUSTION_MESSAGE: &str =
     "not delivered to the MCP server: too many open files in the gateway; safe to retry";
 
+/// A stdio child's session could not be opened before the request was written.
+pub const SESSION_NOT_OPEN_MESSAGE: &str =
+    "not delivered to the MCP server: the stdio server's session could not be opened (it exited, refused or did not answer initialize); safe to retry";
+
 /// Every way a downstream leg can fail, named where it happens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LegFailure {
@@ -61,6 +65,15 @@ pub enum LegFailure {
     /// The gateway ran out of descriptors or socket memory (`EMFILE`, `ENFILE`, `ENOMEM`,
     /// `ENOBUFS`) while connecting or spawning: its own failure, never the server's.
     LocalExhaustion,
+    /// The stdio child's MCP session could not be opened (the child refused, did not
+    /// answer or died during the gateway's own `initialize`) before this request was
+    /// written.
+    SessionNotOpen,
+    /// As [`LegFailure::SessionNotOpen`], where the gateway's own `initialize`, run under
+    /// this command's admission, was written and got no answer: this request was not
+    /// sent, but a downstream step taken for it is of unknown effect (strict mode latches
+    /// on it, see [`LegFailure::gateway_step_abandoned`]).
+    InitializeAbandoned,
 
     // --- the server answered, without a usable JSON-RPC response ---
     /// A non-2xx HTTP status without a JSON-RPC error body.
@@ -104,7 +117,9 @@ impl LegFailure {
             | Self::NotAdmitted
             | Self::DeadlineBeforeSend
             | Self::InternalBeforeSend
-            | Self::LocalExhaustion => LegOutcome::NotSent,
+            | Self::LocalExhaustion
+            | Self::SessionNotOpen
+            | Self::InitializeAbandoned => LegOutcome::NotSent,
             // A 4xx (other than 408) is the server declining the request: a terminal
             // answer. 408 and 5xx may come after the server acted: effect unknown.
             Self::SubscriptionEnded => LegOutcome::Answered,
@@ -140,6 +155,8 @@ impl LegFailure {
             Self::DeadlineBeforeSend => "deadline_before_send",
             Self::InternalBeforeSend => "internal_before_send",
             Self::LocalExhaustion => "local_exhaustion",
+            Self::SessionNotOpen => "session_not_open",
+            Self::InitializeAbandoned => "initialize_abandoned",
             Self::HttpStatus(_) => "http_status",
             Self::SubscriptionEnded => "subscription_ended",
             Self::TimeoutAfterWrite => "timeout",
@@ -168,6 +185,7 @@ impl LegFailure {
             Self::DeadlineBeforeSend => (S::Timeout, Some("timeout"), false, None),
             Self::InternalBeforeSend => (S::ClientInternal, Some("unknown"), false, None),
             Self::LocalExhaustion => (S::ClientInternal, Some("unknown"), false, None),
+            Self::SessionNotOpen | Self::InitializeAbandoned => (S::TransportClosed, Some("closed_pipe"), false, None),
             Self::HttpStatus(code) => (S::TargetHttp, Some("http_status"), true, Some(*code)),
             Self::SubscriptionEnded => (S::Protocol, Some("unexpected_eof"), true, None),
             Self::TimeoutAfterWrite => (S::Timeout, Some("timeout"), false, None),
@@ -184,6 +202,13 @@ impl LegFailure {
         TunnelFailure::new(source, kind, received, status)
     }
 
+    /// Whether a downstream step the gateway took on its own under this leg's admission
+    /// (its `initialize` of a restarted stdio child) was written and never answered,
+    /// while the caller's own request was not sent: strict mode latches on it.
+    pub fn gateway_step_abandoned(&self) -> bool {
+        *self == Self::InitializeAbandoned
+    }
+
     /// The sentence the caller reads in the synthesized error.
     pub fn caller_message(&self) -> &'static str {
         if *self == Self::SubscriptionEnded {
@@ -191,6 +216,9 @@ impl LegFailure {
         }
         if *self == Self::LocalExhaustion {
             return LOCAL_EXHAUSTION_MESSAGE;
+        }
+        if matches!(self, Self::SessionNotOpen | Self::InitializeAbandoned) {
+            return SESSION_NOT_OPEN_MESSAGE;
         }
         match self.outcome() {
             LegOutcome::NotSent => NOT_SENT_MESSAGE,
@@ -214,6 +242,8 @@ impl LegFailure {
             | Self::NotAdmitted
             | Self::InternalBeforeSend
             | Self::LocalExhaustion
+            | Self::SessionNotOpen
+            | Self::InitializeAbandoned
             | Self::ConnectionLost
             | Self::StreamClosedBeforeResponse
             | Self::TruncatedJson

@@ -44,7 +44,7 @@ pub enum NotReady {
         last_error: Option<&'static str>,
     },
     /// The first channel seen down.
-    #[error("downstream channel {} ({}) is down", .0.channel, .0.transport)]
+    #[error("downstream channel {} ({}) is {}", .0.channel, .0.transport, .0.condition())]
     ChannelDown(ChannelStatus),
 }
 

@@ -187,6 +187,21 @@ label_enum! {
 }
 
 label_enum! {
+    /// How the gateway's own handshake with a stdio child ended
+    /// (`stdio_sessions_total{result}`).
+    pub enum SessionResult {
+        /// The child answered `initialize`: callers are answered from its session.
+        Initialized => "initialized",
+        /// The child refused `initialize` as a 2026-07-28 server does: passed through.
+        Discovered => "discovered",
+        /// The child refused `initialize` otherwise, or answered with no usable result.
+        Refused => "refused",
+        /// `initialize` was written and got no answer (the child died or timed out).
+        Abandoned => "abandoned",
+    }
+}
+
+label_enum! {
     /// Where a malformed trace context was found (`trace_context_invalid_total{source}`).
     pub enum TraceContextSource {
         /// The command's connector headers.

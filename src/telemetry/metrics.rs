@@ -13,7 +13,7 @@ use prometheus::{
 
 use super::label::{
     AttemptResultLabel, CommandType, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
-    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, TaskKind, TraceContextSource, TransportLabel,
+    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, SessionResult, TaskKind, TraceContextSource, TransportLabel,
 };
 
 /// The metric set. Cheap to clone handles live inside; share it behind an `Arc`.
@@ -82,6 +82,7 @@ struct StdioFamilies {
     stdio_up: IntGaugeVec,
     stdio_restarts: IntCounterVec,
     stdio_late_responses: IntCounterVec,
+    stdio_sessions: IntCounterVec,
     stdout_garbage: IntCounter,
 }
 
@@ -253,6 +254,12 @@ impl StdioFamilies {
                 "Responses a stdio child sent for a request already retired (discarded), by channel.",
                 &["channel"],
             ),
+            stdio_sessions: counter_vec(
+                r,
+                "stdio_sessions_total",
+                "The gateway's own handshakes with stdio children, by channel and how each ended.",
+                &["channel", "result"],
+            ),
             stdout_garbage: int_counter(
                 r,
                 "stdio_stdout_invalid_lines_total",
@@ -327,6 +334,9 @@ impl Metrics {
             self.stdio.stdio_up.with_label_values(&[ch]);
             self.stdio.stdio_restarts.with_label_values(&[ch]);
             self.stdio.stdio_late_responses.with_label_values(&[ch]);
+            for result in all::<SessionResult>() {
+                self.stdio.stdio_sessions.with_label_values(&[ch, result]);
+            }
         }
         at_zero(&self.internals.task_failures, all::<TaskKind>(), &[]);
         at_zero(&self.internals.trace_context_invalid, all::<TraceContextSource>(), &[]);
@@ -421,6 +431,13 @@ impl Metrics {
     /// A stdio child answered a request that was already retired; the answer was discarded.
     pub fn stdio_late_response(&self, channel: &str) {
         self.stdio.stdio_late_responses.with_label_values(&[channel]).inc();
+    }
+    /// The gateway's handshake with a stdio child of `channel` ended with `result`.
+    pub fn stdio_session(&self, channel: &str, result: SessionResult) {
+        self.stdio
+            .stdio_sessions
+            .with_label_values(&[channel, result.as_label()])
+            .inc();
     }
     pub fn stdio_invalid_line(&self) {
         self.stdio.stdout_garbage.inc();

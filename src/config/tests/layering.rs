@@ -2,7 +2,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::*;
-use crate::config::{ChannelConfig, HttpUrl};
+use crate::config::{ChannelConfig, HttpUrl, StdioSession};
 
 fn with_env(toml: &str, pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
     load(toml, &Overrides::default(), pairs)
@@ -84,6 +84,7 @@ fn env_can_define_a_whole_channel_and_child_variable_names_keep_their_case() {
         command: vec!["node".to_owned(), "server.js".to_owned()],
         env: [("LOG_LEVEL".to_owned(), "debug".to_owned())].into(),
         max_concurrent: config.mcp.max_concurrent,
+        session: StdioSession::default(),
     };
     assert_eq!(config.mcp.channels.get("tools"), Some(&tools));
 }
@@ -188,6 +189,7 @@ fn anchor_command_is_split_on_whitespace() {
         command: vec!["npx".to_owned(), "-y".to_owned(), "@acme/server".to_owned()],
         env: Default::default(),
         max_concurrent: config.mcp.max_concurrent,
+        session: StdioSession::default(),
     };
     assert_eq!(config.mcp.channels["main"], main);
 }

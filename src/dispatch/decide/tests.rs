@@ -367,3 +367,47 @@ fn a_cut_leg_that_sent_nothing_is_delivered_within_the_cleanup_time() {
         }
     ));
 }
+
+#[test]
+fn an_abandoned_step_of_the_gateway_latches_only_where_an_abandoned_leg_would() {
+    for strict in [false, true] {
+        for ambiguity_is_fatal in [false, true] {
+            for cut in [false, true] {
+                for deadline_passed in [false, true] {
+                    let rules = Rules {
+                        strict,
+                        ambiguity_is_fatal,
+                    };
+                    let got = match (Running { rules }).own_step_abandoned(cut, deadline_passed) {
+                        AfterLeg::Deliver { within_cleanup, next } => {
+                            assert!(!next.dispatched(), "the command's own request was not sent");
+                            if within_cleanup {
+                                DeliverWithinCleanup
+                            } else {
+                                Deliver
+                            }
+                        }
+                        AfterLeg::Silent => Silent,
+                        AfterLeg::Latch(c) => Latch(c),
+                        AfterLeg::LatchThenTell(c) => LatchThenTell(c),
+                    };
+                    let expected = match (strict && ambiguity_is_fatal, deadline_passed, cut) {
+                        (true, true, _) => Latch(DownstreamAmbiguous),
+                        (true, false, _) => LatchThenTell(DownstreamAmbiguous),
+                        (false, true, _) => Silent,
+                        (false, false, true) => DeliverWithinCleanup,
+                        (false, false, false) => Deliver,
+                    };
+                    assert_eq!(
+                        got, expected,
+                        "strict={strict} fatal={ambiguity_is_fatal} cut={cut} deadline={deadline_passed}"
+                    );
+                    assert_eq!(
+                        rules.own_step_abandoned(),
+                        (strict && ambiguity_is_fatal).then_some(DownstreamAmbiguous)
+                    );
+                }
+            }
+        }
+    }
+}

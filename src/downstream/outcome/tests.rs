@@ -74,6 +74,22 @@ fn table() -> Vec<Row> {
             502,
         ),
         (
+            LegFailure::SessionNotOpen,
+            NotSent,
+            "transport_closed",
+            Some("closed_pipe"),
+            SESSION_NOT_OPEN_MESSAGE,
+            502,
+        ),
+        (
+            LegFailure::InitializeAbandoned,
+            NotSent,
+            "transport_closed",
+            Some("closed_pipe"),
+            SESSION_NOT_OPEN_MESSAGE,
+            502,
+        ),
+        (
             LegFailure::HttpStatus(400),
             Answered,
             "target_http",

@@ -25,6 +25,7 @@ use super::line::{self, Line, LineReader, RawLine, WriteResult};
 use super::pending::{Answer, Closed, Origin, PendingMap, Ticket};
 use super::redact::{self, LogBudget};
 use super::rewrite::{self, Span};
+use super::session::{Declared, Session};
 use super::Shared;
 use crate::downstream::{Notification, NotifySink};
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
@@ -58,8 +59,75 @@ pub(super) struct Child {
     pub(super) held: CancellationToken,
     /// Reaped and stdout closed: a new child may start.
     pub(super) released: CancellationToken,
+    /// Where its MCP session stands.
+    opening: Mutex<Opening>,
+    /// The session is open, or its opening failed (`opening` tells which).
+    pub(super) opened: CancellationToken,
     /// Spawns its writes (joined by their callers, and at the end of the run).
     supervisor: Supervisor,
+}
+
+/// Where a child's MCP session stands.
+enum Opening {
+    /// Nobody has started the gateway's `initialize` yet.
+    Due,
+    /// A call is running the handshake; others wait for `opened`.
+    Running,
+    /// Callers may use the child: `Some` the session the gateway opened, `None` a
+    /// discovered child (2026-07-28) whose messages pass through untouched.
+    Open(Option<Arc<Session>>),
+    /// The handshake failed: the child is being ended.
+    Failed,
+}
+
+/// What a call finds when it looks at a child's session.
+pub(super) enum Claim {
+    /// Open (see [`Opening::Open`]).
+    Open(Option<Arc<Session>>),
+    /// The caller now runs the handshake (and must finish it: see [`OpeningRun`]).
+    Mine,
+    /// Another call runs it: wait for `opened`.
+    Wait,
+    Failed,
+}
+
+/// `/status` view of a child's session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// No child, or one that cannot take requests.
+    Down,
+    /// The child runs; the gateway's `initialize` has not been answered yet.
+    Starting,
+    /// The gateway initialized the child: callers are answered from its session.
+    Initialized,
+    /// A discovered (2026-07-28) or configured pass-through child: messages pass untouched.
+    PassThrough,
+}
+
+/// The handshake of one child, claimed by one call. Dropped unfinished (the call was
+/// cut, or the handshake failed), it ends the child: a session in an unknown state is
+/// never used.
+pub(super) struct OpeningRun<'a> {
+    child: &'a Child,
+    finished: bool,
+}
+
+impl OpeningRun<'_> {
+    /// The session is open: callers may use the child.
+    pub(super) fn open(mut self, session: Option<Arc<Session>>) {
+        self.child.finish_opening(Opening::Open(session));
+        self.finished = true;
+    }
+}
+
+impl Drop for OpeningRun<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.child.abort();
+            self.child.finish_opening(Opening::Failed);
+        }
+    }
 }
 
 enum StdinSlot {
@@ -113,6 +181,70 @@ impl Child {
     /// Can take a request: running, not being killed, stdout open.
     pub(super) fn is_usable(&self) -> bool {
         !self.exited.is_cancelled() && !self.killed.is_cancelled() && !self.stdout_closed.is_cancelled()
+    }
+
+    fn opening(&self) -> MutexGuard<'_, Opening> {
+        self.opening.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Looks at the session; a call that finds it due claims the handshake.
+    pub(super) fn claim_opening(&self) -> Claim {
+        let mut opening = self.opening();
+        match &*opening {
+            Opening::Due => {
+                *opening = Opening::Running;
+                Claim::Mine
+            }
+            Opening::Running => Claim::Wait,
+            Opening::Open(session) => Claim::Open(session.clone()),
+            Opening::Failed => Claim::Failed,
+        }
+    }
+
+    /// The session the gateway opened with it, if open (never claims anything).
+    #[cfg(test)]
+    pub(super) fn session(&self) -> Option<Arc<Session>> {
+        match &*self.opening() {
+            Opening::Open(session) => session.clone(),
+            _ => None,
+        }
+    }
+
+    /// The handshake this call claimed ([`Claim::Mine`]), to finish or drop.
+    pub(super) fn opening_run(&self) -> OpeningRun<'_> {
+        OpeningRun {
+            child: self,
+            finished: false,
+        }
+    }
+
+    fn finish_opening(&self, end: Opening) {
+        *self.opening() = end;
+        self.opened.cancel();
+    }
+
+    /// The gateway's handshake with it failed (its exit counts as a short life).
+    pub(super) fn opening_failed(&self) -> bool {
+        matches!(*self.opening(), Opening::Failed)
+    }
+
+    /// The gateway holds (or is opening) its session: server requests are routed by the
+    /// capabilities callers declared.
+    pub(super) fn owned(&self) -> bool {
+        !matches!(*self.opening(), Opening::Open(None))
+    }
+
+    /// Its session as `/status` shows it.
+    pub(super) fn session_state(&self) -> SessionState {
+        if !self.is_usable() {
+            return SessionState::Down;
+        }
+        match &*self.opening() {
+            Opening::Due | Opening::Running => SessionState::Starting,
+            Opening::Open(Some(_)) => SessionState::Initialized,
+            Opening::Open(None) => SessionState::PassThrough,
+            Opening::Failed => SessionState::Down,
+        }
     }
 
     fn stdin(&self) -> MutexGuard<'_, StdinSlot> {
@@ -264,7 +396,8 @@ impl Drop for RouteGuard {
 
 /// Spawns generation `generation` of the channel's child (through its guard when the
 /// settings name one) and its three tasks.
-pub(super) fn spawn(shared: &Arc<Shared>, generation: u64) -> std::io::Result<Arc<Child>> {
+/// `pass_through`: the child's messages pass untouched (no handshake of the gateway's).
+pub(super) fn spawn(shared: &Arc<Shared>, generation: u64, pass_through: bool) -> std::io::Result<Arc<Child>> {
     let Some((program, args)) = shared.command.split_first() else {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -324,8 +457,17 @@ pub(super) fn spawn(shared: &Arc<Shared>, generation: u64) -> std::io::Result<Ar
         killed: CancellationToken::new(),
         held: CancellationToken::new(),
         released: CancellationToken::new(),
+        opening: Mutex::new(if pass_through {
+            Opening::Open(None)
+        } else {
+            Opening::Due
+        }),
+        opened: CancellationToken::new(),
         supervisor: shared.supervisor.clone(),
     });
+    if pass_through {
+        child.opened.cancel();
+    }
     // Untracked: they live as long as the child, which outlives any drain.
     let sup = &shared.supervisor;
     sup.spawn_untracked(TaskKind::StdioMonitor, monitor(shared.clone(), child.clone(), process));
@@ -438,7 +580,7 @@ enum Target {
     Dropped(&'static str),
 }
 
-async fn route_line(shared: &Shared, child: &Child, line: RawLine) {
+async fn route_line(shared: &Arc<Shared>, child: &Arc<Child>, line: RawLine) {
     if line.overflow {
         shared.invalid_line(child, line.len);
         return;
@@ -465,9 +607,26 @@ async fn route_line(shared: &Shared, child: &Child, line: RawLine) {
                 Answer::Unknown => shared.response_discarded(child, false),
             }
         }
-        Line::Message { raw, progress } => {
+        Line::Message { raw, progress, ask } => {
+            let need = ask.as_ref().and_then(|a| a.need).filter(|_| child.owned());
             let target = if progress {
                 progress_target(child, &raw)
+            } else if let (Some(need), Some(ask)) = (need, ask.as_ref()) {
+                // A server request goes to the oldest caller in flight that declared the
+                // capability it needs; with none, the gateway refuses it (never a hang).
+                let route = child.route();
+                match route.oldest_where(|o| Declared::of_session_id(o.caller.as_deref()).allows(need)) {
+                    Some(w) => Target::Request {
+                        notes: w.notes.clone(),
+                        done: w.done.clone(),
+                        raw,
+                    },
+                    None => {
+                        drop(route);
+                        shared.refuse_ask(child, &raw.get()[ask.id.clone()], need);
+                        return;
+                    }
+                }
             } else {
                 match child.route().oldest() {
                     Some(w) => Target::Request {

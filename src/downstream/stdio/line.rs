@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 use super::rewrite::{span_in, trim_json, Span};
+use super::session::Need;
 
 /// What one line of a child's stdout is.
 #[derive(Debug)]
@@ -21,12 +22,25 @@ pub(super) enum Line {
     /// null).
     Response { id: Option<Span>, raw: Box<RawValue> },
     /// Any other JSON-RPC object: a notification or a server-to-client request.
-    /// `progress`: it is a `notifications/progress` (tied to a request by its token).
-    Message { raw: Box<RawValue>, progress: bool },
+    /// `progress`: it is a `notifications/progress` (tied to a request by its token);
+    /// `ask`: it is a request (it has an id and a method), and what it needs of a caller.
+    Message {
+        raw: Box<RawValue>,
+        progress: bool,
+        ask: Option<Ask>,
+    },
     /// Only whitespace: skipped silently.
     Blank,
     /// Not a JSON object: counted and skipped.
     Invalid,
+}
+
+/// A server-to-client request: where its id sits, and the client capability its method
+/// needs (`None`: any caller can be asked, e.g. `ping`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Ask {
+    pub(super) id: Span,
+    pub(super) need: Option<Need>,
 }
 
 #[derive(Deserialize)]
@@ -74,11 +88,12 @@ pub(super) fn classify(bytes: Vec<u8>) -> Line {
     if !trimmed.starts_with('{') {
         return Line::Invalid;
     }
-    let (is_response, id, progress) = match serde_json::from_str::<Probe<'_>>(trimmed) {
+    let (is_response, id, progress, method) = match serde_json::from_str::<Probe<'_>>(trimmed) {
         Ok(p) => (
             (p.result || p.error) && p.method.is_none(),
-            p.id.and_then(|id| span_in(trimmed, id)),
+            p.id.filter(|id| id.get() != "null").and_then(|id| span_in(trimmed, id)),
             p.method.is_some_and(is_progress),
+            p.method.and_then(|m| serde_json::from_str::<String>(m.get()).ok()),
         ),
         Err(_) => return Line::Invalid,
     };
@@ -93,7 +108,14 @@ pub(super) fn classify(bytes: Vec<u8>) -> Line {
     if is_response {
         Line::Response { id, raw }
     } else {
-        Line::Message { raw, progress }
+        let ask = match (id, method) {
+            (Some(id), Some(method)) => Some(Ask {
+                id,
+                need: Need::of_method(&method),
+            }),
+            _ => None,
+        };
+        Line::Message { raw, progress, ask }
     }
 }
 

@@ -42,6 +42,7 @@ pub(crate) mod line_probe;
 mod pending;
 mod redact;
 mod rewrite;
+mod session;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
@@ -53,14 +54,17 @@ use serde_json::value::RawValue;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 
-use self::child::{Child, Registration};
+pub use self::child::SessionState;
+use self::child::{Child, Claim, Registration};
+use self::session::{Need, Session};
+pub use self::session::{SessionMode, SessionSettings, DEFAULT_PROTOCOL_VERSION};
 use self::line::WriteResult;
 use self::pending::{CancelTarget, Origin};
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply, TransportKind};
 use crate::protocol::{json_resp_headers, RespType, MCP_SESSION_ID};
 use crate::strict::Admission;
-use crate::supervisor::Supervisor;
-use crate::telemetry::Metrics;
+use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
+use crate::telemetry::{Metrics, SessionResult};
 
 /// How long a call keeps waiting for a response already on its way after the child's exit
 /// was seen (the stdout reader may still be draining the pipe).
@@ -87,6 +91,8 @@ pub struct StdioSettings {
     /// `main` dispatches the guard ([`guard::dispatch`]), else `None` (unit tests, a
     /// binary that embeds the gateway without dispatching the guard).
     pub guard: Option<std::path::PathBuf>,
+    /// Who opens each child's MCP session, and the gateway's own `initialize`.
+    pub session: SessionSettings,
 }
 
 impl Default for StdioSettings {
@@ -98,6 +104,7 @@ impl Default for StdioSettings {
             stop_grace: Duration::from_secs(2),
             max_concurrent: NonZeroUsize::new(10).expect("10 is not zero"),
             guard: guard::executable(),
+            session: SessionSettings::default(),
         }
     }
 }
@@ -160,6 +167,16 @@ struct State {
     failures: u32,
     /// No spawn before this.
     next_spawn_at: Option<Instant>,
+    /// The channel's server has no `initialize` handshake (configured `pass_through`, or
+    /// a child refused the gateway's `initialize` as a 2026-07-28 server does): children
+    /// are discovered, not initialized, and their messages pass through untouched.
+    discovered: bool,
+}
+
+/// What `start_due` waits for.
+enum Wait {
+    Child(Arc<Child>),
+    Until(Instant),
 }
 
 /// What `ensure_child` does next, decided under the state lock.
@@ -207,6 +224,7 @@ impl StdioTransport {
             tracing::warn!(channel, variable = %name, "configured variable not passed to the stdio child: gateway variables never reach MCP servers");
         }
         let slots = tokio::sync::Semaphore::new(settings.max_concurrent.get());
+        let discovered = settings.session.mode == SessionMode::PassThrough;
         Self {
             shared: Arc::new(Shared {
                 channel: channel.to_owned(),
@@ -217,7 +235,10 @@ impl StdioTransport {
                 supervisor: Supervisor::logging_only(),
                 slots,
                 writer: tokio::sync::Mutex::new(Writer::default()),
-                state: Mutex::new(State::default()),
+                state: Mutex::new(State {
+                    discovered,
+                    ..State::default()
+                }),
                 discarded_responses: AtomicU64::new(0),
             }),
         }
@@ -233,13 +254,42 @@ impl StdioTransport {
         self
     }
 
-    /// Spawns the child if none is running (under admission; respects restart backoff
-    /// without waiting for it). Used at startup.
-    pub async fn warm(&self, admission: &Admission) -> Result<(), LegFailure> {
-        if admission.recheck().is_err() {
-            return Err(LegFailure::NotAdmitted);
+    /// Starts the child if none is running and opens its session (the gateway's own
+    /// `initialize`), under `admission`; returns once callers may use it. Used at startup
+    /// and after each death (eagerly, once [`StdioTransport::start_due`] says so), so
+    /// that `/readyz` and `/status` tell the truth without waiting for a command. A
+    /// failure is what a command would have met: [`LegFailure::gateway_step_abandoned`]
+    /// tells an `initialize` cut after it was written.
+    pub async fn open(&self, admission: &Admission) -> Result<(), LegFailure> {
+        admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
+        let limit = Instant::now() + self.shared.settings.session.timeout;
+        self.shared.ensure_open(admission, limit).await.map(|_| ())
+    }
+
+    /// Waits until the channel needs a start: no usable child, and the restart backoff
+    /// over. `false` once the transport is stopped (nothing starts again).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only watches tokens and timers.
+    pub async fn start_due(&self) -> bool {
+        loop {
+            let wait = {
+                let st = self.shared.lock();
+                if st.stopped {
+                    return false;
+                }
+                match (&st.child, st.next_spawn_at) {
+                    (Some(c), _) => Wait::Child(c.clone()),
+                    (None, Some(at)) if at > Instant::now() => Wait::Until(at),
+                    (None, _) => return true,
+                }
+            };
+            match wait {
+                // cancel-safe: waiting on a token.
+                Wait::Child(c) => c.released.cancelled().await,
+                Wait::Until(at) => sleep_until(at).await,
+            }
         }
-        self.shared.ensure_child(admission, Instant::now()).await.map(|_| ())
     }
 
     /// Forwards one JSON-RPC message (request or notification) and, for a request, waits
@@ -309,15 +359,24 @@ impl StdioTransport {
         }
     }
 
-    /// `/status` view: `up` while a child runs, `generation` = spawns so far.
+    /// `/status` view: `up` while a child runs with its session open (or passed
+    /// through), `generation` = spawns so far, `session` where the session stands.
     pub fn status(&self) -> ChannelStatus {
         let st = self.shared.lock();
+        let session = st.child.as_ref().map_or(SessionState::Down, |c| c.session_state());
         ChannelStatus {
             channel: self.shared.channel.clone(),
             transport: TransportKind::Stdio,
-            up: st.child.as_ref().is_some_and(|c| c.is_running()),
+            up: matches!(session, SessionState::Initialized | SessionState::PassThrough),
             generation: st.generation,
+            session: Some(session),
         }
+    }
+
+    /// The session the gateway holds with the running child, if it opened one (tests).
+    #[cfg(test)]
+    fn session(&self) -> Option<Arc<Session>> {
+        self.shared.running_child()?.session()
     }
 }
 
@@ -375,6 +434,13 @@ impl Shared {
         // A request whose id or token cannot be located exactly (a repeated member) is
         // not rewritten, so not sent.
         let spans = rewrite::request_spans(json).ok_or(LegFailure::InternalBeforeSend)?;
+        let is_initialize = req.payload.method() == Some("initialize");
+        if is_initialize && !self.lock().discovered {
+            if let Some(reply) = self.answer_initialize(admission, json, &json[spans.id.clone()], limit).await? {
+                return Ok(reply);
+            }
+            // Discovered just now: a 2026-07-28 server answers `initialize` itself.
+        }
         let origin = Origin {
             id: json[spans.id.clone()].into(),
             token: spans.progress_token.as_ref().map(|t| json[t.clone()].into()),
@@ -386,7 +452,7 @@ impl Shared {
             Ok(Err(_)) => return Err(LegFailure::InternalBeforeSend),
             Err(_) => return Err(LegFailure::DeadlineBeforeSend),
         };
-        let child = self.ensure_child(admission, limit).await?;
+        let (child, _) = self.ensure_open(admission, limit).await?;
         let ticket = child.mint();
         let pipe_id = ticket.id().to_string();
         let mut edits = vec![(spans.id, pipe_id.as_str())];
@@ -407,7 +473,6 @@ impl Shared {
             generation: child.generation,
             task,
         });
-        let is_initialize = req.payload.method() == Some("initialize");
         self.finish_write(&child, &mut writer, limit, is_initialize).await?;
         drop(writer);
 
@@ -435,6 +500,11 @@ impl Shared {
         limit: Instant,
     ) -> Result<Reply, LegFailure> {
         let json = req.payload.raw().get();
+        if req.payload.method() == Some("notifications/initialized") && !self.lock().discovered {
+            // The gateway ended the child's handshake itself; a caller's ends nothing.
+            admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
+            return Ok(acknowledged());
+        }
         let cancel = match req.payload.method() {
             Some("notifications/cancelled") => {
                 rewrite::cancelled_request_span(json).map_err(|_| LegFailure::InternalBeforeSend)?
@@ -442,7 +512,7 @@ impl Shared {
             _ => None,
         };
         let (child, line) = match cancel {
-            None => (self.ensure_child(admission, limit).await?, line::frame(json)),
+            None => (self.ensure_open(admission, limit).await?.0, line::frame(json)),
             // A cancel names a request of the running child, or nothing: it never starts one.
             Some(span) => {
                 let Some(child) = self.running_child() else {
@@ -603,17 +673,207 @@ impl Shared {
         }
     }
 
+    /// A running child whose session is open (starting the child and opening its
+    /// session if needed), and the session the gateway holds with it (`None` for a
+    /// discovered child). A call that finds the handshake running waits for it within
+    /// `limit`; if it fails, the call ends `not_sent`: nothing of its own was written.
+    async fn ensure_open(
+        self: &Arc<Self>,
+        admission: &Admission,
+        limit: Instant,
+    ) -> Result<(Arc<Child>, Option<Arc<Session>>), LegFailure> {
+        loop {
+            let child = self.ensure_child(admission, limit).await?;
+            match child.claim_opening() {
+                Claim::Open(session) => return Ok((child, session)),
+                Claim::Failed => return Err(LegFailure::SessionNotOpen),
+                Claim::Mine => {
+                    let session = self.open_session(&child, admission).await?;
+                    return Ok((child, session));
+                }
+                Claim::Wait => {
+                    tokio::select! {
+                        biased;
+                        // cancel-safe: waiting on a token and a timer.
+                        () = child.opened.cancelled() => {}
+                        () = sleep_until(limit) => return Err(LegFailure::DeadlineBeforeSend),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The gateway's handshake with a new child: `initialize` (bounded by the session's
+    /// own timeout, not by the call that runs it), its answer kept as the session, then
+    /// `notifications/initialized`. Each write under `admission`, as a command's own.
+    /// Dropped or failed half way, the child is ended ([`child::OpeningRun`]).
+    async fn open_session(
+        self: &Arc<Self>,
+        child: &Arc<Child>,
+        admission: &Admission,
+    ) -> Result<Option<Arc<Session>>, LegFailure> {
+        let run = child.opening_run();
+        let limit = Instant::now() + self.settings.session.timeout;
+        let ticket = child.mint();
+        let pipe = ticket.id();
+        let line = session::initialize_line(&self.settings.session, pipe);
+        // What the child prints during the handshake belongs to no caller.
+        let (nobody, _) = tokio::sync::mpsc::channel(1);
+        let origin = Origin {
+            id: pipe.to_string().into(),
+            token: None,
+            caller: None,
+        };
+        let mut writer = self
+            .writer_for(child, limit)
+            .await
+            .map_err(|_| LegFailure::SessionNotOpen)?;
+        let mut registration = child
+            .enter(ticket, origin, nobody)
+            .map_err(|_| LegFailure::SessionNotOpen)?;
+        admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
+        let task = child.start_write(line).ok_or(LegFailure::SessionNotOpen)?;
+        registration.mark_written();
+        writer.pending_write = Some(PendingWrite {
+            generation: child.generation,
+            task,
+        });
+        let written = self.finish_write(child, &mut writer, limit, true).await;
+        drop(writer);
+        let cut = |why: &'static str| {
+            self.metrics.stdio_session(&self.channel, SessionResult::Abandoned);
+            tracing::warn!(channel = %self.channel, generation = child.generation, reason = why, "the gateway's initialize to the stdio child got no answer: ending the child");
+            LegFailure::InitializeAbandoned
+        };
+        match written {
+            Ok(()) => {}
+            Err(LegFailure::ChildNotRunning) => return Err(LegFailure::SessionNotOpen),
+            Err(_) => return Err(cut("the write failed or did not finish in time")),
+        }
+        let answer = match wait_answer(child, &mut registration, limit).await {
+            Waited::Response((raw, _, _)) => raw,
+            Waited::Gone => return Err(cut("the child ended")),
+            Waited::TimedOut => return Err(cut("initialize timed out")),
+        };
+        drop(registration);
+        match session::read_init_answer(answer.get()) {
+            session::InitAnswer::Opened(opened) => {
+                self.write_initialized(child, admission, limit).await?;
+                tracing::info!(channel = %self.channel, generation = child.generation, protocol_version = %opened.protocol_version, server = opened.server_name().unwrap_or("(unnamed)"), "stdio session opened: the gateway initialized the child");
+                let opened = Arc::new(opened);
+                run.open(Some(opened.clone()));
+                self.metrics.stdio_session(&self.channel, SessionResult::Initialized);
+                self.metrics.stdio_up(&self.channel, true);
+                Ok(Some(opened))
+            }
+            session::InitAnswer::Discovered => {
+                let first = !std::mem::replace(&mut self.lock().discovered, true);
+                if first {
+                    tracing::info!(channel = %self.channel, generation = child.generation, "the stdio child refused initialize as a 2026-07-28 server does: it is discovered, not initialized, and its messages pass through untouched");
+                }
+                run.open(None);
+                self.metrics.stdio_session(&self.channel, SessionResult::Discovered);
+                self.metrics.stdio_up(&self.channel, true);
+                Ok(None)
+            }
+            session::InitAnswer::Refused { code } => {
+                tracing::warn!(channel = %self.channel, generation = child.generation, code, "the stdio child refused the gateway's initialize: ending it; it is restarted after the backoff");
+                self.metrics.stdio_session(&self.channel, SessionResult::Refused);
+                Err(LegFailure::SessionNotOpen)
+            }
+            session::InitAnswer::Invalid(why) => {
+                tracing::warn!(channel = %self.channel, generation = child.generation, problem = why, "the stdio child's answer to initialize is not an InitializeResult: ending it; it is restarted after the backoff");
+                self.metrics.stdio_session(&self.channel, SessionResult::Refused);
+                Err(LegFailure::SessionNotOpen)
+            }
+        }
+    }
+
+    /// `notifications/initialized`, which ends the handshake. A child that cannot take
+    /// it is ended (by the caller's [`child::OpeningRun`]).
+    async fn write_initialized(&self, child: &Arc<Child>, admission: &Admission, limit: Instant) -> Result<(), LegFailure> {
+        let refused = |_| {
+            self.metrics.stdio_session(&self.channel, SessionResult::Refused);
+            LegFailure::SessionNotOpen
+        };
+        let mut writer = self.writer_for(child, limit).await.map_err(refused)?;
+        admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
+        let task = child
+            .start_write(session::INITIALIZED_LINE.to_vec())
+            .ok_or(LegFailure::SessionNotOpen)?;
+        writer.pending_write = Some(PendingWrite {
+            generation: child.generation,
+            task,
+        });
+        self.finish_write(child, &mut writer, limit, false).await.map_err(refused)
+    }
+
+    /// A caller's `initialize`, answered from the session (opening it first if the
+    /// child is down) with an `Mcp-Session-Id` of its own; nothing reaches the child.
+    /// `None` when the child turned out to be discovered: the caller's `initialize` is
+    /// then the server's to answer.
+    async fn answer_initialize(
+        self: &Arc<Self>,
+        admission: &Admission,
+        json: &str,
+        id: &str,
+        limit: Instant,
+    ) -> Result<Option<Reply>, LegFailure> {
+        let (_, Some(session)) = self.ensure_open(admission, limit).await? else {
+            return Ok(None);
+        };
+        let answer = session::answer_caller(&session, json, id, &crate::protocol::random_hex(16));
+        let mut resp_headers = json_resp_headers();
+        if let Some(session_id) = answer.session_id {
+            resp_headers.insert(MCP_SESSION_ID.to_owned(), vec![session_id]);
+        }
+        Ok(Some(Reply {
+            resp_json: Some(answer.json),
+            resp_headers,
+            resp_code: 200,
+            resp_type: RespType::JsonrpcResponse,
+        }))
+    }
+
+    /// Answers a server request that no caller in flight can take (it needs `need`, and
+    /// none declared it), so that the child never waits on it. The answer is the
+    /// gateway's own: it carries nothing of any caller and causes no effect.
+    fn refuse_ask(self: &Arc<Self>, child: &Arc<Child>, id: &str, need: Need) {
+        tracing::info!(channel = %self.channel, generation = child.generation, capability = need.capability(), "the stdio child asked for a client capability that no caller with a request in flight declared: refused");
+        let line = session::no_caller_line(id, need);
+        let (shared, child) = (self.clone(), child.clone());
+        self.supervisor.spawn_untracked(TaskKind::StdioReader, async move {
+            let limit = Instant::now() + shared.settings.request_timeout;
+            let Ok(mut writer) = shared.writer_for(&child, limit).await else {
+                return TaskEnd::Finished;
+            };
+            if shared.lock().stopped {
+                return TaskEnd::Finished;
+            }
+            if let Some(task) = child.start_write(line) {
+                writer.pending_write = Some(PendingWrite {
+                    generation: child.generation,
+                    task,
+                });
+                let _ = shared.finish_write(&child, &mut writer, limit, false).await;
+            }
+            TaskEnd::Finished
+        });
+    }
+
     /// Spawns the next generation (state locked, admission just rechecked).
     fn spawn_locked(self: &Arc<Self>, st: &mut State) -> Result<Arc<Child>, LegFailure> {
         let generation = st.generation + 1;
-        match child::spawn(self, generation) {
+        match child::spawn(self, generation, st.discovered) {
             Ok(c) => {
                 if st.generation > 0 {
                     self.metrics.stdio_restarted(&self.channel);
                 }
                 st.generation = generation;
                 st.child = Some(c.clone());
-                self.metrics.stdio_up(&self.channel, true);
+                if st.discovered {
+                    self.metrics.stdio_up(&self.channel, true);
+                }
                 tracing::info!(channel = %self.channel, generation, pid = c.pid(), pgid = c.pgid(), "stdio child started");
                 Ok(c)
             }
@@ -638,7 +898,13 @@ impl Shared {
     /// The monitor saw the child's exit (or `wait` failed).
     fn child_exited(&self, child: &Child, status: &std::io::Result<std::process::ExitStatus>) {
         let now = Instant::now();
-        let lived = now.saturating_duration_since(child.spawned_at);
+        // A child whose handshake failed never served: its end counts as a short life,
+        // so the restart backoff grows however long the handshake took.
+        let lived = if child.opening_failed() {
+            Duration::ZERO
+        } else {
+            now.saturating_duration_since(child.spawned_at)
+        };
         let (expected, retry_in) = {
             let mut st = self.lock();
             let retry_in = if st.stopped {

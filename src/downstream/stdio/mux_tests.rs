@@ -291,7 +291,7 @@ async fn a_request_queued_behind_a_write_when_the_child_dies_is_not_sent() {
         let (t, _) = transport_with(argv, settings_with(4));
         let t = Arc::new(t);
         let fence = Fence::new(false, 4);
-        t.warm(&admit(&fence).await).await.unwrap();
+        t.open(&admit(&fence).await).await.unwrap();
         let pid: i32 = read_when_present(&pidfile).await.parse().unwrap();
         let _cleanup = KillOnDrop(Some(pid));
 
@@ -396,7 +396,7 @@ async fn a_child_that_never_answers_leaves_a_bounded_id_map() {
         let (t, metrics) = transport_with(argv, settings_with(4));
         let t = Arc::new(t);
         let fence = Fence::new(false, 4);
-        t.warm(&admit(&fence).await).await.unwrap();
+        t.open(&admit(&fence).await).await.unwrap();
         for round in 0..10 {
             let calls: Vec<_> = (0..4)
                 .map(|i| {

@@ -156,6 +156,12 @@ impl<W> PendingMap<W> {
         self.live.values().next().map(|e| &e.waiter)
     }
 
+    /// The oldest live request whose origin passes `allowed` (a server request goes to
+    /// the oldest caller that declared the capability it needs).
+    pub(super) fn oldest_where(&self, allowed: impl Fn(&Origin) -> bool) -> Option<&W> {
+        self.live.values().find(|e| allowed(&e.origin)).map(|e| &e.waiter)
+    }
+
     /// The request's deadline passed, or its call was dropped, after its write: an answer
     /// that comes now is late. Nothing happens if it already left the map.
     pub(super) fn retire(&mut self, pipe: u64) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
-use super::{StdioSettings, StdioTransport};
+use super::{SessionMode, SessionSettings, StdioSettings, StdioTransport};
 use crate::app::GatewayLabels;
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome};
 use crate::protocol::JsonRpcPayload;
@@ -23,6 +23,11 @@ async fn a_strict_stop_during_a_pending_restart_sends_nothing_and_spawns_nothing
         stop_grace: Duration::from_millis(300),
         max_concurrent: std::num::NonZeroUsize::new(1).unwrap(),
         guard: None,
+        // The pipe as the mux sees it; the gateway's own handshake has tests of its own.
+        session: SessionSettings {
+            mode: SessionMode::PassThrough,
+            ..SessionSettings::default()
+        },
     };
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(true, &["t".to_owned()]));
     // A child that exits at once: its restart waits for the backoff.
@@ -36,7 +41,7 @@ async fn a_strict_stop_during_a_pending_restart_sends_nothing_and_spawns_nothing
     let fence = Fence::new(true, 1);
     {
         let warm = fence.admit(CommandRef::default()).await.unwrap();
-        t.warm(&warm).await.unwrap();
+        t.open(&warm).await.unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while t.status().up {

@@ -45,6 +45,11 @@ pub(super) fn settings() -> StdioSettings {
         stop_grace: Duration::from_millis(300),
         max_concurrent: std::num::NonZeroUsize::new(4).unwrap(),
         guard: None,
+        // The pipe as the mux sees it; the gateway's own handshake has tests of its own.
+        session: SessionSettings {
+            mode: SessionMode::PassThrough,
+            ..SessionSettings::default()
+        },
     }
 }
 
@@ -349,7 +354,7 @@ async fn a_notification_reaches_the_child_while_a_request_is_in_flight() {
         let t = Arc::new(t);
         let fence = Fence::new(false, 4);
         let adm = admit(&fence).await;
-        t.warm(&adm).await.unwrap();
+        t.open(&adm).await.unwrap();
         let slow = r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_delay_ms":1500}}"#;
         let request = tokio::spawn({
             let t = t.clone();
@@ -635,7 +640,7 @@ async fn the_child_never_sees_gateway_variables_but_gets_the_configured_ones() {
             settings(),
             metrics,
         );
-        t.warm(&admission().await).await.unwrap();
+        t.open(&admission().await).await.unwrap();
         let env: BTreeMap<String, String> = serde_json::from_str(&read_when_present(&out).await).unwrap();
         assert_eq!(env.get("LOG_LEVEL").map(String::as_str), Some("debug"));
         assert_eq!(env.get("HOME").map(String::as_str), Some("/nonexistent"));
@@ -677,7 +682,7 @@ async fn a_child_that_ignores_sigterm_is_killed_with_its_process_group_within_bo
                 ..settings()
             },
         );
-        t.warm(&admission().await).await.unwrap();
+        t.open(&admission().await).await.unwrap();
         let pid: i32 = read_when_present(&pidfile).await.parse().unwrap();
         let _cleanup = KillOnDrop(Some(pid));
         let grandchild: i32 = read_when_present(&grandfile).await.parse().unwrap();
@@ -727,7 +732,7 @@ async fn a_grandchild_holding_the_pipes_holds_the_channel_until_it_is_reaped_and
             },
         );
         let adm = admission().await;
-        t.warm(&adm).await.unwrap();
+        t.open(&adm).await.unwrap();
         let grandchild: i32 = read_when_present(&pidfile).await.parse().unwrap();
         let mut cleanup = KillOnDrop(Some(grandchild));
         eventually("the old child is held", || t.is_held()).await;
@@ -743,7 +748,7 @@ async fn a_grandchild_holding_the_pipes_holds_the_channel_until_it_is_reaped_and
         let (again, _) = send(&t, &adm, INITIALIZE, ANSWER_WITHIN).await;
         assert_failed(&again, LegFailure::ChildNotRunning, LegOutcome::NotSent);
         assert_eq!(t.status().generation, 1, "no new child while the old one is unreaped");
-        assert_eq!(t.warm(&adm).await, Err(LegFailure::ChildNotRunning));
+        assert_eq!(t.open(&adm).await, Err(LegFailure::ChildNotRunning));
         assert_eq!(
             capture.text().matches("outlived SIGKILL").count(),
             1,
@@ -775,7 +780,7 @@ async fn a_latched_admission_is_refused_and_the_child_never_sees_the_request() {
         adm.latch(FatalCategory::DownstreamAmbiguous);
         let (refused, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
         assert_not_admitted(&refused);
-        assert_eq!(t.warm(&adm).await, Err(LegFailure::NotAdmitted));
+        assert_eq!(t.open(&adm).await, Err(LegFailure::NotAdmitted));
         assert_eq!(t.terminate_session(&adm).await.outcome, LegOutcome::NotSent);
 
         t.shutdown().await;
@@ -808,7 +813,7 @@ async fn a_command_that_does_not_exist_is_not_sent() {
     bounded(async {
         let (t, _) = transport(vec!["tunnelgate-test-no-such-program".to_owned()]);
         let adm = admission().await;
-        assert_eq!(t.warm(&adm).await, Err(LegFailure::ChildNotRunning));
+        assert_eq!(t.open(&adm).await, Err(LegFailure::ChildNotRunning));
         let (result, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(1)).await;
         assert_child_not_running(&result);
         assert_eq!(result.reply.resp_code, 502);
@@ -835,13 +840,13 @@ async fn kill_now_stops_the_child_and_nothing_restarts() {
     bounded(async {
         let (t, _) = transport(peer("echo.py", &[]));
         let adm = admission().await;
-        t.warm(&adm).await.unwrap();
+        t.open(&adm).await.unwrap();
         assert!(t.status().up);
         t.kill_now();
         eventually("the child is dead", || !t.status().up).await;
         let (result, _) = send(&t, &adm, TOOLS_LIST, Duration::from_secs(1)).await;
         assert_failed(&result, LegFailure::ChildNotRunning, LegOutcome::NotSent);
-        assert_eq!(t.warm(&adm).await, Err(LegFailure::ChildNotRunning));
+        assert_eq!(t.open(&adm).await, Err(LegFailure::ChildNotRunning));
         assert_eq!(t.status().generation, 1);
     })
     .await;

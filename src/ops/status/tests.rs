@@ -23,6 +23,7 @@ fn each_not_ready_reason_reads_as_the_documented_line() {
         transport: crate::downstream::TransportKind::Stdio,
         up: false,
         generation: 3,
+        session: Some(crate::downstream::SessionState::Down),
     };
     let rows = [
         (

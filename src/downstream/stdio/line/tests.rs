@@ -162,3 +162,25 @@ async fn writing_counts_the_bytes_the_pipe_accepted() {
     tokio::io::AsyncReadExt::read_exact(&mut b, &mut buf).await.unwrap();
     assert_eq!(&buf, b"{\"id\":1}\n");
 }
+
+#[test]
+fn a_server_request_names_its_id_and_the_capability_it_needs() {
+    let ask = |json: &str| match classify(json.as_bytes().to_vec()) {
+        Line::Message { ask, raw, .. } => ask.map(|a| (raw.get()[a.id].to_owned(), a.need)),
+        other => panic!("not a message: {other:?}"),
+    };
+    assert_eq!(
+        ask(r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}"#),
+        Some(("\"s1\"".to_owned(), Some(Need::Sampling)))
+    );
+    assert_eq!(
+        ask(r#"{"jsonrpc":"2.0","id":4,"method":"roots/list"}"#),
+        Some(("4".to_owned(), Some(Need::Roots)))
+    );
+    assert_eq!(
+        ask(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#),
+        Some(("5".to_owned(), None))
+    );
+    assert_eq!(ask(r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#), None);
+    assert_eq!(ask(r#"{"jsonrpc":"2.0","id":null,"method":"elicitation/create"}"#), None);
+}
