@@ -14,7 +14,7 @@ use super::error::{ConfigError, ErrorKind};
 use super::defaults as default;
 use super::number::count;
 use super::raw::{RawChannel, RawInitialize};
-use super::validation::positive_duration;
+use super::duration::positive_duration;
 use super::{ChannelConfig, ChannelName, HttpUrl, Secret, SessionOwner, StdioSession};
 
 const MAX_CHANNELS: usize = 32;

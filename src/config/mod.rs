@@ -17,6 +17,7 @@
 mod channel;
 mod channel_name;
 mod defaults;
+mod duration;
 mod error;
 mod http_url;
 mod layers;

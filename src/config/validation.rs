@@ -7,10 +7,10 @@
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use super::channel;
 use super::defaults as default;
+use super::duration::{duration, positive_duration};
 use super::error::ConfigError;
 use super::layers::EnvVars;
 use super::number::{attempts, count};
@@ -258,20 +258,3 @@ fn otlp_endpoint(value: &str) -> Result<Option<HttpUrl>, ConfigError> {
     }
 }
 
-/// A humantime duration such as "30s", "250ms" or "1m".
-fn duration(key: &str, value: Option<String>, default: &str) -> Result<Duration, ConfigError> {
-    let text = value.as_deref().unwrap_or(default);
-    humantime::parse_duration(text)
-        .map_err(|_| ConfigError::invalid(key, format!("{text:?} is not a duration (use e.g. \"10s\", \"250ms\")")))
-}
-
-pub(super) fn positive_duration(key: &str, value: Option<String>, default: &str) -> Result<Duration, ConfigError> {
-    let parsed = duration(key, value, default)?;
-    if parsed.is_zero() {
-        return Err(ConfigError::invalid(
-            key,
-            "must be greater than zero (use e.g. \"10s\", \"250ms\")",
-        ));
-    }
-    Ok(parsed)
-}

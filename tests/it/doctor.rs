@@ -166,9 +166,14 @@ async fn doctor_passes_a_healthy_setup_with_an_http_server_and_a_spawned_stdio_s
     assert_eq!(rig.stub.count("initialize"), 1);
     assert_eq!(rig.stub.count("DELETE"), 1);
     assert_eq!(rig.stub.received(), 2);
+    // The stdio server saw the runtime's own handshake (the doctor's initialize was
+    // answered from that session), nothing else.
     let echo = std::fs::read_to_string(echo_log(&rig)).unwrap();
-    assert_eq!(echo.lines().count(), 1, "{echo}");
-    assert!(echo.contains(r#""method":"initialize""#) && echo.contains("tunnelgate-doctor"));
+    let lines: Vec<&str> = echo.lines().collect();
+    assert_eq!(lines.len(), 2, "{echo}");
+    assert!(lines[0].contains(r#""method":"initialize""#), "{echo}");
+    assert!(lines[0].contains(r#""clientInfo":{"name":"tunnelgate""#), "{echo}");
+    assert!(lines[1].contains(r#""method":"notifications/initialized""#), "{echo}");
     // The latch-directory probe left nothing behind.
     let left: Vec<_> = std::fs::read_dir(rig.dir.path())
         .unwrap()

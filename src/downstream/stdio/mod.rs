@@ -373,6 +373,12 @@ impl StdioTransport {
         }
     }
 
+    /// The running child's pid (tests).
+    #[cfg(test)]
+    fn child_pid(&self) -> Option<i32> {
+        self.shared.running_child()?.pid()
+    }
+
     /// The session the gateway holds with the running child, if it opened one (tests).
     #[cfg(test)]
     fn session(&self) -> Option<Arc<Session>> {
@@ -682,22 +688,25 @@ impl Shared {
         admission: &Admission,
         limit: Instant,
     ) -> Result<(Arc<Child>, Option<Arc<Session>>), LegFailure> {
-        loop {
-            let child = self.ensure_child(admission, limit).await?;
-            match child.claim_opening() {
-                Claim::Open(session) => return Ok((child, session)),
-                Claim::Failed => return Err(LegFailure::SessionNotOpen),
-                Claim::Mine => {
-                    let session = self.open_session(&child, admission).await?;
-                    return Ok((child, session));
+        let child = self.ensure_child(admission, limit).await?;
+        match child.claim_opening() {
+            Claim::Open(session) => Ok((child, session)),
+            Claim::Failed => Err(LegFailure::SessionNotOpen),
+            Claim::Mine => {
+                let session = self.open_session(&child, admission).await?;
+                Ok((child, session))
+            }
+            Claim::Wait => {
+                tokio::select! {
+                    biased;
+                    // cancel-safe: waiting on a token and a timer.
+                    () = child.opened.cancelled() => {}
+                    () = sleep_until(limit) => return Err(LegFailure::DeadlineBeforeSend),
                 }
-                Claim::Wait => {
-                    tokio::select! {
-                        biased;
-                        // cancel-safe: waiting on a token and a timer.
-                        () = child.opened.cancelled() => {}
-                        () = sleep_until(limit) => return Err(LegFailure::DeadlineBeforeSend),
-                    }
+                // The handshake it waited for ended: open, or failed (never due again).
+                match child.claim_opening() {
+                    Claim::Open(session) => Ok((child, session)),
+                    Claim::Mine | Claim::Wait | Claim::Failed => Err(LegFailure::SessionNotOpen),
                 }
             }
         }
@@ -1076,6 +1085,8 @@ impl Writer {
 
 #[cfg(test)]
 mod mux_tests;
+#[cfg(test)]
+mod session_tests;
 #[cfg(test)]
 mod stop_tests;
 #[cfg(test)]

@@ -1,9 +1,10 @@
 """Well-behaved stdio MCP server.
 
-    echo.py [--log FILE] [--env-out FILE] [--garbage]
+    echo.py [--log FILE] [--env-out FILE] [--garbage] [--modern]
 
 --log appends every received line to FILE; --env-out writes the environment as JSON to
-FILE at startup; --garbage prints non-JSON lines on stdout before every answer.
+FILE at startup; --garbage prints non-JSON lines on stdout before every answer; --modern
+refuses initialize as a 2026-07-28 server does (-32022) and answers everything else.
 """
 
 import json

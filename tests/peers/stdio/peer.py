@@ -1,6 +1,8 @@
 """Shared behaviour of the stdio MCP test peers (imported by the scripts beside it).
 
-A minimal newline-delimited JSON-RPC server: initialize, tools/list, tools/call "echo".
+A minimal newline-delimited JSON-RPC server: initialize, tools/list, tools/call "echo",
+and tools/call "ask" (arguments.method): it sends that server-to-client request, waits for
+its answer and returns the answer as the tool's text (`result:...` or `error:...`).
 Every request may carry params._delay_ms (answer late). tools/call echo with
 params._meta.progressToken emits a notifications/progress with that token before the
 result. No payloads on stderr; everything on stdout is flushed line by line.
@@ -35,6 +37,10 @@ def answer(req, garbage: bool) -> None:
     if garbage:
         for line in GARBAGE:
             write_line(line)
+    if method == "initialize" and flag("--modern"):
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32022, "message": "connection is serving the 2026-07-28 protocol",
+              "data": {"supported": ["2026-07-28"], "requested": params.get("protocolVersion")}}})
+        return
     if method == "initialize":
         result = {
             "protocolVersion": "2025-06-18",
@@ -50,10 +56,38 @@ def answer(req, garbage: bool) -> None:
             send({"jsonrpc": "2.0", "method": "notifications/progress",
                   "params": {"progressToken": token, "progress": 1, "total": 1}})
         result = {"content": [{"type": "text", "text": str(args.get("text", ""))}]}
+    elif method == "tools/call" and params.get("name") == "ask":
+        result = {"content": [{"type": "text", "text": ask((params.get("arguments") or {}).get("method"))}]}
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
         return
     send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+ASKED = [0]
+
+
+def ask(method) -> str:
+    """Sends a server request and reads stdin until its answer arrives."""
+    ASKED[0] += 1
+    sid = f"srv-{ASKED[0]}"
+    send({"jsonrpc": "2.0", "id": sid, "method": method, "params": {}})
+    while True:
+        raw = sys.stdin.buffer.readline()
+        if not raw:
+            sys.exit(0)
+        log_received(LOG[0], raw)
+        try:
+            msg = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(msg, dict) and msg.get("id") == sid and "method" not in msg:
+            if "error" in msg:
+                return "error:" + str(msg["error"].get("message"))
+            return "result:" + json.dumps(msg.get("result"), separators=(",", ":"))
+
+
+LOG = [None]
 
 
 def log_received(path, raw: bytes) -> None:
@@ -64,6 +98,7 @@ def log_received(path, raw: bytes) -> None:
 
 
 def serve(log_path=None, garbage=False) -> None:
+    LOG[0] = log_path
     while True:
         raw = sys.stdin.buffer.readline()
         if not raw:
