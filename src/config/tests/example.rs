@@ -43,6 +43,13 @@ fn example_config_documents_every_key_with_its_env_form() {
         "# command = ",
         "# env = ",
         "__MAX_CONCURRENT\n# max_concurrent = ",
+        "__SESSION\n# session = ",
+        "# [mcp.channels.main.initialize]",
+        "# protocol_version = ",
+        "# client_name = ",
+        "# client_version = ",
+        "# capabilities = ",
+        "# timeout = ",
     ] {
         assert!(text.contains(channel_key), "example shows {channel_key:?}");
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::{AmbiguityPolicy, ChannelConfig, HttpUrl, LogFormat, Propagate};
+use crate::config::{AmbiguityPolicy, ChannelConfig, HttpUrl, LogFormat, Propagate, SessionOwner, StdioSession};
 
 #[test]
 fn minimal_config_gets_every_default() {
@@ -704,4 +704,111 @@ fn channel_names_and_the_tunnel_id_print_as_their_text() {
     assert_eq!(format!("{name} {name:?}"), "main \"main\"");
     let id = &config.control_plane.tunnel_id;
     assert_eq!(format!("{id} {id:?}"), "tunnel_test \"tunnel_test\"");
+}
+
+fn stdio_session(config: &Config) -> &StdioSession {
+    let ChannelConfig::Stdio { session, .. } = &config.mcp.channels["main"] else {
+        panic!("stdio expected")
+    };
+    session
+}
+
+#[test]
+fn a_stdio_channel_owns_its_session_by_default_and_takes_its_initialize_parameters() {
+    let default = accepted(&stdio_with(&[]));
+    let session = stdio_session(&default);
+    assert_eq!(session.owner, SessionOwner::Owned);
+    assert_eq!(session.protocol_version, "2025-11-25");
+    assert_eq!(session.client_name, "tunnelgate");
+    assert_eq!(session.client_version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        serde_json::Value::Object(session.capabilities.clone()),
+        serde_json::json!({"sampling": {}, "elicitation": {}, "roots": {}})
+    );
+    assert_eq!(session.timeout, std::time::Duration::from_secs(10));
+    assert_eq!(*session, StdioSession::default());
+
+    let custom = accepted(&stdio_with(&[
+        ("mcp.channels.main.session", "\"pass_through\""),
+        ("mcp.channels.main.initialize.protocol_version", "\"2025-06-18\""),
+        ("mcp.channels.main.initialize.client_name", "\"acme\""),
+        ("mcp.channels.main.initialize.client_version", "\"7.1\""),
+        ("mcp.channels.main.initialize.capabilities", "{ sampling = {}, experimental = { x = 1 } }"),
+        ("mcp.channels.main.initialize.timeout", "\"2500ms\""),
+    ]));
+    let session = stdio_session(&custom);
+    assert_eq!(session.owner, SessionOwner::PassThrough);
+    assert_eq!(
+        (&*session.protocol_version, &*session.client_name, &*session.client_version),
+        ("2025-06-18", "acme", "7.1")
+    );
+    assert_eq!(
+        serde_json::Value::Object(session.capabilities.clone()),
+        serde_json::json!({"sampling": {}, "experimental": {"x": 1}})
+    );
+    assert_eq!(session.timeout, std::time::Duration::from_millis(2500));
+    let masked = custom.masked();
+    assert!(masked.contains("session = \"pass_through\""), "{masked}");
+    assert!(masked.contains("protocol_version = \"2025-06-18\""), "{masked}");
+}
+
+#[test]
+fn bad_session_settings_are_refused_naming_the_key() {
+    let cases: [(&[(&'static str, &'static str)], &str, &str); 7] = [
+        (
+            &[("mcp.channels.main.session", "\"mine\"")],
+            "mcp.channels.main.session",
+            "\"mine\" is not a session owner; use \"owned\" (the gateway initializes the child) or \"pass_through\" (a 2026-07-28 server, discovered rather than initialized)",
+        ),
+        (
+            &[("mcp.channels.main.initialize.protocol_version", "\"latest\"")],
+            "mcp.channels.main.initialize.protocol_version",
+            "\"latest\" is not an MCP revision; use a date like \"2025-11-25\"",
+        ),
+        (
+            &[("mcp.channels.main.initialize.client_name", "\"  \"")],
+            "mcp.channels.main.initialize.client_name",
+            "must be non-empty text without control characters",
+        ),
+        (
+            &[("mcp.channels.main.initialize.client_version", "\"1\\n2\"")],
+            "mcp.channels.main.initialize.client_version",
+            "must be non-empty text without control characters",
+        ),
+        (
+            &[("mcp.channels.main.initialize.capabilities", "[\"sampling\"]")],
+            "mcp.channels.main.initialize.capabilities",
+            "must be a table, e.g. { sampling = {}, elicitation = {}, roots = {} }",
+        ),
+        (
+            &[("mcp.channels.main.initialize.timeout", "\"0s\"")],
+            "mcp.channels.main.initialize.timeout",
+            "must be greater than zero (use e.g. \"10s\", \"250ms\")",
+        ),
+        (
+            &[("mcp.channels.main.initialize.timeout", "\"soon\"")],
+            "mcp.channels.main.initialize.timeout",
+            "\"soon\" is not a duration (use e.g. \"10s\", \"250ms\")",
+        ),
+    ];
+    for (edits, key, problem) in cases {
+        assert_error(&rejected(&stdio_with(edits)), key, problem);
+    }
+    for (key, value) in [
+        ("mcp.channels.main.session", "\"owned\""),
+        ("mcp.channels.main.initialize.timeout", "\"1s\""),
+    ] {
+        let member = key.rsplit('.').nth(usize::from(key.ends_with("timeout"))).unwrap();
+        assert_error(
+            &rejected(&toml_with(&[(key, value)])),
+            &format!("mcp.channels.main.{member}"),
+            "only applies to stdio channels (command = [...]); an HTTP server's session belongs to its callers",
+        );
+    }
+}
+
+#[test]
+fn an_unknown_initialize_key_is_refused() {
+    let error = rejected(&stdio_with(&[("mcp.channels.main.initialize.client", "\"x\"")]));
+    assert_eq!(error.key(), "mcp.channels.main.initialize.client", "{error}");
 }
