@@ -58,6 +58,8 @@ fn every_value_of_every_label_set_is_a_series_at_zero_from_startup() {
         "tunnelgate_stdio_restarts_total{channel=\"other\"} 0",
         "tunnelgate_stdio_late_responses_total{channel=\"main\"} 0",
         "tunnelgate_stdio_late_responses_total{channel=\"other\"} 0",
+        "tunnelgate_stdio_sessions_total{channel=\"main\",result=\"initialized\"} 0",
+        "tunnelgate_stdio_sessions_total{channel=\"other\",result=\"abandoned\"} 0",
         "tunnelgate_task_failures_total{task=\"admitter\"} 0",
         "tunnelgate_task_failures_total{task=\"warmup\"} 0",
         "tunnelgate_trace_context_invalid_total{source=\"header\"} 0",
