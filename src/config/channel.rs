@@ -10,11 +10,11 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 
-use super::error::{ConfigError, ErrorKind};
 use super::defaults as default;
+use super::duration::positive_duration;
+use super::error::{ConfigError, ErrorKind};
 use super::number::count;
 use super::raw::{RawChannel, RawInitialize};
-use super::duration::positive_duration;
 use super::{ChannelConfig, ChannelName, HttpUrl, Secret, SessionOwner, StdioSession};
 
 const MAX_CHANNELS: usize = 32;
@@ -120,11 +120,18 @@ fn stdio_session(key: &str, owner: Option<String>, init: RawInitialize) -> Resul
         }
         Ok(value)
     };
-    let protocol_version = text("protocol_version", init.protocol_version, default::STDIO_PROTOCOL_VERSION)?;
+    let protocol_version = text(
+        "protocol_version",
+        init.protocol_version,
+        default::STDIO_PROTOCOL_VERSION,
+    )?;
     if !is_revision(&protocol_version) {
         return Err(ConfigError::invalid(
             format!("{init_key}.protocol_version"),
-            format!("{protocol_version:?} is not an MCP revision; use a date like \"{}\"", default::STDIO_PROTOCOL_VERSION),
+            format!(
+                "{protocol_version:?} is not an MCP revision; use a date like \"{}\"",
+                default::STDIO_PROTOCOL_VERSION
+            ),
         ));
     }
     let capabilities = match init.capabilities {
@@ -143,7 +150,11 @@ fn stdio_session(key: &str, owner: Option<String>, init: RawInitialize) -> Resul
         client_name: text("client_name", init.client_name, default::STDIO_CLIENT_NAME)?,
         client_version: text("client_version", init.client_version, env!("CARGO_PKG_VERSION"))?,
         capabilities,
-        timeout: positive_duration(&format!("{init_key}.timeout"), init.timeout, default::STDIO_INITIALIZE_TIMEOUT)?,
+        timeout: positive_duration(
+            &format!("{init_key}.timeout"),
+            init.timeout,
+            default::STDIO_INITIALIZE_TIMEOUT,
+        )?,
     })
 }
 

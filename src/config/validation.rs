@@ -257,4 +257,3 @@ fn otlp_endpoint(value: &str) -> Result<Option<HttpUrl>, ConfigError> {
         url => HttpUrl::base("telemetry.otlp_endpoint", url).map(Some),
     }
 }
-

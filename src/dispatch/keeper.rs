@@ -11,6 +11,9 @@
 //! finds the child down starts it itself, under its own admission; the keeper then finds
 //! it up.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use crate::downstream::{Channels, StdioTransport};
 use crate::strict::{CommandRef, Fence};
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
@@ -21,38 +24,80 @@ use super::decide::Rules;
 /// stops admitting, or it latched.
 pub(crate) fn start(supervisor: &Supervisor, channels: &Channels, fence: &Fence, rules: Rules) {
     for (name, _) in channels.stdio() {
-        let (channels, fence, name) = (channels.clone(), fence.clone(), name.to_owned());
+        let keeper = Keeper {
+            name: name.into(),
+            channels: channels.clone(),
+            fence: fence.clone(),
+            rules,
+            supervisor: supervisor.clone(),
+            ended: Arc::new(AtomicBool::new(false)),
+        };
         // Not on the tracker: it idles between deaths and must not hold up a drain.
-        supervisor.spawn_untracked(TaskKind::Warmup, async move {
-            if let Some(transport) = channels.stdio().find(|(n, _)| *n == name).map(|(_, t)| t) {
-                keep(&name, transport, &fence, rules).await;
-            }
-            TaskEnd::Finished
-        });
+        supervisor.spawn_untracked(TaskKind::Warmup, keeper.run());
     }
 }
 
-/// Keeps one channel's session open until the transport stops or the fence refuses.
-async fn keep(name: &str, transport: &StdioTransport, fence: &Fence, rules: Rules) {
-    while transport.start_due().await {
+/// One channel's keeper.
+#[derive(Clone)]
+struct Keeper {
+    name: Arc<str>,
+    channels: Channels,
+    fence: Fence,
+    rules: Rules,
+    supervisor: Supervisor,
+    /// The fence refused a start, or a start latched: nothing more is started.
+    ended: Arc<AtomicBool>,
+}
+
+impl Keeper {
+    fn transport(&self) -> Option<&StdioTransport> {
+        self.channels.stdio().find(|(n, _)| *n == &*self.name).map(|(_, t)| t)
+    }
+
+    /// Starts the child whenever a start is due, until the transport or the fence says no.
+    async fn run(self) -> TaskEnd {
+        while !self.ended.load(Ordering::Relaxed) {
+            match self.transport() {
+                Some(t) if t.start_due().await => {}
+                _ => break,
+            }
+            // Each start runs among the drained tasks, so that a stop's grace waits for a
+            // handshake in flight (and one still in flight when the grace is over counts
+            // as sent, like a command's request).
+            let start = self.supervisor.spawn(TaskKind::Warmup, self.clone().start_once());
+            if start.await.is_err() {
+                break;
+            }
+        }
+        TaskEnd::Finished
+    }
+
+    /// One start under its own admission; latches on an abandoned handshake in strict mode.
+    async fn start_once(self) -> TaskEnd {
         // Not a command: no request id; the channel and the method name the step.
         let command = CommandRef {
             request_id: None,
-            channel: Some(name.to_owned()),
+            channel: Some(self.name.to_string()),
             method: Some("initialize".to_owned()),
         };
-        let Ok(admission) = fence.admit(command).await else {
-            return;
+        let Ok(admission) = self.fence.admit(command).await else {
+            self.ended.store(true, Ordering::Relaxed);
+            return TaskEnd::Finished;
+        };
+        let Some(transport) = self.transport() else {
+            return TaskEnd::Finished;
         };
         let Err(failure) = transport.open(&admission).await else {
-            continue;
+            return TaskEnd::Finished;
         };
         if failure.gateway_step_abandoned() {
-            if let Some(category) = rules.own_step_abandoned() {
+            if let Some(category) = self.rules.own_step_abandoned() {
                 admission.latch(category);
-                return;
+                self.ended.store(true, Ordering::Relaxed);
+                return TaskEnd::Finished;
             }
         }
-        tracing::warn!(channel = name, reason = failure.kind(), "the stdio child did not start with an open session; retrying after the restart backoff");
+        tracing::warn!(channel = %self.name, reason = failure.kind(), "the stdio child did not start with an open session; it is started again after the restart backoff");
+        TaskEnd::Finished
     }
 }

@@ -13,7 +13,8 @@ use prometheus::{
 
 use super::label::{
     AttemptResultLabel, CommandType, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
-    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, SessionResult, TaskKind, TraceContextSource, TransportLabel,
+    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, SessionResult, TaskKind, TraceContextSource,
+    TransportLabel,
 };
 
 /// The metric set. Cheap to clone handles live inside; share it behind an `Arc`.

@@ -733,13 +733,20 @@ fn a_stdio_channel_owns_its_session_by_default_and_takes_its_initialize_paramete
         ("mcp.channels.main.initialize.protocol_version", "\"2025-06-18\""),
         ("mcp.channels.main.initialize.client_name", "\"acme\""),
         ("mcp.channels.main.initialize.client_version", "\"7.1\""),
-        ("mcp.channels.main.initialize.capabilities", "{ sampling = {}, experimental = { x = 1 } }"),
+        (
+            "mcp.channels.main.initialize.capabilities",
+            "{ sampling = {}, experimental = { x = 1 } }",
+        ),
         ("mcp.channels.main.initialize.timeout", "\"2500ms\""),
     ]));
     let session = stdio_session(&custom);
     assert_eq!(session.owner, SessionOwner::PassThrough);
     assert_eq!(
-        (&*session.protocol_version, &*session.client_name, &*session.client_version),
+        (
+            &*session.protocol_version,
+            &*session.client_name,
+            &*session.client_version
+        ),
         ("2025-06-18", "acme", "7.1")
     );
     assert_eq!(
@@ -754,7 +761,8 @@ fn a_stdio_channel_owns_its_session_by_default_and_takes_its_initialize_paramete
 
 #[test]
 fn bad_session_settings_are_refused_naming_the_key() {
-    let cases: [(&[(&'static str, &'static str)], &str, &str); 7] = [
+    type Case<'a> = (&'a [(&'static str, &'static str)], &'a str, &'a str);
+    let cases: [Case<'_>; 7] = [
         (
             &[("mcp.channels.main.session", "\"mine\"")],
             "mcp.channels.main.session",

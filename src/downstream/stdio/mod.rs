@@ -56,10 +56,10 @@ use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 
 pub use self::child::SessionState;
 use self::child::{Child, Claim, Registration};
-use self::session::{Need, Session};
-pub use self::session::{SessionMode, SessionSettings, DEFAULT_PROTOCOL_VERSION};
 use self::line::WriteResult;
 use self::pending::{CancelTarget, Origin};
+use self::session::{Need, Session};
+pub use self::session::{SessionMode, SessionSettings, DEFAULT_PROTOCOL_VERSION};
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply, TransportKind};
 use crate::protocol::{json_resp_headers, RespType, MCP_SESSION_ID};
 use crate::strict::Admission;
@@ -442,7 +442,10 @@ impl Shared {
         let spans = rewrite::request_spans(json).ok_or(LegFailure::InternalBeforeSend)?;
         let is_initialize = req.payload.method() == Some("initialize");
         if is_initialize && !self.lock().discovered {
-            if let Some(reply) = self.answer_initialize(admission, json, &json[spans.id.clone()], limit).await? {
+            if let Some(reply) = self
+                .answer_initialize(admission, json, &json[spans.id.clone()], limit)
+                .await?
+            {
                 return Ok(reply);
             }
             // Discovered just now: a 2026-07-28 server answers `initialize` itself.
@@ -800,7 +803,12 @@ impl Shared {
 
     /// `notifications/initialized`, which ends the handshake. A child that cannot take
     /// it is ended (by the caller's [`child::OpeningRun`]).
-    async fn write_initialized(&self, child: &Arc<Child>, admission: &Admission, limit: Instant) -> Result<(), LegFailure> {
+    async fn write_initialized(
+        &self,
+        child: &Arc<Child>,
+        admission: &Admission,
+        limit: Instant,
+    ) -> Result<(), LegFailure> {
         let refused = |_| {
             self.metrics.stdio_session(&self.channel, SessionResult::Refused);
             LegFailure::SessionNotOpen
@@ -814,7 +822,9 @@ impl Shared {
             generation: child.generation,
             task,
         });
-        self.finish_write(child, &mut writer, limit, false).await.map_err(refused)
+        self.finish_write(child, &mut writer, limit, false)
+            .await
+            .map_err(refused)
     }
 
     /// A caller's `initialize`, answered from the session (opening it first if the

@@ -54,7 +54,9 @@ fn received(log: &Path) -> Vec<String> {
         .lines()
         .map(|l| {
             let v: Value = serde_json::from_str(l).unwrap();
-            v["method"].as_str().map_or_else(|| "(response)".to_owned(), str::to_owned)
+            v["method"]
+                .as_str()
+                .map_or_else(|| "(response)".to_owned(), str::to_owned)
         })
         .collect()
 }
@@ -72,16 +74,15 @@ async fn the_gateway_initializes_each_child_once_and_answers_every_caller_from_t
     bounded(async {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("received.log");
-        let (t, metrics) = transport_with(
-            peer("echo.py", &["--log", log.to_str().unwrap()]),
-            owned(ANSWER_WITHIN),
-        );
+        let (t, metrics) = transport_with(peer("echo.py", &["--log", log.to_str().unwrap()]), owned(ANSWER_WITHIN));
         let adm = admission().await;
         t.open(&adm).await.unwrap();
         let status = t.status();
         assert!(status.up);
         assert_eq!(status.session, Some(SessionState::Initialized));
         assert_eq!(t.session().unwrap().protocol_version, "2025-06-18");
+        // Written whole before `open` returned; the peer logs it when it reads it.
+        eventually("the child read the handshake", || received(&log).len() == 2).await;
         assert_eq!(received(&log), ["initialize", "notifications/initialized"]);
         let sent: Value = serde_json::from_str(std::fs::read_to_string(&log).unwrap().lines().next().unwrap()).unwrap();
         assert_eq!(sent["params"]["clientInfo"]["name"], "tunnelgate");
@@ -94,7 +95,13 @@ async fn the_gateway_initializes_each_child_once_and_answers_every_caller_from_t
         // session's revision, one for another: both get the session's.
         let mut ids = Vec::new();
         for (id, name, version) in [(11, "alpha", "2025-06-18"), (12, "beta", "2024-11-05")] {
-            let (answer, _) = send(&t, &adm, &caller_initialize(id, name, version, json!({})), ANSWER_WITHIN).await;
+            let (answer, _) = send(
+                &t,
+                &adm,
+                &caller_initialize(id, name, version, json!({})),
+                ANSWER_WITHIN,
+            )
+            .await;
             assert_answered(&answer, u64::from(id));
             let v = response_json(&answer);
             assert_eq!(v["result"]["protocolVersion"], "2025-06-18", "{name} asked {version}");
@@ -128,10 +135,7 @@ async fn a_killed_child_is_restarted_and_initialized_before_any_request_reaches_
     bounded(async {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("received.log");
-        let (t, _) = transport_with(
-            peer("echo.py", &["--log", log.to_str().unwrap()]),
-            owned(ANSWER_WITHIN),
-        );
+        let (t, _) = transport_with(peer("echo.py", &["--log", log.to_str().unwrap()]), owned(ANSWER_WITHIN));
         let adm = admission().await;
         let (first, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
         assert_answered(&first, 2);
@@ -169,6 +173,10 @@ async fn a_killed_child_is_restarted_and_initialized_before_any_request_reaches_
         t.open(&adm).await.unwrap();
         assert!(t.status().up);
         assert_eq!(t.status().generation, 3);
+        eventually("the third child read its handshake", || {
+            count(&received(&log), "notifications/initialized") == 3
+        })
+        .await;
         let methods = received(&log);
         assert_eq!(count(&methods, "initialize"), 3);
         assert_eq!(count(&methods, "notifications/initialized"), 3);
@@ -198,15 +206,28 @@ async fn a_child_that_never_answers_initialize_ends_the_waiting_requests_not_sen
         // The first call runs the handshake; the second waits for it.
         let (driver, waiter) = tokio::join!(send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN), async {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            send(&t, &adm, r#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#, ANSWER_WITHIN).await
+            send(
+                &t,
+                &adm,
+                r#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#,
+                ANSWER_WITHIN,
+            )
+            .await
         });
         let took = started.elapsed();
-        assert!(took < timeout + Duration::from_secs(2), "bounded by the handshake's timeout: {took:?}");
+        assert!(
+            took < timeout + Duration::from_secs(2),
+            "bounded by the handshake's timeout: {took:?}"
+        );
         let (driver, waiter) = (driver.0, waiter.0);
         assert_eq!(driver.failure, Some(LegFailure::InitializeAbandoned));
         assert_eq!(waiter.failure, Some(LegFailure::SessionNotOpen));
         for result in [&driver, &waiter] {
-            assert_eq!(result.outcome, LegOutcome::NotSent, "nothing of the caller's was written");
+            assert_eq!(
+                result.outcome,
+                LegOutcome::NotSent,
+                "nothing of the caller's was written"
+            );
             let v = response_json(result);
             assert_eq!(v["error"]["message"], SESSION_NOT_OPEN_MESSAGE);
             assert!(SESSION_NOT_OPEN_MESSAGE.contains("not delivered to the MCP server"));
@@ -266,7 +287,13 @@ async fn a_child_that_refuses_initialize_as_a_2026_server_is_discovered_and_pass
         assert_eq!(t.status().session, Some(SessionState::PassThrough));
         assert!(t.session().is_none());
         // From now on everything passes untouched: a caller's initialize is the server's.
-        let (refused, _) = send(&t, &adm, &caller_initialize(4, "c", "2025-11-25", json!({})), ANSWER_WITHIN).await;
+        let (refused, _) = send(
+            &t,
+            &adm,
+            &caller_initialize(4, "c", "2025-11-25", json!({})),
+            ANSWER_WITHIN,
+        )
+        .await;
         assert_answered(&refused, 4);
         assert_eq!(response_json(&refused)["error"]["code"], -32022);
         let (ack, _) = send(&t, &adm, INITIALIZED, ANSWER_WITHIN).await;
@@ -307,9 +334,18 @@ async fn a_configured_pass_through_channel_never_initializes_its_child() {
         let adm = admission().await;
         t.open(&adm).await.unwrap();
         assert_eq!(t.status().session, Some(SessionState::PassThrough));
-        let (answer, _) = send(&t, &adm, &caller_initialize(1, "c", "2025-06-18", json!({})), ANSWER_WITHIN).await;
+        let (answer, _) = send(
+            &t,
+            &adm,
+            &caller_initialize(1, "c", "2025-06-18", json!({})),
+            ANSWER_WITHIN,
+        )
+        .await;
         assert_answered(&answer, 1);
-        assert!(answer.reply.resp_headers.get(MCP_SESSION_ID).is_none(), "no session id is invented");
+        assert!(
+            !answer.reply.resp_headers.contains_key(MCP_SESSION_ID),
+            "no session id is invented"
+        );
         assert_eq!(received(&log), ["initialize"], "only the caller's own");
     })
     .await;
@@ -322,7 +358,10 @@ fn call_as(
     fence: &Fence,
     json: &'static str,
     session: &str,
-) -> (tokio::task::JoinHandle<LegResult>, mpsc::Receiver<crate::downstream::Notification>) {
+) -> (
+    tokio::task::JoinHandle<LegResult>,
+    mpsc::Receiver<crate::downstream::Notification>,
+) {
     let (tx, rx) = mpsc::channel(16);
     let (t, fence, headers) = (t.clone(), fence.clone(), session_header(session));
     let call = tokio::spawn(async move {
@@ -416,10 +455,7 @@ async fn a_strict_command_that_finds_the_child_down_starts_and_initializes_it_un
     bounded(async {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("received.log");
-        let (t, _) = transport_with(
-            peer("echo.py", &["--log", log.to_str().unwrap()]),
-            owned(ANSWER_WITHIN),
-        );
+        let (t, _) = transport_with(peer("echo.py", &["--log", log.to_str().unwrap()]), owned(ANSWER_WITHIN));
         let fence = Fence::new(true, 1);
         let adm = admit(&fence).await;
         assert!(!adm.is_sent());
@@ -432,7 +468,13 @@ async fn a_strict_command_that_finds_the_child_down_starts_and_initializes_it_un
         );
         // A latched fence: a caller's initialize is refused, not answered from the session.
         adm.latch(crate::strict::FatalCategory::DownstreamAmbiguous);
-        let (refused, _) = send(&t, &adm, &caller_initialize(3, "c", "2025-06-18", json!({})), ANSWER_WITHIN).await;
+        let (refused, _) = send(
+            &t,
+            &adm,
+            &caller_initialize(3, "c", "2025-06-18", json!({})),
+            ANSWER_WITHIN,
+        )
+        .await;
         assert_eq!(refused.failure, Some(LegFailure::NotAdmitted));
     })
     .await;

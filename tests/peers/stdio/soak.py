@@ -5,7 +5,9 @@
 Appends to LOG, one line each, flushed before anything else happens:
   "spawn PID"        when a child starts;
   "recv MARKER"      for every request line read (MARKER is params.arguments.soak,
-                     or "-" when the request carries none).
+                     or "-" when the request carries none);
+  "handshake METHOD" for the gateway's own initialize and notifications/initialized
+                     (the session the gateway opens with every child, not a caller's).
 A request's fault is params.arguments.fault:
   "ok"               answer with the marker as text;
   "slow:MS"          answer after MS milliseconds;
@@ -45,6 +47,10 @@ def main() -> None:
             continue
         if not isinstance(req, dict):
             log("recv -")
+            continue
+        if req.get("method") in ("initialize", "notifications/initialized"):
+            log(f"handshake {req['method']}")
+            peer.answer(req, False)
             continue
         params = req.get("params") if isinstance(req.get("params"), dict) else {}
         args = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}

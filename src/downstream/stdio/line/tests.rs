@@ -181,6 +181,12 @@ fn a_server_request_names_its_id_and_the_capability_it_needs() {
         ask(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#),
         Some(("5".to_owned(), None))
     );
-    assert_eq!(ask(r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#), None);
-    assert_eq!(ask(r#"{"jsonrpc":"2.0","id":null,"method":"elicitation/create"}"#), None);
+    assert_eq!(
+        ask(r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#),
+        None
+    );
+    assert_eq!(
+        ask(r#"{"jsonrpc":"2.0","id":null,"method":"elicitation/create"}"#),
+        None
+    );
 }
