@@ -21,7 +21,7 @@ use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::guard;
-use super::line::{self, Line, LineReader, RawLine, WriteResult};
+use super::line::{self, Ask, Line, LineReader, RawLine, WriteResult};
 use super::pending::{Answer, Closed, Origin, PendingMap, Ticket};
 use super::redact::{self, LogBudget};
 use super::rewrite::{self, Span};
@@ -78,6 +78,26 @@ enum Opening {
     Open(Option<Arc<Session>>),
     /// The handshake failed: the child is being ended.
     Failed,
+}
+
+impl Opening {
+    /// A new child's: open at once when its messages pass through, else due.
+    fn at_spawn(pass_through: bool) -> Self {
+        if pass_through {
+            Self::Open(None)
+        } else {
+            Self::Due
+        }
+    }
+
+    /// A new child's `opened` token: already cancelled when there is no handshake.
+    fn opened_at_spawn(pass_through: bool) -> CancellationToken {
+        let opened = CancellationToken::new();
+        if pass_through {
+            opened.cancel();
+        }
+        opened
+    }
 }
 
 /// What a call finds when it looks at a child's session.
@@ -457,17 +477,10 @@ pub(super) fn spawn(shared: &Arc<Shared>, generation: u64, pass_through: bool) -
         killed: CancellationToken::new(),
         held: CancellationToken::new(),
         released: CancellationToken::new(),
-        opening: Mutex::new(if pass_through {
-            Opening::Open(None)
-        } else {
-            Opening::Due
-        }),
-        opened: CancellationToken::new(),
+        opening: Mutex::new(Opening::at_spawn(pass_through)),
+        opened: Opening::opened_at_spawn(pass_through),
         supervisor: shared.supervisor.clone(),
     });
-    if pass_through {
-        child.opened.cancel();
-    }
     // Untracked: they live as long as the child, which outlives any drain.
     let sup = &shared.supervisor;
     sup.spawn_untracked(TaskKind::StdioMonitor, monitor(shared.clone(), child.clone(), process));
@@ -608,67 +621,74 @@ async fn route_line(shared: &Arc<Shared>, child: &Arc<Child>, line: RawLine) {
             }
         }
         Line::Message { raw, progress, ask } => {
-            let need = ask.as_ref().and_then(|a| a.need).filter(|_| child.owned());
             let target = if progress {
                 progress_target(child, &raw)
-            } else if let (Some(need), Some(ask)) = (need, ask.as_ref()) {
-                // A server request goes to the oldest caller in flight that declared the
-                // capability it needs; with none, the gateway refuses it (never a hang).
-                let route = child.route();
-                match route.oldest_where(|o| Declared::of_session_id(o.caller.as_deref()).allows(need)) {
-                    Some(w) => Target::Request {
-                        notes: w.notes.clone(),
-                        done: w.done.clone(),
-                        raw,
-                    },
-                    None => {
-                        drop(route);
-                        shared.refuse_ask(child, &raw.get()[ask.id.clone()], need);
-                        return;
-                    }
-                }
             } else {
-                match child.route().oldest() {
-                    Some(w) => Target::Request {
-                        notes: w.notes.clone(),
-                        done: w.done.clone(),
-                        raw,
-                    },
-                    None => Target::Dropped("outside any request"),
-                }
+                message_target(shared, child, raw, ask)
             };
-            let (notes, done, raw) = match target {
-                Target::Request { notes, done, raw } => (notes, done, raw),
+            match target {
+                Target::Request { notes, done, raw } => hand_over(shared, notes, &done, raw).await,
                 Target::Dropped(why) => {
                     tracing::debug!(channel = %shared.channel, generation = child.generation, reason = why, "message from the stdio child dropped");
-                    return;
                 }
-            };
-            let note = Notification {
-                resp_json: raw,
-                resp_headers: BTreeMap::new(),
-            };
-            // cancel-safe: `try_send` is synchronous; the fallback below is the wait.
-            let note = match notes.try_send(note) {
-                Ok(()) => return,
-                Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
-                    tracing::debug!(channel = %shared.channel, "notification sink closed; dropped");
-                    return;
-                }
-                Err(tokio::sync::mpsc::error::TrySendError::Full(note)) => note,
-            };
-            tokio::select! {
-                biased;
-                // cancel-safe: waiting on a token.
-                () = done.cancelled() => {
-                    tracing::debug!(channel = %shared.channel, "request finished before its notification could be handed over; dropped");
-                }
-                // cancel-safe: `Sender::send` only enqueues when it resolves.
-                sent = notes.send(note) => {
-                    if sent.is_err() {
-                        tracing::debug!(channel = %shared.channel, "notification sink closed; dropped");
-                    }
-                }
+            }
+        }
+    }
+}
+
+/// Where a message not tied to a request by a progress token goes. A server request that
+/// needs a client capability goes to the oldest caller in flight that declared it (on a
+/// session the gateway owns); with none, the gateway refuses it (never a hang). Anything
+/// else goes to the oldest request in flight.
+fn message_target(shared: &Arc<Shared>, child: &Arc<Child>, raw: Box<RawValue>, ask: Option<Ask>) -> Target {
+    let to = |w: &Waiter, raw| Target::Request {
+        notes: w.notes.clone(),
+        done: w.done.clone(),
+        raw,
+    };
+    let route = child.route();
+    match ask.and_then(|a| Some((a.need?, a.id))).filter(|_| child.owned()) {
+        Some((need, id)) => match route.oldest_where(|o| Declared::of_session_id(o.caller.as_deref()).allows(need)) {
+            Some(w) => to(w, raw),
+            None => {
+                drop(route);
+                shared.refuse_ask(child, &raw.get()[id], need);
+                Target::Dropped("a server request no caller in flight can answer (refused)")
+            }
+        },
+        None => match route.oldest() {
+            Some(w) => to(w, raw),
+            None => Target::Dropped("outside any request"),
+        },
+    }
+}
+
+/// Hands a message to its request's sink, in order; waits while the sink is full (the
+/// backpressure), unless the request ends meanwhile.
+async fn hand_over(shared: &Shared, notes: NotifySink, done: &CancellationToken, raw: Box<RawValue>) {
+    let note = Notification {
+        resp_json: raw,
+        resp_headers: BTreeMap::new(),
+    };
+    // cancel-safe: `try_send` is synchronous; the fallback below is the wait.
+    let note = match notes.try_send(note) {
+        Ok(()) => return,
+        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
+            tracing::debug!(channel = %shared.channel, "notification sink closed; dropped");
+            return;
+        }
+        Err(tokio::sync::mpsc::error::TrySendError::Full(note)) => note,
+    };
+    tokio::select! {
+        biased;
+        // cancel-safe: waiting on a token.
+        () = done.cancelled() => {
+            tracing::debug!(channel = %shared.channel, "request finished before its notification could be handed over; dropped");
+        }
+        // cancel-safe: `Sender::send` only enqueues when it resolves.
+        sent = notes.send(note) => {
+            if sent.is_err() {
+                tracing::debug!(channel = %shared.channel, "notification sink closed; dropped");
             }
         }
     }

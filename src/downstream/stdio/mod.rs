@@ -768,6 +768,20 @@ impl Shared {
             Waited::TimedOut => return Err(cut("initialize timed out")),
         };
         drop(registration);
+        self.settle_handshake(child, run, admission, &answer, limit).await
+    }
+
+    /// What the child's answer to the gateway's `initialize` makes of the channel: an
+    /// open session (once `initialized` is written), a discovered child, or a failed
+    /// handshake (`run` dropped: the child is ended).
+    async fn settle_handshake(
+        &self,
+        child: &Arc<Child>,
+        run: child::OpeningRun<'_>,
+        admission: &Admission,
+        answer: &RawValue,
+        limit: Instant,
+    ) -> Result<Option<Arc<Session>>, LegFailure> {
         match session::read_init_answer(answer.get()) {
             session::InitAnswer::Opened(opened) => {
                 self.write_initialized(child, admission, limit).await?;
