@@ -70,6 +70,7 @@ pub mod descriptors;
 pub mod dispatch;
 pub mod doctor;
 pub mod downstream;
+pub mod egress;
 /// Fuzz and property targets (test and `--cfg fuzzing` builds only; not an API).
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]

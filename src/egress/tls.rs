@@ -1,0 +1,1 @@
+//! TLS for the gateway's HTTP clients: trusted roots and client certificates.
