@@ -5,8 +5,8 @@ sample(prompt) (asks the client for sampling/createMessage mid-call) and
 confirm(question) (asks the client for elicitation/create mid-call) and announce()
 (publishes a tools list-changed event to `subscriptions/listen` streams, 2026-07-28)
 and greet(name) (the name is elicited: at 2026-07-28 an input-required result),
-fail(message) (the tool raises: a result with isError true), pause(ms) (answers
-"paused MS ms" after MS milliseconds), and trace_seen() (the W3C
+fail(message) (the tool raises: a result with isError true), pause(ms) (stdio modes
+only: answers "paused MS ms" after MS milliseconds), and trace_seen() (the W3C
 trace context this very request carried: its `traceparent`/`tracestate` HTTP headers,
 its `params._meta` keys and trace fields, and the parent the SDK's own OpenTelemetry
 middleware extracted from `_meta`).
@@ -50,7 +50,7 @@ async def ask_name() -> Elicit[Name]:
     return Elicit("What is your name?", Name)
 
 
-def build_server() -> MCPServer:
+def build_server(stdio: bool = False) -> MCPServer:
     server = MCPServer(name="tunnelgate-py-peer", version="1.0.0", log_level="WARNING")
 
     @server.tool()
@@ -101,11 +101,13 @@ def build_server() -> MCPServer:
             return f"elicited: accept ok={answer.data.ok}"
         return f"elicited: {answer.action}"
 
-    @server.tool()
-    async def pause(ms: int) -> str:
-        """Answer after `ms` milliseconds."""
-        await anyio.sleep(ms / 1000.0)
-        return f"paused {ms} ms"
+    if stdio:
+
+        @server.tool()
+        async def pause(ms: int) -> str:
+            """Answer after `ms` milliseconds."""
+            await anyio.sleep(ms / 1000.0)
+            return f"paused {ms} ms"
 
     @server.tool()
     def fail(message: str) -> str:
@@ -158,7 +160,7 @@ def main() -> int:
     parser.add_argument("--mode", choices=["json", "sse", "stateless", "stdio", "stdio-modern"], default="json")
     args = parser.parse_args()
 
-    server = build_server()
+    server = build_server(stdio=args.mode.startswith("stdio"))
     if args.mode == "stdio":
         server.run("stdio")
         return 0

@@ -11,7 +11,8 @@ A request's fault is params.arguments.fault:
   "slow:MS"          answer after MS milliseconds;
   "die"              exit without answering (the request was read);
   "die_partial"      write the start of the answer, then exit.
-Requests without a marker (initialize, tools/list) are answered as peer.py does.
+Requests without a marker (tools/list) are answered as peer.py does. The gateway's own
+handshake (`initialize`, `notifications/initialized`) is answered and not logged.
 """
 
 import json
@@ -22,6 +23,8 @@ import time
 import peer
 
 LOG = sys.argv[1]
+# The gateway's own handshake with every child: answered, never logged (no caller sent it).
+HANDSHAKE = ("initialize", "notifications/initialized")
 
 
 def log(line: str) -> None:
@@ -45,6 +48,9 @@ def main() -> None:
             continue
         if not isinstance(req, dict):
             log("recv -")
+            continue
+        if req.get("method") in HANDSHAKE:
+            peer.answer(req, False)
             continue
         params = req.get("params") if isinstance(req.get("params"), dict) else {}
         args = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
