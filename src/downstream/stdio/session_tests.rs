@@ -82,6 +82,8 @@ async fn the_gateway_initializes_each_child_once_and_answers_every_caller_from_t
         assert!(status.up);
         assert_eq!(status.session, Some(SessionState::Initialized));
         assert_eq!(t.session().unwrap().protocol_version, "2025-06-18");
+        // `open` returns once `initialized` is written; the child logs it when it reads it.
+        eventually("the child read initialized", || received(&log).len() >= 2).await;
         assert_eq!(received(&log), ["initialize", "notifications/initialized"]);
         let sent: Value = serde_json::from_str(std::fs::read_to_string(&log).unwrap().lines().next().unwrap()).unwrap();
         assert_eq!(sent["params"]["clientInfo"]["name"], "tunnelgate");
@@ -169,6 +171,10 @@ async fn a_killed_child_is_restarted_and_initialized_before_any_request_reaches_
         t.open(&adm).await.unwrap();
         assert!(t.status().up);
         assert_eq!(t.status().generation, 3);
+        eventually("the third child read initialized", || {
+            count(&received(&log), "notifications/initialized") >= 3
+        })
+        .await;
         let methods = received(&log);
         assert_eq!(count(&methods, "initialize"), 3);
         assert_eq!(count(&methods, "notifications/initialized"), 3);
