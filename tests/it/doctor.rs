@@ -167,13 +167,17 @@ async fn doctor_passes_a_healthy_setup_with_an_http_server_and_a_spawned_stdio_s
     assert_eq!(rig.stub.count("DELETE"), 1);
     assert_eq!(rig.stub.received(), 2);
     // The stdio server saw the runtime's own handshake (the doctor's initialize was
-    // answered from that session), nothing else.
+    // answered from that session), nothing else. The doctor kills the child's group as
+    // soon as it has its answer: the child may die before it reads the `initialized`
+    // that was written to it.
     let echo = std::fs::read_to_string(echo_log(&rig)).unwrap();
     let lines: Vec<&str> = echo.lines().collect();
-    assert_eq!(lines.len(), 2, "{echo}");
+    assert!(matches!(lines.len(), 1 | 2), "{echo}");
     assert!(lines[0].contains(r#""method":"initialize""#), "{echo}");
     assert!(lines[0].contains(r#""clientInfo":{"name":"tunnelgate""#), "{echo}");
-    assert!(lines[1].contains(r#""method":"notifications/initialized""#), "{echo}");
+    if let Some(second) = lines.get(1) {
+        assert!(second.contains(r#""method":"notifications/initialized""#), "{echo}");
+    }
     // The latch-directory probe left nothing behind.
     let left: Vec<_> = std::fs::read_dir(rig.dir.path())
         .unwrap()
