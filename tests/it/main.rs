@@ -26,6 +26,7 @@ mod resume;
 mod signals;
 mod soak;
 mod stdio_guard;
+mod stdio_sessions;
 mod stop;
 mod strict;
 mod trace;

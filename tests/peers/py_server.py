@@ -5,18 +5,22 @@ sample(prompt) (asks the client for sampling/createMessage mid-call) and
 confirm(question) (asks the client for elicitation/create mid-call) and announce()
 (publishes a tools list-changed event to `subscriptions/listen` streams, 2026-07-28)
 and greet(name) (the name is elicited: at 2026-07-28 an input-required result),
-fail(message) (the tool raises: a result with isError true), and trace_seen() (the W3C
+fail(message) (the tool raises: a result with isError true), pause(ms) (stdio modes
+only: answers "paused MS ms" after MS milliseconds), and trace_seen() (the W3C
 trace context this very request carried: its `traceparent`/`tracestate` HTTP headers,
 its `params._meta` keys and trace fields, and the parent the SDK's own OpenTelemetry
 middleware extracted from `_meta`).
 Serves Streamable HTTP on 127.0.0.1 only, at /mcp, or stdio.
 
     .peers/venv/bin/python tests/peers/py_server.py --port N --mode json|sse|stateless
-    .peers/venv/bin/python tests/peers/py_server.py --mode stdio
+    .peers/venv/bin/python tests/peers/py_server.py --mode stdio|stdio-modern
 
 Modes: `json` answers requests with application/json; `sse` (the SDK default) answers
 with text/event-stream; `stateless` answers with JSON and issues no session id; `stdio`
-serves one client on stdin/stdout.
+serves one client on stdin/stdout (in the era its first request opens, as `Server.run`
+does); `stdio-modern` serves stdin/stdout in the 2026-07-28 era only (the SDK's modern
+serving loop): `initialize` is refused with -32022 and every request carries its own
+`_meta` envelope.
 Logs go to stderr at WARNING: no payloads, no secrets.
 """
 
@@ -46,7 +50,7 @@ async def ask_name() -> Elicit[Name]:
     return Elicit("What is your name?", Name)
 
 
-def build_server() -> MCPServer:
+def build_server(stdio: bool = False) -> MCPServer:
     server = MCPServer(name="tunnelgate-py-peer", version="1.0.0", log_level="WARNING")
 
     @server.tool()
@@ -97,6 +101,14 @@ def build_server() -> MCPServer:
             return f"elicited: accept ok={answer.data.ok}"
         return f"elicited: {answer.action}"
 
+    if stdio:
+
+        @server.tool()
+        async def pause(ms: int) -> str:
+            """Answer after `ms` milliseconds."""
+            await anyio.sleep(ms / 1000.0)
+            return f"paused {ms} ms"
+
     @server.tool()
     def fail(message: str) -> str:
         """Always fails: the caller gets a result with isError true."""
@@ -126,18 +138,37 @@ def build_server() -> MCPServer:
     return server
 
 
+async def serve_modern_stdio(server: MCPServer) -> None:
+    """stdin/stdout in the 2026-07-28 era only, as `Server.run` serves a connection."""
+    from mcp.server.runner import _serve_modern_stream
+    from mcp.server.stdio import stdio_server
+
+    lowlevel = server._lowlevel_server
+    async with stdio_server() as (read_stream, write_stream):
+        async with lowlevel.lifespan(lowlevel) as lifespan_state:
+            try:
+                await _serve_modern_stream(
+                    lowlevel, read_stream, write_stream, lifespan_state=lifespan_state, raise_exceptions=False
+                )
+            finally:
+                await write_stream.aclose()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int)
-    parser.add_argument("--mode", choices=["json", "sse", "stateless", "stdio"], default="json")
+    parser.add_argument("--mode", choices=["json", "sse", "stateless", "stdio", "stdio-modern"], default="json")
     args = parser.parse_args()
 
-    server = build_server()
+    server = build_server(stdio=args.mode.startswith("stdio"))
     if args.mode == "stdio":
         server.run("stdio")
         return 0
+    if args.mode == "stdio-modern":
+        anyio.run(serve_modern_stdio, server)
+        return 0
     if args.port is None:
-        parser.error("--port is required unless --mode stdio")
+        parser.error("--port is required unless --mode stdio or stdio-modern")
     server.run(
         "streamable-http",
         host="127.0.0.1",

@@ -5,15 +5,14 @@
 Appends to LOG, one line each, flushed before anything else happens:
   "spawn PID"        when a child starts;
   "recv MARKER"      for every request line read (MARKER is params.arguments.soak,
-                     or "-" when the request carries none);
-  "handshake METHOD" for the gateway's own initialize and notifications/initialized
-                     (the session the gateway opens with every child, not a caller's).
+                     or "-" when the request carries none).
 A request's fault is params.arguments.fault:
   "ok"               answer with the marker as text;
   "slow:MS"          answer after MS milliseconds;
   "die"              exit without answering (the request was read);
   "die_partial"      write the start of the answer, then exit.
-Requests without a marker (initialize, tools/list) are answered as peer.py does.
+Requests without a marker (tools/list) are answered as peer.py does. The gateway's own
+handshake (`initialize`, `notifications/initialized`) is answered and not logged.
 """
 
 import json
@@ -24,6 +23,8 @@ import time
 import peer
 
 LOG = sys.argv[1]
+# The gateway's own handshake with every child: answered, never logged (no caller sent it).
+HANDSHAKE = ("initialize", "notifications/initialized")
 
 
 def log(line: str) -> None:
@@ -48,8 +49,7 @@ def main() -> None:
         if not isinstance(req, dict):
             log("recv -")
             continue
-        if req.get("method") in ("initialize", "notifications/initialized"):
-            log(f"handshake {req['method']}")
+        if req.get("method") in HANDSHAKE:
             peer.answer(req, False)
             continue
         params = req.get("params") if isinstance(req.get("params"), dict) else {}
