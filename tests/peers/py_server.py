@@ -5,7 +5,8 @@ sample(prompt) (asks the client for sampling/createMessage mid-call) and
 confirm(question) (asks the client for elicitation/create mid-call) and announce()
 (publishes a tools list-changed event to `subscriptions/listen` streams, 2026-07-28)
 and greet(name) (the name is elicited: at 2026-07-28 an input-required result),
-fail(message) (the tool raises: a result with isError true), and trace_seen() (the W3C
+fail(message) (the tool raises: a result with isError true), headers_seen() (the HTTP
+request headers this very request carried), and trace_seen() (the W3C
 trace context this very request carried: its `traceparent`/`tracestate` HTTP headers,
 its `params._meta` keys and trace fields, and the parent the SDK's own OpenTelemetry
 middleware extracted from `_meta`).
@@ -101,6 +102,12 @@ def build_server() -> MCPServer:
     def fail(message: str) -> str:
         """Always fails: the caller gets a result with isError true."""
         raise ToolError(f"failed: {message}")
+
+    @server.tool()
+    def headers_seen(ctx: Context) -> dict:
+        """The HTTP request headers this very request carried (names lowercased)."""
+        headers = getattr(ctx.request_context.request, "headers", None)
+        return {name.lower(): value for name, value in headers.items()} if headers is not None else {}
 
     @server.tool()
     def trace_seen(ctx: Context) -> dict:
