@@ -2,7 +2,9 @@
 //!
 //! Owns the mapping from configuration inputs to [`Config`]. Layers, lowest first:
 //! built-in defaults < the anchor client's variables (`CONTROL_PLANE_TUNNEL_ID`,
-//! `CONTROL_PLANE_BASE_URL`, `MCP_SERVER_URL`, `MCP_COMMAND`) < the TOML file <
+//! `CONTROL_PLANE_BASE_URL`, `CONTROL_PLANE_ORGANIZATION_ID`, `HEALTH_LISTEN_ADDR`,
+//! `MCP_SERVER_URL`, `MCP_COMMAND`, and `CONTROL_PLANE_EXTRA_HEADERS` /
+//! `MCP_EXTRA_HEADERS` under the `headers` tables: see `headers`) < the TOML file <
 //! `TUNNELGATE_` environment variables (`__` between levels) < command-line overrides.
 //! The anchor's `MCP_SERVER_URL` / `MCP_COMMAND` supply the `main` channel only when no
 //! other layer configures any channel.

@@ -206,7 +206,8 @@ async fn a_reserved_header_exits_78_naming_the_key() {
         "headers = { Authorization = \"Bearer RESERVED-CRED\" }\n\n[mcp]\n",
     );
     let on_channel = format!("{base}\n[mcp.channels.main.headers]\nMcp-Session-Id = \"RESERVED-CRED\"\n");
-    let cases: [(&str, String, Vec<(&str, &str)>); 3] = [
+    type Envs<'a> = Vec<(&'a str, &'a str)>;
+    let cases: [(&str, String, Envs); 3] = [
         ("control_plane.headers.Authorization", in_table, vec![]),
         ("mcp.channels.main.headers.Mcp-Session-Id", on_channel, vec![]),
         (

@@ -27,6 +27,9 @@ mod tests {
 
     use super::*;
 
+    /// Header names and values, in a table row.
+    type Pairs = &'static [(&'static str, &'static str)];
+
     fn map(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         pairs
             .iter()
@@ -37,7 +40,7 @@ mod tests {
     #[test]
     fn configured_headers_fill_in_what_the_caller_did_not_send() {
         let configured = map(&[("authorization", "Bearer configured"), ("x-team", "blue")]);
-        let cases: &[(&[(&str, &str)], &[(&str, &str)])] = &[
+        let cases: &[(Pairs, Pairs)] = &[
             (&[], &[("authorization", "Bearer configured"), ("x-team", "blue")]),
             (
                 &[("Authorization", "Bearer caller")],
