@@ -208,16 +208,17 @@ pub(super) fn channels(
     let mut out = BTreeMap::new();
     for (name, channel) in raw.iter_mut() {
         let table = channel.headers.take();
-        let is_http = channel.url.is_some() && channel.command.is_none();
         let key = format!("mcp.channels.{name}.headers");
-        if table.is_some() && !is_http {
-            return Err(ConfigError::invalid(
-                key,
-                "only applies to HTTP channels (url = \"...\"); a stdio child gets no HTTP request",
-            ));
-        }
-        if !is_http {
-            continue;
+        match (&channel.url, &channel.command) {
+            (Some(_), None) => {}
+            (None, Some(_)) if table.is_some() => {
+                return Err(ConfigError::invalid(
+                    key,
+                    "only applies to HTTP channels (url = \"...\"); a stdio child gets no HTTP request",
+                ))
+            }
+            // A stdio channel, or one the channel rules refuse (both, or neither).
+            _ => continue,
         }
         let Ok(channel_name) = ChannelName::parse(name) else {
             continue; // the channel rules report the name

@@ -267,6 +267,17 @@ fn bad_names_values_and_places_are_errors_naming_the_key() {
         "mcp.channels.kid.headers",
         "only applies to HTTP channels (url = \"...\"); a stdio child gets no HTTP request",
     );
+    let both = load(
+        &format!("{MINIMAL}\n[mcp.channels.kid]\nurl = \"http://127.0.0.1:1/mcp\"\ncommand = [\"srv\"]\nheaders = {{ X-A = \"v\" }}\n"),
+        &Overrides::default(),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(
+        both.key(),
+        "mcp.channels.kid",
+        "the channel rules name the problem: {both}"
+    );
     let twice = with(&[], &[("MCP_EXTRA_HEADERS", "X-A: 1, x-a: 2")]).unwrap_err();
     assert_error(
         &twice,
