@@ -85,6 +85,79 @@ mod tests {
         assert!(request.get("x-api-key").is_none());
     }
 
+    /// Through a transport: the POST, the resume `GET` after a cut stream, and the
+    /// session `DELETE` each carry the configured headers the caller did not send.
+    #[tokio::test]
+    async fn every_request_of_a_channel_carries_its_configured_headers() {
+        use crate::downstream::{DownstreamRequest, LegOutcome};
+        use crate::protocol::JsonRpcPayload;
+        use crate::scripted_peer::{sse_head, Act, Server};
+        use crate::strict::{CommandRef, Fence};
+
+        let session = [("Mcp-Session-Id", "s-1")];
+        let mut cut = sse_head(&session);
+        cut.extend_from_slice(
+            b"id: ev-1\nretry: 20\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n",
+        );
+        let mut resumed = sse_head(&session);
+        resumed.extend_from_slice(b"id: ev-2\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n");
+        let server = Server::start(vec![
+            Act::Parts(vec![cut]),
+            Act::Reply(resumed),
+            Act::Reply(crate::scripted_peer::reply("204 No Content", &[], b"")),
+        ])
+        .await;
+        let url = crate::config::HttpUrl::endpoint("mcp.channels.main.url", &server.url()).unwrap();
+        let settings = super::super::HttpSettings {
+            connect_timeout: std::time::Duration::from_secs(2),
+            request_timeout: std::time::Duration::from_secs(5),
+            max_body_bytes: 1 << 20,
+        };
+        let transport = super::super::HttpTransport::new("main", &url, settings)
+            .unwrap()
+            .with_headers(map(&[("authorization", "Bearer configured"), ("x-team", "blue")]));
+        let fence = Fence::new(false, 1);
+        let admission = fence.admit(CommandRef::default()).await.unwrap();
+        let payload = JsonRpcPayload::from_raw(
+            serde_json::value::RawValue::from_string(
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#.to_owned(),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let caller: WireHeaders = vec![
+            ("X-Team".to_owned(), vec!["caller".to_owned()]),
+            ("Mcp-Protocol-Version".to_owned(), vec!["2025-06-18".to_owned()]),
+        ];
+        let (tx, _rx) = tokio::sync::mpsc::channel(8);
+        let req = DownstreamRequest {
+            payload: &payload,
+            headers: &caller,
+            deadline: None,
+        };
+        let leg = transport.call(&admission, &req, &tx).await;
+        assert_eq!(leg.outcome, LegOutcome::Answered, "{:?}", leg.failure);
+        let end = transport.terminate_session(&admission, &caller, None).await;
+        assert_eq!(end.reply.resp_code, 204);
+        let seen = server.seen();
+        let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
+        assert_eq!(methods, ["POST", "GET", "DELETE"]);
+        for request in &seen {
+            assert_eq!(
+                request.header("authorization"),
+                ["Bearer configured"],
+                "{}",
+                request.method
+            );
+        }
+        assert_eq!(seen[0].header("x-team"), ["caller"], "the caller's wins on the POST");
+        assert!(
+            seen[1].header("x-team").is_empty(),
+            "nor is the configured one added to the resume"
+        );
+        assert_eq!(seen[2].header("x-team"), ["caller"], "and on the DELETE");
+    }
+
     #[test]
     fn the_transports_own_headers_are_kept() {
         let configured = map(&[("accept", "text/plain")]);
