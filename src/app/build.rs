@@ -211,12 +211,11 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                     request_timeout: config.mcp.request_timeout,
                     max_body_bytes: MAX_HTTP_BODY_BYTES,
                 };
-                Transport::Http(
-                    HttpTransport::new(name, url, settings).map_err(|e| GatewayError::Channel {
-                        channel: name.to_string(),
-                        problem: e.to_string(),
-                    })?,
-                )
+                let transport = HttpTransport::new(name, url, settings).map_err(|e| GatewayError::Channel {
+                    channel: name.to_string(),
+                    problem: e.to_string(),
+                })?;
+                Transport::Http(transport.with_headers(channel_headers(config, name)))
             }
             ChannelConfig::Stdio {
                 command,
@@ -239,6 +238,17 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
         by_name.insert(name.to_string(), transport);
     }
     Ok(Channels::new(by_name))
+}
+
+/// An HTTP channel's configured headers, as its transport takes them (also used by
+/// `tunnelgate doctor`, so its probe authenticates as commands do).
+pub(crate) fn channel_headers(config: &Config, channel: &str) -> http::HeaderMap {
+    config
+        .mcp
+        .headers
+        .get(channel)
+        .map(|set| set.to_header_map())
+        .unwrap_or_default()
 }
 
 /// A stdio channel's configured session, as its transport takes it.
@@ -283,5 +293,7 @@ pub(crate) fn build_control(
         post_attempts: cp.post_attempts.get(),
         server_info: server_info_header(&declared),
     };
-    ControlClient::new(settings, instance_id, metrics.clone()).map_err(GatewayError::ControlClient)
+    ControlClient::new(settings, instance_id, metrics.clone())
+        .map(|client| client.with_headers(cp.request_headers()))
+        .map_err(GatewayError::ControlClient)
 }

@@ -11,7 +11,7 @@ mod labels;
 mod latched;
 mod stop;
 
-pub(crate) use build::{build_control, session_settings};
+pub(crate) use build::{build_control, channel_headers, session_settings};
 pub use labels::GatewayLabels;
 
 use std::net::SocketAddr;

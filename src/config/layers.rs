@@ -46,17 +46,18 @@ struct Layer {
     source: Option<fn(&[&str]) -> String>,
 }
 
-/// Merges every layer in order.
-pub(super) fn figment(file: Option<FileLayer>, overrides: &Overrides, env: &EnvVars) -> Figment {
+/// Merges every layer in order. Fails only on an `MCP_COMMAND` that cannot be split,
+/// when it is used.
+pub(super) fn figment(file: Option<FileLayer>, overrides: &Overrides, env: &EnvVars) -> Result<Figment, ConfigError> {
     let mut figment = Figment::new().merge(anchor_scalars(env));
     if let Some(FileLayer(file)) = file {
         figment = figment.merge(file);
     }
     figment = figment.merge(prefixed_env(env)).merge(flags(overrides));
     if !has_channels(&figment) {
-        figment = figment.join(anchor_channel(env));
+        figment = figment.join(anchor_channel(env)?);
     }
-    figment
+    Ok(figment)
 }
 
 /// `error`, naming which variable or flag set its key when it was not the config file.
@@ -239,31 +240,54 @@ fn prefixed_env_var(keys: &[&str]) -> String {
     format!("{PREFIX}{}", upper.join("__"))
 }
 
-/// `CONTROL_PLANE_TUNNEL_ID` and `CONTROL_PLANE_BASE_URL`, taken as plain strings.
+/// `CONTROL_PLANE_TUNNEL_ID`, `CONTROL_PLANE_BASE_URL`, `CONTROL_PLANE_ORGANIZATION_ID`
+/// and `HEALTH_LISTEN_ADDR`, taken as plain strings (`HEALTH_LISTEN_ADDR` in the
+/// official client's forms too: see [`health_listen`]).
 fn anchor_scalars(env: &EnvVars) -> Layer {
     let mut dict = Dict::new();
     for (var, key) in [
         ("CONTROL_PLANE_TUNNEL_ID", "tunnel_id"),
         ("CONTROL_PLANE_BASE_URL", "base_url"),
+        ("CONTROL_PLANE_ORGANIZATION_ID", "organization_id"),
     ] {
         if let Some(value) = env.non_blank(var) {
             insert(&mut dict, &path(&["control_plane", key]), value.into());
         }
     }
+    if let Some(value) = env.non_blank("HEALTH_LISTEN_ADDR") {
+        insert(&mut dict, &path(&["ops", "listen"]), health_listen(value).into());
+    }
     anchor_layer(dict)
 }
 
-/// `MCP_SERVER_URL` and `MCP_COMMAND` (split on whitespace) as channel `main`.
-fn anchor_channel(env: &EnvVars) -> Layer {
+/// `HEALTH_LISTEN_ADDR` as `ops.listen`: the official client (Go) also takes
+/// `localhost:PORT` (here `127.0.0.1:PORT`) and `:PORT`, every interface (here
+/// `0.0.0.0:PORT`, which needs `ops.allow_remote = true` like any non-loopback address).
+fn health_listen(value: &str) -> String {
+    if let Some(port) = value.strip_prefix("localhost:") {
+        format!("127.0.0.1:{port}")
+    } else if value.starts_with(':') {
+        format!("0.0.0.0{value}")
+    } else {
+        value.to_owned()
+    }
+}
+
+/// `MCP_SERVER_URL` and `MCP_COMMAND` (split with a shell's quoting rules:
+/// [`command_line`](super::command_line)) as channel `main`.
+fn anchor_channel(env: &EnvVars) -> Result<Layer, ConfigError> {
     let mut dict = Dict::new();
     if let Some(url) = env.non_blank("MCP_SERVER_URL") {
         insert(&mut dict, &path(&["mcp", "channels", "main", "url"]), url.into());
     }
     if let Some(command) = env.non_blank("MCP_COMMAND") {
-        let argv: Vec<&str> = command.split_whitespace().collect();
+        let argv = super::command_line::split(command).map_err(|e| {
+            ConfigError::invalid("mcp.channels.main.command", format!("cannot be split: {}", e.words()))
+                .set_by("MCP_COMMAND")
+        })?;
         insert(&mut dict, &path(&["mcp", "channels", "main", "command"]), argv.into());
     }
-    anchor_layer(dict)
+    Ok(anchor_layer(dict))
 }
 
 fn anchor_layer(dict: Dict) -> Layer {
@@ -278,6 +302,8 @@ fn anchor_var(keys: &[&str]) -> String {
     let var = match keys {
         ["control_plane", "tunnel_id"] => "CONTROL_PLANE_TUNNEL_ID",
         ["control_plane", "base_url"] => "CONTROL_PLANE_BASE_URL",
+        ["control_plane", "organization_id"] => "CONTROL_PLANE_ORGANIZATION_ID",
+        ["ops", "listen"] => "HEALTH_LISTEN_ADDR",
         ["mcp", "channels", "main", "url"] => "MCP_SERVER_URL",
         ["mcp", "channels", "main", "command", ..] => "MCP_COMMAND",
         _ => "MCP_SERVER_URL and MCP_COMMAND",

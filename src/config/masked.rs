@@ -1,7 +1,8 @@
 //! Renders the effective configuration as TOML for `tunnelgate check`.
 //!
-//! Invariant: a secret's value never reaches the output; `api_key` shows its reference
-//! and length (`"env:NAME (set, 24 bytes)"`), or `"<literal, redacted>"`.
+//! Invariant: a secret's value never reaches the output; `api_key` and every configured
+//! header show their reference and length (`"env:NAME (set, 24 bytes)"`), or
+//! `"<literal, redacted>"`.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +30,11 @@ struct ControlPlaneView<'a> {
     max_inflight: usize,
     post_timeout: String,
     post_attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    organization_id: Option<&'a str>,
+    /// Last: a table follows the plain values.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    headers: BTreeMap<&'a str, String>,
 }
 
 #[derive(Serialize)]
@@ -53,6 +59,8 @@ struct ChannelView<'a> {
     session: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     initialize: Option<InitializeView<'a>>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    headers: BTreeMap<&'a str, String>,
 }
 
 #[derive(Serialize)]
@@ -120,6 +128,7 @@ pub(super) fn changed_keys(a: &Config, b: &Config) -> Vec<String> {
     if a.control_plane.api_key != b.control_plane.api_key {
         keys.push("control_plane.api_key".to_owned());
     }
+    keys.extend(super::headers::changed_values(a, b));
     keys.sort();
     keys.dedup();
     keys
@@ -183,7 +192,14 @@ fn control_plane(config: &Config) -> ControlPlaneView<'_> {
         max_inflight: cp.max_inflight.get(),
         post_timeout: duration(cp.post_timeout),
         post_attempts: cp.post_attempts.get(),
+        organization_id: cp.organization_id.as_deref(),
+        headers: headers_view(&cp.headers),
     }
+}
+
+/// Each configured header by name, its value masked as an API key is.
+fn headers_view(headers: &super::HeaderSet) -> BTreeMap<&str, String> {
+    headers.iter().map(|(name, value)| (name, value.masked())).collect()
 }
 
 fn mcp(config: &Config) -> McpView<'_> {
@@ -191,7 +207,13 @@ fn mcp(config: &Config) -> McpView<'_> {
         .mcp
         .channels
         .iter()
-        .map(|(name, channel)| (name.as_str(), channel_view(channel)))
+        .map(|(name, channel)| {
+            let mut view = channel_view(channel);
+            if let Some(headers) = config.mcp.headers.get(name) {
+                view.headers = headers_view(headers);
+            }
+            (name.as_str(), view)
+        })
         .collect();
     McpView {
         max_concurrent: config.mcp.max_concurrent.get(),
@@ -210,6 +232,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
             max_concurrent: None,
             session: None,
             initialize: None,
+            headers: BTreeMap::new(),
         },
         ChannelConfig::Stdio {
             command,
@@ -232,6 +255,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
                 capabilities: &session.capabilities,
                 timeout: duration(session.timeout),
             }),
+            headers: BTreeMap::new(),
         },
     }
 }

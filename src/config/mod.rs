@@ -2,7 +2,9 @@
 //!
 //! Owns the mapping from configuration inputs to [`Config`]. Layers, lowest first:
 //! built-in defaults < the anchor client's variables (`CONTROL_PLANE_TUNNEL_ID`,
-//! `CONTROL_PLANE_BASE_URL`, `MCP_SERVER_URL`, `MCP_COMMAND`) < the TOML file <
+//! `CONTROL_PLANE_BASE_URL`, `CONTROL_PLANE_ORGANIZATION_ID`, `HEALTH_LISTEN_ADDR`,
+//! `MCP_SERVER_URL`, `MCP_COMMAND`, and `CONTROL_PLANE_EXTRA_HEADERS` /
+//! `MCP_EXTRA_HEADERS` under the `headers` tables: see `headers`) < the TOML file <
 //! `TUNNELGATE_` environment variables (`__` between levels) < command-line overrides.
 //! The anchor's `MCP_SERVER_URL` / `MCP_COMMAND` supply the `main` channel only when no
 //! other layer configures any channel.
@@ -16,9 +18,11 @@
 
 mod channel;
 mod channel_name;
+mod command_line;
 mod defaults;
 mod duration;
 mod error;
+mod headers;
 mod http_url;
 mod layers;
 mod masked;
@@ -41,6 +45,7 @@ use std::time::Duration;
 pub use channel_name::ChannelName;
 pub use defaults::STDIO_PROTOCOL_VERSION;
 pub use error::ConfigError;
+pub use headers::{HeaderSet, ORGANIZATION_HEADER};
 pub use http_url::HttpUrl;
 pub use secret::Secret;
 pub use tunnel_id::TunnelId;
@@ -74,6 +79,11 @@ pub struct ControlPlane {
     /// Non-zero; bounds one response POST attempt.
     pub post_timeout: Duration,
     pub post_attempts: NonZeroU32,
+    /// Sent as `OpenAI-Organization` on every control-plane request; trimmed, non-empty.
+    pub organization_id: Option<String>,
+    /// Sent on every control-plane request (`CONTROL_PLANE_EXTRA_HEADERS` under
+    /// `control_plane.headers`); no reserved name.
+    pub headers: HeaderSet,
 }
 
 /// `[mcp]`: the downstream MCP servers.
@@ -87,6 +97,9 @@ pub struct Mcp {
     pub connect_timeout: Duration,
     /// 1 to 32 channels; names match `[A-Za-z0-9_-]{1,64}`.
     pub channels: BTreeMap<ChannelName, ChannelConfig>,
+    /// The configured headers of each HTTP channel that has any (`MCP_EXTRA_HEADERS`
+    /// under `mcp.channels.NAME.headers`), sent to that channel's server only.
+    pub headers: BTreeMap<ChannelName, HeaderSet>,
 }
 
 /// One `[mcp.channels.NAME]` entry.
@@ -279,7 +292,7 @@ impl Config {
         env: &[(String, String)],
     ) -> Result<Config, ConfigError> {
         let env = EnvVars::new(env);
-        let figment = layers::figment(file, overrides, &env);
+        let figment = layers::figment(file, overrides, &env)?;
         let raw: raw::RawConfig = figment
             .extract()
             .map_err(|e| layers::with_source(ConfigError::from_figment(e), &figment))?;

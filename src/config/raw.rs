@@ -31,6 +31,8 @@ pub(super) struct RawControlPlane {
     pub(super) max_inflight: Option<u64>,
     pub(super) post_timeout: Option<String>,
     pub(super) post_attempts: Option<u64>,
+    pub(super) organization_id: Option<String>,
+    pub(super) headers: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -51,6 +53,7 @@ pub(super) struct RawChannel {
     pub(super) max_concurrent: Option<u64>,
     pub(super) session: Option<String>,
     pub(super) initialize: Option<RawInitialize>,
+    pub(super) headers: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

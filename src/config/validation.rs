@@ -12,18 +12,19 @@ use super::channel;
 use super::defaults as default;
 use super::duration::{duration, positive_duration};
 use super::error::ConfigError;
+use super::headers;
 use super::layers::EnvVars;
 use super::number::{attempts, count};
 use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawRuntime, RawStrict, RawTelemetry};
 use super::{
-    AmbiguityPolicy, Config, ControlPlane, HttpUrl, LatchedStart, LogFormat, Mcp, Ops, Propagate, Runtime, Secret,
-    Strict, Telemetry, TunnelId,
+    AmbiguityPolicy, Config, ControlPlane, HeaderSet, HttpUrl, LatchedStart, LogFormat, Mcp, Ops, Propagate, Runtime,
+    Secret, Strict, Telemetry, TunnelId,
 };
 
 pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
     let control_plane = control_plane(raw.control_plane, env)?;
     let strict_enabled = raw.strict.enabled.unwrap_or(default::STRICT_ENABLED);
-    let mcp = mcp(raw.mcp, strict_enabled, &control_plane.api_key)?;
+    let mcp = mcp(raw.mcp, strict_enabled, &control_plane.api_key, env)?;
     Ok(Config {
         control_plane,
         mcp,
@@ -51,7 +52,7 @@ fn runtime(raw: RawRuntime) -> Result<Runtime, ConfigError> {
 fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, ConfigError> {
     let base_url = raw.base_url.as_deref().unwrap_or(default::BASE_URL);
     let api_key = raw.api_key.as_deref().unwrap_or(default::API_KEY);
-    Ok(ControlPlane {
+    let mut control_plane = ControlPlane {
         base_url: HttpUrl::base("control_plane.base_url", base_url)?,
         url_path: url_path(raw.url_path.as_deref().unwrap_or(default::URL_PATH))?,
         tunnel_id: TunnelId::parse(raw.tunnel_id)?,
@@ -66,7 +67,11 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
             "control_plane.post_attempts",
             raw.post_attempts.unwrap_or(default::POST_ATTEMPTS),
         )?,
-    })
+        organization_id: headers::organization_id(raw.organization_id)?,
+        headers: HeaderSet::default(),
+    };
+    control_plane.headers = headers::control_plane(raw.headers, control_plane.organization_id.as_deref(), env)?;
+    Ok(control_plane)
 }
 
 /// `""` stays `""`; otherwise it must start with `/`; trailing slashes are removed.
@@ -93,13 +98,15 @@ fn url_path(value: &str) -> Result<String, ConfigError> {
     Ok(value.trim_end_matches('/').to_owned())
 }
 
-fn mcp(raw: RawMcp, strict: bool, api_key: &Secret) -> Result<Mcp, ConfigError> {
+fn mcp(mut raw: RawMcp, strict: bool, api_key: &Secret, env: &EnvVars) -> Result<Mcp, ConfigError> {
     let max_concurrent = max_concurrent(raw.max_concurrent, strict)?;
+    let headers = headers::channels(&mut raw.channels, env)?;
     Ok(Mcp {
         max_concurrent,
         request_timeout: positive_duration("mcp.request_timeout", raw.request_timeout, default::REQUEST_TIMEOUT)?,
         connect_timeout: positive_duration("mcp.connect_timeout", raw.connect_timeout, default::CONNECT_TIMEOUT)?,
         channels: channel::channels(raw.channels, api_key, max_concurrent)?,
+        headers,
     })
 }
 

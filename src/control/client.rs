@@ -216,6 +216,18 @@ impl ControlClient {
         })
     }
 
+    /// Adds the configured headers (`OpenAI-Organization`, `control_plane.headers`) to
+    /// every request: polls, response POSTs and the tunnel lookup. A name the client sets
+    /// itself keeps the client's value (the configuration rejects such names anyway).
+    pub fn with_headers(mut self, configured: HeaderMap) -> Self {
+        for (name, value) in &configured {
+            if !self.headers.contains_key(name) {
+                self.headers.insert(name.clone(), value.clone());
+            }
+        }
+        self
+    }
+
     /// One long poll asking for at most `limit` commands, up to its response headers.
     ///
     /// # Cancel safety

@@ -51,6 +51,8 @@ pub(super) struct Probe<'a> {
     pub(super) options: &'a Options,
     /// `mcp.connect_timeout`: the probe connects no more patiently than the runtime.
     pub(super) connect_timeout: Duration,
+    /// For the channels' configured headers: the probe sends what a command would.
+    pub(super) config: &'a crate::config::Config,
 }
 
 /// What an `initialize` answer said.
@@ -88,7 +90,7 @@ async fn http(check_name: &str, channel: &str, url: &HttpUrl, probe: &Probe<'_>)
         max_body_bytes: MAX_BODY_BYTES,
     };
     let transport = match HttpTransport::new(channel, url, settings) {
-        Ok(t) => t,
+        Ok(t) => t.with_headers(crate::app::channel_headers(probe.config, channel)),
         Err(e) => return Check::fail(check_name, format!("{key}: {e}")),
     };
     let Some(admission) = admit(probe.fence, channel).await else {

@@ -55,6 +55,7 @@ pub async fn run(config: &Config, options: &Options) -> Report {
         metrics: &metrics,
         options,
         connect_timeout: config.mcp.connect_timeout,
+        config,
     };
     // A check's own bounds: the request, plus the session DELETE or the child's reaping.
     let guard = options.timeout.saturating_mul(2) + GUARD_SLACK;

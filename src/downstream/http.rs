@@ -96,6 +96,8 @@ struct Inner {
     up: AtomicBool,
     /// Which admission a new connection is for (strict mode; see [`watch`]).
     connects: watch::ConnectSlot,
+    /// The channel's configured headers (values sensitive), added by [`configured`].
+    configured: HeaderMap,
 }
 
 /// `Accept` sent with a POST when the command's headers carry none.
@@ -267,8 +269,19 @@ impl HttpTransport {
                 client: Mutex::new(Some(client)),
                 up: AtomicBool::new(true),
                 connects,
+                configured: HeaderMap::new(),
             }),
         })
+    }
+
+    /// The channel's configured headers, sent on its every request unless the caller
+    /// sent the same name (see [`configured`]). Call it on a new transport, before it is
+    /// cloned.
+    pub fn with_headers(mut self, headers: HeaderMap) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("a transport gets its headers before it is cloned")
+            .configured = headers;
+        self
     }
 
     /// Forwards one JSON-RPC message and reports how the leg ended.
@@ -396,6 +409,7 @@ impl HttpTransport {
         req: &DownstreamRequest<'_>,
     ) -> Result<reqwest::Request, LegFailure> {
         let mut headers = forward_headers(req.headers);
+        configured::add(&mut headers, &self.inner.configured, req.headers);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if !headers.contains_key(ACCEPT) {
             headers.insert(ACCEPT, HeaderValue::from_static(DEFAULT_ACCEPT));
@@ -561,6 +575,7 @@ impl HttpTransport {
                 headers.insert(MCP_SESSION_ID, value);
             }
         }
+        configured::add(&mut headers, &self.inner.configured, leg.command_headers);
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         let Ok(last_id) = HeaderValue::from_str(last_event_id) else {
             return Err(LegFailure::StreamClosedBeforeResponse);
@@ -592,9 +607,11 @@ impl HttpTransport {
     ) -> Result<Reply, LegFailure> {
         let deadline = self.leg_deadline(deadline);
         let client = self.client()?;
+        let mut request_headers = forward_headers(headers);
+        configured::add(&mut request_headers, &self.inner.configured, headers);
         let request = client
             .request(Method::DELETE, self.inner.url.clone())
-            .headers(forward_headers(headers))
+            .headers(request_headers)
             .build()
             .map_err(|_| LegFailure::InternalBeforeSend)?;
         let resp = self.send(&client, admission, request, deadline).await?;
@@ -975,6 +992,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+mod configured;
 mod watch;
 
 #[cfg(test)]

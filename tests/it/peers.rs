@@ -198,6 +198,7 @@ async fn python_client_lists_tools_and_sees_progress_from_the_python_server() {
             "announce",
             "confirm",
             "fail",
+            "headers_seen",
             "trace_seen"
         ])
     );

@@ -350,17 +350,45 @@ async fn a_persisted_latch_refuses_to_run_until_cleared() {
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }
 
+/// Configured credentials for the canary test: a control-plane header from the
+/// environment, an MCP `Authorization` literal, a proxy-style `Basic` credential in a
+/// custom header, one from `MCP_EXTRA_HEADERS`, and the organization id (an identifier,
+/// not a secret: `check` shows it, nothing else does).
+const CP_HEADER_CANARY: &str = "CP-HEADER-CANARY-5501";
+const MCP_HEADER_CANARY: &str = "MCP-HEADER-CANARY-6602";
+const PROXY_STYLE_CANARY: &str = "cHJveHktdXNlcjpQUk9YWS1DQU5BUlktNzcwMw==";
+const EXTRA_HEADER_CANARY: &str = "EXTRA-HEADER-CANARY-8804";
+const ORGANIZATION_CANARY: &str = "org-CANARY-9905";
+
 #[tokio::test]
-async fn no_canary_appears_in_the_latch_file_status_or_stderr() {
+async fn no_canary_appears_in_logs_spans_metrics_status_check_doctor_or_the_latch_file() {
+    let (tap, otlp_port) = crate::otlp::oteltap().await;
     // Every terminal POST is held: the latch fires on the first, and the second
     // command's "not executed" answer keeps the cleanup (and /status) alive a moment.
     let rig = Rig::start("[[rule]]\nmatch = { resp_type = \"terminal\" }\naction = \"hold\"\n").await;
-    let mut gw = rig
-        .spawn_gateway(&rig.config(&RigOptions {
+    let config = rig
+        .config(&RigOptions {
             post_timeout: "300ms",
+            extra: &format!(
+                "otlp_endpoint = \"http://127.0.0.1:{otlp_port}\"\n\
+                 [control_plane.headers]\nX-Gateway-Key = \"env:CANARY_GATEWAY_KEY\"\n\
+                 [mcp.channels.main.headers]\nAuthorization = \"Bearer {MCP_HEADER_CANARY}\"\n\
+                 X-Upstream-Proxy-Auth = \"Basic {PROXY_STYLE_CANARY}\"\n"
+            ),
             ..Default::default()
-        }))
-        .await;
+        })
+        .replace("log_level = \"info\"", "log_level = \"debug\"");
+    let envs = [
+        ("CANARY_GATEWAY_KEY", CP_HEADER_CANARY),
+        ("MCP_EXTRA_HEADERS", &format!("X-Every: {EXTRA_HEADER_CANARY}")),
+        ("CONTROL_PLANE_ORGANIZATION_ID", ORGANIZATION_CANARY),
+    ];
+    let mut gw = Gateway::spawn(&["run"], Some(&config), &envs);
+    gw.wait_http_ready(
+        &format!("http://127.0.0.1:{}/livez", rig.ops_port),
+        Duration::from_secs(20),
+    )
+    .await;
     let payload_canary = "PAYLOAD-CANARY-7731";
     let header_canary = "HEADER-CANARY-9124";
     let a = rig.sim.enqueue(
@@ -373,6 +401,7 @@ async fn no_canary_appears_in_the_latch_file_status_or_stderr() {
         .await;
     rig.enqueue_call("add", json!({"a": 1, "b": 1}));
     let mut status = String::new();
+    let mut metrics = String::new();
     for _ in 0..200 {
         let Ok(resp) = crate::harness::http_client()
             .get(format!("http://127.0.0.1:{}/status", rig.ops_port))
@@ -384,20 +413,62 @@ async fn no_canary_appears_in_the_latch_file_status_or_stderr() {
         let doc: serde_json::Value = resp.json().await.unwrap();
         if !doc["fatal"].is_null() {
             status = doc.to_string();
+            metrics = rig.metrics().await;
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(status.contains("ack_timeout"), "status while latched: {status}");
+    assert!(
+        metrics.contains("tunnelgate_fatal_latched 1"),
+        "metrics while latched: {metrics}"
+    );
     assert_eq!(gw.wait_exit(EXIT).await, Some(80));
     let rec = rig.sim.record();
     let shard = crate::harness::shard_token(&rec, &a);
+    let poll_headers = rec.polls[0].headers.clone();
+    let sent = |name: &str| poll_headers.iter().any(|(n, v)| n == name && v.contains("CANARY"));
+    assert!(
+        sent("x-gateway-key") && sent("openai-organization"),
+        "the canaries were in use: {poll_headers:?}"
+    );
+    crate::harness::wait_until(
+        "the command's spans at the receiver",
+        Duration::from_secs(15),
+        || async { tap.stdout().contains("tunnelgate.command") },
+    )
+    .await;
+    let check = Gateway::cli(&["check"], Some(&config), &envs, EXIT).await;
+    assert_eq!(check.code, 0, "{}", check.stderr);
+    assert!(
+        check
+            .stdout
+            .contains("X-Gateway-Key = \"env:CANARY_GATEWAY_KEY (set, 21 bytes)\""),
+        "{}",
+        check.stdout
+    );
+    assert!(
+        check.stdout.contains(ORGANIZATION_CANARY),
+        "the organization id is shown: {}",
+        check.stdout
+    );
+    let doctor = Gateway::cli(&["doctor"], Some(&config), &envs, EXIT).await;
+    assert!(
+        doctor.stdout.contains("control_plane"),
+        "{}\n{}",
+        doctor.stdout,
+        doctor.stderr
+    );
     let latch = std::fs::read_to_string(rig.latch_path()).unwrap();
     let outputs = [
         ("stderr", gw.stderr()),
         ("stdout", gw.stdout()),
         ("latch file", latch),
         ("/status", status),
+        ("/metrics", metrics),
+        ("exported spans", tap.stdout()),
+        ("check output", format!("{}{}", check.stdout, check.stderr)),
+        ("doctor output", format!("{}{}", doctor.stdout, doctor.stderr)),
     ];
     let canaries = [
         payload_canary,
@@ -407,10 +478,21 @@ async fn no_canary_appears_in_the_latch_file_status_or_stderr() {
         &rig.stub.url(),
         &rig.sim.base_url(),
         "Echo: ",
+        CP_HEADER_CANARY,
+        MCP_HEADER_CANARY,
+        PROXY_STYLE_CANARY,
+        EXTRA_HEADER_CANARY,
+        ORGANIZATION_CANARY,
     ];
     for (name, text) in &outputs {
         for canary in canaries {
-            assert!(!text.contains(canary), "{canary:?} leaked into {name}:\n{text}");
+            // `check` prints the effective configuration: URLs and the organization id
+            // are configuration, not secrets.
+            let shown_by_check = *name == "check output"
+                && (canary == ORGANIZATION_CANARY || canary == rig.stub.url() || canary == rig.sim.base_url());
+            if !shown_by_check {
+                assert!(!text.contains(canary), "{canary:?} leaked into {name}:\n{text}");
+            }
         }
     }
 }

@@ -6,7 +6,8 @@ confirm(question) (asks the client for elicitation/create mid-call) and announce
 (publishes a tools list-changed event to `subscriptions/listen` streams, 2026-07-28)
 and greet(name) (the name is elicited: at 2026-07-28 an input-required result),
 fail(message) (the tool raises: a result with isError true), pause(ms) (stdio modes
-only: answers "paused MS ms" after MS milliseconds), and trace_seen() (the W3C
+only: answers "paused MS ms" after MS milliseconds), headers_seen() (the HTTP request
+headers this very request carried), and trace_seen() (the W3C
 trace context this very request carried: its `traceparent`/`tracestate` HTTP headers,
 its `params._meta` keys and trace fields, and the parent the SDK's own OpenTelemetry
 middleware extracted from `_meta`).
@@ -113,6 +114,12 @@ def build_server(stdio: bool = False) -> MCPServer:
     def fail(message: str) -> str:
         """Always fails: the caller gets a result with isError true."""
         raise ToolError(f"failed: {message}")
+
+    @server.tool()
+    def headers_seen(ctx: Context) -> dict:
+        """The HTTP request headers this very request carried (names lowercased)."""
+        headers = getattr(ctx.request_context.request, "headers", None)
+        return {name.lower(): value for name, value in headers.items()} if headers is not None else {}
 
     @server.tool()
     def trace_seen(ctx: Context) -> dict:

@@ -40,6 +40,11 @@ fn example_config_documents_every_key_with_its_env_form() {
     }
     for channel_key in [
         "\nurl = ",
+        "__HEADERS='{Authorization=\"env:GITHUB_MCP_AUTH\"}'\n# headers = ",
+        "__ORGANIZATION_ID",
+        "# organization_id = ",
+        "TUNNELGATE_CONTROL_PLANE__HEADERS=",
+        "\n# headers = { X-Api-Gateway-Key",
         "# command = ",
         "# env = ",
         "__MAX_CONCURRENT\n# max_concurrent = ",

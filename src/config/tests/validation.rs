@@ -197,8 +197,8 @@ fn unknown_keys_are_rejected_everywhere_with_a_suggestion() {
             "unknown key `control_plane.tunel_id` (did you mean `tunnel_id`?)",
         ),
         (
-            "mcp.channels.main.headers",
-            "unknown key `mcp.channels.main.headers` (expected one of: url, command, env, max_concurrent, session, initialize)",
+            "mcp.channels.main.header",
+            "unknown key `mcp.channels.main.header` (did you mean `headers`?)",
         ),
         ("opps.listen", "unknown key `opps` (did you mean `ops`?)"),
         ("strict.enable", "unknown key `strict.enable` (did you mean `enabled`?)"),
