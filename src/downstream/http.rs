@@ -975,6 +975,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+mod discovery;
 mod watch;
 
 #[cfg(test)]
