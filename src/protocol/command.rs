@@ -170,8 +170,10 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
     };
     let request_id = as_string(wire.request_id).filter(|s| !s.is_empty()).map(RequestId::new);
     let shard_token = as_string(wire.shard_token).map(ShardToken::new);
+    // Absent, null or empty: `main`, as the official client routes it.
     let channel = match wire.channel {
         None | Some(serde_json::Value::Null) => Some(ChannelName::main()),
+        Some(serde_json::Value::String(s)) if s.is_empty() => Some(ChannelName::main()),
         Some(serde_json::Value::String(s)) if !s.is_empty() => Some(ChannelName::new(s)),
         Some(_) => None,
     };
@@ -462,6 +464,10 @@ mod tests {
         .unwrap();
         assert!(matches!(cmd.kind, CommandKind::OAuthDiscovery));
         assert!(KNOWN_COMMAND_TYPES.contains(&"oauth_discovery"));
+        // An empty channel means `main`.
+        let cmd = decode_one(r#"{"request_id":"r","shard_token":"s","command_type":"oauth_discovery","channel":""}"#)
+            .unwrap();
+        assert_eq!(cmd.channel.as_str(), "main");
     }
 
     #[test]

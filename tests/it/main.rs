@@ -16,6 +16,7 @@ mod gateway_http;
 mod gateway_stdio;
 mod gateway_stdio_mux;
 mod harness;
+mod oauth;
 mod ops_flood;
 mod otlp;
 mod peers;

@@ -316,12 +316,7 @@ pub(super) fn metadata_document(body: Vec<u8>) -> Option<Box<RawValue>> {
         return None;
     }
     let prm: Prm = serde_json::from_str(&text).ok()?;
-    if !prm
-        .resource
-        .as_ref()
-        .and_then(|r| r.as_str())
-        .is_some_and(|r| !r.is_empty())
-    {
+    if prm.resource.as_ref().and_then(|r| r.as_str()).is_none_or(str::is_empty) {
         return None;
     }
     match prm.authorization_servers {
