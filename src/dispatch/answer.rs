@@ -13,8 +13,8 @@ use tracing::Instrument;
 use crate::control::{ControlClient, DeliveryReport, PostKind};
 use crate::downstream::Reply;
 use crate::protocol::{
-    json_resp_headers, synthesize_error, ChannelName, Command, CommandKind, FailureSource, InvalidCommand, RequestId,
-    RespType, ResponseBody, ShardToken, TunnelFailure, NOT_SENT_MESSAGE,
+    discovery_error, json_resp_headers, synthesize_error, ChannelName, Command, CommandKind, DiscoveryFailure,
+    FailureSource, InvalidCommand, RequestId, RespType, ResponseBody, ShardToken, TunnelFailure, NOT_SENT_MESSAGE,
 };
 
 /// Said to the caller of a command that could not be decoded.
@@ -100,13 +100,28 @@ impl Responder {
             CommandKind::JsonRpc(p) if p.expects_response() => (p.id(), RespType::JsonrpcResponse),
             CommandKind::JsonRpc(_) => (None, RespType::NotifyAck),
             CommandKind::SessionTermination => (None, RespType::SessionTerminationResponse),
-            CommandKind::Unknown(_) => return None,
+            CommandKind::OAuthDiscovery => {
+                return Some(self.discovery_failed(cmd, DiscoveryFailure::NotExecuted).await);
+            }
+            // Only a request's caller waits for an answer.
+            CommandKind::Unknown(u) => match u.request() {
+                Some(p) => (p.id(), RespType::JsonrpcResponse),
+                None => return None,
+            },
         };
         let failure = TunnelFailure::new(FailureSource::ClientInternal, None, false, None);
         let resp_json = (resp_type == RespType::JsonrpcResponse).then(|| synthesize_error(id, message, &failure));
         let reply = error_reply(resp_json, code, resp_type);
         let deadline = Instant::now() + self.cleanup_timeout;
         Some(self.terminal(cmd, &reply, Some(deadline)).await)
+    }
+
+    /// Answers an `oauth_discovery` that produced no document with its error, bounded by
+    /// the cleanup timeout (nothing of it can have acted on an MCP server).
+    pub(crate) async fn discovery_failed(&self, cmd: &Command, failure: DiscoveryFailure) -> DeliveryReport {
+        let reply = discovery_failed_reply(cmd, failure);
+        let deadline = Instant::now() + self.cleanup_timeout;
+        self.terminal(cmd, &reply, Some(deadline)).await
     }
 
     /// A command that could not be decoded: answered when it carries what a response
@@ -144,6 +159,15 @@ pub(crate) fn body(request_id: &RequestId, channel: &ChannelName, reply: &Reply)
         resp_type: reply.resp_type,
     }
     .to_bytes()
+}
+
+/// The `oauth_discovery_response` of a discovery that produced no document.
+pub(crate) fn discovery_failed_reply(cmd: &Command, failure: DiscoveryFailure) -> Reply {
+    error_reply(
+        Some(discovery_error(failure, cmd.channel.as_str())),
+        failure.resp_code(),
+        RespType::OauthDiscoveryResponse,
+    )
 }
 
 /// A synthesized answer: JSON when there is a payload, nothing otherwise.

@@ -4,7 +4,8 @@
 //! admitted command becomes a [`CommandTask`], which owns its deadline, its transport,
 //! its admission once granted and its span, and walks the states of `decide`: each
 //! transition says what to do, and this file only does it (the I/O). Latches are taken
-//! here, while the permit is held, never from the spans.
+//! here, while the permit is held, never from the spans. An admitted `oauth_discovery`
+//! walks the same states with its own downstream step (`discover.rs`).
 
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ use super::route::{route, Route};
 use super::Dispatcher;
 use crate::control::{Delivery, DeliveryReport};
 use crate::downstream::{LegFailure, LegOutcome, LegResult, Transport};
-use crate::protocol::{Command, JsonRpcPayload};
+use crate::protocol::{Command, CommandKind, DiscoveryFailure, JsonRpcPayload};
 use crate::strict::{Admission, FatalCategory, FenceLeg, Intent, Refusal};
 use crate::telemetry::{events, DropReason, DurationLeg};
 
@@ -30,14 +31,28 @@ const UNMATCHED_REPLY_MESSAGE: &str =
 /// Said when strict mode refuses a long-lived subscription stream.
 const LISTEN_REFUSED_MESSAGE: &str = "not delivered to the MCP server: strict mode carries no long-lived subscription streams (subscriptions/listen); use a gateway in default mode for subscriptions";
 
+/// Said when a command of an unknown type carries a JSON-RPC request.
+const UNKNOWN_TYPE_MESSAGE: &str =
+    "not delivered to the MCP server: this gateway does not know the tunnel command's command_type";
+
 /// An admitted command's task.
 pub(super) struct CommandTask<'a> {
-    d: &'a Arc<Dispatcher>,
-    cmd: &'a Command,
-    transport: &'a Transport,
-    deadline: Option<Instant>,
+    pub(super) d: &'a Arc<Dispatcher>,
+    pub(super) cmd: &'a Command,
+    pub(super) transport: &'a Transport,
+    pub(super) deadline: Option<Instant>,
     /// The command's own span (`tunnelgate.command`).
-    span: tracing::Span,
+    pub(super) span: tracing::Span,
+    work: Work,
+}
+
+/// What an admitted command does downstream.
+#[derive(Clone, Copy)]
+enum Work {
+    /// Its leg: the JSON-RPC message, or the session `DELETE`.
+    Leg,
+    /// OAuth discovery (`oauth_discovery`).
+    Discovery,
 }
 
 /// Runs one decoded command. `place` is its place in the admission line, if the poller
@@ -50,16 +65,63 @@ pub(super) async fn run(
     queue: tracing::Span,
 ) {
     let gate = &d.gate;
-    match route(
+    let (transport, method, deadline, work) = match route(
         &cmd,
         received_at,
         |c| gate.channels.get(c),
         gate.rules.strict,
         Instant::now(),
     ) {
+        Route::Admit {
+            channel,
+            method,
+            deadline,
+        } => (channel, method, deadline, Work::Leg),
+        Route::Discover { channel, deadline } => (channel, None, deadline, Work::Discovery),
+        other => return answer_unadmitted(d, &cmd, other).await,
+    };
+    d.books.leg_took(DurationLeg::Queue, received_at);
+    drop(queue);
+    let place = place.unwrap_or_else(|| gate.line.join(&cmd, method, deadline));
+    let task = CommandTask {
+        d,
+        cmd: &cmd,
+        transport,
+        deadline,
+        span: tracing::Span::current(),
+        work,
+    };
+    task.run(place, received_at).await;
+}
+
+/// The routes that never reach the fence: each is answered or skipped, and counted.
+async fn answer_unadmitted(d: &Arc<Dispatcher>, cmd: &Command, route: Route<'_, &Transport>) {
+    match route {
         Route::UnknownType(t) => {
             tracing::warn!(command_type = %crate::telemetry::safe_method(t), "unknown command type; skipped");
             d.books.dropped(DropReason::UnknownType);
+        }
+        Route::UnknownRequest(t) => {
+            tracing::warn!(
+                command_type = %crate::telemetry::safe_method(t),
+                "unknown command type carrying a JSON-RPC request; answered with an error"
+            );
+            d.books.dropped(DropReason::UnknownType);
+            d.responder.refused(cmd, UNKNOWN_TYPE_MESSAGE, 501).await;
+        }
+        Route::DiscoveryUnsupported => {
+            tracing::warn!("oauth_discovery on a channel that is not HTTP; answered unsupported_channel");
+            d.books.dropped(DropReason::Unsupported);
+            d.responder
+                .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel)
+                .await;
+        }
+        Route::Unroutable if matches!(cmd.kind, CommandKind::OAuthDiscovery) => {
+            tracing::warn!("no channel of that name is configured; oauth_discovery answered unsupported_channel");
+            d.books.dropped(DropReason::Unroutable);
+            d.responder
+                .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel)
+                .await;
         }
         Route::Expired => {
             tracing::info!("response_timeout already passed at receipt; dropped without contacting the MCP server");
@@ -68,37 +130,22 @@ pub(super) async fn run(
         Route::Unroutable => {
             tracing::warn!("no channel of that name is configured; answered with an error, never routed elsewhere");
             d.books.dropped(DropReason::Unroutable);
-            d.responder.not_executed(&cmd, "unroutable").await;
+            d.responder.not_executed(cmd, "unroutable").await;
         }
         Route::Reply {
             payload,
             channel,
             deadline,
-        } => run_reply(d, &cmd, payload, channel, deadline).await,
+        } => run_reply(d, cmd, payload, channel, deadline).await,
         Route::LongLivedRefused => {
             tracing::warn!(
                 "strict mode carries no long-lived subscription stream (subscriptions/listen); refused, not delivered"
             );
             d.books.dropped(DropReason::Unsupported);
-            d.responder.refused(&cmd, LISTEN_REFUSED_MESSAGE, 501).await;
+            d.responder.refused(cmd, LISTEN_REFUSED_MESSAGE, 501).await;
         }
-        Route::Admit {
-            channel,
-            method,
-            deadline,
-        } => {
-            d.books.leg_took(DurationLeg::Queue, received_at);
-            drop(queue);
-            let place = place.unwrap_or_else(|| gate.line.join(&cmd, method, deadline));
-            let task = CommandTask {
-                d,
-                cmd: &cmd,
-                transport: channel,
-                deadline,
-                span: tracing::Span::current(),
-            };
-            task.run(place, received_at).await;
-        }
+        // Run by the caller; never handed here.
+        Route::Admit { .. } | Route::Discover { .. } => {}
     }
 }
 
@@ -111,7 +158,10 @@ impl CommandTask<'_> {
         };
         let books = &self.d.books;
         books.admitted(self.d.gate.fence.is_strict());
-        self.admitted(admission).await;
+        match self.work {
+            Work::Leg => self.admitted(admission).await,
+            Work::Discovery => self.discovered(admission).await,
+        }
         books.released(self.d.gate.fence.snapshot().held);
         books.leg_took(DurationLeg::Total, received_at);
     }
@@ -293,7 +343,7 @@ impl CommandTask<'_> {
 }
 
 /// Latches fatal for this admission, and records the latch on the command's span.
-fn latch(admission: &Admission, category: FatalCategory) {
+pub(super) fn latch(admission: &Admission, category: FatalCategory) {
     let latched = admission.latch(category);
     events::fatal_latched(latched.fatal.category.as_str(), latched.fatal.exit_code);
 }

@@ -38,7 +38,7 @@ const SERVER_REQUEST_CHECK_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Legs {
     /// Cancelled when the stop cuts downstream legs short (grace over, second stop
     /// request, or latched cleanup over): each is answered within the cleanup time.
-    cut: CancellationToken,
+    pub(super) cut: CancellationToken,
     /// Server requests in flight, for the replies that belong to them.
     pub(super) requests: ServerRequests,
     /// Names each admitted leg, as the owner of its server requests.
@@ -174,7 +174,7 @@ impl Leg<'_> {
         let span = trace::downstream_span(cmd, transport);
         let payload = match &cmd.kind {
             CommandKind::JsonRpc(p) => Some(p),
-            CommandKind::SessionTermination | CommandKind::Unknown(_) => None,
+            CommandKind::SessionTermination | CommandKind::OAuthDiscovery | CommandKind::Unknown(_) => None,
         };
         let forwarded = trace::forwarded(payload, &cmd.headers, transport, self.d.legs.propagation, &span);
         let headers = forwarded.headers.as_ref().unwrap_or(&cmd.headers);
@@ -189,8 +189,10 @@ impl Leg<'_> {
                     transport.call(admission, &req, &notes).await
                 }
                 CommandKind::SessionTermination => transport.terminate_session(admission, headers, self.deadline).await,
-                CommandKind::Unknown(_) => {
-                    LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse)
+                // Never routed to a leg: discovery has a path of its own, and an unknown
+                // type is answered or skipped before admission.
+                CommandKind::OAuthDiscovery | CommandKind::Unknown(_) => {
+                    failed_leg(cmd, LegFailure::InternalBeforeSend)
                 }
             }
         }
@@ -318,7 +320,12 @@ pub(super) fn failed_leg(cmd: &Command, failure: LegFailure) -> LegResult {
     let (rpc_id, resp_type) = match &cmd.kind {
         CommandKind::JsonRpc(p) if p.expects_response() => (p.id(), RespType::JsonrpcResponse),
         CommandKind::JsonRpc(_) => (None, RespType::NotifyAck),
-        CommandKind::SessionTermination | CommandKind::Unknown(_) => (None, RespType::SessionTerminationResponse),
+        CommandKind::SessionTermination => (None, RespType::SessionTerminationResponse),
+        CommandKind::OAuthDiscovery => (None, RespType::OauthDiscoveryResponse),
+        CommandKind::Unknown(u) => match u.request() {
+            Some(p) => (p.id(), RespType::JsonrpcResponse),
+            None => (None, RespType::SessionTerminationResponse),
+        },
     };
     LegResult::failed(failure, rpc_id, resp_type)
 }

@@ -23,6 +23,7 @@ mod answer;
 mod books;
 mod command;
 mod decide;
+mod discover;
 mod keeper;
 mod leg;
 mod replies;
@@ -119,6 +120,7 @@ impl Gate {
             Instant::now(),
         ) {
             route::Route::Admit { method, deadline, .. } => Some(self.line.join(cmd, method, deadline)),
+            route::Route::Discover { deadline, .. } => Some(self.line.join(cmd, None, deadline)),
             _ => None,
         }
     }
@@ -189,6 +191,7 @@ impl Dispatcher {
             Ok(c) => match &c.kind {
                 CommandKind::JsonRpc(_) => CommandType::JsonRpc,
                 CommandKind::SessionTermination => CommandType::SessionTermination,
+                CommandKind::OAuthDiscovery => CommandType::OauthDiscovery,
                 CommandKind::Unknown(_) => CommandType::Unknown,
             },
             Err(_) => CommandType::Unknown,

@@ -1,6 +1,11 @@
 //! Where a command goes, as one pure function of the command, the channels, the mode
 //! and the clock: skipped, answered without reaching any MCP server, handed to the leg
-//! that asked (a reply), or into the admission line.
+//! that asked (a reply), or into the admission line (a leg, or an OAuth discovery).
+//!
+//! Every command type is answered exactly once or skipped with a counted reason: the
+//! contract's two types and `oauth_discovery` are routed; an unknown type carrying a
+//! JSON-RPC request is answered with an error (its caller waits for one); any other
+//! unknown type is skipped.
 //!
 //! Asked twice per command, with the same rules: by the poller as it hands the command
 //! on (to take its place in the admission line in receipt order), and by the command's
@@ -8,13 +13,36 @@
 
 use tokio::time::Instant;
 
+use crate::downstream::Transport;
 use crate::protocol::{Command, CommandKind, JsonRpcPayload};
+
+/// What routing needs to know of a channel's transport.
+pub(super) trait Routable {
+    /// Whether `oauth_discovery` can run on it (an HTTP channel).
+    fn serves_discovery(&self) -> bool;
+}
+
+impl Routable for &Transport {
+    fn serves_discovery(&self) -> bool {
+        Transport::serves_discovery(self)
+    }
+}
 
 /// Where one command goes. `T` is what a channel name resolves to (a transport).
 #[derive(Debug)]
 pub(super) enum Route<'a, T> {
-    /// A `command_type` this gateway does not know: counted and skipped.
+    /// A `command_type` this gateway does not know, carrying no JSON-RPC request: counted
+    /// and skipped.
     UnknownType(&'a str),
+    /// A `command_type` this gateway does not know, carrying a JSON-RPC request: answered
+    /// with an error, so that its caller is told.
+    UnknownRequest(&'a str),
+    /// `oauth_discovery` on a configured channel that is not HTTP (stdio): answered
+    /// `unsupported_channel`.
+    DiscoveryUnsupported,
+    /// `oauth_discovery` on an HTTP channel: joins the admission line (its requests are
+    /// downstream interactions).
+    Discover { channel: T, deadline: Option<Instant> },
     /// Its `response_timeout` has passed: dropped without contacting an MCP server.
     Expired,
     /// No channel of that name: answered "not executed", never routed elsewhere.
@@ -42,7 +70,7 @@ pub(super) fn deadline(cmd: &Command, received_at: Instant) -> Option<Instant> {
 
 /// Routes `cmd`, received at `received_at`, at time `now`. `channel` resolves a
 /// configured channel name.
-pub(super) fn route<'a, T>(
+pub(super) fn route<'a, T: Routable>(
     cmd: &'a Command,
     received_at: Instant,
     channel: impl FnOnce(&str) -> Option<T>,
@@ -51,16 +79,28 @@ pub(super) fn route<'a, T>(
 ) -> Route<'a, T> {
     let payload = match &cmd.kind {
         CommandKind::JsonRpc(p) => Some(p),
-        CommandKind::SessionTermination => None,
-        CommandKind::Unknown(t) => return Route::UnknownType(t),
+        CommandKind::SessionTermination | CommandKind::OAuthDiscovery => None,
+        CommandKind::Unknown(u) if u.request().is_none() => return Route::UnknownType(&u.command_type),
+        CommandKind::Unknown(_) => None,
     };
     let deadline = deadline(cmd, received_at);
     if deadline.is_some_and(|d| now >= d) {
         return Route::Expired;
     }
+    match &cmd.kind {
+        CommandKind::Unknown(u) => return Route::UnknownRequest(&u.command_type),
+        CommandKind::JsonRpc(_) | CommandKind::SessionTermination | CommandKind::OAuthDiscovery => {}
+    }
     let Some(channel) = channel(cmd.channel.as_str()) else {
         return Route::Unroutable;
     };
+    if matches!(cmd.kind, CommandKind::OAuthDiscovery) {
+        return if channel.serves_discovery() {
+            Route::Discover { channel, deadline }
+        } else {
+            Route::DiscoveryUnsupported
+        };
+    }
     match payload {
         Some(p) if p.is_reply() => Route::Reply {
             payload: p,

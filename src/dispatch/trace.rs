@@ -118,6 +118,7 @@ pub(super) fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::
             )
         }
         CommandKind::SessionTermination => ("session/terminate".to_owned(), None, None, None, None),
+        CommandKind::OAuthDiscovery => ("oauth_discovery".to_owned(), None, None, None, None),
         CommandKind::Unknown(_) => ("unknown".to_owned(), None, None, None, None),
     };
     let name = match &target {

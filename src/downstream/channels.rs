@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{ChannelStatus, DownstreamRequest, HttpTransport, LegResult, NotifySink, StdioTransport};
-use crate::protocol::WireHeaders;
+use super::{ChannelStatus, DownstreamRequest, HttpTransport, LegResult, NotifySink, Reply, StdioTransport};
+use crate::protocol::{DiscoveryFailure, WireHeaders};
 use crate::strict::Admission;
 use crate::telemetry::{label_enum, TransportLabel};
 
@@ -62,6 +62,24 @@ impl Transport {
             Self::Http(t) => t.terminate_session(admission, headers, deadline).await,
             Self::Stdio(t) => t.terminate_session(admission).await,
         }
+    }
+
+    /// OAuth discovery (`oauth_discovery`), ending by `deadline`. Only an HTTP channel has
+    /// a URL to discover from; a stdio channel is an unsupported channel.
+    pub async fn discover(
+        &self,
+        admission: &Admission,
+        deadline: tokio::time::Instant,
+    ) -> Result<Reply, DiscoveryFailure> {
+        match self {
+            Self::Http(t) => t.discover(admission, deadline).await,
+            Self::Stdio(_) => Err(DiscoveryFailure::UnsupportedChannel),
+        }
+    }
+
+    /// Whether `oauth_discovery` can run on this channel (HTTP only).
+    pub fn serves_discovery(&self) -> bool {
+        matches!(self, Self::Http(_))
     }
 
     pub fn status(&self) -> ChannelStatus {

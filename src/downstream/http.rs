@@ -993,6 +993,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 mod configured;
+mod discovery;
 mod watch;
 
 #[cfg(test)]

@@ -307,7 +307,7 @@ impl LegResult {
                 failure.caller_message(),
                 &failure.tunnel_failure(),
             )),
-            RespType::NotifyAck | RespType::SessionTerminationResponse => None,
+            RespType::NotifyAck | RespType::SessionTerminationResponse | RespType::OauthDiscoveryResponse => None,
         };
         let resp_headers = if resp_json.is_some() {
             json_resp_headers()

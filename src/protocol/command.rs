@@ -22,8 +22,33 @@ pub struct Command {
 pub enum CommandKind {
     JsonRpc(JsonRpcPayload),
     SessionTermination,
-    /// A `command_type` this client does not know: logged, counted, skipped.
-    Unknown(String),
+    /// `oauth_discovery`: not in the vendored contract, handled by the official client
+    /// (an observed extension, see `contract/README.md`). It carries nothing of its own.
+    OAuthDiscovery,
+    /// A `command_type` this client does not know: answered with an error when it
+    /// carries a JSON-RPC request, otherwise logged, counted and skipped.
+    Unknown(UnknownCommand),
+}
+
+/// Every `command_type` this client knows: the contract's two and the official client's
+/// `oauth_discovery`.
+pub const KNOWN_COMMAND_TYPES: [&str; 3] = ["jsonrpc", "session_termination", "oauth_discovery"];
+
+/// A command of a type this client does not know, with what it needs to tell its caller.
+#[derive(Debug)]
+pub struct UnknownCommand {
+    /// The `command_type` as sent (unbounded and untrusted: sanitize before logging).
+    pub command_type: String,
+    /// Its `jsonrpc` member, when that is a JSON object.
+    pub jsonrpc: Option<JsonRpcPayload>,
+}
+
+impl UnknownCommand {
+    /// The JSON-RPC request it carries (a method and an id), whose caller waits for an
+    /// answer.
+    pub fn request(&self) -> Option<&JsonRpcPayload> {
+        self.jsonrpc.as_ref().filter(|p| p.expects_response())
+    }
 }
 
 /// A JSON-RPC message kept as the exact bytes received, with the two fields routing needs.
@@ -145,8 +170,10 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
     };
     let request_id = as_string(wire.request_id).filter(|s| !s.is_empty()).map(RequestId::new);
     let shard_token = as_string(wire.shard_token).map(ShardToken::new);
+    // Absent, null or empty: `main`, as the official client routes it.
     let channel = match wire.channel {
         None | Some(serde_json::Value::Null) => Some(ChannelName::main()),
+        Some(serde_json::Value::String(s)) if s.is_empty() => Some(ChannelName::main()),
         Some(serde_json::Value::String(s)) if !s.is_empty() => Some(ChannelName::new(s)),
         Some(_) => None,
     };
@@ -202,7 +229,11 @@ fn decode_body(
             CommandKind::JsonRpc(JsonRpcPayload::from_raw(raw).ok_or(InvalidReason::JsonrpcNotObject)?)
         }
         "session_termination" => CommandKind::SessionTermination,
-        _ => CommandKind::Unknown(command_type),
+        "oauth_discovery" => CommandKind::OAuthDiscovery,
+        _ => CommandKind::Unknown(UnknownCommand {
+            command_type,
+            jsonrpc: jsonrpc.and_then(JsonRpcPayload::from_raw),
+        }),
     };
     Ok((headers, kind))
 }
@@ -401,7 +432,42 @@ mod tests {
     fn unknown_command_types_are_kept_for_reporting() {
         let cmd =
             decode_one(r#"{"request_id":"r","shard_token":"s","created_at":"t","command_type":"teleport"}"#).unwrap();
-        assert!(matches!(cmd.kind, CommandKind::Unknown(ref t) if t == "teleport"));
+        assert!(
+            matches!(cmd.kind, CommandKind::Unknown(ref u) if u.command_type == "teleport" && u.request().is_none())
+        );
+        let cmd = decode_one(
+            r#"{"request_id":"r","shard_token":"s","command_type":"teleport","jsonrpc":{"jsonrpc":"2.0","id":4,"method":"x"}}"#,
+        )
+        .unwrap();
+        let CommandKind::Unknown(u) = cmd.kind else {
+            panic!("unknown")
+        };
+        assert_eq!(u.request().and_then(|p| p.id()).map(RawValue::get), Some("4"));
+        // A notification or a non-object is no request: nobody waits for its answer.
+        for jsonrpc in [r#"{"jsonrpc":"2.0","method":"x"}"#, "[1]", "7"] {
+            let cmd = decode_one(&format!(
+                r#"{{"request_id":"r","shard_token":"s","command_type":"teleport","jsonrpc":{jsonrpc}}}"#
+            ))
+            .unwrap();
+            assert!(
+                matches!(cmd.kind, CommandKind::Unknown(ref u) if u.request().is_none()),
+                "{jsonrpc}"
+            );
+        }
+    }
+
+    #[test]
+    fn oauth_discovery_is_a_known_type_with_no_payload_of_its_own() {
+        let cmd = decode_one(
+            r#"{"request_id":"req_1","shard_token":"shard_1","command_type":"oauth_discovery","channel":"main","created_at":"2026-11-30T00:00:00Z","headers":{}}"#,
+        )
+        .unwrap();
+        assert!(matches!(cmd.kind, CommandKind::OAuthDiscovery));
+        assert!(KNOWN_COMMAND_TYPES.contains(&"oauth_discovery"));
+        // An empty channel means `main`.
+        let cmd = decode_one(r#"{"request_id":"r","shard_token":"s","command_type":"oauth_discovery","channel":""}"#)
+            .unwrap();
+        assert_eq!(cmd.channel.as_str(), "main");
     }
 
     #[test]

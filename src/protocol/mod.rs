@@ -3,8 +3,9 @@
 //! Owns: decoding polled commands (one bad command never poisons its poll), the
 //! `response_timeout` grammar, the response body written back, the MCP header names and
 //! the response-header allowlist, the `X-Tunnel-MCP-Server-Info` declaration, the
-//! synthesized `tunnel_failure` error and the caller's words it carries, and the
-//! trace-context carriers of a command (read as text, written by insertion only).
+//! synthesized `tunnel_failure` error and the caller's words it carries, the error answers
+//! of `oauth_discovery`, and the trace-context carriers of a command (read as text,
+//! written by insertion only).
 //! Payloads stay raw bytes (`Box<RawValue>`): what the control plane sent is what the MCP
 //! server receives (bar trace context that `telemetry.propagate` inserts into
 //! `params._meta`), and the reverse.
@@ -16,17 +17,22 @@ mod command;
 mod failure;
 mod headers;
 mod id;
+mod oauth;
 mod response;
 mod timeout;
 mod trace;
 
-pub use command::{decode_poll, Command, CommandKind, InvalidCommand, InvalidReason, JsonRpcPayload, PollDecodeError};
+pub use command::{
+    decode_poll, Command, CommandKind, InvalidCommand, InvalidReason, JsonRpcPayload, PollDecodeError, UnknownCommand,
+    KNOWN_COMMAND_TYPES,
+};
 pub use failure::{synthesize_error, FailureSource, TunnelFailure, ABANDONED_MESSAGE, NOT_SENT_MESSAGE};
 pub use headers::{
     filter_resp_headers, json_resp_headers, server_info_header, ServerInfoChannel, LAST_EVENT_ID, MCP_PROTOCOL_VERSION,
     MCP_SESSION_ID, RESP_HEADER_ALLOWLIST,
 };
 pub use id::random_hex;
+pub use oauth::{discovery_error, DiscoveryFailure};
 pub use response::{RespType, ResponseBody};
 pub use timeout::ResponseTimeout;
 pub use trace::{

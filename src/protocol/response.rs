@@ -8,7 +8,9 @@ use serde_json::value::RawValue;
 
 use super::{ChannelName, RequestId};
 
-/// `resp_type`: zero or more `jsonrpc_notify`, then exactly one of the three finals.
+/// `resp_type`: zero or more `jsonrpc_notify`, then exactly one final: one of the
+/// contract's three, or `oauth_discovery_response` (the observed extension that answers
+/// `oauth_discovery`, see `contract/README.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RespType {
@@ -16,6 +18,7 @@ pub enum RespType {
     JsonrpcNotify,
     NotifyAck,
     SessionTerminationResponse,
+    OauthDiscoveryResponse,
 }
 
 impl RespType {
@@ -26,6 +29,7 @@ impl RespType {
             Self::JsonrpcNotify => "jsonrpc_notify",
             Self::NotifyAck => "notify_ack",
             Self::SessionTerminationResponse => "session_termination_response",
+            Self::OauthDiscoveryResponse => "oauth_discovery_response",
         }
     }
 
@@ -100,6 +104,7 @@ mod tests {
             RespType::JsonrpcNotify,
             RespType::NotifyAck,
             RespType::SessionTerminationResponse,
+            RespType::OauthDiscoveryResponse,
         ] {
             assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
         }

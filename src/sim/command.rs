@@ -12,8 +12,9 @@ use serde_json::value::RawValue;
 
 use crate::protocol::{JsonRpcPayload, MCP_SESSION_ID};
 
-/// A command to queue. Build it with [`NewCommand::jsonrpc`] or
-/// [`NewCommand::session_termination`], then the chained setters.
+/// A command to queue. Build it with [`NewCommand::jsonrpc`],
+/// [`NewCommand::session_termination`] or [`NewCommand::oauth_discovery`], then the
+/// chained setters.
 #[derive(Clone, Debug)]
 pub struct NewCommand {
     /// The JSON-RPC message, sent byte for byte; `None` for session termination.
@@ -100,6 +101,18 @@ impl NewCommand {
         match session_id {
             Some(id) => cmd.header(MCP_SESSION_ID, id),
             None => cmd,
+        }
+    }
+
+    /// An `oauth_discovery` command (the official client's extension; no payload of its
+    /// own). Its answer is recorded like any other response POST.
+    pub fn oauth_discovery() -> Self {
+        Self {
+            jsonrpc: None,
+            channel: None,
+            response_timeout: None,
+            headers: Vec::new(),
+            command_type: "oauth_discovery".to_owned(),
         }
     }
 

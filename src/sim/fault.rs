@@ -202,6 +202,7 @@ pub(crate) fn parse_resp_type(s: &str) -> Option<RespType> {
         "jsonrpc_notify" => Some(RespType::JsonrpcNotify),
         "notify_ack" => Some(RespType::NotifyAck),
         "session_termination_response" => Some(RespType::SessionTerminationResponse),
+        "oauth_discovery_response" => Some(RespType::OauthDiscoveryResponse),
         _ => None,
     }
 }

@@ -48,7 +48,7 @@
 //! # Commands fed in: `raw` is one verbatim element of `commands` (malformed envelopes,
 //! # unknown types); `jsonrpc` builds a well-formed command with fresh ids (optional
 //! # `command_type`, `channel`, `response_timeout`; `command_type` alone builds a
-//! # command without a payload). Queued at start, or with `after_order = N` when the
+//! # command without a payload, e.g. `command_type = "oauth_discovery"`). Queued at start, or with `after_order = N` when the
 //! # first response POST for command N arrives (commands after an ambiguity).
 //! [[feed]]
 //! raw = '{"request_id":"req_bad","shard_token":"s","command_type":"teleport"}'

@@ -132,6 +132,7 @@ label_enum! {
     pub enum CommandType {
         JsonRpc => "jsonrpc",
         SessionTermination => "session_termination",
+        OauthDiscovery => "oauth_discovery",
         Unknown => "unknown",
     }
 }
@@ -222,7 +223,10 @@ mod tests {
     #[test]
     fn telemetry_owned_label_values_are_the_documented_ones() {
         assert_eq!(labels::<PollResult>(), ["commands", "empty", "error"]);
-        assert_eq!(labels::<CommandType>(), ["jsonrpc", "session_termination", "unknown"]);
+        assert_eq!(
+            labels::<CommandType>(),
+            ["jsonrpc", "session_termination", "oauth_discovery", "unknown"]
+        );
         assert_eq!(labels::<DeliveryKind>(), ["terminal", "notify"]);
         assert_eq!(
             labels::<DropReason>(),

@@ -6,6 +6,10 @@
 //! `x-tunnel-failure-schema` for a synthesized `error.data.tunnel_failure`), poll bodies
 //! (`PolledCommandList`) and acks (`TunnelResponseAck`). Every body the gateway sends and
 //! every body the simulator produces goes through these in the black-box tests.
+//!
+//! One observed extension is applied, as `contract/README.md` documents it: the
+//! `oauth_discovery_response` value of `ResponsePayloadType`, whose body is checked
+//! against a copy of the schemas with that one value added, plus its documented shape.
 
 use std::path::PathBuf;
 use std::sync::LazyLock;
@@ -37,6 +41,8 @@ pub fn fixture(name: &str) -> Vec<u8> {
 
 struct Validators {
     response: Validator,
+    /// `TunnelResponsePayload` with `oauth_discovery_response` added to its `resp_type`.
+    discovery_response: Validator,
     poll: Validator,
     ack: Validator,
     tunnel_failure: Validator,
@@ -49,6 +55,7 @@ fn validators() -> &'static Validators {
         assert!(failure.is_object(), "openapi.json has no x-tunnel-failure-schema");
         Validators {
             response: component_validator("TunnelResponsePayload"),
+            discovery_response: extended_validator("TunnelResponsePayload"),
             poll: component_validator("PolledCommandList"),
             ack: component_validator("TunnelResponseAck"),
             tunnel_failure: build(&failure, "x-tunnel-failure-schema"),
@@ -72,6 +79,35 @@ fn component_validator(name: &str) -> Validator {
     });
     build(&root, name)
 }
+
+/// As [`component_validator`], over the schemas with the observed extension applied:
+/// `oauth_discovery_response` added to `ResponsePayloadType`.
+fn extended_validator(name: &str) -> Validator {
+    let mut components = openapi()["components"].clone();
+    components["schemas"]["ResponsePayloadType"]["enum"]
+        .as_array_mut()
+        .expect("ResponsePayloadType is an enum")
+        .push(json!(OAUTH_DISCOVERY_RESPONSE));
+    let root = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$ref": format!("#/components/schemas/{name}"),
+        "components": components,
+    });
+    build(&root, name)
+}
+
+/// The observed extension's response type (`contract/README.md`).
+pub const OAUTH_DISCOVERY_RESPONSE: &str = "oauth_discovery_response";
+
+/// The `error.code` values of a failed discovery's answer (`contract/README.md`).
+pub const DISCOVERY_ERROR_CODES: [&str; 6] = [
+    "unsupported_channel",
+    "metadata_not_found",
+    "invalid_metadata",
+    "server_unreachable",
+    "not_executed",
+    "discovery_timeout",
+];
 
 fn build(schema: &Value, what: &str) -> Validator {
     jsonschema::draft202012::options()
@@ -101,6 +137,14 @@ fn parse(bytes: &[u8], what: &str) -> Result<Value, String> {
 /// `resp_json.error.data.tunnel_failure` exists, the published `x-tunnel-failure-schema`.
 pub fn validate_response_body(bytes: &[u8]) -> Result<(), String> {
     let body = parse(bytes, "response body")?;
+    if body.get("resp_type").and_then(Value::as_str) == Some(OAUTH_DISCOVERY_RESPONSE) {
+        check(
+            &validators().discovery_response,
+            &body,
+            "TunnelResponsePayload (extended)",
+        )?;
+        return validate_discovery_shape(&body);
+    }
     check(&validators().response, &body, "TunnelResponsePayload")?;
     if body.get("resp_type").is_none() {
         return Err("TunnelResponsePayload: resp_type is missing".to_owned());
@@ -109,6 +153,35 @@ pub fn validate_response_body(bytes: &[u8]) -> Result<(), String> {
         validate_tunnel_failure(failure)?;
     }
     Ok(())
+}
+
+/// The documented shape of an `oauth_discovery_response`: protected-resource metadata
+/// (an object with a non-empty `resource`) on a success status, or the error object with
+/// a known `code` on an error status.
+fn validate_discovery_shape(body: &Value) -> Result<(), String> {
+    let what = "oauth_discovery_response";
+    let json = body
+        .get("resp_json")
+        .filter(|j| j.is_object())
+        .ok_or_else(|| format!("{what}: resp_json is not an object"))?;
+    let code = body["resp_code"].as_i64().unwrap_or_default();
+    if code >= 400 && json.get("resource").is_none() {
+        let error = &json["error"];
+        for field in ["message", "type", "code"] {
+            if !error[field].is_string() {
+                return Err(format!("{what}: error.{field} is not a string"));
+            }
+        }
+        let code = error["code"].as_str().unwrap_or_default();
+        if !DISCOVERY_ERROR_CODES.contains(&code) {
+            return Err(format!("{what}: error.code `{code}` is not a documented one"));
+        }
+        return Ok(());
+    }
+    match json.get("resource").and_then(Value::as_str) {
+        Some(r) if !r.is_empty() => Ok(()),
+        _ => Err(format!("{what}: metadata without a non-empty resource")),
+    }
 }
 
 /// Validates `error.data.tunnel_failure` against `x-tunnel-failure-schema`.
@@ -176,6 +249,36 @@ fn response_body_with_an_unknown_resp_type_is_rejected() {
     let body = br#"{"request_id":"r1","channel":"main","resp_code":200,"resp_type":"jsonrpc_final"}"#;
 
     assert!(validate_response_body(body).is_err());
+}
+
+#[test]
+fn discovery_answers_validate_only_in_their_documented_shapes() {
+    let found = br#"{"request_id":"r1","channel":"main","resp_json":{"resource":"https://h/mcp"},"resp_headers":{"Content-Type":["application/json"]},"resp_code":200,"resp_type":"oauth_discovery_response"}"#;
+    validate_response_body(found).unwrap();
+    let failed = br#"{"request_id":"r1","channel":"main","resp_json":{"error":{"message":"m","type":"server_error","code":"discovery_timeout"}},"resp_headers":{},"resp_code":504,"resp_type":"oauth_discovery_response"}"#;
+    validate_response_body(failed).unwrap();
+    for bad in [
+        // not metadata
+        &br#"{"request_id":"r1","channel":"main","resp_json":{"x":1},"resp_code":200,"resp_type":"oauth_discovery_response"}"#[..],
+        // an undocumented error code
+        br#"{"request_id":"r1","channel":"main","resp_json":{"error":{"message":"m","type":"t","code":"oops"}},"resp_code":502,"resp_type":"oauth_discovery_response"}"#,
+        // no body at all
+        br#"{"request_id":"r1","channel":"main","resp_code":404,"resp_type":"oauth_discovery_response"}"#,
+        // the vendored schema still holds: no extra fields
+        br#"{"request_id":"r1","resp_json":{"resource":"r"},"resp_code":200,"resp_type":"oauth_discovery_response","x":1}"#,
+    ] {
+        assert!(validate_response_body(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+    }
+}
+
+#[test]
+fn the_library_error_codes_are_the_documented_ones() {
+    use tunnelgate::protocol::DiscoveryFailure;
+    let codes: Vec<_> = DiscoveryFailure::ALL.iter().map(|f| f.code()).collect();
+    assert_eq!(codes.len(), DISCOVERY_ERROR_CODES.len());
+    for code in codes {
+        assert!(DISCOVERY_ERROR_CODES.contains(&code), "{code}");
+    }
 }
 
 #[test]

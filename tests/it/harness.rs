@@ -462,6 +462,23 @@ pub async fn spawn_py_server(mode: PyMode) -> (ChildGuard, String) {
     .await
 }
 
+/// `tests/peers/py_oauth_server.py` in `mode` (`sdk`, `root` or `slow`) on 127.0.0.1.
+/// Returns the guard and its MCP URL (`http://127.0.0.1:PORT/mcp`) once it answers; it
+/// logs every request it receives to stderr as `seen METHOD PATH`.
+pub async fn spawn_py_oauth_server(mode: &str) -> (ChildGuard, String) {
+    let python = python();
+    let script = peer_script("py_oauth_server.py");
+    let (guard, ready) = spawn_http_peer(&format!("py_oauth_server({mode})"), "/ready", |port| {
+        let mut cmd = Command::new(&python);
+        cmd.arg(&script).args(["--port", &port.to_string(), "--mode", mode]);
+        cmd.env("PYTHONUNBUFFERED", "1");
+        cmd
+    })
+    .await;
+    let url = ready.replace("/ready", "/mcp");
+    (guard, url)
+}
+
 /// Runs `tests/peers/py_client.py --url URL ARGS...` (e.g. `["--list-tools", "--call",
 /// "echo", r#"{"message":"hi"}"#]`) and returns its JSON line, or its stderr on failure.
 pub async fn try_run_py_client(url: &str, args: &[&str]) -> Result<serde_json::Value, String> {

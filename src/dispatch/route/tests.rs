@@ -20,9 +20,19 @@ fn command(command_type: &str, channel: &str, jsonrpc: Option<&str>, timeout: Op
         .expect("a valid command")
 }
 
-/// Only `main` is configured.
+/// `main` (HTTP) and `local` (stdio) are configured.
 fn main_only(name: &str) -> Option<&'static str> {
-    (name == "main").then_some("main-transport")
+    match name {
+        "main" => Some("main-transport"),
+        "local" => Some("stdio-transport"),
+        _ => None,
+    }
+}
+
+impl Routable for &'static str {
+    fn serves_discovery(&self) -> bool {
+        !self.starts_with("stdio")
+    }
 }
 
 const CALL: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#;
@@ -34,6 +44,9 @@ const NOTE: &str = r#"{"jsonrpc":"2.0","method":"notifications/cancelled"}"#;
 fn label<T>(r: &Route<'_, T>) -> &'static str {
     match r {
         Route::UnknownType(_) => "unknown_type",
+        Route::UnknownRequest(_) => "unknown_request",
+        Route::DiscoveryUnsupported => "discovery_unsupported",
+        Route::Discover { .. } => "discover",
         Route::Expired => "expired",
         Route::Unroutable => "unroutable",
         Route::Reply { .. } => "reply",
@@ -56,7 +69,7 @@ type Row = (
 #[test]
 fn every_route_is_taken_by_the_commands_that_belong_there() {
     // (command type, channel, payload, response_timeout, strict, elapsed since receipt, route)
-    let table: [Row; 14] = [
+    let table: [Row; 24] = [
         ("jsonrpc", "main", Some(CALL), None, false, 0, "admit"),
         ("jsonrpc", "main", Some(CALL), None, true, 0, "admit"),
         ("jsonrpc", "main", Some(NOTE), None, true, 0, "admit"),
@@ -72,6 +85,17 @@ fn every_route_is_taken_by_the_commands_that_belong_there() {
         // Expiry is checked before the channel: an expired command is never answered.
         ("jsonrpc", "other", Some(CALL), Some("5s"), true, 6, "expired"),
         ("future_thing", "main", None, Some("5s"), true, 6, "unknown_type"),
+        ("future_thing", "main", Some(NOTE), None, true, 0, "unknown_type"),
+        ("future_thing", "main", Some(REPLY), None, false, 0, "unknown_type"),
+        // An unknown type carrying a request is answered, whatever its channel, unless expired.
+        ("future_thing", "main", Some(CALL), None, true, 0, "unknown_request"),
+        ("future_thing", "other", Some(CALL), None, false, 0, "unknown_request"),
+        ("future_thing", "main", Some(CALL), Some("5s"), true, 6, "expired"),
+        ("oauth_discovery", "main", None, None, true, 0, "discover"),
+        ("oauth_discovery", "main", Some(CALL), None, false, 0, "discover"),
+        ("oauth_discovery", "local", None, None, true, 0, "discovery_unsupported"),
+        ("oauth_discovery", "other", None, None, true, 0, "unroutable"),
+        ("oauth_discovery", "main", None, Some("5s"), true, 5, "expired"),
     ];
     let received_at = Instant::now();
     for (command_type, channel, payload, timeout, strict, elapsed, expected) in table {

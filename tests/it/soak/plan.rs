@@ -77,7 +77,7 @@ pub enum Kind {
     SessionEnd(u16),
     /// `response_timeout = "0s"`: dropped at receipt.
     Expired,
-    /// `command_type = "teleport"`: dropped, never answered.
+    /// `command_type = "teleport"` carrying a notification: dropped, never answered.
     UnknownType,
     /// A channel nobody configured: answered "not delivered".
     Unroutable,
@@ -333,7 +333,15 @@ impl Cmd {
                 self.marker
             )))),
             Kind::Expired => Queued::Command(call(HTTP).response_timeout("0s")),
-            Kind::UnknownType => Queued::Command(call(HTTP).command_type("teleport")),
+            // Without a JSON-RPC request: nobody waits for an answer, so it is skipped (an
+            // unknown type carrying a request is answered, see `tests/it/oauth.rs`).
+            Kind::UnknownType => Queued::Command(
+                NewCommand::jsonrpc(json!({
+                    "jsonrpc": "2.0", "method": "notifications/soak", "params": {"soak": self.marker}
+                }))
+                .channel(HTTP)
+                .command_type("teleport"),
+            ),
             Kind::Unroutable => Queued::Command(call(NOWHERE)),
             Kind::Invalid => Queued::Raw {
                 request_id: format!("req_soak_invalid_{}", self.marker),

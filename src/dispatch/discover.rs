@@ -1,0 +1,171 @@
+//! An admitted `oauth_discovery`: its bound, its downstream step (the transport's
+//! discovery), and its one answer, walking the same states of `decide` as a leg.
+//!
+//! For the fence, discovery is never a dispatch. Its requests are metadata reads (`GET`)
+//! and the empty-body `WWW-Authenticate` probe, none of which can carry a JSON-RPC
+//! request or act on the MCP server; so it enters the lifecycle as `not_sent`, writes no
+//! write-ahead intent, and nothing about it latches: a failed discovery, a stop during
+//! it, or an unacknowledged answer is reported, never fatal. It still needs the
+//! admission (strict mode holds every downstream interaction to one at a time, and a
+//! latched or stopping fence refuses each of its requests).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::admission::is_expired;
+use super::answer::discovery_failed_reply;
+use super::command::{latch, CommandTask};
+use super::decide::{AfterDelivery, AfterLeg, BeforeDispatch, Start};
+use super::trace;
+use crate::control::Delivery;
+use crate::downstream::{LegOutcome, Reply};
+use crate::protocol::DiscoveryFailure;
+use crate::strict::{Admission, FenceLeg};
+use crate::telemetry::{DropReason, DurationLeg};
+
+/// The gateway's own bound on one whole discovery. The official client bounds only its
+/// startup discovery (by 5 s); on the command path a silent server holds it until the
+/// command's `response_timeout`, or for ever.
+pub(super) const DISCOVERY_BOUND: Duration = Duration::from_secs(5);
+/// The part of a command's remaining budget kept for posting the answer: a quarter, at
+/// most this much.
+const POST_RESERVE_MAX: Duration = Duration::from_secs(1);
+
+impl CommandTask<'_> {
+    /// The admitted discovery: run it (bounded), then post its answer, a document or an
+    /// error. The admission is released when this returns.
+    pub(super) async fn discovered(&self, admission: Admission) {
+        let rules = self.d.gate.rules;
+        let running = match BeforeDispatch::new(rules).start(is_expired(self.deadline)) {
+            Start::Run(running) => running,
+            Start::Expired => {
+                tracing::info!("response_timeout passed before discovery; dropped without contacting the MCP server");
+                self.d.books.dropped(DropReason::Expired);
+                return;
+            }
+        };
+        let started = Instant::now();
+        let (result, cut) = self
+            .discover(&admission, discovery_deadline(started, self.deadline))
+            .await;
+        self.d.books.leg_took(DurationLeg::Downstream, started);
+        let reply = match result {
+            Ok(reply) => {
+                tracing::info!(
+                    result = "found",
+                    resp_code = reply.resp_code,
+                    "oauth discovery finished"
+                );
+                reply
+            }
+            Err(failure) => {
+                self.span.record("error.type", failure.code());
+                tracing::info!(
+                    result = failure.code(),
+                    "oauth discovery found no metadata; answered with an error"
+                );
+                discovery_failed_reply(self.cmd, failure)
+            }
+        };
+        match running.leg_ended(LegOutcome::NotSent, cut, is_expired(self.deadline)) {
+            AfterLeg::Deliver { within_cleanup, next } => {
+                admission.set_leg(FenceLeg::Deliver);
+                let report = self.post_answer(&reply, within_cleanup).await;
+                match next.delivered(report.delivery, report.last_attempt, is_expired(self.deadline)) {
+                    AfterDelivery::Done => {}
+                    // `not_sent` never latches on its delivery; kept exact all the same.
+                    AfterDelivery::Latch(category) => latch(&admission, category),
+                    AfterDelivery::Report => tracing::warn!(
+                        delivery = report.delivery.as_str(),
+                        attempt_result = report.last_attempt.as_str(),
+                        "oauth_discovery_response not acknowledged; the caller may not have its answer"
+                    ),
+                }
+            }
+            AfterLeg::Silent => {
+                tracing::warn!("response_timeout passed during discovery; nothing posted");
+            }
+            // `not_sent` never latches after its step either.
+            AfterLeg::Latch(category) | AfterLeg::LatchThenTell(category) => latch(&admission, category),
+        }
+    }
+
+    /// The transport's discovery in the downstream span, cut short by the stop; returns
+    /// its result and whether the stop cut it.
+    async fn discover(&self, admission: &Admission, deadline: Instant) -> (Result<Reply, DiscoveryFailure>, bool) {
+        let span = trace::downstream_span(self.cmd, self.transport);
+        let discovery = self.transport.discover(admission, deadline).instrument(span.clone());
+        let (result, cut) = tokio::select! {
+            biased;
+            // cancel-safe: discovery only reads; dropping it loses nothing but its answer.
+            () = self.d.legs.cut.cancelled() => (Err(DiscoveryFailure::NotExecuted), true),
+            result = discovery => (result, false),
+        };
+        if let Err(failure) = &result {
+            span.record("error.type", failure.code());
+            span.record("otel.status_code", "ERROR");
+        }
+        (result, cut)
+    }
+
+    /// Posts the answer, bounded by the command's deadline (or the cleanup time when the
+    /// gateway is stopping).
+    async fn post_answer(&self, reply: &Reply, within_cleanup: bool) -> crate::control::DeliveryReport {
+        let responder = &self.d.responder;
+        let deadline = if within_cleanup {
+            responder.cleanup_deadline(self.deadline)
+        } else {
+            self.deadline
+        };
+        let started = Instant::now();
+        let report = responder.terminal(self.cmd, reply, deadline).await;
+        self.d.books.leg_took(DurationLeg::Deliver, started);
+        self.span
+            .record("tunnelgate.delivery_outcome", report.delivery.as_str());
+        if report.delivery != Delivery::Acked {
+            self.span.record("otel.status_code", "ERROR");
+        }
+        report
+    }
+}
+
+/// When a discovery started at `now` must end: by [`DISCOVERY_BOUND`], and before the
+/// command's deadline by the time kept for posting the answer.
+pub(super) fn discovery_deadline(now: Instant, command_deadline: Option<Instant>) -> Instant {
+    let own = now + DISCOVERY_BOUND;
+    let Some(deadline) = command_deadline else {
+        return own;
+    };
+    let remaining = deadline.saturating_duration_since(now);
+    let reserve = (remaining / 4).min(POST_RESERVE_MAX);
+    own.min(deadline - reserve)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discovery_ends_by_its_own_bound_or_before_the_deadline_with_time_to_post() {
+        let now = Instant::now();
+        assert_eq!(discovery_deadline(now, None), now + DISCOVERY_BOUND);
+        assert_eq!(
+            discovery_deadline(now, Some(now + Duration::from_secs(60))),
+            now + DISCOVERY_BOUND
+        );
+        // 2 s left: a quarter (500 ms) is kept for the post.
+        assert_eq!(
+            discovery_deadline(now, Some(now + Duration::from_secs(2))),
+            now + Duration::from_millis(1500)
+        );
+        // 5.2 s left: the reserve is capped at 1 s.
+        assert_eq!(
+            discovery_deadline(now, Some(now + Duration::from_millis(5200))),
+            now + Duration::from_millis(4200)
+        );
+        // Already past: ends now (or before), never after the deadline.
+        assert!(discovery_deadline(now, Some(now)) <= now);
+    }
+}
