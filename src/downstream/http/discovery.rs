@@ -80,7 +80,7 @@ impl HttpTransport {
         let mut tally = Tally::default();
         for (i, url) in candidates.iter().enumerate() {
             let last = i + 1 == candidates.len();
-            let resp = match fetch(&client, admission, url.clone(), deadline).await {
+            let resp = match fetch(&client, admission, url.clone(), deadline, &self.origin_headers()).await {
                 Ok(resp) => resp,
                 Err(FetchError::Refused) => return Err(DiscoveryFailure::NotExecuted),
                 Err(FetchError::Timeout) => return Err(DiscoveryFailure::TimedOut),
@@ -118,6 +118,16 @@ impl HttpTransport {
         })
     }
 
+    /// The channel's configured headers, for the requests of a discovery that go to the
+    /// MCP server's own origin (as the official client sends its extra headers there);
+    /// another origin never gets them.
+    fn origin_headers(&self) -> OriginHeaders<'_> {
+        OriginHeaders {
+            origin: &self.inner.url,
+            headers: &self.inner.configured,
+        }
+    }
+
     /// The `WWW-Authenticate` probe: an empty-body `POST` to the MCP URL, then a `GET`,
     /// until a `401` names a `resource_metadata` URL. Transport failures and timeouts
     /// only end the probe; a refusal by the fence ends the discovery.
@@ -130,7 +140,7 @@ impl HttpTransport {
         for method in [Method::POST, Method::GET] {
             let request = client
                 .request(method, self.inner.url.clone())
-                .headers(discovery_headers())
+                .headers(discovery_headers(&self.inner.url, &self.origin_headers()))
                 .build()
                 .map_err(|_| DiscoveryFailure::Unreachable)?;
             let resp = match send(client, admission, request, deadline).await {
@@ -162,11 +172,12 @@ async fn fetch(
     admission: &Admission,
     mut url: Url,
     deadline: Instant,
+    configured: &OriginHeaders<'_>,
 ) -> Result<reqwest::Response, FetchError> {
     for _ in 0..=MAX_REDIRECTS {
         let request = client
             .request(Method::GET, url.clone())
-            .headers(discovery_headers())
+            .headers(discovery_headers(&url, configured))
             .build()
             .map_err(|_| FetchError::Transport)?;
         let resp = send(client, admission, request, deadline).await?;
@@ -206,14 +217,23 @@ async fn send(
 }
 
 /// `Accept: application/json` and the gateway's `User-Agent`, on every discovery request.
-fn discovery_headers() -> reqwest::header::HeaderMap {
+fn discovery_headers(url: &Url, configured: &OriginHeaders<'_>) -> reqwest::header::HeaderMap {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
     headers.insert(
         USER_AGENT,
         HeaderValue::from_static(concat!("tunnelgate/", env!("CARGO_PKG_VERSION"))),
     );
+    if same_origin(url, configured.origin) {
+        super::configured::add(&mut headers, configured.headers, &crate::protocol::WireHeaders::new());
+    }
     headers
+}
+
+/// A channel's configured headers and the one origin they may go to.
+struct OriginHeaders<'a> {
+    origin: &'a Url,
+    headers: &'a reqwest::header::HeaderMap,
 }
 
 /// Same scheme, host and effective port.

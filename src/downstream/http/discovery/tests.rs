@@ -106,3 +106,31 @@ fn redirects_stay_on_the_same_origin() {
     assert!(!same_origin(&u("https://h/a"), &u("https://g/a")));
     assert!(!same_origin(&u("http://h:1/a"), &u("http://h:2/a")));
 }
+
+#[test]
+fn configured_headers_go_only_to_the_mcp_servers_own_origin() {
+    let origin = Url::parse("https://mcp.example:8443/mcp").unwrap();
+    let mut configured = reqwest::header::HeaderMap::new();
+    configured.insert("authorization", "Bearer configured".parse().unwrap());
+    let with = OriginHeaders {
+        origin: &origin,
+        headers: &configured,
+    };
+    let same = discovery_headers(
+        &Url::parse("https://mcp.example:8443/.well-known/oauth-protected-resource/mcp").unwrap(),
+        &with,
+    );
+    assert_eq!(same.get("authorization").unwrap(), "Bearer configured");
+    assert_eq!(same.get("accept").unwrap(), "application/json");
+    for other in [
+        "https://auth.example/.well-known/oauth-protected-resource",
+        "http://mcp.example:8443/.well-known/oauth-protected-resource",
+        "https://mcp.example/.well-known/oauth-protected-resource",
+    ] {
+        let headers = discovery_headers(&Url::parse(other).unwrap(), &with);
+        assert!(
+            !headers.contains_key("authorization"),
+            "{other} must not get the channel's headers"
+        );
+    }
+}
