@@ -239,7 +239,8 @@ fn prefixed_env_var(keys: &[&str]) -> String {
     format!("{PREFIX}{}", upper.join("__"))
 }
 
-/// `CONTROL_PLANE_TUNNEL_ID` and `CONTROL_PLANE_BASE_URL`, taken as plain strings.
+/// `CONTROL_PLANE_TUNNEL_ID`, `CONTROL_PLANE_BASE_URL` and the official client's proxy
+/// variables, taken as plain strings.
 fn anchor_scalars(env: &EnvVars) -> Layer {
     let mut dict = Dict::new();
     for (var, key) in [
@@ -248,6 +249,14 @@ fn anchor_scalars(env: &EnvVars) -> Layer {
     ] {
         if let Some(value) = env.non_blank(var) {
             insert(&mut dict, &path(&["control_plane", key]), value.into());
+        }
+    }
+    // The official client's proxies: explicit settings (never environment proxies); the
+    // global one applies to each scope that has none of its own.
+    let global = env.non_blank("TUNNEL_CLIENT_HTTP_PROXY");
+    for (var, section) in [("CONTROL_PLANE_HTTP_PROXY", "control_plane"), ("MCP_HTTP_PROXY", "mcp")] {
+        if let Some(value) = env.non_blank(var).or(global) {
+            insert(&mut dict, &path(&[section, "proxy"]), value.into());
         }
     }
     anchor_layer(dict)
@@ -278,6 +287,8 @@ fn anchor_var(keys: &[&str]) -> String {
     let var = match keys {
         ["control_plane", "tunnel_id"] => "CONTROL_PLANE_TUNNEL_ID",
         ["control_plane", "base_url"] => "CONTROL_PLANE_BASE_URL",
+        ["control_plane", "proxy"] => "CONTROL_PLANE_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",
+        ["mcp", "proxy"] => "MCP_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",
         ["mcp", "channels", "main", "url"] => "MCP_SERVER_URL",
         ["mcp", "channels", "main", "command", ..] => "MCP_COMMAND",
         _ => "MCP_SERVER_URL and MCP_COMMAND",

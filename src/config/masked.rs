@@ -29,6 +29,7 @@ struct ControlPlaneView<'a> {
     max_inflight: usize,
     post_timeout: String,
     post_attempts: u32,
+    proxy: String,
 }
 
 #[derive(Serialize)]
@@ -36,6 +37,7 @@ struct McpView<'a> {
     max_concurrent: usize,
     request_timeout: String,
     connect_timeout: String,
+    proxy: String,
     channels: BTreeMap<&'a str, ChannelView<'a>>,
 }
 
@@ -53,6 +55,10 @@ struct ChannelView<'a> {
     session: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     initialize: Option<InitializeView<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proxy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    socket: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(Serialize)]
@@ -183,6 +189,7 @@ fn control_plane(config: &Config) -> ControlPlaneView<'_> {
         max_inflight: cp.max_inflight.get(),
         post_timeout: duration(cp.post_timeout),
         post_attempts: cp.post_attempts.get(),
+        proxy: cp.proxy.masked(),
     }
 }
 
@@ -197,19 +204,22 @@ fn mcp(config: &Config) -> McpView<'_> {
         max_concurrent: config.mcp.max_concurrent.get(),
         request_timeout: duration(config.mcp.request_timeout),
         connect_timeout: duration(config.mcp.connect_timeout),
+        proxy: config.mcp.proxy.masked(),
         channels,
     }
 }
 
 fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
     match channel {
-        ChannelConfig::Http { url } => ChannelView {
+        ChannelConfig::Http { url, proxy, socket } => ChannelView {
             url: Some(url.as_str()),
             command: None,
             env: None,
             max_concurrent: None,
             session: None,
             initialize: None,
+            proxy: socket.is_none().then(|| proxy.masked()),
+            socket: socket.as_ref().map(|p| p.to_string_lossy()),
         },
         ChannelConfig::Stdio {
             command,
@@ -232,6 +242,8 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
                 capabilities: &session.capabilities,
                 timeout: duration(session.timeout),
             }),
+            proxy: None,
+            socket: None,
         },
     }
 }

@@ -23,6 +23,7 @@ mod http_url;
 mod layers;
 mod masked;
 mod number;
+mod proxy;
 mod raw;
 mod secret;
 mod text;
@@ -42,6 +43,7 @@ pub use channel_name::ChannelName;
 pub use defaults::STDIO_PROTOCOL_VERSION;
 pub use error::ConfigError;
 pub use http_url::HttpUrl;
+pub use proxy::{EnvProxies, ProxySetting, ProxyUrl};
 pub use secret::Secret;
 pub use tunnel_id::TunnelId;
 
@@ -74,6 +76,8 @@ pub struct ControlPlane {
     /// Non-zero; bounds one response POST attempt.
     pub post_timeout: Duration,
     pub post_attempts: NonZeroU32,
+    /// `control_plane.proxy`: how the control plane is reached.
+    pub proxy: ProxySetting,
 }
 
 /// `[mcp]`: the downstream MCP servers.
@@ -87,13 +91,22 @@ pub struct Mcp {
     pub connect_timeout: Duration,
     /// 1 to 32 channels; names match `[A-Za-z0-9_-]{1,64}`.
     pub channels: BTreeMap<ChannelName, ChannelConfig>,
+    /// `mcp.proxy`: the HTTP channels' proxy unless a channel sets its own.
+    pub proxy: ProxySetting,
 }
 
 /// One `[mcp.channels.NAME]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelConfig {
-    /// Streamable HTTP; `url` is an http(s) URL without a fragment.
-    Http { url: HttpUrl },
+    /// Streamable HTTP; `url` is an http(s) URL without a fragment. `proxy` is the
+    /// channel's own `proxy`, else `mcp.proxy`; `socket` (a unix domain socket path) is
+    /// never set together with an explicit channel proxy, and when set the channel goes
+    /// direct (`proxy` is [`ProxySetting::Off`]).
+    Http {
+        url: HttpUrl,
+        proxy: ProxySetting,
+        socket: Option<PathBuf>,
+    },
     /// stdio; `command` is a non-empty argv (no shell). `env` is added on top of a
     /// minimal base and never names the API key variable, `TUNNELGATE_*` or
     /// `CONTROL_PLANE_*`. `max_concurrent` is the effective bound on requests in flight to

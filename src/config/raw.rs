@@ -31,6 +31,7 @@ pub(super) struct RawControlPlane {
     pub(super) max_inflight: Option<u64>,
     pub(super) post_timeout: Option<String>,
     pub(super) post_attempts: Option<u64>,
+    pub(super) proxy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -40,6 +41,7 @@ pub(super) struct RawMcp {
     pub(super) request_timeout: Option<String>,
     pub(super) connect_timeout: Option<String>,
     pub(super) channels: BTreeMap<String, RawChannel>,
+    pub(super) proxy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -51,6 +53,8 @@ pub(super) struct RawChannel {
     pub(super) max_concurrent: Option<u64>,
     pub(super) session: Option<String>,
     pub(super) initialize: Option<RawInitialize>,
+    pub(super) proxy: Option<String>,
+    pub(super) socket: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -14,6 +14,7 @@ use super::duration::{duration, positive_duration};
 use super::error::ConfigError;
 use super::layers::EnvVars;
 use super::number::{attempts, count};
+use super::proxy;
 use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawRuntime, RawStrict, RawTelemetry};
 use super::{
     AmbiguityPolicy, Config, ControlPlane, HttpUrl, LatchedStart, LogFormat, Mcp, Ops, Propagate, Runtime, Secret,
@@ -23,7 +24,7 @@ use super::{
 pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
     let control_plane = control_plane(raw.control_plane, env)?;
     let strict_enabled = raw.strict.enabled.unwrap_or(default::STRICT_ENABLED);
-    let mcp = mcp(raw.mcp, strict_enabled, &control_plane.api_key)?;
+    let mcp = mcp(raw.mcp, strict_enabled, &control_plane.api_key, env)?;
     Ok(Config {
         control_plane,
         mcp,
@@ -66,6 +67,7 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
             "control_plane.post_attempts",
             raw.post_attempts.unwrap_or(default::POST_ATTEMPTS),
         )?,
+        proxy: proxy::setting("control_plane.proxy", raw.proxy.as_deref(), None, env)?,
     })
 }
 
@@ -93,13 +95,15 @@ fn url_path(value: &str) -> Result<String, ConfigError> {
     Ok(value.trim_end_matches('/').to_owned())
 }
 
-fn mcp(raw: RawMcp, strict: bool, api_key: &Secret) -> Result<Mcp, ConfigError> {
+fn mcp(raw: RawMcp, strict: bool, api_key: &Secret, env: &EnvVars) -> Result<Mcp, ConfigError> {
     let max_concurrent = max_concurrent(raw.max_concurrent, strict)?;
+    let proxy = proxy::setting("mcp.proxy", raw.proxy.as_deref(), None, env)?;
     Ok(Mcp {
         max_concurrent,
         request_timeout: positive_duration("mcp.request_timeout", raw.request_timeout, default::REQUEST_TIMEOUT)?,
         connect_timeout: positive_duration("mcp.connect_timeout", raw.connect_timeout, default::CONNECT_TIMEOUT)?,
-        channels: channel::channels(raw.channels, api_key, max_concurrent)?,
+        channels: channel::channels(raw.channels, api_key, max_concurrent, &proxy, env)?,
+        proxy,
     })
 }
 

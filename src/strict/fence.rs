@@ -493,6 +493,17 @@ impl<S: FenceSync> Admission<S> {
         Ok(())
     }
 
+    /// The request went no further than a forwarding proxy, which answered that it did
+    /// not forward it (`407 Proxy Authentication Required`): nothing of it reached an MCP
+    /// server, so the admission is back to "nothing sent" (a stop from then on is clean,
+    /// as after a refused connect). Decided under the fence's lock. A transport calls it
+    /// only for the answer to the leg's first request, never once an earlier request of
+    /// the leg may have reached a server.
+    pub fn not_forwarded(&self) {
+        let _state = self.inner.lock();
+        WireState::None.store::<S>(&self.wire);
+    }
+
     /// Whether bytes of this request may have reached an MCP server.
     pub fn is_sent(&self) -> bool {
         WireState::load::<S>(&self.wire).may_have_left()

@@ -5,7 +5,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::{AmbiguityPolicy, ChannelConfig, HttpUrl, LogFormat, Propagate, SessionOwner, StdioSession};
+use crate::config::{
+    AmbiguityPolicy, ChannelConfig, EnvProxies, HttpUrl, LogFormat, Propagate, ProxySetting, SessionOwner, StdioSession,
+};
 
 #[test]
 fn minimal_config_gets_every_default() {
@@ -38,6 +40,8 @@ fn minimal_config_gets_every_default() {
     assert_eq!(config.runtime.worker_threads.get(), 1);
     let main = ChannelConfig::Http {
         url: HttpUrl::endpoint("url", "http://127.0.0.1:3001/mcp").expect("a valid URL"),
+        proxy: ProxySetting::Env(EnvProxies::default()),
+        socket: None,
     };
     assert_eq!(config.mcp.channels.get("main"), Some(&main));
 }
@@ -198,7 +202,7 @@ fn unknown_keys_are_rejected_everywhere_with_a_suggestion() {
         ),
         (
             "mcp.channels.main.headers",
-            "unknown key `mcp.channels.main.headers` (expected one of: url, command, env, max_concurrent, session, initialize)",
+            "unknown key `mcp.channels.main.headers` (expected one of: url, command, env, max_concurrent, session, initialize, proxy, socket)",
         ),
         ("opps.listen", "unknown key `opps` (did you mean `ops`?)"),
         ("strict.enable", "unknown key `strict.enable` (did you mean `enabled`?)"),
