@@ -21,7 +21,8 @@ use crate::config::{AmbiguityPolicy, ChannelConfig, Config, SessionOwner, StdioS
 use crate::control::{random_hex, ControlClient, ControlSettings};
 use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring, WriteAhead};
 use crate::downstream::{
-    Channels, HttpEgress, HttpSettings, HttpTransport, SessionMode, SessionSettings, StdioSettings, StdioTransport, Transport,
+    Channels, HttpEgress, HttpSettings, HttpTransport, SessionMode, SessionSettings, StdioSettings, StdioTransport,
+    Transport,
 };
 use crate::health::Health;
 use crate::ops::OpsState;
@@ -215,12 +216,12 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                     proxy: proxy.clone(),
                     socket: socket.clone(),
                 };
-                Transport::Http(
-                    HttpTransport::with_egress(name, url, settings, egress).map_err(|e| GatewayError::Channel {
+                Transport::Http(HttpTransport::with_egress(name, url, settings, egress).map_err(|e| {
+                    GatewayError::Channel {
                         channel: name.to_string(),
                         problem: e.to_string(),
-                    })?,
-                )
+                    }
+                })?)
             }
             ChannelConfig::Stdio {
                 command,

@@ -129,7 +129,11 @@ fn http_egress(
             return Err(stdio_only("socket"));
         }
     }
-    let socket = raw.socket.as_deref().map(|path| socket_path(&format!("{key}.socket"), path)).transpose()?;
+    let socket = raw
+        .socket
+        .as_deref()
+        .map(|path| socket_path(&format!("{key}.socket"), path))
+        .transpose()?;
     if socket.is_some() && raw.proxy.is_some() {
         return Err(ConfigError::invalid(
             format!("{key}.proxy"),

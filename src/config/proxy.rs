@@ -122,7 +122,9 @@ impl ProxyUrl {
         let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let (authority, tail) = rest.split_at(authority_end);
         if !matches!(tail, "" | "/") {
-            return Err(invalid("must be only scheme://[user:password@]host:port, without a path"));
+            return Err(invalid(
+                "must be only scheme://[user:password@]host:port, without a path",
+            ));
         }
         let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
         if host_port.is_empty() || host_port.starts_with(':') {
@@ -173,9 +175,12 @@ impl EnvProxies {
 
 /// The first of `upper`, `lower` that is set and not blank, with its name.
 fn env_any<'a>(env: &'a EnvVars, upper: &'a str, lower: &'a str) -> Option<(&'a str, &'a str)> {
-    [upper, lower]
-        .into_iter()
-        .find_map(|name| env.get(name).map(str::trim).filter(|v| !v.is_empty()).map(|v| (name, v)))
+    [upper, lower].into_iter().find_map(|name| {
+        env.get(name)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(|v| (name, v))
+    })
 }
 
 /// A scope's `proxy` key: `"env"` (also when unset, unless `inherited` is given),

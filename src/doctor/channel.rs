@@ -26,8 +26,8 @@ use super::report::{Check, Verdict};
 use super::Options;
 use crate::config::{ChannelConfig, HttpUrl, StdioSession};
 use crate::downstream::{
-    DownstreamRequest, HttpEgress, HttpSettings, HttpTransport, LegFailure, LegResult, NotifySink, SessionSettings, StdioSettings,
-    StdioTransport,
+    DownstreamRequest, HttpEgress, HttpSettings, HttpTransport, LegFailure, LegResult, NotifySink, SessionSettings,
+    StdioSettings, StdioTransport,
 };
 use crate::protocol::{JsonRpcPayload, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::strict::{Admission, CommandRef, Fence};

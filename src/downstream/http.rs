@@ -1086,3 +1086,6 @@ mod watch;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod proxy_tests;

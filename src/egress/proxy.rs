@@ -60,7 +60,11 @@ enum Entry {
     /// `*`: every target.
     All,
     /// An address, or a CIDR block (`prefix` bits).
-    Net { addr: IpAddr, prefix: u8, port: Option<u16> },
+    Net {
+        addr: IpAddr,
+        prefix: u8,
+        port: Option<u16>,
+    },
     /// A name: `suffix` starts with `.`; `exact` also matches the name itself (an entry
     /// written without a leading `.` or `*.`).
     Domain {
@@ -92,11 +96,7 @@ impl NoProxy {
             Entry::Net { addr, prefix, port: p } => {
                 p.is_none_or(|p| p == port) && ip.is_some_and(|ip| in_net(ip, *addr, *prefix))
             }
-            Entry::Domain {
-                suffix,
-                exact,
-                port: p,
-            } => {
+            Entry::Domain { suffix, exact, port: p } => {
                 p.is_none_or(|p| p == port)
                     && ip.is_none()
                     && (host.ends_with(suffix.as_str()) || (*exact && host == suffix[1..]))

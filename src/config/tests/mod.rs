@@ -5,6 +5,7 @@ mod example;
 mod http_url;
 mod layering;
 mod masking;
+mod proxy;
 mod secrets;
 mod validation;
 

@@ -86,7 +86,11 @@ fn environment_proxies_pick_by_scheme_and_skip_loopback_and_no_proxy() {
     let shown = |target: &str| select(&setting, &url(target)).map(ProxyUrl::shown);
     assert_eq!(shown("https://api.example.com/v1"), Some("http://secure.proxy:3128"));
     assert_eq!(shown("http://mcp.example.com/mcp"), Some("http://plain.proxy:8080"));
-    assert_eq!(shown("http://127.0.0.1:3000/mcp"), None, "loopback is never proxied from the environment");
+    assert_eq!(
+        shown("http://127.0.0.1:3000/mcp"),
+        None,
+        "loopback is never proxied from the environment"
+    );
     assert_eq!(shown("https://localhost/mcp"), None);
     assert_eq!(shown("http://[::1]:3000/mcp"), None);
     assert_eq!(shown("https://svc.internal.corp/mcp"), None);
@@ -111,11 +115,21 @@ fn environment_proxies_pick_by_scheme_and_skip_loopback_and_no_proxy() {
 #[test]
 fn an_explicit_proxy_takes_every_target_and_none_takes_none() {
     let via = ProxySetting::Via(ProxyUrl::new("test", "http://user:pw@proxy.corp:3128").expect("valid"));
-    for target in ["http://127.0.0.1:3000/mcp", "https://localhost/mcp", "https://api.example.com"] {
-        assert_eq!(select(&via, &url(target)).map(ProxyUrl::shown), Some("http://proxy.corp:3128"));
+    for target in [
+        "http://127.0.0.1:3000/mcp",
+        "https://localhost/mcp",
+        "https://api.example.com",
+    ] {
+        assert_eq!(
+            select(&via, &url(target)).map(ProxyUrl::shown),
+            Some("http://proxy.corp:3128")
+        );
     }
     assert_eq!(route(&via, &url("http://127.0.0.1:3000/mcp")), Route::Forward);
     assert_eq!(route(&via, &url("https://127.0.0.1:3000/mcp")), Route::Tunnel);
-    assert_eq!(route(&ProxySetting::Off, &url("https://api.example.com")), Route::Direct);
+    assert_eq!(
+        route(&ProxySetting::Off, &url("https://api.example.com")),
+        Route::Direct
+    );
     assert!(!format!("{via:?}").contains("pw"), "Debug never shows credentials");
 }
