@@ -19,7 +19,7 @@ use super::Secret;
 pub enum ProxySetting {
     /// `"env"` (the default): the environment's proxies, as read at load; loopback
     /// targets and those `NO_PROXY` names go direct.
-    Env(EnvProxies),
+    Env(Box<EnvProxies>),
     /// `"none"`: every target direct, whatever the environment says.
     Off,
     /// An explicit proxy: every target of the scope, loopback included; `NO_PROXY` is
@@ -194,9 +194,9 @@ pub(super) fn setting(
     match value.map(str::trim) {
         None => match inherited {
             Some(setting) => Ok(setting.clone()),
-            None => Ok(ProxySetting::Env(EnvProxies::read(env)?)),
+            None => Ok(ProxySetting::Env(Box::new(EnvProxies::read(env)?))),
         },
-        Some("env") => Ok(ProxySetting::Env(EnvProxies::read(env)?)),
+        Some("env") => Ok(ProxySetting::Env(Box::new(EnvProxies::read(env)?))),
         Some("none") => Ok(ProxySetting::Off),
         Some("") => Err(ConfigError::invalid(
             key,

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::config::{
-    AmbiguityPolicy, ChannelConfig, EnvProxies, HttpUrl, LogFormat, Propagate, ProxySetting, SessionOwner, StdioSession,
+    AmbiguityPolicy, ChannelConfig, HttpUrl, LogFormat, Propagate, ProxySetting, SessionOwner, StdioSession,
 };
 
 #[test]
@@ -40,7 +40,7 @@ fn minimal_config_gets_every_default() {
     assert_eq!(config.runtime.worker_threads.get(), 1);
     let main = ChannelConfig::Http {
         url: HttpUrl::endpoint("url", "http://127.0.0.1:3001/mcp").expect("a valid URL"),
-        proxy: ProxySetting::Env(EnvProxies::default()),
+        proxy: ProxySetting::Env(Box::default()),
         socket: None,
     };
     assert_eq!(config.mcp.channels.get("main"), Some(&main));

@@ -3,7 +3,7 @@ use crate::config::EnvProxies;
 
 fn env(pairs: &[(&str, &str)]) -> ProxySetting {
     let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-    ProxySetting::Env(EnvProxies::from_pairs(&pairs).expect("valid proxy variables"))
+    ProxySetting::Env(Box::new(EnvProxies::from_pairs(&pairs).expect("valid proxy variables")))
 }
 
 fn url(text: &str) -> Url {
