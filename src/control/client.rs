@@ -186,7 +186,8 @@ impl ControlClient {
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(settings.post_timeout.min(Duration::from_secs(10)))
             .pool_idle_timeout(Duration::from_secs(50));
-        let http = crate::egress::proxy::apply(builder, proxy)?.build()?;
+        let target = reqwest::Url::parse(&settings.base_url).map_err(|_| BuildError::Url)?;
+        let http = crate::egress::proxy::apply(builder, proxy, &target)?.build()?;
         let prefix = format!(
             "{}{}/v1/tunnels/{}",
             settings.base_url.trim_end_matches('/'),

@@ -312,7 +312,7 @@ impl HttpTransport {
         egress: HttpEgress,
     ) -> Result<Self, HttpSetupError> {
         let connects = watch::ConnectSlot::default();
-        let client = build_client(&settings, &egress, &connects).map_err(|e| match e {
+        let client = build_client(&url, &settings, &egress, &connects).map_err(|e| match e {
             ClientError::Http(source) => HttpSetupError::Client {
                 channel: channel.to_owned(),
                 source,
@@ -748,8 +748,13 @@ impl HttpTransport {
         if let Some(client) = slot.as_ref() {
             return Ok(client.clone());
         }
-        let client = build_client(&self.inner.settings, &self.inner.egress, &self.inner.connects)
-            .map_err(|_| LegFailure::InternalBeforeSend)?;
+        let client = build_client(
+            &self.inner.url,
+            &self.inner.settings,
+            &self.inner.egress,
+            &self.inner.connects,
+        )
+        .map_err(|_| LegFailure::InternalBeforeSend)?;
         *slot = Some(client.clone());
         Ok(client)
     }
@@ -956,6 +961,7 @@ enum ClientError {
 }
 
 fn build_client(
+    url: &Url,
     settings: &HttpSettings,
     egress: &HttpEgress,
     connects: &watch::ConnectSlot,
@@ -968,7 +974,7 @@ fn build_client(
         // Even "safe" protocol-level retries could resend a request the server processed.
         .retry(reqwest::retry::never())
         .referer(false);
-    let mut builder = crate::egress::proxy::apply(builder, &egress.proxy).map_err(ClientError::Proxy)?;
+    let mut builder = crate::egress::proxy::apply(builder, &egress.proxy, url).map_err(ClientError::Proxy)?;
     if let Some(path) = &egress.socket {
         // The URL keeps naming the server (its host is the `Host` header); the bytes go
         // to the socket, never through a proxy.

@@ -229,9 +229,21 @@ fn host_of(target: &Url) -> Option<String> {
 }
 
 /// Sets `builder`'s proxy rules to `setting`'s, and only those: the environment is read
-/// from the configuration's snapshot, never by `reqwest` itself.
-pub fn apply(builder: reqwest::ClientBuilder, setting: &ProxySetting) -> Result<reqwest::ClientBuilder, EgressError> {
-    let builder = builder.no_proxy();
+/// from the configuration's snapshot, never by `reqwest` itself. `target` is the one
+/// server the client talks to: when a proxy forwards its requests ([`Route::Forward`]),
+/// no connection is reused. A forwarding proxy may close its side after each response
+/// without saying so (tinyproxy does); a request written on a connection it is closing
+/// would end `abandoned` although it never reached the proxy's handler, so each
+/// forwarded request gets a connection of its own.
+pub fn apply(
+    builder: reqwest::ClientBuilder,
+    setting: &ProxySetting,
+    target: &Url,
+) -> Result<reqwest::ClientBuilder, EgressError> {
+    let mut builder = builder.no_proxy();
+    if route(setting, target) == Route::Forward {
+        builder = builder.pool_max_idle_per_host(0);
+    }
     if *setting == ProxySetting::Off {
         return Ok(builder);
     }

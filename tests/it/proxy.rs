@@ -326,7 +326,10 @@ async fn the_control_plane_and_an_http_mcp_server_are_reached_through_a_real_pro
     // The official client's global variable: an explicit proxy for both scopes, loopback included.
     let gw = run_with_env(&rig, &config, &[("TUNNEL_CLIENT_HTTP_PROXY", &proxy.url())]).await;
 
-    answered_echo(&rig, "through tinyproxy").await;
+    // Several calls in a row: none may fall on a connection the proxy is closing.
+    for n in 0..8 {
+        answered_echo(&rig, &format!("through tinyproxy {n}")).await;
+    }
     let poll = format!("GET {}/v1/tunnels/tunnel_test/poll", rig.sim.base_url());
     proxy.wait_request("the poll in tinyproxy's log", &poll).await;
     proxy
@@ -338,6 +341,11 @@ async fn the_control_plane_and_an_http_mcp_server_are_reached_through_a_real_pro
             &format!("POST {}/v1/tunnels/tunnel_test/response", rig.sim.base_url()),
         )
         .await;
+    assert!(
+        !gw.stderr().contains("poll failed"),
+        "no poll fell on a connection the proxy had closed: {}",
+        gw.stderr()
+    );
     drop(gw);
     rig.assert_all_bodies_valid();
 

@@ -9,7 +9,7 @@ use tokio::time::timeout;
 
 use super::*;
 use crate::config::ProxyUrl;
-use crate::downstream::test_support::{assert_row, N};
+use crate::downstream::test_support::{assert_row, A, N};
 use crate::downstream::LegOutcome;
 use crate::protocol::JsonRpcPayload;
 use crate::scripted_peer::{Act, Server};
@@ -86,11 +86,14 @@ async fn a_forwarding_proxys_502_and_504_are_abandoned_and_stay_sent() {
         let t = through(&proxy_url(&proxy), "http://mcp.test:9/mcp");
         let (result, sent) = strict_call(&t).await;
         let code: u16 = status[..3].parse().unwrap();
-        assert_eq!(result.failure, Some(LegFailure::HttpStatus(code)), "{status}");
-        assert_eq!(
-            result.outcome,
+        // The origin may have seen it.
+        assert_row(
+            &result,
+            LegFailure::HttpStatus(code),
             LegOutcome::Abandoned,
-            "{status}: the origin may have seen it"
+            "target_http",
+            Some("http_status"),
+            A,
         );
         assert!(sent, "{status}: the request may have been forwarded");
     }
@@ -138,8 +141,14 @@ async fn a_proxy_that_refuses_the_tcp_connect_is_not_sent() {
     for target in ["http://mcp.test:9/mcp", "https://mcp.test:9443/mcp"] {
         let t = through(&format!("http://127.0.0.1:{port}"), target);
         let (result, sent) = strict_call(&t).await;
-        assert_eq!(result.failure, Some(LegFailure::ConnectRefused), "{target}");
-        assert_eq!(result.outcome, LegOutcome::NotSent, "{target}");
+        assert_row(
+            &result,
+            LegFailure::ConnectRefused,
+            LegOutcome::NotSent,
+            "connect",
+            Some("connection_refused"),
+            N,
+        );
         assert!(!sent, "{target}");
     }
 }
@@ -149,7 +158,13 @@ async fn a_forwarding_proxy_cut_after_the_request_is_abandoned() {
     let proxy = Server::start(vec![Act::Close]).await;
     let t = through(&proxy_url(&proxy), "http://mcp.test:9/mcp");
     let (result, sent) = strict_call(&t).await;
-    assert_eq!(result.failure, Some(LegFailure::ConnectionLost));
-    assert_eq!(result.outcome, LegOutcome::Abandoned);
+    assert_row(
+        &result,
+        LegFailure::ConnectionLost,
+        LegOutcome::Abandoned,
+        "transport_closed",
+        Some("connection_reset"),
+        A,
+    );
     assert!(sent);
 }
