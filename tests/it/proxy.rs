@@ -495,11 +495,11 @@ async fn a_proxy_that_wants_credentials_gets_them_from_a_secret_and_they_reach_n
 
     // With credentials in the proxy URL's userinfo, read from a variable: answered.
     let secret_url = format!("http://gateway:{PROXY_PASSWORD}@127.0.0.1:{}", proxy.port);
-    let config = with_proxies(
-        &rig.config(&RigOptions::default()),
-        Some("env:CORP_PROXY"),
-        Some("env:CORP_PROXY"),
-    );
+    // At trace level, so that every line any crate logs is in the scan.
+    let traced = rig
+        .config(&RigOptions::default())
+        .replace("log_level = \"info\"", "log_level = \"trace\"");
+    let config = with_proxies(&traced, Some("env:CORP_PROXY"), Some("env:CORP_PROXY"));
     let envs = [("CORP_PROXY", secret_url.as_str())];
     let gw = run_with_env(&rig, &config, &envs).await;
     let id = rig.enqueue_call("echo", json!({"message": "with credentials"}));
@@ -528,8 +528,10 @@ async fn a_proxy_that_wants_credentials_gets_them_from_a_secret_and_they_reach_n
         check.stdout
     );
     let doctor = Gateway::cli(&["doctor"], Some(&config), &envs, Duration::from_secs(60)).await;
+    let logs = format!("{}{}", gw.stdout(), gw.stderr());
     drop(gw);
     for (sink, text) in [
+        ("logs", logs),
         ("status", status),
         ("metrics", metrics),
         ("check", format!("{}{}", check.stdout, check.stderr)),
