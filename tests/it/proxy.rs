@@ -28,6 +28,8 @@ const NOT_SENT: &str = "not delivered to the MCP server; safe to retry";
 const EFFECT_UNKNOWN: &str = "effect unknown: the MCP server may have acted; check before retrying";
 /// A proxy password no sink may ever show.
 const PROXY_PASSWORD: &str = "Pr0xyCanary-9f3";
+/// `gateway:<PROXY_PASSWORD>` in base64, as a `Proxy-Authorization: Basic` header carries it.
+const PROXY_BASIC: &str = "Z2F0ZXdheTpQcjB4eUNhbmFyeS05ZjM=";
 
 // ---------------------------------------------------------------------------------------
 // tinyproxy
@@ -538,7 +540,7 @@ async fn a_proxy_that_wants_credentials_gets_them_from_a_secret_and_they_reach_n
         ("doctor", format!("{}{}", doctor.stdout, doctor.stderr)),
     ] {
         assert!(
-            !text.contains(PROXY_PASSWORD),
+            !text.contains(PROXY_PASSWORD) && !text.contains(PROXY_BASIC),
             "{sink} shows the proxy password:\n{text}"
         );
     }
