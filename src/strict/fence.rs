@@ -150,7 +150,8 @@ enum WireState {
     None,
     /// A connection for it is being made; none of its bytes has left.
     Connecting,
-    /// Bytes of it may have reached the server (monotonic).
+    /// Bytes of it may have reached the server (monotonic, but for one proof to the
+    /// contrary: a forwarding proxy's `407`, see [`Admission::not_forwarded`]).
     Sent,
     /// Handed to a client that may write it on a pooled connection without telling:
     /// counted as sent, unless the connector reports a new connection for it first.

@@ -609,3 +609,54 @@ async fn an_mcp_server_on_a_unix_socket_answers_through_the_gateway_under_its_lo
     answered_echo(&rig, "over a unix socket").await;
     rig.assert_all_bodies_valid();
 }
+
+#[tokio::test]
+async fn an_https_server_is_reached_through_connect_and_a_failed_handshake_in_the_tunnel_is_not_sent() {
+    let rig = Rig::start("").await;
+    // The stub speaks plain HTTP: the proxy opens the tunnel, the TLS handshake in it fails.
+    let stub_port: u16 = rig
+        .stub
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let proxy = Tinyproxy::start(TinyproxyOptions {
+        connect_ports: &[stub_port],
+        ..Default::default()
+    })
+    .await;
+    let config = rig.config_to(&format!("https://127.0.0.1:{stub_port}/mcp"), &RigOptions::default());
+    let config = with_proxies(&config, None, Some(&proxy.url()));
+    let mut gw = rig.spawn_gateway(&config).await;
+    let id = rig.enqueue_call("echo", json!({"message": "tls in the tunnel"}));
+    rig.wait("the call's answer", |r| r.responses_for(&id).next().is_some())
+        .await;
+    assert_eq!(message(&rig, &id), NOT_SENT);
+    let provenance = &final_json(&rig.sim.record(), &id)["resp_json"]["error"]["data"]["tunnel_failure"];
+    assert_eq!(provenance["source"], "tls", "{provenance}");
+    assert!(
+        proxy
+            .requests()
+            .contains(&format!("CONNECT 127.0.0.1:{stub_port} HTTP/1.1")),
+        "{:?}",
+        proxy.requests()
+    );
+    assert!(!proxy.log_text().contains("Refused CONNECT"), "{}", proxy.log_text());
+    assert_eq!(
+        rig.stub.count("tools/call"),
+        0,
+        "nothing of the request reached the server"
+    );
+    gw.sigterm();
+    assert_eq!(
+        gw.wait_exit(EXIT).await,
+        Some(0),
+        "strict: nothing sent, nothing latched; {}",
+        gw.stderr()
+    );
+}
