@@ -293,7 +293,7 @@ fn assert_config_invariants(config: &Config) {
             "channel name {name:?}"
         );
         match channel {
-            ChannelConfig::Http { url } => assert!(url.starts_with("http://") || url.starts_with("https://")),
+            ChannelConfig::Http { url, .. } => assert!(url.starts_with("http://") || url.starts_with("https://")),
             ChannelConfig::Stdio { command, .. } => assert!(!command.is_empty(), "an empty stdio command"),
         }
     }

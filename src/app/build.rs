@@ -21,7 +21,8 @@ use crate::config::{AmbiguityPolicy, ChannelConfig, Config, SessionOwner, StdioS
 use crate::control::{random_hex, ControlClient, ControlSettings};
 use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring, WriteAhead};
 use crate::downstream::{
-    Channels, HttpSettings, HttpTransport, SessionMode, SessionSettings, StdioSettings, StdioTransport, Transport,
+    Channels, HttpEgress, HttpSettings, HttpTransport, SessionMode, SessionSettings, StdioSettings, StdioTransport,
+    Transport,
 };
 use crate::health::Health;
 use crate::ops::OpsState;
@@ -205,16 +206,21 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
     let mut by_name = BTreeMap::new();
     for (name, channel) in &config.mcp.channels {
         let transport = match channel {
-            ChannelConfig::Http { url } => {
+            ChannelConfig::Http { url, proxy, socket } => {
                 let settings = HttpSettings {
                     connect_timeout: config.mcp.connect_timeout,
                     request_timeout: config.mcp.request_timeout,
                     max_body_bytes: MAX_HTTP_BODY_BYTES,
                 };
-                let transport = HttpTransport::new(name, url, settings).map_err(|e| GatewayError::Channel {
-                    channel: name.to_string(),
-                    problem: e.to_string(),
-                })?;
+                let egress = HttpEgress {
+                    proxy: proxy.clone(),
+                    socket: socket.clone(),
+                };
+                let transport =
+                    HttpTransport::with_egress(name, url, settings, egress).map_err(|e| GatewayError::Channel {
+                        channel: name.to_string(),
+                        problem: e.to_string(),
+                    })?;
                 Transport::Http(transport.with_headers(channel_headers(config, name)))
             }
             ChannelConfig::Stdio {
@@ -293,7 +299,7 @@ pub(crate) fn build_control(
         post_attempts: cp.post_attempts.get(),
         server_info: server_info_header(&declared),
     };
-    ControlClient::new(settings, instance_id, metrics.clone())
+    ControlClient::with_egress(settings, instance_id, metrics.clone(), &cp.proxy)
         .map(|client| client.with_headers(cp.request_headers()))
         .map_err(GatewayError::ControlClient)
 }

@@ -9,11 +9,14 @@
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 
 use super::defaults as default;
 use super::duration::positive_duration;
 use super::error::{ConfigError, ErrorKind};
+use super::layers::EnvVars;
 use super::number::count;
+use super::proxy::{self, ProxySetting};
 use super::raw::{RawChannel, RawInitialize};
 use super::{ChannelConfig, ChannelName, HttpUrl, Secret, SessionOwner, StdioSession};
 
@@ -23,6 +26,8 @@ pub(super) fn channels(
     raw: BTreeMap<String, RawChannel>,
     api_key: &Secret,
     max_concurrent: NonZeroUsize,
+    mcp_proxy: &ProxySetting,
+    env: &EnvVars,
 ) -> Result<BTreeMap<ChannelName, ChannelConfig>, ConfigError> {
     const KEY: &str = "mcp.channels";
     if raw.is_empty() {
@@ -45,7 +50,9 @@ pub(super) fn channels(
     raw.into_iter()
         .map(|(name, channel)| {
             let name = ChannelName::parse(&name)?;
-            let config = channel_config(&format!("{KEY}.{name}"), channel, api_key, max_concurrent)?;
+            let key = format!("{KEY}.{name}");
+            let egress = http_egress(&key, &channel, mcp_proxy, env)?;
+            let config = channel_config(&key, channel, api_key, max_concurrent, egress)?;
             Ok((name, config))
         })
         .collect()
@@ -56,6 +63,7 @@ fn channel_config(
     raw: RawChannel,
     api_key: &Secret,
     max_concurrent: NonZeroUsize,
+    (proxy, socket): (ProxySetting, Option<PathBuf>),
 ) -> Result<ChannelConfig, ConfigError> {
     match (raw.url, raw.command) {
         (Some(_), Some(_)) => Err(ConfigError::invalid(
@@ -85,6 +93,8 @@ fn channel_config(
             )),
             (None, None) => Ok(ChannelConfig::Http {
                 url: HttpUrl::endpoint(&format!("{key}.url"), &url)?,
+                proxy,
+                socket,
             }),
         },
         (None, Some(command)) => Ok(ChannelConfig::Stdio {
@@ -94,6 +104,58 @@ fn channel_config(
             session: stdio_session(key, raw.session, raw.initialize.unwrap_or_default())?,
         }),
     }
+}
+
+/// An HTTP channel's way out: its `proxy` (else `mcp.proxy`) and `socket`. Both only
+/// apply to HTTP channels, and a channel may not set both: a unix socket is reached
+/// directly, never through a proxy.
+fn http_egress(
+    key: &str,
+    raw: &RawChannel,
+    mcp_proxy: &ProxySetting,
+    env: &EnvVars,
+) -> Result<(ProxySetting, Option<PathBuf>), ConfigError> {
+    let stdio_only = |member: &str| {
+        ConfigError::invalid(
+            format!("{key}.{member}"),
+            "only applies to HTTP channels (url = \"http://...\"), not to command",
+        )
+    };
+    if raw.url.is_none() && raw.command.is_some() {
+        if raw.proxy.is_some() {
+            return Err(stdio_only("proxy"));
+        }
+        if raw.socket.is_some() {
+            return Err(stdio_only("socket"));
+        }
+    }
+    let socket = raw
+        .socket
+        .as_deref()
+        .map(|path| socket_path(&format!("{key}.socket"), path))
+        .transpose()?;
+    if socket.is_some() && raw.proxy.is_some() {
+        return Err(ConfigError::invalid(
+            format!("{key}.proxy"),
+            "cannot be set together with socket: a unix domain socket is reached directly, never through a proxy; remove one of them",
+        ));
+    }
+    if socket.is_some() {
+        return Ok((ProxySetting::Off, socket));
+    }
+    let proxy = proxy::setting(&format!("{key}.proxy"), raw.proxy.as_deref(), Some(mcp_proxy), env)?;
+    Ok((proxy, None))
+}
+
+/// A unix domain socket's path: absolute, without NUL.
+fn socket_path(key: &str, path: &str) -> Result<PathBuf, ConfigError> {
+    if path.is_empty() || !path.starts_with('/') || path.contains('\0') {
+        return Err(ConfigError::invalid(
+            key,
+            "must be the absolute path of a unix domain socket, e.g. \"/run/mcp.sock\"",
+        ));
+    }
+    Ok(PathBuf::from(path))
 }
 
 /// A stdio channel's `session` and `initialize`: who opens the child's session, and

@@ -240,9 +240,9 @@ fn prefixed_env_var(keys: &[&str]) -> String {
     format!("{PREFIX}{}", upper.join("__"))
 }
 
-/// `CONTROL_PLANE_TUNNEL_ID`, `CONTROL_PLANE_BASE_URL`, `CONTROL_PLANE_ORGANIZATION_ID`
-/// and `HEALTH_LISTEN_ADDR`, taken as plain strings (`HEALTH_LISTEN_ADDR` in the
-/// official client's forms too: see [`health_listen`]).
+/// `CONTROL_PLANE_TUNNEL_ID`, `CONTROL_PLANE_BASE_URL`, `CONTROL_PLANE_ORGANIZATION_ID`,
+/// `HEALTH_LISTEN_ADDR` and the official client's proxy variables, taken as plain strings
+/// (`HEALTH_LISTEN_ADDR` in the official client's forms too: see [`health_listen`]).
 fn anchor_scalars(env: &EnvVars) -> Layer {
     let mut dict = Dict::new();
     for (var, key) in [
@@ -256,6 +256,14 @@ fn anchor_scalars(env: &EnvVars) -> Layer {
     }
     if let Some(value) = env.non_blank("HEALTH_LISTEN_ADDR") {
         insert(&mut dict, &path(&["ops", "listen"]), health_listen(value).into());
+    }
+    // The official client's proxies: explicit settings (never environment proxies); the
+    // global one applies to each scope that has none of its own.
+    let global = env.non_blank("TUNNEL_CLIENT_HTTP_PROXY");
+    for (var, section) in [("CONTROL_PLANE_HTTP_PROXY", "control_plane"), ("MCP_HTTP_PROXY", "mcp")] {
+        if let Some(value) = env.non_blank(var).or(global) {
+            insert(&mut dict, &path(&[section, "proxy"]), value.into());
+        }
     }
     anchor_layer(dict)
 }
@@ -304,6 +312,8 @@ fn anchor_var(keys: &[&str]) -> String {
         ["control_plane", "base_url"] => "CONTROL_PLANE_BASE_URL",
         ["control_plane", "organization_id"] => "CONTROL_PLANE_ORGANIZATION_ID",
         ["ops", "listen"] => "HEALTH_LISTEN_ADDR",
+        ["control_plane", "proxy"] => "CONTROL_PLANE_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",
+        ["mcp", "proxy"] => "MCP_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",
         ["mcp", "channels", "main", "url"] => "MCP_SERVER_URL",
         ["mcp", "channels", "main", "command", ..] => "MCP_COMMAND",
         _ => "MCP_SERVER_URL and MCP_COMMAND",

@@ -30,6 +30,7 @@ struct ControlPlaneView<'a> {
     max_inflight: usize,
     post_timeout: String,
     post_attempts: u32,
+    proxy: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     organization_id: Option<&'a str>,
     /// Last: a table follows the plain values.
@@ -42,6 +43,7 @@ struct McpView<'a> {
     max_concurrent: usize,
     request_timeout: String,
     connect_timeout: String,
+    proxy: String,
     channels: BTreeMap<&'a str, ChannelView<'a>>,
 }
 
@@ -59,6 +61,10 @@ struct ChannelView<'a> {
     session: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     initialize: Option<InitializeView<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proxy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    socket: Option<std::borrow::Cow<'a, str>>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     headers: BTreeMap<&'a str, String>,
 }
@@ -192,6 +198,7 @@ fn control_plane(config: &Config) -> ControlPlaneView<'_> {
         max_inflight: cp.max_inflight.get(),
         post_timeout: duration(cp.post_timeout),
         post_attempts: cp.post_attempts.get(),
+        proxy: cp.proxy.masked(),
         organization_id: cp.organization_id.as_deref(),
         headers: headers_view(&cp.headers),
     }
@@ -219,19 +226,22 @@ fn mcp(config: &Config) -> McpView<'_> {
         max_concurrent: config.mcp.max_concurrent.get(),
         request_timeout: duration(config.mcp.request_timeout),
         connect_timeout: duration(config.mcp.connect_timeout),
+        proxy: config.mcp.proxy.masked(),
         channels,
     }
 }
 
 fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
     match channel {
-        ChannelConfig::Http { url } => ChannelView {
+        ChannelConfig::Http { url, proxy, socket } => ChannelView {
             url: Some(url.as_str()),
             command: None,
             env: None,
             max_concurrent: None,
             session: None,
             initialize: None,
+            proxy: socket.is_none().then(|| proxy.masked()),
+            socket: socket.as_ref().map(|p| p.to_string_lossy()),
             headers: BTreeMap::new(),
         },
         ChannelConfig::Stdio {
@@ -255,6 +265,8 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
                 capabilities: &session.capabilities,
                 timeout: duration(session.timeout),
             }),
+            proxy: None,
+            socket: None,
             headers: BTreeMap::new(),
         },
     }

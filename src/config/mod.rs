@@ -27,6 +27,7 @@ mod http_url;
 mod layers;
 mod masked;
 mod number;
+mod proxy;
 mod raw;
 mod secret;
 mod text;
@@ -47,6 +48,7 @@ pub use defaults::STDIO_PROTOCOL_VERSION;
 pub use error::ConfigError;
 pub use headers::{HeaderSet, ORGANIZATION_HEADER};
 pub use http_url::HttpUrl;
+pub use proxy::{EnvProxies, ProxySetting, ProxyUrl};
 pub use secret::Secret;
 pub use tunnel_id::TunnelId;
 
@@ -84,6 +86,8 @@ pub struct ControlPlane {
     /// Sent on every control-plane request (`CONTROL_PLANE_EXTRA_HEADERS` under
     /// `control_plane.headers`); no reserved name.
     pub headers: HeaderSet,
+    /// `control_plane.proxy`: how the control plane is reached.
+    pub proxy: ProxySetting,
 }
 
 /// `[mcp]`: the downstream MCP servers.
@@ -100,13 +104,22 @@ pub struct Mcp {
     /// The configured headers of each HTTP channel that has any (`MCP_EXTRA_HEADERS`
     /// under `mcp.channels.NAME.headers`), sent to that channel's server only.
     pub headers: BTreeMap<ChannelName, HeaderSet>,
+    /// `mcp.proxy`: the HTTP channels' proxy unless a channel sets its own.
+    pub proxy: ProxySetting,
 }
 
 /// One `[mcp.channels.NAME]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelConfig {
-    /// Streamable HTTP; `url` is an http(s) URL without a fragment.
-    Http { url: HttpUrl },
+    /// Streamable HTTP; `url` is an http(s) URL without a fragment. `proxy` is the
+    /// channel's own `proxy`, else `mcp.proxy`; `socket` (a unix domain socket path) is
+    /// never set together with an explicit channel proxy, and when set the channel goes
+    /// direct (`proxy` is [`ProxySetting::Off`]).
+    Http {
+        url: HttpUrl,
+        proxy: ProxySetting,
+        socket: Option<PathBuf>,
+    },
     /// stdio; `command` is a non-empty argv (no shell). `env` is added on top of a
     /// minimal base and never names the API key variable, `TUNNELGATE_*` or
     /// `CONTROL_PLANE_*`. `max_concurrent` is the effective bound on requests in flight to

@@ -33,6 +33,7 @@ pub(super) struct RawControlPlane {
     pub(super) post_attempts: Option<u64>,
     pub(super) organization_id: Option<String>,
     pub(super) headers: Option<BTreeMap<String, String>>,
+    pub(super) proxy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -42,6 +43,7 @@ pub(super) struct RawMcp {
     pub(super) request_timeout: Option<String>,
     pub(super) connect_timeout: Option<String>,
     pub(super) channels: BTreeMap<String, RawChannel>,
+    pub(super) proxy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -54,6 +56,8 @@ pub(super) struct RawChannel {
     pub(super) session: Option<String>,
     pub(super) initialize: Option<RawInitialize>,
     pub(super) headers: Option<BTreeMap<String, String>>,
+    pub(super) proxy: Option<String>,
+    pub(super) socket: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -66,6 +66,14 @@ impl Secret {
         }
     }
 
+    /// The same reference with another value (a normalized form of it).
+    pub(super) fn replaced(&self, value: String) -> Secret {
+        Secret {
+            value,
+            origin: self.origin.clone(),
+        }
+    }
+
     /// Resolves `reference` for `key`, reading `env` or the file it names.
     pub(super) fn resolve(key: &str, reference: &str, env: &EnvVars) -> Result<Secret, ConfigError> {
         let lowered = reference.to_ascii_lowercase();

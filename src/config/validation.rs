@@ -15,6 +15,7 @@ use super::error::ConfigError;
 use super::headers;
 use super::layers::EnvVars;
 use super::number::{attempts, count};
+use super::proxy;
 use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawRuntime, RawStrict, RawTelemetry};
 use super::{
     AmbiguityPolicy, Config, ControlPlane, HeaderSet, HttpUrl, LatchedStart, LogFormat, Mcp, Ops, Propagate, Runtime,
@@ -69,6 +70,7 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
         )?,
         organization_id: headers::organization_id(raw.organization_id)?,
         headers: HeaderSet::default(),
+        proxy: proxy::setting("control_plane.proxy", raw.proxy.as_deref(), None, env)?,
     };
     control_plane.headers = headers::control_plane(raw.headers, control_plane.organization_id.as_deref(), env)?;
     Ok(control_plane)
@@ -101,12 +103,14 @@ fn url_path(value: &str) -> Result<String, ConfigError> {
 fn mcp(mut raw: RawMcp, strict: bool, api_key: &Secret, env: &EnvVars) -> Result<Mcp, ConfigError> {
     let max_concurrent = max_concurrent(raw.max_concurrent, strict)?;
     let headers = headers::channels(&mut raw.channels, env)?;
+    let proxy = proxy::setting("mcp.proxy", raw.proxy.as_deref(), None, env)?;
     Ok(Mcp {
         max_concurrent,
         request_timeout: positive_duration("mcp.request_timeout", raw.request_timeout, default::REQUEST_TIMEOUT)?,
         connect_timeout: positive_duration("mcp.connect_timeout", raw.connect_timeout, default::CONNECT_TIMEOUT)?,
-        channels: channel::channels(raw.channels, api_key, max_concurrent)?,
+        channels: channel::channels(raw.channels, api_key, max_concurrent, &proxy, env)?,
         headers,
+        proxy,
     })
 }
 

@@ -12,6 +12,7 @@ use tracing::Instrument;
 use super::attempt::{AttemptResult, Delivery, PostKind};
 use super::backoff::parse_retry_after;
 use super::retry::{next_try, AfterAttempt, RetryPolicy};
+use crate::config::ProxySetting;
 use crate::descriptors::{chain_is_exhaustion, EXHAUSTION_WORDS};
 use crate::protocol::{decode_poll, Command, InvalidCommand, ShardToken};
 use crate::telemetry::{label_enum, DeliveryKind, Metrics, PollErrorLabel};
@@ -164,16 +165,29 @@ pub enum BuildError {
     Http(#[from] reqwest::Error),
     #[error("the response URL built from control_plane.base_url, url_path and tunnel_id does not parse")]
     Url,
+    #[error("control_plane.proxy: {0}")]
+    Proxy(#[from] crate::egress::proxy::EgressError),
 }
 
 impl ControlClient {
+    /// A client that reaches the control plane directly (no proxy).
     pub fn new(settings: ControlSettings, instance_id: &str, metrics: Arc<Metrics>) -> Result<Self, BuildError> {
-        let http = reqwest::Client::builder()
-            .no_proxy()
+        Self::with_egress(settings, instance_id, metrics, &ProxySetting::Off)
+    }
+
+    /// A client that reaches the control plane as `proxy` says (`control_plane.proxy`).
+    pub fn with_egress(
+        settings: ControlSettings,
+        instance_id: &str,
+        metrics: Arc<Metrics>,
+        proxy: &ProxySetting,
+    ) -> Result<Self, BuildError> {
+        let builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(settings.post_timeout.min(Duration::from_secs(10)))
-            .pool_idle_timeout(Duration::from_secs(50))
-            .build()?;
+            .pool_idle_timeout(Duration::from_secs(50));
+        let target = reqwest::Url::parse(&settings.base_url).map_err(|_| BuildError::Url)?;
+        let http = crate::egress::proxy::apply(builder, proxy, &target)?.build()?;
         let prefix = format!(
             "{}{}/v1/tunnels/{}",
             settings.base_url.trim_end_matches('/'),

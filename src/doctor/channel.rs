@@ -26,8 +26,8 @@ use super::report::{Check, Verdict};
 use super::Options;
 use crate::config::{ChannelConfig, HttpUrl, StdioSession};
 use crate::downstream::{
-    DownstreamRequest, HttpSettings, HttpTransport, LegFailure, LegResult, NotifySink, SessionSettings, StdioSettings,
-    StdioTransport,
+    DownstreamRequest, HttpEgress, HttpSettings, HttpTransport, LegFailure, LegResult, NotifySink, SessionSettings,
+    StdioSettings, StdioTransport,
 };
 use crate::protocol::{JsonRpcPayload, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::strict::{Admission, CommandRef, Fence};
@@ -74,14 +74,20 @@ enum Unresolved {
 pub(super) async fn check(name: &str, channel: &ChannelConfig, probe: &Probe<'_>) -> Check {
     let check_name = format!("channel.{name}");
     match channel {
-        ChannelConfig::Http { url } => http(&check_name, name, url, probe).await,
+        ChannelConfig::Http { url, proxy, socket } => {
+            let egress = HttpEgress {
+                proxy: proxy.clone(),
+                socket: socket.clone(),
+            };
+            http(&check_name, name, url, egress, probe).await
+        }
         ChannelConfig::Stdio {
             command, env, session, ..
         } => stdio(&check_name, name, command, env, session, probe).await,
     }
 }
 
-async fn http(check_name: &str, channel: &str, url: &HttpUrl, probe: &Probe<'_>) -> Check {
+async fn http(check_name: &str, channel: &str, url: &HttpUrl, egress: HttpEgress, probe: &Probe<'_>) -> Check {
     let key = format!("mcp.channels.{channel}.url");
     let timeout = probe.options.timeout;
     let settings = HttpSettings {
@@ -89,7 +95,7 @@ async fn http(check_name: &str, channel: &str, url: &HttpUrl, probe: &Probe<'_>)
         request_timeout: timeout,
         max_body_bytes: MAX_BODY_BYTES,
     };
-    let transport = match HttpTransport::new(channel, url, settings) {
+    let transport = match HttpTransport::with_egress(channel, url, settings, egress) {
         Ok(t) => t.with_headers(crate::app::channel_headers(probe.config, channel)),
         Err(e) => return Check::fail(check_name, format!("{key}: {e}")),
     };
@@ -330,6 +336,12 @@ fn leg_words(failure: &LegFailure, key: &str, timeout: Duration) -> (Verdict, St
         LegFailure::ConnectRefused => fail(net_words(NetFailure::Refused, key, timeout)),
         LegFailure::ConnectFailed => fail(net_words(NetFailure::Connect, key, timeout)),
         LegFailure::Tls => fail(net_words(NetFailure::Tls, key, timeout)),
+        LegFailure::ProxyRefused => fail(format!(
+            "the egress proxy refused to open a tunnel (CONNECT) to {key}: check the proxy's rules, or the channel's proxy setting (its proxy key, mcp.proxy, HTTPS_PROXY)"
+        )),
+        LegFailure::ProxyAuthRequired => fail(format!(
+            "the egress proxy wants credentials (407) for {key}: give them in the proxy URL's userinfo (http://user:password@host:port), as a secret reference"
+        )),
         LegFailure::TimeoutAfterWrite | LegFailure::DeadlineBeforeSend => {
             fail(net_words(NetFailure::Timeout, key, timeout).replacen("no answer", "no answer to initialize", 1))
         }

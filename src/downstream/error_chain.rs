@@ -26,6 +26,11 @@ pub(crate) struct SendFacts {
     /// The gateway ran out of descriptors or socket memory (`EMFILE`, `ENFILE`, `ENOMEM`,
     /// `ENOBUFS`): a local failure, never the peer's.
     pub(crate) exhausted: bool,
+    /// A proxy did not open the `CONNECT` tunnel (a non-2xx answer, or it closed or
+    /// garbled its answer): nothing of the request was written.
+    pub(crate) proxy_refused: bool,
+    /// A proxy answered the `CONNECT` with `407 Proxy Authentication Required`.
+    pub(crate) proxy_auth: bool,
 }
 
 impl SendFacts {
@@ -39,6 +44,8 @@ impl SendFacts {
             refused,
             tcp_stage,
             exhausted: false,
+            proxy_refused: false,
+            proxy_auth: false,
         }
     }
 
@@ -67,6 +74,19 @@ impl SendFacts {
             // chain that this crate depends on.
             tcp_stage: chain_mentions(error, &["tcp connect error"]),
             exhausted: crate::descriptors::chain_is_exhaustion(error),
+            // Text only: hyper-util 0.1.21's `TunnelError` is not exported; its
+            // `Display` is "tunnel error: <what>". Its "failed to create underlying
+            // connection" is the TCP connect to the proxy, read by the facts above.
+            proxy_refused: chain_mentions(
+                error,
+                &[
+                    "tunnel error: unsuccessful",
+                    "tunnel error: unexpected end of file",
+                    "tunnel error: io error establishing tunnel",
+                    "tunnel error: proxy response headers too long",
+                ],
+            ),
+            proxy_auth: chain_mentions(error, &["tunnel error: proxy authorization required"]),
         }
     }
 }

@@ -4,11 +4,15 @@
 //! Invariants:
 //! - nothing is sent without a fresh [`Admission::recheck`] right before the send (POST,
 //!   resume GET, session DELETE), and nothing is sent once the leg's deadline has passed;
-//! - a request is sent at most once: no redirects, no client-side retries, no proxy; the
-//!   only follow-up request is a bounded resume (`GET` with `Last-Event-ID`), never a
-//!   replay of the POST;
-//! - `not_sent` only when the failure happened while connecting (DNS, TCP, TLS) or before
-//!   the send began; anything after that without a terminal response is `abandoned`;
+//! - a request is sent at most once: no redirects, no client-side retries; the only
+//!   follow-up request is a bounded resume (`GET` with `Last-Event-ID`), never a replay
+//!   of the POST;
+//! - the channel reaches its server directly, through the proxy its configuration names
+//!   (`egress::proxy`: `CONNECT` for https, forwarded for http), or over a unix socket;
+//! - `not_sent` only when the failure happened while connecting (DNS, TCP, TLS, a proxy's
+//!   refused `CONNECT`) or before the send began, or when a forwarding proxy answered
+//!   `407` (it forwarded nothing); anything after that without a terminal response is
+//!   `abandoned` (a forwarding proxy's `502`/`504` included);
 //! - `answered` only for a whole JSON body holding a JSON-RPC response for the request's
 //!   id, or the SSE event carrying it (the sentinel); a closed stream is never "done";
 //! - every wait ends by `min(command deadline, now + request_timeout)`;
@@ -20,6 +24,7 @@
 //! dispatcher acts on them.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
@@ -36,7 +41,8 @@ use tokio::time::{timeout_at, Instant};
 use super::error_chain::SendFacts;
 use super::sse::SseParser;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, Notification, NotifySink, Reply};
-use crate::config::HttpUrl;
+use crate::config::{HttpUrl, ProxySetting};
+use crate::egress::proxy::{EgressError, Route};
 use crate::protocol::{
     filter_resp_headers, header_value, RespType, WireHeaders, LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
@@ -53,6 +59,32 @@ pub struct HttpSettings {
     pub max_body_bytes: usize,
 }
 
+/// How a channel's requests leave: its proxy rules and, instead, a unix domain socket
+/// (which is always reached directly, keeping the URL's host as `Host`).
+#[derive(Clone, Debug)]
+pub struct HttpEgress {
+    pub proxy: ProxySetting,
+    pub socket: Option<PathBuf>,
+}
+
+impl HttpEgress {
+    /// Straight to the URL's host: no proxy, no socket.
+    pub fn direct() -> Self {
+        Self {
+            proxy: ProxySetting::Off,
+            socket: None,
+        }
+    }
+
+    /// How requests for `url` leave.
+    fn route(&self, url: &Url) -> Route {
+        if self.socket.is_some() {
+            return Route::Direct;
+        }
+        crate::egress::proxy::route(&self.proxy, url)
+    }
+}
+
 /// Why a channel's transport could not be built. Messages never include the URL (it may
 /// carry credentials); the channel is a field, for callers that report it.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +99,12 @@ pub enum HttpSetupError {
         #[source]
         source: reqwest::Error,
     },
+    #[error("the channel's proxy cannot be used: {source}")]
+    Proxy {
+        channel: String,
+        #[source]
+        source: EgressError,
+    },
 }
 
 impl HttpSetupError {
@@ -76,6 +114,7 @@ impl HttpSetupError {
             Self::InvalidUrl { .. } => "invalid_url",
             Self::UnsupportedScheme { .. } => "unsupported_scheme",
             Self::Client { .. } => "client_build",
+            Self::Proxy { .. } => "proxy",
         }
     }
 }
@@ -91,6 +130,9 @@ struct Inner {
     url: Url,
     https: bool,
     settings: HttpSettings,
+    egress: HttpEgress,
+    /// How requests for `url` leave: what a proxy's answer proves depends on it.
+    route: Route,
     /// `None` after [`HttpTransport::close_connections`]: the next leg builds a fresh one.
     client: Mutex<Option<reqwest::Client>>,
     up: AtomicBool,
@@ -226,10 +268,20 @@ impl HttpTransport {
     /// the configuration accepts and WHATWG does not (say, host `1.2.3.999`) is
     /// [`HttpSetupError::InvalidUrl`].
     pub fn new(channel: &str, url: &HttpUrl, settings: HttpSettings) -> Result<Self, HttpSetupError> {
+        Self::with_egress(channel, url, settings, HttpEgress::direct())
+    }
+
+    /// [`HttpTransport::new`], leaving as `egress` says (the channel's proxy or socket).
+    pub fn with_egress(
+        channel: &str,
+        url: &HttpUrl,
+        settings: HttpSettings,
+        egress: HttpEgress,
+    ) -> Result<Self, HttpSetupError> {
         let parsed = Url::parse(url.as_str()).map_err(|_| HttpSetupError::InvalidUrl {
             channel: channel.to_owned(),
         })?;
-        Self::build(channel, parsed, url.is_https(), settings)
+        Self::build(channel, parsed, url.is_https(), settings, egress)
     }
 
     /// Builds the channel's transport for a URL given as text that did not come through
@@ -251,21 +303,35 @@ impl HttpTransport {
         if !url.has_host() {
             return Err(invalid());
         }
-        Self::build(channel, url, https, settings)
+        Self::build(channel, url, https, settings, HttpEgress::direct())
     }
 
-    fn build(channel: &str, url: Url, https: bool, settings: HttpSettings) -> Result<Self, HttpSetupError> {
+    fn build(
+        channel: &str,
+        url: Url,
+        https: bool,
+        settings: HttpSettings,
+        egress: HttpEgress,
+    ) -> Result<Self, HttpSetupError> {
         let connects = watch::ConnectSlot::default();
-        let client = build_client(&settings, &connects).map_err(|source| HttpSetupError::Client {
-            channel: channel.to_owned(),
-            source,
+        let client = build_client(&url, &settings, &egress, &connects).map_err(|e| match e {
+            ClientError::Http(source) => HttpSetupError::Client {
+                channel: channel.to_owned(),
+                source,
+            },
+            ClientError::Proxy(source) => HttpSetupError::Proxy {
+                channel: channel.to_owned(),
+                source,
+            },
         })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 channel: channel.to_owned(),
+                route: egress.route(&url),
                 url,
                 https,
                 settings,
+                egress,
                 client: Mutex::new(Some(client)),
                 up: AtomicBool::new(true),
                 connects,
@@ -363,6 +429,7 @@ impl HttpTransport {
         let client = self.client()?;
         let request = self.post_request(&client, req)?;
         let resp = self.send(&client, admission, request, deadline).await?;
+        self.forwarded_nothing(admission, &resp)?;
 
         let status = resp.status();
         let resp_headers = response_headers(resp.headers());
@@ -615,6 +682,7 @@ impl HttpTransport {
             .build()
             .map_err(|_| LegFailure::InternalBeforeSend)?;
         let resp = self.send(&client, admission, request, deadline).await?;
+        self.forwarded_nothing(admission, &resp)?;
         let status = resp.status().as_u16();
         let resp_headers = response_headers(resp.headers());
         let _ = resp.bytes().now_or_never();
@@ -675,6 +743,18 @@ impl HttpTransport {
         }
     }
 
+    /// A forwarding proxy's `407` to the leg's first request: the proxy wants
+    /// credentials and forwarded nothing, so nothing reached the MCP server, and the
+    /// admission says so ([`Admission::not_forwarded`]). Any other answer through a
+    /// forwarding proxy (its `502` and `504` included) is classified as the server's.
+    fn forwarded_nothing(&self, admission: &Admission, resp: &reqwest::Response) -> Result<(), LegFailure> {
+        if self.inner.route == Route::Forward && resp.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+            admission.not_forwarded();
+            return Err(LegFailure::ProxyAuthRequired);
+        }
+        Ok(())
+    }
+
     fn leg_deadline(&self, command_deadline: Option<Instant>) -> Instant {
         let own = Instant::now() + self.inner.settings.request_timeout;
         command_deadline.map_or(own, |d| d.min(own))
@@ -685,8 +765,13 @@ impl HttpTransport {
         if let Some(client) = slot.as_ref() {
             return Ok(client.clone());
         }
-        let client =
-            build_client(&self.inner.settings, &self.inner.connects).map_err(|_| LegFailure::InternalBeforeSend)?;
+        let client = build_client(
+            &self.inner.url,
+            &self.inner.settings,
+            &self.inner.egress,
+            &self.inner.connects,
+        )
+        .map_err(|_| LegFailure::InternalBeforeSend)?;
         *slot = Some(client.clone());
         Ok(client)
     }
@@ -754,7 +839,12 @@ impl Expected {
 /// down, anything that reached the server marks it up, refusals before sending say nothing.
 fn reached_server(failure: &LegFailure) -> Option<bool> {
     match failure {
-        LegFailure::Dns | LegFailure::ConnectRefused | LegFailure::ConnectFailed | LegFailure::Tls => Some(false),
+        LegFailure::Dns
+        | LegFailure::ConnectRefused
+        | LegFailure::ConnectFailed
+        | LegFailure::Tls
+        | LegFailure::ProxyRefused
+        | LegFailure::ProxyAuthRequired => Some(false),
         LegFailure::NotAdmitted
         | LegFailure::DeadlineBeforeSend
         | LegFailure::InternalBeforeSend
@@ -795,6 +885,13 @@ fn classify_send_error(facts: SendFacts, https: bool) -> LegFailure {
         } else {
             LegFailure::ConnectionLost
         };
+    }
+    // A proxy that would not open the tunnel: nothing of the request was written.
+    if facts.proxy_auth {
+        return LegFailure::ProxyAuthRequired;
+    }
+    if facts.proxy_refused {
+        return LegFailure::ProxyRefused;
     }
     if facts.refused {
         return LegFailure::ConnectRefused;
@@ -874,17 +971,33 @@ async fn refusal(
     }
 }
 
-fn build_client(settings: &HttpSettings, connects: &watch::ConnectSlot) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
+/// Why a channel's client could not be built.
+enum ClientError {
+    Http(reqwest::Error),
+    Proxy(EgressError),
+}
+
+fn build_client(
+    url: &Url,
+    settings: &HttpSettings,
+    egress: &HttpEgress,
+    connects: &watch::ConnectSlot,
+) -> Result<reqwest::Client, ClientError> {
+    let builder = reqwest::Client::builder()
         .connector_layer(watch::WatchConnects(connects.clone()))
         .connect_timeout(settings.connect_timeout)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         // Even "safe" protocol-level retries could resend a request the server processed.
         .retry(reqwest::retry::never())
-        .referer(false)
-        .build()
+        .referer(false);
+    let mut builder = crate::egress::proxy::apply(builder, &egress.proxy, url).map_err(ClientError::Proxy)?;
+    if let Some(path) = &egress.socket {
+        // The URL keeps naming the server (its host is the `Host` header); the bytes go
+        // to the socket, never through a proxy.
+        builder = builder.no_proxy().unix_socket(path.clone());
+    }
+    builder.build().map_err(ClientError::Http)
 }
 
 /// The command's connector headers, multi-valued and in order, minus hop-by-hop headers
@@ -998,3 +1111,6 @@ mod watch;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod proxy_tests;

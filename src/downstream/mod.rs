@@ -15,7 +15,7 @@ mod stdio;
 mod test_support;
 
 pub use channels::{Channels, Transport, TransportKind};
-pub use http::{HttpSettings, HttpSetupError, HttpTransport};
+pub use http::{HttpEgress, HttpSettings, HttpSetupError, HttpTransport};
 pub use outcome::{
     LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, LOCAL_EXHAUSTION_MESSAGE, REFUSED_MESSAGE,
     SESSION_NOT_OPEN_MESSAGE, SUBSCRIPTION_ENDED_MESSAGE,

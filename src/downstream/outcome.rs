@@ -54,6 +54,12 @@ pub enum LegFailure {
     ConnectFailed,
     /// TLS handshake failed.
     Tls,
+    /// The egress proxy did not open the `CONNECT` tunnel (a non-2xx answer, or it cut or
+    /// garbled its answer): nothing of the request was written.
+    ProxyRefused,
+    /// The egress proxy answered `407 Proxy Authentication Required`: to the `CONNECT`,
+    /// or to a forwarded request, which it then did not forward.
+    ProxyAuthRequired,
     /// The stdio child was not running (or could not be spawned) before the write.
     ChildNotRunning,
     /// The gateway refused to send: the fence was latched or the gateway is stopping.
@@ -113,6 +119,8 @@ impl LegFailure {
             | Self::ConnectRefused
             | Self::ConnectFailed
             | Self::Tls
+            | Self::ProxyRefused
+            | Self::ProxyAuthRequired
             | Self::ChildNotRunning
             | Self::NotAdmitted
             | Self::DeadlineBeforeSend
@@ -150,6 +158,8 @@ impl LegFailure {
             Self::ConnectRefused => "connection_refused",
             Self::ConnectFailed => "dial",
             Self::Tls => "tls",
+            Self::ProxyRefused => "proxy_refused",
+            Self::ProxyAuthRequired => "proxy_auth_required",
             Self::ChildNotRunning => "child_not_running",
             Self::NotAdmitted => "not_admitted",
             Self::DeadlineBeforeSend => "deadline_before_send",
@@ -180,6 +190,8 @@ impl LegFailure {
             Self::ConnectRefused => (S::Connect, Some("connection_refused"), false, None),
             Self::ConnectFailed => (S::Connect, Some("dial"), false, None),
             Self::Tls => (S::Tls, Some("tls"), false, None),
+            // The proxy is the gateway's way out, not the target: a failed dial.
+            Self::ProxyRefused | Self::ProxyAuthRequired => (S::Connect, Some("dial"), false, None),
             Self::ChildNotRunning => (S::TransportClosed, Some("closed_pipe"), false, None),
             Self::NotAdmitted => (S::ClientInternal, None, false, None),
             Self::DeadlineBeforeSend => (S::Timeout, Some("timeout"), false, None),
@@ -238,6 +250,8 @@ impl LegFailure {
             | Self::ConnectRefused
             | Self::ConnectFailed
             | Self::Tls
+            | Self::ProxyRefused
+            | Self::ProxyAuthRequired
             | Self::ChildNotRunning
             | Self::NotAdmitted
             | Self::InternalBeforeSend

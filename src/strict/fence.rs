@@ -150,7 +150,8 @@ enum WireState {
     None,
     /// A connection for it is being made; none of its bytes has left.
     Connecting,
-    /// Bytes of it may have reached the server (monotonic).
+    /// Bytes of it may have reached the server (monotonic, but for one proof to the
+    /// contrary: a forwarding proxy's `407`, see [`Admission::not_forwarded`]).
     Sent,
     /// Handed to a client that may write it on a pooled connection without telling:
     /// counted as sent, unless the connector reports a new connection for it first.
@@ -491,6 +492,17 @@ impl<S: FenceSync> Admission<S> {
         self.inner.check(&mut state, self.is_sent())?;
         WireState::Sent.store::<S>(&self.wire);
         Ok(())
+    }
+
+    /// The request went no further than a forwarding proxy, which answered that it did
+    /// not forward it (`407 Proxy Authentication Required`): nothing of it reached an MCP
+    /// server, so the admission is back to "nothing sent" (a stop from then on is clean,
+    /// as after a refused connect). Decided under the fence's lock. A transport calls it
+    /// only for the answer to the leg's first request, never once an earlier request of
+    /// the leg may have reached a server.
+    pub fn not_forwarded(&self) {
+        let _state = self.inner.lock();
+        WireState::None.store::<S>(&self.wire);
     }
 
     /// Whether bytes of this request may have reached an MCP server.

@@ -22,6 +22,7 @@ mod ops_flood;
 mod otlp;
 mod peers;
 mod prometheus;
+mod proxy;
 mod ready;
 mod replies;
 mod resume;

@@ -11,10 +11,17 @@ headers this very request carried), and trace_seen() (the W3C
 trace context this very request carried: its `traceparent`/`tracestate` HTTP headers,
 its `params._meta` keys and trace fields, and the parent the SDK's own OpenTelemetry
 middleware extracted from `_meta`).
-Serves Streamable HTTP on 127.0.0.1 only, at /mcp, or stdio.
+Serves Streamable HTTP on 127.0.0.1 (or the test's own `--host`, e.g. an address in a
+network namespace of the test's own), at /mcp, or on a unix domain socket (`--uds`), or
+stdio.
 
     .peers/venv/bin/python tests/peers/py_server.py --port N --mode json|sse|stateless
+    .peers/venv/bin/python tests/peers/py_server.py --host 10.213.0.2 --port N --mode json
+    .peers/venv/bin/python tests/peers/py_server.py --uds /tmp/x.sock --allowed-host mcp.internal
     .peers/venv/bin/python tests/peers/py_server.py --mode stdio|stdio-modern
+
+On a unix socket the server accepts only requests whose `Host` is `--allowed-host`
+(421 otherwise): a test reads from that which host its client sent.
 
 Modes: `json` answers requests with application/json; `sse` (the SDK default) answers
 with text/event-stream; `stateless` answers with JSON and issues no session id; `stdio`
@@ -161,9 +168,31 @@ async def serve_modern_stdio(server: MCPServer) -> None:
                 await write_stream.aclose()
 
 
+def serve_uds(server: MCPServer, args: argparse.Namespace) -> None:
+    """Streamable HTTP on a unix domain socket, accepting only `--allowed-host` as Host."""
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if not args.allowed_host:
+        raise SystemExit("--uds needs --allowed-host")
+    app = server.streamable_http_app(
+        json_response=args.mode in ("json", "stateless"),
+        stateless_http=args.mode == "stateless",
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[args.allowed_host],
+            allowed_origins=[],
+        ),
+    )
+    uvicorn.run(app, uds=args.uds, log_level="warning")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--uds")
+    parser.add_argument("--allowed-host")
     parser.add_argument("--mode", choices=["json", "sse", "stateless", "stdio", "stdio-modern"], default="json")
     args = parser.parse_args()
 
@@ -174,11 +203,14 @@ def main() -> int:
     if args.mode == "stdio-modern":
         anyio.run(serve_modern_stdio, server)
         return 0
+    if args.uds is not None:
+        serve_uds(server, args)
+        return 0
     if args.port is None:
-        parser.error("--port is required unless --mode stdio or stdio-modern")
+        parser.error("--port is required unless --mode stdio, stdio-modern or --uds")
     server.run(
         "streamable-http",
-        host="127.0.0.1",
+        host=args.host,
         port=args.port,
         json_response=args.mode in ("json", "stateless"),
         stateless_http=args.mode == "stateless",

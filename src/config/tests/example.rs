@@ -55,6 +55,8 @@ fn example_config_documents_every_key_with_its_env_form() {
         "# client_version = ",
         "# capabilities = ",
         "# timeout = ",
+        "__PROXY\n# proxy = ",
+        "__SOCKET\n# socket = ",
     ] {
         assert!(text.contains(channel_key), "example shows {channel_key:?}");
     }

@@ -2,7 +2,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::*;
-use crate::config::{ChannelConfig, HttpUrl, StdioSession};
+use crate::config::{ChannelConfig, HttpUrl, ProxySetting, StdioSession};
 
 fn with_env(toml: &str, pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
     load(toml, &Overrides::default(), pairs)
@@ -11,6 +11,8 @@ fn with_env(toml: &str, pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
 fn http(url: &str) -> ChannelConfig {
     ChannelConfig::Http {
         url: HttpUrl::endpoint("url", url).expect("a valid URL"),
+        proxy: ProxySetting::Env(Box::default()),
+        socket: None,
     }
 }
 

@@ -5,7 +5,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::{AmbiguityPolicy, ChannelConfig, HttpUrl, LogFormat, Propagate, SessionOwner, StdioSession};
+use crate::config::{
+    AmbiguityPolicy, ChannelConfig, HttpUrl, LogFormat, Propagate, ProxySetting, SessionOwner, StdioSession,
+};
 
 #[test]
 fn minimal_config_gets_every_default() {
@@ -38,6 +40,8 @@ fn minimal_config_gets_every_default() {
     assert_eq!(config.runtime.worker_threads.get(), 1);
     let main = ChannelConfig::Http {
         url: HttpUrl::endpoint("url", "http://127.0.0.1:3001/mcp").expect("a valid URL"),
+        proxy: ProxySetting::Env(Box::default()),
+        socket: None,
     };
     assert_eq!(config.mcp.channels.get("main"), Some(&main));
 }

@@ -34,6 +34,22 @@ fn table() -> Vec<Row> {
         ),
         (LegFailure::Tls, NotSent, "tls", Some("tls"), NOT_SENT_MESSAGE, 502),
         (
+            LegFailure::ProxyRefused,
+            NotSent,
+            "connect",
+            Some("dial"),
+            NOT_SENT_MESSAGE,
+            502,
+        ),
+        (
+            LegFailure::ProxyAuthRequired,
+            NotSent,
+            "connect",
+            Some("dial"),
+            NOT_SENT_MESSAGE,
+            502,
+        ),
+        (
             LegFailure::ChildNotRunning,
             NotSent,
             "transport_closed",
