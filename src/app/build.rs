@@ -211,12 +211,13 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                     request_timeout: config.mcp.request_timeout,
                     max_body_bytes: MAX_HTTP_BODY_BYTES,
                 };
-                Transport::Http(
-                    HttpTransport::new(name, url, settings).map_err(|e| GatewayError::Channel {
+                let tls = crate::egress::tls::client_config(&config.mcp.tls_of(name)).map_err(GatewayError::Tls)?;
+                Transport::Http(HttpTransport::with_tls(name, url, settings, tls).map_err(|e| {
+                    GatewayError::Channel {
                         channel: name.to_string(),
                         problem: e.to_string(),
-                    })?,
-                )
+                    }
+                })?)
             }
             ChannelConfig::Stdio {
                 command,
@@ -283,5 +284,6 @@ pub(crate) fn build_control(
         post_attempts: cp.post_attempts.get(),
         server_info: server_info_header(&declared),
     };
-    ControlClient::new(settings, instance_id, metrics.clone()).map_err(GatewayError::ControlClient)
+    let tls = crate::egress::tls::client_config(&cp.tls).map_err(GatewayError::Tls)?;
+    ControlClient::with_tls(settings, instance_id, metrics.clone(), tls).map_err(GatewayError::ControlClient)
 }

@@ -250,8 +250,23 @@ fn anchor_scalars(env: &EnvVars) -> Layer {
             insert(&mut dict, &path(&["control_plane", key]), value.into());
         }
     }
+    for (var, keys) in ANCHOR_TLS {
+        if let Some(value) = env.non_blank(var) {
+            insert(&mut dict, &path(keys), value.into());
+        }
+    }
     anchor_layer(dict)
 }
+
+/// The official client's TLS variables: `CA_BUNDLE` serves both scopes, as upstream.
+const ANCHOR_TLS: [(&str, &[&str]); 6] = [
+    ("CA_BUNDLE", &["control_plane", "tls", "ca_file"]),
+    ("CA_BUNDLE", &["mcp", "tls", "ca_file"]),
+    ("CONTROL_PLANE_CLIENT_CERT", &["control_plane", "tls", "client_cert"]),
+    ("CONTROL_PLANE_CLIENT_KEY", &["control_plane", "tls", "client_key"]),
+    ("MCP_CLIENT_CERT", &["mcp", "tls", "client_cert"]),
+    ("MCP_CLIENT_KEY", &["mcp", "tls", "client_key"]),
+];
 
 /// `MCP_SERVER_URL` and `MCP_COMMAND` (split on whitespace) as channel `main`.
 fn anchor_channel(env: &EnvVars) -> Layer {
@@ -280,6 +295,11 @@ fn anchor_var(keys: &[&str]) -> String {
         ["control_plane", "base_url"] => "CONTROL_PLANE_BASE_URL",
         ["mcp", "channels", "main", "url"] => "MCP_SERVER_URL",
         ["mcp", "channels", "main", "command", ..] => "MCP_COMMAND",
+        [_, "tls", "ca_file"] => "CA_BUNDLE",
+        ["control_plane", "tls", "client_cert"] => "CONTROL_PLANE_CLIENT_CERT",
+        ["control_plane", "tls", "client_key"] => "CONTROL_PLANE_CLIENT_KEY",
+        ["mcp", "tls", "client_cert"] => "MCP_CLIENT_CERT",
+        ["mcp", "tls", "client_key"] => "MCP_CLIENT_KEY",
         _ => "MCP_SERVER_URL and MCP_COMMAND",
     };
     var.to_owned()

@@ -29,6 +29,8 @@ struct ControlPlaneView<'a> {
     max_inflight: usize,
     post_timeout: String,
     post_attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsView>,
 }
 
 #[derive(Serialize)]
@@ -37,6 +39,8 @@ struct McpView<'a> {
     request_timeout: String,
     connect_timeout: String,
     channels: BTreeMap<&'a str, ChannelView<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsView>,
 }
 
 #[derive(Serialize)]
@@ -53,6 +57,21 @@ struct ChannelView<'a> {
     session: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     initialize: Option<InitializeView<'a>>,
+    /// The channel's effective TLS files (its own table over `mcp.tls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsView>,
+}
+
+/// A `tls` table: paths are shown (they are not secrets); file contents never are.
+#[derive(Serialize)]
+struct TlsView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ca_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_cert: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_key: Option<String>,
+    ca_only: bool,
 }
 
 #[derive(Serialize)]
@@ -183,6 +202,7 @@ fn control_plane(config: &Config) -> ControlPlaneView<'_> {
         max_inflight: cp.max_inflight.get(),
         post_timeout: duration(cp.post_timeout),
         post_attempts: cp.post_attempts.get(),
+        tls: tls_view(&cp.tls),
     }
 }
 
@@ -191,14 +211,29 @@ fn mcp(config: &Config) -> McpView<'_> {
         .mcp
         .channels
         .iter()
-        .map(|(name, channel)| (name.as_str(), channel_view(channel)))
+        .map(|(name, channel)| {
+            let mut view = channel_view(channel);
+            view.tls = config.mcp.channel_tls.get(name).and_then(tls_view);
+            (name.as_str(), view)
+        })
         .collect();
     McpView {
         max_concurrent: config.mcp.max_concurrent.get(),
         request_timeout: duration(config.mcp.request_timeout),
         connect_timeout: duration(config.mcp.connect_timeout),
         channels,
+        tls: tls_view(&config.mcp.tls),
     }
+}
+
+fn tls_view(files: &super::TlsFiles) -> Option<TlsView> {
+    let shown = |f: &super::TlsFile| f.path.to_string_lossy().into_owned();
+    (!files.is_empty()).then(|| TlsView {
+        ca_file: files.ca_file.as_ref().map(shown),
+        client_cert: files.client.as_ref().map(|c| shown(&c.cert)),
+        client_key: files.client.as_ref().map(|c| shown(&c.key)),
+        ca_only: files.ca_only,
+    })
 }
 
 fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
@@ -210,6 +245,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
             max_concurrent: None,
             session: None,
             initialize: None,
+            tls: None,
         },
         ChannelConfig::Stdio {
             command,
@@ -232,6 +268,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
                 capabilities: &session.capabilities,
                 timeout: duration(session.timeout),
             }),
+            tls: None,
         },
     }
 }

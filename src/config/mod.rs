@@ -2,7 +2,8 @@
 //!
 //! Owns the mapping from configuration inputs to [`Config`]. Layers, lowest first:
 //! built-in defaults < the anchor client's variables (`CONTROL_PLANE_TUNNEL_ID`,
-//! `CONTROL_PLANE_BASE_URL`, `MCP_SERVER_URL`, `MCP_COMMAND`) < the TOML file <
+//! `CONTROL_PLANE_BASE_URL`, `MCP_SERVER_URL`, `MCP_COMMAND`, and the TLS files'
+//! `CA_BUNDLE`, `CONTROL_PLANE_CLIENT_CERT`/`_KEY`, `MCP_CLIENT_CERT`/`_KEY`) < the TOML file <
 //! `TUNNELGATE_` environment variables (`__` between levels) < command-line overrides.
 //! The anchor's `MCP_SERVER_URL` / `MCP_COMMAND` supply the `main` channel only when no
 //! other layer configures any channel.
@@ -26,6 +27,7 @@ mod number;
 mod raw;
 mod secret;
 mod text;
+mod tls;
 mod tunnel_id;
 mod validation;
 
@@ -43,6 +45,7 @@ pub use defaults::STDIO_PROTOCOL_VERSION;
 pub use error::ConfigError;
 pub use http_url::HttpUrl;
 pub use secret::Secret;
+pub use tls::{ClientIdentity, TlsFile, TlsFiles};
 pub use tunnel_id::TunnelId;
 
 use layers::{EnvVars, FileLayer};
@@ -74,6 +77,8 @@ pub struct ControlPlane {
     /// Non-zero; bounds one response POST attempt.
     pub post_timeout: Duration,
     pub post_attempts: NonZeroU32,
+    /// `control_plane.tls`: private CA and client certificate files.
+    pub tls: TlsFiles,
 }
 
 /// `[mcp]`: the downstream MCP servers.
@@ -87,6 +92,18 @@ pub struct Mcp {
     pub connect_timeout: Duration,
     /// 1 to 32 channels; names match `[A-Za-z0-9_-]{1,64}`.
     pub channels: BTreeMap<ChannelName, ChannelConfig>,
+    /// `mcp.tls` as written (the shared table).
+    pub tls: TlsFiles,
+    /// Each HTTP channel's effective TLS files (its `tls` over `mcp.tls`, key by key);
+    /// channels with none are absent.
+    pub channel_tls: BTreeMap<ChannelName, TlsFiles>,
+}
+
+impl Mcp {
+    /// The effective TLS files of channel `name` (empty when none apply).
+    pub fn tls_of(&self, name: &str) -> TlsFiles {
+        self.channel_tls.get(name).cloned().unwrap_or_default()
+    }
 }
 
 /// One `[mcp.channels.NAME]` entry.

@@ -31,6 +31,7 @@ pub(super) struct RawControlPlane {
     pub(super) max_inflight: Option<u64>,
     pub(super) post_timeout: Option<String>,
     pub(super) post_attempts: Option<u64>,
+    pub(super) tls: Option<RawTls>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -40,6 +41,7 @@ pub(super) struct RawMcp {
     pub(super) request_timeout: Option<String>,
     pub(super) connect_timeout: Option<String>,
     pub(super) channels: BTreeMap<String, RawChannel>,
+    pub(super) tls: Option<RawTls>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -51,6 +53,7 @@ pub(super) struct RawChannel {
     pub(super) max_concurrent: Option<u64>,
     pub(super) session: Option<String>,
     pub(super) initialize: Option<RawInitialize>,
+    pub(super) tls: Option<RawTls>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -94,4 +97,14 @@ pub(super) struct RawTelemetry {
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawRuntime {
     pub(super) worker_threads: Option<u64>,
+}
+
+/// A `tls` table as written; every key optional.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) ca_file: Option<String>,
+    pub(super) client_cert: Option<String>,
+    pub(super) client_key: Option<String>,
+    pub(super) ca_only: Option<bool>,
 }

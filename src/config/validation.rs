@@ -66,6 +66,7 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
             "control_plane.post_attempts",
             raw.post_attempts.unwrap_or(default::POST_ATTEMPTS),
         )?,
+        tls: super::tls::control_plane_tls(raw.tls)?,
     })
 }
 
@@ -93,13 +94,16 @@ fn url_path(value: &str) -> Result<String, ConfigError> {
     Ok(value.trim_end_matches('/').to_owned())
 }
 
-fn mcp(raw: RawMcp, strict: bool, api_key: &Secret) -> Result<Mcp, ConfigError> {
+fn mcp(mut raw: RawMcp, strict: bool, api_key: &Secret) -> Result<Mcp, ConfigError> {
     let max_concurrent = max_concurrent(raw.max_concurrent, strict)?;
+    let (tls, channel_tls) = super::tls::mcp_tls(raw.tls.take(), &mut raw.channels)?;
     Ok(Mcp {
         max_concurrent,
         request_timeout: positive_duration("mcp.request_timeout", raw.request_timeout, default::REQUEST_TIMEOUT)?,
         connect_timeout: positive_duration("mcp.connect_timeout", raw.connect_timeout, default::CONNECT_TIMEOUT)?,
         channels: channel::channels(raw.channels, api_key, max_concurrent)?,
+        tls,
+        channel_tls,
     })
 }
 

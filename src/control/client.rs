@@ -168,12 +168,29 @@ pub enum BuildError {
 
 impl ControlClient {
     pub fn new(settings: ControlSettings, instance_id: &str, metrics: Arc<Metrics>) -> Result<Self, BuildError> {
-        let http = reqwest::Client::builder()
+        Self::with_tls(settings, instance_id, metrics, None)
+    }
+
+    /// [`ControlClient::new`] with the TLS configuration of `control_plane.tls` (from
+    /// `egress::tls::client_config`); `None` keeps reqwest's own (platform roots, no
+    /// client certificate). Redirects are never followed, so a client certificate is
+    /// only ever offered to the control plane's own origin.
+    pub fn with_tls(
+        settings: ControlSettings,
+        instance_id: &str,
+        metrics: Arc<Metrics>,
+        tls: Option<rustls::ClientConfig>,
+    ) -> Result<Self, BuildError> {
+        let builder = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(settings.post_timeout.min(Duration::from_secs(10)))
-            .pool_idle_timeout(Duration::from_secs(50))
-            .build()?;
+            .pool_idle_timeout(Duration::from_secs(50));
+        let http = match tls {
+            Some(tls) => builder.tls_backend_preconfigured(tls),
+            None => builder,
+        }
+        .build()?;
         let prefix = format!(
             "{}{}/v1/tunnels/{}",
             settings.base_url.trim_end_matches('/'),
@@ -460,6 +477,7 @@ impl ControlClient {
 /// How a poll that got no response headers failed. Exhaustion of the gateway's own
 /// descriptors is named before anything that would blame the control plane.
 fn poll_send_error_kind(e: &reqwest::Error) -> PollErrorKind {
+    warn_tls(e, "poll");
     if e.is_connect() && chain_is_exhaustion(e) {
         PollErrorKind::LocalExhaustion
     } else if e.is_timeout() {
@@ -473,6 +491,7 @@ fn poll_send_error_kind(e: &reqwest::Error) -> PollErrorKind {
 /// nothing: `transport_not_sent`, or `local_exhaustion` when the gateway had no
 /// descriptor or socket memory for it (logged with words that say so).
 fn post_send_error_result(e: &reqwest::Error) -> AttemptResult {
+    warn_tls(e, "response POST");
     if e.is_connect() && chain_is_exhaustion(e) {
         tracing::warn!(
             attempt_result = AttemptResult::LocalExhaustion.as_str(),
@@ -485,6 +504,20 @@ fn post_send_error_result(e: &reqwest::Error) -> AttemptResult {
         AttemptResult::Timeout
     } else {
         AttemptResult::TransportAfterWrite
+    }
+}
+
+/// One line naming the problem of a failed TLS handshake with the control plane (a
+/// refused client certificate, an untrusted server certificate): nothing was sent.
+fn warn_tls(e: &reqwest::Error, what: &str) {
+    if !e.is_connect() {
+        return;
+    }
+    if let Some(problem) = crate::egress::tls::handshake_problem(e) {
+        tracing::warn!(
+            tls_problem = %problem,
+            "{what} not sent: the TLS handshake with the control plane failed: {problem} (control_plane.tls)"
+        );
     }
 }
 

@@ -51,6 +51,8 @@ pub(super) struct Probe<'a> {
     pub(super) options: &'a Options,
     /// `mcp.connect_timeout`: the probe connects no more patiently than the runtime.
     pub(super) connect_timeout: Duration,
+    /// `mcp.tls` and the channels' own: the probe trusts and presents what the runtime does.
+    pub(super) mcp: &'a crate::config::Mcp,
 }
 
 /// What an `initialize` answer said.
@@ -87,7 +89,11 @@ async fn http(check_name: &str, channel: &str, url: &HttpUrl, probe: &Probe<'_>)
         request_timeout: timeout,
         max_body_bytes: MAX_BODY_BYTES,
     };
-    let transport = match HttpTransport::new(channel, url, settings) {
+    let tls = match crate::egress::tls::client_config(&probe.mcp.tls_of(channel)) {
+        Ok(tls) => tls,
+        Err(e) => return Check::fail(check_name, format!("{e}")),
+    };
+    let transport = match HttpTransport::with_tls(channel, url, settings, tls) {
         Ok(t) => t,
         Err(e) => return Check::fail(check_name, format!("{key}: {e}")),
     };

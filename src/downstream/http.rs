@@ -96,6 +96,9 @@ struct Inner {
     up: AtomicBool,
     /// Which admission a new connection is for (strict mode; see [`watch`]).
     connects: watch::ConnectSlot,
+    /// The channel's TLS configuration (`mcp.tls`, the channel's `tls`), kept for the
+    /// client rebuilt after [`HttpTransport::close_connections`]; `None`: reqwest's own.
+    tls: Option<rustls::ClientConfig>,
 }
 
 /// `Accept` sent with a POST when the command's headers carry none.
@@ -224,10 +227,22 @@ impl HttpTransport {
     /// the configuration accepts and WHATWG does not (say, host `1.2.3.999`) is
     /// [`HttpSetupError::InvalidUrl`].
     pub fn new(channel: &str, url: &HttpUrl, settings: HttpSettings) -> Result<Self, HttpSetupError> {
+        Self::with_tls(channel, url, settings, None)
+    }
+
+    /// [`HttpTransport::new`] with the channel's TLS configuration (from
+    /// `egress::tls::client_config`). The client follows no redirect, so its client
+    /// certificate is only ever offered to this channel's origin.
+    pub fn with_tls(
+        channel: &str,
+        url: &HttpUrl,
+        settings: HttpSettings,
+        tls: Option<rustls::ClientConfig>,
+    ) -> Result<Self, HttpSetupError> {
         let parsed = Url::parse(url.as_str()).map_err(|_| HttpSetupError::InvalidUrl {
             channel: channel.to_owned(),
         })?;
-        Self::build(channel, parsed, url.is_https(), settings)
+        Self::build(channel, parsed, url.is_https(), settings, tls)
     }
 
     /// Builds the channel's transport for a URL given as text that did not come through
@@ -249,12 +264,18 @@ impl HttpTransport {
         if !url.has_host() {
             return Err(invalid());
         }
-        Self::build(channel, url, https, settings)
+        Self::build(channel, url, https, settings, None)
     }
 
-    fn build(channel: &str, url: Url, https: bool, settings: HttpSettings) -> Result<Self, HttpSetupError> {
+    fn build(
+        channel: &str,
+        url: Url,
+        https: bool,
+        settings: HttpSettings,
+        tls: Option<rustls::ClientConfig>,
+    ) -> Result<Self, HttpSetupError> {
         let connects = watch::ConnectSlot::default();
-        let client = build_client(&settings, &connects).map_err(|source| HttpSetupError::Client {
+        let client = build_client(&settings, &connects, tls.as_ref()).map_err(|source| HttpSetupError::Client {
             channel: channel.to_owned(),
             source,
         })?;
@@ -267,6 +288,7 @@ impl HttpTransport {
                 client: Mutex::new(Some(client)),
                 up: AtomicBool::new(true),
                 connects,
+                tls,
             }),
         })
     }
@@ -653,9 +675,26 @@ impl HttpTransport {
             }),
             // A connection the fence refused to use: nothing was written.
             Ok(Err(_)) if !admission.is_sent() && admission.recheck().is_err() => Err(LegFailure::NotAdmitted),
-            Ok(Err(error)) => Err(classify_send_error(SendFacts::of(&error), self.inner.https)),
+            Ok(Err(error)) => {
+                let failure = classify_send_error(SendFacts::of(&error), self.inner.https);
+                if failure == LegFailure::Tls {
+                    self.warn_tls(&error);
+                }
+                Err(failure)
+            }
             Ok(Ok(resp)) => Ok(resp),
         }
+    }
+
+    /// Names the problem of a failed handshake (the leg's own line says `tls`, not sent).
+    fn warn_tls(&self, error: &reqwest::Error) {
+        let problem = crate::egress::tls::handshake_problem(error).unwrap_or_else(|| "TLS handshake failed".into());
+        tracing::warn!(
+            channel = %self.inner.channel,
+            tls_problem = %problem,
+            "TLS handshake with the MCP server failed: {problem} (mcp.tls / mcp.channels.{}.tls)",
+            self.inner.channel
+        );
     }
 
     fn leg_deadline(&self, command_deadline: Option<Instant>) -> Instant {
@@ -668,8 +707,8 @@ impl HttpTransport {
         if let Some(client) = slot.as_ref() {
             return Ok(client.clone());
         }
-        let client =
-            build_client(&self.inner.settings, &self.inner.connects).map_err(|_| LegFailure::InternalBeforeSend)?;
+        let client = build_client(&self.inner.settings, &self.inner.connects, self.inner.tls.as_ref())
+            .map_err(|_| LegFailure::InternalBeforeSend)?;
         *slot = Some(client.clone());
         Ok(client)
     }
@@ -857,8 +896,17 @@ async fn refusal(
     }
 }
 
-fn build_client(settings: &HttpSettings, connects: &watch::ConnectSlot) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
+fn build_client(
+    settings: &HttpSettings,
+    connects: &watch::ConnectSlot,
+    tls: Option<&rustls::ClientConfig>,
+) -> reqwest::Result<reqwest::Client> {
+    let builder = reqwest::Client::builder();
+    let builder = match tls {
+        Some(tls) => builder.tls_backend_preconfigured(tls.clone()),
+        None => builder,
+    };
+    builder
         .connector_layer(watch::WatchConnects(connects.clone()))
         .connect_timeout(settings.connect_timeout)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)

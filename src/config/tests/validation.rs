@@ -198,7 +198,7 @@ fn unknown_keys_are_rejected_everywhere_with_a_suggestion() {
         ),
         (
             "mcp.channels.main.headers",
-            "unknown key `mcp.channels.main.headers` (expected one of: url, command, env, max_concurrent, session, initialize)",
+            "unknown key `mcp.channels.main.headers` (expected one of: url, command, env, max_concurrent, session, initialize, tls)",
         ),
         ("opps.listen", "unknown key `opps` (did you mean `ops`?)"),
         ("strict.enable", "unknown key `strict.enable` (did you mean `enabled`?)"),
