@@ -498,7 +498,9 @@ fn post_send_error_result(e: &reqwest::Error) -> AttemptResult {
             "response POST not sent: {EXHAUSTION_WORDS} (no descriptor or socket memory for the connection); the control plane is not at fault"
         );
         AttemptResult::LocalExhaustion
-    } else if e.is_connect() {
+    } else if e.is_connect() || crate::egress::tls::refused_handshake(e) {
+        // A refused TLS 1.3 client certificate may be alerted after the write: the
+        // control plane processed nothing.
         AttemptResult::TransportNotSent
     } else if e.is_timeout() {
         AttemptResult::Timeout
@@ -510,7 +512,7 @@ fn post_send_error_result(e: &reqwest::Error) -> AttemptResult {
 /// One line naming the problem of a failed TLS handshake with the control plane (a
 /// refused client certificate, an untrusted server certificate): nothing was sent.
 fn warn_tls(e: &reqwest::Error, what: &str) {
-    if !e.is_connect() {
+    if !e.is_connect() && !crate::egress::tls::refused_handshake(e) {
         return;
     }
     if let Some(problem) = crate::egress::tls::handshake_problem(e) {

@@ -106,7 +106,14 @@ async fn http(check_name: &str, channel: &str, url: &HttpUrl, probe: &Probe<'_>)
     let elapsed = started.elapsed();
     let answered = match judge(leg, &key, timeout) {
         Ok(answered) => answered,
-        Err((verdict, detail)) => return Check::new(check_name, verdict, detail),
+        Err((verdict, detail)) => {
+            // A refused handshake names its problem (an untrusted CA, a refused certificate).
+            let detail = match transport.last_tls_problem() {
+                Some(problem) => format!("{detail}: {problem}"),
+                None => detail,
+            };
+            return Check::new(check_name, verdict, detail);
+        }
     };
     let (info, session) = answered;
     let mut detail = format!(

@@ -26,6 +26,12 @@ pub(crate) struct SendFacts {
     /// The gateway ran out of descriptors or socket memory (`EMFILE`, `ENFILE`, `ENOMEM`,
     /// `ENOBUFS`): a local failure, never the peer's.
     pub(crate) exhausted: bool,
+    /// The server refused the TLS handshake with an alert (a client certificate it
+    /// requires is missing, untrusted or expired). With TLS 1.3 the alert may come after
+    /// the client has finished its side of the handshake and written the request, but a
+    /// server that aborts its handshake never processes application data: nothing was
+    /// delivered (see `egress::tls::refused_handshake`).
+    pub(crate) tls_refused: bool,
 }
 
 impl SendFacts {
@@ -39,6 +45,16 @@ impl SendFacts {
             refused,
             tcp_stage,
             exhausted: false,
+            tls_refused: false,
+        }
+    }
+
+    /// The same facts, with the server's refusal of the handshake: for table tests.
+    #[cfg(test)]
+    pub(crate) fn tls_refused(self) -> Self {
+        Self {
+            tls_refused: true,
+            ..self
         }
     }
 
@@ -67,6 +83,7 @@ impl SendFacts {
             // chain that this crate depends on.
             tcp_stage: chain_mentions(error, &["tcp connect error"]),
             exhausted: crate::descriptors::chain_is_exhaustion(error),
+            tls_refused: crate::egress::tls::refused_handshake(error),
         }
     }
 }

@@ -99,6 +99,8 @@ struct Inner {
     /// The channel's TLS configuration (`mcp.tls`, the channel's `tls`), kept for the
     /// client rebuilt after [`HttpTransport::close_connections`]; `None`: reqwest's own.
     tls: Option<rustls::ClientConfig>,
+    /// The problem of the last failed handshake, in words (for `doctor`).
+    tls_problem: Mutex<Option<String>>,
 }
 
 /// `Accept` sent with a POST when the command's headers carry none.
@@ -289,6 +291,7 @@ impl HttpTransport {
                 up: AtomicBool::new(true),
                 connects,
                 tls,
+                tls_problem: Mutex::new(None),
             }),
         })
     }
@@ -686,9 +689,15 @@ impl HttpTransport {
         }
     }
 
+    /// The problem of the last failed TLS handshake of this channel, in words.
+    pub fn last_tls_problem(&self) -> Option<String> {
+        lock(&self.inner.tls_problem).clone()
+    }
+
     /// Names the problem of a failed handshake (the leg's own line says `tls`, not sent).
     fn warn_tls(&self, error: &reqwest::Error) {
         let problem = crate::egress::tls::handshake_problem(error).unwrap_or_else(|| "TLS handshake failed".into());
+        *lock(&self.inner.tls_problem) = Some(problem.clone());
         tracing::warn!(
             channel = %self.inner.channel,
             tls_problem = %problem,
@@ -800,7 +809,8 @@ fn reached_server(failure: &LegFailure) -> Option<bool> {
 }
 
 /// Maps a send error (before response headers) to a failure. Errors while connecting
-/// (DNS, TCP, TLS) happen before any request byte is written: `not_sent`. Everything else
+/// (DNS, TCP, TLS) happen before any request byte is written: `not_sent`; so does a
+/// handshake the server refused with an alert after the client's side of it finished. Everything else
 /// may follow the write: `abandoned`. Exhaustion of the gateway's own descriptors or
 /// socket memory while resolving or connecting is named first, never as the server's
 /// failure (a resolver out of descriptors reports a DNS error).
@@ -810,6 +820,11 @@ fn classify_send_error(facts: SendFacts, https: bool) -> LegFailure {
     }
     if facts.dns {
         return LegFailure::Dns;
+    }
+    // A handshake the server refused, even when its alert arrived after the request was
+    // written (TLS 1.3 client authentication): the server processed nothing.
+    if facts.tls_refused {
+        return LegFailure::Tls;
     }
     if !facts.connect {
         return if facts.timeout {

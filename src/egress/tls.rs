@@ -7,6 +7,9 @@
 //!
 //! Invariants:
 //! - `ca_file` is added to the platform roots; with `ca_only` it is trusted alone;
+//! - a scope with a client certificate negotiates TLS 1.2, so that a server's refusal of
+//!   the certificate always ends the handshake before any request byte is written (see
+//!   [`client_config`]); other scopes offer TLS 1.3 and 1.2;
 //! - the client certificate belongs to the one client built with it, and so to the one
 //!   origin that client is for (neither client follows redirects, nor sends TLS to a
 //!   proxy), never to another;
@@ -95,9 +98,19 @@ pub fn client_config(files: &TlsFiles) -> Result<Option<rustls::ClientConfig>, T
     let provider = provider();
     let now = SystemTime::now();
     let verifier = reload::RootsWatch::load(files.ca_file.clone(), files.ca_only, provider.clone(), now)?;
+    // With a client certificate, TLS 1.2: a TLS 1.3 server judges the certificate after
+    // the client's side of the handshake is done, when the request may already be written,
+    // and its refusal then often arrives as a reset that cannot be told from a failure
+    // after delivery (`abandoned`, a latch in strict mode). A TLS 1.2 server refuses it
+    // before its Finished, which the client waits for: `not_sent`, with the alert named.
+    let versions: &[&rustls::SupportedProtocolVersion] = if files.client.is_some() {
+        &[&rustls::version::TLS12]
+    } else {
+        rustls::DEFAULT_VERSIONS
+    };
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .expect("the aws-lc-rs provider supports the default protocol versions")
+        .with_protocol_versions(versions)
+        .expect("the aws-lc-rs provider supports TLS 1.2 and 1.3")
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(verifier));
     let mut config = match &files.client {
@@ -118,19 +131,76 @@ pub fn client_config(files: &TlsFiles) -> Result<Option<rustls::ClientConfig>, T
 
 /// Words for a failed TLS handshake, read from the error's cause chain: what the server
 /// or the gateway refused, for the log line of a `tls` failure. `None` when the chain
-/// holds no rustls error.
+/// holds neither a rustls error nor an end of the connection mid-handshake.
 pub fn handshake_problem(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    if let Some(tls) = rustls_error(error) {
+        return Some(describe(tls));
+    }
+    // tokio-rustls 0.26 reports a peer that closed mid-handshake as `UnexpectedEof`
+    // ("tls handshake eof"); servers that refuse a client certificate often close
+    // without an alert (Python's ssl under asyncio does).
+    io_eof(error).then(|| {
+        "the server closed the connection during the handshake: it most likely refused the client certificate, \
+         or requires one"
+            .to_owned()
+    })
+}
+
+/// Whether an `io::Error` of kind `UnexpectedEof` is in the chain.
+fn io_eof(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(e) = next {
-        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return Some(describe(tls));
-        }
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
-                return Some(describe(tls));
+            if io.kind() == std::io::ErrorKind::UnexpectedEof {
+                return true;
+            }
+            if let Some(inner) = io.get_ref() {
+                next = Some(inner as &(dyn std::error::Error + 'static));
+                continue;
             }
         }
         next = e.source();
+    }
+    false
+}
+
+/// Whether the error's cause chain holds a TLS alert by which the server refused the
+/// handshake (client authentication or negotiation), as opposed to a connection that
+/// failed later. A server sends these only while handshaking, and a TLS 1.3 server does
+/// not process application data before it has accepted the client's certificate, so the
+/// request was not delivered even if the client had written it.
+pub fn refused_handshake(error: &(dyn std::error::Error + 'static)) -> bool {
+    use rustls::AlertDescription as A;
+    rustls_error(error).is_some_and(|e| {
+        matches!(
+            e,
+            rustls::Error::AlertReceived(
+                A::HandshakeFailure
+                    | A::BadCertificate
+                    | A::UnsupportedCertificate
+                    | A::CertificateRevoked
+                    | A::CertificateExpired
+                    | A::CertificateUnknown
+                    | A::UnknownCA
+                    | A::AccessDenied
+                    | A::CertificateRequired
+            )
+        )
+    })
+}
+
+/// The first rustls error in the chain, also inside (nested) wrapped `io::Error`s, whose
+/// `source()` skips the error they wrap.
+fn rustls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        next = match e.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
     }
     None
 }

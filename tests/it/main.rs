@@ -28,6 +28,7 @@ mod soak;
 mod stdio_guard;
 mod stop;
 mod strict;
+mod tls;
 mod trace;
 
 // Module to come (declare it here when its file exists):

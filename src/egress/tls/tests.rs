@@ -14,7 +14,7 @@ fn handshake_problems_are_named_in_words_an_operator_can_act_on() {
         (E::InvalidCertificate(C::Expired), "server's certificate has expired"),
     ];
     for (error, words) in rows {
-        let io = std::io::Error::other(error.clone());
+        let io = std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, error.clone()));
         let described = handshake_problem(&io).expect("a rustls error in the chain");
         assert!(described.contains(words), "{error:?}: {described}");
     }
@@ -60,4 +60,30 @@ fn errors_name_the_key_and_the_file_but_never_its_contents() {
     let e = client_config(&missing).unwrap_err();
     assert_eq!(e.kind(), "unreadable");
     assert!(e.to_string().contains("no such file"), "{e}");
+}
+
+#[test]
+fn only_the_servers_handshake_alerts_count_as_a_refused_handshake() {
+    use rustls::{AlertDescription as A, Error as E};
+    for alert in [
+        A::CertificateRequired,
+        A::UnknownCA,
+        A::BadCertificate,
+        A::CertificateExpired,
+        A::HandshakeFailure,
+    ] {
+        let io = std::io::Error::other(E::AlertReceived(alert));
+        assert!(refused_handshake(&io), "{alert:?}");
+    }
+    for error in [
+        E::AlertReceived(A::CloseNotify),
+        E::AlertReceived(A::InternalError),
+        E::DecryptError,
+    ] {
+        let io = std::io::Error::other(error.clone());
+        assert!(!refused_handshake(&io), "{error:?}");
+    }
+    assert!(!refused_handshake(&std::io::Error::from(
+        std::io::ErrorKind::ConnectionReset
+    )));
 }
