@@ -417,3 +417,47 @@ async fn doctor_warns_fourteen_days_before_a_certificate_ends() {
         doctor.stdout
     );
 }
+
+#[tokio::test]
+async fn a_control_plane_that_refuses_the_client_certificate_is_named_on_the_log_and_by_doctor() {
+    let pki = Pki::new();
+    let ca = pki.ca("ca-a");
+    let other_ca = pki.ca("ca-b");
+    let server = pki.leaf(&ca, "server", true, 30);
+    let stranger = pki.leaf(&other_ca, "gateway-stranger", false, 30);
+    let rig = Rig::start("").await;
+    let (_front, front_url, front_log) = stunnel(&pki, &server, &ca, rig.sim.addr().port()).await;
+    let config = rig
+        .config(&RigOptions::default_mode())
+        .replace(&rig.sim.base_url(), &front_url)
+        + &tls_table("control_plane.tls", Some(&ca), Some(&stranger));
+    let mut gw = gateway(&rig, &config, &[]).await;
+    wait_until("a poll refused by the terminator, named", T, || async {
+        gw.stderr()
+            .contains("poll not sent: the TLS handshake with the control plane failed")
+    })
+    .await;
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(T).await, Some(0), "{}", gw.stderr());
+    assert!(
+        gw.stderr().contains("refused the client certificate"),
+        "{}",
+        gw.stderr()
+    );
+    assert_eq!(rig.sim.record().issued(), 0, "no poll reached the control plane");
+    // The terminator's own view: it refused the presented certificate.
+    let front_seen = std::fs::read_to_string(&front_log).unwrap_or_default();
+    assert!(front_seen.contains("CERT: Pre-verification error"), "{front_seen}");
+    let doctor = Gateway::cli(&["doctor"], Some(&config), &[], T).await;
+    let line = doctor
+        .stdout
+        .lines()
+        .find(|l| l.contains(" control_plane "))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        verdict(&line) == "fail" && line.contains("refused the client certificate"),
+        "{}",
+        doctor.stdout
+    );
+}
