@@ -2,7 +2,7 @@
 //!
 //! Owns the mapping from configuration inputs to [`Config`]. Layers, lowest first:
 //! built-in defaults < the anchor client's variables (`CONTROL_PLANE_TUNNEL_ID`,
-//! `CONTROL_PLANE_BASE_URL`, `MCP_SERVER_URL`, `MCP_COMMAND`, and the TLS files'
+//! `CONTROL_PLANE_BASE_URL`, `MCP_SERVER_URL`, `MCP_COMMAND`, and the TLS variables
 //! `CA_BUNDLE`, `CONTROL_PLANE_CLIENT_CERT`/`_KEY`, `MCP_CLIENT_CERT`/`_KEY`) < the TOML file <
 //! `TUNNELGATE_` environment variables (`__` between levels) < command-line overrides.
 //! The anchor's `MCP_SERVER_URL` / `MCP_COMMAND` supply the `main` channel only when no

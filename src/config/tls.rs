@@ -227,6 +227,74 @@ mod tests {
         assert_eq!(e.key(), "mcp.tls.ca_file");
     }
 
+    fn load(pairs: &[(&str, &str)], toml: Option<&str>) -> Result<crate::config::Config, ConfigError> {
+        let mut env: Vec<(String, String)> = [
+            ("CONTROL_PLANE_API_KEY", "k"),
+            ("CONTROL_PLANE_TUNNEL_ID", "tunnel_t"),
+            ("MCP_SERVER_URL", "https://127.0.0.1:1/mcp"),
+        ]
+        .iter()
+        .chain(pairs)
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        env.sort();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), toml.unwrap_or("")).unwrap();
+        crate::config::Config::load_with_env(Some(file.path()), &Default::default(), &env)
+    }
+
+    #[test]
+    fn the_official_clients_variables_set_both_scopes_ca_and_each_scopes_certificate() {
+        let config = load(
+            &[
+                ("CA_BUNDLE", "/pki/ca.pem"),
+                ("CONTROL_PLANE_CLIENT_CERT", "/pki/cp.crt"),
+                ("CONTROL_PLANE_CLIENT_KEY", "/pki/cp.key"),
+                ("MCP_CLIENT_CERT", "/pki/mcp.crt"),
+                ("MCP_CLIENT_KEY", "/pki/mcp.key"),
+            ],
+            None,
+        )
+        .unwrap();
+        let cp = &config.control_plane.tls;
+        assert_eq!(cp.ca_file.as_ref().unwrap().path.to_str(), Some("/pki/ca.pem"));
+        assert_eq!(cp.client.as_ref().unwrap().cert.path.to_str(), Some("/pki/cp.crt"));
+        let main = config.mcp.tls_of("main");
+        assert_eq!(main.ca_file.as_ref().unwrap().key, "mcp.tls.ca_file");
+        assert_eq!(main.client.as_ref().unwrap().key.path.to_str(), Some("/pki/mcp.key"));
+        // The file wins over the variables, key by key.
+        let config = load(
+            &[("CA_BUNDLE", "/pki/ca.pem")],
+            Some("[control_plane.tls]\nca_file = \"/etc/own.pem\"\nca_only = true\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            config.control_plane.tls.ca_file.as_ref().unwrap().path.to_str(),
+            Some("/etc/own.pem")
+        );
+        assert!(config.control_plane.tls.ca_only);
+        assert!(
+            config.masked().contains("ca_file = \"/etc/own.pem\""),
+            "{}",
+            config.masked()
+        );
+    }
+
+    #[test]
+    fn a_certificate_variable_without_its_key_is_an_error_naming_the_variable() {
+        let e = load(&[("MCP_CLIENT_CERT", "/pki/mcp.crt")], None).unwrap_err();
+        assert_eq!(e.key(), "mcp.tls.client_cert");
+        assert!(e.to_string().contains("MCP_CLIENT_CERT"), "{e}");
+    }
+
+    #[test]
+    fn a_stdio_channel_cannot_have_a_tls_table() {
+        let toml = "[mcp.channels.tools]\ncommand = [\"x\"]\n[mcp.channels.tools.tls]\nca_file = \"/c\"\n";
+        let e = load(&[], Some(toml)).unwrap_err();
+        assert_eq!(e.key(), "mcp.channels.tools.tls");
+        assert!(e.problem().contains("only applies to HTTP channels"), "{e}");
+    }
+
     #[test]
     fn nothing_set_is_empty() {
         assert!(files(&Scoped::all("mcp.tls", &RawTls::default())).unwrap().is_empty());

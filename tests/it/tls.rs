@@ -16,6 +16,8 @@ use crate::harness::{final_json, free_port, peer_script, python, wait_until, Chi
 use pki::{Pair, Pki};
 
 const T: Duration = Duration::from_secs(30);
+/// What stunnel logs (at debug level) when a client starts a TLS handshake.
+const HELLO: &str = "read client hello";
 
 fn initialize(id: u64) -> NewCommand {
     NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":id,"method":"initialize","params":{
@@ -51,9 +53,19 @@ async fn tls_py_server(server: &Pair, ca: &Pair) -> (ChildGuard, String) {
 /// `stunnel` on 127.0.0.1 in front of `target`, requiring a client certificate issued by
 /// `ca`; its log (at debug level, it names each accepted certificate) is `log`.
 async fn stunnel(pki: &Pki, server: &Pair, ca: &Pair, target: u16) -> (ChildGuard, String, std::path::PathBuf) {
+    stunnel_named(pki, "stunnel", server, ca, target).await
+}
+
+async fn stunnel_named(
+    pki: &Pki,
+    name: &str,
+    server: &Pair,
+    ca: &Pair,
+    target: u16,
+) -> (ChildGuard, String, std::path::PathBuf) {
     let port = free_port();
-    let log = pki.path("stunnel.log");
-    let conf = pki.path("stunnel.conf");
+    let log = pki.path(&format!("{name}.log"));
+    let conf = pki.path(&format!("{name}.conf"));
     std::fs::write(
         &conf,
         format!(
@@ -162,7 +174,7 @@ async fn an_mtls_mcp_server_and_an_mtls_control_plane_are_reached_with_the_confi
     })
     .await;
     wait_until("the control plane's terminator saw its certificate", T, || async {
-        std::fs::read_to_string(&front_log).is_ok_and(|log| log.contains("CN=gateway-cp"))
+        std::fs::read_to_string(&front_log).is_ok_and(|log| log.contains("CN=gateway-cp") && log.contains(HELLO))
     })
     .await;
 
@@ -459,5 +471,70 @@ async fn a_control_plane_that_refuses_the_client_certificate_is_named_on_the_log
         verdict(&line) == "fail" && line.contains("refused the client certificate"),
         "{}",
         doctor.stdout
+    );
+}
+
+/// A plain HTTP server that answers every request with a `307` to `location` and counts
+/// the requests it read.
+async fn redirector(location: String) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (counter, location) = (counter.clone(), location.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut read = Vec::new();
+                while !read.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => read.extend_from_slice(&buf[..n]),
+                    }
+                }
+                counter.fetch_add(1, Ordering::SeqCst);
+                let answer = format!(
+                    "HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test]
+async fn the_control_planes_client_certificate_is_never_offered_to_the_origin_of_a_redirect() {
+    use std::sync::atomic::Ordering;
+    let pki = Pki::new();
+    let ca = pki.ca("ca-a");
+    let server = pki.leaf(&ca, "server", true, 30);
+    let cp_client = pki.leaf(&ca, "gateway-cp", false, 30);
+    let rig = Rig::start("").await;
+    // Another origin that requires client certificates and logs every connection.
+    let (_elsewhere, elsewhere_url, elsewhere_log) =
+        stunnel_named(&pki, "elsewhere", &server, &ca, rig.sim.addr().port()).await;
+    let (redirect_port, redirected) = redirector(format!("{elsewhere_url}/v1/tunnels/tunnel_test/poll")).await;
+    let (_front, front_url, _) = stunnel_named(&pki, "front", &server, &ca, redirect_port).await;
+    let config = rig
+        .config(&RigOptions::default_mode())
+        .replace(&rig.sim.base_url(), &front_url)
+        + &tls_table("control_plane.tls", Some(&ca), Some(&cp_client));
+    let mut gw = gateway(&rig, &config, &[]).await;
+    wait_until("two polls answered with a redirect", T, || async {
+        redirected.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(T).await, Some(0), "{}", gw.stderr());
+    // The readiness probe connected without TLS; a handshake would log the client's hello
+    // (as the control plane's terminator does in the first test).
+    let seen = std::fs::read_to_string(&elsewhere_log).unwrap_or_default();
+    assert!(
+        !seen.contains(HELLO),
+        "the redirect's origin was offered a handshake: {seen}"
     );
 }
