@@ -332,6 +332,10 @@ async fn without_the_ca_or_with_a_certificate_of_another_ca_the_leg_is_not_sent_
     assert_refused(&rig, &no_ca, "not issued by a trusted CA").await;
     let wrong = base + &tls_table("mcp.tls", Some(&ca), Some(&stranger));
     assert_refused(&rig, &wrong, "refused the client certificate").await;
+    // Strict mode: nothing was delivered, so nothing latches (the clean exit 0 above).
+    let strict = rig.config_to(&url, &RigOptions::default()) + &tls_table("mcp.tls", Some(&ca), Some(&stranger));
+    assert_refused(&rig, &strict, "refused the client certificate").await;
+    assert!(!rig.latch_path().exists(), "no latch file");
     assert!(
         !py.stderr().contains("peer certificate:"),
         "no connection was accepted: {}",
