@@ -34,7 +34,10 @@ async fn wait_listening(port: u16, child: &mut ChildGuard) {
 
 /// The Python SDK server on HTTPS, requiring a client certificate issued by `ca`.
 async fn tls_py_server(server: &Pair, ca: &Pair) -> (ChildGuard, String) {
-    let port = free_port();
+    tls_py_server_on(free_port(), server, ca).await
+}
+
+async fn tls_py_server_on(port: u16, server: &Pair, ca: &Pair) -> (ChildGuard, String) {
     let mut cmd = std::process::Command::new(python());
     cmd.arg(peer_script("py_server.py"))
         .args(["--port", &port.to_string(), "--mode", "stateless"])
@@ -541,4 +544,60 @@ async fn the_control_planes_client_certificate_is_never_offered_to_the_origin_of
         !seen.contains(HELLO),
         "the redirect's origin was offered a handshake: {seen}"
     );
+}
+
+#[tokio::test]
+async fn a_ca_file_rewritten_in_place_is_trusted_by_the_next_connection() {
+    let pki = Pki::new();
+    let (ca_a, ca_b) = (pki.ca("ca-a"), pki.ca("ca-b"));
+    let client = pki.leaf(&ca_a, "gateway-mcp", false, 30);
+    // The server's certificate moves to a new CA; its client CA stays.
+    let (server_a, server_b) = (
+        pki.leaf(&ca_a, "server-a", true, 30),
+        pki.leaf(&ca_b, "server-b", true, 30),
+    );
+    let trusted = Pair {
+        cert: pki.path("trusted.pem"),
+        key: pki.path("unused.key"),
+    };
+    std::fs::copy(&ca_a.cert, &trusted.cert).unwrap();
+    let port = free_port();
+    let (mut first, url) = tls_py_server_on(port, &server_a, &ca_a).await;
+    let rig = Rig::start("").await;
+    let config = rig.config_to(&url, &RigOptions::default_mode())
+        + &tls_table("mcp.tls", Some(&trusted), Some(&client))
+        + "ca_only = true\n";
+    let mut gw = gateway(&rig, &config, &[]).await;
+    let one = rig.sim.enqueue(initialize(1));
+    let rec = rig.wait("answered under the first CA", |r| r.is_completed(&one)).await;
+    assert_eq!(final_json(&rec, &one)["resp_type"], "jsonrpc_response");
+
+    first.kill();
+    let (_second, _) = tls_py_server_on(port, &server_b, &ca_a).await;
+    let two = rig.sim.enqueue(initialize(2));
+    let rec = rig
+        .wait("refused: the new CA is not trusted yet", |r| r.is_completed(&two))
+        .await;
+    let refused = final_json(&rec, &two);
+    assert!(
+        refused["resp_json"]["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not delivered"),
+        "{refused}"
+    );
+    std::fs::write(&trusted.cert, std::fs::read(&ca_b.cert).unwrap()).unwrap();
+    let three = rig.sim.enqueue(initialize(3));
+    let rec = rig
+        .wait("answered under the rewritten CA file", |r| r.is_completed(&three))
+        .await;
+    assert_eq!(
+        final_json(&rec, &three)["resp_type"],
+        "jsonrpc_response",
+        "{}",
+        gw.stderr()
+    );
+    assert!(gw.stderr().contains("CA file changed"), "{}", gw.stderr());
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(T).await, Some(0), "{}", gw.stderr());
 }
