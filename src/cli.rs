@@ -330,6 +330,11 @@ pub async fn run(config: Config, source: ConfigSource) -> Result<u8, CliError> {
     let _ = tokio::time::timeout(SIGNAL_WATCH_JOIN, watcher).await;
     // Exported spans are flushed before the exit code is returned, within FLUSH_BOUND.
     telemetry.shutdown().await;
+    if let Err(e @ GatewayError::Tls(_)) = &outcome {
+        // An unusable TLS file is a configuration error, exit 78 as the key's other checks.
+        crate::stderr::line(format_args!("{e}"));
+        return Ok(78);
+    }
     Ok(outcome.map_err(CliError::Gateway)?.exit_code())
 }
 

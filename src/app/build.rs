@@ -215,6 +215,7 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                 let egress = HttpEgress {
                     proxy: proxy.clone(),
                     socket: socket.clone(),
+                    tls: crate::egress::tls::client_config(&config.mcp.tls_of(name)).map_err(GatewayError::Tls)?,
                 };
                 let transport =
                     HttpTransport::with_egress(name, url, settings, egress).map_err(|e| GatewayError::Channel {
@@ -299,7 +300,8 @@ pub(crate) fn build_control(
         post_attempts: cp.post_attempts.get(),
         server_info: server_info_header(&declared),
     };
-    ControlClient::with_egress(settings, instance_id, metrics.clone(), &cp.proxy)
+    let tls = crate::egress::tls::client_config(&cp.tls).map_err(GatewayError::Tls)?;
+    ControlClient::with_egress(settings, instance_id, metrics.clone(), &cp.proxy, tls)
         .map(|client| client.with_headers(cp.request_headers()))
         .map_err(GatewayError::ControlClient)
 }

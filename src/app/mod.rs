@@ -56,6 +56,9 @@ pub enum GatewayError {
     Channel { channel: String, problem: String },
     #[error("cannot listen on ops.listen {addr}: {source}")]
     OpsListen { addr: SocketAddr, source: std::io::Error },
+    /// A configured TLS file cannot be used: a configuration error (exit 78).
+    #[error("invalid configuration: {0}")]
+    Tls(#[source] crate::egress::tls::TlsError),
 }
 
 impl GatewayError {
@@ -64,6 +67,7 @@ impl GatewayError {
             Self::ControlClient(_) => "control_client",
             Self::Channel { .. } => "channel",
             Self::OpsListen { .. } => "ops_listen",
+            Self::Tls(_) => "tls",
         }
     }
 }

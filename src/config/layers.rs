@@ -265,8 +265,23 @@ fn anchor_scalars(env: &EnvVars) -> Layer {
             insert(&mut dict, &path(&[section, "proxy"]), value.into());
         }
     }
+    for (var, keys) in ANCHOR_TLS {
+        if let Some(value) = env.non_blank(var) {
+            insert(&mut dict, &path(keys), value.into());
+        }
+    }
     anchor_layer(dict)
 }
+
+/// The official client's TLS variables: `CA_BUNDLE` serves both scopes, as upstream.
+const ANCHOR_TLS: [(&str, &[&str]); 6] = [
+    ("CA_BUNDLE", &["control_plane", "tls", "ca_file"]),
+    ("CA_BUNDLE", &["mcp", "tls", "ca_file"]),
+    ("CONTROL_PLANE_CLIENT_CERT", &["control_plane", "tls", "client_cert"]),
+    ("CONTROL_PLANE_CLIENT_KEY", &["control_plane", "tls", "client_key"]),
+    ("MCP_CLIENT_CERT", &["mcp", "tls", "client_cert"]),
+    ("MCP_CLIENT_KEY", &["mcp", "tls", "client_key"]),
+];
 
 /// `HEALTH_LISTEN_ADDR` as `ops.listen`: the official client (Go) also takes
 /// `localhost:PORT` (here `127.0.0.1:PORT`) and `:PORT`, every interface (here
@@ -316,6 +331,11 @@ fn anchor_var(keys: &[&str]) -> String {
         ["mcp", "proxy"] => "MCP_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",
         ["mcp", "channels", "main", "url"] => "MCP_SERVER_URL",
         ["mcp", "channels", "main", "command", ..] => "MCP_COMMAND",
+        [_, "tls", "ca_file"] => "CA_BUNDLE",
+        ["control_plane", "tls", "client_cert"] => "CONTROL_PLANE_CLIENT_CERT",
+        ["control_plane", "tls", "client_key"] => "CONTROL_PLANE_CLIENT_KEY",
+        ["mcp", "tls", "client_cert"] => "MCP_CLIENT_CERT",
+        ["mcp", "tls", "client_key"] => "MCP_CLIENT_KEY",
         _ => "MCP_SERVER_URL and MCP_COMMAND",
     };
     var.to_owned()

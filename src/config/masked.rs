@@ -36,6 +36,8 @@ struct ControlPlaneView<'a> {
     /// Last: a table follows the plain values.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     headers: BTreeMap<&'a str, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsView>,
 }
 
 #[derive(Serialize)]
@@ -45,6 +47,8 @@ struct McpView<'a> {
     connect_timeout: String,
     proxy: String,
     channels: BTreeMap<&'a str, ChannelView<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsView>,
 }
 
 #[derive(Serialize)]
@@ -67,6 +71,21 @@ struct ChannelView<'a> {
     socket: Option<std::borrow::Cow<'a, str>>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     headers: BTreeMap<&'a str, String>,
+    /// The channel's effective TLS files (its own table over `mcp.tls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsView>,
+}
+
+/// A `tls` table: paths are shown (they are not secrets); file contents never are.
+#[derive(Serialize)]
+struct TlsView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ca_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_cert: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_key: Option<String>,
+    ca_only: bool,
 }
 
 #[derive(Serialize)]
@@ -201,6 +220,7 @@ fn control_plane(config: &Config) -> ControlPlaneView<'_> {
         proxy: cp.proxy.masked(),
         organization_id: cp.organization_id.as_deref(),
         headers: headers_view(&cp.headers),
+        tls: tls_view(&cp.tls),
     }
 }
 
@@ -219,6 +239,7 @@ fn mcp(config: &Config) -> McpView<'_> {
             if let Some(headers) = config.mcp.headers.get(name) {
                 view.headers = headers_view(headers);
             }
+            view.tls = config.mcp.channel_tls.get(name).and_then(tls_view);
             (name.as_str(), view)
         })
         .collect();
@@ -228,7 +249,18 @@ fn mcp(config: &Config) -> McpView<'_> {
         connect_timeout: duration(config.mcp.connect_timeout),
         proxy: config.mcp.proxy.masked(),
         channels,
+        tls: tls_view(&config.mcp.tls),
     }
+}
+
+fn tls_view(files: &super::TlsFiles) -> Option<TlsView> {
+    let shown = |f: &super::TlsFile| f.path.to_string_lossy().into_owned();
+    (!files.is_empty()).then(|| TlsView {
+        ca_file: files.ca_file.as_ref().map(shown),
+        client_cert: files.client.as_ref().map(|c| shown(&c.cert)),
+        client_key: files.client.as_ref().map(|c| shown(&c.key)),
+        ca_only: files.ca_only,
+    })
 }
 
 fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
@@ -243,6 +275,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
             proxy: socket.is_none().then(|| proxy.masked()),
             socket: socket.as_ref().map(|p| p.to_string_lossy()),
             headers: BTreeMap::new(),
+            tls: None,
         },
         ChannelConfig::Stdio {
             command,
@@ -268,6 +301,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
             proxy: None,
             socket: None,
             headers: BTreeMap::new(),
+            tls: None,
         },
     }
 }

@@ -3,8 +3,11 @@
 //! Owns the mapping from configuration inputs to [`Config`]. Layers, lowest first:
 //! built-in defaults < the anchor client's variables (`CONTROL_PLANE_TUNNEL_ID`,
 //! `CONTROL_PLANE_BASE_URL`, `CONTROL_PLANE_ORGANIZATION_ID`, `HEALTH_LISTEN_ADDR`,
-//! `MCP_SERVER_URL`, `MCP_COMMAND`, and `CONTROL_PLANE_EXTRA_HEADERS` /
-//! `MCP_EXTRA_HEADERS` under the `headers` tables: see `headers`) < the TOML file <
+//! `MCP_SERVER_URL`, `MCP_COMMAND`, the proxy variables `TUNNEL_CLIENT_HTTP_PROXY`,
+//! `CONTROL_PLANE_HTTP_PROXY`, `MCP_HTTP_PROXY`, the TLS variables `CA_BUNDLE`,
+//! `CONTROL_PLANE_CLIENT_CERT`/`_KEY`, `MCP_CLIENT_CERT`/`_KEY`, and
+//! `CONTROL_PLANE_EXTRA_HEADERS` / `MCP_EXTRA_HEADERS` under the `headers` tables: see
+//! `headers`) < the TOML file <
 //! `TUNNELGATE_` environment variables (`__` between levels) < command-line overrides.
 //! The anchor's `MCP_SERVER_URL` / `MCP_COMMAND` supply the `main` channel only when no
 //! other layer configures any channel.
@@ -31,6 +34,7 @@ mod proxy;
 mod raw;
 mod secret;
 mod text;
+mod tls;
 mod tunnel_id;
 mod validation;
 
@@ -50,6 +54,7 @@ pub use headers::{HeaderSet, ORGANIZATION_HEADER};
 pub use http_url::HttpUrl;
 pub use proxy::{EnvProxies, ProxySetting, ProxyUrl};
 pub use secret::Secret;
+pub use tls::{ClientIdentity, TlsFile, TlsFiles};
 pub use tunnel_id::TunnelId;
 
 use layers::{EnvVars, FileLayer};
@@ -88,6 +93,8 @@ pub struct ControlPlane {
     pub headers: HeaderSet,
     /// `control_plane.proxy`: how the control plane is reached.
     pub proxy: ProxySetting,
+    /// `control_plane.tls`: private CA and client certificate files.
+    pub tls: TlsFiles,
 }
 
 /// `[mcp]`: the downstream MCP servers.
@@ -106,6 +113,18 @@ pub struct Mcp {
     pub headers: BTreeMap<ChannelName, HeaderSet>,
     /// `mcp.proxy`: the HTTP channels' proxy unless a channel sets its own.
     pub proxy: ProxySetting,
+    /// `mcp.tls` as written (the shared table).
+    pub tls: TlsFiles,
+    /// Each HTTP channel's effective TLS files (its `tls` over `mcp.tls`, key by key);
+    /// channels with none are absent.
+    pub channel_tls: BTreeMap<ChannelName, TlsFiles>,
+}
+
+impl Mcp {
+    /// The effective TLS files of channel `name` (empty when none apply).
+    pub fn tls_of(&self, name: &str) -> TlsFiles {
+        self.channel_tls.get(name).cloned().unwrap_or_default()
+    }
 }
 
 /// One `[mcp.channels.NAME]` entry.

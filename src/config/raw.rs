@@ -34,6 +34,7 @@ pub(super) struct RawControlPlane {
     pub(super) organization_id: Option<String>,
     pub(super) headers: Option<BTreeMap<String, String>>,
     pub(super) proxy: Option<String>,
+    pub(super) tls: Option<RawTls>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -44,6 +45,7 @@ pub(super) struct RawMcp {
     pub(super) connect_timeout: Option<String>,
     pub(super) channels: BTreeMap<String, RawChannel>,
     pub(super) proxy: Option<String>,
+    pub(super) tls: Option<RawTls>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -58,6 +60,7 @@ pub(super) struct RawChannel {
     pub(super) headers: Option<BTreeMap<String, String>>,
     pub(super) proxy: Option<String>,
     pub(super) socket: Option<String>,
+    pub(super) tls: Option<RawTls>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -101,4 +104,14 @@ pub(super) struct RawTelemetry {
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawRuntime {
     pub(super) worker_threads: Option<u64>,
+}
+
+/// A `tls` table as written; every key optional.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) ca_file: Option<String>,
+    pub(super) client_cert: Option<String>,
+    pub(super) client_key: Option<String>,
+    pub(super) ca_only: Option<bool>,
 }

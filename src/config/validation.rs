@@ -71,6 +71,7 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
         organization_id: headers::organization_id(raw.organization_id)?,
         headers: HeaderSet::default(),
         proxy: proxy::setting("control_plane.proxy", raw.proxy.as_deref(), None, env)?,
+        tls: super::tls::control_plane_tls(raw.tls)?,
     };
     control_plane.headers = headers::control_plane(raw.headers, control_plane.organization_id.as_deref(), env)?;
     Ok(control_plane)
@@ -104,6 +105,7 @@ fn mcp(mut raw: RawMcp, strict: bool, api_key: &Secret, env: &EnvVars) -> Result
     let max_concurrent = max_concurrent(raw.max_concurrent, strict)?;
     let headers = headers::channels(&mut raw.channels, env)?;
     let proxy = proxy::setting("mcp.proxy", raw.proxy.as_deref(), None, env)?;
+    let (tls, channel_tls) = super::tls::mcp_tls(raw.tls.take(), &mut raw.channels)?;
     Ok(Mcp {
         max_concurrent,
         request_timeout: positive_duration("mcp.request_timeout", raw.request_timeout, default::REQUEST_TIMEOUT)?,
@@ -111,6 +113,8 @@ fn mcp(mut raw: RawMcp, strict: bool, api_key: &Secret, env: &EnvVars) -> Result
         channels: channel::channels(raw.channels, api_key, max_concurrent, &proxy, env)?,
         headers,
         proxy,
+        tls,
+        channel_tls,
     })
 }
 

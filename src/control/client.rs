@@ -172,20 +172,29 @@ pub enum BuildError {
 impl ControlClient {
     /// A client that reaches the control plane directly (no proxy).
     pub fn new(settings: ControlSettings, instance_id: &str, metrics: Arc<Metrics>) -> Result<Self, BuildError> {
-        Self::with_egress(settings, instance_id, metrics, &ProxySetting::Off)
+        Self::with_egress(settings, instance_id, metrics, &ProxySetting::Off, None)
     }
 
-    /// A client that reaches the control plane as `proxy` says (`control_plane.proxy`).
+    /// A client that reaches the control plane as `proxy` says (`control_plane.proxy`),
+    /// with the TLS configuration of `control_plane.tls` (from
+    /// `egress::tls::client_config`; `None` keeps reqwest's own: platform roots, no
+    /// client certificate). Redirects are never followed, so a client certificate is
+    /// only ever offered to the control plane's own origin.
     pub fn with_egress(
         settings: ControlSettings,
         instance_id: &str,
         metrics: Arc<Metrics>,
         proxy: &ProxySetting,
+        tls: Option<rustls::ClientConfig>,
     ) -> Result<Self, BuildError> {
-        let builder = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(settings.post_timeout.min(Duration::from_secs(10)))
-            .pool_idle_timeout(Duration::from_secs(50));
+        let builder = reqwest::Client::builder();
+        let builder = match tls {
+            Some(tls) => builder.tls_backend_preconfigured(tls),
+            None => builder,
+        }
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(settings.post_timeout.min(Duration::from_secs(10)))
+        .pool_idle_timeout(Duration::from_secs(50));
         let target = reqwest::Url::parse(&settings.base_url).map_err(|_| BuildError::Url)?;
         let http = crate::egress::proxy::apply(builder, proxy, &target)?.build()?;
         let prefix = format!(
@@ -486,6 +495,7 @@ impl ControlClient {
 /// How a poll that got no response headers failed. Exhaustion of the gateway's own
 /// descriptors is named before anything that would blame the control plane.
 fn poll_send_error_kind(e: &reqwest::Error) -> PollErrorKind {
+    warn_tls(e, "poll");
     if e.is_connect() && chain_is_exhaustion(e) {
         PollErrorKind::LocalExhaustion
     } else if e.is_timeout() {
@@ -499,18 +509,35 @@ fn poll_send_error_kind(e: &reqwest::Error) -> PollErrorKind {
 /// nothing: `transport_not_sent`, or `local_exhaustion` when the gateway had no
 /// descriptor or socket memory for it (logged with words that say so).
 fn post_send_error_result(e: &reqwest::Error) -> AttemptResult {
+    warn_tls(e, "response POST");
     if e.is_connect() && chain_is_exhaustion(e) {
         tracing::warn!(
             attempt_result = AttemptResult::LocalExhaustion.as_str(),
             "response POST not sent: {EXHAUSTION_WORDS} (no descriptor or socket memory for the connection); the control plane is not at fault"
         );
         AttemptResult::LocalExhaustion
-    } else if e.is_connect() {
+    } else if e.is_connect() || crate::egress::tls::refused_handshake(e) {
+        // A refused TLS 1.3 client certificate may be alerted after the write: the
+        // control plane processed nothing.
         AttemptResult::TransportNotSent
     } else if e.is_timeout() {
         AttemptResult::Timeout
     } else {
         AttemptResult::TransportAfterWrite
+    }
+}
+
+/// One line naming the problem of a failed TLS handshake with the control plane (a
+/// refused client certificate, an untrusted server certificate): nothing was sent.
+fn warn_tls(e: &reqwest::Error, what: &str) {
+    if !e.is_connect() && !crate::egress::tls::refused_handshake(e) {
+        return;
+    }
+    if let Some(problem) = crate::egress::tls::handshake_problem(e) {
+        tracing::warn!(
+            tls_problem = %problem,
+            "{what} not sent: the TLS handshake with the control plane failed: {problem} (control_plane.tls)"
+        );
     }
 }
 

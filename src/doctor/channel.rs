@@ -51,7 +51,8 @@ pub(super) struct Probe<'a> {
     pub(super) options: &'a Options,
     /// `mcp.connect_timeout`: the probe connects no more patiently than the runtime.
     pub(super) connect_timeout: Duration,
-    /// For the channels' configured headers: the probe sends what a command would.
+    /// For the channels' configured headers, `mcp.tls` and the channels' own TLS: the
+    /// probe sends, trusts and presents what a command would.
     pub(super) config: &'a crate::config::Config,
 }
 
@@ -78,6 +79,7 @@ pub(super) async fn check(name: &str, channel: &ChannelConfig, probe: &Probe<'_>
             let egress = HttpEgress {
                 proxy: proxy.clone(),
                 socket: socket.clone(),
+                tls: None,
             };
             http(&check_name, name, url, egress, probe).await
         }
@@ -95,6 +97,11 @@ async fn http(check_name: &str, channel: &str, url: &HttpUrl, egress: HttpEgress
         request_timeout: timeout,
         max_body_bytes: MAX_BODY_BYTES,
     };
+    let tls = match crate::egress::tls::client_config(&probe.config.mcp.tls_of(channel)) {
+        Ok(tls) => tls,
+        Err(e) => return Check::fail(check_name, format!("{e}")),
+    };
+    let egress = HttpEgress { tls, ..egress };
     let transport = match HttpTransport::with_egress(channel, url, settings, egress) {
         Ok(t) => t.with_headers(crate::app::channel_headers(probe.config, channel)),
         Err(e) => return Check::fail(check_name, format!("{key}: {e}")),
@@ -108,7 +115,14 @@ async fn http(check_name: &str, channel: &str, url: &HttpUrl, egress: HttpEgress
     let elapsed = started.elapsed();
     let answered = match judge(leg, &key, timeout) {
         Ok(answered) => answered,
-        Err((verdict, detail)) => return Check::new(check_name, verdict, detail),
+        Err((verdict, detail)) => {
+            // A refused handshake names its problem (an untrusted CA, a refused certificate).
+            let detail = match transport.last_tls_problem() {
+                Some(problem) => format!("{detail}: {problem}"),
+                None => detail,
+            };
+            return Check::new(check_name, verdict, detail);
+        }
     };
     let (info, session) = answered;
     let mut detail = format!(

@@ -46,16 +46,28 @@ struct Context {
 /// Sends the metadata request and judges the answer.
 pub(super) async fn check(config: &Config, client: &ControlClient, timeout: Duration) -> Check {
     let started = Instant::now();
+    let mut tls_problem = None;
     let answer = match client.get_tunnel(timeout).await {
         Ok(status) => Answer::Status(status.as_u16()),
-        Err(e) => Answer::Net(classify(SendFacts::of(&e), config.control_plane.base_url.is_https())),
+        Err(e) => {
+            let failure = classify(SendFacts::of(&e), config.control_plane.base_url.is_https());
+            if failure == NetFailure::Tls {
+                tls_problem = crate::egress::tls::handshake_problem(&e);
+            }
+            Answer::Net(failure)
+        }
     };
     let context = Context {
         tunnel_id: safe_token(&config.control_plane.tunnel_id),
         api_key_ref: config.control_plane.api_key.describe(),
         timeout,
     };
-    verdict(answer, &context, started.elapsed())
+    let check = verdict(answer, &context, started.elapsed());
+    match tls_problem {
+        // A refused handshake names its problem (control_plane.tls).
+        Some(problem) => Check::new(check.name, check.verdict, format!("{}: {problem}", check.detail)),
+        None => check,
+    }
 }
 
 /// The one mapping from an answer to a verdict and the words an operator acts on.

@@ -6,7 +6,9 @@
 //! `channel.NAME` per MCP channel (HTTP: `initialize`, then the session closed; stdio:
 //! the program resolves, and with `--spawn-stdio` it starts and answers `initialize`),
 //! `latch_dir` (strict: a file can be written beside `strict.latch_file`), `ops_listen`
-//! (`ops.listen` can be bound) and `latch_file` (no persisted latch). The network checks
+//! (`ops.listen` can be bound) and `latch_file` (no persisted latch). After `config`, one
+//! check per configured TLS file, named by its key (readable, parsed, key matching its
+//! certificate, within its validity; a warning 14 days before the end). The network checks
 //! run concurrently, each bounded by `--timeout`.
 //!
 //! Owns: the checks and their words ([`report`] aggregates and renders them). Uses the
@@ -19,6 +21,7 @@ mod channel;
 mod control;
 mod local;
 pub mod report;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,7 +76,9 @@ pub async fn run(config: &Config, options: &Options) -> Report {
         );
     let (control_plane, channels) = futures_util::future::join(control_plane, channels).await;
 
-    let mut checks = vec![config_check(config), control_plane];
+    let mut checks = vec![config_check(config)];
+    checks.extend(tls::checks(config, std::time::SystemTime::now()));
+    checks.push(control_plane);
     checks.extend(channels);
     checks.push(local::latch_dir(config));
     checks.push(local::ops_listen(config).await);

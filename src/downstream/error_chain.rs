@@ -31,6 +31,12 @@ pub(crate) struct SendFacts {
     pub(crate) proxy_refused: bool,
     /// A proxy answered the `CONNECT` with `407 Proxy Authentication Required`.
     pub(crate) proxy_auth: bool,
+    /// The server refused the TLS handshake with an alert (a client certificate it
+    /// requires is missing, untrusted or expired). With TLS 1.3 the alert may come after
+    /// the client has finished its side of the handshake and written the request, but a
+    /// server that aborts its handshake never processes application data: nothing was
+    /// delivered (see `egress::tls::refused_handshake`).
+    pub(crate) tls_refused: bool,
 }
 
 impl SendFacts {
@@ -46,6 +52,16 @@ impl SendFacts {
             exhausted: false,
             proxy_refused: false,
             proxy_auth: false,
+            tls_refused: false,
+        }
+    }
+
+    /// The same facts, with the server's refusal of the handshake: for table tests.
+    #[cfg(test)]
+    pub(crate) fn tls_refused(self) -> Self {
+        Self {
+            tls_refused: true,
+            ..self
         }
     }
 
@@ -87,6 +103,7 @@ impl SendFacts {
                 ],
             ),
             proxy_auth: chain_mentions(error, &["tunnel error: proxy authorization required"]),
+            tls_refused: crate::egress::tls::refused_handshake(error),
         }
     }
 }

@@ -65,6 +65,11 @@ pub struct HttpSettings {
 pub struct HttpEgress {
     pub proxy: ProxySetting,
     pub socket: Option<PathBuf>,
+    /// The channel's TLS configuration (`mcp.tls`, the channel's `tls`, from
+    /// `egress::tls::client_config`); `None`: reqwest's own (platform roots, no client
+    /// certificate). The client follows no redirect, so its client certificate is only
+    /// ever offered to this channel's origin.
+    pub tls: Option<rustls::ClientConfig>,
 }
 
 impl HttpEgress {
@@ -73,6 +78,7 @@ impl HttpEgress {
         Self {
             proxy: ProxySetting::Off,
             socket: None,
+            tls: None,
         }
     }
 
@@ -140,6 +146,8 @@ struct Inner {
     connects: watch::ConnectSlot,
     /// The channel's configured headers (values sensitive), added by [`configured`].
     configured: HeaderMap,
+    /// The problem of the last failed handshake, in words (for `doctor`).
+    tls_problem: Mutex<Option<String>>,
 }
 
 /// `Accept` sent with a POST when the command's headers carry none.
@@ -336,6 +344,7 @@ impl HttpTransport {
                 up: AtomicBool::new(true),
                 connects,
                 configured: HeaderMap::new(),
+                tls_problem: Mutex::new(None),
             }),
         })
     }
@@ -738,7 +747,13 @@ impl HttpTransport {
             }),
             // A connection the fence refused to use: nothing was written.
             Ok(Err(_)) if !admission.is_sent() && admission.recheck().is_err() => Err(LegFailure::NotAdmitted),
-            Ok(Err(error)) => Err(classify_send_error(SendFacts::of(&error), self.inner.https)),
+            Ok(Err(error)) => {
+                let failure = classify_send_error(SendFacts::of(&error), self.inner.https);
+                if failure == LegFailure::Tls {
+                    self.warn_tls(&error);
+                }
+                Err(failure)
+            }
             Ok(Ok(resp)) => Ok(resp),
         }
     }
@@ -753,6 +768,23 @@ impl HttpTransport {
             return Err(LegFailure::ProxyAuthRequired);
         }
         Ok(())
+    }
+
+    /// The problem of the last failed TLS handshake of this channel, in words.
+    pub fn last_tls_problem(&self) -> Option<String> {
+        lock(&self.inner.tls_problem).clone()
+    }
+
+    /// Names the problem of a failed handshake (the leg's own line says `tls`, not sent).
+    fn warn_tls(&self, error: &reqwest::Error) {
+        let problem = crate::egress::tls::handshake_problem(error).unwrap_or_else(|| "TLS handshake failed".into());
+        *lock(&self.inner.tls_problem) = Some(problem.clone());
+        tracing::warn!(
+            channel = %self.inner.channel,
+            tls_problem = %problem,
+            "TLS handshake with the MCP server failed: {problem} (mcp.tls / mcp.channels.{}.tls)",
+            self.inner.channel
+        );
     }
 
     fn leg_deadline(&self, command_deadline: Option<Instant>) -> Instant {
@@ -868,7 +900,8 @@ fn reached_server(failure: &LegFailure) -> Option<bool> {
 }
 
 /// Maps a send error (before response headers) to a failure. Errors while connecting
-/// (DNS, TCP, TLS) happen before any request byte is written: `not_sent`. Everything else
+/// (DNS, TCP, TLS) happen before any request byte is written: `not_sent`; so does a
+/// handshake the server refused with an alert after the client's side of it finished. Everything else
 /// may follow the write: `abandoned`. Exhaustion of the gateway's own descriptors or
 /// socket memory while resolving or connecting is named first, never as the server's
 /// failure (a resolver out of descriptors reports a DNS error).
@@ -878,6 +911,11 @@ fn classify_send_error(facts: SendFacts, https: bool) -> LegFailure {
     }
     if facts.dns {
         return LegFailure::Dns;
+    }
+    // A handshake the server refused, even when its alert arrived after the request was
+    // written (TLS 1.3 client authentication): the server processed nothing.
+    if facts.tls_refused {
+        return LegFailure::Tls;
     }
     if !facts.connect {
         return if facts.timeout {
@@ -983,7 +1021,12 @@ fn build_client(
     egress: &HttpEgress,
     connects: &watch::ConnectSlot,
 ) -> Result<reqwest::Client, ClientError> {
-    let builder = reqwest::Client::builder()
+    let builder = reqwest::Client::builder();
+    let builder = match &egress.tls {
+        Some(tls) => builder.tls_backend_preconfigured(tls.clone()),
+        None => builder,
+    };
+    let builder = builder
         .connector_layer(watch::WatchConnects(connects.clone()))
         .connect_timeout(settings.connect_timeout)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)

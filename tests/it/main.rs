@@ -32,6 +32,7 @@ mod stdio_guard;
 mod stdio_sessions;
 mod stop;
 mod strict;
+mod tls;
 mod trace;
 
 // Module to come (declare it here when its file exists):

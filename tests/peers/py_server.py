@@ -23,6 +23,11 @@ stdio.
 On a unix socket the server accepts only requests whose `Host` is `--allowed-host`
 (421 otherwise): a test reads from that which host its client sent.
 
+With --certfile/--keyfile/--ca-certs it serves HTTPS and REQUIRES a client certificate
+issued by a CA in --ca-certs; each accepted connection prints one stderr line
+`peer certificate: CN=<subject common name>` (the server's view of what was presented),
+and every response closes its connection (so each request makes a new handshake).
+
 Modes: `json` answers requests with application/json; `sse` (the SDK default) answers
 with text/event-stream; `stateless` answers with JSON and issues no session id; `stdio`
 serves one client on stdin/stdout (in the era its first request opens, as `Server.run`
@@ -194,6 +199,9 @@ def main() -> int:
     parser.add_argument("--uds")
     parser.add_argument("--allowed-host")
     parser.add_argument("--mode", choices=["json", "sse", "stateless", "stdio", "stdio-modern"], default="json")
+    parser.add_argument("--certfile", help="server certificate (PEM): serve HTTPS")
+    parser.add_argument("--keyfile", help="the server certificate's key (PEM)")
+    parser.add_argument("--ca-certs", help="CAs a client certificate must chain to (required)")
     args = parser.parse_args()
 
     server = build_server(stdio=args.mode.startswith("stdio"))
@@ -208,6 +216,9 @@ def main() -> int:
         return 0
     if args.port is None:
         parser.error("--port is required unless --mode stdio, stdio-modern or --uds")
+    if args.certfile:
+        serve_tls(server, args)
+        return 0
     server.run(
         "streamable-http",
         host=args.host,
@@ -216,6 +227,54 @@ def main() -> int:
         stateless_http=args.mode == "stateless",
     )
     return 0
+
+
+def serve_tls(server: MCPServer, args: argparse.Namespace) -> None:
+    """HTTPS with client certificates required (uvicorn's ssl options), logging the
+    subject of each connection's client certificate."""
+    import ssl
+
+    import uvicorn
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class PeerCertLogging(H11Protocol):
+        def connection_made(self, transport):  # type: ignore[override]
+            ssl_object = transport.get_extra_info("ssl_object")
+            if ssl_object is not None:
+                cert = ssl_object.getpeercert() or {}
+                subject = dict(pair for rdn in cert.get("subject", ()) for pair in rdn)
+                print(f"peer certificate: CN={subject.get('commonName', '')}", file=sys.stderr, flush=True)
+            super().connection_made(transport)
+
+    app = server.streamable_http_app(
+        json_response=args.mode in ("json", "stateless"), stateless_http=args.mode == "stateless"
+    )
+
+    async def closing(scope, receive, send):
+        # Every response closes its connection: each request makes a new handshake, so a
+        # test sees which certificate each one presented.
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+
+        async def send_closing(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        await app(scope, receive, send_closing)
+
+    config = uvicorn.Config(
+        closing,
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        http=PeerCertLogging,
+        ssl_certfile=args.certfile,
+        ssl_keyfile=args.keyfile,
+        ssl_ca_certs=args.ca_certs,
+        ssl_cert_reqs=ssl.CERT_REQUIRED,
+    )
+    anyio.run(uvicorn.Server(config).serve)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ fn through(proxy: &str, target: &str) -> HttpTransport {
     let egress = HttpEgress {
         proxy: ProxySetting::Via(ProxyUrl::new("mcp.proxy", proxy).unwrap()),
         socket: None,
+        tls: None,
     };
     let url = HttpUrl::endpoint("mcp.channels.main.url", target).unwrap();
     HttpTransport::with_egress("main", &url, settings, egress).unwrap()

@@ -808,6 +808,17 @@ fn each_send_error_fact_set_maps_to_one_failure() {
             LegFailure::ConnectFailed,
         ),
         (facts(false, true, false, false, false), true, LegFailure::Tls),
+        // A refused TLS 1.3 client certificate: the alert can follow the write.
+        (
+            facts(false, false, false, false, false).tls_refused(),
+            true,
+            LegFailure::Tls,
+        ),
+        (
+            facts(false, false, true, false, false).tls_refused(),
+            true,
+            LegFailure::Tls,
+        ),
         // The gateway's own exhaustion while resolving or connecting is named as such...
         (
             facts(false, true, false, false, true).exhausted(),

@@ -1,0 +1,134 @@
+//! A private PKI made in the test with the `openssl` CLI: CAs, a server certificate for
+//! 127.0.0.1, client certificates (valid or expired), in a temporary folder.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A folder of PEM files.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+}
+
+/// A certificate and its key, as files.
+#[derive(Clone, Debug)]
+pub struct Pair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("the openssl CLI runs (scripts/install-peers)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Pki {
+    pub fn new() -> Pki {
+        Pki {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A self-signed CA `NAME.pem` / `NAME.key` (common name `NAME`).
+    pub fn ca(&self, name: &str) -> Pair {
+        let (cert, key) = (format!("{name}.pem"), format!("{name}.key"));
+        openssl(
+            self.dir.path(),
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &cert,
+                "-days",
+                "30",
+                "-subj",
+                &format!("/CN={name}"),
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ],
+        );
+        Pair {
+            cert: self.path(&cert),
+            key: self.path(&key),
+        }
+    }
+
+    /// A leaf `NAME` issued by `ca`: a server certificate for 127.0.0.1 and localhost when
+    /// `server`, else a client certificate; `days` may be negative (already expired).
+    pub fn leaf(&self, ca: &Pair, name: &str, server: bool, days: i32) -> Pair {
+        let (cert, key, csr, ext) = (
+            format!("{name}.pem"),
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.ext"),
+        );
+        let usage = if server {
+            "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        } else {
+            "extendedKeyUsage=clientAuth\n"
+        };
+        std::fs::write(self.path(&ext), format!("basicConstraints=CA:FALSE\n{usage}")).unwrap();
+        openssl(
+            self.dir.path(),
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        let (ca_cert, ca_key) = (ca.cert.display().to_string(), ca.key.display().to_string());
+        openssl(
+            self.dir.path(),
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca_cert,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-out",
+                &cert,
+                "-days",
+                &days.to_string(),
+                "-extfile",
+                &ext,
+            ],
+        );
+        Pair {
+            cert: self.path(&cert),
+            key: self.path(&key),
+        }
+    }
+}
