@@ -242,7 +242,12 @@ impl StrictFamilies {
 impl StdioFamilies {
     fn register(r: &Registry) -> Self {
         Self {
-            stdio_up: gauge_vec(r, "stdio_up", "1 while the channel's stdio child runs with its MCP session open (or passed through).", &["channel"]),
+            stdio_up: gauge_vec(
+                r,
+                "stdio_up",
+                "1 while the channel's stdio child runs with its MCP session open (or passed through).",
+                &["channel"],
+            ),
             stdio_restarts: counter_vec(
                 r,
                 "stdio_restarts_total",
