@@ -61,8 +61,9 @@ fn ends_value(c: char, quote: Option<char>) -> bool {
     }
 }
 
-/// The loggable form of one stderr line.
-pub(super) fn redact_line(line: &str) -> String {
+/// The loggable form of one stderr line (also what `/status` may show of a server's own
+/// strings: `downstream::identity`).
+pub(in crate::downstream) fn redact_line(line: &str) -> String {
     let cleaned: Vec<char> = line.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let assigned = redact_assignments(&cleaned);
     let mut out = redact_runs(&assigned);
