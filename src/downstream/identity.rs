@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::stdio::redact_line;
+use super::redact::redact_line;
 use super::{LegOutcome, LegResult};
 
 /// Longest server name, version or protocol revision kept, in characters.

@@ -10,6 +10,7 @@ pub(crate) mod error_chain;
 mod http;
 mod identity;
 mod outcome;
+mod redact;
 mod sse;
 mod stdio;
 #[cfg(test)]

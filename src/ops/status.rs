@@ -49,7 +49,7 @@ pub enum NotReady {
     },
     /// The first channel seen down.
     #[error("downstream channel {} ({}) is {}", .0.channel, .0.transport, .0.condition())]
-    ChannelDown(ChannelStatus),
+    ChannelDown(Box<ChannelStatus>),
 }
 
 /// `/status` `mode` (API).
@@ -150,7 +150,7 @@ impl OpsState {
             Some(_) => {}
         }
         if let Some(down) = self.channels.status().into_iter().find(|c| !c.up) {
-            return Err(NotReady::ChannelDown(down));
+            return Err(NotReady::ChannelDown(Box::new(down)));
         }
         Ok(())
     }

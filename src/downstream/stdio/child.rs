@@ -23,10 +23,10 @@ use tokio_util::sync::CancellationToken;
 use super::guard;
 use super::line::{self, Ask, Line, LineReader, RawLine, WriteResult};
 use super::pending::{Answer, Closed, Origin, PendingMap, Ticket};
-use super::redact::{self, LogBudget};
 use super::rewrite::{self, Span};
 use super::session::{Declared, Session};
 use super::Shared;
+use crate::downstream::redact::{self, LogBudget};
 use crate::downstream::{Notification, NotifySink};
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
 

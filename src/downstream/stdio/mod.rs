@@ -30,7 +30,7 @@
 //!
 //! Must not touch the control plane, the fence's state or the latch: outcomes are
 //! returned, the dispatcher decides. Must not log payloads: stdout lines are logged by
-//! length only, stderr lines only through [`redact::redact_line`].
+//! length only, stderr lines only through [`super::redact::redact_line`].
 
 mod backoff;
 mod child;
@@ -40,7 +40,6 @@ mod line;
 #[cfg(any(test, fuzzing))]
 pub(crate) mod line_probe;
 mod pending;
-mod redact;
 mod rewrite;
 mod session;
 
@@ -58,7 +57,6 @@ pub use self::child::SessionState;
 use self::child::{Child, Claim, Registration};
 use self::line::WriteResult;
 use self::pending::{CancelTarget, Origin};
-pub(super) use self::redact::redact_line;
 use self::session::{Need, Session};
 pub use self::session::{SessionMode, SessionSettings, DEFAULT_PROTOCOL_VERSION};
 use super::identity::{self, Observed};

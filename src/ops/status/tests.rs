@@ -57,7 +57,10 @@ fn each_not_ready_reason_reads_as_the_documented_line() {
             },
             "last successful poll 61s ago (last error: none)",
         ),
-        (NotReady::ChannelDown(down), "downstream channel main (stdio) is down"),
+        (
+            NotReady::ChannelDown(Box::new(down)),
+            "downstream channel main (stdio) is down",
+        ),
     ];
     for (reason, line) in rows {
         assert_eq!(reason.to_string(), line, "{reason:?}");
