@@ -1,6 +1,6 @@
-//! Live counters and poll health shared with `/status` and `/readyz`. Writers are the
-//! poller and command tasks (`dispatch`) and the stop order (`app`); readers (`ops`) only
-//! observe.
+//! Live counters, poll health and the health receipts' wall-clock times (`times`) shared
+//! with `/status` and `/readyz`. Writers are the poller and command tasks (`dispatch`)
+//! and the stop order (`app`); readers (`ops`) only observe.
 //!
 //! Below both `dispatch` and `ops`: imports no other module of the crate.
 
