@@ -1,8 +1,12 @@
-//! Live counters and poll health shared with `/status` and `/readyz`. Writers are the
-//! poller and command tasks (`dispatch`) and the stop order (`app`); readers (`ops`) only
-//! observe.
+//! Live counters, poll health and the health receipts' wall-clock times (`times`) shared
+//! with `/status` and `/readyz`. Writers are the poller and command tasks (`dispatch`)
+//! and the stop order (`app`); readers (`ops`) only observe.
 //!
 //! Below both `dispatch` and `ops`: imports no other module of the crate.
+
+mod times;
+
+pub use times::{rfc3339, unix_millis_now, ChannelReceipt, UnixMillis};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -23,6 +27,9 @@ pub struct Health {
     in_flight: AtomicUsize,
     /// The first background task that ended unexpectedly, and why (never cleared).
     task_failure: Mutex<Option<(&'static str, &'static str)>>,
+    /// Wall-clock times of the last command and success per channel, the last
+    /// successful poll and the last acknowledged delivery (`times`).
+    times: times::Times,
 }
 
 /// `/status` `control_plane` object.
@@ -31,12 +38,20 @@ pub struct PollHealth {
     pub last_successful_poll_age_seconds: Option<f64>,
     pub consecutive_poll_errors: u64,
     pub last_poll_error_kind: Option<&'static str>,
+    /// RFC 3339; `null` until a poll succeeded.
+    pub last_successful_poll_at: Option<String>,
+    /// RFC 3339: the last delivery the control plane acknowledged (`acked`, terminal or
+    /// notification); `null` until one.
+    pub last_acked_at: Option<String>,
 }
 
 impl Health {
     pub fn poll_succeeded(&self) {
         *self.last_successful_poll.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         self.consecutive_poll_errors.store(0, Ordering::Relaxed);
+        self.times
+            .last_successful_poll
+            .store(unix_millis_now(), Ordering::Relaxed);
     }
 
     pub fn poll_failed(&self, kind: &'static str) {
@@ -49,6 +64,8 @@ impl Health {
             last_successful_poll_age_seconds: self.last_poll_age().map(|d| d.as_secs_f64()),
             consecutive_poll_errors: self.consecutive_poll_errors.load(Ordering::Relaxed),
             last_poll_error_kind: *self.last_poll_error_kind.lock().unwrap_or_else(|p| p.into_inner()),
+            last_successful_poll_at: self.last_successful_poll_at(),
+            last_acked_at: self.last_acked_at(),
         }
     }
 

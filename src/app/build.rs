@@ -86,13 +86,15 @@ impl Parts {
     pub(super) fn observed(config: &Config) -> Self {
         let strict = config.strict.enabled;
         let metrics = Arc::new(Metrics::new::<GatewayLabels>(strict, &config.stdio_channel_names()));
+        let channel_names: Vec<String> = config.mcp.channels.keys().map(ToString::to_string).collect();
+        metrics.channel_receipts_at_zero(&channel_names);
         let permits = config.mcp.max_concurrent.get();
         let fence = Fence::new(strict, if strict { 1 } else { permits });
         {
             let metrics = metrics.clone();
             fence.observe_latches(Box::new(move |fatal| metrics.fatal_latched(fatal.category)));
         }
-        let health = Arc::new(Health::default());
+        let health = Arc::new(Health::with_channels(channel_names));
         let supervisor = Supervisor::new(task_failure_hook(&fence, &health, &metrics));
         Self {
             metrics,

@@ -3,6 +3,7 @@
 //! executed, malformed). Answers of the last kind never latch: nothing was sent.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,7 +11,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::control::{ControlClient, DeliveryReport, PostKind};
+use super::books::Books;
+use crate::control::{ControlClient, Delivery, DeliveryReport, PostKind};
 use crate::downstream::Reply;
 use crate::protocol::{
     discovery_error, json_resp_headers, synthesize_error, ChannelName, Command, CommandKind, DiscoveryFailure,
@@ -27,14 +29,22 @@ pub(crate) struct Responder {
     hard_stop: CancellationToken,
     /// Bound on best-effort error responses after a latch or at shutdown.
     cleanup_timeout: Duration,
+    /// Told of every acknowledged delivery.
+    books: Arc<Books>,
 }
 
 impl Responder {
-    pub(crate) fn new(control: ControlClient, hard_stop: CancellationToken, cleanup_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        control: ControlClient,
+        hard_stop: CancellationToken,
+        cleanup_timeout: Duration,
+        books: Arc<Books>,
+    ) -> Self {
         Self {
             control,
             hard_stop,
             cleanup_timeout,
+            books,
         }
     }
 
@@ -70,7 +80,8 @@ impl Responder {
         report
     }
 
-    /// Posts one response body of `kind`, retried per the control client's rules.
+    /// Posts one response body of `kind`, retried per the control client's rules. Every
+    /// post goes through here, so each `acked` one is in the books.
     pub(crate) async fn post(
         &self,
         kind: PostKind,
@@ -78,9 +89,14 @@ impl Responder {
         shard_token: &ShardToken,
         deadline: Option<Instant>,
     ) -> DeliveryReport {
-        self.control
+        let report = self
+            .control
             .deliver(kind, body, shard_token, deadline, &self.hard_stop)
-            .await
+            .await;
+        if report.delivery == Delivery::Acked {
+            self.books.delivery_acked();
+        }
+        report
     }
 
     /// Answers a command that will never reach an MCP server, best effort, bounded by

@@ -1,13 +1,16 @@
 //! The dispatcher's books: how many commands it holds, what they are doing, and the
 //! room left in the prefetch queue. Every count goes to the health shown on `/status`
-//! and to the metrics together, so the two never disagree.
+//! and to the metrics together, so the two never disagree (the health receipts' times
+//! included: `/status` and the timestamp gauges show the same instant).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Health;
+use crate::health::{unix_millis_now, UnixMillis};
 use crate::telemetry::{DropReason, DurationLeg, Metrics};
 
 pub(crate) struct Books {
@@ -31,6 +34,11 @@ impl Books {
 
     pub(crate) fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    #[cfg(test)]
+    pub(crate) fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Commands the prefetch queue can take now.
@@ -87,4 +95,33 @@ impl Books {
     pub(crate) fn leg_took(&self, leg: DurationLeg, since: Instant) {
         self.metrics.leg_duration(leg, since.elapsed().as_secs_f64());
     }
+
+    /// A downstream leg on `channel` ended, whatever its outcome (`last_command_at`).
+    pub(crate) fn leg_ended(&self, channel: &str) {
+        let at = unix_millis_now();
+        if self.health.channel_commanded(channel, at) {
+            self.metrics.channel_commanded_at(channel, seconds(at));
+        }
+    }
+
+    /// A leg on `channel` was answered and its terminal response acknowledged
+    /// (`last_success_at`).
+    pub(crate) fn succeeded(&self, channel: &str) {
+        let at = unix_millis_now();
+        if self.health.channel_succeeded(channel, at) {
+            self.metrics.channel_succeeded_at(channel, seconds(at));
+        }
+    }
+
+    /// The control plane acknowledged a delivery (`last_acked_at`).
+    pub(crate) fn delivery_acked(&self) {
+        let at = unix_millis_now();
+        self.health.delivery_acked(at);
+        self.metrics.delivery_acked_at(seconds(at));
+    }
+}
+
+/// Unix milliseconds as the seconds a gauge carries.
+fn seconds(at: UnixMillis) -> f64 {
+    Duration::from_millis(at).as_secs_f64()
 }

@@ -330,6 +330,9 @@ impl CommandTask<'_> {
         let started = Instant::now();
         let report = responder.terminal(self.cmd, &leg.reply, deadline).await;
         self.d.books.leg_took(DurationLeg::Deliver, started);
+        if leg.outcome == LegOutcome::Answered && report.delivery == Delivery::Acked {
+            self.d.books.succeeded(self.cmd.channel.as_str());
+        }
         let span = &self.span;
         span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
         if report.delivery != Delivery::Acked {

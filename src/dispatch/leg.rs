@@ -159,12 +159,12 @@ impl Leg<'_> {
         (leg, cut, notifier_done)
     }
 
-    /// Counts the leg's outcome and records it on the command span.
+    /// Counts the leg's outcome, records it on the command span, and the time in the
+    /// channel's health receipt.
     pub(super) fn account(&self, leg: &LegResult) {
-        self.d
-            .books
-            .metrics()
-            .downstream_finished(self.transport.kind(), leg.outcome);
+        let books = &self.d.books;
+        books.metrics().downstream_finished(self.transport.kind(), leg.outcome);
+        books.leg_ended(self.cmd.channel.as_str());
         record_leg(self.span, leg);
     }
 

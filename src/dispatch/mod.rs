@@ -130,7 +130,7 @@ impl Gate {
 pub struct Dispatcher {
     gate: Gate,
     responder: Responder,
-    books: Books,
+    books: Arc<Books>,
     legs: Legs,
     supervisor: Supervisor,
 }
@@ -149,6 +149,7 @@ impl Dispatcher {
             write_ahead,
         } = wiring;
         let line = AdmissionLine::start(&supervisor, fence.clone(), stops.hard_stop.clone());
+        let books = Arc::new(Books::new(metrics, health, policy.max_inflight));
         Arc::new(Self {
             gate: Gate {
                 fence,
@@ -160,8 +161,8 @@ impl Dispatcher {
                 },
                 write_ahead,
             },
-            responder: Responder::new(control, stops.hard_stop, policy.cleanup_timeout),
-            books: Books::new(metrics, health, policy.max_inflight),
+            responder: Responder::new(control, stops.hard_stop, policy.cleanup_timeout, books.clone()),
+            books,
             legs: Legs::new(stops.cut, policy.propagation),
             supervisor,
         })

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::identity::Observed;
 use super::{ChannelStatus, DownstreamRequest, HttpTransport, LegResult, NotifySink, Reply, StdioTransport};
 use crate::protocol::{DiscoveryFailure, WireHeaders};
 use crate::strict::Admission;
@@ -45,10 +46,23 @@ impl Transport {
         }
     }
 
+    /// Forwards one JSON-RPC message; an answer to `initialize` or `tools/list` is also
+    /// read for what it says of the server (`/status`).
     pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
-        match self {
+        let leg = match self {
             Self::Http(t) => t.call(admission, req, notes).await,
             Self::Stdio(t) => t.call(admission, req, notes).await,
+        };
+        if let Some(method) = req.payload.method() {
+            self.observed().answered(method, &leg);
+        }
+        leg
+    }
+
+    fn observed(&self) -> &Observed {
+        match self {
+            Self::Http(t) => t.observed(),
+            Self::Stdio(t) => t.observed(),
         }
     }
 

@@ -39,6 +39,7 @@ use serde_json::value::RawValue;
 use tokio::time::{timeout_at, Instant};
 
 use super::error_chain::SendFacts;
+use super::identity::Observed;
 use super::sse::SseParser;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, Notification, NotifySink, Reply};
 use crate::config::{HttpUrl, ProxySetting};
@@ -148,6 +149,8 @@ struct Inner {
     configured: HeaderMap,
     /// The problem of the last failed handshake, in words (for `doctor`).
     tls_problem: Mutex<Option<String>>,
+    /// What callers' `initialize` and `tools/list` answers said (`/status`).
+    observed: Observed,
 }
 
 /// `Accept` sent with a POST when the command's headers carry none.
@@ -345,6 +348,7 @@ impl HttpTransport {
                 connects,
                 configured: HeaderMap::new(),
                 tls_problem: Mutex::new(None),
+                observed: Observed::default(),
             }),
         })
     }
@@ -423,7 +427,17 @@ impl HttpTransport {
             up: self.inner.up.load(Ordering::Relaxed),
             generation: 0,
             session: None,
+            server: None,
+            protocol_version: None,
+            tools: None,
+            started_at: None,
         }
+        .with_seen(self.inner.observed.seen())
+    }
+
+    /// What the channel's callers saw of its server (`initialize`, `tools/list`).
+    pub(super) fn observed(&self) -> &Observed {
+        &self.inner.observed
     }
 
     /// The POST of one message, then its answer by body kind.

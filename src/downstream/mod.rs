@@ -8,7 +8,9 @@
 mod channels;
 pub(crate) mod error_chain;
 mod http;
+mod identity;
 mod outcome;
+mod redact;
 mod sse;
 mod stdio;
 #[cfg(test)]
@@ -16,6 +18,7 @@ mod test_support;
 
 pub use channels::{Channels, Transport, TransportKind};
 pub use http::{HttpEgress, HttpSettings, HttpSetupError, HttpTransport};
+pub use identity::{Seen, ServerIdentity, MAX_IDENTITY_CHARS};
 pub use outcome::{
     LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, LOCAL_EXHAUSTION_MESSAGE, REFUSED_MESSAGE,
     SESSION_NOT_OPEN_MESSAGE, SUBSCRIPTION_ENDED_MESSAGE,
@@ -55,9 +58,27 @@ pub struct ChannelStatus {
     /// stdio only: where the child's MCP session stands.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionState>,
+    /// The server as the last `initialize` answer seen on the channel named it (for stdio,
+    /// the gateway's own session with the child); `null` until one.
+    pub server: Option<ServerIdentity>,
+    /// The protocol revision of that answer; `null` until one.
+    pub protocol_version: Option<String>,
+    /// Tools in the last `tools/list` answer seen on the channel; `null` until one.
+    pub tools: Option<u64>,
+    /// stdio: when the current child was started (RFC 3339); `null` for HTTP and while no
+    /// child runs.
+    pub started_at: Option<String>,
 }
 
 impl ChannelStatus {
+    /// What the channel's server was seen to say about itself, as the status shows it.
+    fn with_seen(mut self, seen: Seen) -> Self {
+        self.server = seen.server;
+        self.protocol_version = seen.protocol_version;
+        self.tools = seen.tools;
+        self
+    }
+
     /// What is wrong with a channel that is not up, in words for `/readyz`.
     pub fn condition(&self) -> &'static str {
         match self.session {

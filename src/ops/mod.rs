@@ -11,7 +11,7 @@ mod status;
 pub use listener::{
     CONNECTION_LIFETIME, HEADER_READ_TIMEOUT, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_HEADERS, MAX_HEAD_BYTES,
 };
-pub use status::{Commands, GatewayState, Mode, NotReady, OpsState, StatusDocument};
+pub use status::{ChannelReport, Commands, GatewayState, Mode, NotReady, OpsState, StatusDocument};
 
 use std::net::SocketAddr;
 use std::sync::Arc;

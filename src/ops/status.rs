@@ -15,6 +15,10 @@ use crate::health::{Health, PollHealth};
 use crate::strict::{Fatal, FatalCategory, Fence, FenceSnapshot};
 use crate::telemetry::Metrics;
 
+mod receipt;
+
+pub use receipt::ChannelReport;
+
 /// What the listener observes.
 pub struct OpsState {
     pub fence: Fence,
@@ -45,7 +49,7 @@ pub enum NotReady {
     },
     /// The first channel seen down.
     #[error("downstream channel {} ({}) is {}", .0.channel, .0.transport, .0.condition())]
-    ChannelDown(ChannelStatus),
+    ChannelDown(Box<ChannelStatus>),
 }
 
 /// `/status` `mode` (API).
@@ -80,7 +84,7 @@ pub struct StatusDocument {
     pub fence: FenceSnapshot,
     pub fatal: Option<Fatal>,
     pub control_plane: PollHealth,
-    pub downstream: Vec<ChannelStatus>,
+    pub downstream: Vec<ChannelReport>,
     pub commands: Commands,
 }
 
@@ -146,7 +150,7 @@ impl OpsState {
             Some(_) => {}
         }
         if let Some(down) = self.channels.status().into_iter().find(|c| !c.up) {
-            return Err(NotReady::ChannelDown(down));
+            return Err(NotReady::ChannelDown(Box::new(down)));
         }
         Ok(())
     }
@@ -169,7 +173,7 @@ impl OpsState {
             fence: self.fence.snapshot(),
             fatal,
             control_plane: self.health.poll_health(),
-            downstream: self.channels.status(),
+            downstream: self.channel_reports(),
             commands: Commands {
                 in_flight: self.health.in_flight(),
                 queued: self.health.queued(),

@@ -7,8 +7,8 @@
 
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 use super::label::{
@@ -45,6 +45,7 @@ pub struct Metrics {
     strict: StrictFamilies,
     stdio: StdioFamilies,
     internals: InternalFamilies,
+    receipts: ReceiptFamilies,
 }
 
 /// `polls_total`, `poll_errors_total`, `last_successful_poll_timestamp_seconds`.
@@ -317,6 +318,7 @@ impl Metrics {
             strict: StrictFamilies::register(&r),
             stdio: StdioFamilies::register(&r),
             internals: InternalFamilies::register(&r),
+            receipts: ReceiptFamilies::register(&r),
             registry: r,
         }
     }
@@ -527,6 +529,67 @@ impl Accounting {
             .map(|(name, n)| format!("{}={n}", name.as_ref()))
             .collect::<Vec<_>>()
             .join(" ")
+    }
+}
+
+/// Health receipts: when each channel last carried a command and last succeeded, and
+/// when the control plane last acknowledged a delivery (Unix seconds, 0 for never).
+struct ReceiptFamilies {
+    channel_last_command: GaugeVec,
+    channel_last_success: GaugeVec,
+    last_acked_delivery: Gauge,
+}
+
+impl ReceiptFamilies {
+    fn register(r: &Registry) -> Self {
+        let channel_gauge = |name: &str, help: &str| {
+            let g = GaugeVec::new(Opts::new(format!("tunnelgate_{name}"), help), &["channel"]);
+            registered(r, g.expect("metric definitions are valid"))
+        };
+        Self {
+            channel_last_command: channel_gauge(
+                "channel_last_command_timestamp_seconds",
+                "Unix time the last downstream leg on the channel ended, whatever its outcome (0: none yet).",
+            ),
+            channel_last_success: channel_gauge(
+                "channel_last_success_timestamp_seconds",
+                "Unix time of the channel's last leg answered and acknowledged by the control plane (0: none yet).",
+            ),
+            last_acked_delivery: gauge(
+                r,
+                "last_acked_delivery_timestamp_seconds",
+                "Unix time of the last delivery the control plane acknowledged (0: none yet).",
+            ),
+        }
+    }
+}
+
+impl Metrics {
+    /// Creates the per-channel receipt series at zero, one per configured channel (every
+    /// transport), so that each exists from the first scrape.
+    pub fn channel_receipts_at_zero(&self, channels: &[String]) {
+        for ch in channels {
+            self.receipts.channel_last_command.with_label_values(&[ch]);
+            self.receipts.channel_last_success.with_label_values(&[ch]);
+        }
+    }
+    /// A downstream leg on `channel` ended at `unix_seconds`.
+    pub fn channel_commanded_at(&self, channel: &str, unix_seconds: f64) {
+        self.receipts
+            .channel_last_command
+            .with_label_values(&[channel])
+            .set(unix_seconds);
+    }
+    /// A leg on `channel` was answered and its response acknowledged at `unix_seconds`.
+    pub fn channel_succeeded_at(&self, channel: &str, unix_seconds: f64) {
+        self.receipts
+            .channel_last_success
+            .with_label_values(&[channel])
+            .set(unix_seconds);
+    }
+    /// The control plane acknowledged a delivery at `unix_seconds`.
+    pub fn delivery_acked_at(&self, unix_seconds: f64) {
+        self.receipts.last_acked_delivery.set(unix_seconds);
     }
 }
 

@@ -17,6 +17,7 @@ mod gateway_stdio;
 mod gateway_stdio_mux;
 mod harness;
 mod headers;
+mod health_receipts;
 mod oauth;
 mod ops_flood;
 mod otlp;

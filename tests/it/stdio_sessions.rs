@@ -35,7 +35,7 @@ fn default_mode() -> RigOptions<'static> {
 
 /// The rig's configuration with channel `main` running `argv`, `channel` appended to the
 /// channel's table (e.g. `session = "pass_through"`), and `o.extra` at the end.
-fn stdio_config(rig: &Rig, argv: &[String], channel: &str, o: &RigOptions<'_>) -> String {
+pub fn stdio_config(rig: &Rig, argv: &[String], channel: &str, o: &RigOptions<'_>) -> String {
     let command = serde_json::to_string(argv).unwrap();
     rig.config(o).replace(
         &format!("url = \"{}\"", rig.stub.url()),
@@ -63,7 +63,7 @@ fn recorded(rig: &Rig, tag: &str, server: Vec<String>) -> Vec<String> {
 }
 
 /// The Python SDK server over stdio (`--mode stdio` or `--mode stdio-modern`).
-fn py_stdio(mode: &str) -> Vec<String> {
+pub fn py_stdio(mode: &str) -> Vec<String> {
     vec![
         python().display().to_string(),
         peer_script("py_server.py").display().to_string(),
@@ -172,7 +172,7 @@ fn text(body: &Value) -> &str {
 
 /// A caller's `initialize` and `notifications/initialized` through the sim's commands;
 /// returns the `Mcp-Session-Id` the gateway minted, after checking both answers.
-async fn initialize_caller(rig: &Rig, client: &str) -> String {
+pub async fn initialize_caller(rig: &Rig, client: &str) -> String {
     let init = rig.sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
         "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":client,"version":"1"}}}),

@@ -79,7 +79,7 @@ fn with_intents(
         fence: fence.clone(),
         channels,
         metrics,
-        health: Arc::new(Health::default()),
+        health: Arc::new(Health::with_channels(["main".to_owned()])),
         policy: Policy {
             strict,
             ambiguity_is_fatal: true,
@@ -101,8 +101,13 @@ fn with_intents(
 }
 
 fn command(channel: &str) -> Command {
+    request(channel, "tools/call")
+}
+
+/// A JSON-RPC request (id 1) of `method` on `channel`.
+fn request(channel: &str, method: &str) -> Command {
     let body = format!(
-        r#"{{"commands":[{{"request_id":"r1","shard_token":"s","command_type":"jsonrpc","channel":"{channel}","headers":{{}},"jsonrpc":{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"x"}}}}}}]}}"#
+        r#"{{"commands":[{{"request_id":"r1","shard_token":"s","command_type":"jsonrpc","channel":"{channel}","headers":{{}},"jsonrpc":{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{"name":"x"}}}}}}]}}"#
     );
     decode_poll(body.as_bytes()).unwrap().pop().unwrap().unwrap()
 }
@@ -255,4 +260,105 @@ async fn an_intent_that_cannot_be_written_keeps_the_command_from_the_server() {
     assert!(posted[0].text().contains("safe to retry"), "{}", posted[0].text());
     assert!(mcp.seen().is_empty());
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The value of the series `name` (with its labels, as rendered) in the metrics text.
+fn gauge(d: &Dispatcher, series: &str) -> f64 {
+    let text = d.books.metrics().render();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+}
+
+const LAST_COMMAND: &str = r#"tunnelgate_channel_last_command_timestamp_seconds{channel="main"}"#;
+const LAST_SUCCESS: &str = r#"tunnelgate_channel_last_success_timestamp_seconds{channel="main"}"#;
+const LAST_ACKED: &str = "tunnelgate_last_acked_delivery_timestamp_seconds";
+
+#[tokio::test]
+async fn an_answered_and_acknowledged_tools_list_is_a_success_with_its_tool_count() {
+    let tools = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a"},{"name":"b"},{"name":"c"}]}}"#;
+    let mcp = Server::start(vec![json("200 OK", tools)]).await;
+    let control = Server::start(vec![ack()]).await;
+    let (d, _fence) = dispatcher(&mcp, &control, false);
+    d.books.metrics().channel_receipts_at_zero(&["main".to_owned()]);
+    assert_eq!(
+        d.books.health().channel_receipt("main"),
+        crate::health::ChannelReceipt::default()
+    );
+    assert_eq!(gauge(&d, LAST_SUCCESS), 0.0);
+    let before = crate::health::unix_millis_now() as f64 / 1000.0;
+    run_one(&d, request("main", "tools/list")).await;
+    let receipt = d.books.health().channel_receipt("main");
+    assert!(
+        receipt.last_command_at.is_some() && receipt.last_success_at.is_some(),
+        "{receipt:?}"
+    );
+    assert_eq!(d.gate.channels.get("main").unwrap().status().tools, Some(3));
+    assert!(d.books.health().poll_health().last_acked_at.is_some());
+    for series in [LAST_COMMAND, LAST_SUCCESS, LAST_ACKED] {
+        let at = gauge(&d, series);
+        assert!(
+            at >= before.floor() && at < before + 60.0,
+            "{series} = {at}, started at {before}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_command_that_was_not_acknowledged_is_a_command_and_not_a_success() {
+    let mcp = Server::start(vec![answer()]).await;
+    let control = Server::start(vec![not_found()]).await;
+    let (d, _fence) = dispatcher(&mcp, &control, false);
+    d.books.metrics().channel_receipts_at_zero(&["main".to_owned()]);
+    run_one(&d, command("main")).await;
+    let receipt = d.books.health().channel_receipt("main");
+    assert!(receipt.last_command_at.is_some(), "{receipt:?}");
+    assert_eq!(receipt.last_success_at, None);
+    assert!(gauge(&d, LAST_COMMAND) > 0.0);
+    assert_eq!(gauge(&d, LAST_SUCCESS), 0.0);
+    assert_eq!(gauge(&d, LAST_ACKED), 0.0);
+    assert_eq!(d.books.health().poll_health().last_acked_at, None);
+}
+
+#[tokio::test]
+async fn an_abandoned_leg_whose_answer_was_acknowledged_is_not_a_success() {
+    let mcp = Server::start(vec![Act::Close]).await;
+    let control = Server::start(vec![ack()]).await;
+    let (d, _fence) = dispatcher(&mcp, &control, false);
+    run_one(&d, command("main")).await;
+    let receipt = d.books.health().channel_receipt("main");
+    assert!(receipt.last_command_at.is_some(), "{receipt:?}");
+    assert_eq!(receipt.last_success_at, None, "the caller was told effect unknown");
+    assert!(
+        d.books.health().poll_health().last_acked_at.is_some(),
+        "the control plane acknowledged the error response all the same"
+    );
+}
+
+#[tokio::test]
+async fn an_initialize_answer_passing_through_names_the_server_bounded_and_redacted() {
+    let long = "n".repeat(500);
+    let init = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"result":{{"protocolVersion":"2025-06-18","capabilities":{{}},"serverInfo":{{"name":"srv\u001b[2J\napi_key=sk_live_abc {long}","version":"1.2.3"}}}}}}"#
+    );
+    let mcp = Server::start(vec![json("200 OK", &init)]).await;
+    let control = Server::start(vec![ack()]).await;
+    let (d, _fence) = dispatcher(&mcp, &control, false);
+    run_one(&d, request("main", "initialize")).await;
+    let status = d.gate.channels.get("main").unwrap().status();
+    let server = status.server.expect("a server identity");
+    assert!(
+        server.name.starts_with("srv [2J api_key=[redacted] nnn"),
+        "{}",
+        server.name
+    );
+    assert_eq!(server.name.chars().count(), crate::downstream::MAX_IDENTITY_CHARS);
+    assert!(!server.name.contains("sk_live") && !server.name.chars().any(char::is_control));
+    assert_eq!(server.version.as_deref(), Some("1.2.3"));
+    assert_eq!(status.protocol_version.as_deref(), Some("2025-06-18"));
+    let posted = control.seen();
+    assert!(
+        posted[0].text().contains("sk_live_abc"),
+        "the forwarded answer is the server's own, unchanged"
+    );
 }

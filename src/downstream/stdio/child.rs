@@ -23,10 +23,10 @@ use tokio_util::sync::CancellationToken;
 use super::guard;
 use super::line::{self, Ask, Line, LineReader, RawLine, WriteResult};
 use super::pending::{Answer, Closed, Origin, PendingMap, Ticket};
-use super::redact::{self, LogBudget};
 use super::rewrite::{self, Span};
 use super::session::{Declared, Session};
 use super::Shared;
+use crate::downstream::redact::{self, LogBudget};
 use crate::downstream::{Notification, NotifySink};
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
 
@@ -47,6 +47,8 @@ pub(super) struct Child {
     /// Its process group: the guard's pid, or the child's own without a guard.
     pgid: Option<Pid>,
     pub(super) spawned_at: Instant,
+    /// When it was started, by the wall clock (`/status` `started_at`).
+    pub(super) started_at: std::time::SystemTime,
     stdin: Mutex<StdinSlot>,
     route: Mutex<PendingMap<Waiter>>,
     /// `wait()` returned.
@@ -470,6 +472,7 @@ pub(super) fn spawn(shared: &Arc<Shared>, generation: u64, pass_through: bool) -
         pid,
         pgid,
         spawned_at: Instant::now(),
+        started_at: std::time::SystemTime::now(),
         stdin: Mutex::new(StdinSlot::Ready(stdin)),
         route: Mutex::new(PendingMap::new(retired_kept)),
         exited: CancellationToken::new(),

@@ -30,7 +30,7 @@
 //!
 //! Must not touch the control plane, the fence's state or the latch: outcomes are
 //! returned, the dispatcher decides. Must not log payloads: stdout lines are logged by
-//! length only, stderr lines only through [`redact::redact_line`].
+//! length only, stderr lines only through [`super::redact::redact_line`].
 
 mod backoff;
 mod child;
@@ -40,7 +40,6 @@ mod line;
 #[cfg(any(test, fuzzing))]
 pub(crate) mod line_probe;
 mod pending;
-mod redact;
 mod rewrite;
 mod session;
 
@@ -60,6 +59,7 @@ use self::line::WriteResult;
 use self::pending::{CancelTarget, Origin};
 use self::session::{Need, Session};
 pub use self::session::{SessionMode, SessionSettings, DEFAULT_PROTOCOL_VERSION};
+use super::identity::{self, Observed};
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply, TransportKind};
 use crate::protocol::{json_resp_headers, RespType, MCP_SESSION_ID};
 use crate::strict::Admission;
@@ -135,6 +135,9 @@ struct Shared {
     state: Mutex<State>,
     /// Responses that matched no request in flight (late after a timeout, or unknown ids).
     discarded_responses: AtomicU64,
+    /// What the last `initialize` answer (the gateway's own, or a caller's passed through)
+    /// and `tools/list` answer said (`/status`).
+    observed: Observed,
 }
 
 #[derive(Default)]
@@ -240,6 +243,7 @@ impl StdioTransport {
                     ..State::default()
                 }),
                 discarded_responses: AtomicU64::new(0),
+                observed: Observed::default(),
             }),
         }
     }
@@ -364,13 +368,27 @@ impl StdioTransport {
     pub fn status(&self) -> ChannelStatus {
         let st = self.shared.lock();
         let session = st.child.as_ref().map_or(SessionState::Down, |c| c.session_state());
+        let started_at = st
+            .child
+            .as_ref()
+            .map(|c| humantime::format_rfc3339_millis(c.started_at).to_string());
         ChannelStatus {
             channel: self.shared.channel.clone(),
             transport: TransportKind::Stdio,
             up: matches!(session, SessionState::Initialized | SessionState::PassThrough),
             generation: st.generation,
             session: Some(session),
+            server: None,
+            protocol_version: None,
+            tools: None,
+            started_at,
         }
+        .with_seen(self.shared.observed.seen())
+    }
+
+    /// What the channel's server said of itself (`initialize`, `tools/list`).
+    pub(super) fn observed(&self) -> &Observed {
+        &self.shared.observed
     }
 
     /// The running child's pid (tests).
@@ -786,6 +804,9 @@ impl Shared {
             session::InitAnswer::Opened(opened) => {
                 self.write_initialized(child, admission, limit).await?;
                 tracing::info!(channel = %self.channel, generation = child.generation, protocol_version = %opened.protocol_version, server = opened.server_name().unwrap_or("(unnamed)"), "stdio session opened: the gateway initialized the child");
+                let version = serde_json::Value::String(opened.protocol_version.clone());
+                self.observed
+                    .record(identity::initialized(opened.server_info(), Some(&version)));
                 let opened = Arc::new(opened);
                 run.open(Some(opened.clone()));
                 self.metrics.stdio_session(&self.channel, SessionResult::Initialized);

@@ -120,6 +120,11 @@ impl Session {
     pub(super) fn server_name(&self) -> Option<&str> {
         self.result.get("serverInfo")?.get("name")?.as_str()
     }
+
+    /// The child's `serverInfo`, if it gave one (read by `/status`, bounded and redacted).
+    pub(super) fn server_info(&self) -> Option<&Value> {
+        self.result.get("serverInfo")
+    }
 }
 
 /// How a child answered the gateway's `initialize`.

@@ -24,6 +24,10 @@ fn each_not_ready_reason_reads_as_the_documented_line() {
         up: false,
         generation: 3,
         session: Some(crate::downstream::SessionState::Down),
+        server: None,
+        protocol_version: None,
+        tools: None,
+        started_at: None,
     };
     let rows = [
         (
@@ -53,7 +57,10 @@ fn each_not_ready_reason_reads_as_the_documented_line() {
             },
             "last successful poll 61s ago (last error: none)",
         ),
-        (NotReady::ChannelDown(down), "downstream channel main (stdio) is down"),
+        (
+            NotReady::ChannelDown(Box::new(down)),
+            "downstream channel main (stdio) is down",
+        ),
     ];
     for (reason, line) in rows {
         assert_eq!(reason.to_string(), line, "{reason:?}");
@@ -125,13 +132,14 @@ async fn readiness_names_the_first_reason_in_order() {
 async fn the_status_document_keeps_its_keys_order_and_values() {
     let s = state(true);
     let doc = |s: &OpsState| json(s.status());
+    let polled = |s: &OpsState| json(s.health.poll_health().last_successful_poll_at);
     let version = env!("CARGO_PKG_VERSION");
-    let rest = r#""fence":{"held":false,"leg":null,"request_id":null,"channel":null,"held_seconds":null},"fatal":null,"control_plane":{"last_successful_poll_age_seconds":AGE,"consecutive_poll_errors":0,"last_poll_error_kind":null},"downstream":[],"commands":{"in_flight":0,"queued":0}}"#;
+    let rest = r#""fence":{"held":false,"leg":null,"request_id":null,"channel":null,"held_seconds":null},"fatal":null,"control_plane":{"last_successful_poll_age_seconds":AGE,"consecutive_poll_errors":0,"last_poll_error_kind":null,"last_successful_poll_at":POLLED,"last_acked_at":null},"downstream":[],"commands":{"in_flight":0,"queued":0}}"#;
     assert_eq!(
         doc(&s),
         format!(
             r#"{{"schema_version":1,"version":"{version}","mode":"strict","state":"starting","ready":false,{}"#,
-            rest.replace("AGE", "null")
+            rest.replace("AGE", "null").replace("POLLED", "null")
         )
     );
     s.health.poll_succeeded();
@@ -139,7 +147,7 @@ async fn the_status_document_keeps_its_keys_order_and_values() {
         doc(&s),
         format!(
             r#"{{"schema_version":1,"version":"{version}","mode":"strict","state":"ready","ready":true,{}"#,
-            rest.replace("AGE", "0.0")
+            rest.replace("AGE", "0.0").replace("POLLED", &polled(&s))
         )
     );
     let s = state(false);
@@ -149,7 +157,36 @@ async fn the_status_document_keeps_its_keys_order_and_values() {
         doc(&s),
         format!(
             r#"{{"schema_version":1,"version":"{version}","mode":"default","state":"degraded","ready":false,{}"#,
-            rest.replace("AGE", "0.0")
+            rest.replace("AGE", "0.0").replace("POLLED", &polled(&s))
         )
     );
+}
+
+#[tokio::test]
+async fn a_channel_entry_keeps_its_keys_and_adds_the_health_receipt() {
+    let http = crate::downstream::HttpSettings {
+        connect_timeout: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(1),
+        max_body_bytes: 1024,
+    };
+    let transport = crate::downstream::HttpTransport::from_text("main", "http://127.0.0.1:9/mcp", http).unwrap();
+    let s = OpsState {
+        channels: Channels::new(std::collections::BTreeMap::from([(
+            "main".to_owned(),
+            crate::downstream::Transport::Http(transport),
+        )])),
+        health: Arc::new(Health::with_channels(["main".to_owned()])),
+        ..state(false)
+    };
+    let entry = |s: &OpsState| serde_json::to_value(&s.status().downstream[0]).unwrap();
+    assert_eq!(
+        serde_json::to_string(&entry(&s)).unwrap(),
+        r#"{"channel":"main","transport":"http","up":true,"generation":0,"server":null,"protocol_version":null,"tools":null,"started_at":null,"last_command_at":null,"last_success_at":null}"#
+    );
+    let at = 1_764_590_400_000;
+    s.health.channel_commanded("main", at);
+    s.health.channel_succeeded("main", at + 5);
+    let e = entry(&s);
+    assert_eq!(e["last_command_at"], "2025-12-01T12:00:00.000Z", "{e}");
+    assert_eq!(e["last_success_at"], "2025-12-01T12:00:00.005Z", "{e}");
 }

@@ -1,4 +1,5 @@
-//! What of a child's stderr may reach the gateway's log (pure).
+//! What of an MCP server's own text may reach the gateway's log or `/status` (pure): a
+//! stdio child's stderr lines, and the server identity strings of `identity`.
 //!
 //! A child's stderr is untrusted text that may carry credentials. Each line is cleaned of
 //! control characters, stripped of anything that looks like a secret (assignments to
@@ -61,7 +62,8 @@ fn ends_value(c: char, quote: Option<char>) -> bool {
     }
 }
 
-/// The loggable form of one stderr line.
+/// The loggable form of one stderr line (also what `/status` may show of a server's own
+/// strings: `identity`).
 pub(super) fn redact_line(line: &str) -> String {
     let cleaned: Vec<char> = line.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let assigned = redact_assignments(&cleaned);
