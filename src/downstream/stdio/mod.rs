@@ -803,7 +803,10 @@ impl Shared {
         match session::read_init_answer(answer.get()) {
             session::InitAnswer::Opened(opened) => {
                 self.write_initialized(child, admission, limit).await?;
-                tracing::info!(channel = %self.channel, generation = child.generation, protocol_version = %opened.protocol_version, server = opened.server_name().unwrap_or("(unnamed)"), "stdio session opened: the gateway initialized the child");
+                // The server's own words, bounded and redacted as on `/status`.
+                let server = opened.server_name().and_then(crate::downstream::identity::bounded);
+                let version = crate::downstream::identity::bounded(&opened.protocol_version);
+                tracing::info!(channel = %self.channel, generation = child.generation, protocol_version = version.as_deref().unwrap_or("(unreadable)"), server = server.as_deref().unwrap_or("(unnamed)"), "stdio session opened: the gateway initialized the child");
                 let version = serde_json::Value::String(opened.protocol_version.clone());
                 self.observed
                     .record(identity::initialized(opened.server_info(), Some(&version)));
