@@ -12,6 +12,8 @@ Checks that the dashboard
   - gives every target a non-empty expr, whose every series selector filters on
     job=~"$job" and instance=~"$instance";
   - uses only metric names listed in dashboards/metrics.txt (plus Prometheus's own `up`);
+  - has the panels the README names (REQUIRED_PANELS), and table panels whose targets are
+    instant queries formatted as tables (one row per series);
   - has expressions that parse: each one, with Grafana's variables substituted, is written
     into a throwaway rules file as a recording rule and checked by `promtool check rules`
     (promtool 2.42 has no parse-only command).
@@ -27,6 +29,14 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UID = "tunnelgate"
+# Panels the README ("Dashboards and scripted readiness") and its runbook send operators to.
+REQUIRED_PANELS = [
+    "Delivery receipts written and dropped",
+    "Time since last success, per channel",
+    "Channels without a success yet",
+    "Non-acked deliveries in range, by kind and outcome",
+    "Abandoned legs in range, by transport",
+]
 # Series Prometheus itself adds to every scraped target.
 SYNTHETIC = {"up"}
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
@@ -184,6 +194,10 @@ def main(argv):
         targets = p.get("targets") or []
         if not targets:
             bad(f"{where}: no targets")
+        if p.get("type") == "table":
+            for t in targets:
+                if t.get("instant") is not True or t.get("format") != "table":
+                    bad(f"{where} target {t.get('refId', '?')}: a table's target must be instant, format table")
         for t in targets:
             tw = f"{where} target {t.get('refId', '?')}"
             expr = (t.get("expr") or "").strip()
@@ -206,6 +220,10 @@ def main(argv):
 
     if not exprs:
         bad("no expressions found")
+    titles = {p.get("title") for p in walk_panels(dash.get("panels", []))}
+    for title in REQUIRED_PANELS:
+        if title not in titles:
+            bad(f"panel {title!r} missing (the README names it)")
 
     # Parse every expression with promtool, as recording rules in a throwaway file.
     if promtool is None:

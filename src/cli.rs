@@ -18,6 +18,7 @@ use crate::strict::latch_file::{self, LatchFileError};
 use crate::supervisor::Supervisor;
 use crate::telemetry::logging;
 
+mod readiness;
 mod signals;
 
 const EXAMPLES: &str = "\
@@ -27,12 +28,13 @@ Examples:
   tunnelgate doctor --config config.toml           # preflight the control plane, MCP servers, latch, ops
   tunnelgate run --config /etc/tunnelgate/config.toml
   TUNNELGATE_STRICT__ENABLED=true tunnelgate run --config config.toml
-  tunnelgate status                                # exits 80-89 when latched
+  tunnelgate status                                # exits 80-91 when latched
+  tunnelgate status --require-ready                # 0 ready, 3 not ready, 80-91 latched, 1 no answer
   tunnelgate latch show --config config.toml
   tunnelgate sim --listen 127.0.0.1:8080 --tunnel-id tunnel_local --api-key dev-key
 
-Exit codes: 0 clean, 1 unexpected error, 2 usage, 78 invalid configuration,
-80-89 strict-mode fatal categories (see README).";
+Exit codes: 0 clean, 1 unexpected error, 2 usage, 3 not ready (status --require-ready),
+78 invalid configuration, 80-91 strict-mode fatal categories (see README).";
 
 /// Why a subcommand could not do its work (exit 1, or 78 for a bad fault script).
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +107,8 @@ pub enum Tool {
     /// latch directory and file, ops address. Exits 0 when all pass, 1 otherwise.
     #[command(after_help = DOCTOR_HELP)]
     Doctor(DoctorArgs),
-    /// Query a running gateway's /status; exits with the fatal category's code if latched.
+    /// Query a running gateway's /status; exits with the fatal category's code if latched
+    /// (with --require-ready: 0 only when ready, 3 when not).
     Status(StatusArgs),
     /// Inspect or clear the persisted strict-mode latch.
     Latch(LatchArgs),
@@ -215,6 +218,10 @@ pub struct StatusArgs {
     /// Base URL of the gateway's operator listener.
     #[arg(long, default_value = "http://127.0.0.1:9464")]
     pub url: String,
+    /// Exit 0 only when the gateway is ready: 3 when it is not (the /readyz reason on
+    /// stderr, one line), 80-91 when latched, 1 when no gateway answers.
+    #[arg(long)]
+    pub require_ready: bool,
 }
 
 #[derive(Args, Debug)]
@@ -368,15 +375,16 @@ pub async fn doctor(args: &DoctorArgs, config: Result<Config, ConfigError>) -> R
     Ok(code)
 }
 
-/// `tunnelgate status`.
-pub async fn status(base: &str) -> Result<u8, CliError> {
-    let url = status_url(base)?;
+/// `tunnelgate status [--require-ready]`.
+pub async fn status(args: &StatusArgs) -> Result<u8, CliError> {
+    let url = status_url(&args.url)?;
     let client = reqwest::Client::builder()
         .no_proxy()
         .timeout(STATUS_TIMEOUT)
         .build()
         .map_err(CliError::HttpClient)?;
     let shown = url.to_string();
+    let readyz = url.join("readyz").expect("a sibling path of an http(s) URL parses");
     let body = match client.get(url).send().await {
         Ok(response) => response.text().await,
         Err(e) => Err(e),
@@ -390,11 +398,12 @@ pub async fn status(base: &str) -> Result<u8, CliError> {
         "{}",
         serde_json::to_string_pretty(&doc).expect("a parsed JSON value serializes")
     );
-    let code = doc["fatal"]["exit_code"]
-        .as_u64()
-        .and_then(|c| u8::try_from(c).ok())
-        .unwrap_or(0);
-    Ok(code)
+    let latch_code = doc["fatal"]["exit_code"].as_u64().and_then(|c| u8::try_from(c).ok());
+    if !args.require_ready {
+        return Ok(latch_code.unwrap_or(0));
+    }
+    let ready = doc["ready"].as_bool().unwrap_or(false);
+    readiness::decide(&client, readyz, latch_code, ready).await
 }
 
 /// Bound of the whole `/status` request of `tunnelgate status`.

@@ -1,6 +1,6 @@
 //! The `tunnelgate` binary: parse the command line, load configuration, run, and map
-//! the outcome to an exit code (0 clean, 1 unexpected, 2 usage, 78 configuration,
-//! 80-89 fatal categories).
+//! the outcome to an exit code (0 clean, 1 unexpected, 2 usage, 3 not ready for
+//! `status --require-ready`, 78 configuration, 80-91 fatal categories).
 
 use std::process::ExitCode;
 
@@ -87,7 +87,7 @@ async fn dispatch(command: Ready) -> u8 {
             let config = load(args.config.config.as_deref(), &args.config.overrides());
             tunnelgate::cli::doctor(&args, config).await.map_err(Into::into)
         }
-        Tool::Status(args) => tunnelgate::cli::status(&args.url).await.map_err(Into::into),
+        Tool::Status(args) => tunnelgate::cli::status(&args).await.map_err(Into::into),
         Tool::Latch(args) => {
             let path = match (&args.latch_file, load(args.config.as_deref(), &Default::default())) {
                 (Some(p), _) => p.clone(),

@@ -5,7 +5,7 @@
 //! [`LabelValue`] (see [`super::label`]), and a label filled from upstairs takes only the
 //! enum that owns it. Every labelled series that alerts use is created at zero at startup.
 
-use prometheus::core::Collector;
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -145,8 +145,13 @@ fn all<T: LabelValue>() -> impl Iterator<Item = &'static str> {
 }
 
 /// Creates the series of `family` at zero: one per value of `first` when `family` has one
-/// label (`second` empty), else one per pair of values.
-fn at_zero(family: &IntCounterVec, first: impl Iterator<Item = &'static str>, second: &[&'static str]) {
+/// label (`second` empty), else one per pair of values. A histogram's series so created
+/// export every bucket, `_sum` and `_count` at zero before the first observation.
+fn at_zero<B: MetricVecBuilder>(
+    family: &MetricVec<B>,
+    first: impl Iterator<Item = &'static str>,
+    second: &[&'static str],
+) {
     for a in first {
         if second.is_empty() {
             family.with_label_values(&[a]);
@@ -323,14 +328,16 @@ impl Metrics {
         }
     }
 
-    /// The series alerts use, at zero before anything happens: every value of every
-    /// closed label set (`fatal_info` excepted: it has a series only once latched), and
+    /// The series alerts and the dashboard use, at zero before anything happens: every
+    /// value of every closed label set (the latency histogram's `leg` included, each with
+    /// its buckets at zero; `fatal_info` excepted: it has a series only once latched), and
     /// each configured stdio channel.
     fn create_series_at_zero<L: LabelSets>(&self, stdio_channels: &[String]) {
         at_zero(&self.poll.polls, all::<PollResult>(), &[]);
         at_zero(&self.poll.poll_errors, all::<L::PollErrorKind>(), &[]);
         at_zero(&self.commands.commands_received, all::<CommandType>(), &[]);
         at_zero(&self.commands.commands_dropped, all::<DropReason>(), &[]);
+        at_zero(&self.commands.command_duration, all::<DurationLeg>(), &[]);
         let outcomes: Vec<_> = all::<L::LegOutcome>().collect();
         at_zero(&self.delivery.downstream_requests, all::<L::Transport>(), &outcomes);
         let deliveries: Vec<_> = all::<L::Delivery>().collect();

@@ -130,3 +130,32 @@ fn intent_methods_move_their_own_series() {
         assert!(has(&text, series), "{series} missing:\n{text}");
     }
 }
+
+#[test]
+fn the_latency_histogram_exports_every_leg_with_its_buckets_at_zero_before_any_command() {
+    let text = metrics().render();
+    for leg in DurationLeg::ALL {
+        let leg = leg.as_label();
+        for bucket in DURATION_BUCKETS.iter().map(f64::to_string).chain(["+Inf".to_owned()]) {
+            let series = format!("tunnelgate_command_duration_seconds_bucket{{leg=\"{leg}\",le=\"{bucket}\"}} 0");
+            assert!(has(&text, &series), "{series} missing:\n{text}");
+        }
+        for series in [
+            format!("tunnelgate_command_duration_seconds_sum{{leg=\"{leg}\"}} 0"),
+            format!("tunnelgate_command_duration_seconds_count{{leg=\"{leg}\"}} 0"),
+        ] {
+            assert!(has(&text, &series), "{series} missing:\n{text}");
+        }
+    }
+    let m = metrics();
+    m.leg_duration(DurationLeg::Queue, 0.002);
+    let text = m.render();
+    assert!(
+        has(&text, "tunnelgate_command_duration_seconds_count{leg=\"queue\"} 1"),
+        "{text}"
+    );
+    assert!(
+        has(&text, "tunnelgate_command_duration_seconds_count{leg=\"total\"} 0"),
+        "an observation of one leg leaves the others at zero:\n{text}"
+    );
+}
