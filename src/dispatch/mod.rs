@@ -43,6 +43,7 @@ use crate::control::{ControlClient, PollError, PollSink, Polled, Poller};
 use crate::downstream::Channels;
 use crate::health::Health;
 use crate::protocol::{Command, CommandKind, InvalidCommand};
+use crate::receipts::Journal;
 use crate::strict::{Fence, IntentStore};
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
 use crate::telemetry::{CommandType, Metrics};
@@ -88,6 +89,8 @@ pub struct Wiring {
     pub stops: Stops,
     /// Strict mode's write-ahead intent; `None` in default mode.
     pub write_ahead: Option<WriteAhead>,
+    /// Where each command that did not end cleanly leaves its delivery receipt.
+    pub receipts: Journal,
 }
 
 /// Where strict mode records each admitted command before its first downstream step,
@@ -133,6 +136,7 @@ pub struct Dispatcher {
     books: Books,
     legs: Legs,
     supervisor: Supervisor,
+    receipts: Journal,
 }
 
 impl Dispatcher {
@@ -147,6 +151,7 @@ impl Dispatcher {
             supervisor,
             stops,
             write_ahead,
+            receipts,
         } = wiring;
         let line = AdmissionLine::start(&supervisor, fence.clone(), stops.hard_stop.clone());
         Arc::new(Self {
@@ -164,6 +169,7 @@ impl Dispatcher {
             books: Books::new(metrics, health, policy.max_inflight),
             legs: Legs::new(stops.cut, policy.propagation),
             supervisor,
+            receipts,
         })
     }
 

@@ -13,8 +13,8 @@ use prometheus::{
 
 use super::label::{
     AttemptResultLabel, CommandType, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
-    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, SessionResult, TaskKind, TraceContextSource,
-    TransportLabel,
+    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, ReceiptDropReason, SessionResult, TaskKind,
+    TraceContextSource, TransportLabel,
 };
 
 /// The metric set. Cheap to clone handles live inside; share it behind an `Arc`.
@@ -45,6 +45,7 @@ pub struct Metrics {
     strict: StrictFamilies,
     stdio: StdioFamilies,
     internals: InternalFamilies,
+    receipts: ReceiptFamilies,
 }
 
 /// `polls_total`, `poll_errors_total`, `last_successful_poll_timestamp_seconds`.
@@ -312,6 +313,7 @@ impl Metrics {
             strict: StrictFamilies::register(&r),
             stdio: StdioFamilies::register(&r),
             internals: InternalFamilies::register(&r),
+            receipts: ReceiptFamilies::register(&r),
             registry: r,
         }
     }
@@ -341,6 +343,7 @@ impl Metrics {
         }
         at_zero(&self.internals.task_failures, all::<TaskKind>(), &[]);
         at_zero(&self.internals.trace_context_invalid, all::<TraceContextSource>(), &[]);
+        at_zero(&self.receipts.dropped, all::<ReceiptDropReason>(), &[]);
     }
 
     /// Prometheus text exposition.
@@ -486,6 +489,42 @@ impl Metrics {
             dropped,
             terminal,
         }
+    }
+}
+
+/// The delivery-receipt journal: lines written, and lines dropped by reason.
+struct ReceiptFamilies {
+    written: IntCounter,
+    dropped: IntCounterVec,
+}
+
+impl ReceiptFamilies {
+    fn register(r: &Registry) -> Self {
+        Self {
+            written: int_counter(
+                r,
+                "receipts_written_total",
+                "Delivery receipts written to the journal (receipts.path).",
+            ),
+            dropped: counter_vec(
+                r,
+                "receipts_dropped_total",
+                "Delivery receipts not written, by reason (the commands were not affected).",
+                &["reason"],
+            ),
+        }
+    }
+}
+
+impl Metrics {
+    /// `n` delivery receipts reached the journal file.
+    pub fn receipts_written(&self, n: u64) {
+        self.receipts.written.inc_by(n);
+    }
+
+    /// `n` delivery receipts were dropped for `reason`.
+    pub fn receipts_dropped(&self, reason: ReceiptDropReason, n: u64) {
+        self.receipts.dropped.with_label_values(&[reason.as_label()]).inc_by(n);
     }
 }
 

@@ -54,7 +54,19 @@ fn with_intents(
     strict: bool,
     intents: Option<FileIntents>,
 ) -> (Arc<Dispatcher>, Fence) {
+    wired(mcp, control, strict, intents, crate::receipts::Journal::off)
+}
+
+/// As [`dispatcher`], with the receipts journal `journal` makes.
+fn wired(
+    mcp: &Server,
+    control: &Server,
+    strict: bool,
+    intents: Option<FileIntents>,
+    journal: impl FnOnce(Arc<Metrics>) -> crate::receipts::Journal,
+) -> (Arc<Dispatcher>, Fence) {
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(strict, &[]));
+    let receipts = journal(metrics.clone());
     let settings = ControlSettings {
         base_url: format!("http://{}", control.addr),
         url_path: String::new(),
@@ -96,6 +108,7 @@ fn with_intents(
             store: Arc::new(store),
             instance_id: "instance-1".to_owned(),
         }),
+        receipts,
     });
     (d, fence)
 }
