@@ -110,3 +110,92 @@ fn read_text(path: &Path) -> Result<Option<String>, ReadError> {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn line(request_id: &str, leg: &str, delivery: &str, finished_at: &str) -> String {
+        serde_json::json!({
+            "schema_version": 1, "request_id": request_id, "channel": "main", "command_type": "jsonrpc",
+            "method": "tools/call", "leg_outcome": leg, "delivery_outcome": delivery, "message": null,
+            "attempts": 1, "received_at": finished_at, "finished_at": finished_at, "strict": false,
+            "fatal_category": null
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn the_rotated_file_comes_first_and_lines_that_are_not_receipts_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("receipts.jsonl");
+        let t = "2026-01-01T00:00:00.000Z";
+        let older = format!("{}\n", line("old", "answered", "not_found", t));
+        std::fs::write(rotated_path(&path), older).unwrap();
+        let newer = format!(
+            "{}\n{{\"cut sho\n\n{}\n",
+            line("a", "abandoned", "acked", t),
+            line("b", "answered", "rejected", t)
+        );
+        std::fs::write(&path, newer).unwrap();
+        let listing = read(&path).unwrap();
+        let ids: Vec<_> = listing.receipts.iter().map(|l| l.receipt.request_id.as_str()).collect();
+        assert_eq!(ids, ["old", "a", "b"]);
+        assert_eq!(listing.skipped, 1);
+        assert_eq!(
+            listing.receipts[1].line,
+            line("a", "abandoned", "acked", t),
+            "kept as written"
+        );
+    }
+
+    #[test]
+    fn only_a_journal_with_neither_file_is_missing_and_a_directory_is_unreadable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("receipts.jsonl");
+        let missing = read(&path).unwrap_err();
+        assert_eq!(missing.kind(), "missing");
+        assert!(missing.to_string().contains("receipts.jsonl.1"), "{missing}");
+        std::fs::write(rotated_path(&path), "").unwrap();
+        assert!(
+            read(&path).unwrap().receipts.is_empty(),
+            "a rotated file alone is a journal"
+        );
+        let unreadable = read(dir.path()).unwrap_err();
+        assert_eq!(unreadable.kind(), "unreadable", "{unreadable}");
+    }
+
+    #[test]
+    fn the_filter_keeps_recent_receipts_of_the_outcomes_asked_for() {
+        let receipt = |leg, delivery, at| serde_json::from_str::<Receipt>(&line("r", leg, delivery, at)).unwrap();
+        let old = receipt("abandoned", "acked", "2020-01-01T00:00:00.000Z");
+        let new = receipt("answered", "ambiguous", "2030-01-01T00:00:00.000Z");
+        let since = Filter {
+            since: Some(humantime::parse_rfc3339("2025-01-01T00:00:00Z").unwrap()),
+            outcomes: vec![],
+        };
+        assert!(!since.keeps(&old) && since.keeps(&new));
+        let abandoned = Filter {
+            since: None,
+            outcomes: vec![Unclean::Abandoned],
+        };
+        assert!(abandoned.keeps(&old) && !abandoned.keeps(&new));
+        let either = Filter {
+            since: None,
+            outcomes: vec![Unclean::Rejected, Unclean::Ambiguous],
+        };
+        assert!(!either.keeps(&old) && either.keeps(&new));
+        assert!(Filter::default().keeps(&old) && Filter::default().keeps(&new));
+        let unparsable = Receipt {
+            finished_at: "yesterday".to_owned(),
+            ..new
+        };
+        assert!(!Filter {
+            since: Some(SystemTime::now() - Duration::from_secs(60)),
+            outcomes: vec![]
+        }
+        .keeps(&unparsable));
+    }
+}
