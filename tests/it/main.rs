@@ -24,6 +24,7 @@ mod peers;
 mod prometheus;
 mod proxy;
 mod ready;
+mod receipts;
 mod replies;
 mod resume;
 mod signals;
