@@ -16,7 +16,9 @@
 //!
 //! The parts the tasks share, each a concern of its own: the [`Gate`] (fence, admission
 //! line, channels, rules), the `Responder` (the control plane's side), the `Books`
-//! (counts, health and room in the queue) and the `Legs` (what running legs share).
+//! (counts, health and room in the queue), the `Legs` (what running legs share) and the
+//! receipts `Journal`: each command fills in a pending receipt as it goes, handed over
+//! (without waiting) when its task ends, and kept only when it did not end cleanly.
 
 mod admission;
 mod answer;
