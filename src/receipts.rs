@@ -22,6 +22,6 @@ mod journal;
 mod reader;
 mod record;
 
-pub use journal::{Journal, JournalFile, Pending, MAX_FILE_BYTES};
+pub use journal::{Appended, Journal, JournalFile, Pending, MAX_FILE_BYTES};
 pub use reader::{read, rotated_path, Filter, Listed, Listing, ReadError};
 pub use record::{Outcomes, Receipt, Unclean, SCHEMA_VERSION};
