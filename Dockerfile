@@ -10,7 +10,8 @@
 # config so that probes and Prometheus reach the ops listener (deploy/kubernetes does).
 # Strict mode needs a writable, persistent directory for strict.latch_file: mount a
 # volume at /var/lib/tunnelgate (owned by uid 65532); the root filesystem can stay
-# read-only.
+# read-only. The delivery-receipt journal (receipts.path) lives there too by default:
+# without such a volume its lines are dropped and counted, commands are not affected.
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src

@@ -1,5 +1,5 @@
 //! Command-line surface (names are API): `run`, `check`, `doctor`, `status`,
-//! `latch show|clear`, `sim`, `demo`. Parsing lives here so `main.rs` stays a thin exit-code mapper.
+//! `latch show|clear`, `receipts`, `sim`, `demo`. Parsing lives here so `main.rs` stays a thin exit-code mapper.
 //! What `run` does on each signal (stop, reload, status dump, ignore) is in `signals`.
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -19,7 +19,10 @@ use crate::supervisor::Supervisor;
 use crate::telemetry::logging;
 
 mod readiness;
+mod receipts;
 mod signals;
+
+pub use receipts::{receipts, OutcomeArg, ReceiptsArgs};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -31,6 +34,7 @@ Examples:
   tunnelgate status                                # exits 80-91 when latched
   tunnelgate status --require-ready                # 0 ready, 3 not ready, 80-91 latched, 1 no answer
   tunnelgate latch show --config config.toml
+  tunnelgate receipts --config config.toml --since 1h --outcome ambiguous
   tunnelgate sim --listen 127.0.0.1:8080 --tunnel-id tunnel_local --api-key dev-key
 
 Exit codes: 0 clean, 1 unexpected error, 2 usage, 3 not ready (status --require-ready),
@@ -61,6 +65,8 @@ pub enum CliError {
     Terminal(#[source] std::io::Error),
     #[error(transparent)]
     Sim(SimError),
+    #[error(transparent)]
+    Receipts(#[from] crate::receipts::ReadError),
 }
 
 impl CliError {
@@ -78,6 +84,7 @@ impl CliError {
             Self::ClearNotConfirmed { .. } => "clear_not_confirmed",
             Self::Terminal(_) => "terminal",
             Self::Sim(_) => "sim",
+            Self::Receipts(e) => e.kind(),
         }
     }
 }
@@ -112,6 +119,10 @@ pub enum Tool {
     Status(StatusArgs),
     /// Inspect or clear the persisted strict-mode latch.
     Latch(LatchArgs),
+    /// List the delivery receipts: commands that ended abandoned, not_found, rejected or
+    /// ambiguous.
+    #[command(after_help = receipts::RECEIPTS_HELP)]
+    Receipts(ReceiptsArgs),
     /// Run the control-plane simulator (poll/response endpoints, MCP ingress, faults).
     #[command(after_help = SIM_HELP)]
     Sim(SimArgs),

@@ -78,6 +78,7 @@ pub mod fuzzing;
 pub mod health;
 pub mod ops;
 pub mod protocol;
+pub mod receipts;
 /// A scripted HTTP peer for the crate's own tests.
 #[cfg(test)]
 pub(crate) mod scripted_peer;

@@ -99,6 +99,14 @@ async fn dispatch(command: Ready) -> u8 {
                 LatchAction::Clear { yes } => tunnelgate::cli::latch_clear(&path, yes).map_err(Into::into),
             }
         }
+        Tool::Receipts(args) => {
+            let path = match (&args.path, load(args.config.as_deref(), &Default::default())) {
+                (Some(p), _) => p.clone(),
+                (None, Ok(config)) => config.receipts.path,
+                (None, Err(e)) => return config_error(&e),
+            };
+            tunnelgate::cli::receipts(&path, &args).map_err(Into::into)
+        }
         Tool::Sim(args) => tunnelgate::cli::sim(args).await.map_err(Into::into),
         Tool::Demo(args) => tunnelgate::demo::run(args.keep_dir).await.map_err(Into::into),
     };

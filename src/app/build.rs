@@ -27,6 +27,7 @@ use crate::downstream::{
 use crate::health::Health;
 use crate::ops::OpsState;
 use crate::protocol::{server_info_header, ServerInfoChannel};
+use crate::receipts::Journal;
 use crate::strict::{CommandRef, FatalCategory, Fence, FileIntents};
 use crate::supervisor::{FailureHook, Supervisor, TaskKind};
 use crate::telemetry::Metrics;
@@ -60,6 +61,10 @@ pub(super) struct Parts {
     pub(super) channels: Channels,
     /// Stops the ops listener, last of all ([`Parts::finish`]).
     ops_stop: CancellationToken,
+    /// Ends the receipt writer once what is queued is written ([`Parts::finish`]).
+    receipts_stop: CancellationToken,
+    /// The receipt writer, once [`Parts::dispatcher`] started it.
+    receipts_writer: Option<tokio::task::JoinHandle<()>>,
     /// This run's `X-Tunnel-Client-Instance-Id`, also written into each intent record.
     pub(super) instance_id: String,
 }
@@ -103,6 +108,8 @@ impl Parts {
             supervisor,
             channels: Channels::default(),
             ops_stop: CancellationToken::new(),
+            receipts_stop: CancellationToken::new(),
+            receipts_writer: None,
             instance_id: random_hex(INSTANCE_ID_BYTES),
         }
     }
@@ -142,8 +149,15 @@ impl Parts {
         state
     }
 
-    /// The dispatcher over these parts (it starts the admission line).
-    pub(super) fn dispatcher(&self, config: &Config, control: ControlClient, signals: &StopSignals) -> Arc<Dispatcher> {
+    /// The dispatcher over these parts (it starts the admission line, and the receipt
+    /// writer unless `receipts.enabled = false`).
+    pub(super) fn dispatcher(
+        &mut self,
+        config: &Config,
+        control: ControlClient,
+        signals: &StopSignals,
+    ) -> Arc<Dispatcher> {
+        let receipts = self.journal(config);
         Dispatcher::new(Wiring {
             control,
             fence: self.fence.clone(),
@@ -160,15 +174,39 @@ impl Parts {
                 store: Arc::new(FileIntents::beside(&config.strict.latch_file)),
                 instance_id: self.instance_id.clone(),
             }),
+            receipts,
         })
+    }
+
+    /// The delivery-receipt journal of `receipts.path`, its writer started; off when
+    /// `receipts.enabled = false`.
+    fn journal(&mut self, config: &Config) -> Journal {
+        if !config.receipts.enabled {
+            return Journal::off(self.metrics.clone());
+        }
+        let (journal, writer) = Journal::start(
+            &config.receipts.path,
+            &self.supervisor,
+            self.metrics.clone(),
+            self.receipts_stop.clone(),
+        );
+        self.receipts_writer = Some(writer);
+        journal
     }
 
     /// The end of a run, after its stop: stops the ops listener and joins the background
     /// tasks within [`BACKGROUND_JOIN_BOUND`].
     pub(super) async fn finish(self) {
+        // Every command has ended: the receipt writer writes what is queued, then ends.
+        self.receipts_stop.cancel();
         self.ops_stop.cancel();
         if !self.supervisor.join_background(BACKGROUND_JOIN_BOUND).await {
             tracing::debug!("background tasks still running at exit are dropped with the runtime");
+        }
+        if let Some(writer) = self.receipts_writer.filter(tokio::task::JoinHandle::is_finished) {
+            if writer.await.is_err() {
+                tracing::error!("the receipt writer panicked; receipts after that were dropped (counted as stopped)");
+            }
         }
     }
 }

@@ -176,7 +176,7 @@ impl Gateway {
                 };
             }
         }
-        let parts = Parts::observed(&config).with_channels(&config)?;
+        let mut parts = Parts::observed(&config).with_channels(&config)?;
         let control = build_control(&config, &parts.metrics, &parts.instance_id)?;
         let ops = parts.bind_ops(&config).await?;
         tracing::info!(addr = %ops.addr, "ops listener ready");

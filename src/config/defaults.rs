@@ -33,6 +33,10 @@ pub(super) const LATCH_FILE: &str = "/var/lib/tunnelgate/latch.json";
 pub(super) const SHUTDOWN_GRACE: &str = "10s";
 pub(super) const CLEANUP_TIMEOUT: &str = "5s";
 
+pub(super) const RECEIPTS_ENABLED: bool = true;
+/// `receipts.path` when unset: this name in the directory of `strict.latch_file`.
+pub(super) const RECEIPTS_FILE_NAME: &str = "receipts.jsonl";
+
 pub(super) const LISTEN: &str = "127.0.0.1:9464";
 pub(super) const ALLOW_REMOTE: bool = false;
 

@@ -18,6 +18,13 @@ struct View<'a> {
     ops: OpsView,
     telemetry: TelemetryView<'a>,
     runtime: RuntimeView,
+    receipts: ReceiptsView<'a>,
+}
+
+#[derive(Serialize)]
+struct ReceiptsView<'a> {
+    enabled: bool,
+    path: std::borrow::Cow<'a, str>,
 }
 
 #[derive(Serialize)]
@@ -202,6 +209,10 @@ fn view(config: &Config) -> View<'_> {
         },
         runtime: RuntimeView {
             worker_threads: config.runtime.worker_threads.get(),
+        },
+        receipts: ReceiptsView {
+            enabled: config.receipts.enabled,
+            path: config.receipts.path.to_string_lossy(),
         },
     }
 }

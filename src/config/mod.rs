@@ -68,6 +68,7 @@ pub struct Config {
     pub ops: Ops,
     pub telemetry: Telemetry,
     pub runtime: Runtime,
+    pub receipts: Receipts,
 }
 
 /// `[control_plane]`: where commands are polled from and responses posted to.
@@ -241,6 +242,16 @@ pub struct Runtime {
     /// wake-ups. More: a work-stealing scheduler with this many worker threads.
     /// At most 256.
     pub worker_threads: NonZeroUsize,
+}
+
+/// `[receipts]`: the local journal of commands that did not end cleanly (README
+/// "Delivery receipts").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipts {
+    pub enabled: bool,
+    /// The effective path: `receipts.path`, else `receipts.jsonl` in the directory of
+    /// `strict.latch_file`. Never empty.
+    pub path: PathBuf,
 }
 
 /// `telemetry.propagate`: which carriers get the gateway's trace context on the way to an

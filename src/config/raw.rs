@@ -18,6 +18,7 @@ pub(super) struct RawConfig {
     pub(super) ops: RawOps,
     pub(super) telemetry: RawTelemetry,
     pub(super) runtime: RawRuntime,
+    pub(super) receipts: RawReceipts,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -104,6 +105,13 @@ pub(super) struct RawTelemetry {
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawRuntime {
     pub(super) worker_threads: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawReceipts {
+    pub(super) enabled: Option<bool>,
+    pub(super) path: Option<String>,
 }
 
 /// A `tls` table as written; every key optional.

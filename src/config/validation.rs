@@ -16,23 +16,48 @@ use super::headers;
 use super::layers::EnvVars;
 use super::number::{attempts, count};
 use super::proxy;
-use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawRuntime, RawStrict, RawTelemetry};
+use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawReceipts, RawRuntime, RawStrict, RawTelemetry};
 use super::{
-    AmbiguityPolicy, Config, ControlPlane, HeaderSet, HttpUrl, LatchedStart, LogFormat, Mcp, Ops, Propagate, Runtime,
-    Secret, Strict, Telemetry, TunnelId,
+    AmbiguityPolicy, Config, ControlPlane, HeaderSet, HttpUrl, LatchedStart, LogFormat, Mcp, Ops, Propagate, Receipts,
+    Runtime, Secret, Strict, Telemetry, TunnelId,
 };
 
 pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
     let control_plane = control_plane(raw.control_plane, env)?;
     let strict_enabled = raw.strict.enabled.unwrap_or(default::STRICT_ENABLED);
     let mcp = mcp(raw.mcp, strict_enabled, &control_plane.api_key, env)?;
+    let strict = strict(raw.strict)?;
     Ok(Config {
         control_plane,
         mcp,
-        strict: strict(raw.strict)?,
         ops: ops(raw.ops)?,
         telemetry: telemetry(raw.telemetry)?,
         runtime: runtime(raw.runtime)?,
+        receipts: receipts(raw.receipts, &strict.latch_file)?,
+        strict,
+    })
+}
+
+/// `[receipts]`: an explicit path must name a file; unset, the journal lives beside the
+/// latch file.
+fn receipts(raw: RawReceipts, latch_file: &std::path::Path) -> Result<Receipts, ConfigError> {
+    let path = match raw.path.as_deref() {
+        Some("") => return Err(ConfigError::invalid(
+            "receipts.path",
+            "is empty; give a file path, e.g. \"/var/lib/tunnelgate/receipts.jsonl\", or set receipts.enabled = false",
+        )),
+        Some(p) if p.ends_with('/') => {
+            return Err(ConfigError::invalid(
+                "receipts.path",
+                format!("{p:?} names a directory; give a file path, e.g. \"{p}receipts.jsonl\""),
+            ))
+        }
+        Some(p) => PathBuf::from(p),
+        None => latch_file.with_file_name(default::RECEIPTS_FILE_NAME),
+    };
+    Ok(Receipts {
+        enabled: raw.enabled.unwrap_or(default::RECEIPTS_ENABLED),
+        path,
     })
 }
 

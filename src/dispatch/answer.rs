@@ -18,6 +18,7 @@ use crate::protocol::{
     discovery_error, json_resp_headers, synthesize_error, ChannelName, Command, CommandKind, DiscoveryFailure,
     FailureSource, InvalidCommand, RequestId, RespType, ResponseBody, ShardToken, TunnelFailure, NOT_SENT_MESSAGE,
 };
+use crate::receipts::Pending;
 
 /// Said to the caller of a command that could not be decoded.
 const MALFORMED_MESSAGE: &str = "not delivered to the MCP server: the tunnel command was malformed";
@@ -62,8 +63,15 @@ impl Responder {
         Some(deadline.map_or(end, |d| d.min(end)))
     }
 
-    /// Posts `reply` as `cmd`'s terminal response, in a `tunnelgate.deliver` span.
-    pub(crate) async fn terminal(&self, cmd: &Command, reply: &Reply, deadline: Option<Instant>) -> DeliveryReport {
+    /// Posts `reply` as `cmd`'s terminal response, in a `tunnelgate.deliver` span; the
+    /// delivery's outcome goes to the command's receipt.
+    pub(crate) async fn terminal(
+        &self,
+        cmd: &Command,
+        reply: &Reply,
+        deadline: Option<Instant>,
+        receipt: &Pending<'_>,
+    ) -> DeliveryReport {
         let span = tracing::info_span!(
             "tunnelgate.deliver",
             tunnelgate.resp_type = reply.resp_type.as_str(),
@@ -77,6 +85,7 @@ impl Responder {
             .await;
         span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
         span.record("tunnelgate.attempts", i64::from(report.attempts));
+        receipt.delivered(&report);
         report
     }
 
@@ -101,8 +110,8 @@ impl Responder {
 
     /// Answers a command that will never reach an MCP server, best effort, bounded by
     /// the cleanup timeout.
-    pub(crate) async fn not_executed(&self, cmd: &Command, reason: &'static str) {
-        let report = self.refused(cmd, NOT_SENT_MESSAGE, 503).await;
+    pub(crate) async fn not_executed(&self, cmd: &Command, reason: &'static str, receipt: &Pending<'_>) {
+        let report = self.refused(cmd, NOT_SENT_MESSAGE, 503, receipt).await;
         if let Some(report) = report {
             tracing::info!(reason, delivery = report.delivery.as_str(), "not-executed response");
         }
@@ -111,13 +120,19 @@ impl Responder {
     /// Answers a command the gateway will not carry, with `message` for a request (a
     /// notification or reply gets `notify_ack` with `code` and no payload), bounded by
     /// the cleanup timeout.
-    pub(crate) async fn refused(&self, cmd: &Command, message: &str, code: u16) -> Option<DeliveryReport> {
+    pub(crate) async fn refused(
+        &self,
+        cmd: &Command,
+        message: &'static str,
+        code: u16,
+        receipt: &Pending<'_>,
+    ) -> Option<DeliveryReport> {
         let (id, resp_type) = match &cmd.kind {
             CommandKind::JsonRpc(p) if p.expects_response() => (p.id(), RespType::JsonrpcResponse),
             CommandKind::JsonRpc(_) => (None, RespType::NotifyAck),
             CommandKind::SessionTermination => (None, RespType::SessionTerminationResponse),
             CommandKind::OAuthDiscovery => {
-                return Some(self.discovery_failed(cmd, DiscoveryFailure::NotExecuted).await);
+                return Some(self.discovery_failed(cmd, DiscoveryFailure::NotExecuted, receipt).await);
             }
             // Only a request's caller waits for an answer.
             CommandKind::Unknown(u) => match u.request() {
@@ -126,18 +141,27 @@ impl Responder {
             },
         };
         let failure = TunnelFailure::new(FailureSource::ClientInternal, None, false, None);
-        let resp_json = (resp_type == RespType::JsonrpcResponse).then(|| synthesize_error(id, message, &failure));
+        let resp_json = (resp_type == RespType::JsonrpcResponse).then(|| {
+            receipt.told(message);
+            synthesize_error(id, message, &failure)
+        });
         let reply = error_reply(resp_json, code, resp_type);
         let deadline = Instant::now() + self.cleanup_timeout;
-        Some(self.terminal(cmd, &reply, Some(deadline)).await)
+        Some(self.terminal(cmd, &reply, Some(deadline), receipt).await)
     }
 
     /// Answers an `oauth_discovery` that produced no document with its error, bounded by
     /// the cleanup timeout (nothing of it can have acted on an MCP server).
-    pub(crate) async fn discovery_failed(&self, cmd: &Command, failure: DiscoveryFailure) -> DeliveryReport {
+    pub(crate) async fn discovery_failed(
+        &self,
+        cmd: &Command,
+        failure: DiscoveryFailure,
+        receipt: &Pending<'_>,
+    ) -> DeliveryReport {
         let reply = discovery_failed_reply(cmd, failure);
+        receipt.told(failure.message());
         let deadline = Instant::now() + self.cleanup_timeout;
-        self.terminal(cmd, &reply, Some(deadline)).await
+        self.terminal(cmd, &reply, Some(deadline), receipt).await
     }
 
     /// A command that could not be decoded: answered when it carries what a response

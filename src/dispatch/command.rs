@@ -21,8 +21,9 @@ use super::Dispatcher;
 use crate::control::{Delivery, DeliveryReport};
 use crate::downstream::{LegFailure, LegOutcome, LegResult, Transport};
 use crate::protocol::{Command, CommandKind, DiscoveryFailure, JsonRpcPayload};
+use crate::receipts::Pending;
 use crate::strict::{Admission, FatalCategory, FenceLeg, Intent, Refusal};
-use crate::telemetry::{events, DropReason, DurationLeg};
+use crate::telemetry::{events, safe_token, DropReason, DurationLeg};
 
 /// Said (in the log and by the status) when a reply matches no waiting server request.
 const UNMATCHED_REPLY_MESSAGE: &str =
@@ -43,6 +44,8 @@ pub(super) struct CommandTask<'a> {
     pub(super) deadline: Option<Instant>,
     /// The command's own span (`tunnelgate.command`).
     pub(super) span: tracing::Span,
+    /// What the command's delivery receipt will say, if it does not end cleanly.
+    pub(super) receipt: &'a Pending<'a>,
     work: Work,
 }
 
@@ -65,6 +68,8 @@ pub(super) async fn run(
     queue: tracing::Span,
 ) {
     let gate = &d.gate;
+    // Handed to the journal when this returns, however the command ended.
+    let receipt = d.receipts.pending(&cmd, received_at, gate.rules.strict);
     let (transport, method, deadline, work) = match route(
         &cmd,
         received_at,
@@ -78,7 +83,7 @@ pub(super) async fn run(
             deadline,
         } => (channel, method, deadline, Work::Leg),
         Route::Discover { channel, deadline } => (channel, None, deadline, Work::Discovery),
-        other => return answer_unadmitted(d, &cmd, other).await,
+        other => return answer_unadmitted(d, &cmd, other, &receipt).await,
     };
     d.books.leg_took(DurationLeg::Queue, received_at);
     drop(queue);
@@ -89,13 +94,14 @@ pub(super) async fn run(
         transport,
         deadline,
         span: tracing::Span::current(),
+        receipt: &receipt,
         work,
     };
     task.run(place, received_at).await;
 }
 
 /// The routes that never reach the fence: each is answered or skipped, and counted.
-async fn answer_unadmitted(d: &Arc<Dispatcher>, cmd: &Command, route: Route<'_, &Transport>) {
+async fn answer_unadmitted(d: &Arc<Dispatcher>, cmd: &Command, route: Route<'_, &Transport>, receipt: &Pending<'_>) {
     match route {
         Route::UnknownType(t) => {
             tracing::warn!(command_type = %crate::telemetry::safe_method(t), "unknown command type; skipped");
@@ -107,20 +113,20 @@ async fn answer_unadmitted(d: &Arc<Dispatcher>, cmd: &Command, route: Route<'_, 
                 "unknown command type carrying a JSON-RPC request; answered with an error"
             );
             d.books.dropped(DropReason::UnknownType);
-            d.responder.refused(cmd, UNKNOWN_TYPE_MESSAGE, 501).await;
+            d.responder.refused(cmd, UNKNOWN_TYPE_MESSAGE, 501, receipt).await;
         }
         Route::DiscoveryUnsupported => {
             tracing::warn!("oauth_discovery on a channel that is not HTTP; answered unsupported_channel");
             d.books.dropped(DropReason::Unsupported);
             d.responder
-                .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel)
+                .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel, receipt)
                 .await;
         }
         Route::Unroutable if matches!(cmd.kind, CommandKind::OAuthDiscovery) => {
             tracing::warn!("no channel of that name is configured; oauth_discovery answered unsupported_channel");
             d.books.dropped(DropReason::Unroutable);
             d.responder
-                .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel)
+                .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel, receipt)
                 .await;
         }
         Route::Expired => {
@@ -130,19 +136,19 @@ async fn answer_unadmitted(d: &Arc<Dispatcher>, cmd: &Command, route: Route<'_, 
         Route::Unroutable => {
             tracing::warn!("no channel of that name is configured; answered with an error, never routed elsewhere");
             d.books.dropped(DropReason::Unroutable);
-            d.responder.not_executed(cmd, "unroutable").await;
+            d.responder.not_executed(cmd, "unroutable", receipt).await;
         }
         Route::Reply {
             payload,
             channel,
             deadline,
-        } => run_reply(d, cmd, payload, channel, deadline).await,
+        } => run_reply(d, cmd, payload, channel, deadline, receipt).await,
         Route::LongLivedRefused => {
             tracing::warn!(
                 "strict mode carries no long-lived subscription stream (subscriptions/listen); refused, not delivered"
             );
             d.books.dropped(DropReason::Unsupported);
-            d.responder.refused(cmd, LISTEN_REFUSED_MESSAGE, 501).await;
+            d.responder.refused(cmd, LISTEN_REFUSED_MESSAGE, 501, receipt).await;
         }
         // Run by the caller; never handed here.
         Route::Admit { .. } | Route::Discover { .. } => {}
@@ -185,7 +191,7 @@ impl CommandTask<'_> {
             // The admitter is gone: the gateway is stopping.
             Err(_) => {
                 books.dropped(DropReason::Shutdown);
-                self.d.responder.not_executed(self.cmd, "stopping").await;
+                self.d.responder.not_executed(self.cmd, "stopping", self.receipt).await;
                 return None;
             }
         };
@@ -198,7 +204,10 @@ impl CommandTask<'_> {
             "not executed; answered with a retry-safe error"
         );
         books.dropped(reason);
-        self.d.responder.not_executed(self.cmd, refusal.kind()).await;
+        self.d
+            .responder
+            .not_executed(self.cmd, refusal.kind(), self.receipt)
+            .await;
         None
     }
 
@@ -215,6 +224,7 @@ impl CommandTask<'_> {
             }
         };
         let (leg, cut) = self.run_leg(&admission).await;
+        self.receipt.leg_ended(leg.outcome, told(&leg));
         let dispatched = leg.outcome != LegOutcome::NotSent;
         if !dispatched {
             // Nothing reached an MCP server: nothing is outstanding, whatever the answer does.
@@ -236,12 +246,16 @@ impl CommandTask<'_> {
                 );
                 return;
             }
-            AfterLeg::Latch(category) => return latch(&admission, category),
+            AfterLeg::Latch(category) => return self.latch(&admission, category),
             AfterLeg::LatchThenTell(category) => {
-                latch(&admission, category);
+                self.latch(&admission, category);
                 // The caller has not been told yet: post "effect unknown", bounded by cleanup.
                 let deadline = self.d.responder.cleanup_deadline(self.deadline);
-                let report = self.d.responder.terminal(self.cmd, &leg.reply, deadline).await;
+                let report = self
+                    .d
+                    .responder
+                    .terminal(self.cmd, &leg.reply, deadline, self.receipt)
+                    .await;
                 tracing::info!(
                     delivery = report.delivery.as_str(),
                     "effect-unknown response after the latch"
@@ -253,7 +267,7 @@ impl CommandTask<'_> {
         let report = self.deliver(&leg, within_cleanup).await;
         match delivering.delivered(report.delivery, report.last_attempt, is_expired(self.deadline)) {
             AfterDelivery::Done => self.settle_intent().await,
-            AfterDelivery::Latch(category) => latch(&admission, category),
+            AfterDelivery::Latch(category) => self.latch(&admission, category),
             AfterDelivery::Report => tracing::warn!(
                 delivery = report.delivery.as_str(),
                 attempt_result = report.last_attempt.as_str(),
@@ -328,7 +342,7 @@ impl CommandTask<'_> {
             self.deadline
         };
         let started = Instant::now();
-        let report = responder.terminal(self.cmd, &leg.reply, deadline).await;
+        let report = responder.terminal(self.cmd, &leg.reply, deadline, self.receipt).await;
         self.d.books.leg_took(DurationLeg::Deliver, started);
         if leg.outcome == LegOutcome::Answered && report.delivery == Delivery::Acked {
             self.d.books.succeeded(self.cmd.channel.as_str());
@@ -345,10 +359,25 @@ impl CommandTask<'_> {
     }
 }
 
-/// Latches fatal for this admission, and records the latch on the command's span.
-pub(super) fn latch(admission: &Admission, category: FatalCategory) {
-    let latched = admission.latch(category);
-    events::fatal_latched(latched.fatal.category.as_str(), latched.fatal.exit_code);
+impl CommandTask<'_> {
+    /// Latches fatal for this admission, and records the latch on the command's span and
+    /// in its receipt (when the latch's cause is this command).
+    pub(super) fn latch(&self, admission: &Admission, category: FatalCategory) {
+        let latched = admission.latch(category);
+        events::fatal_latched(latched.fatal.category.as_str(), latched.fatal.exit_code);
+        let ours = latched.first || latched.fatal.request_id == Some(safe_token(self.cmd.request_id.as_str()));
+        if ours {
+            self.receipt.latched(latched.fatal.category);
+        }
+    }
+}
+
+/// The words of the gateway's own error in `leg`'s reply, when it synthesized one.
+pub(super) fn told(leg: &LegResult) -> Option<&'static str> {
+    leg.failure
+        .as_ref()
+        .filter(|_| leg.reply.resp_json.is_some())
+        .map(LegFailure::caller_message)
 }
 
 /// A caller's reply to a server request: handed to the leg that carried the question
@@ -359,6 +388,7 @@ async fn run_reply(
     payload: &JsonRpcPayload,
     transport: &Transport,
     deadline: Option<Instant>,
+    receipt: &Pending<'_>,
 ) {
     let jobs = payload
         .id()
@@ -387,17 +417,18 @@ async fn run_reply(
     let Some(leg) = leg else {
         tracing::warn!(reason = "unmatched_reply", "{UNMATCHED_REPLY_MESSAGE}");
         d.books.dropped(DropReason::UnmatchedReply);
-        d.responder.refused(cmd, UNMATCHED_REPLY_MESSAGE, 409).await;
+        d.responder.refused(cmd, UNMATCHED_REPLY_MESSAGE, 409, receipt).await;
         return;
     };
     d.books.metrics().downstream_finished(transport.kind(), leg.outcome);
     let span = tracing::Span::current();
     record_leg(&span, &leg);
+    receipt.leg_ended(leg.outcome, told(&leg));
     tracing::info!(outcome = leg.outcome.as_str(), "reply delivered on the leg that asked");
     if is_expired(deadline) {
         return;
     }
-    let report = d.responder.terminal(cmd, &leg.reply, deadline).await;
+    let report = d.responder.terminal(cmd, &leg.reply, deadline, receipt).await;
     span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
 }
 

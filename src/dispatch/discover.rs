@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use super::admission::is_expired;
 use super::answer::discovery_failed_reply;
-use super::command::{latch, CommandTask};
+use super::command::CommandTask;
 use super::decide::{AfterDelivery, AfterLeg, BeforeDispatch, Start};
 use super::trace;
 use crate::control::Delivery;
@@ -62,6 +62,7 @@ impl CommandTask<'_> {
             }
             Err(failure) => {
                 self.span.record("error.type", failure.code());
+                self.receipt.told(failure.message());
                 tracing::info!(
                     result = failure.code(),
                     "oauth discovery found no metadata; answered with an error"
@@ -76,7 +77,7 @@ impl CommandTask<'_> {
                 match next.delivered(report.delivery, report.last_attempt, is_expired(self.deadline)) {
                     AfterDelivery::Done => {}
                     // `not_sent` never latches on its delivery; kept exact all the same.
-                    AfterDelivery::Latch(category) => latch(&admission, category),
+                    AfterDelivery::Latch(category) => self.latch(&admission, category),
                     AfterDelivery::Report => tracing::warn!(
                         delivery = report.delivery.as_str(),
                         attempt_result = report.last_attempt.as_str(),
@@ -88,7 +89,7 @@ impl CommandTask<'_> {
                 tracing::warn!("response_timeout passed during discovery; nothing posted");
             }
             // `not_sent` never latches after its step either.
-            AfterLeg::Latch(category) | AfterLeg::LatchThenTell(category) => latch(&admission, category),
+            AfterLeg::Latch(category) | AfterLeg::LatchThenTell(category) => self.latch(&admission, category),
         }
     }
 
@@ -120,7 +121,7 @@ impl CommandTask<'_> {
             self.deadline
         };
         let started = Instant::now();
-        let report = responder.terminal(self.cmd, reply, deadline).await;
+        let report = responder.terminal(self.cmd, reply, deadline, self.receipt).await;
         self.d.books.leg_took(DurationLeg::Deliver, started);
         self.span
             .record("tunnelgate.delivery_outcome", report.delivery.as_str());

@@ -16,7 +16,9 @@
 //!
 //! The parts the tasks share, each a concern of its own: the [`Gate`] (fence, admission
 //! line, channels, rules), the `Responder` (the control plane's side), the `Books`
-//! (counts, health and room in the queue) and the `Legs` (what running legs share).
+//! (counts, health and room in the queue), the `Legs` (what running legs share) and the
+//! receipts `Journal`: each command fills in a pending receipt as it goes, handed over
+//! (without waiting) when its task ends, and kept only when it did not end cleanly.
 
 mod admission;
 mod answer;
@@ -43,6 +45,7 @@ use crate::control::{ControlClient, PollError, PollSink, Polled, Poller};
 use crate::downstream::Channels;
 use crate::health::Health;
 use crate::protocol::{Command, CommandKind, InvalidCommand};
+use crate::receipts::Journal;
 use crate::strict::{Fence, IntentStore};
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
 use crate::telemetry::{CommandType, Metrics};
@@ -88,6 +91,8 @@ pub struct Wiring {
     pub stops: Stops,
     /// Strict mode's write-ahead intent; `None` in default mode.
     pub write_ahead: Option<WriteAhead>,
+    /// Where each command that did not end cleanly leaves its delivery receipt.
+    pub receipts: Journal,
 }
 
 /// Where strict mode records each admitted command before its first downstream step,
@@ -133,6 +138,7 @@ pub struct Dispatcher {
     books: Arc<Books>,
     legs: Legs,
     supervisor: Supervisor,
+    receipts: Journal,
 }
 
 impl Dispatcher {
@@ -147,6 +153,7 @@ impl Dispatcher {
             supervisor,
             stops,
             write_ahead,
+            receipts,
         } = wiring;
         let line = AdmissionLine::start(&supervisor, fence.clone(), stops.hard_stop.clone());
         let books = Arc::new(Books::new(metrics, health, policy.max_inflight));
@@ -165,6 +172,7 @@ impl Dispatcher {
             books,
             legs: Legs::new(stops.cut, policy.propagation),
             supervisor,
+            receipts,
         })
     }
 

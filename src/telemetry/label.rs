@@ -203,6 +203,21 @@ label_enum! {
 }
 
 label_enum! {
+    /// Why a delivery receipt was not written (`receipts_dropped_total{reason}`); the
+    /// command itself is never held up or failed by it.
+    pub enum ReceiptDropReason {
+        /// The writer's queue was full: the journal does not keep up.
+        QueueFull => "queue_full",
+        /// The disk or the quota is full (`ENOSPC`, `EDQUOT`).
+        DiskFull => "disk_full",
+        /// The file could not be opened, rotated or written otherwise.
+        WriteFailed => "write_failed",
+        /// The writer has ended (the gateway is stopping).
+        Stopped => "stopped",
+    }
+}
+
+label_enum! {
     /// Where a malformed trace context was found (`trace_context_invalid_total{source}`).
     pub enum TraceContextSource {
         /// The command's connector headers.
@@ -246,6 +261,10 @@ mod tests {
             ["queue", "fence_wait", "downstream", "deliver", "total"]
         );
         assert_eq!(labels::<TraceContextSource>(), ["header", "meta"]);
+        assert_eq!(
+            labels::<ReceiptDropReason>(),
+            ["queue_full", "disk_full", "write_failed", "stopped"]
+        );
         assert_eq!(
             labels::<TaskKind>(),
             [

@@ -13,8 +13,8 @@ use prometheus::{
 
 use super::label::{
     AttemptResultLabel, CommandType, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
-    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, SessionResult, TaskKind, TraceContextSource,
-    TransportLabel,
+    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, ReceiptDropReason, SessionResult, TaskKind,
+    TraceContextSource, TransportLabel,
 };
 
 /// The metric set. Cheap to clone handles live inside; share it behind an `Arc`.
@@ -46,6 +46,7 @@ pub struct Metrics {
     stdio: StdioFamilies,
     internals: InternalFamilies,
     receipts: ReceiptFamilies,
+    health_receipts: HealthReceiptFamilies,
 }
 
 /// `polls_total`, `poll_errors_total`, `last_successful_poll_timestamp_seconds`.
@@ -324,6 +325,7 @@ impl Metrics {
             stdio: StdioFamilies::register(&r),
             internals: InternalFamilies::register(&r),
             receipts: ReceiptFamilies::register(&r),
+            health_receipts: HealthReceiptFamilies::register(&r),
             registry: r,
         }
     }
@@ -355,6 +357,7 @@ impl Metrics {
         }
         at_zero(&self.internals.task_failures, all::<TaskKind>(), &[]);
         at_zero(&self.internals.trace_context_invalid, all::<TraceContextSource>(), &[]);
+        at_zero(&self.receipts.dropped, all::<ReceiptDropReason>(), &[]);
     }
 
     /// Prometheus text exposition.
@@ -503,6 +506,42 @@ impl Metrics {
     }
 }
 
+/// The delivery-receipt journal: lines written, and lines dropped by reason.
+struct ReceiptFamilies {
+    written: IntCounter,
+    dropped: IntCounterVec,
+}
+
+impl ReceiptFamilies {
+    fn register(r: &Registry) -> Self {
+        Self {
+            written: int_counter(
+                r,
+                "receipts_written_total",
+                "Delivery receipts written to the journal (receipts.path).",
+            ),
+            dropped: counter_vec(
+                r,
+                "receipts_dropped_total",
+                "Delivery receipts not written, by reason (the commands were not affected).",
+                &["reason"],
+            ),
+        }
+    }
+}
+
+impl Metrics {
+    /// `n` delivery receipts reached the journal file.
+    pub fn receipts_written(&self, n: u64) {
+        self.receipts.written.inc_by(n);
+    }
+
+    /// `n` delivery receipts were dropped for `reason`.
+    pub fn receipts_dropped(&self, reason: ReceiptDropReason, n: u64) {
+        self.receipts.dropped.with_label_values(&[reason.as_label()]).inc_by(n);
+    }
+}
+
 /// The sum of every series of a counter family.
 fn total(c: &IntCounterVec) -> u64 {
     Collector::collect(c)
@@ -541,13 +580,13 @@ impl Accounting {
 
 /// Health receipts: when each channel last carried a command and last succeeded, and
 /// when the control plane last acknowledged a delivery (Unix seconds, 0 for never).
-struct ReceiptFamilies {
+struct HealthReceiptFamilies {
     channel_last_command: GaugeVec,
     channel_last_success: GaugeVec,
     last_acked_delivery: Gauge,
 }
 
-impl ReceiptFamilies {
+impl HealthReceiptFamilies {
     fn register(r: &Registry) -> Self {
         let channel_gauge = |name: &str, help: &str| {
             let g = GaugeVec::new(Opts::new(format!("tunnelgate_{name}"), help), &["channel"]);
@@ -576,27 +615,27 @@ impl Metrics {
     /// transport), so that each exists from the first scrape.
     pub fn channel_receipts_at_zero(&self, channels: &[String]) {
         for ch in channels {
-            self.receipts.channel_last_command.with_label_values(&[ch]);
-            self.receipts.channel_last_success.with_label_values(&[ch]);
+            self.health_receipts.channel_last_command.with_label_values(&[ch]);
+            self.health_receipts.channel_last_success.with_label_values(&[ch]);
         }
     }
     /// A downstream leg on `channel` ended at `unix_seconds`.
     pub fn channel_commanded_at(&self, channel: &str, unix_seconds: f64) {
-        self.receipts
+        self.health_receipts
             .channel_last_command
             .with_label_values(&[channel])
             .set(unix_seconds);
     }
     /// A leg on `channel` was answered and its response acknowledged at `unix_seconds`.
     pub fn channel_succeeded_at(&self, channel: &str, unix_seconds: f64) {
-        self.receipts
+        self.health_receipts
             .channel_last_success
             .with_label_values(&[channel])
             .set(unix_seconds);
     }
     /// The control plane acknowledged a delivery at `unix_seconds`.
     pub fn delivery_acked_at(&self, unix_seconds: f64) {
-        self.receipts.last_acked_delivery.set(unix_seconds);
+        self.health_receipts.last_acked_delivery.set(unix_seconds);
     }
 }
 

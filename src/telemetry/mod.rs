@@ -20,8 +20,8 @@ mod redact;
 pub(crate) use label::label_enum;
 pub use label::{
     AttemptResultLabel, CommandType, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
-    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, SessionResult, TaskKind, TraceContextSource,
-    TransportLabel,
+    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, ReceiptDropReason, SessionResult, TaskKind,
+    TraceContextSource, TransportLabel,
 };
 pub use metrics::{Accounting, Metrics};
 pub use propagation::{continue_trace, span_trace_context, Extracted, TraceContext};

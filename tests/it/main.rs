@@ -25,6 +25,7 @@ mod peers;
 mod prometheus;
 mod proxy;
 mod ready;
+mod receipts;
 mod replies;
 mod require_ready;
 mod resume;

@@ -7,6 +7,7 @@ mod http_url;
 mod layering;
 mod masking;
 mod proxy;
+mod receipts;
 mod secrets;
 mod validation;
 

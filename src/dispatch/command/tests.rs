@@ -54,7 +54,19 @@ fn with_intents(
     strict: bool,
     intents: Option<FileIntents>,
 ) -> (Arc<Dispatcher>, Fence) {
+    wired(mcp, control, strict, intents, crate::receipts::Journal::off)
+}
+
+/// As [`dispatcher`], with the receipts journal `journal` makes.
+fn wired(
+    mcp: &Server,
+    control: &Server,
+    strict: bool,
+    intents: Option<FileIntents>,
+    journal: impl FnOnce(Arc<Metrics>) -> crate::receipts::Journal,
+) -> (Arc<Dispatcher>, Fence) {
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(strict, &[]));
+    let receipts = journal(metrics.clone());
     let settings = ControlSettings {
         base_url: format!("http://{}", control.addr),
         url_path: String::new(),
@@ -96,6 +108,7 @@ fn with_intents(
             store: Arc::new(store),
             instance_id: "instance-1".to_owned(),
         }),
+        receipts,
     });
     (d, fence)
 }
@@ -361,4 +374,74 @@ async fn an_initialize_answer_passing_through_names_the_server_bounded_and_redac
         posted[0].text().contains("sk_live_abc"),
         "the forwarded answer is the server's own, unchanged"
     );
+}
+
+/// As [`dispatcher`], with a receipts journal whose lines the test reads.
+fn with_receipts(
+    mcp: &Server,
+    control: &Server,
+    strict: bool,
+) -> (
+    Arc<Dispatcher>,
+    Fence,
+    tokio::sync::mpsc::Receiver<crate::receipts::Receipt>,
+) {
+    let mut rx = None;
+    let (d, fence) = wired(mcp, control, strict, None, |metrics| {
+        let (journal, receiver) = crate::receipts::Journal::channel(metrics, 8);
+        rx = Some(receiver);
+        journal
+    });
+    (d, fence, rx.unwrap())
+}
+
+#[tokio::test]
+async fn a_command_answered_and_acknowledged_leaves_no_receipt() {
+    let mcp = Server::start(vec![answer()]).await;
+    let control = Server::start(vec![ack()]).await;
+    let (d, _, mut receipts) = with_receipts(&mcp, &control, false);
+    run_one(&d, command("main")).await;
+    assert!(receipts.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn a_404_in_default_mode_leaves_a_receipt_with_the_leg_and_the_delivery() {
+    let mcp = Server::start(vec![answer()]).await;
+    let control = Server::start(vec![not_found()]).await;
+    let (d, _, mut receipts) = with_receipts(&mcp, &control, false);
+    run_one(&d, command("main")).await;
+    let r = receipts.try_recv().expect("a receipt");
+    assert_eq!(r.request_id, "r1");
+    assert_eq!(r.method.as_deref(), Some("tools/call"));
+    assert_eq!(r.leg_outcome.as_deref(), Some("answered"));
+    assert_eq!(r.delivery_outcome.as_deref(), Some("not_found"));
+    assert_eq!((r.attempts, r.strict), (1, false));
+    assert_eq!(r.message, None, "the MCP server's own answer was posted");
+    assert_eq!(r.fatal_category, None);
+}
+
+#[tokio::test]
+async fn an_abandoned_leg_in_strict_mode_leaves_a_receipt_with_the_words_and_the_latch() {
+    let mcp = Server::start(vec![Act::Close]).await;
+    let control = Server::start(vec![ack()]).await;
+    let (d, _, mut receipts) = with_receipts(&mcp, &control, true);
+    run_one(&d, command("main")).await;
+    let r = receipts.try_recv().expect("a receipt");
+    assert_eq!(r.leg_outcome.as_deref(), Some("abandoned"));
+    assert_eq!(r.delivery_outcome.as_deref(), Some("acked"));
+    assert_eq!(r.message.as_deref(), Some(crate::protocol::ABANDONED_MESSAGE));
+    assert_eq!(r.fatal_category.as_deref(), Some("downstream_ambiguous"));
+    assert!(r.strict);
+}
+
+#[tokio::test]
+async fn an_unroutable_command_whose_answer_is_refused_leaves_a_receipt_with_no_leg() {
+    let mcp = Server::start(vec![]).await;
+    let control = Server::start(vec![json("400 Bad Request", r#"{"error":"no"}"#)]).await;
+    let (d, _, mut receipts) = with_receipts(&mcp, &control, false);
+    run_one(&d, command("elsewhere")).await;
+    let r = receipts.try_recv().expect("a receipt");
+    assert_eq!(r.leg_outcome, None);
+    assert_eq!(r.delivery_outcome.as_deref(), Some("rejected"));
+    assert_eq!(r.message.as_deref(), Some(crate::protocol::NOT_SENT_MESSAGE));
 }

@@ -159,3 +159,25 @@ fn the_latency_histogram_exports_every_leg_with_its_buckets_at_zero_before_any_c
         "an observation of one leg leaves the others at zero:\n{text}"
     );
 }
+
+#[test]
+fn receipts_series_exist_at_zero_and_count_by_reason() {
+    let m = Metrics::new::<Fakes>(false, &[]);
+    let text = m.render();
+    assert!(text.contains("tunnelgate_receipts_written_total 0"), "{text}");
+    for reason in ReceiptDropReason::ALL {
+        let series = format!(
+            "tunnelgate_receipts_dropped_total{{reason=\"{}\"}} 0",
+            reason.as_label()
+        );
+        assert!(text.contains(&series), "{series} at zero");
+    }
+    m.receipts_written(2);
+    m.receipts_dropped(ReceiptDropReason::DiskFull, 3);
+    let text = m.render();
+    assert!(text.contains("tunnelgate_receipts_written_total 2"), "{text}");
+    assert!(
+        text.contains("tunnelgate_receipts_dropped_total{reason=\"disk_full\"} 3"),
+        "{text}"
+    );
+}
