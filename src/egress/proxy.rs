@@ -244,7 +244,9 @@ pub fn apply(
     if route(setting, target) == Route::Forward {
         builder = builder.pool_max_idle_per_host(0);
     }
-    if *setting == ProxySetting::Off {
+    // Without any proxy URL (`"none"`, or an environment that names none) every target
+    // is direct: no hook, so requests pay nothing for proxy selection.
+    if proxies(setting).is_empty() {
         return Ok(builder);
     }
     // Parsed once: the hook runs for every new connection.
