@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::admission::{is_expired, Admitted, Place};
-use super::decide::{AfterDelivery, AfterLeg, BeforeDispatch, Start};
+use super::decide::{AfterDelivery, AfterLeg, BeforeDispatch, Running, Start};
 use super::leg::{failed_leg, record_leg, Leg};
 use super::replies::{ReplyJob, ReplyKey};
 use super::route::{route, Route};
@@ -211,17 +211,25 @@ impl CommandTask<'_> {
         None
     }
 
+    /// The lifecycle's first step once admitted: `None` when the deadline passed before
+    /// `what` (dispatch, discovery) began, which drops the command without contacting the
+    /// MCP server.
+    pub(super) fn start_running(&self, what: &str) -> Option<Running> {
+        match BeforeDispatch::new(self.d.gate.rules).start(is_expired(self.deadline)) {
+            Start::Run(running) => Some(running),
+            Start::Expired => {
+                tracing::info!("response_timeout passed before {what}; dropped without contacting the MCP server");
+                self.d.books.dropped(DropReason::Expired);
+                None
+            }
+        }
+    }
+
     /// The admitted lifecycle: the leg, then what `decide` says, twice at most (after
     /// the leg, after the delivery). The admission is released when this returns.
     async fn admitted(&self, admission: Admission) {
-        let rules = self.d.gate.rules;
-        let running = match BeforeDispatch::new(rules).start(is_expired(self.deadline)) {
-            Start::Run(running) => running,
-            Start::Expired => {
-                tracing::info!("response_timeout passed before dispatch; dropped without contacting the MCP server");
-                self.d.books.dropped(DropReason::Expired);
-                return;
-            }
+        let Some(running) = self.start_running("dispatch") else {
+            return;
         };
         let (leg, cut) = self.run_leg(&admission).await;
         self.receipt.leg_ended(leg.outcome, told(&leg));

@@ -17,13 +17,13 @@ use tracing::Instrument;
 use super::admission::is_expired;
 use super::answer::discovery_failed_reply;
 use super::command::CommandTask;
-use super::decide::{AfterDelivery, AfterLeg, BeforeDispatch, Start};
+use super::decide::{AfterDelivery, AfterLeg};
 use super::trace;
 use crate::control::Delivery;
 use crate::downstream::{LegOutcome, Reply};
 use crate::protocol::DiscoveryFailure;
 use crate::strict::{Admission, FenceLeg};
-use crate::telemetry::{DropReason, DurationLeg};
+use crate::telemetry::DurationLeg;
 
 /// The gateway's own bound on one whole discovery. The official client bounds only its
 /// startup discovery (by 5 s); on the command path a silent server holds it until the
@@ -37,14 +37,8 @@ impl CommandTask<'_> {
     /// The admitted discovery: run it (bounded), then post its answer, a document or an
     /// error. The admission is released when this returns.
     pub(super) async fn discovered(&self, admission: Admission) {
-        let rules = self.d.gate.rules;
-        let running = match BeforeDispatch::new(rules).start(is_expired(self.deadline)) {
-            Start::Run(running) => running,
-            Start::Expired => {
-                tracing::info!("response_timeout passed before discovery; dropped without contacting the MCP server");
-                self.d.books.dropped(DropReason::Expired);
-                return;
-            }
+        let Some(running) = self.start_running("discovery") else {
+            return;
         };
         let started = Instant::now();
         let (result, cut) = self

@@ -494,12 +494,8 @@ impl Shared {
             .map_err(|_| LegFailure::ChildNotRunning)?;
         // Recheck, mark the request sent and start the write with no `.await` between.
         admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
-        let task = child.start_write(line).ok_or(LegFailure::ChildNotRunning)?;
+        writer.start(&child, line).ok_or(LegFailure::ChildNotRunning)?;
         registration.mark_written();
-        writer.pending_write = Some(PendingWrite {
-            generation: child.generation,
-            task,
-        });
         self.finish_write(&child, &mut writer, limit, is_initialize).await?;
         drop(writer);
 
@@ -564,11 +560,7 @@ impl Shared {
         let mut writer = self.writer_for(&child, limit).await?;
         // Recheck, mark the message sent and start the write with no `.await` between.
         admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
-        let task = child.start_write(line).ok_or(LegFailure::ChildNotRunning)?;
-        writer.pending_write = Some(PendingWrite {
-            generation: child.generation,
-            task,
-        });
+        writer.start(&child, line).ok_or(LegFailure::ChildNotRunning)?;
         self.finish_write(&child, &mut writer, limit, false).await?;
         Ok(acknowledged())
     }
@@ -762,12 +754,8 @@ impl Shared {
             .enter(ticket, origin, nobody)
             .map_err(|_| LegFailure::SessionNotOpen)?;
         admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
-        let task = child.start_write(line).ok_or(LegFailure::SessionNotOpen)?;
+        writer.start(child, line).ok_or(LegFailure::SessionNotOpen)?;
         registration.mark_written();
-        writer.pending_write = Some(PendingWrite {
-            generation: child.generation,
-            task,
-        });
         let written = self.finish_write(child, &mut writer, limit, true).await;
         drop(writer);
         let cut = |why: &'static str| {
@@ -853,13 +841,9 @@ impl Shared {
         };
         let mut writer = self.writer_for(child, limit).await.map_err(refused)?;
         admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
-        let task = child
-            .start_write(session::INITIALIZED_LINE.to_vec())
+        writer
+            .start(child, session::INITIALIZED_LINE.to_vec())
             .ok_or(LegFailure::SessionNotOpen)?;
-        writer.pending_write = Some(PendingWrite {
-            generation: child.generation,
-            task,
-        });
         self.finish_write(child, &mut writer, limit, false)
             .await
             .map_err(refused)
@@ -907,11 +891,7 @@ impl Shared {
             if shared.lock().stopped {
                 return TaskEnd::Finished;
             }
-            if let Some(task) = child.start_write(line) {
-                writer.pending_write = Some(PendingWrite {
-                    generation: child.generation,
-                    task,
-                });
+            if writer.start(&child, line).is_some() {
                 let _ = shared.finish_write(&child, &mut writer, limit, false).await;
             }
             TaskEnd::Finished
@@ -1115,6 +1095,18 @@ fn not_forwarded(channel: &str, why: &'static str) -> Reply {
 }
 
 impl Writer {
+    /// Starts writing `line` to `child` in its own task and remembers the write, so that
+    /// the next writer waits for it. `None` when the child's stdin is closed or busy:
+    /// nothing was written.
+    fn start(&mut self, child: &Arc<Child>, line: Vec<u8>) -> Option<()> {
+        let task = child.start_write(line)?;
+        self.pending_write = Some(PendingWrite {
+            generation: child.generation,
+            task,
+        });
+        Some(())
+    }
+
     /// Waits until `limit` for the write in flight, if any, and forgets it once finished.
     async fn wait_write(&mut self, limit: Instant) -> WriteWait {
         let Some(pending) = self.pending_write.as_mut() else {
