@@ -238,30 +238,61 @@ impl Prom {
 
 /// An ops endpoint's body, tried again for up to [`OPS_BOUND`]: during a wave of the
 /// descriptor flood (`soak/flood.rs`) the ops listener is full and closes new connections
-/// at once, until the wave's half-open connections reach its header-read timeout.
+/// at once, until the wave's half-open connections reach its header-read timeout. A
+/// connect that the kernel completed while the listener's accept queue was full can sit
+/// unanswered until the wave ends, so each attempt is bounded by [`OPS_ATTEMPT`] and
+/// tried again, instead of one attempt using the whole bound.
 async fn ops_get(ops: u16, path: &str) -> Result<String, String> {
-    let deadline = Instant::now() + OPS_BOUND;
+    let started = Instant::now();
+    let mut attempts = 0u32;
     loop {
+        attempts += 1;
         match ops_get_once(ops, path).await {
             Ok(body) => return Ok(body),
-            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(e) if started.elapsed() >= OPS_BOUND => {
+                return Err(format!(
+                    "{e} (after {attempts} attempts in {:.1} s)",
+                    started.elapsed().as_secs_f64()
+                ))
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
 }
 
-/// How long [`ops_get`] tries: the ops listener's header-read timeout, with room.
-const OPS_BOUND: Duration = Duration::from_secs(10);
+/// How long [`ops_get`] tries: many header-read timeouts of the ops listener, with room
+/// for a loaded machine.
+const OPS_BOUND: Duration = Duration::from_secs(30);
+/// One attempt's bound: longer than a wave's hold, shorter than the listener's
+/// connection lifetime.
+const OPS_ATTEMPT: Duration = Duration::from_secs(3);
 
 async fn ops_get_once(ops: u16, path: &str) -> Result<String, String> {
-    http_client()
-        .get(format!("http://127.0.0.1:{ops}{path}"))
-        .send()
+    let attempt = async {
+        http_client()
+            .get(format!("http://127.0.0.1:{ops}{path}"))
+            .send()
+            .await
+            .map_err(|e| format!("{path}: {}", error_chain(&e)))?
+            .text()
+            .await
+            .map_err(|e| format!("{path} body: {}", error_chain(&e)))
+    };
+    tokio::time::timeout(OPS_ATTEMPT, attempt)
         .await
-        .map_err(|e| format!("{path}: {e}"))?
-        .text()
-        .await
-        .map_err(|e| format!("{path} body: {e}"))
+        .unwrap_or_else(|_| Err(format!("{path}: no answer in {OPS_ATTEMPT:?}")))
+}
+
+/// An error and its causes, `: `-separated (reqwest's own message hides the cause).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
 }
 
 async fn scrape(ops: u16) -> Result<Prom, String> {
