@@ -65,6 +65,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod coord;
 pub mod demo;
 pub mod descriptors;
 pub mod dispatch;

@@ -1,0 +1,3 @@
+//! Coordination across replicas: the etcd client the coordination layer builds on.
+
+pub mod etcd;
