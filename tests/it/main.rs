@@ -12,6 +12,8 @@ mod cli;
 mod contract;
 mod crash;
 mod doctor;
+mod etcd_client;
+mod etcd_peer;
 mod gateway_http;
 mod gateway_stdio;
 mod gateway_stdio_mux;

@@ -39,7 +39,10 @@ fn requests_carry_base64_keys_and_int64_as_strings() {
         wire::put_request("/k", b"v", Some(42)),
         json!({"key": b64("/k"), "value": b64("v"), "lease": "42"})
     );
-    assert_eq!(wire::put_request("/k", b"", None), json!({"key": b64("/k"), "value": ""}));
+    assert_eq!(
+        wire::put_request("/k", b"", None),
+        json!({"key": b64("/k"), "value": ""})
+    );
     assert_eq!(
         wire::range_request("/p/", true),
         json!({"key": b64("/p/"), "range_end": b64("/p0")})
@@ -176,12 +179,17 @@ fn watch_lines_read_put_without_a_type_and_delete_with_one() {
 fn a_canceled_or_failed_watch_is_a_refusal() {
     let compacted =
         wire::watch_message(br#"{"result":{"canceled":true,"compact_revision":"9","created":true}}"#).unwrap_err();
-    assert!(matches!(compacted, EtcdError::Refused { code: 11, .. }), "{compacted:?}");
+    assert!(
+        matches!(compacted, EtcdError::Refused { code: 11, .. }),
+        "{compacted:?}"
+    );
     let token = wire::watch_message(
         br#"{"result":{"created":true,"canceled":true,"cancel_reason":"rpc error: code = InvalidArgument desc = etcdserver: user name is empty"}}"#,
     )
     .unwrap_err();
-    let EtcdError::Refused { message, .. } = &token else { panic!("{token:?}") };
+    let EtcdError::Refused { message, .. } = &token else {
+        panic!("{token:?}")
+    };
     assert!(wire::needs_reauth(message));
     let stream = wire::watch_message(br#"{"error":{"grpc_code":14,"http_code":503,"message":"unavailable"}}"#);
     assert!(matches!(stream, Err(EtcdError::Refused { code: 14, .. })));

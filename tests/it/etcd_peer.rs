@@ -1,0 +1,166 @@
+//! A real etcd of the test's own (Debian's `etcd-server`, installed by
+//! `scripts/install-peers`): one member on loopback, free ports, a temporary data dir,
+//! killed with its process group on drop.
+
+use std::time::Duration;
+
+use tokio::process::Command as AsyncCommand;
+
+use crate::harness::{free_port, http_client, wait_until, ChildGuard};
+
+/// How long etcd may take to elect itself and answer `/health`.
+const READY: Duration = Duration::from_secs(30);
+
+pub struct EtcdPeer {
+    process: Option<ChildGuard>,
+    client_port: u16,
+    peer_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl EtcdPeer {
+    /// Starts etcd and waits until it is healthy (a new pair of ports if it lost a race
+    /// for them).
+    pub async fn start() -> EtcdPeer {
+        let mut dir = tempfile::tempdir().unwrap();
+        for _ in 0..3 {
+            let mut peer = EtcdPeer {
+                process: None,
+                client_port: free_port(),
+                peer_port: free_port(),
+                dir,
+            };
+            if peer.launch().await {
+                return peer;
+            }
+            let stderr = peer.process.as_ref().map(ChildGuard::stderr).unwrap_or_default();
+            eprintln!("etcd did not start (ports taken?); trying others:\n{stderr}");
+            dir = peer.take_dir();
+            // A member half bootstrapped with the old peer URL would not start on new ports.
+            let _ = std::fs::remove_dir_all(dir.path().join("data"));
+        }
+        panic!("etcd did not start on three pairs of free ports");
+    }
+
+    /// `http://127.0.0.1:PORT`, the client URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// `kill -9` (the data dir stays, for [`EtcdPeer::restart`]).
+    pub fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill();
+        }
+    }
+
+    /// SIGSTOP: etcd keeps its sockets (connections are accepted by the kernel) and
+    /// answers nothing.
+    pub fn pause(&self) {
+        self.process.as_ref().expect("etcd runs").signal("STOP");
+    }
+
+    /// SIGCONT after [`EtcdPeer::pause`].
+    pub fn resume(&self) {
+        self.process.as_ref().expect("etcd runs").signal("CONT");
+    }
+
+    /// Kills etcd and starts it again on the same data dir and ports.
+    pub async fn restart(&mut self) {
+        self.kill();
+        assert!(self.launch().await, "etcd did not start again on its own ports");
+    }
+
+    /// Turns authentication on: `user` with `password` and the root role (and `root`
+    /// with the same password, which etcd needs first).
+    pub async fn enable_auth(&self, user: &str, password: &str) {
+        let pass = format!("--new-user-password={password}");
+        self.etcdctl(&["user", "add", "root", &pass]).await;
+        self.etcdctl(&["role", "add", "root"]).await;
+        self.etcdctl(&["user", "grant-role", "root", "root"]).await;
+        if user != "root" {
+            self.etcdctl(&["user", "add", user, &pass]).await;
+            self.etcdctl(&["user", "grant-role", user, "root"]).await;
+        }
+        self.etcdctl(&["auth", "enable"]).await;
+    }
+
+    async fn etcdctl(&self, args: &[&str]) {
+        let out = AsyncCommand::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.url()))
+            .arg("--dial-timeout=5s")
+            .arg("--command-timeout=10s")
+            .args(args)
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(20), out)
+            .await
+            .expect("etcdctl finishes within 20 s")
+            .expect("run etcdctl (Debian's etcd-client)");
+        assert!(
+            out.status.success(),
+            "etcdctl {} failed: {}",
+            args[0..2].join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Spawns etcd on this peer's ports and dir; whether it became healthy.
+    async fn launch(&mut self) -> bool {
+        let client = self.url();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let mut cmd = std::process::Command::new("etcd");
+        cmd.arg("--name=default")
+            .arg(format!("--data-dir={}", self.dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=default={peer}"))
+            .arg("--log-level=warn")
+            .arg("--logger=zap");
+        self.process = Some(ChildGuard::spawn("etcd", cmd));
+        let health = format!("{client}/health");
+        let http = http_client();
+        let mut healthy = false;
+        let process = self.process.as_mut().expect("just spawned");
+        let started = tokio::time::timeout(READY, async {
+            while process.try_wait().is_none() {
+                let answer = http.get(&health).send().await;
+                if let Ok(response) = answer {
+                    if response
+                        .text()
+                        .await
+                        .unwrap_or_default()
+                        .contains("\"health\":\"true\"")
+                    {
+                        healthy = true;
+                        return;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(
+            started.is_ok(),
+            "etcd not healthy within {READY:?}:\n{}",
+            process.stderr()
+        );
+        healthy
+    }
+
+    fn take_dir(self) -> tempfile::TempDir {
+        let EtcdPeer { dir, mut process, .. } = self;
+        if let Some(p) = process.as_mut() {
+            p.kill();
+        }
+        dir
+    }
+}
+
+/// Waits until `etcd` answers `status` (after a resume or a restart).
+pub async fn wait_serving(etcd: &tunnelgate::coord::etcd::Etcd) {
+    wait_until("etcd answering again", READY, || async { etcd.status().await.is_ok() }).await;
+}
