@@ -2,9 +2,8 @@
 //! `latch show|clear`, `receipts`, `sim`, `demo`. Parsing lives here so `main.rs` stays a thin exit-code mapper.
 //! What `run` does on each signal (stop, reload, status dump, ignore) is in `signals`.
 
-use std::io::{BufRead, IsTerminal, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use std::time::Duration;
 
@@ -14,14 +13,16 @@ use tokio_util::sync::CancellationToken;
 use crate::app::{Gateway, GatewayError};
 use crate::config::{Config, ConfigError, LogFormat, Overrides};
 use crate::sim::SimError;
-use crate::strict::latch_file::{self, LatchFileError};
+use crate::strict::latch_file::LatchFileError;
 use crate::supervisor::Supervisor;
 use crate::telemetry::logging;
 
+mod latch;
 mod readiness;
 mod receipts;
 mod signals;
 
+pub use latch::{latch_clear, latch_show};
 pub use receipts::{receipts, OutcomeArg, ReceiptsArgs};
 
 const EXAMPLES: &str = "\
@@ -67,6 +68,13 @@ pub enum CliError {
     Sim(SimError),
     #[error(transparent)]
     Receipts(#[from] crate::receipts::ReadError),
+    /// `coordination.etcd` could not be read or cleared (`latch show`, `latch clear`).
+    #[error("the cluster-wide latch on etcd (prefix {prefix}): {source}")]
+    Cluster {
+        prefix: String,
+        #[source]
+        source: crate::coord::etcd::EtcdError,
+    },
 }
 
 impl CliError {
@@ -83,6 +91,7 @@ impl CliError {
             Self::Intent(_) => "intent",
             Self::ClearNotConfirmed { .. } => "clear_not_confirmed",
             Self::Terminal(_) => "terminal",
+            Self::Cluster { .. } => "cluster",
             Self::Sim(_) => "sim",
             Self::Receipts(e) => e.kind(),
         }
@@ -249,9 +258,11 @@ pub struct LatchArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum LatchAction {
-    /// Print the persisted cause.
+    /// Print the persisted cause (and, with coordination.backend = "etcd", the
+    /// cluster-wide latch and unsettled intents on etcd).
     Show,
-    /// Remove the latch so a strict gateway may run again.
+    /// Remove the latch so a strict gateway may run again (with coordination on etcd,
+    /// the cluster-wide latch and its intents too: every replica goes on).
     Clear {
         /// Do not ask for confirmation.
         #[arg(long)]
@@ -348,7 +359,7 @@ pub async fn run(config: Config, source: ConfigSource) -> Result<u8, CliError> {
     let _ = tokio::time::timeout(SIGNAL_WATCH_JOIN, watcher).await;
     // Exported spans are flushed before the exit code is returned, within FLUSH_BOUND.
     telemetry.shutdown().await;
-    if let Err(e @ GatewayError::Tls(_)) = &outcome {
+    if let Err(e @ (GatewayError::Tls(_) | GatewayError::Coordination(_))) = &outcome {
         // An unusable TLS file is a configuration error, exit 78 as the key's other checks.
         crate::stderr::line(format_args!("{e}"));
         return Ok(78);
@@ -469,78 +480,6 @@ fn unreachable(url: &str, error: &reqwest::Error) -> CliError {
         url: url.to_owned(),
         problem,
     }
-}
-
-/// `tunnelgate latch show`.
-pub fn latch_show(path: &Path) -> Result<u8, CliError> {
-    match latch_file::read(path)? {
-        None => println!("no latch at {}", path.display()),
-        Some(f) => {
-            println!("{}", f.one_line());
-            println!("{}", serde_json::to_string_pretty(&f).expect("latch causes serialize"));
-        }
-    }
-    if let Some(intent) = unsettled_intent(path) {
-        println!("{intent}");
-    }
-    Ok(0)
-}
-
-/// A write-ahead intent an earlier strict run left unsettled, in words; `None` if none.
-fn unsettled_intent(latch: &Path) -> Option<String> {
-    let intents = crate::strict::FileIntents::beside(latch);
-    let what = match intents.read() {
-        crate::strict::Unsettled::None => return None,
-        crate::strict::Unsettled::Intent(i) => format!(
-            "request_id={} channel={} method={} written_at={} instance_id={}",
-            i.request_id,
-            i.channel,
-            i.method.as_deref().unwrap_or("-"),
-            i.written_at,
-            i.instance_id
-        ),
-        crate::strict::Unsettled::Unreadable(e) => format!("unreadable ({e})"),
-    };
-    Some(format!(
-        "unsettled write-ahead intent at {}: {what}; the next strict start latches interrupted_before_ack on it",
-        intents.path().display()
-    ))
-}
-
-/// `tunnelgate latch clear`.
-pub fn latch_clear(path: &Path, yes: bool) -> Result<u8, CliError> {
-    let intent = unsettled_intent(path);
-    let cause = match (latch_file::read(path), &intent) {
-        (Ok(None), None) => {
-            println!("no latch at {}; nothing to clear", path.display());
-            return Ok(0);
-        }
-        (Ok(None), Some(intent)) => intent.clone(),
-        (Ok(Some(f)), _) => f.one_line(),
-        (Err(e), _) => format!("unreadable latch ({e})"),
-    };
-    if !yes {
-        if !std::io::stdin().is_terminal() {
-            return Err(CliError::ClearNotConfirmed { path: path.to_owned() });
-        }
-        print!("{cause}\nClear this latch and allow the strict gateway to run again? Type 'yes': ");
-        std::io::stdout().flush().map_err(CliError::Terminal)?;
-        let mut answer = String::new();
-        std::io::stdin()
-            .lock()
-            .read_line(&mut answer)
-            .map_err(CliError::Terminal)?;
-        if answer.trim() != "yes" {
-            println!("not cleared");
-            return Ok(1);
-        }
-    }
-    latch_file::clear(path)?;
-    // The operator has reconciled the command: its intent record goes with the latch.
-    let intents = crate::strict::FileIntents::beside(path);
-    intents.clear().map_err(CliError::Intent)?;
-    println!("cleared {}", path.display());
-    Ok(0)
 }
 
 /// `tunnelgate sim`.

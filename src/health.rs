@@ -30,6 +30,33 @@ pub struct Health {
     /// Wall-clock times of the last command and success per channel, the last
     /// successful poll and the last acknowledged delivery (`times`).
     times: times::Times,
+    /// The replica's place among its peers (`coord` writes it); `None` without coordination.
+    coordination: Mutex<Option<CoordinationView>>,
+}
+
+/// `/status` `coordination`: this replica's role, as the coordination layer last saw it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CoordinationView {
+    pub backend: &'static str,
+    /// `active`, `standby`, `unavailable` (etcd has not answered yet, or cannot be
+    /// reached) or `latched` (a cluster-wide latch is set).
+    pub role: &'static str,
+    /// The instance id of the replica that holds the lease, when one does.
+    pub holder: Option<String>,
+    pub lease_ttl_seconds: f64,
+    /// The cluster-wide latch, when one is set.
+    pub latch: Option<ClusterLatch>,
+}
+
+/// The cluster-wide latch record as `/status` shows it: no payload, only the command's
+/// identity and who latched.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ClusterLatch {
+    pub category: &'static str,
+    pub request_id: Option<String>,
+    pub channel: Option<String>,
+    pub latched_by: Option<String>,
+    pub latched_at: Option<String>,
 }
 
 /// `/status` `control_plane` object.
@@ -46,6 +73,19 @@ pub struct PollHealth {
 }
 
 impl Health {
+    /// Replaces this replica's coordination view (`coord` only).
+    pub fn set_coordination(&self, view: CoordinationView) {
+        *self.coordination.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(view);
+    }
+
+    /// This replica's coordination view; `None` without coordination.
+    pub fn coordination(&self) -> Option<CoordinationView> {
+        self.coordination
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     pub fn poll_succeeded(&self) {
         *self.last_successful_poll.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         self.consecutive_poll_errors.store(0, Ordering::Relaxed);

@@ -89,14 +89,18 @@ async fn dispatch(command: Ready) -> u8 {
         }
         Tool::Status(args) => tunnelgate::cli::status(&args).await.map_err(Into::into),
         Tool::Latch(args) => {
-            let path = match (&args.latch_file, load(args.config.as_deref(), &Default::default())) {
-                (Some(p), _) => p.clone(),
-                (None, Ok(config)) => config.strict.latch_file,
+            // With coordination.backend = "etcd" configured, the cluster-wide latch too.
+            let (path, cluster) = match (&args.latch_file, load(args.config.as_deref(), &Default::default())) {
+                (Some(p), Ok(config)) => (p.clone(), config.coordination.etcd),
+                (Some(p), Err(_)) => (p.clone(), None),
+                (None, Ok(config)) => (config.strict.latch_file, config.coordination.etcd),
                 (None, Err(e)) => return config_error(&e),
             };
             match args.action {
-                LatchAction::Show => tunnelgate::cli::latch_show(&path).map_err(Into::into),
-                LatchAction::Clear { yes } => tunnelgate::cli::latch_clear(&path, yes).map_err(Into::into),
+                LatchAction::Show => tunnelgate::cli::latch_show(&path, cluster.as_ref()).await.map_err(Into::into),
+                LatchAction::Clear { yes } => tunnelgate::cli::latch_clear(&path, cluster.as_ref(), yes)
+                    .await
+                    .map_err(Into::into),
             }
         }
         Tool::Receipts(args) => {

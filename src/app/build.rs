@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::labels::GatewayLabels;
 use super::stop::StopSignals;
 use super::GatewayError;
+use crate::coord::Coordinator;
 use crate::config::{AmbiguityPolicy, ChannelConfig, Config, SessionOwner, StdioSession};
 use crate::control::{random_hex, ControlClient, ControlSettings};
 use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring, WriteAhead};
@@ -67,6 +68,11 @@ pub(super) struct Parts {
     receipts_writer: Option<tokio::task::JoinHandle<()>>,
     /// This run's `X-Tunnel-Client-Instance-Id`, also written into each intent record.
     pub(super) instance_id: String,
+    /// Strict mode across replicas (`coordination.backend = "etcd"`), once
+    /// [`Parts::coordinated`] built it; its task runs until [`Parts::finish`].
+    pub(super) coordinator: Option<Coordinator>,
+    pub(super) coordination_stop: CancellationToken,
+    pub(super) coordination_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// The bound ops listener, not yet serving.
@@ -111,6 +117,9 @@ impl Parts {
             receipts_stop: CancellationToken::new(),
             receipts_writer: None,
             instance_id: random_hex(INSTANCE_ID_BYTES),
+            coordinator: None,
+            coordination_stop: CancellationToken::new(),
+            coordination_task: None,
         }
     }
 
@@ -171,7 +180,10 @@ impl Parts {
                 hard_stop: signals.hard_stop.clone(),
             },
             write_ahead: config.strict.enabled.then(|| WriteAhead {
-                store: Arc::new(FileIntents::beside(&config.strict.latch_file)),
+                store: match &self.coordinator {
+                    Some(c) => Arc::new(c.intents()),
+                    None => Arc::new(FileIntents::beside(&config.strict.latch_file)),
+                },
                 instance_id: self.instance_id.clone(),
             }),
             receipts,
@@ -196,8 +208,11 @@ impl Parts {
 
     /// The end of a run, after its stop: stops the ops listener and joins the background
     /// tasks within [`BACKGROUND_JOIN_BOUND`].
-    pub(super) async fn finish(self) {
-        // Every command has ended: the receipt writer writes what is queued, then ends.
+    pub(super) async fn finish(mut self) {
+        // Every command has ended: the coordination lease is given back, so that a
+        // standby takes over at once.
+        self.stop_coordination().await;
+        // The receipt writer writes what is queued, then ends.
         self.receipts_stop.cancel();
         self.ops_stop.cancel();
         if !self.supervisor.join_background(BACKGROUND_JOIN_BOUND).await {

@@ -7,6 +7,7 @@
 //! (`latched`).
 
 mod build;
+mod coordinated;
 mod labels;
 mod latched;
 mod stop;
@@ -21,10 +22,8 @@ use tokio::sync::mpsc;
 
 use crate::config::{Config, LatchedStart};
 use crate::control::BuildError;
-use crate::dispatch::Dispatcher;
 use crate::ops::{Mode, OpsState, StatusDocument};
 use crate::strict::Fatal;
-use crate::supervisor::TaskKind;
 use crate::telemetry::{Accounting, Metrics};
 use build::Parts;
 use stop::{StopBounds, StopOrder, StopSignals};
@@ -59,6 +58,9 @@ pub enum GatewayError {
     /// A configured TLS file cannot be used: a configuration error (exit 78).
     #[error("invalid configuration: {0}")]
     Tls(#[source] crate::egress::tls::TlsError),
+    /// The etcd client of `coordination.etcd` cannot be built (a TLS file): exit 78.
+    #[error("invalid configuration: coordination.etcd: {0}")]
+    Coordination(#[source] crate::coord::etcd::EtcdError),
 }
 
 impl GatewayError {
@@ -68,6 +70,7 @@ impl GatewayError {
             Self::Channel { .. } => "channel",
             Self::OpsListen { .. } => "ops_listen",
             Self::Tls(_) => "tls",
+            Self::Coordination(_) => "coordination",
         }
     }
 }
@@ -176,7 +179,7 @@ impl Gateway {
                 };
             }
         }
-        let mut parts = Parts::observed(&config).with_channels(&config)?;
+        let mut parts = Parts::observed(&config).with_channels(&config)?.coordinated(&config)?;
         let control = build_control(&config, &parts.metrics, &parts.instance_id)?;
         let ops = parts.bind_ops(&config).await?;
         tracing::info!(addr = %ops.addr, "ops listener ready");
@@ -190,7 +193,7 @@ impl Gateway {
             channels = parts.channels.status().len(),
             "gateway starting"
         );
-        start(&parts, &dispatcher, &signals);
+        parts.start(&dispatcher, &signals);
 
         let order = StopOrder {
             bounds: StopBounds::of(&config),
@@ -200,6 +203,7 @@ impl Gateway {
             supervisor: parts.supervisor.clone(),
             signals,
             requests: stop_rx,
+            cluster: parts.coordinator.clone(),
         };
         let (outcome, signals) = order.run().await;
         log_accounting(&parts.metrics);
@@ -207,15 +211,6 @@ impl Gateway {
         parts.finish().await;
         Ok(outcome)
     }
-}
-
-/// Starts the work of a run: the channels' warm-up and the poller.
-fn start(parts: &Parts, dispatcher: &Arc<Dispatcher>, signals: &StopSignals) {
-    dispatcher.keep_stdio_sessions();
-    parts.supervisor.spawn(
-        TaskKind::Poller,
-        dispatcher.clone().poll_loop(signals.poll_stop.clone()),
-    );
 }
 
 /// The one line that says whether every command received was accounted for.

@@ -195,6 +195,8 @@ pub(super) struct StopOrder {
     pub(super) signals: StopSignals,
     /// Stop requests (a [`StopHandle`](super::StopHandle)'s).
     pub(super) requests: mpsc::UnboundedReceiver<()>,
+    /// Strict mode across replicas: where the latch is published for every replica.
+    pub(super) cluster: Option<crate::coord::Coordinator>,
 }
 
 /// What the driver keeps between phases.
@@ -375,6 +377,15 @@ impl StopOrder {
             Err(_) => crate::stderr::line(format_args!(
                 "writing the latch file failed; the latch holds for this run only"
             )),
+        }
+        // Every replica holds on it. Bounded by the etcd request timeout; when it cannot
+        // be written, the command's unsettled intent makes the next active latch.
+        if let Some(cluster) = &self.cluster {
+            if let Err(e) = cluster.publish_latch(&fatal).await {
+                crate::stderr::line(format_args!(
+                    "the cluster-wide latch could not be written ({e}); the unsettled intent makes the next active latch"
+                ));
+            }
         }
         self.fence.fatal().unwrap_or(fatal)
     }

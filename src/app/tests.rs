@@ -10,6 +10,7 @@ use super::*;
 use crate::app::GatewayLabels;
 use crate::downstream::Channels;
 use crate::health::Health;
+use crate::supervisor::TaskKind;
 use crate::strict::{CommandRef, FatalCategory, Fence};
 use crate::supervisor::{Supervisor, TaskEnd};
 
@@ -68,6 +69,7 @@ async fn stop_with_one_command(strict: bool, sent: bool, obeys_cut: bool) -> (Ru
     // The stop request under test; `tx` stays open, so no second one arrives.
     tx.send(()).unwrap();
     let order = StopOrder {
+        cluster: None,
         bounds: StopBounds::of(&config),
         fence: fence.clone(),
         channels: Channels::default(),

@@ -19,6 +19,27 @@ struct View<'a> {
     telemetry: TelemetryView<'a>,
     runtime: RuntimeView,
     receipts: ReceiptsView<'a>,
+    coordination: CoordinationView<'a>,
+}
+
+#[derive(Serialize)]
+struct CoordinationView<'a> {
+    backend: &'static str,
+    lease_ttl: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    etcd: Option<EtcdView<'a>>,
+}
+
+#[derive(Serialize)]
+struct EtcdView<'a> {
+    endpoints: Vec<&'a str>,
+    prefix: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    username: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    password: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsView>,
 }
 
 #[derive(Serialize)]
@@ -214,6 +235,21 @@ fn view(config: &Config) -> View<'_> {
             enabled: config.receipts.enabled,
             path: config.receipts.path.to_string_lossy(),
         },
+        coordination: coordination(&config.coordination),
+    }
+}
+
+fn coordination(c: &super::Coordination) -> CoordinationView<'_> {
+    CoordinationView {
+        backend: c.backend(),
+        lease_ttl: duration(c.lease_ttl),
+        etcd: c.etcd.as_ref().map(|e| EtcdView {
+            endpoints: e.endpoints.iter().map(|u| u.as_str()).collect(),
+            prefix: &e.prefix,
+            username: e.credentials.as_ref().map(|(u, _)| u.masked()),
+            password: e.credentials.as_ref().map(|(_, p)| p.masked()),
+            tls: tls_view(&e.tls),
+        }),
     }
 }
 

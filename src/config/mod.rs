@@ -22,6 +22,7 @@
 mod channel;
 mod channel_name;
 mod command_line;
+mod coordination;
 mod defaults;
 mod duration;
 mod error;
@@ -48,6 +49,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use channel_name::ChannelName;
+pub use coordination::{Coordination, EtcdConfig, MIN_LEASE_TTL};
 pub use defaults::STDIO_PROTOCOL_VERSION;
 pub use error::ConfigError;
 pub use headers::{HeaderSet, ORGANIZATION_HEADER};
@@ -69,6 +71,7 @@ pub struct Config {
     pub telemetry: Telemetry,
     pub runtime: Runtime,
     pub receipts: Receipts,
+    pub coordination: Coordination,
 }
 
 /// `[control_plane]`: where commands are polled from and responses posted to.

@@ -19,6 +19,7 @@ pub(super) struct RawConfig {
     pub(super) telemetry: RawTelemetry,
     pub(super) runtime: RawRuntime,
     pub(super) receipts: RawReceipts,
+    pub(super) coordination: RawCoordination,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -112,6 +113,24 @@ pub(super) struct RawRuntime {
 pub(super) struct RawReceipts {
     pub(super) enabled: Option<bool>,
     pub(super) path: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawCoordination {
+    pub(super) backend: Option<String>,
+    pub(super) lease_ttl: Option<String>,
+    pub(super) etcd: Option<RawEtcd>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawEtcd {
+    pub(super) endpoints: Option<Vec<String>>,
+    pub(super) prefix: Option<String>,
+    pub(super) username: Option<String>,
+    pub(super) password: Option<String>,
+    pub(super) tls: Option<RawTls>,
 }
 
 /// A `tls` table as written; every key optional.

@@ -64,6 +64,12 @@ pub(super) fn control_plane_tls(raw: Option<RawTls>) -> Result<TlsFiles, ConfigE
     files(&Scoped::all("control_plane.tls", &raw))
 }
 
+/// `coordination.etcd.tls`.
+pub(super) fn coordination_tls(raw: Option<RawTls>) -> Result<TlsFiles, ConfigError> {
+    let raw = raw.unwrap_or_default();
+    files(&Scoped::all("coordination.etcd.tls", &raw))
+}
+
 /// `mcp.tls` and each HTTP channel's effective table, taken out of the raw channels (a
 /// stdio channel's `tls` is an error). Channels without any TLS setting are left out.
 pub(super) fn mcp_tls(

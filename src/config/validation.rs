@@ -27,6 +27,8 @@ pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError
     let strict_enabled = raw.strict.enabled.unwrap_or(default::STRICT_ENABLED);
     let mcp = mcp(raw.mcp, strict_enabled, &control_plane.api_key, env)?;
     let strict = strict(raw.strict)?;
+    let coordination =
+        super::coordination::coordination(raw.coordination, strict.enabled, &control_plane.tunnel_id, env)?;
     Ok(Config {
         control_plane,
         mcp,
@@ -35,6 +37,7 @@ pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError
         runtime: runtime(raw.runtime)?,
         receipts: receipts(raw.receipts, &strict.latch_file)?,
         strict,
+        coordination,
     })
 }
 

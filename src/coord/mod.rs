@@ -1,3 +1,269 @@
-//! Coordination across replicas: the etcd client the coordination layer builds on.
+//! Coordination across replicas: strict mode's one fence on etcd (`coordination.backend =
+//! "etcd"`).
+//!
+//! Owns the election (one key bound to a lease: only its holder polls and admits), the
+//! write-ahead intents in etcd ([`EtcdIntents`], the fence's proof across processes) and
+//! the cluster-wide latch every replica watches. The etcd client is [`etcd`] (etcd's own
+//! JSON gateway over HTTP: no `protoc` at build time).
+//!
+//! Invariants:
+//! - A replica admits only while it is active, no cluster-wide latch is known, and less
+//!   than [`RENEW_DEADLINE_SHARE`] of `lease_ttl` has passed since it *sent* its last
+//!   acknowledged renewal. etcd expires the lease no earlier than `lease_ttl` after it
+//!   processed that renewal, so the active stops admitting at least `lease_ttl / 3`
+//!   (3.3 s by default) before any successor can win.
+//! - Every intent is written in one transaction conditioned on this replica's election
+//!   key (its create revision) and on the absence of the cluster-wide latch; settled the
+//!   same way. A refused or failed write means the command is not dispatched.
+//! - A new active reads the intents in the same transaction that made it the holder; one
+//!   left unsettled latches `interrupted_before_ack` before anything is admitted.
+//!
+//! Imports config, health, telemetry and strict; read by `app`, `cli` and `doctor`.
+//! Never touches an MCP server or the control plane.
 
 pub mod etcd;
+mod election;
+mod intents;
+mod latch;
+
+pub use intents::EtcdIntents;
+pub use latch::{clear_cluster, read_cluster, ClusterRecord};
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::EtcdConfig;
+use crate::health::{ClusterLatch, CoordinationView, Health};
+use crate::strict::Fence;
+use crate::telemetry::{CoordinationRole, Metrics};
+use etcd::{Etcd, EtcdError, EtcdSettings};
+
+/// The share of `lease_ttl`, counted from the send of the last acknowledged renewal, after
+/// which the active admits nothing more: two thirds, so one renewal (every third) may
+/// fail and the margin to the lease's end stays a third.
+pub const RENEW_DEADLINE_SHARE: f64 = 2.0 / 3.0;
+
+/// The keys of one tunnel under `coordination.etcd.prefix`.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    pub leader: String,
+    pub intents: String,
+    pub latch: String,
+}
+
+impl Keys {
+    pub fn under(prefix: &str) -> Self {
+        Self {
+            leader: format!("{prefix}/leader"),
+            intents: format!("{prefix}/intents/"),
+            latch: format!("{prefix}/latch"),
+        }
+    }
+
+    fn intent(&self, request_id: &str) -> String {
+        format!("{}{request_id}", self.intents)
+    }
+}
+
+/// The etcd client of `coordination.etcd`, each request bounded by `timeout`.
+pub fn client(config: &EtcdConfig, timeout: Duration) -> Result<Etcd, EtcdError> {
+    let (username, password) = match &config.credentials {
+        Some((u, p)) => (Some(u.expose().to_owned()), Some(p.expose().to_owned())),
+        None => (None, None),
+    };
+    Etcd::new(EtcdSettings {
+        endpoints: config.endpoints.clone(),
+        username,
+        password,
+        tls: config.tls.clone(),
+        request_timeout: timeout,
+    })
+}
+
+/// This replica's term as the active: the create revision of its election key, and when
+/// it sent its last acknowledged renewal.
+#[derive(Clone, Copy, Debug)]
+struct Term {
+    revision: i64,
+    renewed_at: Instant,
+}
+
+/// What the coordinator knows now.
+#[derive(Default)]
+struct State {
+    /// The lease this replica campaigns with (kept alive while standby too).
+    lease: Option<i64>,
+    active: Option<Term>,
+    holder: Option<String>,
+    /// Whether etcd answered the last request of the election loop.
+    reachable: bool,
+    /// The cluster-wide latch, when one is set.
+    latch: Option<ClusterRecord>,
+    /// The request id of the intent recorded and not yet settled.
+    outstanding: Option<String>,
+    /// A settle etcd did not answer: tried again after each renewal while the term lasts,
+    /// so that an acknowledged command does not make a later successor latch.
+    settle_again: Option<(String, i64)>,
+}
+
+/// One replica's coordination: the election, its intents and the cluster latch. Cheap to
+/// clone.
+#[derive(Clone)]
+pub struct Coordinator {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    etcd: Etcd,
+    keys: Keys,
+    instance_id: String,
+    lease_ttl: Duration,
+    state: Mutex<State>,
+    /// Whether this replica may poll now (active, reachable, no cluster latch).
+    may_poll: watch::Sender<bool>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    fence: Fence,
+}
+
+impl Coordinator {
+    pub fn new(
+        config: &EtcdConfig,
+        lease_ttl: Duration,
+        instance_id: &str,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+        fence: Fence,
+    ) -> Result<Self, EtcdError> {
+        let etcd = client(config, request_timeout(lease_ttl))?;
+        metrics.coordination_enabled();
+        let coordinator = Self {
+            shared: Arc::new(Shared {
+                etcd,
+                keys: Keys::under(&config.prefix),
+                instance_id: instance_id.to_owned(),
+                lease_ttl,
+                state: Mutex::new(State::default()),
+                may_poll: watch::channel(false).0,
+                metrics,
+                health,
+                fence,
+            }),
+        };
+        coordinator.publish();
+        Ok(coordinator)
+    }
+
+    /// The renewal interval: a third of `lease_ttl`.
+    pub fn renew_interval(&self) -> Duration {
+        self.shared.lease_ttl / 3
+    }
+
+    /// The write-ahead intent store of this replica.
+    pub fn intents(&self) -> EtcdIntents {
+        EtcdIntents::new(self.clone())
+    }
+
+    /// Runs the election and the latch watch until `stop`; on stop, a held lease is
+    /// revoked so that a standby takes over at once.
+    pub async fn run(self, stop: CancellationToken) {
+        let watch = tokio::spawn(latch::watch_loop(self.clone(), stop.clone()));
+        election::run(&self, &stop).await;
+        let _ = watch.await;
+        election::resign(&self).await;
+    }
+
+    /// Whether this replica may poll, as a watch: `true` only while it is the active and
+    /// no cluster latch is set.
+    pub fn may_poll(&self) -> watch::Receiver<bool> {
+        self.shared.may_poll.subscribe()
+    }
+
+    /// Writes `fatal` as the cluster-wide latch, unless one is set already (the first
+    /// latch wins). Bounded by the request timeout.
+    pub async fn publish_latch(&self, fatal: &crate::strict::Fatal) -> Result<bool, EtcdError> {
+        latch::publish(self, fatal).await
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The term to record an intent under, when this replica may admit now.
+    fn admitting_term(&self) -> Result<Term, &'static str> {
+        let state = self.lock();
+        if state.latch.is_some() {
+            return Err("a cluster-wide latch is set");
+        }
+        let Some(term) = state.active else {
+            return Err("this replica does not hold the coordination lease (standby)");
+        };
+        if term.renewed_at.elapsed() >= self.renew_deadline() {
+            return Err("this replica's lease renewal is overdue (the renew deadline passed)");
+        }
+        Ok(term)
+    }
+
+    fn renew_deadline(&self) -> Duration {
+        self.shared.lease_ttl.mul_f64(RENEW_DEADLINE_SHARE)
+    }
+
+    /// The role as the metric and `/status` name it.
+    fn role(state: &State) -> CoordinationRole {
+        if state.latch.is_some() {
+            CoordinationRole::Latched
+        } else if state.active.is_some() {
+            CoordinationRole::Active
+        } else if state.reachable {
+            CoordinationRole::Standby
+        } else {
+            CoordinationRole::Unavailable
+        }
+    }
+
+    /// Publishes the state to health, the metrics and the poll gate.
+    fn publish(&self) {
+        let (view, may_poll) = {
+            let state = self.lock();
+            let role = Self::role(&state);
+            self.shared.metrics.coordination_role(role);
+            self.shared.metrics.coordination_holder(state.holder.as_deref());
+            let view = CoordinationView {
+                backend: "etcd",
+                role: crate::telemetry::LabelValue::as_label(role),
+                holder: state.holder.clone(),
+                lease_ttl_seconds: self.shared.lease_ttl.as_secs_f64(),
+                latch: state.latch.as_ref().map(ClusterRecord::view),
+            };
+            (view, role == CoordinationRole::Active)
+        };
+        self.shared.health.set_coordination(view);
+        self.shared.may_poll.send_if_modified(|now| {
+            let changed = *now != may_poll;
+            *now = may_poll;
+            changed
+        });
+    }
+}
+
+/// Each etcd request's bound: the renewal interval, so that a hung request never holds a
+/// renewal past the next one.
+fn request_timeout(lease_ttl: Duration) -> Duration {
+    lease_ttl / 3
+}
+
+impl ClusterRecord {
+    fn view(&self) -> ClusterLatch {
+        ClusterLatch {
+            category: self.fatal.category.as_str(),
+            request_id: self.fatal.request_id.clone(),
+            channel: self.fatal.channel.clone(),
+            latched_by: Some(self.latched_by.clone()),
+            latched_at: Some(self.fatal.latched_at.clone()),
+        }
+    }
+}

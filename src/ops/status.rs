@@ -35,6 +35,15 @@ pub struct OpsState {
 pub enum NotReady {
     #[error("fatal latch set ({})", .0.as_str())]
     Fatal(FatalCategory),
+    /// Another replica set the cluster-wide latch (strict mode on etcd).
+    #[error("fatal latch set on the cluster ({category}): this replica holds until `tunnelgate latch clear`")]
+    ClusterLatched { category: &'static str },
+    /// Another replica holds the coordination lease: this one never polls.
+    #[error("standby (the active replica is {})", .holder.as_deref().unwrap_or("not known yet"))]
+    Standby { holder: Option<String> },
+    /// etcd has not answered, or no longer answers: never run uncoordinated.
+    #[error("coordination {role}: etcd cannot be reached, so this replica neither polls nor dispatches")]
+    Uncoordinated { role: &'static str },
     #[error("draining: the gateway is stopping")]
     Draining,
     #[error("internal task {task} ended unexpectedly ({why})")]
@@ -86,6 +95,9 @@ pub struct StatusDocument {
     pub control_plane: PollHealth,
     pub downstream: Vec<ChannelReport>,
     pub commands: Commands,
+    /// Present when replicas coordinate (`coordination.backend = "etcd"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coordination: Option<crate::health::CoordinationView>,
 }
 
 #[derive(Serialize)]
@@ -135,6 +147,9 @@ impl OpsState {
         if let Some(f) = self.fence.fatal() {
             return Err(NotReady::Fatal(f.category));
         }
+        if let Some(view) = self.health.coordination() {
+            coordination_readiness(view)?;
+        }
         if self.health.is_draining() {
             return Err(NotReady::Draining);
         }
@@ -158,8 +173,10 @@ impl OpsState {
     pub fn status(&self) -> StatusDocument {
         let fatal = self.fence.fatal();
         let readiness = self.readiness();
+        let coordination = self.health.coordination();
+        let cluster_latched = coordination.as_ref().is_some_and(|c| c.latch.is_some());
         let state = GatewayState::of(
-            fatal.is_some(),
+            fatal.is_some() || cluster_latched,
             self.health.is_draining(),
             self.health.last_poll_age().is_some(),
             readiness.is_ok(),
@@ -178,7 +195,22 @@ impl OpsState {
                 in_flight: self.health.in_flight(),
                 queued: self.health.queued(),
             },
+            coordination,
         }
+    }
+}
+
+/// Only the active replica, with no cluster-wide latch, may be ready.
+fn coordination_readiness(view: crate::health::CoordinationView) -> Result<(), NotReady> {
+    if let Some(latch) = view.latch {
+        return Err(NotReady::ClusterLatched {
+            category: latch.category,
+        });
+    }
+    match view.role {
+        "active" => Ok(()),
+        "standby" => Err(NotReady::Standby { holder: view.holder }),
+        role => Err(NotReady::Uncoordinated { role }),
     }
 }
 

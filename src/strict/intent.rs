@@ -7,7 +7,7 @@
 //!
 //! The record holds request id, channel, method, instance id and time: never payloads.
 //! It sits behind [`IntentStore`], whose first backend is a file beside the latch file
-//! ([`FileIntents`]); a shared backend for replicas comes later. Strict mode admits one
+//! ([`FileIntents`]); replicas on etcd share one (`coord::EtcdIntents`). Strict mode admits one
 //! command at a time, so one record at a time is all there is.
 //!
 //! Durability costs one flush per strict command, and no more: the record file is created
@@ -68,6 +68,13 @@ pub enum IntentError {
     Corrupt { path: PathBuf, reason: String },
     #[error("the intent store stopped before finishing")]
     Interrupted,
+    /// A shared store refused the record: this replica does not hold the lease (or a
+    /// cluster-wide latch is set). Nothing was dispatched.
+    #[error("the write-ahead intent was refused: {reason}")]
+    Refused { reason: String },
+    /// A shared store could not be reached, or answered with an error.
+    #[error("the coordination store did not take the write-ahead intent: {reason}")]
+    Unavailable { reason: String },
 }
 
 impl IntentError {
@@ -78,6 +85,8 @@ impl IntentError {
             Self::Read { .. } => "read",
             Self::Corrupt { .. } => "corrupt",
             Self::Interrupted => "interrupted",
+            Self::Refused { .. } => "refused",
+            Self::Unavailable { .. } => "unavailable",
         }
     }
 }

@@ -16,7 +16,7 @@ pub use fatal::{CommandRef, Fatal};
 pub use fence::{
     Admission, Fence, FenceLeg, FenceSnapshot, FenceSync, LatchObserver, Latched, Refusal, TokioSync, Wire,
 };
-pub use intent::{FileIntents, Intent, IntentError, IntentStore, Unsettled};
+pub use intent::{FileIntents, Intent, IntentError, IntentFuture, IntentStore, Unsettled};
 
 /// The model checks' explorer (shuttle), shared with the admission line's model check.
 #[cfg(test)]

@@ -184,6 +184,7 @@ label_enum! {
         StdioStderr => "stdio_stderr",
         OpsListener => "ops_listener",
         Warmup => "warmup",
+        Coordinator => "coordinator",
     }
 }
 
@@ -214,6 +215,50 @@ label_enum! {
         WriteFailed => "write_failed",
         /// The writer has ended (the gateway is stopping).
         Stopped => "stopped",
+    }
+}
+
+label_enum! {
+    /// A replica's place among the replicas of a strict tunnel on etcd
+    /// (`coordination_role{role}`).
+    pub enum CoordinationRole {
+        /// Holds the lease: polls and admits.
+        Active => "active",
+        /// Another replica holds the lease: never polls.
+        Standby => "standby",
+        /// etcd cannot be reached (or has not answered yet): neither polls nor admits.
+        Unavailable => "unavailable",
+        /// A cluster-wide latch is set: holds until it is cleared.
+        Latched => "latched",
+    }
+}
+
+label_enum! {
+    /// How one lease renewal ended (`coordination_lease_renewals_total{result}`).
+    pub enum RenewalResult {
+        Ok => "ok",
+        /// etcd did not answer, or the lease was gone.
+        Failed => "failed",
+    }
+}
+
+label_enum! {
+    /// The write-ahead intent's two operations on etcd (`coordination_intent_ops_total{op}`).
+    pub enum IntentOp {
+        Record => "record",
+        Settle => "settle",
+    }
+}
+
+label_enum! {
+    /// How an intent operation on etcd ended (`coordination_intent_ops_total{result}`).
+    pub enum IntentOpResult {
+        Ok => "ok",
+        /// The transaction's condition failed: this replica no longer holds the lease, or a
+        /// cluster-wide latch is set. Nothing was dispatched.
+        Refused => "refused",
+        /// etcd did not answer or refused the request.
+        Failed => "failed",
     }
 }
 
@@ -262,6 +307,13 @@ mod tests {
         );
         assert_eq!(labels::<TraceContextSource>(), ["header", "meta"]);
         assert_eq!(
+            labels::<CoordinationRole>(),
+            ["active", "standby", "unavailable", "latched"]
+        );
+        assert_eq!(labels::<RenewalResult>(), ["ok", "failed"]);
+        assert_eq!(labels::<IntentOp>(), ["record", "settle"]);
+        assert_eq!(labels::<IntentOpResult>(), ["ok", "refused", "failed"]);
+        assert_eq!(
             labels::<ReceiptDropReason>(),
             ["queue_full", "disk_full", "write_failed", "stopped"]
         );
@@ -276,7 +328,8 @@ mod tests {
                 "stdio_reader",
                 "stdio_stderr",
                 "ops_listener",
-                "warmup"
+                "warmup",
+                "coordinator"
             ]
         );
     }

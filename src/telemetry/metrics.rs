@@ -12,8 +12,8 @@ use prometheus::{
 };
 
 use super::label::{
-    AttemptResultLabel, CommandType, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
-    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, ReceiptDropReason, SessionResult, TaskKind,
+    AttemptResultLabel, CommandType, CoordinationRole, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
+    LabelSets, LabelValue, IntentOp, IntentOpResult, LegOutcomeLabel, PollErrorLabel, PollResult, ReceiptDropReason, RenewalResult, SessionResult, TaskKind,
     TraceContextSource, TransportLabel,
 };
 
@@ -47,6 +47,7 @@ pub struct Metrics {
     internals: InternalFamilies,
     receipts: ReceiptFamilies,
     health_receipts: HealthReceiptFamilies,
+    coordination: CoordinationFamilies,
 }
 
 /// `polls_total`, `poll_errors_total`, `last_successful_poll_timestamp_seconds`.
@@ -326,6 +327,7 @@ impl Metrics {
             internals: InternalFamilies::register(&r),
             receipts: ReceiptFamilies::register(&r),
             health_receipts: HealthReceiptFamilies::register(&r),
+            coordination: CoordinationFamilies::register(&r),
             registry: r,
         }
     }
@@ -431,6 +433,10 @@ impl Metrics {
         let category = category.as_label();
         self.strict.fatal_info.reset();
         self.strict.fatal_info.with_label_values(&[category]).set(1);
+    }
+    /// No latch is in force any more (a cluster-wide latch was cleared).
+    pub fn fatal_info_cleared(&self) {
+        self.strict.fatal_info.reset();
     }
     pub fn set_in_flight(&self, n: usize) {
         self.commands
@@ -539,6 +545,97 @@ impl Metrics {
     /// `n` delivery receipts were dropped for `reason`.
     pub fn receipts_dropped(&self, reason: ReceiptDropReason, n: u64) {
         self.receipts.dropped.with_label_values(&[reason.as_label()]).inc_by(n);
+    }
+}
+
+/// Strict mode across replicas on etcd: this replica's role, the lease holder, lease
+/// renewals, takeovers and the intent operations. Every family is a vector, so none has a
+/// series (none is exported) until [`Metrics::coordination_enabled`].
+struct CoordinationFamilies {
+    role: IntGaugeVec,
+    holder: IntGaugeVec,
+    renewals: IntCounterVec,
+    takeovers: IntCounterVec,
+    intent_ops: IntCounterVec,
+}
+
+impl CoordinationFamilies {
+    fn register(r: &Registry) -> Self {
+        Self {
+            role: gauge_vec(
+                r,
+                "coordination_role",
+                "This replica's coordination role: 1 for the current one (active, standby, unavailable, latched), 0 for the others.",
+                &["role"],
+            ),
+            holder: gauge_vec(
+                r,
+                "coordination_holder_info",
+                "The instance id of the replica holding the coordination lease, as this replica last saw it; always 1.",
+                &["holder"],
+            ),
+            renewals: counter_vec(
+                r,
+                "coordination_lease_renewals_total",
+                "Renewals of this replica's coordination lease, by result.",
+                &["result"],
+            ),
+            takeovers: counter_vec(
+                r,
+                "coordination_takeovers_total",
+                "Times this replica won the election and became the active.",
+                &[],
+            ),
+            intent_ops: counter_vec(
+                r,
+                "coordination_intent_ops_total",
+                "Write-ahead intent transactions on etcd, by operation and result.",
+                &["op", "result"],
+            ),
+        }
+    }
+}
+
+impl Metrics {
+    /// Creates the coordination series (at zero, role `unavailable`): only a replica with
+    /// `coordination.backend = "etcd"` exports them.
+    pub fn coordination_enabled(&self) {
+        let c = &self.coordination;
+        self.coordination_role(CoordinationRole::Unavailable);
+        at_zero(&c.renewals, all::<RenewalResult>(), &[]);
+        c.takeovers.with_label_values::<&str>(&[]);
+        let results: Vec<_> = all::<IntentOpResult>().collect();
+        at_zero(&c.intent_ops, all::<IntentOp>(), &results);
+    }
+
+    /// This replica's role is now `role`.
+    pub fn coordination_role(&self, role: CoordinationRole) {
+        for r in all::<CoordinationRole>() {
+            self.coordination.role.with_label_values(&[r]).set(i64::from(r == role.as_label()));
+        }
+    }
+
+    /// The lease holder is now `holder` (`None`: nobody holds it).
+    pub fn coordination_holder(&self, holder: Option<&str>) {
+        self.coordination.holder.reset();
+        if let Some(h) = holder {
+            self.coordination.holder.with_label_values(&[h]).set(1);
+        }
+    }
+
+    pub fn lease_renewed(&self, result: RenewalResult) {
+        self.coordination.renewals.with_label_values(&[result.as_label()]).inc();
+    }
+
+    pub fn took_over(&self) {
+        self.coordination.takeovers.with_label_values::<&str>(&[]).inc();
+    }
+
+    pub fn intent_op(&self, op: IntentOp, result: IntentOpResult) {
+        self.coordination
+            .intent_ops
+            .with_label_values(&[op.as_label(), result.as_label()])
+            .inc();
     }
 }
 

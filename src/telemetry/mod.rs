@@ -19,8 +19,8 @@ mod redact;
 
 pub(crate) use label::label_enum;
 pub use label::{
-    AttemptResultLabel, CommandType, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
-    LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult, ReceiptDropReason, SessionResult, TaskKind,
+    AttemptResultLabel, CommandType, CoordinationRole, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
+    LabelSets, LabelValue, IntentOp, IntentOpResult, LegOutcomeLabel, PollErrorLabel, PollResult, ReceiptDropReason, RenewalResult, SessionResult, TaskKind,
     TraceContextSource, TransportLabel,
 };
 pub use metrics::{Accounting, Metrics};

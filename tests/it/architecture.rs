@@ -235,6 +235,14 @@ fn the_dependency_rules_of_the_design_hold() {
         ("strict", "control"),
         ("strict", "dispatch"),
         ("ops", "dispatch"),
+        // Coordination across replicas talks to etcd only: never to an MCP server or
+        // the control plane, and it decides nothing of a command's lifecycle.
+        ("coord", "downstream"),
+        ("coord", "control"),
+        ("coord", "dispatch"),
+        ("ops", "coord"),
+        ("dispatch", "coord"),
+        ("strict", "coord"),
     ] {
         if reaches(from).contains(forbidden) {
             broken.push(format!("{from} must not import {forbidden}"));

@@ -143,6 +143,7 @@ fn order(
 ) -> (StopOrder, mpsc::UnboundedSender<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let order = StopOrder {
+        cluster: None,
         bounds: StopBounds {
             shutdown_grace: Duration::from_secs(10),
             cleanup_timeout: Duration::from_secs(3),

@@ -1,0 +1,114 @@
+//! The start of a run's work, with or without coordination. Without it, the stdio keepers
+//! and the poller start at once. With `coordination.backend = "etcd"`, the coordinator
+//! runs the election and the latch watch, and the poller runs only while this replica is
+//! the active: a standby never polls and never touches an MCP server (its stdio children
+//! are started when it first becomes the active).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::build::Parts;
+use super::stop::StopSignals;
+use super::GatewayError;
+use crate::config::Config;
+use crate::coord::Coordinator;
+use crate::dispatch::Dispatcher;
+use crate::supervisor::{TaskEnd, TaskKind};
+
+/// How long the end of a run waits for the coordinator to give its lease back.
+const RESIGN_BOUND: Duration = Duration::from_secs(3);
+
+impl Parts {
+    /// Builds the coordinator when `coordination.backend = "etcd"` (nothing is contacted
+    /// yet).
+    pub(super) fn coordinated(mut self, config: &Config) -> Result<Self, GatewayError> {
+        if let Some(etcd) = &config.coordination.etcd {
+            let coordinator = Coordinator::new(
+                etcd,
+                config.coordination.lease_ttl,
+                &self.instance_id,
+                self.metrics.clone(),
+                self.health.clone(),
+                self.fence.clone(),
+            )
+            .map_err(GatewayError::Coordination)?;
+            self.coordinator = Some(coordinator);
+        }
+        Ok(self)
+    }
+
+    /// Starts the work of a run: the coordinator (if any), the channels' keepers and the
+    /// poller.
+    pub(super) fn start(&mut self, dispatcher: &Arc<Dispatcher>, signals: &StopSignals) {
+        let Some(coordinator) = self.coordinator.clone() else {
+            dispatcher.keep_stdio_sessions();
+            self.supervisor.spawn(
+                TaskKind::Poller,
+                dispatcher.clone().poll_loop(signals.poll_stop.clone()),
+            );
+            return;
+        };
+        let stop = self.coordination_stop.clone();
+        self.coordination_task = Some(self.supervisor.spawn_untracked(TaskKind::Coordinator, async move {
+            coordinator.run(stop).await;
+            TaskEnd::Finished
+        }));
+        let may_poll = self.coordinator.as_ref().map(Coordinator::may_poll).expect("set above");
+        self.supervisor.spawn(
+            TaskKind::Poller,
+            polls_while_active(dispatcher.clone(), may_poll, signals.poll_stop.clone()),
+        );
+    }
+
+    /// Stops the coordinator and waits (bounded) for it to give its lease back.
+    pub(super) async fn stop_coordination(&mut self) {
+        self.coordination_stop.cancel();
+        if let Some(task) = self.coordination_task.take() {
+            if tokio::time::timeout(RESIGN_BOUND, task).await.is_err() {
+                tracing::warn!("the coordinator did not end in time; a standby takes over when the lease expires");
+            }
+        }
+    }
+}
+
+/// The poll loop, run only while `may_poll` is true: started when this replica becomes
+/// the active, stopped when it is not any more, until `stop` (or the fence latches).
+async fn polls_while_active(
+    dispatcher: Arc<Dispatcher>,
+    mut may_poll: watch::Receiver<bool>,
+    stop: CancellationToken,
+) -> TaskEnd {
+    let mut keepers_started = false;
+    loop {
+        let became_active = tokio::select! {
+            // cancel-safe: waiting only.
+            () = stop.cancelled() => false,
+            active = may_poll.wait_for(|active| *active) => active.is_ok(),
+        };
+        if !became_active {
+            return TaskEnd::Finished;
+        }
+        if !keepers_started {
+            dispatcher.keep_stdio_sessions();
+            keepers_started = true;
+        }
+        let term = stop.child_token();
+        let polls = dispatcher.clone().poll_loop(term.clone());
+        tokio::pin!(polls);
+        let demoted = tokio::select! {
+            // The poll loop ended on its own: the run is stopping or latched.
+            end = &mut polls => return end,
+            // cancel-safe: waiting on a watch; the poll loop is stopped and awaited below.
+            changed = may_poll.wait_for(|active| !*active) => changed.is_ok(),
+        };
+        tracing::info!("no longer the active replica: polling stops");
+        term.cancel();
+        let end = polls.await;
+        if !demoted {
+            return end;
+        }
+    }
+}
