@@ -75,7 +75,10 @@ pub struct PollHealth {
 impl Health {
     /// Replaces this replica's coordination view (`coord` only).
     pub fn set_coordination(&self, view: CoordinationView) {
-        *self.coordination.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(view);
+        *self
+            .coordination
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(view);
     }
 
     /// This replica's coordination view; `None` without coordination.

@@ -97,7 +97,9 @@ async fn dispatch(command: Ready) -> u8 {
                 (None, Err(e)) => return config_error(&e),
             };
             match args.action {
-                LatchAction::Show => tunnelgate::cli::latch_show(&path, cluster.as_ref()).await.map_err(Into::into),
+                LatchAction::Show => tunnelgate::cli::latch_show(&path, cluster.as_ref())
+                    .await
+                    .map_err(Into::into),
                 LatchAction::Clear { yes } => tunnelgate::cli::latch_clear(&path, cluster.as_ref(), yes)
                     .await
                     .map_err(Into::into),

@@ -17,9 +17,9 @@ use tokio_util::sync::CancellationToken;
 use super::labels::GatewayLabels;
 use super::stop::StopSignals;
 use super::GatewayError;
-use crate::coord::Coordinator;
 use crate::config::{AmbiguityPolicy, ChannelConfig, Config, SessionOwner, StdioSession};
 use crate::control::{random_hex, ControlClient, ControlSettings};
+use crate::coord::Coordinator;
 use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring, WriteAhead};
 use crate::downstream::{
     Channels, HttpEgress, HttpSettings, HttpTransport, SessionMode, SessionSettings, StdioSettings, StdioTransport,

@@ -10,8 +10,8 @@ use super::*;
 use crate::app::GatewayLabels;
 use crate::downstream::Channels;
 use crate::health::Health;
-use crate::supervisor::TaskKind;
 use crate::strict::{CommandRef, FatalCategory, Fence};
+use crate::supervisor::TaskKind;
 use crate::supervisor::{Supervisor, TaskEnd};
 
 /// A configuration with the stop bounds under test (nothing is contacted).

@@ -166,7 +166,10 @@ fn prefix(raw: Option<String>, tunnel_id: &TunnelId) -> Result<String, ConfigErr
     if prefix.ends_with('/') {
         return Err(ConfigError::invalid(
             KEY,
-            format!("{prefix:?} ends with \"/\"; give it without, e.g. {:?}", prefix.trim_end_matches('/')),
+            format!(
+                "{prefix:?} ends with \"/\"; give it without, e.g. {:?}",
+                prefix.trim_end_matches('/')
+            ),
         ));
     }
     if prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -183,7 +186,12 @@ mod tests {
         TunnelId::parse(Some("tunnel_1".to_owned())).unwrap()
     }
 
-    fn with(backend: Option<&str>, ttl: Option<&str>, etcd: RawEtcd, strict: bool) -> Result<Coordination, ConfigError> {
+    fn with(
+        backend: Option<&str>,
+        ttl: Option<&str>,
+        etcd: RawEtcd,
+        strict: bool,
+    ) -> Result<Coordination, ConfigError> {
         let raw = RawCoordination {
             backend: backend.map(str::to_owned),
             lease_ttl: ttl.map(str::to_owned),
@@ -213,7 +221,13 @@ mod tests {
         /// backend, lease_ttl, the etcd table, strict, the key the error names.
         type Case<'a> = (Option<&'a str>, Option<&'a str>, RawEtcd, bool, &'a str);
         let cases: Vec<Case> = vec![
-            (Some("zookeeper"), None, RawEtcd::default(), true, "coordination.backend"),
+            (
+                Some("zookeeper"),
+                None,
+                RawEtcd::default(),
+                true,
+                "coordination.backend",
+            ),
             (Some("etcd"), None, RawEtcd::default(), false, "coordination.backend"),
             (None, Some("1500ms"), RawEtcd::default(), true, "coordination.lease_ttl"),
             (None, Some("soon"), RawEtcd::default(), true, "coordination.lease_ttl"),

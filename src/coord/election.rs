@@ -4,7 +4,8 @@
 //!
 //! - standby (or unreachable): keep its own lease alive (grant one when it has none),
 //!   then one transaction: *if the leader key does not exist, put it with this replica's
-//!   id under its lease, and read every intent and the latch; else read the leader key*;
+//!   id under its lease, and read every intent and the latch; else read the leader key*
+//!   (a latch read there is taken before the term may admit anything);
 //! - active: renew the lease. A renewal etcd answers "lease gone" ends the term at once;
 //!   one that fails leaves the term until the renew deadline, after which nothing is
 //!   admitted and the next step campaigns again. A campaign that finds the leader key
@@ -108,10 +109,18 @@ async fn renew(c: &Coordinator) {
 
 async fn campaign(c: &Coordinator) {
     match try_campaign(c).await {
-        Ok(()) => c.lock().reachable = true,
+        Ok(()) => {
+            let mut state = c.lock();
+            state.reachable = true;
+            state.told_unreachable = false;
+        }
         Err(e) => {
-            let was_reachable = std::mem::replace(&mut c.lock().reachable, false);
-            if was_reachable {
+            let tell = {
+                let mut state = c.lock();
+                state.reachable = false;
+                !std::mem::replace(&mut state.told_unreachable, true)
+            };
+            if tell {
                 tracing::warn!(error = %e, "etcd cannot be reached: this replica neither polls nor dispatches until it can");
             }
         }
@@ -134,6 +143,12 @@ async fn try_campaign(c: &Coordinator) -> Result<(), EtcdError> {
                 key: keys.intents.clone(),
                 prefix: true,
             },
+            // Read in the same transaction, so that a new term never opens the poll gate
+            // before the watch has seen a latch set meanwhile.
+            Op::Range {
+                key: keys.latch.clone(),
+                prefix: false,
+            },
         ],
         failure: vec![Op::Range {
             key: keys.leader.clone(),
@@ -143,7 +158,18 @@ async fn try_campaign(c: &Coordinator) -> Result<(), EtcdError> {
     let response = c.shared.etcd.txn(txn).await?;
     if response.succeeded {
         let intents = response.ranges.first().cloned().unwrap_or_default();
-        took_over(c, Term { revision: response.revision, renewed_at: sent }, &intents).await;
+        if let Some(latch) = response.ranges.get(1).and_then(|r| r.first()) {
+            super::latch::known(c, latch);
+        }
+        took_over(
+            c,
+            Term {
+                revision: response.revision,
+                renewed_at: sent,
+            },
+            &intents,
+        )
+        .await;
         return Ok(());
     }
     let holder = response.ranges.first().and_then(|r| r.first()).cloned();
@@ -197,18 +223,29 @@ async fn took_over(c: &Coordinator, term: Term, intents: &[KeyValue]) {
         tracing::info!("won the coordination election: this replica is the active");
         return;
     };
+    if c.lock().latch.is_some() {
+        // The cluster is latched already (its intents are removed once the latch is
+        // written): hold on that latch with every other replica.
+        return;
+    }
     tracing::error!(
         request_id = command.request_id.as_deref().unwrap_or("-"),
         unsettled = intents.len(),
         "won the coordination election and found an unsettled write-ahead intent: the previous active may have dispatched it without an acknowledgement"
     );
-    let fatal = c.shared.fence.latch(FatalCategory::InterruptedBeforeAck, &command).fatal;
+    let fatal = c
+        .shared
+        .fence
+        .latch(FatalCategory::InterruptedBeforeAck, &command)
+        .fatal;
     match c.publish_latch(&fatal).await {
         Ok(_) => {
             if let Err(e) = c.shared.etcd.delete_prefix(&c.shared.keys.intents).await {
                 tracing::warn!(error = %e, "the cluster latch is set, but the intents could not be removed");
             }
         }
-        Err(e) => tracing::error!(error = %e, "the cluster latch could not be written; the intent is kept, so the next active latches again"),
+        Err(e) => {
+            tracing::error!(error = %e, "the cluster latch could not be written; the intent is kept, so the next active latches again")
+        }
     }
 }

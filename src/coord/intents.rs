@@ -74,7 +74,11 @@ impl EtcdIntents {
         };
         let keys = &c.shared.keys;
         let txn = Txn {
-            compare: vec![Compare::CreateRevision(keys.leader.clone(), CmpOp::Equal, term.revision)],
+            compare: vec![Compare::CreateRevision(
+                keys.leader.clone(),
+                CmpOp::Equal,
+                term.revision,
+            )],
             success: vec![Op::Delete {
                 key: keys.intent(&request_id),
                 prefix: false,
@@ -103,7 +107,9 @@ impl EtcdIntents {
 /// renewal: etcd answers again). Refused means the term is over: the intent stays, and
 /// whoever holds the lease latched or will latch on it.
 pub(super) async fn settle_again(c: &Coordinator) {
-    let Some((request_id, revision)) = c.lock().settle_again.take() else { return };
+    let Some((request_id, revision)) = c.lock().settle_again.take() else {
+        return;
+    };
     let keys = &c.shared.keys;
     let txn = Txn {
         compare: vec![Compare::CreateRevision(keys.leader.clone(), CmpOp::Equal, revision)],

@@ -65,7 +65,10 @@ pub(super) async fn publish(c: &Coordinator, fatal: &Fatal) -> Result<bool, Etcd
         })
         .await?;
     if response.succeeded {
-        tracing::error!(category = fatal.category.as_str(), "cluster-wide latch set: every replica holds until `tunnelgate latch clear`");
+        tracing::error!(
+            category = fatal.category.as_str(),
+            "cluster-wide latch set: every replica holds until `tunnelgate latch clear`"
+        );
     }
     Ok(response.succeeded)
 }
@@ -118,6 +121,11 @@ async fn follow(c: &Coordinator, stop: &CancellationToken) -> Result<(), EtcdErr
             }
         }
     }
+}
+
+/// A latch record read by the election's transaction.
+pub(super) fn known(c: &Coordinator, kv: &KeyValue) {
+    set(c, Some(ClusterRecord::read(kv)));
 }
 
 /// Records the cluster latch as now known, and tells the metrics and health.

@@ -21,8 +21,8 @@
 //! Imports config, health, telemetry and strict; read by `app`, `cli` and `doctor`.
 //! Never touches an MCP server or the control plane.
 
-pub mod etcd;
 mod election;
+pub mod etcd;
 mod intents;
 mod latch;
 
@@ -101,6 +101,8 @@ struct State {
     holder: Option<String>,
     /// Whether etcd answered the last request of the election loop.
     reachable: bool,
+    /// Whether "etcd cannot be reached" was logged since etcd last answered.
+    told_unreachable: bool,
     /// The cluster-wide latch, when one is set.
     latch: Option<ClusterRecord>,
     /// The request id of the intent recorded and not yet settled.

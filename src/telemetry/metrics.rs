@@ -12,9 +12,9 @@ use prometheus::{
 };
 
 use super::label::{
-    AttemptResultLabel, CommandType, CoordinationRole, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
-    LabelSets, LabelValue, IntentOp, IntentOpResult, LegOutcomeLabel, PollErrorLabel, PollResult, ReceiptDropReason, RenewalResult, SessionResult, TaskKind,
-    TraceContextSource, TransportLabel,
+    AttemptResultLabel, CommandType, CoordinationRole, DeliveryKind, DeliveryLabel, DropReason, DurationLeg,
+    FatalCategoryLabel, IntentOp, IntentOpResult, LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult,
+    ReceiptDropReason, RenewalResult, SessionResult, TaskKind, TraceContextSource, TransportLabel,
 };
 
 /// The metric set. Cheap to clone handles live inside; share it behind an `Arc`.
@@ -611,7 +611,10 @@ impl Metrics {
     /// This replica's role is now `role`.
     pub fn coordination_role(&self, role: CoordinationRole) {
         for r in all::<CoordinationRole>() {
-            self.coordination.role.with_label_values(&[r]).set(i64::from(r == role.as_label()));
+            self.coordination
+                .role
+                .with_label_values(&[r])
+                .set(i64::from(r == role.as_label()));
         }
     }
 

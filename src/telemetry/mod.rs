@@ -19,9 +19,9 @@ mod redact;
 
 pub(crate) use label::label_enum;
 pub use label::{
-    AttemptResultLabel, CommandType, CoordinationRole, DeliveryKind, DeliveryLabel, DropReason, DurationLeg, FatalCategoryLabel,
-    LabelSets, LabelValue, IntentOp, IntentOpResult, LegOutcomeLabel, PollErrorLabel, PollResult, ReceiptDropReason, RenewalResult, SessionResult, TaskKind,
-    TraceContextSource, TransportLabel,
+    AttemptResultLabel, CommandType, CoordinationRole, DeliveryKind, DeliveryLabel, DropReason, DurationLeg,
+    FatalCategoryLabel, IntentOp, IntentOpResult, LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult,
+    ReceiptDropReason, RenewalResult, SessionResult, TaskKind, TraceContextSource, TransportLabel,
 };
 pub use metrics::{Accounting, Metrics};
 pub use propagation::{continue_trace, span_trace_context, Extracted, TraceContext};

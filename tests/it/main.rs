@@ -38,6 +38,7 @@ mod stdio_guard;
 mod stdio_sessions;
 mod stop;
 mod strict;
+mod strict_ha;
 mod tls;
 mod trace;
 
