@@ -9,13 +9,18 @@ Python: needs PyYAML, which kubernetes-validate brings).
       a case where it fires and one where it stays silent.
   check-ops.py readme-anchors README
       every in-page link `](#anchor)` of README resolves to a heading.
-  check-ops.py manifests RENDERED OUTDIR RULES {base|strict}
+  check-ops.py manifests RENDERED OUTDIR RULES {base|strict|strict-ha}
       splits `kubectl kustomize` output: core kinds -> OUTDIR/core.yaml (for
       kubernetes-validate), PrometheusRule groups -> OUTDIR/prometheusrule.rules.yml (for
       promtool), checking they equal RULES; checks the ServiceMonitor, the Deployment
       (probes, security context, config and secret wiring) and the config TOML; with
       `strict`, the strict-mode invariants (one replica, Recreate, latch file on a PVC,
-      strict keys, termination message).
+      strict keys, termination message); with `strict-ha`, strict mode across replicas
+      on etcd (two replicas, RollingUpdate maxUnavailable 0 / maxSurge 1, a
+      PodDisruptionBudget of minAvailable 1 selecting the pods, required anti-affinity on
+      kubernetes.io/hostname, coordination.backend = "etcd" with the endpoints and the
+      credentials from a Secret, no PersistentVolumeClaim, the latch file on an emptyDir,
+      readiness on /livez since a standby's /readyz is 503, termination message).
 Prints one line per problem and exits 1 if there is any.
 """
 import os
@@ -208,7 +213,10 @@ def manifests(rendered, outdir, rules_path, mode):
     if not c.get("resources", {}).get("requests") or not c.get("resources", {}).get("limits"):
         bad(f"{rendered}: resources requests/limits missing")
     named_ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
-    for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
+    # strict-ha: a standby's /readyz is 503 by design; as the readiness probe it would
+    # stall every rolling update and every drain (see its deployment patch).
+    ready_path = "/livez" if mode == "strict-ha" else "/readyz"
+    for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", ready_path)):
         get = c.get(probe, {}).get("httpGet", {})
         port = get.get("port")
         port = named_ports.get(port, port)
@@ -247,28 +255,96 @@ def manifests(rendered, outdir, rules_path, mode):
     if mode == "base":
         if strict.get("enabled"):
             bad(f"{rendered}: the base must run default mode (strict.enabled is set)")
+        if cfg.get("coordination", {}).get("backend", "none") != "none":
+            bad(f"{rendered}: the base must run without coordination")
     else:
-        if dep["spec"].get("replicas") != 1:
-            bad(f"{rendered}: strict mode needs replicas: 1, found {dep['spec'].get('replicas')}")
-        if dep["spec"].get("strategy", {}).get("type") != "Recreate":
-            bad(f"{rendered}: strict mode needs strategy Recreate")
-        if strict.get("enabled") is not True:
-            bad(f"{rendered}: strict.enabled is not true")
-        if cfg.get("mcp", {}).get("max_concurrent") != 1:
-            bad(f"{rendered}: mcp.max_concurrent is not 1")
-        if strict.get("latched_start") != "hold":
-            bad(f"{rendered}: strict.latched_start is not \"hold\"")
-        latch = strict.get("latch_file", "/var/lib/tunnelgate/latch.json")
-        lm = mounts.get(os.path.dirname(latch))
-        claim = volumes.get((lm or {}).get("name"), {}).get("persistentVolumeClaim", {}).get("claimName")
-        if not claim or claim not in {d["metadata"]["name"] for d in by_kind.get("PersistentVolumeClaim", [])}:
-            bad(f"{rendered}: strict.latch_file {latch} is not on a PersistentVolumeClaim of this render")
-        if lm and lm.get("readOnly"):
-            bad(f"{rendered}: the latch volume is mounted read-only")
-        if c.get("terminationMessagePath") != "/dev/termination-log" \
-                or c.get("terminationMessagePolicy") != "FallbackToLogsOnError":
-            bad(f"{rendered}: termination message must be /dev/termination-log with FallbackToLogsOnError")
+        strict_keys(rendered, cfg, c)
+        if mode == "strict":
+            single_replica(rendered, dep, strict, mounts, volumes, by_kind)
+        else:
+            across_replicas(rendered, dep, cfg, c, mounts, volumes, by_kind)
     return f"{len(docs)} documents; {len(core)} core for kubernetes-validate; {mode} invariants checked"
+
+
+def strict_keys(rendered, cfg, c):
+    """What every strict render has: the keys, and the fatal one-liner as the termination
+    message."""
+    strict = cfg.get("strict", {})
+    if strict.get("enabled") is not True:
+        bad(f"{rendered}: strict.enabled is not true")
+    if cfg.get("mcp", {}).get("max_concurrent") != 1:
+        bad(f"{rendered}: mcp.max_concurrent is not 1")
+    if strict.get("latched_start") != "hold":
+        bad(f"{rendered}: strict.latched_start is not \"hold\"")
+    if c.get("terminationMessagePath") != "/dev/termination-log" \
+            or c.get("terminationMessagePolicy") != "FallbackToLogsOnError":
+        bad(f"{rendered}: termination message must be /dev/termination-log with FallbackToLogsOnError")
+
+
+def latch_volume(rendered, strict, mounts, volumes):
+    """The volume strict.latch_file is on (a writable mount), or {}."""
+    latch = strict.get("latch_file", "/var/lib/tunnelgate/latch.json")
+    lm = mounts.get(os.path.dirname(latch))
+    if not lm:
+        bad(f"{rendered}: strict.latch_file {latch}: its directory is not a volume mount")
+        return {}
+    if lm.get("readOnly"):
+        bad(f"{rendered}: the latch volume is mounted read-only")
+    return volumes.get(lm.get("name"), {})
+
+
+def single_replica(rendered, dep, strict, mounts, volumes, by_kind):
+    """overlays/strict: one replica, Recreate, the latch file on a PersistentVolumeClaim."""
+    if dep["spec"].get("replicas") != 1:
+        bad(f"{rendered}: strict mode needs replicas: 1, found {dep['spec'].get('replicas')}")
+    if dep["spec"].get("strategy", {}).get("type") != "Recreate":
+        bad(f"{rendered}: strict mode needs strategy Recreate")
+    claim = latch_volume(rendered, strict, mounts, volumes).get("persistentVolumeClaim", {}).get("claimName")
+    if not claim or claim not in {d["metadata"]["name"] for d in by_kind.get("PersistentVolumeClaim", [])}:
+        bad(f"{rendered}: strict.latch_file is not on a PersistentVolumeClaim of this render")
+
+
+def across_replicas(rendered, dep, cfg, c, mounts, volumes, by_kind):
+    """overlays/strict-ha: strict mode across replicas, coordinated through etcd."""
+    spec = dep["spec"]
+    pod_labels = spec["template"].get("metadata", {}).get("labels", {})
+    matches = lambda sel: bool(sel) and all(pod_labels.get(k) == v for k, v in sel.items())
+    if spec.get("replicas") != 2:
+        bad(f"{rendered}: strict-ha needs replicas: 2, found {spec.get('replicas')}")
+    strategy = spec.get("strategy", {})
+    if strategy.get("type") != "RollingUpdate" or strategy.get("rollingUpdate") != {"maxUnavailable": 0, "maxSurge": 1}:
+        bad(f"{rendered}: strict-ha needs RollingUpdate with maxUnavailable 0, maxSurge 1: {strategy}")
+    pdbs = by_kind.get("PodDisruptionBudget", [])
+    if len(pdbs) != 1 or pdbs[0]["spec"].get("minAvailable") != 1 \
+            or not matches(pdbs[0]["spec"].get("selector", {}).get("matchLabels", {})):
+        bad(f"{rendered}: expected one PodDisruptionBudget, minAvailable 1, selecting the pods")
+    terms = (spec["template"]["spec"].get("affinity", {}).get("podAntiAffinity", {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution", []))
+    if not any(t.get("topologyKey") == "kubernetes.io/hostname"
+               and matches(t.get("labelSelector", {}).get("matchLabels", {})) for t in terms):
+        bad(f"{rendered}: no required pod anti-affinity on kubernetes.io/hostname selecting the pods")
+    if by_kind.get("PersistentVolumeClaim"):
+        bad(f"{rendered}: strict-ha has no PersistentVolumeClaim (the latch lives in etcd)")
+    if "emptyDir" not in latch_volume(rendered, cfg.get("strict", {}), mounts, volumes):
+        bad(f"{rendered}: strict.latch_file is not on an emptyDir volume")
+    coord = cfg.get("coordination", {})
+    etcd = coord.get("etcd", {})
+    if coord.get("backend") != "etcd":
+        bad(f"{rendered}: coordination.backend is not \"etcd\"")
+    env = {e["name"]: e for e in c.get("env", [])}
+    from_secret = lambda name: bool(env.get(name, {}).get("valueFrom", {}).get("secretKeyRef"))
+    if "endpoints" in etcd or not from_secret("TUNNELGATE_COORDINATION__ETCD__ENDPOINTS"):
+        bad(f"{rendered}: the etcd endpoints must come from a Secret (TUNNELGATE_COORDINATION__ETCD__ENDPOINTS), not config.toml")
+    for key in ("username", "password"):
+        ref = str(etcd.get(key, ""))
+        if ref.startswith("env:") and from_secret(ref[4:]):
+            continue
+        if ref.startswith("file:") and "secret" in volumes.get(mounts.get(os.path.dirname(ref[5:]), {}).get("name"), {}):
+            continue
+        bad(f"{rendered}: coordination.etcd.{key} is not an env: or file: reference to a Secret: {ref!r}")
+    ca = etcd.get("tls", {}).get("ca_file")
+    if ca and not {"secret", "configMap"} & set(volumes.get(mounts.get(os.path.dirname(ca), {}).get("name"), {})):
+        bad(f"{rendered}: coordination.etcd.tls.ca_file {ca} is not on a mounted Secret or ConfigMap")
 
 
 def main(argv):
@@ -280,7 +356,7 @@ def main(argv):
         summary = alert_rules(*args)
     elif cmd == "readme-anchors" and len(args) == 1:
         summary = readme_anchors(*args)
-    elif cmd == "manifests" and len(args) == 4 and args[3] in ("base", "strict"):
+    elif cmd == "manifests" and len(args) == 4 and args[3] in ("base", "strict", "strict-ha"):
         summary = manifests(*args)
     else:
         print(__doc__, file=sys.stderr)

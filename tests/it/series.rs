@@ -5,9 +5,10 @@
 //! `deploy/prometheus/` (the alert rules and their tests), found as `scripts/check-ops.py`
 //! finds the rules' names. A fresh gateway, with an HTTP and a stdio channel configured,
 //! is scraped once, before it has carried any command: each name must be in that scrape,
-//! the latency histogram with every `leg`'s buckets at zero. Two kinds of name are
+//! the latency histogram with every `leg`'s buckets at zero. Three kinds of name are
 //! exceptions, each said here and checked to still be one: [`STATEFUL`] (info metrics
-//! that exist only while their state holds) and [`AWAITED`].
+//! that exist only while their state holds), [`COORDINATED`] (registered only with the
+//! etcd coordination backend) and [`AWAITED`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -21,6 +22,17 @@ use crate::harness::{repo_root, server_everything_stdio_argv, Rig, RigOptions};
 /// latched (the dashboard's "Fatal latch and category" panel and `TunnelgateFatalLatch`
 /// read it; `tests/it/prometheus.rs` checks it on a latched gateway).
 pub const STATEFUL: &[&str] = &["tunnelgate_fatal_info"];
+
+/// The prefix of the metrics registered only with `coordination.backend = "etcd"` (strict
+/// mode across replicas), so absent from the default-mode gateway scraped here: the
+/// dashboard's "Coordination" row and the coordination alerts read them. Checked here to
+/// be named by the artefacts and absent without coordination.
+pub const COORDINATED: &str = "tunnelgate_coordination_";
+
+/// Whether a metric name is one of [`COORDINATED`].
+pub fn coordinated(name: &str) -> bool {
+    name.starts_with(COORDINATED)
+}
 
 /// Names the dashboard and `metrics.txt` already carry whose metrics this build does not
 /// export yet: the receipts journal's counters and the per-channel last-success gauge
@@ -153,7 +165,12 @@ async fn every_metric_the_dashboard_and_the_alert_rules_name_is_exported_from_th
     );
     let missing: Vec<String> = named
         .keys()
-        .filter(|n| !exported.contains(*n) && !STATEFUL.contains(&n.as_str()) && !AWAITED.contains(&n.as_str()))
+        .filter(|n| {
+            !exported.contains(*n)
+                && !STATEFUL.contains(&n.as_str())
+                && !AWAITED.contains(&n.as_str())
+                && !coordinated(n)
+        })
         .map(|n| format!("{n} (named by {})", files_of(n)))
         .collect();
     assert!(
@@ -179,6 +196,15 @@ async fn every_metric_the_dashboard_and_the_alert_rules_name_is_exported_from_th
             "{name} is named by no artefact: delete it from AWAITED"
         );
     }
+    assert!(
+        named.keys().any(|n| coordinated(n)),
+        "no artefact names a {COORDINATED}* metric: delete COORDINATED"
+    );
+    let uncoordinated: Vec<&String> = exported.iter().filter(|n| coordinated(n)).collect();
+    assert!(
+        uncoordinated.is_empty(),
+        "{uncoordinated:?} exported without coordination: they are registered only with coordination.backend = \"etcd\"\n{text}"
+    );
     report_awaited(&exported, "the first scrape");
 
     // Histograms without observations export every bucket at zero, for every leg.
