@@ -19,6 +19,7 @@
 
 mod channel;
 mod control;
+mod coordination;
 mod local;
 pub mod report;
 mod tls;
@@ -74,12 +75,15 @@ pub async fn run(config: &Config, options: &Options) -> Report {
                 guarded(format!("channel.{name}"), guard, channel::check(name, channel, &probe))
             }),
         );
-    let (control_plane, channels) = futures_util::future::join(control_plane, channels).await;
+    let coordination = coordination::check(config, options.timeout);
+    let ((control_plane, channels), coordination) =
+        futures_util::future::join(futures_util::future::join(control_plane, channels), coordination).await;
 
     let mut checks = vec![config_check(config)];
     checks.extend(tls::checks(config, std::time::SystemTime::now()));
     checks.push(control_plane);
     checks.extend(channels);
+    checks.extend(coordination);
     checks.push(local::latch_dir(config));
     checks.push(local::ops_listen(config).await);
     checks.push(local::latch_file(config));

@@ -23,7 +23,7 @@ pub enum Verdict {
 /// One preflight's result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Check {
-    /// Stable: `config`, `control_plane`, `channel.NAME`, `latch_dir`, `ops_listen`,
+    /// Stable: `config`, `control_plane`, `channel.NAME`, `coordination`, `latch_dir`, `ops_listen`,
     /// `latch_file`.
     pub name: String,
     #[serde(rename = "status")]

@@ -376,6 +376,12 @@ async fn a_sigkilled_active_holding_a_call_makes_the_standby_latch_on_its_intent
     let show = Gateway::cli(&["latch", "show", "--config", config], None, &[], BOUND).await;
     assert!(show.stdout.contains("cluster-wide latch on etcd"), "{}", show.stdout);
     assert!(show.stdout.contains(&held), "{}", show.stdout);
+    let (status, detail) = doctor_coordination(&c.config).await;
+    assert_eq!(status, "fail", "{detail}");
+    assert!(
+        detail.contains("cluster-wide latch is set") && detail.contains(&held),
+        "{detail}"
+    );
     let clear = Gateway::cli(&["latch", "clear", "--yes", "--config", config], None, &[], BOUND).await;
     assert_eq!(clear.code, 0, "{} {}", clear.stdout, clear.stderr);
     c.wait_role("active").await;
@@ -599,4 +605,66 @@ async fn a_strict_replica_that_cannot_reach_etcd_at_start_is_not_ready_and_never
     assert!(terminal_types(&rig, &id).is_empty());
     gw.sigterm();
     assert_eq!(gw.wait_exit(BOUND).await, Some(0), "{}", gw.stderr());
+}
+
+/// `tunnelgate doctor --json` on `config`: the `coordination` check's status and detail.
+async fn doctor_coordination(config: &str) -> (String, String) {
+    let run = Gateway::cli(&["doctor", "--json"], Some(config), &[], BOUND).await;
+    let report: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "coordination")
+        .unwrap_or_else(|| panic!("no coordination check: {report}"))
+        .clone();
+    assert!(
+        !run.stdout.contains("right-pw") && !run.stdout.contains("wrong-pw"),
+        "{}",
+        run.stdout
+    );
+    (
+        check["status"].as_str().unwrap().to_owned(),
+        check["detail"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_names_the_holder_and_fails_on_refused_credentials_or_an_unreachable_etcd() {
+    let etcd = EtcdPeer::start().await;
+    etcd.enable_auth("gateway", "right-pw").await;
+    let server = Recorder::start().await;
+    let rig = Rig::start("").await;
+    let auth = |pw: &str| format!("username = \"gateway\"\npassword = \"{pw}\"\n");
+    let good = Replica::new(&rig, &etcd, &server.url(), &auth("right-pw"));
+    let (status, detail) = doctor_coordination(&good.config).await;
+    assert_eq!(status, "ok", "{detail}");
+    assert!(detail.contains("no replica holds the lease now"), "{detail}");
+
+    let bad = Replica::new(&rig, &etcd, &server.url(), &auth("wrong-pw"));
+    let (status, detail) = doctor_coordination(&bad.config).await;
+    assert_eq!(status, "fail", "{detail}");
+    assert!(detail.contains("coordination.etcd.password"), "{detail}");
+
+    let mut gw = good.spawn().await;
+    good.wait_role("active").await;
+    let holder = good.instance().await;
+    let (status, detail) = doctor_coordination(&good.config).await;
+    assert_eq!(status, "ok", "{detail}");
+    assert!(
+        detail.contains(&format!("instance {holder} holds the lease")),
+        "{detail}"
+    );
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(BOUND).await, Some(0), "{}", gw.stderr());
+
+    let closed = tokio::net::TcpSocket::new_v4().unwrap();
+    closed.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let unreachable = good.config.replace(
+        &etcd.url(),
+        &format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port()),
+    );
+    let (status, detail) = doctor_coordination(&unreachable).await;
+    assert_eq!(status, "fail", "{detail}");
+    assert!(detail.contains("etcd does not answer"), "{detail}");
 }
