@@ -6,8 +6,9 @@
 //! - never a proxy, never a redirect; TLS from `coordination.etcd.tls` through
 //!   `egress::tls` (a client certificate goes to the configured endpoints only);
 //! - each attempt is bounded by `request_timeout`; on a connect error or a timeout the
-//!   next endpoint is tried, in order, starting from the one that answered last. A call
-//!   therefore takes at most `endpoints × request_timeout` (twice that, plus one
+//!   next endpoint is tried (also after an `UNAVAILABLE` answer), in order, starting
+//!   from the one that answered last. A call therefore takes at most
+//!   `endpoints × request_timeout` (twice that, plus one
 //!   authentication, when its token had to be renewed). A write that timed out may have
 //!   been applied before it is tried again elsewhere: callers make writes idempotent, or
 //!   read the outcome back (a txn's failure branch);
@@ -19,6 +20,7 @@
 //!
 //! Must not know what the keys mean: that is the coordination layer's.
 
+mod error;
 mod watch;
 mod wire;
 
@@ -36,6 +38,8 @@ use serde_json::{json, Value};
 
 use crate::config::{HttpUrl, TlsFiles};
 
+pub use error::EtcdError;
+use error::{chain, UNAVAILABLE};
 pub use watch::Watch;
 pub use wire::{prefix_end, CmpOp, Compare, EtcdStatus, KeyValue, Lease, Op, Txn, TxnResponse, WatchEvent, WatchKind};
 
@@ -48,28 +52,6 @@ pub struct EtcdSettings {
     pub tls: TlsFiles,
     /// The bound of one attempt on one endpoint (and of a watch's creation).
     pub request_timeout: Duration,
-}
-
-/// A failed etcd call. `Unreachable` and `Timeout` mean no endpoint answered; `Refused`
-/// is etcd's own answer (a gRPC status code and its message).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EtcdError {
-    #[error(
-        "etcd at {endpoint} cannot be reached: {reason}; check coordination.etcd.endpoints and that etcd runs there"
-    )]
-    Unreachable { endpoint: String, reason: String },
-    #[error("etcd at {endpoint} did not answer within the request timeout: it is stopped, overloaded or cut off")]
-    Timeout { endpoint: String },
-    #[error(
-        "etcd refused the credentials: {reason}; check coordination.etcd.username and password, and the user's roles"
-    )]
-    Auth { reason: String },
-    #[error("etcd refused the request (gRPC code {code}): {message}")]
-    Refused { code: i64, message: String },
-    #[error("etcd's answer cannot be read: {reason}")]
-    Decode { reason: String },
-    #[error("the etcd client cannot be set up: {reason}")]
-    Setup { reason: String },
 }
 
 /// A cheap handle on one etcd client (clones share the connection pool and the token).
@@ -103,25 +85,6 @@ enum Token {
 const NOT_FOUND: i64 = 5;
 const PERMISSION_DENIED: i64 = 7;
 const FAILED_PRECONDITION: i64 = 9;
-
-impl EtcdError {
-    /// Stable label for metrics, logs and doctor's JSON.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            EtcdError::Unreachable { .. } => "unreachable",
-            EtcdError::Timeout { .. } => "timeout",
-            EtcdError::Auth { .. } => "auth",
-            EtcdError::Refused { .. } => "refused",
-            EtcdError::Decode { .. } => "decode",
-            EtcdError::Setup { .. } => "setup",
-        }
-    }
-
-    /// Whether no endpoint's answer was had, so that the next endpoint is worth a try.
-    fn is_transport(&self) -> bool {
-        matches!(self, EtcdError::Unreachable { .. } | EtcdError::Timeout { .. })
-    }
-}
 
 impl fmt::Debug for EtcdSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -401,7 +364,7 @@ impl Etcd {
         for step in 0..count {
             let at = (start + step) % count;
             match attempt(at).await {
-                Err(e) if e.is_transport() => {
+                Err(e) if e.tries_next() => {
                     tracing::debug!(endpoint = %self.inner.endpoints[at], error.kind = e.kind(), "etcd endpoint failed");
                     last = Some(e);
                 }
@@ -439,6 +402,15 @@ impl Etcd {
     /// The error of a non-2xx answer: etcd's refusal, or `Decode` for another body.
     fn refused(&self, at: usize, status: reqwest::StatusCode, bytes: &[u8]) -> EtcdError {
         match wire::refusal(bytes) {
+            // etcd's own refusals start with `etcdserver:`; this is the gateway's.
+            Some((code @ UNAVAILABLE, message)) if !message.starts_with("etcdserver:") => EtcdError::Refused {
+                code,
+                message: format!(
+                    "{message}: the JSON gateway of {} cannot reach its member (with --client-cert-auth, \
+                     etcd's server certificate must allow client authentication too)",
+                    self.inner.endpoints[at]
+                ),
+            },
             Some((code, message)) => EtcdError::Refused { code, message },
             None => EtcdError::Decode {
                 reason: format!(
@@ -476,25 +448,4 @@ impl Etcd {
     fn set_token(&self, token: Token) {
         *self.inner.token.lock().expect("the token lock is never poisoned") = token;
     }
-}
-
-/// An error and its causes in words, without the URL (which reqwest puts first).
-fn chain(error: &reqwest::Error) -> String {
-    let mut words = Vec::new();
-    let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
-    while let Some(e) = next {
-        words.push(e.to_string());
-        next = e.source();
-    }
-    if words.is_empty() {
-        words.push(
-            if error.is_connect() {
-                "connection failed"
-            } else {
-                "request failed"
-            }
-            .to_owned(),
-        );
-    }
-    words.join(": ")
 }
