@@ -342,6 +342,14 @@ async fn credentials_are_accepted_a_wrong_password_is_refused_and_no_secret_is_s
     })
     .await;
     assert_eq!(value.value, b"v");
+
+    // The same for a watch: etcd cancels one opened with a stale token, the client
+    // authenticates again and opens it anew.
+    peer.restart().await;
+    wait_serving(&good).await;
+    let mut watch = good.watch("/t/k", None).await.expect("a watch after re-authentication");
+    good.delete("/t/k").await.unwrap();
+    assert_eq!(next_batch(&mut watch).await[0].kind, WatchKind::Delete);
 }
 
 /// etcd's simple tokens are 16 letters, a dot and a number (`sWRaNbYZeeizabxk.19`).
