@@ -160,8 +160,9 @@ impl Etcd {
         Ok(status.into_status(self.inner.endpoints[at].to_string()))
     }
 
-    /// Fetches a new token now (`Ok` at once without credentials). A refusal of the
-    /// credentials is [`EtcdError::Auth`]. Calls authenticate by themselves when needed.
+    /// Fetches a new token now: `Ok` at once without credentials, and `Ok` (no token) when
+    /// etcd's authentication is off. A refusal of the credentials is [`EtcdError::Auth`].
+    /// Calls authenticate by themselves when needed.
     pub async fn authenticate(&self) -> Result<(), EtcdError> {
         let Some((name, password)) = &self.inner.credentials else {
             return Ok(());
@@ -175,7 +176,9 @@ impl Etcd {
                 self.set_token(Token::NotNeeded);
                 return Ok(());
             }
-            Err(EtcdError::Refused { message, .. }) => return Err(EtcdError::Auth { reason: message }),
+            Err(EtcdError::Refused { code, message }) if code != UNAVAILABLE => {
+                return Err(EtcdError::Auth { reason: message })
+            }
             Err(e) => return Err(e),
         };
         let mut value = HeaderValue::from_str(&token).map_err(|_| EtcdError::Decode {
@@ -399,42 +402,18 @@ impl Etcd {
         Err(self.refused(at, status, &bytes))
     }
 
-    /// The error of a non-2xx answer: etcd's refusal, or `Decode` for another body.
-    fn refused(&self, at: usize, status: reqwest::StatusCode, bytes: &[u8]) -> EtcdError {
-        match wire::refusal(bytes) {
-            // etcd's own refusals start with `etcdserver:`; this is the gateway's.
-            Some((code @ UNAVAILABLE, message)) if !message.starts_with("etcdserver:") => EtcdError::Refused {
-                code,
-                message: format!(
-                    "{message}: the JSON gateway of {} cannot reach its member (with --client-cert-auth, \
-                     etcd's server certificate must allow client authentication too)",
-                    self.inner.endpoints[at]
-                ),
-            },
-            Some((code, message)) => EtcdError::Refused { code, message },
-            None => EtcdError::Decode {
-                reason: format!(
-                    "HTTP {status} from {} without an etcd error body",
-                    self.inner.endpoints[at]
-                ),
-            },
-        }
-    }
-
     fn transport(&self, at: usize, error: &reqwest::Error) -> EtcdError {
-        if error.is_timeout() {
-            return self.timeout(at);
-        }
-        EtcdError::Unreachable {
-            endpoint: self.inner.endpoints[at].to_string(),
-            reason: chain(error),
-        }
+        error::transport(self.inner.endpoints[at].as_str(), error)
     }
 
     fn timeout(&self, at: usize) -> EtcdError {
         EtcdError::Timeout {
             endpoint: self.inner.endpoints[at].to_string(),
         }
+    }
+
+    fn refused(&self, at: usize, status: reqwest::StatusCode, bytes: &[u8]) -> EtcdError {
+        error::refused(self.inner.endpoints[at].as_str(), status, bytes)
     }
 
     fn token(&self) -> Token {

@@ -50,6 +50,38 @@ impl EtcdError {
     }
 }
 
+/// The error of a non-2xx answer from `endpoint`: etcd's refusal, or `Decode` for a body
+/// that is not one.
+pub(super) fn refused(endpoint: &str, status: reqwest::StatusCode, bytes: &[u8]) -> EtcdError {
+    match super::wire::refusal(bytes) {
+        // etcd's own refusals start with `etcdserver:`; this one is its gateway's.
+        Some((code @ UNAVAILABLE, message)) if !message.starts_with("etcdserver:") => EtcdError::Refused {
+            code,
+            message: format!(
+                "{message}: the JSON gateway of {endpoint} cannot reach its member (with --client-cert-auth, \
+                 etcd's server certificate must allow client authentication too)"
+            ),
+        },
+        Some((code, message)) => EtcdError::Refused { code, message },
+        None => EtcdError::Decode {
+            reason: format!("HTTP {status} from {endpoint} without an etcd error body"),
+        },
+    }
+}
+
+/// A request to `endpoint` that got no answer: `Timeout`, or `Unreachable` with the cause.
+pub(super) fn transport(endpoint: &str, error: &reqwest::Error) -> EtcdError {
+    if error.is_timeout() {
+        return EtcdError::Timeout {
+            endpoint: endpoint.to_owned(),
+        };
+    }
+    EtcdError::Unreachable {
+        endpoint: endpoint.to_owned(),
+        reason: chain(error),
+    }
+}
+
 /// An error and its causes in words, without the URL (which reqwest puts first).
 pub(super) fn chain(error: &reqwest::Error) -> String {
     let mut words = Vec::new();
