@@ -394,7 +394,7 @@ impl Etcd {
         request
     }
 
-    /// A 2xx answer's bytes, else [`Etcd::refused`].
+    /// A 2xx answer's bytes, else the refusal it carries.
     fn answer(&self, at: usize, status: reqwest::StatusCode, bytes: bytes::Bytes) -> Result<bytes::Bytes, EtcdError> {
         if status.is_success() {
             return Ok(bytes);
