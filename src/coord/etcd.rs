@@ -6,8 +6,9 @@
 //! - never a proxy, never a redirect; TLS from `coordination.etcd.tls` through
 //!   `egress::tls` (a client certificate goes to the configured endpoints only);
 //! - each attempt is bounded by `request_timeout`; on a connect error or a timeout the
-//!   next endpoint is tried, in order, starting from the one that answered last. A call
-//!   therefore takes at most `endpoints × request_timeout` (twice that, plus one
+//!   next endpoint is tried (also after an `UNAVAILABLE` answer), in order, starting
+//!   from the one that answered last. A call therefore takes at most
+//!   `endpoints × request_timeout` (twice that, plus one
 //!   authentication, when its token had to be renewed). A write that timed out may have
 //!   been applied before it is tried again elsewhere: callers make writes idempotent, or
 //!   read the outcome back (a txn's failure branch);
@@ -19,6 +20,7 @@
 //!
 //! Must not know what the keys mean: that is the coordination layer's.
 
+mod error;
 mod watch;
 mod wire;
 
@@ -36,6 +38,8 @@ use serde_json::{json, Value};
 
 use crate::config::{HttpUrl, TlsFiles};
 
+pub use error::EtcdError;
+use error::{chain, UNAVAILABLE};
 pub use watch::Watch;
 pub use wire::{prefix_end, CmpOp, Compare, EtcdStatus, KeyValue, Lease, Op, Txn, TxnResponse, WatchEvent, WatchKind};
 
@@ -48,28 +52,6 @@ pub struct EtcdSettings {
     pub tls: TlsFiles,
     /// The bound of one attempt on one endpoint (and of a watch's creation).
     pub request_timeout: Duration,
-}
-
-/// A failed etcd call. `Unreachable` and `Timeout` mean no endpoint answered; `Refused`
-/// is etcd's own answer (a gRPC status code and its message).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EtcdError {
-    #[error(
-        "etcd at {endpoint} cannot be reached: {reason}; check coordination.etcd.endpoints and that etcd runs there"
-    )]
-    Unreachable { endpoint: String, reason: String },
-    #[error("etcd at {endpoint} did not answer within the request timeout: it is stopped, overloaded or cut off")]
-    Timeout { endpoint: String },
-    #[error(
-        "etcd refused the credentials: {reason}; check coordination.etcd.username and password, and the user's roles"
-    )]
-    Auth { reason: String },
-    #[error("etcd refused the request (gRPC code {code}): {message}")]
-    Refused { code: i64, message: String },
-    #[error("etcd's answer cannot be read: {reason}")]
-    Decode { reason: String },
-    #[error("the etcd client cannot be set up: {reason}")]
-    Setup { reason: String },
 }
 
 /// A cheap handle on one etcd client (clones share the connection pool and the token).
@@ -103,25 +85,6 @@ enum Token {
 const NOT_FOUND: i64 = 5;
 const PERMISSION_DENIED: i64 = 7;
 const FAILED_PRECONDITION: i64 = 9;
-
-impl EtcdError {
-    /// Stable label for metrics, logs and doctor's JSON.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            EtcdError::Unreachable { .. } => "unreachable",
-            EtcdError::Timeout { .. } => "timeout",
-            EtcdError::Auth { .. } => "auth",
-            EtcdError::Refused { .. } => "refused",
-            EtcdError::Decode { .. } => "decode",
-            EtcdError::Setup { .. } => "setup",
-        }
-    }
-
-    /// Whether no endpoint's answer was had, so that the next endpoint is worth a try.
-    fn is_transport(&self) -> bool {
-        matches!(self, EtcdError::Unreachable { .. } | EtcdError::Timeout { .. })
-    }
-}
 
 impl fmt::Debug for EtcdSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -197,8 +160,9 @@ impl Etcd {
         Ok(status.into_status(self.inner.endpoints[at].to_string()))
     }
 
-    /// Fetches a new token now (`Ok` at once without credentials). A refusal of the
-    /// credentials is [`EtcdError::Auth`]. Calls authenticate by themselves when needed.
+    /// Fetches a new token now: `Ok` at once without credentials, and `Ok` (no token) when
+    /// etcd's authentication is off. A refusal of the credentials is [`EtcdError::Auth`].
+    /// Calls authenticate by themselves when needed.
     pub async fn authenticate(&self) -> Result<(), EtcdError> {
         let Some((name, password)) = &self.inner.credentials else {
             return Ok(());
@@ -212,7 +176,9 @@ impl Etcd {
                 self.set_token(Token::NotNeeded);
                 return Ok(());
             }
-            Err(EtcdError::Refused { message, .. }) => return Err(EtcdError::Auth { reason: message }),
+            Err(EtcdError::Refused { code, message }) if code != UNAVAILABLE => {
+                return Err(EtcdError::Auth { reason: message })
+            }
             Err(e) => return Err(e),
         };
         let mut value = HeaderValue::from_str(&token).map_err(|_| EtcdError::Decode {
@@ -401,7 +367,7 @@ impl Etcd {
         for step in 0..count {
             let at = (start + step) % count;
             match attempt(at).await {
-                Err(e) if e.is_transport() => {
+                Err(e) if e.tries_next() => {
                     tracing::debug!(endpoint = %self.inner.endpoints[at], error.kind = e.kind(), "etcd endpoint failed");
                     last = Some(e);
                 }
@@ -428,7 +394,7 @@ impl Etcd {
         request
     }
 
-    /// A 2xx answer's bytes, else [`Etcd::refused`].
+    /// A 2xx answer's bytes, else the refusal it carries.
     fn answer(&self, at: usize, status: reqwest::StatusCode, bytes: bytes::Bytes) -> Result<bytes::Bytes, EtcdError> {
         if status.is_success() {
             return Ok(bytes);
@@ -436,33 +402,18 @@ impl Etcd {
         Err(self.refused(at, status, &bytes))
     }
 
-    /// The error of a non-2xx answer: etcd's refusal, or `Decode` for another body.
-    fn refused(&self, at: usize, status: reqwest::StatusCode, bytes: &[u8]) -> EtcdError {
-        match wire::refusal(bytes) {
-            Some((code, message)) => EtcdError::Refused { code, message },
-            None => EtcdError::Decode {
-                reason: format!(
-                    "HTTP {status} from {} without an etcd error body",
-                    self.inner.endpoints[at]
-                ),
-            },
-        }
-    }
-
     fn transport(&self, at: usize, error: &reqwest::Error) -> EtcdError {
-        if error.is_timeout() {
-            return self.timeout(at);
-        }
-        EtcdError::Unreachable {
-            endpoint: self.inner.endpoints[at].to_string(),
-            reason: chain(error),
-        }
+        error::transport(self.inner.endpoints[at].as_str(), error)
     }
 
     fn timeout(&self, at: usize) -> EtcdError {
         EtcdError::Timeout {
             endpoint: self.inner.endpoints[at].to_string(),
         }
+    }
+
+    fn refused(&self, at: usize, status: reqwest::StatusCode, bytes: &[u8]) -> EtcdError {
+        error::refused(self.inner.endpoints[at].as_str(), status, bytes)
     }
 
     fn token(&self) -> Token {
@@ -476,25 +427,4 @@ impl Etcd {
     fn set_token(&self, token: Token) {
         *self.inner.token.lock().expect("the token lock is never poisoned") = token;
     }
-}
-
-/// An error and its causes in words, without the URL (which reqwest puts first).
-fn chain(error: &reqwest::Error) -> String {
-    let mut words = Vec::new();
-    let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
-    while let Some(e) = next {
-        words.push(e.to_string());
-        next = e.source();
-    }
-    if words.is_empty() {
-        words.push(
-            if error.is_connect() {
-                "connection failed"
-            } else {
-                "request failed"
-            }
-            .to_owned(),
-        );
-    }
-    words.join(": ")
 }

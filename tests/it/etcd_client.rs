@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tunnelgate::config::{HttpUrl, TlsFiles};
+use tunnelgate::config::{ClientIdentity, HttpUrl, TlsFile, TlsFiles};
 use tunnelgate::coord::etcd::{
     CmpOp, Compare, Etcd, EtcdError, EtcdSettings, KeyValue, Op, Txn, WatchEvent, WatchKind,
 };
 
 use crate::etcd_peer::{wait_serving, EtcdPeer};
 use crate::harness::{free_port, wait_for, wait_until};
+use crate::tls::pki::{Pair, Pki};
 
 const WAIT: Duration = Duration::from_secs(15);
 const PASSWORD: &str = "Etcd-Canary-pw-7c1";
@@ -341,6 +342,14 @@ async fn credentials_are_accepted_a_wrong_password_is_refused_and_no_secret_is_s
     })
     .await;
     assert_eq!(value.value, b"v");
+
+    // The same for a watch: etcd cancels one opened with a stale token, the client
+    // authenticates again and opens it anew.
+    peer.restart().await;
+    wait_serving(&good).await;
+    let mut watch = good.watch("/t/k", None).await.expect("a watch after re-authentication");
+    good.delete("/t/k").await.unwrap();
+    assert_eq!(next_batch(&mut watch).await[0].kind, WatchKind::Delete);
 }
 
 /// etcd's simple tokens are 16 letters, a dot and a number (`sWRaNbYZeeizabxk.19`).
@@ -386,4 +395,73 @@ async fn a_paused_etcd_gives_a_timeout_within_the_request_timeout() {
         etcd.keep_alive(lease.id).await.unwrap().is_some(),
         "the lease outlived the pause"
     );
+}
+
+/// `coordination.etcd.tls` as the configuration would give it: the private CA alone, and
+/// the client certificate if any.
+fn tls_files(ca: &Pair, client: Option<&Pair>) -> TlsFiles {
+    let file = |path: &std::path::Path, key: &str| TlsFile {
+        path: path.to_owned(),
+        key: format!("coordination.etcd.tls.{key}"),
+    };
+    TlsFiles {
+        ca_file: Some(file(&ca.cert, "ca_file")),
+        ca_only: true,
+        client: client.map(|pair| ClientIdentity {
+            cert: file(&pair.cert, "client_cert"),
+            key: file(&pair.key, "client_key"),
+        }),
+    }
+}
+
+#[tokio::test]
+async fn over_tls_etcd_takes_a_client_certificate_of_the_private_ca_and_refuses_a_client_without() {
+    let pki = Pki::new();
+    let ca = pki.ca("etcd-ca");
+    let server = pki.server_and_client(&ca, "etcd-server");
+    let client_pair = pki.leaf(&ca, "tunnelgate", false, 30);
+    let peer = EtcdPeer::start_tls(&ca, &server).await;
+    assert!(peer.url().starts_with("https://"));
+
+    let mut with_cert = settings(&[peer.url()]);
+    with_cert.tls = tls_files(&ca, Some(&client_pair));
+    let etcd = Etcd::new(with_cert).unwrap();
+    assert_eq!(etcd.status().await.unwrap().endpoint, peer.url());
+    let mut watch = etcd.watch("/t/tls", None).await.unwrap();
+    etcd.put("/t/tls", b"v", None).await.unwrap();
+    assert_eq!(next_batch(&mut watch).await[0].kv.value, b"v");
+
+    let mut without_cert = settings(&[peer.url()]);
+    without_cert.tls = tls_files(&ca, None);
+    let err = Etcd::new(without_cert).unwrap().get("/t/tls").await.unwrap_err();
+    assert_eq!(err.kind(), "unreachable", "{err}");
+    let untrusted = Etcd::new(settings(&[peer.url()]))
+        .unwrap()
+        .get("/t/tls")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        untrusted.kind(),
+        "unreachable",
+        "platform roots do not trust the private CA: {untrusted}"
+    );
+    assert!(untrusted.to_string().contains("certificate"), "{untrusted}");
+}
+
+#[tokio::test]
+async fn a_tls_etcd_whose_gateway_cannot_reach_its_member_is_named_with_the_certificate_fix() {
+    let pki = Pki::new();
+    let ca = pki.ca("etcd-ca");
+    let server_only = pki.leaf(&ca, "etcd-server", true, 30);
+    let client_pair = pki.leaf(&ca, "tunnelgate", false, 30);
+    let peer = EtcdPeer::start_tls(&ca, &server_only).await;
+
+    let mut s = settings(&[peer.url()]);
+    s.tls = tls_files(&ca, Some(&client_pair));
+    let err = Etcd::new(s).unwrap().status().await.unwrap_err();
+    let EtcdError::Refused { code: 14, message } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("allow client authentication"), "{message}");
+    assert!(message.contains(&peer.url()), "{message}");
 }

@@ -1,12 +1,14 @@
 //! A real etcd of the test's own (Debian's `etcd-server`, installed by
 //! `scripts/install-peers`): one member on loopback, free ports, a temporary data dir,
-//! killed with its process group on drop.
+//! killed with its process group on drop; over plain HTTP, or over TLS that requires a
+//! client certificate of the test's private CA.
 
 use std::time::Duration;
 
 use tokio::process::Command as AsyncCommand;
 
 use crate::harness::{free_port, http_client, wait_until, ChildGuard};
+use crate::tls::pki::Pair;
 
 /// How long etcd may take to elect itself and answer `/health`.
 const READY: Duration = Duration::from_secs(30);
@@ -15,6 +17,8 @@ pub struct EtcdPeer {
     process: Option<ChildGuard>,
     client_port: u16,
     peer_port: u16,
+    /// `(CA certificate, server pair)` when the client URL is https.
+    tls: Option<(std::path::PathBuf, Pair)>,
     dir: tempfile::TempDir,
 }
 
@@ -22,12 +26,23 @@ impl EtcdPeer {
     /// Starts etcd and waits until it is healthy (a new pair of ports if it lost a race
     /// for them).
     pub async fn start() -> EtcdPeer {
+        EtcdPeer::start_with(None).await
+    }
+
+    /// Starts etcd serving clients over TLS with `server`, requiring a client certificate
+    /// issued by `ca`.
+    pub async fn start_tls(ca: &Pair, server: &Pair) -> EtcdPeer {
+        EtcdPeer::start_with(Some((ca.cert.clone(), server.clone()))).await
+    }
+
+    async fn start_with(tls: Option<(std::path::PathBuf, Pair)>) -> EtcdPeer {
         let mut dir = tempfile::tempdir().unwrap();
         for _ in 0..3 {
             let mut peer = EtcdPeer {
                 process: None,
                 client_port: free_port(),
                 peer_port: free_port(),
+                tls: tls.clone(),
                 dir,
             };
             if peer.launch().await {
@@ -42,9 +57,10 @@ impl EtcdPeer {
         panic!("etcd did not start on three pairs of free ports");
     }
 
-    /// `http://127.0.0.1:PORT`, the client URL.
+    /// `http://127.0.0.1:PORT` (`https://` over TLS), the client URL.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// `kill -9` (the data dir stays, for [`EtcdPeer::restart`]).
@@ -118,36 +134,21 @@ impl EtcdPeer {
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster=default={peer}"))
-            .arg("--log-level=warn")
             .arg("--logger=zap");
-        self.process = Some(ChildGuard::spawn("etcd", cmd));
-        let health = format!("{client}/health");
-        let http = http_client();
-        let mut healthy = false;
-        let process = self.process.as_mut().expect("just spawned");
-        let started = tokio::time::timeout(READY, async {
-            while process.try_wait().is_none() {
-                let answer = http.get(&health).send().await;
-                if let Ok(response) = answer {
-                    if response
-                        .text()
-                        .await
-                        .unwrap_or_default()
-                        .contains("\"health\":\"true\"")
-                    {
-                        healthy = true;
-                        return;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .await;
-        assert!(
-            started.is_ok(),
-            "etcd not healthy within {READY:?}:\n{}",
-            process.stderr()
-        );
+        if let Some((ca, server)) = &self.tls {
+            cmd.arg(format!("--cert-file={}", server.cert.display()))
+                .arg(format!("--key-file={}", server.key.display()))
+                .arg(format!("--trusted-ca-file={}", ca.display()))
+                .arg("--client-cert-auth");
+        } else {
+            cmd.arg("--log-level=warn");
+        }
+        let mut process = ChildGuard::spawn("etcd", cmd);
+        let healthy = tokio::time::timeout(READY, healthy(&mut process, &client, self.tls.is_some())).await;
+        let Ok(healthy) = healthy else {
+            panic!("etcd not healthy within {READY:?}:\n{}", process.stderr());
+        };
+        self.process = Some(process);
         healthy
     }
 
@@ -158,6 +159,32 @@ impl EtcdPeer {
         }
         dir
     }
+}
+
+/// Waits until etcd is healthy: `true`, or `false` when it exited first. Over TLS, where
+/// `/health` wants a client certificate, etcd's own log line says that it serves.
+async fn healthy(process: &mut ChildGuard, client: &str, tls: bool) -> bool {
+    let health = format!("{client}/health");
+    let http = http_client();
+    while process.try_wait().is_none() {
+        let healthy = if tls {
+            process.stderr().contains("serving client traffic securely")
+        } else {
+            match http.get(&health).send().await {
+                Ok(response) => response
+                    .text()
+                    .await
+                    .unwrap_or_default()
+                    .contains("\"health\":\"true\""),
+                Err(_) => false,
+            }
+        };
+        if healthy {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
 }
 
 /// Waits until `etcd` answers `status` (after a resume or a restart).

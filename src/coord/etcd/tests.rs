@@ -293,3 +293,26 @@ fn every_error_has_a_stable_kind() {
         assert!(!error.to_string().is_empty());
     }
 }
+
+#[test]
+fn only_a_missing_answer_or_an_unavailable_member_moves_on_to_the_next_endpoint() {
+    let refused = |code| EtcdError::Refused {
+        code,
+        message: "m".into(),
+    };
+    assert!(EtcdError::Timeout { endpoint: "e".into() }.tries_next());
+    assert!(EtcdError::Unreachable {
+        endpoint: "e".into(),
+        reason: "r".into()
+    }
+    .tries_next());
+    assert!(refused(14).tries_next());
+    for stays in [
+        refused(5),
+        refused(3),
+        EtcdError::Auth { reason: "r".into() },
+        EtcdError::Decode { reason: "r".into() },
+    ] {
+        assert!(!stays.tries_next(), "{stays:?}");
+    }
+}

@@ -76,17 +76,28 @@ impl Pki {
     /// A leaf `NAME` issued by `ca`: a server certificate for 127.0.0.1 and localhost when
     /// `server`, else a client certificate; `days` may be negative (already expired).
     pub fn leaf(&self, ca: &Pair, name: &str, server: bool, days: i32) -> Pair {
+        let usage = if server {
+            "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        } else {
+            "extendedKeyUsage=clientAuth\n"
+        };
+        self.leaf_with(ca, name, usage, days)
+    }
+
+    /// A server certificate for 127.0.0.1 that is also a client certificate, as etcd
+    /// needs with `--client-cert-auth` (its JSON gateway presents it to etcd's own gRPC).
+    pub fn server_and_client(&self, ca: &Pair, name: &str) -> Pair {
+        let usage = "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n";
+        self.leaf_with(ca, name, usage, 30)
+    }
+
+    fn leaf_with(&self, ca: &Pair, name: &str, usage: &str, days: i32) -> Pair {
         let (cert, key, csr, ext) = (
             format!("{name}.pem"),
             format!("{name}.key"),
             format!("{name}.csr"),
             format!("{name}.ext"),
         );
-        let usage = if server {
-            "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
-        } else {
-            "extendedKeyUsage=clientAuth\n"
-        };
         std::fs::write(self.path(&ext), format!("basicConstraints=CA:FALSE\n{usage}")).unwrap();
         openssl(
             self.dir.path(),
