@@ -58,6 +58,9 @@ struct Args {
     announce: bool,
     /// `examples/bench_stdio`, whose `--serve-stdio` is the trivial stdio MCP server.
     stdio_server: Option<String>,
+    /// `--etcd URL`: also run strict mode at concurrency 1 with
+    /// `coordination.backend = "etcd"` on this etcd (the intent writes' cost).
+    etcd: Option<String>,
 }
 
 /// One load run's figures.
@@ -88,6 +91,8 @@ const USAGE: &str =
   --announce-pid     print each gateway's pid on stderr when it is ready
   --stdio-server P   also run the tunnel to a stdio MCP server: P is examples/bench_stdio,
                      whose --serve-stdio answers each line (default mode only)
+  --etcd URL         also run strict mode at concurrency 1 coordinated on the etcd at URL
+                     (each command writes and settles its intent there)
 
 example: bench --only tunnel --concurrency 16 --seconds 20 --announce-pid";
 
@@ -100,6 +105,7 @@ fn parse_args() -> Result<Args, String> {
         tunnel_only: false,
         announce: false,
         stdio_server: None,
+        etcd: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -124,6 +130,7 @@ fn parse_args() -> Result<Args, String> {
             },
             "--announce-pid" => args.announce = true,
             "--stdio-server" => args.stdio_server = Some(it.next().ok_or("--stdio-server needs a path")?),
+            "--etcd" => args.etcd = Some(it.next().ok_or("--etcd needs a URL")?),
             "--smoke" => args.smoke = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}; see --help")),
@@ -184,6 +191,7 @@ async fn run(args: Args) -> Result<u8, String> {
     out.push_str("| concurrency | direct /s | floor /s | tunnel /s | tunnel / floor | p50 direct | p50 floor | p50 tunnel | p50 tunnel / floor | p99 tunnel | added p50 / p99 (vs direct) | gateway CPU / command | tunnel /s (strict) | strict p50 | peak RSS under load | stdio tunnel /s | stdio p50 | stdio gateway CPU / command |\n");
     out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let floor_peers = Floor::start().await?;
+    let mut coordinated_row: Option<(TunnelLoad, Option<Load>)> = None;
     for &concurrency in &args.concurrency {
         eprintln!("bench: concurrency {concurrency}: direct");
         let direct = load(&client, &stub.url(), concurrency, secs).await;
@@ -204,6 +212,12 @@ async fn run(args: Args) -> Result<u8, String> {
         } else {
             None
         };
+        if let (1, Some(etcd)) = (concurrency, &args.etcd) {
+            eprintln!("bench: concurrency 1: tunnel, strict mode coordinated on etcd");
+            let coordinated = coordination(etcd);
+            let c = tunnel_load_with(&args, &http_channel(&stub), 1, true, secs, "warn", &coordinated).await?;
+            coordinated_row = Some((c, strict.map(|s| s.load)));
+        }
         out.push_str(&format!(
             "| {concurrency} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} us | {:.0} us | {:.0} us | {:.2} | {:.0} us | {:.0} / {:.0} us | {:.0} us | {} | {} | {:.1} MiB | {} | {} | {} |\n",
             direct.per_second,
@@ -239,6 +253,15 @@ async fn run(args: Args) -> Result<u8, String> {
         spot.startup.as_secs_f64() * 1000.0,
         spot.latch_to_exit.as_secs_f64() * 1000.0,
     ));
+    if let Some((c, plain)) = coordinated_row {
+        out.push_str(&format!(
+            "| strict, concurrency 1, coordinated on a local etcd (`--etcd`) | {:.0}/s, p50 {:.0} us, gateway CPU {:.0} us/command; strict alone: {} |\n",
+            c.load.per_second,
+            c.load.p50_us,
+            c.cpu_us_per_command,
+            plain.map_or("—".to_owned(), |p| format!("{:.0}/s, p50 {:.0} us", p.per_second, p.p50_us)),
+        ));
+    }
     println!("{out}");
     Ok(0)
 }
@@ -343,7 +366,7 @@ impl GatewayProcess {
         args: &Args,
         base_url: &str,
         channel: &str,
-        strict: bool,
+        (strict, extra): (bool, &str),
         max_inflight: usize,
         log_level: &str,
     ) -> Result<(Self, Duration), String> {
@@ -370,6 +393,7 @@ listen = "{ops}"
 [telemetry]
 log_format = "json"
 log_level = "{log_level}"
+{extra}
 "#,
             base = base_url,
             concurrent = if strict { 1 } else { 64 },
@@ -458,6 +482,13 @@ async fn tunnel_load(
     tunnel_load_logging(args, channel, concurrency, strict, secs, "warn").await
 }
 
+/// The `[coordination]` tables of a strict gateway coordinated on the etcd at `url`
+/// (a prefix of its own per run).
+fn coordination(url: &str) -> String {
+    let prefix = format!("/tunnelgate-bench/{}", std::process::id());
+    format!("[coordination]\nbackend = \"etcd\"\n[coordination.etcd]\nendpoints = [\"{url}\"]\nprefix = \"{prefix}\"\n")
+}
+
 /// [`tunnel_load`] with the gateway's `telemetry.log_level` set to `log_level`.
 async fn tunnel_load_logging(
     args: &Args,
@@ -467,8 +498,21 @@ async fn tunnel_load_logging(
     secs: Duration,
     log_level: &str,
 ) -> Result<TunnelLoad, String> {
+    tunnel_load_with(args, channel, concurrency, strict, secs, log_level, "").await
+}
+
+/// [`tunnel_load_logging`] with `extra` TOML appended to the gateway's configuration.
+async fn tunnel_load_with(
+    args: &Args,
+    channel: &str,
+    concurrency: usize,
+    strict: bool,
+    secs: Duration,
+    log_level: &str,
+    extra: &str,
+) -> Result<TunnelLoad, String> {
     let cp = Arc::new(LoadCp::start().await?);
-    let (gw, _) = GatewayProcess::start(args, &cp.base_url(), channel, strict, 128, log_level).await?;
+    let (gw, _) = GatewayProcess::start(args, &cp.base_url(), channel, (strict, extra), 128, log_level).await?;
     if args.announce {
         eprintln!("bench: gateway pid {}", gw.pid());
     }
@@ -494,7 +538,7 @@ struct Spot {
 async fn spot_figures(args: &Args, stub: &McpStub) -> Result<Spot, String> {
     // Idle, then 1,000 commands queued behind slow calls.
     let sim = start_sim("").await?;
-    let (gw, startup) = GatewayProcess::start(args, &sim.base_url(), &http_channel(stub), false, 1000, "warn").await?;
+    let (gw, startup) = GatewayProcess::start(args, &sim.base_url(), &http_channel(stub), (false, ""), 1000, "warn").await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss_kib = gw.rss_kib("VmHWM:");
     for i in 0..1000u64 {
@@ -513,7 +557,7 @@ async fn spot_figures(args: &Args, stub: &McpStub) -> Result<Spot, String> {
 
     // Latch to exit: a 404 on the terminal POST of a strict gateway.
     let sim = start_sim("[[rule]]\nmatch = { tool = \"echo\", resp_type = \"terminal\" }\nstatus = 404\n").await?;
-    let (mut gw, _) = GatewayProcess::start(args, &sim.base_url(), &http_channel(stub), true, 20, "warn").await?;
+    let (mut gw, _) = GatewayProcess::start(args, &sim.base_url(), &http_channel(stub), (true, ""), 20, "warn").await?;
     sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
         "params":{"name":"echo","arguments":{"message":"latch"}}}),
