@@ -67,11 +67,16 @@ async fn apply_fault(action: FaultAction, conn: &ConnHandle) -> Option<Response>
     }
 }
 
-fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+fn query_param<'a>(query: &'a str, name: &'a str) -> Option<&'a str> {
+    query_params(query, name).next()
+}
+
+/// Every value of a repeated query parameter, in order.
+fn query_params<'a>(query: &'a str, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
     query
         .split('&')
         .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
-        .find(|(k, _)| *k == name)
+        .filter(move |(k, _)| *k == name)
         .map(|(_, v)| v)
 }
 
@@ -115,7 +120,9 @@ pub(crate) async fn tunnel(State(sim): State<Arc<Shared>>, Path(tunnel): Path<St
     resp
 }
 
-/// `GET /v1/tunnels/{tunnel_id}/poll?limit=N&timeout_ms=T`.
+/// `GET /v1/tunnels/{tunnel_id}/poll?limit=N&timeout_ms=T[&channel=NAME...]`: with
+/// `channel` parameters (the official client's poll filter) only those channels'
+/// commands are handed out, the others wait for another poller.
 pub(crate) async fn poll(
     State(sim): State<Arc<Shared>>,
     Path(tunnel): Path<String>,
@@ -125,10 +132,12 @@ pub(crate) async fn poll(
 ) -> Response {
     let query = query.unwrap_or_default();
     let nth = sim.next_poll();
+    let channels: Vec<String> = query_params(&query, "channel").map(str::to_owned).collect();
     let idx = sim.record_poll(PollRecord {
         nth,
         limit: query_param(&query, "limit").and_then(|v| v.parse().ok()),
         timeout_ms: query_param(&query, "timeout_ms").and_then(|v| v.parse().ok()),
+        channels: channels.clone(),
         query: query.clone(),
         headers: record_headers(&headers),
         ..PollRecord::default()
@@ -157,12 +166,17 @@ pub(crate) async fn poll(
             .unwrap_or(usize::MAX)
             .saturating_add(plan.extra_commands)
     });
-    let commands = sim.wait_for_commands(max, wait).await;
+    let commands = sim.wait_for_commands(max, wait, &channels).await;
     let resp = if commands.is_empty() {
         StatusCode::NO_CONTENT.into_response()
     } else {
         json(StatusCode::OK, Bytes::from(poll_body(&commands)))
     };
+    let handed: Vec<String> = commands
+        .iter()
+        .filter_map(|c| c.request_id().map(str::to_owned))
+        .collect();
+    sim.update_poll(idx, |p| p.request_ids = handed);
     answer_poll(&sim, idx, commands.len(), resp)
 }
 
