@@ -190,6 +190,7 @@ impl Gateway {
             channels = parts.channels.status().len(),
             "gateway starting"
         );
+        log_poll_filter(&config);
         start(&parts, &dispatcher, &signals);
 
         let order = StopOrder {
@@ -215,6 +216,29 @@ fn start(parts: &Parts, dispatcher: &Arc<Dispatcher>, signals: &StopSignals) {
     parts.supervisor.spawn(
         TaskKind::Poller,
         dispatcher.clone().poll_loop(signals.poll_stop.clone()),
+    );
+}
+
+/// With `control_plane.poll_channels`, one line naming the channels polled and those
+/// configured but not polled (this replica gets none of their commands; their stdio
+/// children still run).
+fn log_poll_filter(config: &Config) {
+    let polled = &config.control_plane.poll_channels;
+    if polled.is_empty() {
+        return;
+    }
+    let unpolled: Vec<&str> = config
+        .mcp
+        .channels
+        .keys()
+        .filter(|name| !polled.contains(name))
+        .map(|name| name.as_str())
+        .collect();
+    let polled: Vec<&str> = polled.iter().map(|name| name.as_str()).collect();
+    tracing::info!(
+        poll_channels = %polled.join(","),
+        not_polled = %unpolled.join(","),
+        "polling only the channels of control_plane.poll_channels"
     );
 }
 
