@@ -142,12 +142,17 @@ pub(crate) async fn poll(
         headers: record_headers(&headers),
         ..PollRecord::default()
     });
+    let pending = Unanswered {
+        sim: &sim,
+        idx,
+        answered: false,
+    };
     let plan = sim.faults.poll_plan(nth);
     if let Some(action) = plan.action {
         sim.fault_applied();
         sim.update_poll(idx, |p| p.fault = Some(action.clone()));
         if let Some(resp) = apply_fault(action, &conn).await {
-            return answer_poll(&sim, idx, 0, resp);
+            return pending.answer(Vec::new(), resp);
         }
     }
     let checked = validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id).and_then(|()| {
@@ -158,7 +163,7 @@ pub(crate) async fn poll(
     });
     let (limit, timeout_ms) = match checked {
         Ok(v) => v,
-        Err(e) => return answer_poll(&sim, idx, 0, e.into_response()),
+        Err(e) => return pending.answer(Vec::new(), e.into_response()),
     };
     let wait = timeout_ms.map_or(sim.max_poll_wait, |t| Duration::from_millis(t).min(sim.max_poll_wait));
     let max = limit.map(|l| {
@@ -172,20 +177,41 @@ pub(crate) async fn poll(
     } else {
         json(StatusCode::OK, Bytes::from(poll_body(&commands)))
     };
-    let handed: Vec<String> = commands
-        .iter()
-        .filter_map(|c| c.request_id().map(str::to_owned))
-        .collect();
-    sim.update_poll(idx, |p| p.request_ids = handed);
-    answer_poll(&sim, idx, commands.len(), resp)
+    pending.answer(commands, resp)
 }
 
-fn answer_poll(sim: &Shared, idx: u64, commands: usize, resp: Response) -> Response {
-    sim.update_poll(idx, |p| {
-        p.status = Some(resp.status().as_u16());
-        p.commands = commands;
-    });
-    resp
+/// A recorded poll not answered yet. Dropped unanswered (the client closed the
+/// connection, so hyper dropped the handler), it is marked `abandoned`: nothing was
+/// taken from the queue for it.
+struct Unanswered<'a> {
+    sim: &'a Shared,
+    idx: u64,
+    answered: bool,
+}
+
+impl Unanswered<'_> {
+    /// Records the answer (its status, and the commands it hands out) and returns it.
+    fn answer(mut self, commands: Vec<super::command::Queued>, resp: Response) -> Response {
+        let handed: Vec<String> = commands
+            .iter()
+            .filter_map(|c| c.request_id().map(str::to_owned))
+            .collect();
+        self.sim.update_poll(self.idx, |p| {
+            p.status = Some(resp.status().as_u16());
+            p.commands = commands.len();
+            p.request_ids = handed;
+        });
+        self.answered = true;
+        resp
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.sim.update_poll(self.idx, |p| p.abandoned = true);
+        }
+    }
 }
 
 /// `POST /v1/tunnels/{tunnel_id}/response`.

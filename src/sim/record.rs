@@ -77,6 +77,8 @@ pub struct PollRecord {
     pub headers: RecordedHeaders,
     /// `None` until answered (and for good when held, closed or abandoned).
     pub status: Option<u16>,
+    /// The client went away before it was answered (nothing was handed out to it).
+    pub abandoned: bool,
     /// How many commands the answer carried.
     pub commands: usize,
     pub fault: Option<FaultAction>,

@@ -182,6 +182,27 @@ async fn a_poll_that_names_channels_gets_only_their_commands_and_the_rest_stay_q
 }
 
 #[tokio::test]
+async fn a_poll_whose_client_goes_away_is_marked_abandoned_and_takes_nothing() {
+    let (sim, c) = start("").await;
+    let poll = tokio::spawn(async move { c.poll("limit=5&timeout_ms=4000").await });
+    let started = Instant::now();
+    while sim.shared.polls_seen() == 0 {
+        assert!(started.elapsed() < WAIT, "the poll never arrived");
+        tokio::task::yield_now().await;
+    }
+    poll.abort();
+    sim.wait_for("the dropped poll marked abandoned", WAIT, |r| r.polls[0].abandoned)
+        .await
+        .unwrap();
+    let id = sim.enqueue(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":1,"method":"ping"})));
+    let next = Client::new(&sim.base_url()).one_command().await;
+    assert_eq!(next["request_id"], id.as_str(), "the command waited for a live poll");
+    let record = sim.record();
+    assert_eq!((record.polls[0].status, record.polls[0].commands), (None, 0));
+    assert!(!record.polls.last().unwrap().abandoned);
+}
+
+#[tokio::test]
 async fn raw_commands_are_handed_out_verbatim() {
     let (sim, c) = start("").await;
     let raw = json!({"request_id": "req_raw", "shard_token": "tok", "command_type": "teleport", "extra": [1, 2]});
