@@ -199,7 +199,11 @@ fn terminal_count(record: &Record) -> usize {
 fn answers(record: &Record, ids: &[String]) -> BTreeMap<String, Answer> {
     assert_eq!(record.dropped, Dropped::default(), "the record kept everything");
     let sent: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
-    for post in record.responses.iter().filter(|r| r.resp_type.as_deref() != Some("jsonrpc_notify")) {
+    for post in record
+        .responses
+        .iter()
+        .filter(|r| r.resp_type.as_deref() != Some("jsonrpc_notify"))
+    {
         let id = post.request_id.as_deref().expect("every POST names its request");
         assert!(sent.contains(id), "a terminal POST for {id}, which was never sent");
     }
@@ -220,7 +224,12 @@ fn answer_of(record: &Record, id: &str) -> Answer {
         .responses_for(id)
         .filter(|r| r.resp_type.as_deref() != Some("jsonrpc_notify"))
         .collect();
-    assert_eq!(posts.len(), 1, "{id}: {} terminal POSTs (lost if 0, twice if 2)", posts.len());
+    assert_eq!(
+        posts.len(),
+        1,
+        "{id}: {} terminal POSTs (lost if 0, twice if 2)",
+        posts.len()
+    );
     let post = posts[0];
     assert!(
         post.status == Some(200) && post.completed,
@@ -239,7 +248,10 @@ fn told(answer: &Answer) -> Told {
     if let Some(text) = resp.pointer("/result/content/0/text").and_then(Value::as_str) {
         return Told::Result(text.to_owned());
     }
-    let message = resp.pointer("/error/message").and_then(Value::as_str).unwrap_or_default();
+    let message = resp
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     assert!(
         message.contains(NOT_SENT) && answer.body["resp_code"] == 503,
         "neither a result nor \"{NOT_SENT}\": {}",
@@ -280,19 +292,28 @@ async fn three_default_mode_replicas_share_a_tunnel_and_answer_every_command_exa
     let answers = answers(&record, &ids);
     for (id, marker) in ids.iter().zip(&markers) {
         let answer = &answers[id];
-        assert_eq!(answer.received_by, answer.answered_by, "{id}: answered by another replica");
+        assert_eq!(
+            answer.received_by, answer.answered_by,
+            "{id}: answered by another replica"
+        );
         assert_eq!(told(answer), Told::Result(format!("recorded {marker}")), "{id}");
     }
     let counts = per_instance(&answers);
     for replica in &replicas {
-        assert!(counts.get(replica.instance.as_str()).is_some_and(|n| *n > 0), "{counts:?}");
+        assert!(
+            counts.get(replica.instance.as_str()).is_some_and(|n| *n > 0),
+            "{counts:?}"
+        );
     }
     let executed = served(record_file.path());
     assert_eq!(executed.len(), COMMANDS, "every call reached the MCP server");
     assert!(executed.values().all(|n| *n == 1), "a call executed twice");
     assert!(markers.iter().all(|m| executed.contains_key(m)));
     assert!(
-        record.polls.iter().all(|p| p.channels.is_empty() && !p.query.contains("channel=")),
+        record
+            .polls
+            .iter()
+            .all(|p| p.channels.is_empty() && !p.query.contains("channel=")),
         "no poll filter is sent when none is configured"
     );
     for replica in &mut replicas {
@@ -432,7 +453,7 @@ async fn a_rolling_restart_under_load_loses_nothing_and_answers_nothing_twice() 
         }
     };
     let restarts = async {
-        for k in 0..replicas.len() {
+        for replica in replicas.iter_mut() {
             // Under load: wait until this round has answered a share of its own.
             let floor = terminal_count(&sim.record()) + 40;
             sim.wait_for("load before the restart", LOAD, |r| terminal_count(r) >= floor)
@@ -447,20 +468,22 @@ async fn a_rolling_restart_under_load_loses_nothing_and_answers_nothing_twice() 
             sim.wait_for("the queue handed out", LOAD, |r| r.issued() == r.commands.len())
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
-            let instance = replicas[k].instance.clone();
-            replicas[k].gateway.sigterm();
+            let instance = replica.instance.clone();
+            replica.gateway.sigterm();
             wait_until("the stopping replica to stop polling", LOAD, || async {
-                replicas[k].gateway.stderr().contains("polling stopped")
+                replica.gateway.stderr().contains("polling stopped")
             })
             .await;
-            sim.wait_for("no poll of the stopping replica open", LOAD, |r| no_open_poll(r, &instance))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            sim.wait_for("no poll of the stopping replica open", LOAD, |r| {
+                no_open_poll(r, &instance)
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
             paused.set(false);
-            let code = replicas[k].gateway.wait_exit(Duration::from_secs(20)).await;
-            assert_eq!(code, Some(0), "stderr:\n{}", replicas[k].gateway.stderr());
+            let code = replica.gateway.wait_exit(Duration::from_secs(20)).await;
+            assert_eq!(code, Some(0), "stderr:\n{}", replica.gateway.stderr());
             stopped.push(instance);
-            replicas[k] = start_replica(&sim, &body, &[]).await;
+            *replica = start_replica(&sim, &body, &[]).await;
         }
         restarting.set(false);
     };
@@ -472,7 +495,10 @@ async fn a_rolling_restart_under_load_loses_nothing_and_answers_nothing_twice() 
     let executed = served(record_file.path());
     let mut not_sent_by = BTreeMap::<&str, usize>::new();
     for (id, answer) in &answers {
-        assert_eq!(answer.received_by, answer.answered_by, "{id}: a stopping replica left it to another");
+        assert_eq!(
+            answer.received_by, answer.answered_by,
+            "{id}: a stopping replica left it to another"
+        );
         let marker = &caller.attempts[id].1;
         match told(answer) {
             Told::Result(text) => {
@@ -548,8 +574,15 @@ async fn poll_channels_split_a_tunnels_channels_between_replicas() {
     let answers = answers(&record, &ids);
     for (id, channel) in &sent {
         let answer = &answers[id];
-        let expected = if *channel == "alpha" { &first.instance } else { &second.instance };
-        assert_eq!(&answer.received_by, expected, "{id} ({channel}) reached the wrong replica");
+        let expected = if *channel == "alpha" {
+            &first.instance
+        } else {
+            &second.instance
+        };
+        assert_eq!(
+            &answer.received_by, expected,
+            "{id} ({channel}) reached the wrong replica"
+        );
         assert_eq!(answer.answered_by, answer.received_by);
         assert_eq!(answer.body["channel"], *channel);
         assert!(matches!(told(answer), Told::Result(_)));
@@ -565,7 +598,8 @@ async fn a_listed_channel_that_is_not_configured_is_refused_at_start() {
     let run = Gateway::cli(&["check"], Some(&toml), &[], Duration::from_secs(20)).await;
     assert_eq!(run.code, 78, "stderr: {}", run.stderr);
     assert!(
-        run.stderr.contains("control_plane.poll_channels[1]: \"tools\" is not a configured channel"),
+        run.stderr
+            .contains("control_plane.poll_channels[1]: \"tools\" is not a configured channel"),
         "{}",
         run.stderr
     );
@@ -604,7 +638,8 @@ async fn a_stdio_session_spans_replicas_but_the_state_its_child_kept_does_not() 
         .as_str()
         .unwrap_or_else(|| panic!("a minted Mcp-Session-Id: {}", init.body))
         .to_owned();
-    let note = json!({"name": "replicas-note.txt", "data": "data:text/plain;base64,aGVsbG8=", "outputType": "resourceLink"});
+    let note =
+        json!({"name": "replicas-note.txt", "data": "data:text/plain;base64,aGVsbG8=", "outputType": "resourceLink"});
     let gzip = sim.enqueue(in_session(
         json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "gzip-file-as-resource", "arguments": note}}),
         &session,
@@ -622,16 +657,22 @@ async fn a_stdio_session_spans_replicas_but_the_state_its_child_kept_does_not() 
     };
     let on_a = answered(&sim, &sim.enqueue(read(2))).await;
     assert_eq!(on_a.received_by, a.instance);
-    assert!(on_a.body["resp_json"]["result"]["contents"][0]["blob"].is_string(), "{}", on_a.body);
+    assert!(
+        on_a.body["resp_json"]["result"]["contents"][0]["blob"].is_string(),
+        "{}",
+        on_a.body
+    );
 
     // A busy (its one slot taken by a long call): the next commands wait for B.
     let long = sim.enqueue(NewCommand::jsonrpc(json!({
         "jsonrpc": "2.0", "id": "long", "method": "tools/call",
         "params": {"name": "trigger-long-running-operation", "arguments": {"duration": 8, "steps": 1}}
     })));
-    sim.wait_for("the long call handed to A", LOAD, |r| r.polls.iter().any(|p| p.request_ids.contains(&long)))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    sim.wait_for("the long call handed to A", LOAD, |r| {
+        r.polls.iter().any(|p| p.request_ids.contains(&long))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     let echo = sim.enqueue(in_session(
         json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "on B"}}}),
         &session,
@@ -659,4 +700,42 @@ async fn a_stdio_session_spans_replicas_but_the_state_its_child_kept_does_not() 
     assert_eq!(again.received_by, a.instance);
     assert_eq!(again.body["resp_json"]["result"], on_a.body["resp_json"]["result"]);
     assert_eq!(stop(&mut a).await, 0);
+}
+
+#[tokio::test]
+async fn an_http_session_kept_in_one_servers_memory_is_unknown_to_another_replicas_server() {
+    // One server per replica (a sidecar per pod), each keeping its sessions in memory.
+    let sim = start_sim().await;
+    let (_first, first_url) = crate::harness::spawn_py_server(crate::harness::PyMode::Json).await;
+    let (_second, second_url) = crate::harness::spawn_py_server(crate::harness::PyMode::Json).await;
+    let mut a = start_replica(&sim, &http_channel(&first_url), &[]).await;
+    let init = sim.enqueue(NewCommand::jsonrpc(json!({
+        "jsonrpc": "2.0", "id": "init", "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "replicas-test", "version": "1"}}
+    })));
+    let init = answered(&sim, &init).await;
+    let session = init.body["resp_headers"]["Mcp-Session-Id"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("the server's Mcp-Session-Id: {}", init.body))
+        .to_owned();
+    let call = |id: u32| {
+        in_session(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "hi"}}}),
+            &session,
+        )
+    };
+    let on_a = answered(&sim, &sim.enqueue(call(1))).await;
+    assert_eq!(on_a.body["resp_json"]["result"]["content"][0]["text"], "Echo: hi");
+    // A is replaced by B, whose own server never saw the session.
+    assert_eq!(stop(&mut a).await, 0);
+    let mut b = start_replica(&sim, &http_channel(&second_url), &[]).await;
+    let on_b = answered(&sim, &sim.enqueue(call(2))).await;
+    assert_eq!(on_b.received_by, b.instance);
+    // The caller gets that server's own answer for an unknown session, as it sent it.
+    assert_eq!(on_b.body["resp_code"], 404, "{}", on_b.body);
+    assert_eq!(
+        on_b.body["resp_json"],
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "Session not found"}})
+    );
+    assert_eq!(stop(&mut b).await, 0);
 }
