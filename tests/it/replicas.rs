@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use tunnelgate::sim::{Dropped, NewCommand, Record, ResponseRecord, SimConfig, Simulator};
 
 use crate::harness::{
-    free_port, http_client, peer_script, python, server_everything_stdio_argv, spawn_http_peer, wait_for, wait_until,
-    ChildGuard, Gateway, KEY, TUNNEL,
+    free_port, http_client, peer_script, python, server_everything_stdio_argv, spawn_http_peer, wait_for, ChildGuard,
+    Gateway, KEY, TUNNEL,
 };
 
 /// The header every control-plane request of a gateway carries (random per process).
@@ -392,7 +392,7 @@ impl Caller {
     }
 
     /// The request ids sent and not answered, with the instance each was handed to.
-    fn unanswered(&self, record: &Record) -> String {
+    fn unanswered(&self, record: &Record, executed: &BTreeMap<String, usize>) -> String {
         let pending: Vec<String> = self
             .attempts
             .keys()
@@ -403,7 +403,8 @@ impl Caller {
                     .iter()
                     .find(|p| p.request_ids.contains(id))
                     .and_then(|p| p.header(INSTANCE));
-                format!("{id} (handed to {to:?})")
+                let marker = &self.attempts[id].1;
+                format!("{id} {marker} (handed to {to:?}, executed {:?})", executed.get(marker))
             })
             .collect();
         pending.join(", ")
@@ -436,6 +437,8 @@ async fn a_rolling_restart_under_load_loses_nothing_and_answers_nothing_twice() 
     }
     let mut caller = Caller::new();
     let paused = std::cell::Cell::new(false);
+    let stage = std::cell::Cell::new(String::from("starting"));
+    let stopped_logs = std::cell::RefCell::new(Vec::<(String, String)>::new());
     let restarting = std::cell::Cell::new(true);
     let mut stopped = Vec::new();
     let load = async {
@@ -444,47 +447,63 @@ async fn a_rolling_restart_under_load_loses_nothing_and_answers_nothing_twice() 
             let more = restarting.get() || caller.next < COMMANDS;
             caller.step(&sim, paused.get(), more);
             if Instant::now() >= deadline {
+                let executed = served(record_file.path());
+                let logs: Vec<String> = stopped_logs
+                    .borrow()
+                    .iter()
+                    .map(|(instance, log)| format!("---- stopped replica {instance} ----\n{log}"))
+                    .collect();
                 panic!(
-                    "the load did not finish within {LOAD:?}; unanswered: {}",
-                    caller.unanswered(&sim.record())
+                    "the load did not finish within {LOAD:?} (restarts at: {}; stopped: {:?}); unanswered: {}\n{}",
+                    stage.take(),
+                    stopped_logs.borrow().iter().map(|(i, _)| i.clone()).collect::<Vec<_>>(),
+                    caller.unanswered(&sim.record(), &executed),
+                    logs.join("\n")
                 );
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
     let restarts = async {
-        for replica in replicas.iter_mut() {
+        for (k, replica) in replicas.iter_mut().enumerate() {
+            stage.set(format!("replica {k} ({}): load before the restart", replica.instance));
             // Under load: wait until this round has answered a share of its own.
             let floor = terminal_count(&sim.record()) + 40;
             sim.wait_for("load before the restart", LOAD, |r| terminal_count(r) >= floor)
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
-            // The stop drops the replica's open long poll: the simulator must not be
-            // handing it commands at that instant (README: the window of a stop). So
-            // the caller pauses until every queued command has been handed out, and
-            // resumes once the stopping replica has no poll open. The replica still
-            // holds the commands it prefetched and those in flight.
+            // The stop drops the replica's open long poll, and a poll it had sent may
+            // still be unread at the simulator: neither may be handed a command (README:
+            // the window of a stop). So the caller pauses until every queued command has
+            // been handed out, and resumes once the replica has exited (every connection
+            // of it closed, so a request still unread is dropped unanswered) and has no
+            // poll open. Meanwhile the replica answers what it prefetched and what it
+            // has in flight, and the other replicas finish theirs.
             paused.set(true);
+            stage.set(format!("replica {k} ({}): draining the queue", replica.instance));
             sim.wait_for("the queue handed out", LOAD, |r| r.issued() == r.commands.len())
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
             let instance = replica.instance.clone();
             replica.gateway.sigterm();
-            wait_until("the stopping replica to stop polling", LOAD, || async {
-                replica.gateway.stderr().contains("polling stopped")
-            })
-            .await;
-            sim.wait_for("no poll of the stopping replica open", LOAD, |r| {
+            stage.set(format!("replica {k} ({instance}): SIGTERM sent, waiting for the exit"));
+            let code = replica.gateway.wait_exit(Duration::from_secs(20)).await;
+            assert_eq!(code, Some(0), "stderr:\n{}", replica.gateway.stderr());
+            assert!(replica.gateway.stderr().contains("polling stopped"));
+            sim.wait_for("no poll of the stopped replica open", LOAD, |r| {
                 no_open_poll(r, &instance)
             })
             .await
             .unwrap_or_else(|e| panic!("{e}"));
             paused.set(false);
-            let code = replica.gateway.wait_exit(Duration::from_secs(20)).await;
-            assert_eq!(code, Some(0), "stderr:\n{}", replica.gateway.stderr());
+            stopped_logs
+                .borrow_mut()
+                .push((instance.clone(), replica.gateway.stderr()));
             stopped.push(instance);
+            stage.set(format!("replica {k}: starting again"));
             *replica = start_replica(&sim, &body, &[]).await;
         }
+        stage.set("done".to_owned());
         restarting.set(false);
     };
     tokio::join!(load, restarts);
