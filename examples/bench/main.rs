@@ -538,7 +538,8 @@ struct Spot {
 async fn spot_figures(args: &Args, stub: &McpStub) -> Result<Spot, String> {
     // Idle, then 1,000 commands queued behind slow calls.
     let sim = start_sim("").await?;
-    let (gw, startup) = GatewayProcess::start(args, &sim.base_url(), &http_channel(stub), (false, ""), 1000, "warn").await?;
+    let (gw, startup) =
+        GatewayProcess::start(args, &sim.base_url(), &http_channel(stub), (false, ""), 1000, "warn").await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss_kib = gw.rss_kib("VmHWM:");
     for i in 0..1000u64 {

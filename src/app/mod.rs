@@ -193,6 +193,7 @@ impl Gateway {
             channels = parts.channels.status().len(),
             "gateway starting"
         );
+        log_poll_filter(&config);
         parts.start(&dispatcher, &signals);
 
         let order = StopOrder {
@@ -211,6 +212,29 @@ impl Gateway {
         parts.finish().await;
         Ok(outcome)
     }
+}
+
+/// With `control_plane.poll_channels`, one line naming the channels polled and those
+/// configured but not polled (this replica gets none of their commands; their stdio
+/// children still run).
+fn log_poll_filter(config: &Config) {
+    let polled = &config.control_plane.poll_channels;
+    if polled.is_empty() {
+        return;
+    }
+    let unpolled: Vec<&str> = config
+        .mcp
+        .channels
+        .keys()
+        .filter(|name| !polled.contains(name))
+        .map(|name| name.as_str())
+        .collect();
+    let polled: Vec<&str> = polled.iter().map(|name| name.as_str()).collect();
+    tracing::info!(
+        poll_channels = %polled.join(","),
+        not_polled = %unpolled.join(","),
+        "polling only the channels of control_plane.poll_channels"
+    );
 }
 
 /// The one line that says whether every command received was accounted for.

@@ -21,12 +21,18 @@ str_views!(ChannelName, |this| &this.0);
 impl ChannelName {
     /// Checks a name from the configuration; errors name `mcp.channels`.
     pub fn parse(name: &str) -> Result<ChannelName, ConfigError> {
+        ChannelName::parse_at("mcp.channels", name)
+    }
+
+    /// [`ChannelName::parse`], with errors naming `key` (a list entry that names a
+    /// channel, e.g. `control_plane.poll_channels[0]`).
+    pub(super) fn parse_at(key: &str, name: &str) -> Result<ChannelName, ConfigError> {
         let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if name.is_empty() || name.len() > MAX_CHANNEL_NAME || !name.chars().all(allowed) {
             let problem = format!(
                 "channel name {name:?} is not allowed: use 1 to {MAX_CHANNEL_NAME} letters, digits, '_' or '-' (it is sent in a header and used as a metric label)"
             );
-            return Err(ConfigError::invalid("mcp.channels", problem));
+            return Err(ConfigError::invalid(key, problem));
         }
         Ok(ChannelName(name.to_owned()))
     }

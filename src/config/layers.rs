@@ -68,8 +68,10 @@ pub(super) fn with_source(error: ConfigError, figment: &Figment) -> ConfigError 
     }
 }
 
-/// The variable or flag that set `key`, if it was not the config file.
+/// The variable or flag that set `key`, if it was not the config file. A list entry's
+/// key (`control_plane.poll_channels[1]`) is set by whatever set its list.
 fn source_of(figment: &Figment, key: &str) -> Option<String> {
+    let key = key.split_once('[').map_or(key, |(list, _)| list);
     let metadata = figment.find_metadata(key)?;
     if metadata.name == FILE {
         return None;
@@ -241,6 +243,7 @@ fn prefixed_env_var(keys: &[&str]) -> String {
 }
 
 /// `CONTROL_PLANE_TUNNEL_ID`, `CONTROL_PLANE_BASE_URL`, `CONTROL_PLANE_ORGANIZATION_ID`,
+/// `CONTROL_PLANE_POLL_CHANNELS` (a comma-separated list, as the official client reads it),
 /// `HEALTH_LISTEN_ADDR` and the official client's proxy variables, taken as plain strings
 /// (`HEALTH_LISTEN_ADDR` in the official client's forms too: see [`health_listen`]).
 fn anchor_scalars(env: &EnvVars) -> Layer {
@@ -253,6 +256,10 @@ fn anchor_scalars(env: &EnvVars) -> Layer {
         if let Some(value) = env.non_blank(var) {
             insert(&mut dict, &path(&["control_plane", key]), value.into());
         }
+    }
+    if let Some(value) = env.non_blank("CONTROL_PLANE_POLL_CHANNELS") {
+        let names = super::poll_channels::split_env(value);
+        insert(&mut dict, &path(&["control_plane", "poll_channels"]), names.into());
     }
     if let Some(value) = env.non_blank("HEALTH_LISTEN_ADDR") {
         insert(&mut dict, &path(&["ops", "listen"]), health_listen(value).into());
@@ -326,6 +333,7 @@ fn anchor_var(keys: &[&str]) -> String {
         ["control_plane", "tunnel_id"] => "CONTROL_PLANE_TUNNEL_ID",
         ["control_plane", "base_url"] => "CONTROL_PLANE_BASE_URL",
         ["control_plane", "organization_id"] => "CONTROL_PLANE_ORGANIZATION_ID",
+        ["control_plane", "poll_channels", ..] => "CONTROL_PLANE_POLL_CHANNELS",
         ["ops", "listen"] => "HEALTH_LISTEN_ADDR",
         ["control_plane", "proxy"] => "CONTROL_PLANE_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",
         ["mcp", "proxy"] => "MCP_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",

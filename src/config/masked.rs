@@ -61,6 +61,8 @@ struct ControlPlaneView<'a> {
     proxy: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     organization_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    poll_channels: Vec<&'a str>,
     /// Last: a table follows the plain values.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     headers: BTreeMap<&'a str, String>,
@@ -266,6 +268,7 @@ fn control_plane(config: &Config) -> ControlPlaneView<'_> {
         post_attempts: cp.post_attempts.get(),
         proxy: cp.proxy.masked(),
         organization_id: cp.organization_id.as_deref(),
+        poll_channels: cp.poll_channels.iter().map(|name| name.as_str()).collect(),
         headers: headers_view(&cp.headers),
         tls: tls_view(&cp.tls),
     }

@@ -7,7 +7,7 @@
 //! `CONTROL_PLANE_HTTP_PROXY`, `MCP_HTTP_PROXY`, the TLS variables `CA_BUNDLE`,
 //! `CONTROL_PLANE_CLIENT_CERT`/`_KEY`, `MCP_CLIENT_CERT`/`_KEY`, and
 //! `CONTROL_PLANE_EXTRA_HEADERS` / `MCP_EXTRA_HEADERS` under the `headers` tables: see
-//! `headers`) < the TOML file <
+//! `headers`; `CONTROL_PLANE_POLL_CHANNELS`) < the TOML file <
 //! `TUNNELGATE_` environment variables (`__` between levels) < command-line overrides.
 //! The anchor's `MCP_SERVER_URL` / `MCP_COMMAND` supply the `main` channel only when no
 //! other layer configures any channel.
@@ -31,6 +31,7 @@ mod http_url;
 mod layers;
 mod masked;
 mod number;
+mod poll_channels;
 mod proxy;
 mod raw;
 mod secret;
@@ -99,6 +100,10 @@ pub struct ControlPlane {
     pub proxy: ProxySetting,
     /// `control_plane.tls`: private CA and client certificate files.
     pub tls: TlsFiles,
+    /// `control_plane.poll_channels`: the poll filter, sorted and without duplicates,
+    /// each a configured channel; empty when not configured (polls then carry no
+    /// `channel` parameter and the control plane hands out every channel's commands).
+    pub poll_channels: Vec<ChannelName>,
 }
 
 /// `[mcp]`: the downstream MCP servers.

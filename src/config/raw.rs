@@ -37,6 +37,7 @@ pub(super) struct RawControlPlane {
     pub(super) headers: Option<BTreeMap<String, String>>,
     pub(super) proxy: Option<String>,
     pub(super) tls: Option<RawTls>,
+    pub(super) poll_channels: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

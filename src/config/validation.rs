@@ -22,10 +22,12 @@ use super::{
     Runtime, Secret, Strict, Telemetry, TunnelId,
 };
 
-pub(super) fn build(raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
-    let control_plane = control_plane(raw.control_plane, env)?;
+pub(super) fn build(mut raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
+    let poll_channels = raw.control_plane.poll_channels.take();
+    let mut control_plane = control_plane(raw.control_plane, env)?;
     let strict_enabled = raw.strict.enabled.unwrap_or(default::STRICT_ENABLED);
     let mcp = mcp(raw.mcp, strict_enabled, &control_plane.api_key, env)?;
+    control_plane.poll_channels = super::poll_channels::poll_channels(poll_channels, &mcp.channels)?;
     let strict = strict(raw.strict)?;
     let coordination =
         super::coordination::coordination(raw.coordination, strict.enabled, &control_plane.tunnel_id, env)?;
@@ -100,6 +102,7 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
         headers: HeaderSet::default(),
         proxy: proxy::setting("control_plane.proxy", raw.proxy.as_deref(), None, env)?,
         tls: super::tls::control_plane_tls(raw.tls)?,
+        poll_channels: Vec::new(),
     };
     control_plane.headers = headers::control_plane(raw.headers, control_plane.organization_id.as_deref(), env)?;
     Ok(control_plane)

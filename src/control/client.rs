@@ -55,6 +55,9 @@ pub struct ControlClient {
     /// `{base_url}{url_path}/v1/tunnels/{tunnel_id}`: the tunnel's metadata.
     tunnel_url: String,
     poll_url: String,
+    /// `&channel=A&channel=B...` appended to every poll's query (`control_plane.poll_channels`);
+    /// empty when not configured.
+    poll_filter: String,
     /// Parsed once: a response POST is sent per command.
     response_url: reqwest::Url,
     headers: HeaderMap,
@@ -231,6 +234,7 @@ impl ControlClient {
         Ok(Self {
             http,
             poll_url: format!("{prefix}/poll"),
+            poll_filter: String::new(),
             tunnel_url: prefix.clone(),
             response_url: reqwest::Url::parse(&format!("{prefix}/response")).map_err(|_| BuildError::Url)?,
             headers,
@@ -251,6 +255,16 @@ impl ControlClient {
         self
     }
 
+    /// Every poll names `channels` (`control_plane.poll_channels`, the official client's
+    /// filter): one `channel=NAME` query parameter per name, after `limit` and
+    /// `timeout_ms`, in the order given (the configuration sorts them and removes
+    /// duplicates). An empty list adds nothing: the control plane then hands out the
+    /// commands of every channel.
+    pub fn with_poll_channels<S: AsRef<str>>(mut self, channels: &[S]) -> Self {
+        self.poll_filter = poll_filter(channels);
+        self
+    }
+
     /// One long poll asking for at most `limit` commands, up to its response headers.
     ///
     /// # Cancel safety
@@ -264,7 +278,12 @@ impl ControlClient {
             PollWait::Quick => QUICK_POLL,
         };
         let timeout_ms = wait.as_millis().max(1);
-        let url = format!("{}?limit={}&timeout_ms={timeout_ms}", self.poll_url, limit.clamp(1, 25));
+        let url = format!(
+            "{}?limit={}&timeout_ms={timeout_ms}{}",
+            self.poll_url,
+            limit.clamp(1, 25),
+            self.poll_filter
+        );
         let request = self.http.get(url).headers(self.headers.clone());
         let deadline = Instant::now() + wait + POLL_SLACK;
         let response = match tokio::time::timeout_at(deadline, request.send()).await {
@@ -582,6 +601,14 @@ async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<B
 }
 
 /// Percent-encodes a path segment (tunnel ids are opaque).
+/// `&channel=A&channel=B` for `channels`, each value percent-encoded; `""` for none.
+fn poll_filter<S: AsRef<str>>(channels: &[S]) -> String {
+    channels
+        .iter()
+        .map(|name| format!("&channel={}", percent_encode_segment(name.as_ref())))
+        .collect()
+}
+
 fn percent_encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -606,6 +633,13 @@ mod tests {
         assert!(!is_ack(br#"{"status":"error"}"#));
         assert!(!is_ack(b""));
         assert!(!is_ack(b"ok"));
+    }
+
+    #[test]
+    fn the_poll_filter_is_one_channel_parameter_per_name_and_nothing_without_names() {
+        assert_eq!(poll_filter::<&str>(&[]), "");
+        assert_eq!(poll_filter(&["harpoon", "main"]), "&channel=harpoon&channel=main");
+        assert_eq!(poll_filter(&["a b"]), "&channel=a%20b");
     }
 
     #[test]

@@ -163,6 +163,23 @@ impl Issued {
 }
 
 impl Queued {
+    /// The channel a poll filter selects it by: its `channel`, `main` when absent or empty.
+    pub(crate) fn channel(&self) -> &str {
+        let named = match self {
+            Self::Command(c) => c.command.channel.as_deref(),
+            Self::Raw(v) => v.get("channel").and_then(serde_json::Value::as_str),
+        };
+        named.filter(|name| !name.is_empty()).unwrap_or("main")
+    }
+
+    /// The request id, when it is a string.
+    pub(crate) fn request_id(&self) -> Option<&str> {
+        match self {
+            Self::Command(c) => Some(&c.request_id),
+            Self::Raw(v) => v.get("request_id").and_then(serde_json::Value::as_str),
+        }
+    }
+
     /// Ids, type, method and tool, as far as the queued JSON carries them.
     pub(crate) fn facts(&self) -> CommandFacts {
         match self {

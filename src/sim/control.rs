@@ -67,11 +67,16 @@ async fn apply_fault(action: FaultAction, conn: &ConnHandle) -> Option<Response>
     }
 }
 
-fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+fn query_param<'a>(query: &'a str, name: &'a str) -> Option<&'a str> {
+    query_params(query, name).next()
+}
+
+/// Every value of a repeated query parameter, in order.
+fn query_params<'a>(query: &'a str, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
     query
         .split('&')
         .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
-        .find(|(k, _)| *k == name)
+        .filter(move |(k, _)| *k == name)
         .map(|(_, v)| v)
 }
 
@@ -115,7 +120,9 @@ pub(crate) async fn tunnel(State(sim): State<Arc<Shared>>, Path(tunnel): Path<St
     resp
 }
 
-/// `GET /v1/tunnels/{tunnel_id}/poll?limit=N&timeout_ms=T`.
+/// `GET /v1/tunnels/{tunnel_id}/poll?limit=N&timeout_ms=T[&channel=NAME...]`: with
+/// `channel` parameters (the official client's poll filter) only those channels'
+/// commands are handed out, the others wait for another poller.
 pub(crate) async fn poll(
     State(sim): State<Arc<Shared>>,
     Path(tunnel): Path<String>,
@@ -125,20 +132,27 @@ pub(crate) async fn poll(
 ) -> Response {
     let query = query.unwrap_or_default();
     let nth = sim.next_poll();
+    let channels: Vec<String> = query_params(&query, "channel").map(str::to_owned).collect();
     let idx = sim.record_poll(PollRecord {
         nth,
         limit: query_param(&query, "limit").and_then(|v| v.parse().ok()),
         timeout_ms: query_param(&query, "timeout_ms").and_then(|v| v.parse().ok()),
+        channels: channels.clone(),
         query: query.clone(),
         headers: record_headers(&headers),
         ..PollRecord::default()
     });
+    let pending = Unanswered {
+        sim: &sim,
+        idx,
+        answered: false,
+    };
     let plan = sim.faults.poll_plan(nth);
     if let Some(action) = plan.action {
         sim.fault_applied();
         sim.update_poll(idx, |p| p.fault = Some(action.clone()));
         if let Some(resp) = apply_fault(action, &conn).await {
-            return answer_poll(&sim, idx, 0, resp);
+            return pending.answer(Vec::new(), resp);
         }
     }
     let checked = validate::check_caller(&headers, &sim.api_key, &tunnel, &sim.tunnel_id).and_then(|()| {
@@ -149,7 +163,7 @@ pub(crate) async fn poll(
     });
     let (limit, timeout_ms) = match checked {
         Ok(v) => v,
-        Err(e) => return answer_poll(&sim, idx, 0, e.into_response()),
+        Err(e) => return pending.answer(Vec::new(), e.into_response()),
     };
     let wait = timeout_ms.map_or(sim.max_poll_wait, |t| Duration::from_millis(t).min(sim.max_poll_wait));
     let max = limit.map(|l| {
@@ -157,21 +171,47 @@ pub(crate) async fn poll(
             .unwrap_or(usize::MAX)
             .saturating_add(plan.extra_commands)
     });
-    let commands = sim.wait_for_commands(max, wait).await;
+    let commands = sim.wait_for_commands(max, wait, &channels).await;
     let resp = if commands.is_empty() {
         StatusCode::NO_CONTENT.into_response()
     } else {
         json(StatusCode::OK, Bytes::from(poll_body(&commands)))
     };
-    answer_poll(&sim, idx, commands.len(), resp)
+    pending.answer(commands, resp)
 }
 
-fn answer_poll(sim: &Shared, idx: u64, commands: usize, resp: Response) -> Response {
-    sim.update_poll(idx, |p| {
-        p.status = Some(resp.status().as_u16());
-        p.commands = commands;
-    });
-    resp
+/// A recorded poll not answered yet. Dropped unanswered (the client closed the
+/// connection, so hyper dropped the handler), it is marked `abandoned`: nothing was
+/// taken from the queue for it.
+struct Unanswered<'a> {
+    sim: &'a Shared,
+    idx: u64,
+    answered: bool,
+}
+
+impl Unanswered<'_> {
+    /// Records the answer (its status, and the commands it hands out) and returns it.
+    fn answer(mut self, commands: Vec<super::command::Queued>, resp: Response) -> Response {
+        let handed: Vec<String> = commands
+            .iter()
+            .filter_map(|c| c.request_id().map(str::to_owned))
+            .collect();
+        self.sim.update_poll(self.idx, |p| {
+            p.status = Some(resp.status().as_u16());
+            p.commands = commands.len();
+            p.request_ids = handed;
+        });
+        self.answered = true;
+        resp
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.sim.update_poll(self.idx, |p| p.abandoned = true);
+        }
+    }
 }
 
 /// `POST /v1/tunnels/{tunnel_id}/response`.

@@ -8,6 +8,11 @@
 //! Must not touch: the gateway's modules (`control`, `dispatch`, `strict`, ...); the
 //! simulator only speaks the wire contract, so it can catch a gateway that does not.
 //!
+//! A poll that names channels (`channel=NAME`, repeated: the official client's poll
+//! filter) is handed only those channels' commands (a command without a channel is
+//! `main`'s); the others stay queued, in order, for the pollers that name them or name
+//! none. Each poll's record lists the request ids it handed out.
+//!
 //! Serves plain HTTP/1 at the root: `{base}/v1/tunnels/{tunnel_id}` (tunnel metadata,
 //! `TunnelClientMetadata`), `{base}/v1/tunnels/{tunnel_id}/poll`,
 //! `{base}/v1/tunnels/{tunnel_id}/response`, `{base}/v1/mcp/{tunnel_id}`.

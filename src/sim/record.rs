@@ -69,9 +69,16 @@ pub struct PollRecord {
     /// `limit` and `timeout_ms` when present and numeric.
     pub limit: Option<u64>,
     pub timeout_ms: Option<u64>,
+    /// The `channel` parameters (the poll filter), in the order sent; empty: no filter.
+    pub channels: Vec<String>,
+    /// The request ids of the commands the answer carried, in order (raw commands
+    /// without a string `request_id` are not listed).
+    pub request_ids: Vec<String>,
     pub headers: RecordedHeaders,
     /// `None` until answered (and for good when held, closed or abandoned).
     pub status: Option<u16>,
+    /// The client went away before it was answered (nothing was handed out to it).
+    pub abandoned: bool,
     /// How many commands the answer carried.
     pub commands: usize,
     pub fault: Option<FaultAction>,
@@ -116,6 +123,8 @@ pub struct CommandRecord {
     pub order: u64,
     pub request_id: Option<String>,
     pub command_type: Option<String>,
+    /// The channel it is routed by (`main` when absent or empty).
+    pub channel: String,
     pub method: Option<String>,
     pub tool: Option<String>,
     /// Whether a poll has handed it out.

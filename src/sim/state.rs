@@ -169,17 +169,24 @@ impl Shared {
         inner.polls_seen
     }
 
-    /// Takes queued commands, waiting up to `wait` for the first one to arrive.
+    /// Takes queued commands, waiting up to `wait` for the first one to arrive. With
+    /// `channels` (a poll filter), only commands of those channels are taken, in queue
+    /// order; the others stay queued for other pollers.
     ///
     /// # Cancel safety
     /// Cancel-safe: commands are taken in one synchronous step after the last await.
-    pub(crate) async fn wait_for_commands(&self, max: Option<usize>, wait: Duration) -> Vec<Queued> {
+    pub(crate) async fn wait_for_commands(
+        &self,
+        max: Option<usize>,
+        wait: Duration,
+        channels: &[String],
+    ) -> Vec<Queued> {
         let deadline = Instant::now() + wait;
         loop {
             let notified = self.queued.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let taken = self.lock().take(max);
+            let taken = self.lock().take(max, channels);
             if !taken.is_empty() {
                 self.recorded.notify_waiters();
                 return taken;
@@ -373,6 +380,7 @@ impl Inner {
             order,
             request_id: facts.request_id,
             command_type: facts.command_type,
+            channel: queued.channel().to_owned(),
             method: facts.method,
             tool: facts.tool,
             issued: false,
@@ -387,10 +395,18 @@ impl Inner {
         }
     }
 
-    fn take(&mut self, max: Option<usize>) -> Vec<Queued> {
-        let n = max.unwrap_or(usize::MAX).min(self.queue.len());
-        let mut out = Vec::with_capacity(n);
-        for (order, queued) in self.queue.drain(..n) {
+    /// Takes up to `max` queued commands, oldest first; with `channels`, only theirs.
+    fn take(&mut self, max: Option<usize>, channels: &[String]) -> Vec<Queued> {
+        let max = max.unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.queue.len() && out.len() < max {
+            let channel = self.queue[i].1.channel();
+            if !channels.is_empty() && !channels.iter().any(|c| c == channel) {
+                i += 1;
+                continue;
+            }
+            let (order, queued) = self.queue.remove(i).expect("the index is within the queue");
             // One command record per order, pushed in order: its index is `order - 1`.
             if let Some(c) = self.record.commands.get_mut(order - 1) {
                 c.issued = true;

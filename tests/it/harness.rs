@@ -369,7 +369,7 @@ fn tail(text: &str, max: usize) -> &str {
 /// Spawns a process that must serve HTTP on a fresh loopback port: `make(port)` builds
 /// the command, `path` is appended to `http://127.0.0.1:PORT`. Retries with another port
 /// when the child exits early (it lost the race for the port).
-async fn spawn_http_peer(name: &str, path: &str, make: impl Fn(u16) -> Command) -> (ChildGuard, String) {
+pub async fn spawn_http_peer(name: &str, path: &str, make: impl Fn(u16) -> Command) -> (ChildGuard, String) {
     const ATTEMPTS: usize = 3;
     for attempt in 1..=ATTEMPTS {
         let port = free_port();

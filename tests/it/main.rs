@@ -28,6 +28,7 @@ mod prometheus;
 mod proxy;
 mod ready;
 mod receipts;
+mod replicas;
 mod replies;
 mod require_ready;
 mod resume;

@@ -5,6 +5,8 @@ sample(prompt) (asks the client for sampling/createMessage mid-call) and
 confirm(question) (asks the client for elicitation/create mid-call) and announce()
 (publishes a tools list-changed event to `subscriptions/listen` streams, 2026-07-28)
 and greet(name) (the name is elicited: at 2026-07-28 an input-required result),
+record_marker(marker) (with --record FILE only: appends the marker to FILE, one line per
+call served, so a test can count what the server itself executed),
 fail(message) (the tool raises: a result with isError true), pause(ms) (stdio modes
 only: answers "paused MS ms" after MS milliseconds), headers_seen() (the HTTP request
 headers this very request carried), and trace_seen() (the W3C
@@ -16,6 +18,7 @@ network namespace of the test's own), at /mcp, or on a unix domain socket (`--ud
 stdio.
 
     .peers/venv/bin/python tests/peers/py_server.py --port N --mode json|sse|stateless
+    .peers/venv/bin/python tests/peers/py_server.py --port N --mode stateless --record /tmp/served
     .peers/venv/bin/python tests/peers/py_server.py --host 10.213.0.2 --port N --mode json
     .peers/venv/bin/python tests/peers/py_server.py --uds /tmp/x.sock --allowed-host mcp.internal
     .peers/venv/bin/python tests/peers/py_server.py --mode stdio|stdio-modern
@@ -63,8 +66,17 @@ async def ask_name() -> Elicit[Name]:
     return Elicit("What is your name?", Name)
 
 
-def build_server(stdio: bool = False) -> MCPServer:
+def build_server(stdio: bool = False, record: str | None = None) -> MCPServer:
     server = MCPServer(name="tunnelgate-py-peer", version="1.0.0", log_level="WARNING")
+
+    if record is not None:
+        served = open(record, "a", buffering=1)
+
+        @server.tool()
+        def record_marker(marker: str) -> str:
+            """Append `marker` to the --record file (one line per call served), then answer."""
+            served.write(marker + "\n")
+            return f"recorded {marker}"
 
     @server.tool()
     def echo(message: str) -> str:
@@ -202,9 +214,10 @@ def main() -> int:
     parser.add_argument("--certfile", help="server certificate (PEM): serve HTTPS")
     parser.add_argument("--keyfile", help="the server certificate's key (PEM)")
     parser.add_argument("--ca-certs", help="CAs a client certificate must chain to (required)")
+    parser.add_argument("--record", help="adds the tool record_marker, which appends each marker to this file")
     args = parser.parse_args()
 
-    server = build_server(stdio=args.mode.startswith("stdio"))
+    server = build_server(stdio=args.mode.startswith("stdio"), record=args.record)
     if args.mode == "stdio":
         server.run("stdio")
         return 0

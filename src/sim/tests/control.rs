@@ -146,6 +146,63 @@ async fn a_poll_hands_out_at_most_limit_commands_with_fresh_ids() {
 }
 
 #[tokio::test]
+async fn a_poll_that_names_channels_gets_only_their_commands_and_the_rest_stay_queued_in_order() {
+    let (sim, c) = start("").await;
+    let ping = |id: u32| NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":id,"method":"ping"}));
+    let main_1 = sim.enqueue(ping(1));
+    let side = sim.enqueue(ping(2).channel("side"));
+    let other = sim.enqueue(ping(3).channel("other"));
+    let main_2 = sim.enqueue(ping(4).channel(""));
+    sim.enqueue_raw(json!({"request_id":"req_raw","shard_token":"s","command_type":"jsonrpc","channel":"side"}));
+    let ids = |cmds: Vec<Value>| -> Vec<String> {
+        cmds.iter()
+            .map(|c| c["request_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let resp = c.poll("limit=25&timeout_ms=1000&channel=main&channel=side").await;
+    let body: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    let taken = ids(body["commands"].as_array().unwrap().clone());
+    assert_eq!(
+        taken,
+        [main_1.clone(), side.clone(), main_2.clone(), "req_raw".to_owned()]
+    );
+    assert_eq!(c.poll("limit=1&timeout_ms=1&channel=side").await.status(), 204);
+    assert_eq!(
+        ids(c.commands().await),
+        std::slice::from_ref(&other),
+        "an unfiltered poll takes the rest"
+    );
+    let record = sim.record();
+    assert_eq!(record.polls[0].channels, ["main", "side"]);
+    assert_eq!(record.polls[0].request_ids, taken);
+    assert!(record.polls[1].channels == ["side"] && record.polls[1].request_ids.is_empty());
+    assert!(record.polls[2].channels.is_empty() && record.polls[2].request_ids == [other]);
+    let channels: Vec<&str> = record.commands.iter().map(|c| c.channel.as_str()).collect();
+    assert_eq!(channels, ["main", "side", "other", "main", "side"]);
+}
+
+#[tokio::test]
+async fn a_poll_whose_client_goes_away_is_marked_abandoned_and_takes_nothing() {
+    let (sim, c) = start("").await;
+    let poll = tokio::spawn(async move { c.poll("limit=5&timeout_ms=4000").await });
+    let started = Instant::now();
+    while sim.shared.polls_seen() == 0 {
+        assert!(started.elapsed() < WAIT, "the poll never arrived");
+        tokio::task::yield_now().await;
+    }
+    poll.abort();
+    sim.wait_for("the dropped poll marked abandoned", WAIT, |r| r.polls[0].abandoned)
+        .await
+        .unwrap();
+    let id = sim.enqueue(NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":1,"method":"ping"})));
+    let next = Client::new(&sim.base_url()).one_command().await;
+    assert_eq!(next["request_id"], id.as_str(), "the command waited for a live poll");
+    let record = sim.record();
+    assert_eq!((record.polls[0].status, record.polls[0].commands), (None, 0));
+    assert!(!record.polls.last().unwrap().abandoned);
+}
+
+#[tokio::test]
 async fn raw_commands_are_handed_out_verbatim() {
     let (sim, c) = start("").await;
     let raw = json!({"request_id": "req_raw", "shard_token": "tok", "command_type": "teleport", "extra": [1, 2]});
