@@ -2,7 +2,8 @@
 //! and the poller start at once. With `coordination.backend = "etcd"`, the coordinator
 //! runs the election and the latch watch, and the poller runs only while this replica is
 //! the active: a standby never polls and never touches an MCP server (its stdio children
-//! are started when it first becomes the active).
+//! are started only while it is the active; one that dies on a replica demoted meanwhile
+//! is started again once that replica is the active again).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,7 +93,7 @@ async fn polls_while_active(
             return TaskEnd::Finished;
         }
         if !keepers_started {
-            dispatcher.keep_stdio_sessions();
+            dispatcher.keep_stdio_sessions_while(may_poll.clone());
             keepers_started = true;
         }
         let term = stop.child_token();

@@ -14,6 +14,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use tokio::sync::watch;
+
 use crate::downstream::{Channels, StdioTransport};
 use crate::strict::{CommandRef, Fence};
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
@@ -21,8 +23,16 @@ use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
 use super::decide::Rules;
 
 /// Starts one keeper per stdio channel; each ends when its transport stops, the fence
-/// stops admitting, or it latched.
-pub(crate) fn start(supervisor: &Supervisor, channels: &Channels, fence: &Fence, rules: Rules) {
+/// stops admitting, or it latched. With a `gate` (strict mode across replicas: whether
+/// this replica is the active), a start waits until the gate is open: a standby starts
+/// no child.
+pub(crate) fn start(
+    supervisor: &Supervisor,
+    channels: &Channels,
+    fence: &Fence,
+    rules: Rules,
+    gate: Option<watch::Receiver<bool>>,
+) {
     for (name, _) in channels.stdio() {
         let keeper = Keeper {
             name: name.into(),
@@ -31,6 +41,7 @@ pub(crate) fn start(supervisor: &Supervisor, channels: &Channels, fence: &Fence,
             rules,
             supervisor: supervisor.clone(),
             ended: Arc::new(AtomicBool::new(false)),
+            gate: gate.clone(),
         };
         // Not on the tracker: it idles between deaths and must not hold up a drain.
         supervisor.spawn_untracked(TaskKind::Warmup, keeper.run());
@@ -47,6 +58,8 @@ struct Keeper {
     supervisor: Supervisor,
     /// The fence refused a start, or a start latched: nothing more is started.
     ended: Arc<AtomicBool>,
+    /// Starts wait while it is closed (`None`: always open).
+    gate: Option<watch::Receiver<bool>>,
 }
 
 impl Keeper {
@@ -60,6 +73,12 @@ impl Keeper {
             match self.transport() {
                 Some(t) if t.start_due().await => {}
                 _ => break,
+            }
+            if let Some(gate) = &self.gate {
+                // The gate's owner gone means the run is ending.
+                if gate.clone().wait_for(|open| *open).await.is_err() {
+                    break;
+                }
             }
             // Each start runs among the drained tasks, so that a stop's grace waits for a
             // handshake in flight (and one still in flight when the grace is over counts

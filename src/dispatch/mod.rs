@@ -179,7 +179,25 @@ impl Dispatcher {
     /// Starts the stdio keepers: every stdio child started and its session opened now
     /// and after each death (see `keeper`).
     pub fn keep_stdio_sessions(&self) {
-        keeper::start(&self.supervisor, &self.gate.channels, &self.gate.fence, self.gate.rules);
+        keeper::start(
+            &self.supervisor,
+            &self.gate.channels,
+            &self.gate.fence,
+            self.gate.rules,
+            None,
+        );
+    }
+
+    /// [`Dispatcher::keep_stdio_sessions`], each start waiting while `gate` is false
+    /// (strict mode across replicas: only the active starts children).
+    pub fn keep_stdio_sessions_while(&self, gate: tokio::sync::watch::Receiver<bool>) {
+        keeper::start(
+            &self.supervisor,
+            &self.gate.channels,
+            &self.gate.fence,
+            self.gate.rules,
+            Some(gate),
+        );
     }
 
     /// The poll loop: `control`'s [`Poller`] feeding this dispatcher, until `stop` is

@@ -668,3 +668,98 @@ async fn doctor_names_the_holder_and_fails_on_refused_credentials_or_an_unreacha
     assert_eq!(status, "fail", "{detail}");
     assert!(detail.contains("etcd does not answer"), "{detail}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_starts_no_stdio_child_until_it_becomes_the_active() {
+    use crate::harness::{peer_script, python};
+    let etcd = EtcdPeer::start().await;
+    let rig = Rig::start("").await;
+    // Each replica's child runs behind record.py, which logs one line per child life.
+    let stdio = |tag: &str| {
+        let argv = [
+            python().display().to_string(),
+            peer_script("stdio/record.py").display().to_string(),
+            rig.dir.path().join(format!("{tag}.log")).display().to_string(),
+            rig.dir.path().join(format!("{tag}.pid")).display().to_string(),
+            "--".to_owned(),
+            python().display().to_string(),
+            peer_script("py_server.py").display().to_string(),
+            "--mode".to_owned(),
+            "stdio".to_owned(),
+        ];
+        format!("command = {}", serde_json::to_string(&argv).unwrap())
+    };
+    async fn session(r: &Replica) -> String {
+        r.status().await["downstream"][0]["session"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    }
+    let placeholder = "http://127.0.0.1:9/mcp";
+    let replica = |tag: &str| {
+        let mut r = Replica::new(&rig, &etcd, placeholder, "");
+        r.config = r.config.replace(&format!("url = \"{placeholder}\""), &stdio(tag));
+        r
+    };
+    let lives = |tag: &str| {
+        std::fs::read_to_string(rig.dir.path().join(format!("{tag}.log")))
+            .map(|s| s.matches("\"record\": \"life\"").count())
+            .unwrap_or(0)
+    };
+    let a = replica("a");
+    let b = replica("b");
+    // b is the active first, a the standby: a starts no child.
+    let mut gb = b.spawn().await;
+    b.wait_role("active").await;
+    let mut ga = a.spawn().await;
+    a.wait_role("standby").await;
+    wait_until("b's child initialized", BOUND, || async {
+        session(&b).await == "initialized"
+    })
+    .await;
+    // A negative check needs time to pass: two renewal intervals as a standby.
+    tokio::time::sleep(LEASE_TTL * 2 / 3).await;
+    assert_eq!(lives("a"), 0, "a standby started its stdio child");
+
+    // b frozen past its lease: a takes over and starts its child. b's child is killed
+    // meanwhile; woken, b is a standby and must not start it again.
+    gb.signal("STOP");
+    a.wait_role("active").await;
+    wait_until("a's child initialized", BOUND, || async {
+        session(&a).await == "initialized"
+    })
+    .await;
+    let pid = std::fs::read_to_string(rig.dir.path().join("b.pid")).unwrap();
+    let _ = std::process::Command::new("kill").args(["-9", pid.trim()]).status();
+    gb.signal("CONT");
+    b.wait_role("standby").await;
+    wait_until("b's child seen down", BOUND, || async {
+        session(&b).await != "initialized"
+    })
+    .await;
+    // Longer than the first restart backoffs (200 and 400 ms) and a renewal.
+    tokio::time::sleep(LEASE_TTL).await;
+    assert_eq!(
+        lives("b"),
+        1,
+        "a demoted replica restarted its stdio child as a standby"
+    );
+
+    // a stopped: b is the active again and starts its child then.
+    ga.sigterm();
+    assert_eq!(ga.wait_exit(BOUND).await, Some(0), "{}", ga.stderr());
+    b.wait_role("active").await;
+    wait_until("b's child initialized again", BOUND, || async {
+        session(&b).await == "initialized"
+    })
+    .await;
+    assert_eq!(lives("b"), 2);
+    let id = rig.enqueue_call("add", json!({"a": 2, "b": 3}));
+    rig.wait("b's answer", |r| {
+        r.responses_for(&id)
+            .any(|p| p.resp_type.as_deref() == Some("jsonrpc_response"))
+    })
+    .await;
+    gb.sigterm();
+    assert_eq!(gb.wait_exit(BOUND).await, Some(0), "{}", gb.stderr());
+}
