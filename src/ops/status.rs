@@ -80,6 +80,8 @@ pub enum GatewayState {
     Degraded,
     Draining,
     Fatal,
+    /// Strict mode across replicas: another replica holds the lease; this one never polls.
+    Standby,
 }
 
 /// `/status` document (schema_version 1; keys are API).
@@ -175,12 +177,16 @@ impl OpsState {
         let readiness = self.readiness();
         let coordination = self.health.coordination();
         let cluster_latched = coordination.as_ref().is_some_and(|c| c.latch.is_some());
-        let state = GatewayState::of(
+        let standby = coordination.as_ref().is_some_and(|c| c.role == "standby");
+        let state = match GatewayState::of(
             fatal.is_some() || cluster_latched,
             self.health.is_draining(),
             self.health.last_poll_age().is_some(),
             readiness.is_ok(),
-        );
+        ) {
+            GatewayState::Starting | GatewayState::Degraded if standby => GatewayState::Standby,
+            state => state,
+        };
         StatusDocument {
             schema_version: 1,
             version: env!("CARGO_PKG_VERSION"),

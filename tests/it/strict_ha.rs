@@ -274,6 +274,7 @@ async fn two_strict_replicas_never_dispatch_at_once_and_only_the_active_polls() 
     let (code, body) = b.get("/readyz").await.unwrap();
     assert_eq!(code, 503);
     assert!(body.contains("standby"), "{body}");
+    assert_eq!(b.status().await["state"], "standby");
 
     // Two hundred calls of 0-3 ms; after the first hundred, the active is stopped
     // (SIGTERM) and started again, so the lease changes hands twice under load.

@@ -81,6 +81,7 @@ fn mode_and_state_serialize_to_their_api_strings() {
         (GatewayState::Degraded, "degraded"),
         (GatewayState::Draining, "draining"),
         (GatewayState::Fatal, "fatal"),
+        (GatewayState::Standby, "standby"),
     ] {
         assert_eq!(json(state), format!("\"{text}\""));
     }
