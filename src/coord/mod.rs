@@ -173,9 +173,11 @@ impl Coordinator {
     /// Runs the election and the latch watch until `stop`; on stop, a held lease is
     /// revoked so that a standby takes over at once.
     pub async fn run(self, stop: CancellationToken) {
-        let watch = tokio::spawn(latch::watch_loop(self.clone(), stop.clone()));
-        election::run(&self, &stop).await;
-        let _ = watch.await;
+        // One task for both, so that a panic in either reaches the supervisor.
+        tokio::join!(
+            election::run(&self, &stop),
+            latch::watch_loop(self.clone(), stop.clone())
+        );
         election::resign(&self).await;
     }
 
