@@ -139,7 +139,7 @@ struct Replica {
 impl Replica {
     fn new(rig: &Rig, etcd: &EtcdPeer, mcp_url: &str, extra: &str) -> Replica {
         let dir = tempfile::tempdir().unwrap();
-        let ops = free_port();
+        let ops = distinct_port(rig.ops_port);
         let coordination = format!(
             "\n[coordination]\nbackend = \"etcd\"\nlease_ttl = \"{}s\"\n[coordination.etcd]\nendpoints = [\"{}\"]\n{extra}",
             LEASE_TTL.as_secs(),
@@ -161,10 +161,16 @@ impl Replica {
         Replica { ops, dir, config }
     }
 
+    /// Starts the replica and waits for its own "ops listener ready" line (not for
+    /// `/livez`: another process may answer on a port taken meanwhile).
     async fn spawn(&self) -> Gateway {
         let mut gw = Gateway::run(&self.config);
-        gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", self.ops), BOUND)
-            .await;
+        let deadline = Instant::now() + BOUND;
+        while !gw.stderr().contains("ops listener ready") {
+            assert!(!gw.has_exited(), "the replica exited at start: {}", gw.stderr());
+            assert!(Instant::now() < deadline, "the replica did not start: {}", gw.stderr());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         gw
     }
 
@@ -197,10 +203,19 @@ impl Replica {
     }
 
     async fn wait_role(&self, role: &str) {
-        wait_until(&format!("role {role} on :{}", self.ops), BOUND, || async {
-            self.role().await == role
-        })
-        .await;
+        let deadline = Instant::now() + BOUND;
+        loop {
+            let status = self.status().await;
+            if status["coordination"]["role"] == role {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {BOUND:?} waiting for role {role} on :{}; last /status: {status}",
+                self.ops
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     async fn instance(&self) -> String {
@@ -208,6 +223,19 @@ impl Replica {
             .as_str()
             .unwrap_or("")
             .to_owned()
+    }
+}
+
+/// A free port no other replica of this test process was given (two quick binds to
+/// port 0 can return the same port), and not `taken`.
+fn distinct_port(taken: u16) -> u16 {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap();
+    loop {
+        let port = free_port();
+        if port != taken && given.insert(port) {
+            return port;
+        }
     }
 }
 
@@ -417,11 +445,22 @@ async fn a_sigkilled_idle_active_is_replaced_within_the_lease_and_one_renewal_wi
     let first = call(&rig, "work", "before", 0);
     rig.wait("the first answer", |r| r.responses_for(&first).count() == 1)
         .await;
+    // Idle means settled too: the settle follows the acknowledgement.
+    wait_until("the first intent settled", BOUND, || async {
+        a.get("/metrics")
+            .await
+            .is_some_and(|(_, m)| m.contains("tunnelgate_coordination_intent_ops_total{op=\"settle\",result=\"ok\"} 1"))
+    })
+    .await;
 
     ga.signal("KILL");
     let killed = Instant::now();
     assert_eq!(ga.wait_exit(BOUND).await, Some(128 + 9));
-    b.wait_role("active").await;
+    while b.role().await != "active" {
+        assert!(!gb.has_exited(), "b exited: {}", gb.stderr());
+        assert!(killed.elapsed() < BOUND, "b never became the active: {}", gb.stderr());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let takeover = killed.elapsed();
     // lease_ttl plus one renewal interval, plus the status reads' own latency.
     let bound = LEASE_TTL + LEASE_TTL / 3 + Duration::from_millis(700);
