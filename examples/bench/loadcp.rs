@@ -6,6 +6,10 @@
 //! simulator checks the protocol in the test suite, here only the gateway's cost counts.
 //! This takes the simulator's MCP ingress hop (and its records) out of the tunnel path,
 //! so the tunnel pays the same three exchanges as the floor.
+//!
+//! It counts the polls it answers and the TCP connections it accepts, so a run can report
+//! both per command. `bench --serve-loadcp ADDR` runs it as a process of its own (see
+//! [`serve_standalone`]), for `scripts/bench --external`.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -14,14 +18,25 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{RawQuery, State};
+use axum::extract::{Query, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use super::{closed_loop, Load, TUNNEL};
+
+/// What the control plane counted over one load window.
+#[derive(Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Window {
+    pub(crate) load: Load,
+    /// Polls answered (with commands or empty).
+    pub(crate) polls: u64,
+    /// TCP connections accepted from the gateway.
+    pub(crate) connections: u64,
+}
 
 #[derive(Default)]
 struct Shared {
@@ -29,6 +44,8 @@ struct Shared {
     queued: Notify,
     waiting: Mutex<HashMap<u64, oneshot::Sender<()>>>,
     next: AtomicU64,
+    polls: AtomicU64,
+    connections: AtomicU64,
 }
 
 /// A running load control plane on loopback.
@@ -39,12 +56,25 @@ pub(crate) struct LoadCp {
 
 impl LoadCp {
     pub(crate) async fn start() -> Result<Self, String> {
+        Self::start_on(([127, 0, 0, 1], 0).into()).await
+    }
+
+    /// Binds `addr` (port 0 for an ephemeral one) and serves there.
+    pub(crate) async fn start_on(addr: SocketAddr) -> Result<Self, String> {
         let shared = Arc::new(Shared::default());
         let app = axum::Router::new()
             .route(&format!("/v1/tunnels/{TUNNEL}/poll"), get(poll))
             .route(&format!("/v1/tunnels/{TUNNEL}/response"), post(response))
             .with_state(shared.clone());
-        let addr = super::serve(app).await?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("load control plane on {addr}: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let counted = shared.clone();
+        let listener = listener.tap_io(move |_| {
+            counted.connections.fetch_add(1, Ordering::Relaxed);
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
         Ok(Self { addr, shared })
     }
 
@@ -74,6 +104,54 @@ impl LoadCp {
         })
         .await
     }
+
+    /// [`LoadCp::load`] with the polls and connections counted over it.
+    pub(crate) async fn window(self: &Arc<Self>, concurrency: usize, secs: Duration) -> Window {
+        let counts = || {
+            (
+                self.shared.polls.load(Ordering::Relaxed),
+                self.shared.connections.load(Ordering::Relaxed),
+            )
+        };
+        let (polls, connections) = counts();
+        let load = self.load(concurrency, secs).await;
+        let (polls_after, connections_after) = counts();
+        Window {
+            load,
+            polls: polls_after - polls,
+            connections: connections_after - connections,
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct LoadQuery {
+    concurrency: usize,
+    millis: u64,
+}
+
+/// `bench --serve-loadcp ADDR`: the load control plane on `ADDR`, driven over a control
+/// API on a second, ephemeral loopback port, so that its connections are not counted as
+/// the gateway's. Prints one line, `loadcp http://ADDR control http://CONTROL`, then
+/// serves until its stdin closes (the parent's end).
+///
+/// The control API: `GET /load?concurrency=C&millis=M` runs `C` callers for `M` ms and
+/// answers a [`Window`] as JSON, once the window is over.
+pub(crate) async fn serve_standalone(addr: SocketAddr) -> Result<(), String> {
+    let cp = Arc::new(LoadCp::start_on(addr).await?);
+    let control = axum::Router::new()
+        .route(
+            "/load",
+            get(|State(cp): State<Arc<LoadCp>>, Query(q): Query<LoadQuery>| async move {
+                axum::Json(
+                    cp.window(q.concurrency.clamp(1, 1000), Duration::from_millis(q.millis))
+                        .await,
+                )
+            }),
+        )
+        .with_state(cp.clone());
+    let control = super::serve(control).await?;
+    super::announce_and_wait(&format!("loadcp {} control http://{control}", cp.base_url())).await
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -87,6 +165,7 @@ fn query_u64(query: &str, name: &str) -> Option<u64> {
 }
 
 async fn poll(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery) -> Response {
+    shared.polls.fetch_add(1, Ordering::Relaxed);
     let query = query.unwrap_or_default();
     let limit = query_u64(&query, "limit").unwrap_or(1).clamp(1, 25) as usize;
     let wait = Duration::from_millis(query_u64(&query, "timeout_ms").unwrap_or(1000).min(5000));

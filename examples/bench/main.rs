@@ -17,6 +17,10 @@
 //! 404 on the terminal POST in strict mode). The gateway logs at `warn` except in the one
 //! run that measures the default `info`.
 //!
+//! `--external` measures the gateway as users run it instead, the load control plane and
+//! the MCP server each in a process of its own (see [`external`]); `--serve-loadcp ADDR`
+//! and `--serve-stub ADDR` are those processes.
+//!
 //! `--smoke` runs a few seconds at concurrency 16 and exits non-zero only on a gross
 //! regression, measured as the tunnel's throughput over the direct path's in the same run
 //! (never an absolute time): `scripts/test` runs it.
@@ -36,6 +40,7 @@ use serde_json::json;
 use tokio::time::Instant;
 use tunnelgate::sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
 
+mod external;
 mod loadcp;
 use loadcp::LoadCp;
 
@@ -61,10 +66,23 @@ struct Args {
     /// `--etcd URL`: also run strict mode at concurrency 1 with
     /// `coordination.backend = "etcd"` on this etcd (the intent writes' cost).
     etcd: Option<String>,
+    /// `--external`: the table of [`external`] instead of the in-process one.
+    external: bool,
+    /// `--runs N`: runs per row of the external table (the median is reported).
+    runs: usize,
+    /// `--serve-loadcp ADDR` or `--serve-stub ADDR`: be that peer process.
+    serve: Option<(Serve, SocketAddr)>,
+}
+
+/// The peer processes of `--external`.
+#[derive(Clone, Copy)]
+enum Serve {
+    LoadCp,
+    Stub,
 }
 
 /// One load run's figures.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 struct Load {
     done: u64,
     per_second: f64,
@@ -93,6 +111,11 @@ const USAGE: &str =
                      whose --serve-stdio answers each line (default mode only)
   --etcd URL         also run strict mode at concurrency 1 coordinated on the etcd at URL
                      (each command writes and settles its intent there)
+  --external         the control plane and the MCP server in processes of their own:
+                     HTTP and stdio (with --stdio-server) at `warn` and `info`, strict at 1
+  --runs N           runs per row of --external (default 3; the median is reported)
+  --serve-loadcp A   be the load control plane of --external on address A
+  --serve-stub A     be the MCP stub of --external on address A
 
 example: bench --only tunnel --concurrency 16 --seconds 20 --announce-pid";
 
@@ -106,6 +129,9 @@ fn parse_args() -> Result<Args, String> {
         announce: false,
         stdio_server: None,
         etcd: None,
+        external: false,
+        runs: 3,
+        serve: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -132,6 +158,26 @@ fn parse_args() -> Result<Args, String> {
             "--stdio-server" => args.stdio_server = Some(it.next().ok_or("--stdio-server needs a path")?),
             "--etcd" => args.etcd = Some(it.next().ok_or("--etcd needs a URL")?),
             "--smoke" => args.smoke = true,
+            "--external" => args.external = true,
+            "--runs" => {
+                args.runs = it
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .filter(|&r| r > 0)
+                    .ok_or("--runs needs a whole number above 0")?
+            }
+            "--serve-loadcp" | "--serve-stub" => {
+                let which = if a == "--serve-stub" {
+                    Serve::Stub
+                } else {
+                    Serve::LoadCp
+                };
+                let addr = it
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or(format!("{a} needs an IP:PORT"))?;
+                args.serve = Some((which, addr));
+            }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}; see --help")),
         }
@@ -161,6 +207,16 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> Result<u8, String> {
+    match args.serve {
+        Some((Serve::LoadCp, addr)) => loadcp::serve_standalone(addr).await.map(|()| 0),
+        Some((Serve::Stub, addr)) => external::serve_stub(addr).await.map(|()| 0),
+        None if args.external => external::run(&args).await,
+        None => in_process(args).await,
+    }
+}
+
+/// The in-process table (and `--smoke`, `--only tunnel`).
+async fn in_process(args: Args) -> Result<u8, String> {
     let stub = McpStub::start(([127, 0, 0, 1], 0).into())
         .await
         .map_err(|e| format!("stub: {e}"))?;
@@ -650,7 +706,27 @@ impl Floor {
 
 /// `[mcp.channels.main]` pointing at the embedded stub over HTTP.
 fn http_channel(stub: &McpStub) -> String {
-    format!("url = \"{}\"", stub.url())
+    http_channel_url(&stub.url())
+}
+
+/// `[mcp.channels.main]` pointing at the MCP server at `url` over HTTP.
+fn http_channel_url(url: &str) -> String {
+    format!("url = \"{url}\"")
+}
+
+/// Prints `line` on stdout for the parent, then waits until stdin closes (the parent's
+/// end, or its exit): a peer process of `--external` lives exactly as long as its parent.
+async fn announce_and_wait(line: &str) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stdout = tokio::io::stdout();
+    stdout
+        .write_all(format!("{line}\n").as_bytes())
+        .await
+        .and(stdout.flush().await)
+        .map_err(|e| e.to_string())?;
+    let mut sink = Vec::new();
+    let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+    Ok(())
 }
 
 /// `[mcp.channels.main]` running `server --serve-stdio` as the gateway's stdio child.

@@ -166,8 +166,8 @@ impl Simulator {
         tracker.spawn(server::serve(
             listener,
             routes::router(shared.clone()),
-            shutdown.clone(),
-            tracker.clone(),
+            (shutdown.clone(), tracker.clone()),
+            Arc::default(),
         ));
         Ok(Simulator {
             addr,

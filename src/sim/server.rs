@@ -7,6 +7,8 @@
 //! whatever router it is given (`routes`, the stub's) and imports no handler.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use axum::Router;
 use hyper::body::Incoming;
@@ -28,11 +30,17 @@ impl ConnHandle {
     }
 }
 
-/// Accepts connections until `shutdown`, serving each with `router`.
+/// Accepts connections until `shutdown`, serving each with `router`; counts each
+/// accepted connection in `connections`.
 ///
 /// # Cancel safety
 /// Runs as its own task; stops accepting at once on `shutdown` (cancel-safe `accept`).
-pub(crate) async fn serve(listener: TcpListener, router: Router, shutdown: CancellationToken, tracker: TaskTracker) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    (shutdown, tracker): (CancellationToken, TaskTracker),
+    connections: Arc<AtomicU64>,
+) {
     loop {
         let accepted = tokio::select! {
             biased;
@@ -47,6 +55,7 @@ pub(crate) async fn serve(listener: TcpListener, router: Router, shutdown: Cance
                 continue;
             }
         };
+        connections.fetch_add(1, Ordering::Relaxed);
         let _ = stream.set_nodelay(true);
         tracker.spawn(connection(stream, router.clone(), shutdown.clone()));
     }

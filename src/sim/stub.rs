@@ -10,6 +10,7 @@
 //! MCP server actually saw. Sessions are issued but not enforced.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -39,6 +40,7 @@ const SLOW_CAP: Duration = Duration::from_secs(60);
 pub struct McpStub {
     addr: SocketAddr,
     received: Arc<Mutex<Vec<String>>>,
+    accepted: Arc<AtomicU64>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -56,10 +58,17 @@ impl McpStub {
             .with_state(received.clone());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        tracker.spawn(server::serve(listener, router, shutdown.clone(), tracker.clone()));
+        let accepted = Arc::<AtomicU64>::default();
+        tracker.spawn(server::serve(
+            listener,
+            router,
+            (shutdown.clone(), tracker.clone()),
+            accepted.clone(),
+        ));
         Ok(McpStub {
             addr,
             received,
+            accepted,
             shutdown,
             tracker,
         })
@@ -82,6 +91,12 @@ impl McpStub {
     /// The method of every message received, in order.
     pub fn received_methods(&self) -> Vec<String> {
         self.lock().clone()
+    }
+
+    /// How many TCP connections the stub has accepted (a client's connection reuse shows
+    /// as few connections for many messages).
+    pub fn connections_accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
     }
 
     /// How many messages with this method were received.

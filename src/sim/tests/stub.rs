@@ -134,3 +134,18 @@ async fn slow_with_a_progress_token_streams_two_progress_notifications_then_the_
     assert_eq!(events[2]["id"], 9);
     assert_eq!(events[2]["result"]["content"][0]["text"], "done");
 }
+
+#[tokio::test]
+async fn the_stub_counts_the_connections_it_accepts_not_the_requests() {
+    let (stub, http) = stub().await;
+    for id in 1..=3 {
+        let (status, _) = rpc(&http, &stub, tool(id, "echo", json!({"message": "m"}))).await;
+        assert_eq!(status, 200);
+    }
+    // One pooled connection for the three calls.
+    assert_eq!(stub.connections_accepted(), 1);
+    let other = reqwest::Client::builder().timeout(WAIT).build().unwrap();
+    let (status, _) = rpc(&other, &stub, tool(4, "echo", json!({"message": "m"}))).await;
+    assert_eq!(status, 200);
+    assert_eq!(stub.connections_accepted(), 2);
+}
