@@ -133,14 +133,7 @@ fn cluster_lines(config: &EtcdConfig, record: Option<&ClusterRecord>, intents: &
     }];
     for kv in intents {
         let what = match serde_json::from_slice::<Intent>(&kv.value) {
-            Ok(i) => format!(
-                "request_id={} channel={} method={} written_at={} instance_id={}",
-                i.request_id,
-                i.channel,
-                i.method.as_deref().unwrap_or("-"),
-                i.written_at,
-                i.instance_id
-            ),
+            Ok(i) => describe(&i),
             Err(_) => format!("unreadable record at {}", kv.key),
         };
         lines.push(format!(
@@ -155,18 +148,23 @@ fn unsettled_intent(latch: &Path) -> Option<String> {
     let intents = crate::strict::FileIntents::beside(latch);
     let what = match intents.read() {
         crate::strict::Unsettled::None => return None,
-        crate::strict::Unsettled::Intent(i) => format!(
-            "request_id={} channel={} method={} written_at={} instance_id={}",
-            i.request_id,
-            i.channel,
-            i.method.as_deref().unwrap_or("-"),
-            i.written_at,
-            i.instance_id
-        ),
+        crate::strict::Unsettled::Intent(i) => describe(&i),
         crate::strict::Unsettled::Unreadable(e) => format!("unreadable ({e})"),
     };
     Some(format!(
         "unsettled write-ahead intent at {}: {what}; the next strict start latches interrupted_before_ack on it",
         intents.path().display()
     ))
+}
+
+/// One intent record in words: who, where and when, never a payload.
+fn describe(i: &Intent) -> String {
+    format!(
+        "request_id={} channel={} method={} written_at={} instance_id={}",
+        i.request_id,
+        i.channel,
+        i.method.as_deref().unwrap_or("-"),
+        i.written_at,
+        i.instance_id
+    )
 }

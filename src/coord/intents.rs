@@ -72,20 +72,7 @@ impl EtcdIntents {
                 "this replica lost the coordination lease before the settle; the intent stays and the next active latches on it",
             ));
         };
-        let keys = &c.shared.keys;
-        let txn = Txn {
-            compare: vec![Compare::CreateRevision(
-                keys.leader.clone(),
-                CmpOp::Equal,
-                term.revision,
-            )],
-            success: vec![Op::Delete {
-                key: keys.intent(&request_id),
-                prefix: false,
-            }],
-            failure: vec![],
-        };
-        match c.shared.etcd.txn(txn).await {
+        match c.shared.etcd.txn(settle_txn(c, &request_id, term.revision)).await {
             Ok(r) if r.succeeded => {
                 c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Ok);
                 Ok(())
@@ -110,16 +97,7 @@ pub(super) async fn settle_again(c: &Coordinator) {
     let Some((request_id, revision)) = c.lock().settle_again.take() else {
         return;
     };
-    let keys = &c.shared.keys;
-    let txn = Txn {
-        compare: vec![Compare::CreateRevision(keys.leader.clone(), CmpOp::Equal, revision)],
-        success: vec![Op::Delete {
-            key: keys.intent(&request_id),
-            prefix: false,
-        }],
-        failure: vec![],
-    };
-    match c.shared.etcd.txn(txn).await {
+    match c.shared.etcd.txn(settle_txn(c, &request_id, revision)).await {
         Ok(r) if r.succeeded => {
             c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Ok);
             tracing::info!(request_id = %request_id, "the write-ahead intent was settled on a later try");
@@ -132,6 +110,20 @@ pub(super) async fn settle_again(c: &Coordinator) {
             c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Failed);
             c.lock().settle_again = Some((request_id, revision));
         }
+    }
+}
+
+/// Deletes `request_id`'s intent if the election key is still the one of the term
+/// (`revision`) it was recorded in.
+fn settle_txn(c: &Coordinator, request_id: &str, revision: i64) -> Txn {
+    let keys = &c.shared.keys;
+    Txn {
+        compare: vec![Compare::CreateRevision(keys.leader.clone(), CmpOp::Equal, revision)],
+        success: vec![Op::Delete {
+            key: keys.intent(request_id),
+            prefix: false,
+        }],
+        failure: vec![],
     }
 }
 
