@@ -37,7 +37,8 @@ fn echo_log(rig: &Rig) -> std::path::PathBuf {
 }
 
 /// The rig's simulator and MCP stub (`main`), the echo peer over stdio (`tools`), the
-/// rig's latch path and ops port.
+/// rig's latch path, and `ops.listen` on port 0: a free port found earlier could be taken
+/// by a parallel test's process by the time doctor probes it.
 fn config(rig: &Rig, strict: bool) -> String {
     format!(
         r#"
@@ -60,13 +61,12 @@ enabled = {strict}
 latch_file = "{latch}"
 
 [ops]
-listen = "127.0.0.1:{ops}"
+listen = "127.0.0.1:0"
 "#,
         base = rig.sim.base_url(),
         stub = rig.stub.url(),
         echo = serde_json::to_string(&echo_argv(rig)).unwrap(),
         latch = rig.latch_path().display(),
-        ops = rig.ops_port,
     )
 }
 
@@ -375,7 +375,8 @@ async fn doctor_fails_the_latch_directory_when_its_parent_is_a_regular_file() {
 async fn doctor_fails_the_ops_address_while_a_running_gateway_holds_it() {
     let rig = Rig::start("").await;
     let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
-    let (run, report) = doctor(&config(&rig, false), &[]).await;
+    let held = config(&rig, false).replace("127.0.0.1:0", &format!("127.0.0.1:{}", rig.ops_port));
+    let (run, report) = doctor(&held, &[]).await;
     assert_fails(
         &run,
         &report,
