@@ -641,3 +641,31 @@ async fn by_default_the_gateway_runs_on_one_thread() {
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
 }
+
+/// The MCP server's connections are reused: three waves of calls, each more than the
+/// channel may run at once, open at most `mcp.max_concurrent` (4) connections to the
+/// server in all, however many commands pass. (The pool holds at most what the
+/// concurrency bound lets it open; idle connections close after the idle timeout.)
+#[tokio::test]
+async fn three_waves_of_calls_reuse_at_most_max_concurrent_connections_to_the_mcp_server() {
+    let rig = Rig::start("").await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
+    let mut answered = 0;
+    for wave in 0..3 {
+        let ids: Vec<String> = (0..24)
+            .map(|i| rig.enqueue_call("slow", json!({"ms": 10 + (i % 3) * 5})))
+            .collect();
+        rig.wait(&format!("wave {wave}'s answers"), |r| {
+            ids.iter().all(|id| r.responses_for(id).any(|p| p.completed))
+        })
+        .await;
+        answered += ids.len();
+    }
+    let connections = rig.stub.connections_accepted();
+    assert!(
+        (1..=4).contains(&connections),
+        "{answered} calls opened {connections} connections to the MCP server (at most mcp.max_concurrent = 4)"
+    );
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(Duration::from_secs(20)).await, Some(0), "{}", gw.stderr());
+}
