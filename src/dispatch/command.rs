@@ -340,9 +340,22 @@ impl CommandTask<'_> {
         }
     }
 
-    /// Posts the leg's reply as the terminal response, bounded by the command's
-    /// deadline (or by the cleanup time when the gateway is stopping).
+    /// Posts the leg's reply as the terminal response (see [`Self::post_terminal`]).
     async fn deliver(&self, leg: &LegResult, within_cleanup: bool) -> DeliveryReport {
+        let report = self.post_terminal(&leg.reply, within_cleanup).await;
+        if leg.outcome == LegOutcome::Answered && report.delivery == Delivery::Acked {
+            self.d.books.succeeded(self.cmd.channel.as_str());
+        }
+        if report.delivery != Delivery::Acked && leg.failure.is_none() {
+            self.span.record("error.type", report.last_attempt.as_str());
+        }
+        report
+    }
+
+    /// Posts `reply` as the terminal response, bounded by the command's deadline (or by
+    /// the cleanup time when the gateway is stopping); times it and records the delivery
+    /// on the command's span.
+    pub(super) async fn post_terminal(&self, reply: &crate::downstream::Reply, within_cleanup: bool) -> DeliveryReport {
         let responder = &self.d.responder;
         let deadline = if within_cleanup {
             responder.cleanup_deadline(self.deadline)
@@ -350,18 +363,12 @@ impl CommandTask<'_> {
             self.deadline
         };
         let started = Instant::now();
-        let report = responder.terminal(self.cmd, &leg.reply, deadline, self.receipt).await;
+        let report = responder.terminal(self.cmd, reply, deadline, self.receipt).await;
         self.d.books.leg_took(DurationLeg::Deliver, started);
-        if leg.outcome == LegOutcome::Answered && report.delivery == Delivery::Acked {
-            self.d.books.succeeded(self.cmd.channel.as_str());
-        }
-        let span = &self.span;
-        span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
+        self.span
+            .record("tunnelgate.delivery_outcome", report.delivery.as_str());
         if report.delivery != Delivery::Acked {
-            span.record("otel.status_code", "ERROR");
-            if leg.failure.is_none() {
-                span.record("error.type", report.last_attempt.as_str());
-            }
+            self.span.record("otel.status_code", "ERROR");
         }
         report
     }

@@ -19,7 +19,6 @@ use super::answer::discovery_failed_reply;
 use super::command::CommandTask;
 use super::decide::{AfterDelivery, AfterLeg};
 use super::trace;
-use crate::control::Delivery;
 use crate::downstream::{LegOutcome, Reply};
 use crate::protocol::DiscoveryFailure;
 use crate::strict::{Admission, FenceLeg};
@@ -67,7 +66,7 @@ impl CommandTask<'_> {
         match running.leg_ended(LegOutcome::NotSent, cut, is_expired(self.deadline)) {
             AfterLeg::Deliver { within_cleanup, next } => {
                 admission.set_leg(FenceLeg::Deliver);
-                let report = self.post_answer(&reply, within_cleanup).await;
+                let report = self.post_terminal(&reply, within_cleanup).await;
                 match next.delivered(report.delivery, report.last_attempt, is_expired(self.deadline)) {
                     AfterDelivery::Done => {}
                     // `not_sent` never latches on its delivery; kept exact all the same.
@@ -103,26 +102,6 @@ impl CommandTask<'_> {
             span.record("otel.status_code", "ERROR");
         }
         (result, cut)
-    }
-
-    /// Posts the answer, bounded by the command's deadline (or the cleanup time when the
-    /// gateway is stopping).
-    async fn post_answer(&self, reply: &Reply, within_cleanup: bool) -> crate::control::DeliveryReport {
-        let responder = &self.d.responder;
-        let deadline = if within_cleanup {
-            responder.cleanup_deadline(self.deadline)
-        } else {
-            self.deadline
-        };
-        let started = Instant::now();
-        let report = responder.terminal(self.cmd, reply, deadline, self.receipt).await;
-        self.d.books.leg_took(DurationLeg::Deliver, started);
-        self.span
-            .record("tunnelgate.delivery_outcome", report.delivery.as_str());
-        if report.delivery != Delivery::Acked {
-            self.span.record("otel.status_code", "ERROR");
-        }
-        report
     }
 }
 

@@ -808,6 +808,16 @@ log_level = "info"
             .expect("metrics text")
     }
 
+    /// `/readyz`'s status and body.
+    pub async fn readyz(&self) -> (u16, String) {
+        let r = http_client()
+            .get(format!("http://127.0.0.1:{}/readyz", self.ops_port))
+            .send()
+            .await
+            .expect("readyz answers");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    }
+
     pub async fn status(&self) -> Value {
         http_client()
             .get(format!("http://127.0.0.1:{}/status", self.ops_port))

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tunnelgate::sim::{McpStub, SimConfig, Simulator};
 
-use crate::harness::{free_port, http_client, wait_until, Rig, RigOptions, KEY, TUNNEL};
+use crate::harness::{free_port, wait_until, Rig, RigOptions, KEY, TUNNEL};
 
 /// A rig whose simulator holds empty polls for 30 s, as a real control plane does.
 async fn idle_rig(api_key: &str) -> Rig {
@@ -20,15 +20,6 @@ async fn idle_rig(api_key: &str) -> Rig {
     }
 }
 
-async fn readyz(rig: &Rig) -> (u16, String) {
-    let r = http_client()
-        .get(format!("http://127.0.0.1:{}/readyz", rig.ops_port))
-        .send()
-        .await
-        .expect("readyz answers");
-    (r.status().as_u16(), r.text().await.unwrap_or_default())
-}
-
 fn long_poll_config(rig: &Rig) -> String {
     // A real poll timeout: the old first poll made readiness wait this long.
     rig.config(&RigOptions::default_mode())
@@ -40,7 +31,7 @@ async fn an_idle_gateway_is_ready_after_one_quick_poll_then_long_polls() {
     let rig = idle_rig(KEY).await;
     let mut gw = rig.spawn_gateway(&long_poll_config(&rig)).await;
     wait_until("ready with an idle control plane", Duration::from_secs(5), || async {
-        readyz(&rig).await.0 == 200
+        rig.readyz().await.0 == 200
     })
     .await;
     let record = rig.sim.record();
@@ -63,7 +54,7 @@ async fn refused_credentials_keep_the_gateway_not_ready() {
         rig.sim.record().polls.iter().any(|p| p.status == Some(401))
     })
     .await;
-    let (status, reason) = readyz(&rig).await;
+    let (status, reason) = rig.readyz().await;
     assert_eq!(status, 503);
     assert!(reason.contains("no successful poll"), "{reason}");
     gw.sigterm();

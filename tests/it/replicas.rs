@@ -136,6 +136,21 @@ fn instances(record: &Record) -> BTreeSet<String> {
 
 /// Starts a replica and returns it once `/readyz` answers 200 and its first poll has
 /// reached the simulator (which names its instance id).
+/// A recording HTTP MCP server (its record file, its process), the replicas' channel
+/// tables for it, and three replicas of it on `sim`'s tunnel.
+async fn three_replicas_of_a_recording_server(
+    sim: &Simulator,
+) -> (tempfile::NamedTempFile, ChildGuard, String, Vec<Replica>) {
+    let record_file = tempfile::NamedTempFile::new().expect("record file");
+    let (mcp, url) = spawn_recording_server(record_file.path()).await;
+    let body = http_channel(&url);
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(start_replica(sim, &body, &[]).await);
+    }
+    (record_file, mcp, body, replicas)
+}
+
 async fn start_replica(sim: &Simulator, body: &str, envs: &[(&str, &str)]) -> Replica {
     let known = instances(&sim.record());
     let dir = tempfile::tempdir().expect("tempdir");
@@ -273,13 +288,7 @@ fn per_instance(answers: &BTreeMap<String, Answer>) -> BTreeMap<&str, usize> {
 async fn three_default_mode_replicas_share_a_tunnel_and_answer_every_command_exactly_once() {
     let started = Instant::now();
     let sim = start_sim().await;
-    let record_file = tempfile::NamedTempFile::new().expect("record file");
-    let (_mcp, url) = spawn_recording_server(record_file.path()).await;
-    let body = http_channel(&url);
-    let mut replicas = Vec::new();
-    for _ in 0..3 {
-        replicas.push(start_replica(&sim, &body, &[]).await);
-    }
+    let (record_file, _mcp, _, mut replicas) = three_replicas_of_a_recording_server(&sim).await;
     let load = Instant::now();
     let markers: Vec<String> = (0..COMMANDS).map(|i| format!("a{i}")).collect();
     let ids: Vec<String> = markers.iter().map(|m| sim.enqueue(record_call(m))).collect();
@@ -428,13 +437,7 @@ fn no_open_poll(record: &Record, instance: &str) -> bool {
 async fn a_rolling_restart_under_load_loses_nothing_and_answers_nothing_twice() {
     let started = Instant::now();
     let sim = start_sim().await;
-    let record_file = tempfile::NamedTempFile::new().expect("record file");
-    let (_mcp, url) = spawn_recording_server(record_file.path()).await;
-    let body = http_channel(&url);
-    let mut replicas = Vec::new();
-    for _ in 0..3 {
-        replicas.push(start_replica(&sim, &body, &[]).await);
-    }
+    let (record_file, _mcp, body, mut replicas) = three_replicas_of_a_recording_server(&sim).await;
     let mut caller = Caller::new();
     let paused = std::cell::Cell::new(false);
     let stage = std::cell::Cell::new(String::from("starting"));

@@ -7,23 +7,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{free_port, http_client, wait_until, CliRun, Gateway, Rig, RigOptions, KEY};
+use crate::harness::{free_port, wait_until, CliRun, Gateway, Rig, RigOptions, KEY};
 
 const T: Duration = Duration::from_secs(30);
 
 async fn require_ready(rig: &Rig) -> CliRun {
     let url = format!("http://127.0.0.1:{}", rig.ops_port);
     Gateway::cli(&["status", "--url", &url, "--require-ready"], None, &[], T).await
-}
-
-/// `/readyz`'s status and body.
-async fn readyz(rig: &Rig) -> (u16, String) {
-    let r = http_client()
-        .get(format!("http://127.0.0.1:{}/readyz", rig.ops_port))
-        .send()
-        .await
-        .expect("readyz answers");
-    (r.status().as_u16(), r.text().await.unwrap_or_default())
 }
 
 fn document(run: &CliRun) -> Value {
@@ -47,7 +37,7 @@ fn assert_not_ready(run: &CliRun, says: &str) {
 async fn require_ready_exits_zero_for_a_ready_gateway_and_says_nothing_on_stderr() {
     let rig = Rig::start("").await;
     let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
-    wait_until("ready", T, || async { readyz(&rig).await.0 == 200 }).await;
+    wait_until("ready", T, || async { rig.readyz().await.0 == 200 }).await;
     let run = require_ready(&rig).await;
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(run.stderr, "", "{run:?}");
@@ -68,7 +58,7 @@ async fn require_ready_exits_3_with_the_reason_before_any_successful_poll() {
         .await;
     let run = require_ready(&rig).await;
     assert_not_ready(&run, "not ready: no successful poll of the control plane yet");
-    let (status, reason) = readyz(&rig).await;
+    let (status, reason) = rig.readyz().await;
     assert_eq!((status, run.stderr.clone()), (503, format!("tunnelgate: {reason}")));
     assert_eq!(document(&run)["state"], "starting", "{run:?}");
     // Without the flag the same gateway exits 0, as before.
@@ -91,7 +81,7 @@ async fn require_ready_exits_3_naming_a_stdio_channel_that_is_down() {
     });
     let mut gw = rig.spawn_gateway(&config).await;
     wait_until("polling works and only the channel keeps it not ready", T, || async {
-        let (status, reason) = readyz(&rig).await;
+        let (status, reason) = rig.readyz().await;
         status == 503 && reason.contains("channel broken")
     })
     .await;
@@ -116,7 +106,7 @@ async fn require_ready_exits_with_the_latchs_code_for_a_latched_gateway() {
     let mut held = rig.spawn_gateway(&hold).await;
     let run = require_ready(&rig).await;
     assert_eq!(run.code, 89, "{run:?}");
-    let (status, reason) = readyz(&rig).await;
+    let (status, reason) = rig.readyz().await;
     assert_eq!(status, 503, "{reason}");
     assert_eq!(run.stderr, format!("tunnelgate: {}\n", reason.trim()), "{run:?}");
     assert!(

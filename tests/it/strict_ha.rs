@@ -239,6 +239,41 @@ fn distinct_port(taken: u16) -> u16 {
     }
 }
 
+/// etcd, the recording MCP server, the simulator, and two replicas on them: `a` the
+/// active (started first), `b` the standby.
+struct Pair {
+    etcd: EtcdPeer,
+    server: Recorder,
+    rig: Rig,
+    a: Replica,
+    b: Replica,
+    ga: Gateway,
+    gb: Gateway,
+}
+
+impl Pair {
+    async fn start() -> Pair {
+        let etcd = EtcdPeer::start().await;
+        let server = Recorder::start().await;
+        let rig = Rig::start("").await;
+        let a = Replica::new(&rig, &etcd, &server.url(), "");
+        let b = Replica::new(&rig, &etcd, &server.url(), "");
+        let ga = a.spawn().await;
+        a.wait_role("active").await;
+        let gb = b.spawn().await;
+        b.wait_role("standby").await;
+        Pair {
+            etcd,
+            server,
+            rig,
+            a,
+            b,
+            ga,
+            gb,
+        }
+    }
+}
+
 fn call(rig: &Rig, tool: &str, marker: &str, ms: u64) -> String {
     rig.sim.enqueue(tunnelgate::sim::NewCommand::jsonrpc(json!({
         "jsonrpc": "2.0", "id": format!("rpc-{marker}"), "method": "tools/call",
@@ -290,15 +325,15 @@ fn assert_no_overlap(calls: &[(Instant, Option<Instant>, String)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_strict_replicas_never_dispatch_at_once_and_only_the_active_polls() {
-    let etcd = EtcdPeer::start().await;
-    let server = Recorder::start().await;
-    let rig = Rig::start("").await;
-    let a = Replica::new(&rig, &etcd, &server.url(), "");
-    let b = Replica::new(&rig, &etcd, &server.url(), "");
-    let mut ga = a.spawn().await;
-    a.wait_role("active").await;
-    let mut gb = b.spawn().await;
-    b.wait_role("standby").await;
+    let Pair {
+        etcd: _etcd,
+        server,
+        rig,
+        a,
+        b,
+        mut ga,
+        mut gb,
+    } = Pair::start().await;
     let (code, body) = b.get("/readyz").await.unwrap();
     assert_eq!(code, 503);
     assert!(body.contains("standby"), "{body}");
@@ -359,15 +394,15 @@ async fn two_strict_replicas_never_dispatch_at_once_and_only_the_active_polls() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_active_holding_a_call_makes_the_standby_latch_on_its_intent_and_every_replica_holds() {
-    let etcd = EtcdPeer::start().await;
-    let server = Recorder::start().await;
-    let rig = Rig::start("").await;
-    let a = Replica::new(&rig, &etcd, &server.url(), "");
-    let b = Replica::new(&rig, &etcd, &server.url(), "");
-    let mut ga = a.spawn().await;
-    a.wait_role("active").await;
-    let mut gb = b.spawn().await;
-    b.wait_role("standby").await;
+    let Pair {
+        etcd,
+        server,
+        rig,
+        a: _a,
+        b,
+        mut ga,
+        mut gb,
+    } = Pair::start().await;
 
     let held = call(&rig, "hold", "held", 0);
     wait_until("the held call at the server", BOUND, || async { server.count() == 1 }).await;
@@ -433,15 +468,15 @@ async fn a_sigkilled_active_holding_a_call_makes_the_standby_latch_on_its_intent
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_idle_active_is_replaced_within_the_lease_and_one_renewal_with_no_latch() {
-    let etcd = EtcdPeer::start().await;
-    let server = Recorder::start().await;
-    let rig = Rig::start("").await;
-    let a = Replica::new(&rig, &etcd, &server.url(), "");
-    let b = Replica::new(&rig, &etcd, &server.url(), "");
-    let mut ga = a.spawn().await;
-    a.wait_role("active").await;
-    let mut gb = b.spawn().await;
-    b.wait_role("standby").await;
+    let Pair {
+        etcd: _etcd,
+        server: _server,
+        rig,
+        a,
+        b,
+        mut ga,
+        mut gb,
+    } = Pair::start().await;
     let first = call(&rig, "work", "before", 0);
     rig.wait("the first answer", |r| r.responses_for(&first).count() == 1)
         .await;
@@ -480,16 +515,16 @@ async fn a_sigkilled_idle_active_is_replaced_within_the_lease_and_one_renewal_wi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_active_that_wakes_after_losing_its_lease_dispatches_nothing() {
-    let etcd = EtcdPeer::start().await;
-    let server = Recorder::start().await;
-    let rig = Rig::start("").await;
-    let a = Replica::new(&rig, &etcd, &server.url(), "");
-    let b = Replica::new(&rig, &etcd, &server.url(), "");
-    let mut ga = a.spawn().await;
-    a.wait_role("active").await;
+    let Pair {
+        etcd: _etcd,
+        server,
+        rig,
+        a,
+        b,
+        mut ga,
+        mut gb,
+    } = Pair::start().await;
     let a_id = a.instance().await;
-    let mut gb = b.spawn().await;
-    b.wait_role("standby").await;
 
     ga.signal("STOP");
     b.wait_role("active").await;
