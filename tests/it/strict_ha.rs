@@ -339,15 +339,27 @@ async fn two_strict_replicas_never_dispatch_at_once_and_only_the_active_polls() 
     assert!(body.contains("standby"), "{body}");
     assert_eq!(b.status().await["state"], "standby");
 
-    // Two hundred calls of 0-3 ms; after the first hundred, the active is stopped
-    // (SIGTERM) and started again, so the lease changes hands twice under load.
-    let ids: Vec<String> = (0..200).map(|i| call(&rig, "work", &format!("m{i}"), i % 4)).collect();
-    wait_until("a hundred answers", BOUND, || async { server.count() >= 100 }).await;
+    // Two hundred calls of 0-3 ms in two halves; between them the active is stopped
+    // (SIGTERM) and started again, so the lease changes hands. The stop comes once the
+    // first half is answered: a stop drops the open long poll, and a control plane that
+    // still answers it hands its commands to nobody (README, "Several replicas").
+    let calls_of = |range: std::ops::Range<u64>| -> Vec<String> {
+        range.map(|i| call(&rig, "work", &format!("m{i}"), i % 4)).collect()
+    };
+    let mut ids = calls_of(0..100);
+    rig.wait("the first half's terminal responses", |r| {
+        ids.iter().all(|id| {
+            r.responses_for(id)
+                .any(|p| p.resp_type.as_deref() == Some("jsonrpc_response"))
+        })
+    })
+    .await;
     ga.sigterm();
     assert_eq!(ga.wait_exit(BOUND).await, Some(0), "{}", ga.stderr());
     b.wait_role("active").await;
     let mut ga = a.spawn().await;
     a.wait_role("standby").await;
+    ids.extend(calls_of(100..200));
     rig.wait("every command's terminal response", |r| {
         ids.iter().all(|id| {
             r.responses_for(id)
