@@ -253,3 +253,46 @@ fn metric_names_are_found_as_the_rules_check_finds_them() {
         ["tunnelgate_a_seconds", "tunnelgate_a_seconds_bucket", "tunnelgate_b"]
     );
 }
+
+/// With `coordination.backend = "etcd"`, every [`COORDINATED`] name the artefacts use is
+/// exported from the first scrape too, before etcd has answered at all (here it never
+/// does: the endpoint is a port that refuses every connect), the role as `unavailable`.
+#[tokio::test]
+async fn a_coordinated_gateway_exports_every_coordination_metric_the_artefacts_name_from_the_first_scrape() {
+    let rig = Rig::start("").await;
+    let closed = tokio::net::TcpSocket::new_v4().unwrap();
+    closed.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let etcd = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    let extra = format!("\n[coordination]\nbackend = \"etcd\"\n[coordination.etcd]\nendpoints = [\"{etcd}\"]\n");
+    let mut gw = rig
+        .spawn_gateway(&rig.config(&RigOptions {
+            extra: &extra,
+            ..Default::default()
+        }))
+        .await;
+    let text = rig.metrics().await;
+    let exported = exported_names(&text);
+    // `holder_info` is an info metric with a series only while a holder is known (as
+    // `fatal_info` while latched); a name ending in `_` is the artefacts' prefix match.
+    let missing: Vec<String> = names_in_artefacts()
+        .into_keys()
+        .filter(|n| coordinated(n) && !n.ends_with('_') && n != "tunnelgate_coordination_holder_info")
+        .filter(|n| !exported.contains(n))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "missing from a coordinated gateway's first scrape: {missing:?}\n{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == "tunnelgate_coordination_role{role=\"unavailable\"} 1"),
+        "{text}"
+    );
+    gw.sigterm();
+    assert_eq!(
+        gw.wait_exit(std::time::Duration::from_secs(20)).await,
+        Some(0),
+        "{}",
+        gw.stderr()
+    );
+}
