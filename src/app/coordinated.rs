@@ -52,12 +52,12 @@ impl Parts {
             );
             return;
         };
+        let may_poll = coordinator.may_poll();
         let stop = self.coordination_stop.clone();
         self.coordination_task = Some(self.supervisor.spawn_untracked(TaskKind::Coordinator, async move {
             coordinator.run(stop).await;
             TaskEnd::Finished
         }));
-        let may_poll = self.coordinator.as_ref().map(Coordinator::may_poll).expect("set above");
         self.supervisor.spawn(
             TaskKind::Poller,
             polls_while_active(dispatcher.clone(), may_poll, signals.poll_stop.clone()),
