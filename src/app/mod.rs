@@ -206,10 +206,21 @@ impl Gateway {
             requests: stop_rx,
             cluster: parts.coordinator.clone(),
         };
-        let (outcome, signals) = order.run().await;
+        let (outcome, signals, requests) = order.run().await;
         log_accounting(&parts.metrics);
         signals.end();
         parts.finish().await;
+        // A coordinated replica that latched during its run (on a predecessor's unsettled
+        // intent, say) holds as `strict.latched_start = "hold"` asks, as its next start
+        // would: on the latch file just persisted, serving only the ops listener.
+        if matches!(outcome, RunOutcome::Fatal(_))
+            && config.coordination.is_etcd()
+            && config.strict.latched_start == LatchedStart::Hold
+        {
+            if let Some(previous) = latched::previous_latch(&config) {
+                return latched::hold(&config, previous, requests, None, &status).await;
+            }
+        }
         Ok(outcome)
     }
 }

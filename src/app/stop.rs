@@ -210,7 +210,9 @@ struct Progress {
 impl StopOrder {
     /// Runs the stop from [`Phase::Running`] to its end, and returns the run's outcome
     /// (the stop signals stay as the order left them).
-    pub(super) async fn run(mut self) -> (RunOutcome, StopSignals) {
+    /// Also hands back the stop requests still to come: a run that holds on its latch
+    /// afterwards is stopped by them.
+    pub(super) async fn run(mut self) -> (RunOutcome, StopSignals, mpsc::UnboundedReceiver<()>) {
         let mut progress = Progress {
             deadline: Instant::now(),
             fatal: None,
@@ -237,7 +239,7 @@ impl StopOrder {
                     .expect("the fatal order is entered only through BeginFatal, which records the cause"),
             ),
         };
-        (outcome, self.signals)
+        (outcome, self.signals, self.requests)
     }
 
     /// Waits for what `phase` waits for. Never called in [`Phase::Done`].

@@ -79,7 +79,7 @@ async fn stop_with_one_command(strict: bool, sent: bool, obeys_cut: bool) -> (Ru
         requests: rx,
     };
     let started = Instant::now();
-    let (outcome, _) = order.run().await;
+    let (outcome, _, _) = order.run().await;
     (outcome, started.elapsed())
 }
 

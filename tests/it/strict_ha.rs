@@ -850,3 +850,45 @@ async fn a_standby_starts_no_stdio_child_until_it_becomes_the_active() {
     gb.sigterm();
     assert_eq!(gb.wait_exit(BOUND).await, Some(0), "{}", gb.stderr());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_latched_start_hold_the_standby_that_latches_on_a_takeover_holds_instead_of_exiting() {
+    let etcd = EtcdPeer::start().await;
+    let server = Recorder::start().await;
+    let rig = Rig::start("").await;
+    let a = Replica::new(&rig, &etcd, &server.url(), "");
+    let mut b = Replica::new(&rig, &etcd, &server.url(), "");
+    b.config = b.config.replace("[strict]\n", "[strict]\nlatched_start = \"hold\"\n");
+    let mut ga = a.spawn().await;
+    a.wait_role("active").await;
+    let mut gb = b.spawn().await;
+    b.wait_role("standby").await;
+
+    let held = call(&rig, "hold", "held", 0);
+    wait_until("the held call at the server", BOUND, || async { server.count() == 1 }).await;
+    ga.signal("KILL");
+    assert_eq!(ga.wait_exit(BOUND).await, Some(128 + 9));
+    // b latches on the intent, then holds on its latch file: up, not ready, the latch
+    // on /status, never exiting until stopped.
+    wait_until("b holding on its latch", BOUND, || async {
+        b.status().await["fatal"]["category"] == "latched_previously"
+    })
+    .await;
+    let stderr = gb.stderr();
+    assert!(
+        stderr.contains("category=interrupted_before_ack") && stderr.contains(&held),
+        "{stderr}"
+    );
+    assert!(!gb.has_exited(), "held, not exited: {stderr}");
+    let (code, _) = b.get("/readyz").await.unwrap();
+    assert_eq!(code, 503);
+    let metrics = b.get("/metrics").await.unwrap().1;
+    assert!(
+        metrics.contains("tunnelgate_fatal_info{category=\"interrupted_before_ack\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(server.count(), 1, "nothing dispatched after the takeover");
+    server.release();
+    gb.sigterm();
+    assert_eq!(gb.wait_exit(BOUND).await, Some(89), "{}", gb.stderr());
+}

@@ -180,7 +180,7 @@ async fn a_second_request_cuts_the_grace_short() {
     let stop = tokio::spawn(order.run());
     tokio::time::sleep(Duration::from_secs(2)).await;
     tx.send(()).unwrap();
-    let (outcome, signals) = stop.await.unwrap();
+    let (outcome, signals, _) = stop.await.unwrap();
     assert_eq!(outcome, RunOutcome::Clean);
     assert_eq!(started.elapsed(), Duration::from_secs(2), "cut at the second request");
     assert!(signals.poll_stop.is_cancelled() && signals.cut.is_cancelled() && signals.hard_stop.is_cancelled());
@@ -196,7 +196,7 @@ async fn a_latch_while_running_persists_and_cleans_up_within_the_cleanup_time() 
     command_until(&supervisor, &order.signals.hard_stop);
     fence.latch(FatalCategory::AckNotFound, &CommandRef::new("r", "main", None));
     let started = Instant::now();
-    let (outcome, signals) = order.run().await;
+    let (outcome, signals, _) = order.run().await;
     let RunOutcome::Fatal(fatal) = outcome else {
         panic!("{outcome:?}")
     };
@@ -232,7 +232,7 @@ async fn a_latch_during_the_grace_turns_the_stop_fatal_at_once() {
     let stop = tokio::spawn(order.run());
     tokio::time::sleep(Duration::from_secs(5)).await;
     done.cancel();
-    let (outcome, _) = stop.await.unwrap();
+    let (outcome, _, _) = stop.await.unwrap();
     let RunOutcome::Fatal(fatal) = outcome else {
         panic!("{outcome:?}")
     };
@@ -253,7 +253,7 @@ async fn a_task_that_ignores_every_signal_holds_the_stop_only_for_the_last_wait(
     supervisor.spawn(TaskKind::Command, std::future::pending::<TaskEnd>());
     tx.send(()).unwrap();
     let started = Instant::now();
-    let (outcome, _) = order.run().await;
+    let (outcome, _, _) = order.run().await;
     assert_eq!(outcome, RunOutcome::Clean);
     assert_eq!(
         started.elapsed(),
@@ -279,7 +279,7 @@ async fn a_latch_after_the_cut_still_ends_the_run_fatal_and_is_persisted() {
         }
     });
     tx.send(()).unwrap();
-    let (outcome, _) = tokio::spawn(order.run()).await.unwrap();
+    let (outcome, _, _) = tokio::spawn(order.run()).await.unwrap();
     let RunOutcome::Fatal(fatal) = outcome else {
         panic!("a run that latched never reads as clean: {outcome:?}")
     };
