@@ -43,6 +43,9 @@ struct Row {
     concurrency: usize,
     strict: bool,
     log_level: &'static str,
+    /// `--cp-tls`: the control plane over HTTPS, offering HTTP/2 (`Some(true)`) or
+    /// HTTP/1.1 only (`Some(false)`).
+    cp_tls: Option<bool>,
 }
 
 /// One run's figures.
@@ -55,6 +58,8 @@ struct Run {
     cp_connections_per_command: f64,
     mcp_connections_per_command: Option<f64>,
     peak_rss_kib: u64,
+    /// The share of polls and POSTs that arrived over HTTP/2.
+    http2_share: f64,
 }
 
 /// A peer process started as `bench FLAG 127.0.0.1:0`, killed on drop.
@@ -67,10 +72,11 @@ struct Peer {
 }
 
 impl Peer {
-    async fn spawn(flag: &str) -> Result<Self, String> {
+    async fn spawn(flag: &str, extra: &[String]) -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut child = tokio::process::Command::new(exe)
             .args([flag, "127.0.0.1:0"])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -131,10 +137,22 @@ pub(crate) async fn serve_stub(addr: SocketAddr) -> Result<(), String> {
 }
 
 /// One run of `row`: fresh peers and gateway, warm-up, the measured window.
-async fn run_once(args: &Args, client: &reqwest::Client, row: Row, secs: Duration) -> Result<Run, String> {
-    let cp = Peer::spawn("--serve-loadcp").await?;
+async fn run_once(args: &Args, client: &reqwest::Client, row: Row, secs: Duration, pki: Option<&Pki>) -> Result<Run, String> {
+    let (cp_args, gateway_tls) = match (row.cp_tls, pki) {
+        (Some(http2), Some(pki)) => (
+            vec![
+                "--tls-dir".to_owned(),
+                pki.dir.path().display().to_string(),
+                "--alpn".to_owned(),
+                if http2 { "h2" } else { "h1" }.to_owned(),
+            ],
+            format!("[control_plane.tls]\nca_file = \"{}\"\n", pki.dir.path().join("ca.pem").display()),
+        ),
+        _ => (Vec::new(), String::new()),
+    };
+    let cp = Peer::spawn("--serve-loadcp", &cp_args).await?;
     let stub = match row.path {
-        Path::Http => Some(Peer::spawn("--serve-stub").await?),
+        Path::Http => Some(Peer::spawn("--serve-stub", &[]).await?),
         Path::Stdio => None,
     };
     let channel = match (&stub, &args.stdio_server) {
@@ -142,7 +160,15 @@ async fn run_once(args: &Args, client: &reqwest::Client, row: Row, secs: Duratio
         (None, Some(server)) => stdio_channel(server),
         (None, None) => return Err("stdio rows need --stdio-server".to_owned()),
     };
-    let (gw, _) = GatewayProcess::start(args, &cp.target, &channel, (row.strict, ""), 128, row.log_level).await?;
+    let (gw, _) = GatewayProcess::start(
+        args,
+        &cp.target,
+        &channel,
+        (row.strict, &gateway_tls),
+        128,
+        row.log_level,
+    )
+    .await?;
     let load = |millis: u128| format!("/load?concurrency={}&millis={millis}", row.concurrency);
     let _: Window = cp.get(client, &load(300)).await?;
     let stub_before = match &stub {
@@ -165,7 +191,45 @@ async fn run_once(args: &Args, client: &reqwest::Client, row: Row, secs: Duratio
         cp_connections_per_command: w.connections as f64 / done,
         mcp_connections_per_command: mcp_connections.map(|c| c as f64 / done),
         peak_rss_kib: gw.rss_kib("VmHWM:"),
+        http2_share: w.http2_requests as f64 / w.requests.max(1) as f64,
     })
+}
+
+/// A CA and a server certificate for 127.0.0.1, made with the `openssl` CLI, for the
+/// `--cp-tls` rows: `ca.pem`, `server.pem` and `server.key` in a temporary directory.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        std::fs::write(
+            dir.path().join("server.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .map_err(|e| e.to_string())?;
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+        let steps: [Vec<&str>; 3] = [
+            [&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=bench-ca"]].concat(),
+            [&["req"][..], &ec, &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]].concat(),
+            vec![
+                "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+                "server.pem", "-days", "2", "-extfile", "server.ext",
+            ],
+        ];
+        for step in steps {
+            let out = std::process::Command::new("openssl")
+                .args(&step)
+                .current_dir(dir.path())
+                .output()
+                .map_err(|e| format!("--cp-tls needs the openssl CLI (scripts/install-peers): {e}"))?;
+            if !out.status.success() {
+                return Err(format!("openssl {step:?}: {}", String::from_utf8_lossy(&out.stderr)));
+            }
+        }
+        Ok(Self { dir })
+    }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -177,8 +241,29 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
+/// The rows `bench --external --cp-tls` measures: HTTP at each concurrency, `warn`, the
+/// control plane offering HTTP/2, then HTTP/1.1 only.
+fn tls_rows(args: &Args) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for http2 in [true, false] {
+        for &concurrency in &args.concurrency {
+            rows.push(Row {
+                path: Path::Http,
+                concurrency,
+                strict: false,
+                log_level: "warn",
+                cp_tls: Some(http2),
+            });
+        }
+    }
+    rows
+}
+
 /// The rows `bench --external` measures, in table order.
 fn rows(args: &Args) -> Vec<Row> {
+    if args.cp_tls {
+        return tls_rows(args);
+    }
     let mut paths = vec![Path::Http];
     if args.stdio_server.is_some() {
         paths.push(Path::Stdio);
@@ -192,6 +277,7 @@ fn rows(args: &Args) -> Vec<Row> {
                     concurrency,
                     strict: false,
                     log_level,
+                    cp_tls: None,
                 });
             }
         }
@@ -202,6 +288,7 @@ fn rows(args: &Args) -> Vec<Row> {
             concurrency: 1,
             strict: true,
             log_level,
+            cp_tls: None,
         });
     }
     rows
@@ -217,11 +304,12 @@ pub(crate) async fn run(args: &Args) -> Result<u8, String> {
     let mut out = String::from(
         "| path | concurrency | log level | commands/s | p50 | gateway CPU / command (median) | gateway CPU / command, each run | polls / command | control-plane connections / command | MCP connections / command | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
+    let pki = if args.cp_tls { Some(Pki::new()?) } else { None };
     for row in rows(args) {
         let mut runs = Vec::new();
         for n in 1..=args.runs {
-            eprintln!("bench --external: {} run {n} of {}", label(row), args.runs);
-            runs.push(run_once(args, &client, row, secs).await?);
+            eprintln!("bench --external: {} run {n} of {}", label(row, None), args.runs);
+            runs.push(run_once(args, &client, row, secs, pki.as_ref()).await?);
         }
         out.push_str(&table_row(row, &runs));
     }
@@ -229,11 +317,23 @@ pub(crate) async fn run(args: &Args) -> Result<u8, String> {
     Ok(0)
 }
 
-fn label(row: Row) -> String {
-    let path = match (row.path, row.strict) {
-        (Path::Http, false) => "HTTP",
-        (Path::Http, true) => "HTTP, strict",
-        (Path::Stdio, _) => "stdio",
+/// The row's first three cells. A TLS row names the protocol the polls and POSTs
+/// actually arrived over (`http2_share`, measured), not the one offered.
+fn label(row: Row, http2_share: Option<f64>) -> String {
+    let path = match (row.path, row.strict, row.cp_tls) {
+        (Path::Http, _, Some(offered)) => {
+            let offer = if offered { "h2 offered" } else { "HTTP/1.1 only" };
+            let used = match http2_share {
+                Some(s) if s > 0.99 => ", used HTTP/2".to_owned(),
+                Some(s) if s < 0.01 => ", used HTTP/1.1".to_owned(),
+                Some(s) => format!(", {:.0}% over HTTP/2", s * 100.0),
+                None => String::new(),
+            };
+            format!("HTTP, control plane over TLS ({offer}{used})")
+        }
+        (Path::Http, false, None) => "HTTP".to_owned(),
+        (Path::Http, true, None) => "HTTP, strict".to_owned(),
+        (Path::Stdio, _, _) => "stdio".to_owned(),
     };
     format!("{path} | {} | `{}`", row.concurrency, row.log_level)
 }
@@ -248,7 +348,7 @@ fn table_row(row: Row, runs: &[Run]) -> String {
     let rss = runs.iter().map(|r| r.peak_rss_kib).max().unwrap_or(0);
     format!(
         "| {} | {:.0} | {:.0} us | {:.0} us | {} us | {:.2} | {:.4} | {mcp} | {:.1} MiB |\n",
-        label(row),
+        label(row, Some(m(|r| r.http2_share))),
         m(|r| r.per_second),
         m(|r| r.p50_us),
         m(|r| r.cpu_us_per_command),

@@ -9,7 +9,9 @@
 //!
 //! It counts the polls it answers and the TCP connections it accepts, so a run can report
 //! both per command. `bench --serve-loadcp ADDR` runs it as a process of its own (see
-//! [`serve_standalone`]), for `scripts/bench --external`.
+//! [`serve_standalone`]), for `scripts/bench --external`; with `--tls-dir DIR --alpn
+//! h1|h2` it serves HTTPS (DIR's `server.pem` and `server.key`), offering HTTP/2 by ALPN
+//! or only HTTP/1.1, and counts the requests that arrived over HTTP/2.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -36,6 +38,12 @@ pub(crate) struct Window {
     pub(crate) polls: u64,
     /// TCP connections accepted from the gateway.
     pub(crate) connections: u64,
+    /// Polls and response POSTs that arrived over HTTP/2 (TLS with `h2` offered only).
+    #[serde(default)]
+    pub(crate) http2_requests: u64,
+    /// Polls and response POSTs.
+    #[serde(default)]
+    pub(crate) requests: u64,
 }
 
 #[derive(Default)]
@@ -46,12 +54,26 @@ struct Shared {
     next: AtomicU64,
     polls: AtomicU64,
     connections: AtomicU64,
+    /// Polls and response POSTs that arrived over HTTP/2.
+    http2_requests: AtomicU64,
+    /// Polls and response POSTs, over any version.
+    requests: AtomicU64,
+}
+
+/// How [`LoadCp::start_tls_on`] serves: the certificate files and what ALPN offers.
+#[derive(Clone, Debug)]
+pub(crate) struct TlsServe {
+    pub(crate) cert: std::path::PathBuf,
+    pub(crate) key: std::path::PathBuf,
+    /// Offer `h2` (then `http/1.1`), or `http/1.1` only.
+    pub(crate) http2: bool,
 }
 
 /// A running load control plane on loopback.
 pub(crate) struct LoadCp {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    scheme: &'static str,
 }
 
 impl LoadCp {
@@ -62,10 +84,7 @@ impl LoadCp {
     /// Binds `addr` (port 0 for an ephemeral one) and serves there.
     pub(crate) async fn start_on(addr: SocketAddr) -> Result<Self, String> {
         let shared = Arc::new(Shared::default());
-        let app = axum::Router::new()
-            .route(&format!("/v1/tunnels/{TUNNEL}/poll"), get(poll))
-            .route(&format!("/v1/tunnels/{TUNNEL}/response"), post(response))
-            .with_state(shared.clone());
+        let app = app(&shared);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| format!("load control plane on {addr}: {e}"))?;
@@ -75,11 +94,47 @@ impl LoadCp {
             counted.connections.fetch_add(1, Ordering::Relaxed);
         });
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Ok(Self { addr, shared })
+        Ok(Self {
+            addr,
+            shared,
+            scheme: "http",
+        })
+    }
+
+    /// [`start_on`](Self::start_on) over TLS, as `tls` says.
+    pub(crate) async fn start_tls_on(addr: SocketAddr, tls: &TlsServe) -> Result<Self, String> {
+        let acceptor = tls_acceptor(tls)?;
+        let shared = Arc::new(Shared::default());
+        let app = app(&shared);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("load control plane on {addr}: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let counted = shared.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                counted.connections.fetch_add(1, Ordering::Relaxed);
+                let (acceptor, app) = (acceptor.clone(), app.clone());
+                tokio::spawn(async move {
+                    let _ = tcp.set_nodelay(true);
+                    let Ok(stream) = acceptor.accept(tcp).await else { return };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                    let _ = builder
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Self {
+            addr,
+            shared,
+            scheme: "https",
+        })
     }
 
     pub(crate) fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// Queues one command and returns when its response POST arrived.
@@ -108,18 +163,24 @@ impl LoadCp {
     /// [`LoadCp::load`] with the polls and connections counted over it.
     pub(crate) async fn window(self: &Arc<Self>, concurrency: usize, secs: Duration) -> Window {
         let counts = || {
-            (
-                self.shared.polls.load(Ordering::Relaxed),
-                self.shared.connections.load(Ordering::Relaxed),
-            )
+            [
+                &self.shared.polls,
+                &self.shared.connections,
+                &self.shared.http2_requests,
+                &self.shared.requests,
+            ]
+            .map(|c| c.load(Ordering::Relaxed))
         };
-        let (polls, connections) = counts();
+        let before = counts();
         let load = self.load(concurrency, secs).await;
-        let (polls_after, connections_after) = counts();
+        let after = counts();
+        let delta = |i: usize| after[i] - before[i];
         Window {
             load,
-            polls: polls_after - polls,
-            connections: connections_after - connections,
+            polls: delta(0),
+            connections: delta(1),
+            http2_requests: delta(2),
+            requests: delta(3),
         }
     }
 }
@@ -137,8 +198,11 @@ struct LoadQuery {
 ///
 /// The control API: `GET /load?concurrency=C&millis=M` runs `C` callers for `M` ms and
 /// answers a [`Window`] as JSON, once the window is over.
-pub(crate) async fn serve_standalone(addr: SocketAddr) -> Result<(), String> {
-    let cp = Arc::new(LoadCp::start_on(addr).await?);
+pub(crate) async fn serve_standalone(addr: SocketAddr, tls: Option<TlsServe>) -> Result<(), String> {
+    let cp = Arc::new(match tls {
+        Some(tls) => LoadCp::start_tls_on(addr, &tls).await?,
+        None => LoadCp::start_on(addr).await?,
+    });
     let control = axum::Router::new()
         .route(
             "/load",
@@ -164,8 +228,45 @@ fn query_u64(query: &str, name: &str) -> Option<u64> {
         .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
 }
 
-async fn poll(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery) -> Response {
+fn app(shared: &Arc<Shared>) -> axum::Router {
+    axum::Router::new()
+        .route(&format!("/v1/tunnels/{TUNNEL}/poll"), get(poll))
+        .route(&format!("/v1/tunnels/{TUNNEL}/response"), post(response))
+        .with_state(shared.clone())
+}
+
+/// The acceptor of [`LoadCp::start_tls_on`]: `tls`'s certificate chain and key, ALPN
+/// offering `h2` first when asked to.
+fn tls_acceptor(tls: &TlsServe) -> Result<tokio_rustls::TlsAcceptor, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(&tls.cert)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{}: {e}", tls.cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(&tls.key).map_err(|e| format!("{}: {e}", tls.key.display()))?;
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("the load control plane's certificate: {e}"))?;
+    config.alpn_protocols = if tls.http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Counts a poll or response POST, and whether it came over HTTP/2.
+fn count_request(shared: &Shared, version: axum::http::Version) {
+    shared.requests.fetch_add(1, Ordering::Relaxed);
+    if version == axum::http::Version::HTTP_2 {
+        shared.http2_requests.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+async fn poll(State(shared): State<Arc<Shared>>, version: axum::http::Version, RawQuery(query): RawQuery) -> Response {
     shared.polls.fetch_add(1, Ordering::Relaxed);
+    count_request(&shared, version);
     let query = query.unwrap_or_default();
     let limit = query_u64(&query, "limit").unwrap_or(1).clamp(1, 25) as usize;
     let wait = Duration::from_millis(query_u64(&query, "timeout_ms").unwrap_or(1000).min(5000));
@@ -205,7 +306,8 @@ struct Posted<'a> {
     request_id: std::borrow::Cow<'a, str>,
 }
 
-async fn response(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+async fn response(State(shared): State<Arc<Shared>>, version: axum::http::Version, body: Bytes) -> Response {
+    count_request(&shared, version);
     let n = serde_json::from_slice::<Posted<'_>>(&body)
         .ok()
         .and_then(|p| p.request_id.strip_prefix('r').and_then(|n| n.parse::<u64>().ok()));

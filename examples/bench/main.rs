@@ -72,6 +72,13 @@ struct Args {
     runs: usize,
     /// `--serve-loadcp ADDR` or `--serve-stub ADDR`: be that peer process.
     serve: Option<(Serve, SocketAddr)>,
+    /// `--tls-dir DIR` (with `--serve-loadcp`): serve HTTPS with DIR's `server.pem` and
+    /// `server.key`.
+    tls_dir: Option<std::path::PathBuf>,
+    /// `--alpn h1|h2` (with `--tls-dir`): offer HTTP/2, or HTTP/1.1 only.
+    alpn_http2: bool,
+    /// `--cp-tls`: the external table's TLS rows (HTTP/1.1 and HTTP/2 to the control plane).
+    cp_tls: bool,
 }
 
 /// The peer processes of `--external`.
@@ -116,6 +123,10 @@ const USAGE: &str =
   --runs N           runs per row of --external (default 3; the median is reported)
   --serve-loadcp A   be the load control plane of --external on address A
   --serve-stub A     be the MCP stub of --external on address A
+  --cp-tls           with --external: only the TLS rows, the control plane over HTTPS
+                     offering HTTP/2 and then HTTP/1.1 only (print only, never --write)
+  --tls-dir D        with --serve-loadcp: serve HTTPS with D/server.pem and D/server.key
+  --alpn h1|h2       with --tls-dir: offer HTTP/1.1 only, or h2 first (default h2)
 
 example: bench --only tunnel --concurrency 16 --seconds 20 --announce-pid";
 
@@ -132,6 +143,9 @@ fn parse_args() -> Result<Args, String> {
         external: false,
         runs: 3,
         serve: None,
+        tls_dir: None,
+        alpn_http2: true,
+        cp_tls: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -178,6 +192,15 @@ fn parse_args() -> Result<Args, String> {
                     .ok_or(format!("{a} needs an IP:PORT"))?;
                 args.serve = Some((which, addr));
             }
+            "--cp-tls" => args.cp_tls = true,
+            "--tls-dir" => args.tls_dir = Some(it.next().ok_or("--tls-dir needs a directory")?.into()),
+            "--alpn" => {
+                args.alpn_http2 = match it.next().as_deref() {
+                    Some("h2") => true,
+                    Some("h1") => false,
+                    other => return Err(format!("--alpn takes h1 or h2, not {other:?}")),
+                }
+            }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}; see --help")),
         }
@@ -208,7 +231,14 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(args: Args) -> Result<u8, String> {
     match args.serve {
-        Some((Serve::LoadCp, addr)) => loadcp::serve_standalone(addr).await.map(|()| 0),
+        Some((Serve::LoadCp, addr)) => {
+            let tls = args.tls_dir.as_ref().map(|dir| loadcp::TlsServe {
+                cert: dir.join("server.pem"),
+                key: dir.join("server.key"),
+                http2: args.alpn_http2,
+            });
+            loadcp::serve_standalone(addr, tls).await.map(|()| 0)
+        }
         Some((Serve::Stub, addr)) => external::serve_stub(addr).await.map(|()| 0),
         None if args.external => external::run(&args).await,
         None => in_process(args).await,

@@ -357,7 +357,7 @@ pub(crate) fn build_control(
     };
     let tls = crate::egress::tls::client_config(&cp.tls).map_err(GatewayError::Tls)?;
     ControlClient::with_egress(settings, instance_id, metrics.clone(), &cp.proxy, tls)
-        .map(|client| {
+        .and_then(|client| {
             client
                 .with_headers(cp.request_headers())
                 .with_poll_channels(&cp.poll_channels)

@@ -58,6 +58,9 @@ pub struct ControlClient {
     /// `&channel=A&channel=B...` appended to every poll's query (`control_plane.poll_channels`);
     /// empty when not configured.
     poll_filter: String,
+    /// Every poll URL the client can send, parsed once ([`PollUrls`]): a URL parse with its
+    /// host check was a measurable share of a poll's cost.
+    poll_urls: Arc<PollUrls>,
     /// Parsed once: a response POST is sent per command.
     response_url: reqwest::Url,
     headers: HeaderMap,
@@ -231,10 +234,13 @@ impl ControlClient {
         {
             headers.insert(HeaderName::from_static("x-tunnel-mcp-server-info"), info);
         }
+        let poll_url = format!("{prefix}/poll");
+        let poll_urls = Arc::new(PollUrls::parse(&poll_url, "", settings.poll_timeout)?);
         Ok(Self {
             http,
-            poll_url: format!("{prefix}/poll"),
+            poll_url,
             poll_filter: String::new(),
+            poll_urls,
             tunnel_url: prefix.clone(),
             response_url: reqwest::Url::parse(&format!("{prefix}/response")).map_err(|_| BuildError::Url)?,
             headers,
@@ -260,9 +266,14 @@ impl ControlClient {
     /// `timeout_ms`, in the order given (the configuration sorts them and removes
     /// duplicates). An empty list adds nothing: the control plane then hands out the
     /// commands of every channel.
-    pub fn with_poll_channels<S: AsRef<str>>(mut self, channels: &[S]) -> Self {
+    pub fn with_poll_channels<S: AsRef<str>>(mut self, channels: &[S]) -> Result<Self, BuildError> {
         self.poll_filter = poll_filter(channels);
-        self
+        self.poll_urls = Arc::new(PollUrls::parse(
+            &self.poll_url,
+            &self.poll_filter,
+            self.settings.poll_timeout,
+        )?);
+        Ok(self)
     }
 
     /// One long poll asking for at most `limit` commands, up to its response headers.
@@ -273,18 +284,8 @@ impl ControlClient {
     /// [`PollAnswer`], the control plane has handed out whatever the body holds: read it
     /// with [`read_commands`](Self::read_commands), never drop it unread.
     pub async fn poll(&self, limit: usize, wait: PollWait) -> Result<PollAnswer, PollError> {
-        let wait = match wait {
-            PollWait::Long => self.settings.poll_timeout,
-            PollWait::Quick => QUICK_POLL,
-        };
-        let timeout_ms = wait.as_millis().max(1);
-        let url = format!(
-            "{}?limit={}&timeout_ms={timeout_ms}{}",
-            self.poll_url,
-            limit.clamp(1, 25),
-            self.poll_filter
-        );
-        let request = self.http.get(url).headers(self.headers.clone());
+        let (url, wait) = self.poll_urls.get(limit, wait);
+        let request = self.http.get(url.clone()).headers(self.headers.clone());
         let deadline = Instant::now() + wait + POLL_SLACK;
         let response = match tokio::time::timeout_at(deadline, request.send()).await {
             Err(_) => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
@@ -600,7 +601,40 @@ async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<B
     Ok(Bytes::from(buf))
 }
 
-/// Percent-encodes a path segment (tunnel ids are opaque).
+/// The most commands one poll may ask for (the contract's `limit` maximum).
+const MAX_POLL_LIMIT: usize = 25;
+
+/// Every poll URL: `limit` 1 to [`MAX_POLL_LIMIT`], each with the long and the quick wait,
+/// parsed when the client is built.
+struct PollUrls {
+    long_wait: Duration,
+    /// Index `2 * (limit - 1)` is the long poll, the next one the quick poll.
+    urls: Vec<reqwest::Url>,
+}
+
+impl PollUrls {
+    fn parse(poll_url: &str, filter: &str, long_wait: Duration) -> Result<Self, BuildError> {
+        let mut urls = Vec::with_capacity(2 * MAX_POLL_LIMIT);
+        for limit in 1..=MAX_POLL_LIMIT {
+            for wait in [long_wait, QUICK_POLL] {
+                let timeout_ms = wait.as_millis().max(1);
+                let url = format!("{poll_url}?limit={limit}&timeout_ms={timeout_ms}{filter}");
+                urls.push(reqwest::Url::parse(&url).map_err(|_| BuildError::Url)?);
+            }
+        }
+        Ok(Self { long_wait, urls })
+    }
+
+    /// The URL of a poll asking for `limit` commands (clamped to 1..=25), and its wait.
+    fn get(&self, limit: usize, wait: PollWait) -> (&reqwest::Url, Duration) {
+        let base = 2 * (limit.clamp(1, MAX_POLL_LIMIT) - 1);
+        match wait {
+            PollWait::Long => (&self.urls[base], self.long_wait),
+            PollWait::Quick => (&self.urls[base + 1], QUICK_POLL),
+        }
+    }
+}
+
 /// `&channel=A&channel=B` for `channels`, each value percent-encoded; `""` for none.
 fn poll_filter<S: AsRef<str>>(channels: &[S]) -> String {
     channels
@@ -609,6 +643,7 @@ fn poll_filter<S: AsRef<str>>(channels: &[S]) -> String {
         .collect()
 }
 
+/// Percent-encodes a path segment (tunnel ids are opaque).
 fn percent_encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -640,6 +675,19 @@ mod tests {
         assert_eq!(poll_filter::<&str>(&[]), "");
         assert_eq!(poll_filter(&["harpoon", "main"]), "&channel=harpoon&channel=main");
         assert_eq!(poll_filter(&["a b"]), "&channel=a%20b");
+    }
+
+    #[test]
+    fn every_poll_url_is_parsed_once_with_its_limit_wait_and_filter() {
+        let urls = PollUrls::parse("http://cp.example/v1/tunnels/t/poll", "&channel=a", Duration::from_secs(30))
+            .expect("parses");
+        let (url, wait) = urls.get(7, PollWait::Long);
+        assert_eq!(url.as_str(), "http://cp.example/v1/tunnels/t/poll?limit=7&timeout_ms=30000&channel=a");
+        assert_eq!(wait, Duration::from_secs(30));
+        let (url, wait) = urls.get(0, PollWait::Quick);
+        assert_eq!(url.as_str(), "http://cp.example/v1/tunnels/t/poll?limit=1&timeout_ms=1&channel=a");
+        assert_eq!(wait, QUICK_POLL);
+        assert_eq!(urls.get(99, PollWait::Long).0.query(), Some("limit=25&timeout_ms=30000&channel=a"));
     }
 
     #[test]

@@ -126,9 +126,8 @@ impl Leg<'_> {
         let d = self.d;
         let mut notifier_done = false;
         let mut replies = FuturesUnordered::new();
-        // The first check one period in (an interval's first tick is immediate).
-        let mut check_waits =
-            tokio::time::interval_at(Instant::now() + SERVER_REQUEST_CHECK_EVERY, SERVER_REQUEST_CHECK_EVERY);
+        // No timer until the server asks the caller something (see `long_wait_tick`).
+        let mut check_waits = None;
         let (leg, cut) = loop {
             tokio::select! {
                 biased;
@@ -145,7 +144,7 @@ impl Leg<'_> {
                 // only marks it finished.
                 () = &mut notifier, if !notifier_done => notifier_done = true,
                 // cancel-safe: a timer.
-                _ = check_waits.tick() => warn_long_waits(&d.legs.requests, owner),
+                () = long_wait_tick(&mut check_waits, &d.legs.requests, owner) => warn_long_waits(&d.legs.requests, owner),
             }
         };
         // The leg is over: nobody can carry a reply to this server any more. Replies
@@ -201,6 +200,33 @@ impl Leg<'_> {
         trace::record_downstream(&span, cmd, &leg);
         leg
     }
+}
+
+/// Ticks every [`SERVER_REQUEST_CHECK_EVERY`] once `owner`'s leg has a server request
+/// waiting for the caller's reply, the first tick one period after it was seen. Before
+/// that it arms no timer: a timer per command, due before anything else the runtime
+/// waits for, woke the runtime's driver once per command (an `eventfd` write).
+///
+/// Polled by `drive`'s `select!` after the notifier, which registers the questions: the
+/// pass in which one is registered also arms the timer.
+fn long_wait_tick<'a>(
+    check: &'a mut Option<tokio::time::Interval>,
+    requests: &'a ServerRequests,
+    owner: u64,
+) -> impl std::future::Future<Output = ()> + 'a {
+    std::future::poll_fn(move |cx| {
+        if check.is_none() {
+            if !requests.has_waiting(owner) {
+                return std::task::Poll::Pending;
+            }
+            let first = Instant::now() + SERVER_REQUEST_CHECK_EVERY;
+            *check = Some(tokio::time::interval_at(first, SERVER_REQUEST_CHECK_EVERY));
+        }
+        match check.as_mut() {
+            Some(interval) => interval.poll_tick(cx).map(|_| ()),
+            None => std::task::Poll::Pending,
+        }
+    })
 }
 
 fn warn_long_waits(requests: &ServerRequests, owner: u64) {

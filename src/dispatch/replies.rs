@@ -111,6 +111,11 @@ impl ServerRequests {
         self.lock().retain(|_, w| w.owner != owner);
     }
 
+    /// Whether any question of `owner` is waiting for its reply.
+    pub(crate) fn has_waiting(&self, owner: u64) -> bool {
+        self.lock().values().any(|w| w.owner == owner)
+    }
+
     /// `owner`'s questions waiting longer than `after`, each reported once.
     pub(crate) fn long_waits(&self, owner: u64, after: std::time::Duration) -> Vec<LongWait> {
         let mut out = Vec::new();

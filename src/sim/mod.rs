@@ -125,6 +125,8 @@ pub struct SimConfig {
 pub struct Simulator {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    /// TCP connections accepted (the gateway's, and MCP callers' on the ingress).
+    connections: Arc<std::sync::atomic::AtomicU64>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -163,15 +165,17 @@ impl Simulator {
         ));
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
+        let connections = Arc::new(std::sync::atomic::AtomicU64::new(0));
         tracker.spawn(server::serve(
             listener,
             routes::router(shared.clone()),
             (shutdown.clone(), tracker.clone()),
-            Arc::default(),
+            connections.clone(),
         ));
         Ok(Simulator {
             addr,
             shared,
+            connections,
             shutdown,
             tracker,
         })
@@ -184,6 +188,13 @@ impl Simulator {
     /// `http://IP:PORT`, the gateway's control-plane base URL (with an empty `url_path`).
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// How many TCP connections the simulator has accepted: the gateway's polls and
+    /// response POSTs, and MCP callers' on the ingress. A gateway that reuses its
+    /// connections shows few for many commands.
+    pub fn connections_accepted(&self) -> u64 {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `{base_url}/v1/mcp/{tunnel_id}`, for MCP clients.

@@ -642,6 +642,39 @@ async fn by_default_the_gateway_runs_on_one_thread() {
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
 }
 
+/// The control plane's connections are reused too: three waves of 24 calls (72 commands,
+/// so 72 response POSTs and the polls that fetched them) open at most one connection for the
+/// poll plus one per command that may be in flight (`control_plane.max_inflight`, 20 by
+/// default) to the control plane, however many requests pass.
+#[tokio::test]
+async fn three_waves_of_calls_reuse_at_most_max_inflight_plus_one_connections_to_the_control_plane() {
+    const MAX_INFLIGHT: u64 = 20;
+    let rig = Rig::start("").await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
+    let mut answered = 0;
+    for wave in 0..3 {
+        let ids: Vec<String> = (0..24)
+            .map(|i| rig.enqueue_call("slow", json!({"ms": 10 + (i % 3) * 5})))
+            .collect();
+        rig.wait(&format!("wave {wave}'s answers"), |r| {
+            ids.iter().all(|id| r.responses_for(id).any(|p| p.completed))
+        })
+        .await;
+        answered += ids.len();
+    }
+    let record = rig.sim.record();
+    let requests = record.polls.len() + record.responses.len();
+    let connections = rig.sim.connections_accepted();
+    assert!(
+        (1..=MAX_INFLIGHT + 1).contains(&connections),
+        "{answered} calls ({requests} polls and response POSTs) opened {connections} connections to the control plane (at most 1 + max_inflight = {})",
+        MAX_INFLIGHT + 1
+    );
+    assert!(requests > 3 * connections as usize, "{requests} requests over {connections} connections");
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(Duration::from_secs(20)).await, Some(0), "{}", gw.stderr());
+}
+
 /// The MCP server's connections are reused: three waves of calls, each more than the
 /// channel may run at once, open at most `mcp.max_concurrent` (4) connections to the
 /// server in all, however many commands pass. (The pool holds at most what the
