@@ -448,7 +448,7 @@ impl ControlClient {
         deadline: Option<Instant>,
         cancel: &CancellationToken,
     ) -> (AttemptResult, Option<u16>, Option<Duration>) {
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "tunnelgate.deliver.attempt",
             otel.kind = "client",
             http.request.method = "POST",
@@ -679,15 +679,28 @@ mod tests {
 
     #[test]
     fn every_poll_url_is_parsed_once_with_its_limit_wait_and_filter() {
-        let urls = PollUrls::parse("http://cp.example/v1/tunnels/t/poll", "&channel=a", Duration::from_secs(30))
-            .expect("parses");
+        let urls = PollUrls::parse(
+            "http://cp.example/v1/tunnels/t/poll",
+            "&channel=a",
+            Duration::from_secs(30),
+        )
+        .expect("parses");
         let (url, wait) = urls.get(7, PollWait::Long);
-        assert_eq!(url.as_str(), "http://cp.example/v1/tunnels/t/poll?limit=7&timeout_ms=30000&channel=a");
+        assert_eq!(
+            url.as_str(),
+            "http://cp.example/v1/tunnels/t/poll?limit=7&timeout_ms=30000&channel=a"
+        );
         assert_eq!(wait, Duration::from_secs(30));
         let (url, wait) = urls.get(0, PollWait::Quick);
-        assert_eq!(url.as_str(), "http://cp.example/v1/tunnels/t/poll?limit=1&timeout_ms=1&channel=a");
+        assert_eq!(
+            url.as_str(),
+            "http://cp.example/v1/tunnels/t/poll?limit=1&timeout_ms=1&channel=a"
+        );
         assert_eq!(wait, QUICK_POLL);
-        assert_eq!(urls.get(99, PollWait::Long).0.query(), Some("limit=25&timeout_ms=30000&channel=a"));
+        assert_eq!(
+            urls.get(99, PollWait::Long).0.query(),
+            Some("limit=25&timeout_ms=30000&channel=a")
+        );
     }
 
     #[test]

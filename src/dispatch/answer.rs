@@ -72,7 +72,7 @@ impl Responder {
         deadline: Option<Instant>,
         receipt: &Pending<'_>,
     ) -> DeliveryReport {
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "tunnelgate.deliver",
             tunnelgate.resp_type = reply.resp_type.as_str(),
             tunnelgate.delivery_outcome = tracing::field::Empty,

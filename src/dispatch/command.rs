@@ -175,7 +175,7 @@ impl CommandTask<'_> {
     /// The admission, or `None` when the command was dropped or answered instead.
     async fn wait_at_fence(&self, place: Place) -> Option<Admission> {
         let wait_started = Instant::now();
-        let admitted = place.instrument(tracing::info_span!("tunnelgate.fence_wait")).await;
+        let admitted = place.instrument(tracing::debug_span!("tunnelgate.fence_wait")).await;
         let books = &self.d.books;
         books.leg_took(DurationLeg::FenceWait, wait_started);
         let refusal = match admitted {

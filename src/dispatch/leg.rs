@@ -244,7 +244,7 @@ fn warn_long_waits(requests: &ServerRequests, owner: u64) {
 async fn run_reply_job(transport: &Transport, admission: &Admission, job: ReplyJob, propagation: Propagation) {
     // A reply is answered `202`: anything the server streams back to it has no caller.
     let (sink, _discard) = mpsc::channel(1);
-    let span = tracing::info_span!(
+    let span = tracing::debug_span!(
         "tunnelgate.reply",
         otel.kind = "client",
         network.transport = transport.network_transport(),

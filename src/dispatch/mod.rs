@@ -230,7 +230,7 @@ impl Dispatcher {
             crate::telemetry::continue_trace(&span, &parent);
         }
         // Until the command's task starts on it (closed in `command::run`).
-        let queue = tracing::info_span!(parent: &span, "tunnelgate.queue");
+        let queue = tracing::debug_span!(parent: &span, "tunnelgate.queue");
         self.books.command_started();
         // The place in the admission line is taken now, in receipt order.
         let place = command

@@ -102,7 +102,15 @@ fn as_text(field: &Option<Result<String, NotText>>) -> Option<Option<&str>> {
 
 /// The downstream CLIENT span, named `{mcp.method.name}` or `{mcp.method.name} {target}`
 /// (the tool or prompt), with the MCP conventions' attributes known before the call.
+///
+/// A `debug` span, as every span inside the command's: created only when spans are
+/// exported (the exporter's filter takes `tunnelgate` spans at `debug`) or the log level
+/// is `debug`. The log shows only the command's span, so at `info` without export these
+/// were built for nobody, and its attributes are not computed then either.
 pub(super) fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::Span {
+    if !tracing::span_enabled!(tracing::Level::DEBUG) {
+        return tracing::Span::none();
+    }
     let (method, target, tool, prompt, request_id) = match &cmd.kind {
         CommandKind::JsonRpc(p) => {
             let method = p.method().map(safe_method).unwrap_or_else(|| "response".to_owned());
@@ -128,7 +136,7 @@ pub(super) fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::
     let version = header_value(&cmd.headers, MCP_PROTOCOL_VERSION).filter(|v| is_protocol_revision(v));
     let session = header_value(&cmd.headers, MCP_SESSION_ID).map(hashed_session_id);
     let http = transport.kind() == TransportKind::Http;
-    tracing::info_span!(
+    tracing::debug_span!(
         "tunnelgate.downstream",
         otel.name = %name,
         otel.kind = "client",

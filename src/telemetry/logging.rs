@@ -21,6 +21,94 @@ use super::otlp;
 /// The only span the log layer sees (see [`init`]).
 const LOGGED_SPAN: &str = "tunnelgate.command";
 
+/// The command span's fields, kept as the JSON object the JSON log line embeds as `span`.
+///
+/// `tracing_subscriber`'s own `JsonFields` re-parses the whole object and writes it out
+/// again on every `Span::record`: a command records its outcome, delivery and error type
+/// on its span, so that was most of what `info` cost per command even when no line was
+/// logged (docs/PERFORMANCE.md). Here a record appends `"name":value` pairs; a field
+/// recorded twice appears twice, and the JSON formatter, which parses this object once
+/// per logged line, keeps the last value (as the merge did). Values are written as
+/// `JsonFields` writes them: strings and `Debug` values as JSON strings, numbers and
+/// booleans as such.
+struct SpanJsonFields;
+
+impl<'writer> tracing_subscriber::fmt::FormatFields<'writer> for SpanJsonFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'writer>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut out = JsonPairs::default();
+        fields.record(&mut out);
+        writer.write_str("{")?;
+        writer.write_str(&out.0)?;
+        writer.write_str("}")
+    }
+
+    fn add_fields(
+        &self,
+        current: &'writer mut tracing_subscriber::fmt::FormattedFields<Self>,
+        fields: &tracing::span::Record<'_>,
+    ) -> std::fmt::Result {
+        let mut out = JsonPairs::default();
+        fields.record(&mut out);
+        if out.0.is_empty() {
+            return Ok(());
+        }
+        match current.fields.strip_suffix('}') {
+            Some(open) => {
+                let separator = if open.ends_with('{') { "" } else { "," };
+                let joined = format!("{open}{separator}{}}}", out.0);
+                current.fields = joined;
+            }
+            None => current.fields = format!("{{{}}}", out.0),
+        }
+        Ok(())
+    }
+}
+
+/// `"name":value` pairs, comma-separated, as [`SpanJsonFields`] writes them.
+#[derive(Default)]
+struct JsonPairs(String);
+
+impl JsonPairs {
+    fn push(&mut self, field: &tracing::field::Field, value: serde_json::Value) {
+        let name = field.name();
+        if name.starts_with("log.") {
+            return;
+        }
+        let name = name.strip_prefix("r#").unwrap_or(name);
+        if !self.0.is_empty() {
+            self.0.push(',');
+        }
+        self.0.push_str(&serde_json::Value::from(name).to_string());
+        self.0.push(':');
+        self.0.push_str(&value.to_string());
+    }
+}
+
+impl tracing::field::Visit for JsonPairs {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.push(field, value.into());
+    }
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.push(field, value.into());
+    }
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.push(field, value.into());
+    }
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.push(field, value.into());
+    }
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        self.push(field, value.into());
+    }
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.push(field, format!("{value:?}").into());
+    }
+}
+
 /// Output format of the structured log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -144,6 +232,7 @@ pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> T
             .json()
             .with_current_span(true)
             .with_span_list(false)
+            .fmt_fields(SpanJsonFields)
             .with_writer(std::io::stderr)
             .boxed(),
         Format::Text => tracing_subscriber::fmt::layer()
@@ -237,5 +326,69 @@ mod tests {
         assert_eq!(filter.set("tunnelgate=loud").unwrap_err().kind(), "invalid");
         drop(layer);
         assert_eq!(filter.set("debug").unwrap_err().kind(), "unavailable");
+    }
+
+    /// A writer into a shared buffer, for reading the lines the JSON layer writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("not poisoned").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_json_line_shows_the_span_fields_set_at_creation_and_the_last_value_of_each_recorded_one() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .fmt_fields(SpanJsonFields)
+            .with_writer(move || writer.clone());
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!(
+                "tunnelgate.command",
+                tunnelgate.request_id = "r\"1",
+                tunnelgate.strict = false,
+                tunnelgate.leg_outcome = tracing::field::Empty,
+                "error.type" = tracing::field::Empty,
+                attempts = tracing::field::Empty,
+            );
+            span.record("tunnelgate.leg_outcome", "answered");
+            span.record("error.type", "first");
+            span.record("error.type", "second");
+            span.record("attempts", 3_i64);
+            let empty = tracing::info_span!("tunnelgate.command", attempts = tracing::field::Empty);
+            empty.record("attempts", 1_u64);
+            span.in_scope(|| tracing::info!(n = 1, "inside"));
+            empty.in_scope(|| tracing::info!(debugged = ?Some(2), "inside the empty one"));
+        });
+        let text = String::from_utf8(captured.0.lock().expect("not poisoned").clone()).expect("utf-8");
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        let span = &lines[0]["span"];
+        assert_eq!(span["tunnelgate.request_id"], "r\"1", "{text}");
+        assert_eq!(span["tunnelgate.strict"], false, "{text}");
+        assert_eq!(span["tunnelgate.leg_outcome"], "answered", "{text}");
+        assert_eq!(span["error.type"], "second", "the last recorded value: {text}");
+        assert_eq!(span["attempts"], 3, "{text}");
+        assert_eq!(span["name"], "tunnelgate.command", "{text}");
+        assert_eq!(lines[0]["fields"]["message"], "inside", "{text}");
+        assert_eq!(
+            lines[1]["span"]["attempts"], 1,
+            "a field recorded on a span created with none set: {text}"
+        );
+        assert_eq!(lines[1]["fields"]["debugged"], "Some(2)", "{text}");
     }
 }
