@@ -150,6 +150,11 @@ impl Parts {
             channels: self.channels.clone(),
             metrics: self.metrics.clone(),
             poll_freshness: config.control_plane.poll_timeout + POLL_FRESHNESS_SLACK,
+            page: crate::ops::ui::PageSettings {
+                allow_remote: config.ops.allow_remote,
+                latch_file: config.strict.latch_file.clone(),
+                coordinated: config.coordination.etcd.is_some(),
+            },
         });
         self.supervisor.spawn_untracked(
             TaskKind::OpsListener,
@@ -203,7 +208,7 @@ impl Parts {
             self.receipts_stop.clone(),
         );
         self.receipts_writer = Some(writer);
-        journal
+        journal.showing_recent(self.health.clone())
     }
 
     /// The end of a run, after its stop: stops the ops listener and joins the background

@@ -1,4 +1,5 @@
-//! The local operator listener: `/livez`, `/healthz`, `/readyz`, `/status`, `/metrics`.
+//! The local operator listener: `/livez`, `/healthz`, `/readyz`, `/status`, `/metrics`, and
+//! the operator page `/ui` ([`ui`]: its access rules and headers).
 //!
 //! Read-only: it observes the fence, the health counters, the channels and the metrics,
 //! and never changes any of them. Loopback by default; a non-loopback address needs
@@ -7,6 +8,7 @@
 
 mod listener;
 mod status;
+pub mod ui;
 
 pub use listener::{
     CONNECTION_LIFETIME, HEADER_READ_TIMEOUT, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_HEADERS, MAX_HEAD_BYTES,
@@ -32,6 +34,8 @@ pub fn router(state: Arc<OpsState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .merge(ui::routes())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), ui::guard))
         .with_state(state)
 }
 

@@ -23,6 +23,6 @@ pub use label::{
     FatalCategoryLabel, IntentOp, IntentOpResult, LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult,
     ReceiptDropReason, RenewalResult, SessionResult, TaskKind, TraceContextSource, TransportLabel,
 };
-pub use metrics::{Accounting, Metrics};
+pub use metrics::{Accounting, Metrics, OutcomeCounts};
 pub use propagation::{continue_trace, span_trace_context, Extracted, TraceContext};
 pub use redact::{hashed_session_id, safe_method, safe_token};

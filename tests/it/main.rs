@@ -42,6 +42,7 @@ mod strict;
 mod strict_ha;
 mod tls;
 mod trace;
+mod ui;
 
 // Module to come (declare it here when its file exists):
 // mod ops;            // /livez /readyz /status /metrics (promtool check metrics)
