@@ -164,3 +164,33 @@ fn the_render_escapes_every_server_text_and_shows_the_parts() {
     assert!(html.contains("<script src=\"/ui/app.js\" defer></script>"));
     assert!(!html.contains("style=") && !html.contains("http"), "{html}");
 }
+
+#[test]
+fn with_coordination_the_render_shows_the_role_the_holder_and_a_cluster_wide_latch() {
+    let doc = serde_json::json!({
+        "version": "1.2.3", "mode": "strict", "state": "standby", "ready": false,
+        "not_ready_reason": "standby (the active replica is gw-<a>)",
+        "fence": {"held": false, "leg": null, "request_id": null, "channel": null, "held_seconds": null},
+        "fatal": null, "control_plane": {}, "downstream": [], "commands": {}, "outcomes": {}, "recent_receipts": [],
+        "coordination": {"backend": "etcd", "role": "standby", "holder": "gw-<a>", "lease_ttl_seconds": 10.0,
+                         "latch": {"category": "ack_timeout", "latched_by": "gw-<a>"}},
+    });
+    let commands = render::LatchCommands {
+        show: "show".to_owned(),
+        clear: "clear".to_owned(),
+    };
+    let html = render::page(&doc, &commands);
+    assert!(html.contains("<span id=\"state\">standby</span>"), "{html}");
+    assert!(html.contains("<section id=\"coordination\"><h2>"), "{html}");
+    assert!(html.contains("<dd id=\"coordination-role\">standby</dd>"), "{html}");
+    assert!(
+        html.contains("<dd id=\"coordination-holder\">gw-&lt;a&gt;</dd>"),
+        "{html}"
+    );
+    assert!(html.contains("<dd id=\"coordination-lease-ttl\">10.0 s</dd>"), "{html}");
+    // A cluster-wide latch shows the latch section even without a local cause.
+    assert!(html.contains("<section id=\"latch\"><h2>"), "{html}");
+    assert!(html.contains("<dd id=\"latch-cluster\">ack_timeout</dd>"), "{html}");
+    assert!(html.contains("<dd id=\"latch-cluster-by\">gw-&lt;a&gt;</dd>"), "{html}");
+    assert!(html.contains("<p id=\"reason\">not ready: standby (the active replica is gw-&lt;a&gt;)</p>"));
+}
