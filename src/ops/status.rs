@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::downstream::{ChannelStatus, Channels};
 use crate::health::{Health, PollHealth};
 use crate::strict::{Fatal, FatalCategory, Fence, FenceSnapshot};
-use crate::telemetry::Metrics;
+use crate::telemetry::{LogRing, Metrics};
 
 mod receipt;
 
@@ -25,6 +25,8 @@ pub struct OpsState {
     pub health: Arc<Health>,
     pub channels: Channels,
     pub metrics: Arc<Metrics>,
+    /// The recent log events (`GET /events`).
+    pub log_ring: Arc<LogRing>,
     /// A poll older than this makes the gateway not ready.
     pub poll_freshness: Duration,
     /// What the operator page needs beyond the status (`/ui`).

@@ -14,6 +14,7 @@ mod crash;
 mod doctor;
 mod etcd_client;
 mod etcd_peer;
+mod events;
 mod gateway_http;
 mod gateway_stdio;
 mod gateway_stdio_mux;

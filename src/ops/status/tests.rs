@@ -8,6 +8,7 @@ fn state(strict: bool) -> OpsState {
         health: Arc::new(Health::default()),
         channels: Channels::default(),
         metrics: Arc::new(Metrics::new::<GatewayLabels>(strict, &[])),
+        log_ring: Arc::default(),
         poll_freshness: Duration::from_secs(60),
         page: crate::ops::ui::PageSettings {
             allow_remote: false,
