@@ -12,6 +12,8 @@
 //! to 127.0.0.1 would otherwise read them). The probes (`/livez`, `/healthz`, `/readyz`,
 //! `/metrics`) keep their behaviour: no `Host` rule.
 //!
+//! Its recent-events panel reads the log ring (`/events`), as the log printed it.
+//!
 //! Text from the gateway's peers (server names, reasons) is escaped by [`escape`] in the
 //! server render, and set with `textContent` by the script.
 
@@ -48,6 +50,9 @@ pub struct PageSettings {
 /// The policy on every page route: the page's own origin only, no inline script or style.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
      connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The log events the page shows, newest first (`app.js` asks `/events` for as many).
+pub const EVENTS_SHOWN: usize = 50;
 
 const APP_JS: &str = include_str!("ui/app.js");
 const STYLE_CSS: &str = include_str!("ui/style.css");
@@ -95,7 +100,8 @@ async fn page(State(s): State<Arc<OpsState>>) -> Response {
         show: s.page.show_command(),
         clear: s.page.clear_command(),
     };
-    let html = render::page(&doc, &commands);
+    let events = serde_json::to_value(s.events(EVENTS_SHOWN)).expect("the events document serializes");
+    let html = render::page(&doc, &events, &commands);
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
 }
 

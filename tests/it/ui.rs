@@ -153,11 +153,28 @@ async fn a_default_gateway_serving_commands_shows_its_state_fence_channels_and_o
         .as_str()
         .unwrap()
         .starts_with("20"));
+    // The recent events are the log ring's, as /events serves them.
+    let events = browser
+        .eval(
+            "Array.from(document.querySelectorAll('#event-rows tr')).map(tr => \
+             Object.fromEntries(Array.from(tr.cells).map(td => [td.className, td.textContent])))",
+        )
+        .await;
+    let events = events.as_array().unwrap();
+    let ready = format!("addr=127.0.0.1:{}", rig.ops_port);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["e-message"] == "ops listener ready" && e["e-fields"] == ready.as_str()),
+        "{events:?}"
+    );
+    let held = count(&mut browser, "events-held").await;
+    assert!(held >= events.len() as u64 && !events.is_empty(), "{held} {events:?}");
     // Only the page's own origin was ever asked for anything.
     let urls = requested(&browser);
     let own = format!("{}/", origin(&rig));
     assert!(urls.iter().all(|u| u.starts_with(&own)), "{urls:?}");
-    for path in ["/ui", "/ui/app.js", "/ui/style.css", "/status"] {
+    for path in ["/ui", "/ui/app.js", "/ui/style.css", "/status", "/events?limit=50"] {
         assert!(
             urls.contains(&format!("{}{path}", origin(&rig))),
             "{path} not requested: {urls:?}"
@@ -172,8 +189,15 @@ async fn a_default_gateway_serving_commands_shows_its_state_fence_channels_and_o
         .text()
         .await
         .unwrap();
+    let events = get(&format!("{}/events", origin(&rig)), None)
+        .await
+        .text()
+        .await
+        .unwrap();
     for canary in [KEY, MCP_HEADER_CANARY] {
-        assert!(!html.contains(canary) && !status.contains(canary), "{canary} served");
+        for (what, served) in [("/ui", &html), ("/status", &status), ("/events", &events)] {
+            assert!(!served.contains(canary), "{canary} served on {what}");
+        }
     }
     assert!(shot.is_file());
     gw.sigterm();
@@ -358,12 +382,13 @@ async fn the_page_renders_without_script_and_carries_its_security_headers() {
         "<td class=\"c-channel\">main</td><td class=\"c-transport\">http</td><td class=\"c-state\">up</td>",
         "<dd id=\"outcomes-legs-answered\">0</dd>",
         "<section id=\"latch\" hidden>",
+        "<td class=\"e-message\">ops listener ready</td>",
     ] {
         assert!(html.contains(part), "{part} not in:\n{html}");
     }
     let csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
                base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-    for path in ["/ui", "/ui/app.js", "/ui/style.css", "/status"] {
+    for path in ["/ui", "/ui/app.js", "/ui/style.css", "/status", "/events"] {
         let r = get(&format!("{}{path}", origin(&rig)), None).await;
         assert_eq!(r.status(), 200, "{path}");
         let h = r.headers();

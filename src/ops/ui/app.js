@@ -10,6 +10,9 @@ const OUTCOME_GROUPS = [
   ["dropped", "Dropped commands"],
 ];
 
+// The log events shown (src/ops/ui.rs EVENTS_SHOWN).
+const EVENTS_SHOWN = 50;
+
 const RECEIPT_COLUMNS = [
   "finished_at", "request_id", "channel", "method", "leg_outcome", "delivery_outcome", "fatal_category", "message",
 ];
@@ -157,11 +160,36 @@ function show(doc) {
   if (doc.coordination) facts("coordination-facts", "coordination", coordinationFacts(doc.coordination));
 }
 
+function eventCells(e) {
+  const fields = (e.fields || []).map((f) => text(f.name) + "=" + text(f.value)).join(" ");
+  return [
+    ["e-time", text(e.time)],
+    ["e-level", text(e.level)],
+    ["e-target", text(e.target)],
+    ["e-message", text(e.message)],
+    ["e-fields", fields],
+  ];
+}
+
+function events(doc) {
+  setText("events-held", text(doc.held));
+  setText("events-capacity", text(doc.capacity));
+  setText("events-dropped", text(doc.dropped));
+  const newestFirst = (doc.events || []).slice().reverse();
+  document.getElementById("event-rows").replaceChildren(...newestFirst.map((e) =>
+    el("tr", {}, eventCells(e).map(([cls, value]) => el("td", { class: cls, text: value })))));
+}
+
+async function fetchJson(path) {
+  const r = await fetch(path, { cache: "no-store", credentials: "omit" });
+  if (!r.ok) throw new Error(path + " answered " + r.status);
+  return r.json();
+}
+
 async function refresh() {
   try {
-    const r = await fetch("/status", { cache: "no-store", credentials: "omit" });
-    if (!r.ok) throw new Error("/status answered " + r.status);
-    show(await r.json());
+    show(await fetchJson("/status"));
+    events(await fetchJson("/events?limit=" + EVENTS_SHOWN));
     setText("refresh", "Live: refreshed from /status at " + new Date().toISOString() + ".");
   } catch (e) {
     setText("refresh", "The gateway does not answer (" + e.message + "); retrying every second.");

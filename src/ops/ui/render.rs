@@ -59,8 +59,8 @@ pub(super) struct LatchCommands {
     pub(super) clear: String,
 }
 
-/// The whole page.
-pub(super) fn page(doc: &Value, commands: &LatchCommands) -> String {
+/// The whole page: `doc` is the `/status` document, `events` the `/events` document.
+pub(super) fn page(doc: &Value, events: &Value, commands: &LatchCommands) -> String {
     let state = text(&doc["state"]);
     let mut out = String::with_capacity(8 * 1024);
     let _ = write!(
@@ -91,6 +91,7 @@ pub(super) fn page(doc: &Value, commands: &LatchCommands) -> String {
     channels_section(&mut out, &doc["downstream"]);
     outcomes_section(&mut out, &doc["outcomes"]);
     receipts_section(&mut out, &doc["recent_receipts"]);
+    events_section(&mut out, events);
     out.push_str(
         "</main>\n<footer><p id=\"refresh\">Rendered by the gateway; where script runs, this page \
          refreshes itself from <a href=\"/status\">/status</a> every second (otherwise reload it).</p>\
@@ -196,6 +197,47 @@ fn receipts_section(out: &mut String, receipts: &Value) {
         out.push_str("</tr>");
     }
     out.push_str("</tbody></table></section>\n");
+}
+
+/// The log ring's newest events, newest first, with the ring's counts (`app.js`
+/// `events` is the same).
+fn events_section(out: &mut String, events: &Value) {
+    let _ = write!(
+        out,
+        "<section id=\"events\"><h2>Recent events</h2><p>The log's last events, newest first \
+         (<a href=\"/events\">/events</a>): <span id=\"events-held\">{}</span> held of \
+         <span id=\"events-capacity\">{}</span>, <span id=\"events-dropped\">{}</span> overwritten \
+         since start.</p><table><thead><tr><th>Time</th><th>Level</th><th>Target</th><th>Message</th>\
+         <th>Fields</th></tr></thead><tbody id=\"event-rows\">",
+        escape(&text(&events["held"])),
+        escape(&text(&events["capacity"])),
+        escape(&text(&events["dropped"])),
+    );
+    for event in events["events"].as_array().into_iter().flatten().rev() {
+        out.push_str("<tr>");
+        for (class, value) in event_cells(event) {
+            let _ = write!(out, "<td class=\"{class}\">{}</td>", escape(&value));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table></section>\n");
+}
+
+/// One event row's cells: (class, text); fields as `name=value`, space-separated.
+fn event_cells(event: &Value) -> Vec<(&'static str, String)> {
+    let fields: Vec<String> = event["fields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| format!("{}={}", text(&f["name"]), text(&f["value"])))
+        .collect();
+    vec![
+        ("e-time", text(&event["time"])),
+        ("e-level", text(&event["level"])),
+        ("e-target", text(&event["target"])),
+        ("e-message", text(&event["message"])),
+        ("e-fields", fields.join(" ")),
+    ]
 }
 
 /// The receipt fields the page shows, in order, and their titles.

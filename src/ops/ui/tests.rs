@@ -107,6 +107,15 @@ fn the_clear_command_names_the_latch_file_and_with_coordination_the_configuratio
     );
 }
 
+fn events() -> serde_json::Value {
+    serde_json::json!({"capacity": 2000, "held": 2, "dropped": 0, "bytes": 10, "events": [
+        {"time": "2026-12-01T12:00:00.000001Z", "level": "INFO", "target": "tunnelgate::app",
+         "message": "ops listener ready", "fields": [{"name": "addr", "value": "127.0.0.1:9464"}]},
+        {"time": "2026-12-01T12:00:01.000001Z", "level": "WARN", "target": "tunnelgate::downstream",
+         "message": "child <script>x</script> exited", "fields": []},
+    ]})
+}
+
 #[test]
 fn the_render_escapes_every_server_text_and_shows_the_parts() {
     let doc = serde_json::json!({
@@ -128,7 +137,7 @@ fn the_render_escapes_every_server_text_and_shows_the_parts() {
         show: "tunnelgate latch show --latch-file /tmp/a&b/latch.json".to_owned(),
         clear: "tunnelgate latch clear --latch-file /tmp/a&b/latch.json".to_owned(),
     };
-    let html = render::page(&doc, &commands);
+    let html = render::page(&doc, &events(), &commands);
     assert!(!html.contains("<script>alert"), "{html}");
     assert!(
         html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"),
@@ -159,6 +168,15 @@ fn the_render_escapes_every_server_text_and_shows_the_parts() {
     );
     assert!(html.contains("<section id=\"coordination\" hidden>"), "{html}");
     assert!(html.contains("This page performs no actions."), "{html}");
+    // The newest event first, its markup escaped, the older one's fields as name=value.
+    let newest = html
+        .find("child &lt;script&gt;x&lt;/script&gt; exited")
+        .expect("the newest event");
+    let oldest = html
+        .find("<td class=\"e-fields\">addr=127.0.0.1:9464</td>")
+        .expect("the older event");
+    assert!(newest < oldest, "{html}");
+    assert!(html.contains("<span id=\"events-held\">2</span> held of"), "{html}");
     // The only script is the page's own file: nothing inline, no other origin.
     assert_eq!(html.matches("<script").count(), 1, "{html}");
     assert!(html.contains("<script src=\"/ui/app.js\" defer></script>"));
@@ -179,7 +197,7 @@ fn with_coordination_the_render_shows_the_role_the_holder_and_a_cluster_wide_lat
         show: "show".to_owned(),
         clear: "clear".to_owned(),
     };
-    let html = render::page(&doc, &commands);
+    let html = render::page(&doc, &events(), &commands);
     assert!(html.contains("<span id=\"state\">standby</span>"), "{html}");
     assert!(html.contains("<section id=\"coordination\"><h2>"), "{html}");
     assert!(html.contains("<dd id=\"coordination-role\">standby</dd>"), "{html}");
