@@ -1,10 +1,11 @@
 //! The operator page `/ui` in a real headless Chromium against real gateways: the
 //! rendered DOM read over the DevTools protocol ([`cdp`]) for a default gateway serving
 //! commands, a strict one held on a latch, one with a stdio channel down and one whose
-//! server's name is markup; a held fence shown live without a reload; the network log
-//! (only the page's own origin); the server render without script; the access rules
-//! (remote peers, a foreign `Host`) and the page's headers. Each browser case saves a
-//! screenshot (`TUNNELGATE_UPDATE_SCREENSHOTS=1` writes them into `docs/images/`).
+//! server's name is markup, and a standby replica on a real etcd; a held fence shown
+//! live without a reload; the network log (only the page's own origin); the server
+//! render without script; the access rules (remote peers, a foreign `Host`) and the
+//! page's headers. Each browser case saves a screenshot
+//! (`TUNNELGATE_UPDATE_SCREENSHOTS=1` writes them into `docs/images/`).
 
 mod cdp;
 
@@ -494,4 +495,83 @@ async fn a_remote_client_or_a_foreign_host_is_refused_unless_allow_remote() {
     assert_eq!(r.status(), 200);
     gw.sigterm();
     assert_eq!(gw.wait_exit(T).await, Some(0), "{}", gw.stderr());
+}
+
+/// A strict replica's configuration on `etcd`, with its own ops port and latch file.
+fn replica_config(rig: &Rig, etcd: &crate::etcd_peer::EtcdPeer, ops: u16, dir: &std::path::Path) -> String {
+    let coordination = format!(
+        "\n[coordination]\nbackend = \"etcd\"\nlease_ttl = \"2s\"\n[coordination.etcd]\nendpoints = [\"{}\"]\n",
+        etcd.url()
+    );
+    rig.config(&RigOptions {
+        extra: &coordination,
+        ..RigOptions::default()
+    })
+    .replace(&format!("127.0.0.1:{}", rig.ops_port), &format!("127.0.0.1:{ops}"))
+    .replace(
+        &rig.latch_path().display().to_string(),
+        &dir.join("latch.json").display().to_string(),
+    )
+}
+
+#[tokio::test]
+async fn a_standby_replica_on_etcd_shows_its_role_and_the_active_holder() {
+    let etcd = crate::etcd_peer::EtcdPeer::start().await;
+    let rig = Rig::start("").await;
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let ops_a = rig.ops_port;
+    let ops_b = crate::harness::free_port();
+    let role = |ops: u16| async move {
+        let doc: Value = get(&format!("http://127.0.0.1:{ops}/status"), None)
+            .await
+            .json()
+            .await
+            .unwrap();
+        (
+            doc["coordination"]["role"].clone(),
+            doc["coordination"]["holder"].clone(),
+        )
+    };
+    let mut a = rig
+        .spawn_gateway(&replica_config(&rig, &etcd, ops_a, dir_a.path()))
+        .await;
+    wait_until("a active", T, || async { role(ops_a).await.0 == "active" }).await;
+    let mut b = Gateway::run(&replica_config(&rig, &etcd, ops_b, dir_b.path()));
+    b.wait_http_ready(&format!("http://127.0.0.1:{ops_b}/livez"), T).await;
+    wait_until("b standby", T, || async { role(ops_b).await.0 == "standby" }).await;
+    let holder = role(ops_a).await.1;
+    let mut browser = Browser::launch().await;
+    browser.open(&format!("http://127.0.0.1:{ops_b}/ui")).await;
+    browser
+        .wait_true(
+            "the script's first refresh",
+            "document.getElementById('refresh').textContent.startsWith('Live')",
+            T,
+        )
+        .await;
+    assert_eq!(browser.text("state").await, "standby");
+    assert_eq!(
+        browser.eval("document.getElementById('coordination').hidden").await,
+        false
+    );
+    assert_eq!(browser.text("coordination-backend").await, "etcd");
+    assert_eq!(browser.text("coordination-role").await, "standby");
+    assert_eq!(browser.text("coordination-holder").await, holder);
+    assert_eq!(
+        browser.text("reason").await,
+        format!(
+            "not ready: standby (the active replica is {})",
+            holder.as_str().unwrap()
+        )
+    );
+    browser.screenshot("ui-standby").await;
+    // The active's own page says so too.
+    browser.open(&format!("http://127.0.0.1:{ops_a}/ui")).await;
+    assert_eq!(browser.text("state").await, "ready");
+    assert_eq!(browser.text("coordination-role").await, "active");
+    drop(browser);
+    for gw in [&mut b, &mut a] {
+        gw.sigterm();
+        assert_eq!(gw.wait_exit(T).await, Some(0), "{}", gw.stderr());
+    }
 }
