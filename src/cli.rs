@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use crate::config::{Config, ConfigError, LogFormat, Overrides};
 use crate::sim::SimError;
 use crate::strict::latch_file::LatchFileError;
 use crate::supervisor::Supervisor;
-use crate::telemetry::logging;
+use crate::telemetry::{logging, LogRing};
 
 mod latch;
 mod readiness;
@@ -330,10 +331,12 @@ pub async fn run(config: Config, source: ConfigSource) -> Result<u8, CliError> {
         LogFormat::Json => logging::Format::Json,
         LogFormat::Text => logging::Format::Text,
     };
+    let log_ring = Arc::new(LogRing::new(config.ops.log_buffer_events));
     let telemetry = logging::init(
         format,
         &config.telemetry.log_level,
         config.telemetry.otlp_endpoint.as_deref(),
+        &log_ring,
     )
     .await;
     crate::descriptors::prepare_for_run();
@@ -344,7 +347,7 @@ pub async fn run(config: Config, source: ConfigSource) -> Result<u8, CliError> {
         log_filter: telemetry.log_filter(),
         supervisor: signals.clone(),
     };
-    let gateway = Gateway::new(config);
+    let gateway = Gateway::new(config).with_log_ring(log_ring);
     let watch = signals::Watch {
         stop: gateway.stop_handle(),
         status: gateway.status_handle(),

@@ -104,7 +104,7 @@ delay = "600ms"
 pub async fn run(keep_dir: bool) -> Result<u8, DemoError> {
     // Quiet by default; `RUST_LOG=info tunnelgate demo` shows the gateway's own log.
     let telemetry = match std::env::var("RUST_LOG") {
-        Ok(filter) => Some(logging::init(logging::Format::Text, &filter, None).await),
+        Ok(filter) => Some(logging::init(logging::Format::Text, &filter, None, &Default::default()).await),
         Err(_) => None,
     };
     let dir = tempfile_dir()?;

@@ -8,6 +8,7 @@ mod times;
 
 pub use times::{rfc3339, unix_millis_now, ChannelReceipt, UnixMillis};
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -32,7 +33,12 @@ pub struct Health {
     times: times::Times,
     /// The replica's place among its peers (`coord` writes it); `None` without coordination.
     coordination: Mutex<Option<CoordinationView>>,
+    /// The last [`RECENT_RECEIPTS`] delivery receipts handed to the journal, newest last.
+    recent_receipts: Mutex<VecDeque<Box<serde_json::value::RawValue>>>,
 }
+
+/// Delivery receipts kept in memory for `/status` `recent_receipts` (and the page).
+pub const RECENT_RECEIPTS: usize = 10;
 
 /// `/status` `coordination`: this replica's role, as the coordination layer last saw it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -152,6 +158,25 @@ impl Health {
         self.alive().saturating_sub(self.in_flight())
     }
 
+    /// A delivery receipt (its journal line, JSON) was handed to the journal: kept among
+    /// the last [`RECENT_RECEIPTS`], the oldest forgotten. A line that is not JSON is not kept.
+    pub fn receipt_recorded(&self, line: String) {
+        let Ok(line) = serde_json::value::RawValue::from_string(line) else {
+            return;
+        };
+        let mut recent = self.recent_receipts.lock().unwrap_or_else(|p| p.into_inner());
+        if recent.len() == RECENT_RECEIPTS {
+            recent.pop_front();
+        }
+        recent.push_back(line);
+    }
+
+    /// The last delivery receipts, newest first.
+    pub fn recent_receipts(&self) -> Vec<Box<serde_json::value::RawValue>> {
+        let recent = self.recent_receipts.lock().unwrap_or_else(|p| p.into_inner());
+        recent.iter().rev().cloned().collect()
+    }
+
     pub(crate) fn command_started(&self) {
         self.alive.fetch_add(1, Ordering::SeqCst);
     }
@@ -166,5 +191,23 @@ impl Health {
 
     pub(crate) fn released(&self) {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_receipts_keep_the_last_ten_newest_first_and_skip_what_is_not_json() {
+        let health = Health::default();
+        for i in 0..(RECENT_RECEIPTS + 3) {
+            health.receipt_recorded(format!("{{\"request_id\":\"r{i}\"}}"));
+        }
+        health.receipt_recorded("not json".to_owned());
+        let kept: Vec<String> = health.recent_receipts().iter().map(|r| r.get().to_owned()).collect();
+        assert_eq!(kept.len(), RECENT_RECEIPTS);
+        assert_eq!(kept[0], "{\"request_id\":\"r12\"}");
+        assert_eq!(kept[RECENT_RECEIPTS - 1], "{\"request_id\":\"r3\"}");
     }
 }

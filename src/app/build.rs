@@ -31,7 +31,7 @@ use crate::protocol::{server_info_header, ServerInfoChannel};
 use crate::receipts::Journal;
 use crate::strict::{CommandRef, FatalCategory, Fence, FileIntents};
 use crate::supervisor::{FailureHook, Supervisor, TaskKind};
-use crate::telemetry::Metrics;
+use crate::telemetry::{LogRing, Metrics};
 
 /// Largest JSON body, or largest undispatched SSE event, an HTTP channel's leg holds in
 /// memory (`HttpSettings::max_body_bytes`).
@@ -143,13 +143,19 @@ impl Parts {
 
     /// Serves the ops listener (a background task) until [`Parts::finish`]; returns what
     /// it reads.
-    pub(super) fn serve_ops(&self, config: &Config, ops: OpsListener) -> Arc<OpsState> {
+    pub(super) fn serve_ops(&self, config: &Config, ops: OpsListener, log_ring: &Arc<LogRing>) -> Arc<OpsState> {
         let state = Arc::new(OpsState {
             fence: self.fence.clone(),
             health: self.health.clone(),
             channels: self.channels.clone(),
             metrics: self.metrics.clone(),
+            log_ring: log_ring.clone(),
             poll_freshness: config.control_plane.poll_timeout + POLL_FRESHNESS_SLACK,
+            page: crate::ops::ui::PageSettings {
+                allow_remote: config.ops.allow_remote,
+                latch_file: config.strict.latch_file.clone(),
+                coordinated: config.coordination.etcd.is_some(),
+            },
         });
         self.supervisor.spawn_untracked(
             TaskKind::OpsListener,
@@ -203,7 +209,7 @@ impl Parts {
             self.receipts_stop.clone(),
         );
         self.receipts_writer = Some(writer);
-        journal
+        journal.showing_recent(self.health.clone())
     }
 
     /// The end of a run, after its stop: stops the ops listener and joins the background

@@ -3,6 +3,7 @@
 //! `"hold"` it serves only the ops listener, in the fatal state, until stopped.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
@@ -10,6 +11,7 @@ use super::build::Parts;
 use super::{GatewayError, RunOutcome, StatusHandle};
 use crate::config::Config;
 use crate::strict::{latch_file, CommandRef, Fatal, FatalCategory, FileIntents, Unsettled};
+use crate::telemetry::LogRing;
 
 /// Honours a persisted latch. Returns the run's cause (`latched_previously`) and the
 /// persisted cause's own category, when readable; `None` when there is no latch.
@@ -104,6 +106,7 @@ pub(super) async fn hold(
     mut stop_rx: mpsc::UnboundedReceiver<()>,
     ops_addr_tx: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
     status: &StatusHandle,
+    log_ring: &Arc<LogRing>,
 ) -> Result<RunOutcome, GatewayError> {
     // No channel is built: nothing may touch an MCP server.
     let parts = Parts::observed(config);
@@ -120,7 +123,7 @@ pub(super) async fn hold(
     let ops = parts.bind_ops(config).await?;
     ops.report(ops_addr_tx);
     tracing::warn!(addr = %ops.addr, "holding in the fatal state (strict.latched_start = \"hold\"): serving the ops listener only until stopped");
-    status.publish(parts.serve_ops(config, ops));
+    status.publish(parts.serve_ops(config, ops, log_ring));
     let _ = stop_rx.recv().await;
     let fatal = parts.fence.fatal().unwrap_or(previous);
     parts.finish().await;

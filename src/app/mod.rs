@@ -24,7 +24,7 @@ use crate::config::{Config, LatchedStart};
 use crate::control::BuildError;
 use crate::ops::{Mode, OpsState, StatusDocument};
 use crate::strict::Fatal;
-use crate::telemetry::{Accounting, Metrics};
+use crate::telemetry::{Accounting, LogRing, Metrics};
 use build::Parts;
 use stop::{StopBounds, StopOrder, StopSignals};
 
@@ -117,6 +117,7 @@ pub struct Gateway {
     stop_rx: mpsc::UnboundedReceiver<()>,
     ops_addr_tx: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
     status: StatusHandle,
+    log_ring: Arc<LogRing>,
 }
 
 impl Gateway {
@@ -128,7 +129,15 @@ impl Gateway {
             stop_rx,
             ops_addr_tx: None,
             status: StatusHandle::default(),
+            log_ring: Arc::new(LogRing::disabled()),
         }
+    }
+
+    /// Serves `ring` on `GET /events` (the ring [`logging::init`](crate::telemetry::logging::init)
+    /// fills). Without it `/events` holds nothing.
+    pub fn with_log_ring(mut self, ring: Arc<LogRing>) -> Self {
+        self.log_ring = ring;
+        self
     }
 
     /// Reads this gateway's `/status` document while it runs.
@@ -159,13 +168,14 @@ impl Gateway {
             stop_rx,
             ops_addr_tx,
             status,
+            log_ring,
         } = self;
         if config.strict.enabled {
             if let Some((previous, cause)) = latched::previous_latch(&config) {
                 return match config.strict.latched_start {
                     LatchedStart::Exit => Ok(RunOutcome::Fatal(previous)),
                     LatchedStart::Hold => {
-                        latched::hold(&config, (previous, cause), stop_rx, ops_addr_tx, &status).await
+                        latched::hold(&config, (previous, cause), stop_rx, ops_addr_tx, &status, &log_ring).await
                     }
                 };
             }
@@ -174,7 +184,7 @@ impl Gateway {
                 return match config.strict.latched_start {
                     LatchedStart::Exit => Ok(RunOutcome::Fatal(interrupted)),
                     LatchedStart::Hold => {
-                        latched::hold(&config, (interrupted, cause), stop_rx, ops_addr_tx, &status).await
+                        latched::hold(&config, (interrupted, cause), stop_rx, ops_addr_tx, &status, &log_ring).await
                     }
                 };
             }
@@ -184,7 +194,7 @@ impl Gateway {
         let ops = parts.bind_ops(&config).await?;
         tracing::info!(addr = %ops.addr, "ops listener ready");
         ops.report(ops_addr_tx);
-        status.publish(parts.serve_ops(&config, ops));
+        status.publish(parts.serve_ops(&config, ops, &log_ring));
 
         let signals = StopSignals::new();
         let dispatcher = parts.dispatcher(&config, control, &signals);
@@ -218,7 +228,7 @@ impl Gateway {
             && config.strict.latched_start == LatchedStart::Hold
         {
             if let Some(previous) = latched::previous_latch(&config) {
-                return latched::hold(&config, previous, requests, None, &status).await;
+                return latched::hold(&config, previous, requests, None, &status, &log_ring).await;
             }
         }
         Ok(outcome)

@@ -39,6 +39,11 @@ pub(super) const RECEIPTS_FILE_NAME: &str = "receipts.jsonl";
 
 pub(super) const LISTEN: &str = "127.0.0.1:9464";
 pub(super) const ALLOW_REMOTE: bool = false;
+/// `ops.log_buffer_events`: a few minutes of a busy gateway's log at `info`.
+pub(super) const LOG_BUFFER_EVENTS: u64 = 2_000;
+/// The most `ops.log_buffer_events` accepts: the ring's worst case stays a few hundred
+/// MiB (docs/PERFORMANCE.md).
+pub const MAX_LOG_BUFFER_EVENTS: u64 = 100_000;
 
 pub(super) const LOG_FORMAT: &str = "json";
 pub(super) const LOG_LEVEL: &str = "info";

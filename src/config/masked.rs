@@ -141,6 +141,7 @@ struct StrictView<'a> {
 struct OpsView {
     listen: String,
     allow_remote: bool,
+    log_buffer_events: usize,
 }
 
 #[derive(Serialize)]
@@ -223,6 +224,7 @@ fn view(config: &Config) -> View<'_> {
         ops: OpsView {
             listen: config.ops.listen.to_string(),
             allow_remote: config.ops.allow_remote,
+            log_buffer_events: config.ops.log_buffer_events,
         },
         telemetry: TelemetryView {
             log_format: config.telemetry.log_format.as_str(),

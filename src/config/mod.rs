@@ -51,7 +51,7 @@ use std::time::Duration;
 
 pub use channel_name::ChannelName;
 pub use coordination::{Coordination, EtcdConfig, MIN_LEASE_TTL};
-pub use defaults::STDIO_PROTOCOL_VERSION;
+pub use defaults::{MAX_LOG_BUFFER_EVENTS, STDIO_PROTOCOL_VERSION};
 pub use error::ConfigError;
 pub use headers::{HeaderSet, ORGANIZATION_HEADER};
 pub use http_url::HttpUrl;
@@ -228,6 +228,9 @@ pub struct Ops {
     /// Loopback unless `allow_remote`.
     pub listen: SocketAddr,
     pub allow_remote: bool,
+    /// The log ring's capacity in events (`GET /events`, the support bundle); 0 keeps
+    /// none. At most [`MAX_LOG_BUFFER_EVENTS`].
+    pub log_buffer_events: usize,
 }
 
 /// `[telemetry]`: logs and traces.

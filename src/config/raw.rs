@@ -92,6 +92,7 @@ pub(super) struct RawStrict {
 pub(super) struct RawOps {
     pub(super) listen: Option<String>,
     pub(super) allow_remote: Option<bool>,
+    pub(super) log_buffer_events: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -220,7 +220,25 @@ fn ops(raw: RawOps) -> Result<Ops, ConfigError> {
             format!("{listen} is not a loopback address; set ops.allow_remote = true to listen on it"),
         ));
     }
-    Ok(Ops { listen, allow_remote })
+    Ok(Ops {
+        listen,
+        allow_remote,
+        log_buffer_events: log_buffer_events(raw.log_buffer_events)?,
+    })
+}
+
+fn log_buffer_events(value: Option<u64>) -> Result<usize, ConfigError> {
+    let value = value.unwrap_or(default::LOG_BUFFER_EVENTS);
+    if value > default::MAX_LOG_BUFFER_EVENTS {
+        return Err(ConfigError::invalid(
+            "ops.log_buffer_events",
+            format!(
+                "{value} is too many; at most {} (0 keeps no log events)",
+                default::MAX_LOG_BUFFER_EVENTS
+            ),
+        ));
+    }
+    Ok(usize::try_from(value).expect("at most MAX_LOG_BUFFER_EVENTS fits a usize"))
 }
 
 fn telemetry(raw: RawTelemetry) -> Result<Telemetry, ConfigError> {

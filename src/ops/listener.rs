@@ -16,6 +16,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::http::{header, Request, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -87,10 +88,12 @@ pub(super) async fn serve(listener: TcpListener, router: Router, stop: Cancellat
                         tracing::warn!(limit = MAX_CONNECTIONS, "ops listener at its connection limit: closing new connections at once");
                     }
                 }
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
                     at_limit = false;
                     exhausted = false;
-                    let service = TowerToHyperService::new(router.clone());
+                    // The peer's address, for the access rules (`ConnectInfo`, as axum's own server gives it).
+                    let router = router.clone().layer(axum::Extension(ConnectInfo(peer)));
+                    let service = TowerToHyperService::new(router);
                     let conn = http.serve_connection(TokioIo::new(stream), service);
                     connections.push(Box::pin(async move {
                         // Either end closes the connection: its own end, or the bound.

@@ -1,13 +1,18 @@
-//! The local operator listener: `/livez`, `/healthz`, `/readyz`, `/status`, `/metrics`.
+//! The local operator listener: `/livez`, `/healthz`, `/readyz`, `/status`, `/metrics`,
+//! `/events` (the log ring, [`events`]), and the operator page `/ui` ([`ui`]: its access
+//! rules and headers).
 //!
 //! Read-only: it observes the fence, the health counters, the channels and the metrics,
 //! and never changes any of them. Loopback by default; a non-loopback address needs
 //! `ops.allow_remote = true` (checked by the configuration). Its connections are bounded
 //! ([`listener`]): a flood of them cannot take the command path's descriptors.
 
+mod events;
 mod listener;
 mod status;
+pub mod ui;
 
+pub use events::EventsDocument;
 pub use listener::{
     CONNECTION_LIFETIME, HEADER_READ_TIMEOUT, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_HEADERS, MAX_HEAD_BYTES,
 };
@@ -32,6 +37,9 @@ pub fn router(state: Arc<OpsState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .route("/events", get(events::events))
+        .merge(ui::routes())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), ui::guard))
         .with_state(state)
 }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::downstream::{ChannelStatus, Channels};
 use crate::health::{Health, PollHealth};
 use crate::strict::{Fatal, FatalCategory, Fence, FenceSnapshot};
-use crate::telemetry::Metrics;
+use crate::telemetry::{LogRing, Metrics};
 
 mod receipt;
 
@@ -25,8 +25,12 @@ pub struct OpsState {
     pub health: Arc<Health>,
     pub channels: Channels,
     pub metrics: Arc<Metrics>,
+    /// The recent log events (`GET /events`).
+    pub log_ring: Arc<LogRing>,
     /// A poll older than this makes the gateway not ready.
     pub poll_freshness: Duration,
+    /// What the operator page needs beyond the status (`/ui`).
+    pub page: super::ui::PageSettings,
 }
 
 /// Why the gateway is not ready: the first that holds, in this order. Its `Display` is
@@ -92,11 +96,18 @@ pub struct StatusDocument {
     pub mode: Mode,
     pub state: GatewayState,
     pub ready: bool,
+    /// `/readyz`'s one-line reason when not ready (after `not ready: `); `null` when ready.
+    pub not_ready_reason: Option<String>,
     pub fence: FenceSnapshot,
     pub fatal: Option<Fatal>,
     pub control_plane: PollHealth,
     pub downstream: Vec<ChannelReport>,
     pub commands: Commands,
+    /// Every outcome counted since start (the counters `/metrics` exports).
+    pub outcomes: crate::telemetry::OutcomeCounts,
+    /// The last delivery receipts handed to the journal, newest first, as its lines
+    /// are (README "Delivery receipts"); empty with `receipts.enabled = false`.
+    pub recent_receipts: Vec<Box<serde_json::value::RawValue>>,
     /// Present when replicas coordinate (`coordination.backend = "etcd"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coordination: Option<crate::health::CoordinationView>,
@@ -193,6 +204,7 @@ impl OpsState {
             mode: Mode::of(self.fence.is_strict()),
             state,
             ready: readiness.is_ok(),
+            not_ready_reason: readiness.err().map(|r| r.to_string()),
             fence: self.fence.snapshot(),
             fatal,
             control_plane: self.health.poll_health(),
@@ -201,6 +213,8 @@ impl OpsState {
                 in_flight: self.health.in_flight(),
                 queued: self.health.queued(),
             },
+            outcomes: self.metrics.outcome_counts(),
+            recent_receipts: self.health.recent_receipts(),
             coordination,
         }
     }

@@ -28,6 +28,7 @@ use super::reader::rotated_path;
 use super::record::{Outcomes, Receipt};
 use crate::control::DeliveryReport;
 use crate::downstream::LegOutcome;
+use crate::health::Health;
 use crate::protocol::Command;
 use crate::strict::FatalCategory;
 use crate::supervisor::Supervisor;
@@ -49,6 +50,8 @@ pub struct Journal {
     /// `None`: `receipts.enabled = false`.
     tx: Option<mpsc::Sender<Receipt>>,
     metrics: Arc<Metrics>,
+    /// Where the last receipts are shown (`/status` `recent_receipts`), when anywhere.
+    shown: Option<Arc<Health>>,
 }
 
 /// One command's receipt while the command runs: its outcomes as the lifecycle learns
@@ -86,7 +89,11 @@ pub struct Appended {
 impl Journal {
     /// No journal (`receipts.enabled = false`): every receipt is discarded, uncounted.
     pub fn off(metrics: Arc<Metrics>) -> Self {
-        Self { tx: None, metrics }
+        Self {
+            tx: None,
+            metrics,
+            shown: None,
+        }
     }
 
     /// Starts the writer of `path` among `supervisor`'s background tasks. When `stop` is
@@ -105,20 +112,43 @@ impl Journal {
             failing: None,
         };
         let handle = supervisor.spawn_joined(writer.run(rx, stop));
-        (Self { tx: Some(tx), metrics }, handle)
+        (
+            Self {
+                tx: Some(tx),
+                metrics,
+                shown: None,
+            },
+            handle,
+        )
     }
 
     /// A journal whose receipts go to the returned receiver, queued up to `capacity`.
     #[cfg(test)]
     pub(crate) fn channel(metrics: Arc<Metrics>, capacity: usize) -> (Self, mpsc::Receiver<Receipt>) {
         let (tx, rx) = mpsc::channel(capacity);
-        (Self { tx: Some(tx), metrics }, rx)
+        (
+            Self {
+                tx: Some(tx),
+                metrics,
+                shown: None,
+            },
+            rx,
+        )
+    }
+
+    /// Also keeps the last receipts handed to it in `health`, for `/status`.
+    pub fn showing_recent(mut self, health: Arc<Health>) -> Self {
+        self.shown = Some(health);
+        self
     }
 
     /// Hands `receipt` to the writer, never waiting: a full queue or an ended writer
     /// drops it, counted.
     pub fn submit(&self, receipt: Receipt) {
         let Some(tx) = &self.tx else { return };
+        if let Some(health) = &self.shown {
+            health.receipt_recorded(receipt.to_line());
+        }
         let reason = match tx.try_send(receipt) {
             Ok(()) => return,
             Err(mpsc::error::TrySendError::Full(_)) => ReceiptDropReason::QueueFull,

@@ -8,6 +8,9 @@
 //!
 //! The level filter sits behind a reload handle ([`LogFilter`]): `tunnelgate run` swaps
 //! it on SIGHUP without restarting the subscriber.
+//!
+//! The log ring ([`super::ring`]) is a second output under the very same filters: it
+//! keeps what the log prints, never an event or a span field the log would not show.
 
 use std::sync::Arc;
 
@@ -17,6 +20,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Layer, Registry};
 
 use super::otlp;
+use super::ring::LogRing;
 
 /// The only span the log layer sees (see [`init`]).
 const LOGGED_SPAN: &str = "tunnelgate.command";
@@ -220,12 +224,13 @@ pub fn filter_directives(level: &str) -> String {
     directives
 }
 
-/// Installs the global subscriber. A second call (tests, embedders) is a no-op.
+/// Installs the global subscriber. A second call (tests, embedders) is a no-op (and
+/// `ring` then stays empty).
 ///
-/// `otlp_endpoint` is the configured base URL; `OTEL_EXPORTER_OTLP_ENDPOINT` is used
+/// `ring` receives every event the log prints (see [`outputs`]). `otlp_endpoint` is the configured base URL; `OTEL_EXPORTER_OTLP_ENDPOINT` is used
 /// when it is `None`. An exporter that cannot be built is reported once on stderr and
 /// the gateway runs without it. The exporter is built on a thread of its own (awaited).
-pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> TelemetryGuard {
+pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>, ring: &Arc<LogRing>) -> TelemetryGuard {
     let filter = EnvFilter::try_new(filter_directives(level)).unwrap_or_else(|_| EnvFilter::new("info"));
     let log_layer: Box<dyn Layer<Registry> + Send + Sync> = match format {
         Format::Json => tracing_subscriber::fmt::layer()
@@ -277,7 +282,8 @@ pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> T
     // every line logged for a command carries those, whichever inner span it came from.
     // The inner spans are for traces; formatting their fields for the log at each start
     // and record is a cost per command (measured in docs/PERFORMANCE.md).
-    let log_spans = filter::filter_fn(|meta| !meta.is_span() || meta.name() == LOGGED_SPAN);
+    let log_spans = log_spans();
+    let log_layer = outputs(log_layer, ring);
     // The filter is reloadable in both shapes (SIGHUP): the handle's type names the
     // subscriber under it, so each shape makes its own.
     let (result, log_filter) = match span_layer {
@@ -303,6 +309,19 @@ pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>) -> T
     };
     drop(result);
     TelemetryGuard { provider, log_filter }
+}
+
+/// The printed log and the ring, one layer: whatever filter wraps it filters both alike.
+pub fn outputs<S>(log_layer: impl Layer<S>, ring: &Arc<LogRing>) -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    log_layer.and_then(ring.layer())
+}
+
+/// Events, and of spans only the command's own ([`LOGGED_SPAN`]).
+pub(super) fn log_spans() -> filter::FilterFn<fn(&tracing::Metadata<'_>) -> bool> {
+    filter::filter_fn(|meta| !meta.is_span() || meta.name() == LOGGED_SPAN)
 }
 
 #[cfg(test)]

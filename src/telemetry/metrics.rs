@@ -5,6 +5,8 @@
 //! [`LabelValue`] (see [`super::label`]), and a label filled from upstairs takes only the
 //! enum that owns it. Every labelled series that alerts use is created at zero at startup.
 
+use std::collections::BTreeMap;
+
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -640,6 +642,52 @@ impl Metrics {
             .with_label_values(&[op.as_label(), result.as_label()])
             .inc();
     }
+}
+
+/// Every outcome counted since start, as `/status` `outcomes` shows it (keys are API):
+/// each closed label set in full, zeros included, summed over the other labels.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct OutcomeCounts {
+    /// Commands received, every type.
+    pub received: u64,
+    /// Downstream leg outcomes, every transport.
+    pub legs: BTreeMap<String, u64>,
+    /// Terminal response deliveries by final outcome.
+    pub deliveries: BTreeMap<String, u64>,
+    /// Notification deliveries by final outcome.
+    pub notifications: BTreeMap<String, u64>,
+    /// Commands dropped before any leg, by reason.
+    pub dropped: BTreeMap<String, u64>,
+}
+
+impl Metrics {
+    /// Every outcome since start, read from the counters (the same series `/metrics` shows).
+    pub fn outcome_counts(&self) -> OutcomeCounts {
+        let deliveries =
+            |kind: DeliveryKind| by_label(&self.delivery.deliveries, "outcome", Some(("kind", kind.as_label())));
+        OutcomeCounts {
+            received: total(&self.commands.commands_received),
+            legs: by_label(&self.delivery.downstream_requests, "outcome", None),
+            deliveries: deliveries(DeliveryKind::Terminal),
+            notifications: deliveries(DeliveryKind::Notify),
+            dropped: by_label(&self.commands.commands_dropped, "reason", None),
+        }
+    }
+}
+
+/// A counter family's values summed by one label, over the series that carry `only`.
+fn by_label(c: &IntCounterVec, label: &str, only: Option<(&str, &str)>) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for m in Collector::collect(c).iter().flat_map(|f| f.get_metric()) {
+        let labels = m.get_label();
+        let keep = only.is_none_or(|(n, v)| labels.iter().any(|l| l.name() == n && l.value() == v));
+        if let Some(value) = labels.iter().find(|l| l.name() == label).map(|l| l.value()) {
+            if keep {
+                *counts.entry(value.to_owned()).or_insert(0) += m.get_counter().get_value() as u64;
+            }
+        }
+    }
+    counts
 }
 
 /// The sum of every series of a counter family.

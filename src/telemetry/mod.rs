@@ -1,5 +1,5 @@
 //! Telemetry: logging/tracing setup, every metric definition, redaction helpers, W3C trace
-//! context and span events.
+//! context, span events and the ring of recent log events.
 //!
 //! Observational only: nothing here may delay dispatch, delivery, the latch or exit by
 //! more than a bounded flush. The rest of the crate uses `tracing` macros and the
@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod otlp;
 mod propagation;
 mod redact;
+pub mod ring;
 
 pub(crate) use label::label_enum;
 pub use label::{
@@ -23,6 +24,7 @@ pub use label::{
     FatalCategoryLabel, IntentOp, IntentOpResult, LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult,
     ReceiptDropReason, RenewalResult, SessionResult, TaskKind, TraceContextSource, TransportLabel,
 };
-pub use metrics::{Accounting, Metrics};
+pub use metrics::{Accounting, Metrics, OutcomeCounts};
 pub use propagation::{continue_trace, span_trace_context, Extracted, TraceContext};
 pub use redact::{hashed_session_id, safe_method, safe_token};
+pub use ring::{LogEvent, LogField, LogRing, RingStats};

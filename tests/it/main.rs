@@ -14,6 +14,7 @@ mod crash;
 mod doctor;
 mod etcd_client;
 mod etcd_peer;
+mod events;
 mod gateway_http;
 mod gateway_stdio;
 mod gateway_stdio_mux;
@@ -42,6 +43,7 @@ mod strict;
 mod strict_ha;
 mod tls;
 mod trace;
+mod ui;
 
 // Module to come (declare it here when its file exists):
 // mod ops;            // /livez /readyz /status /metrics (promtool check metrics)

@@ -56,9 +56,11 @@ fn env_values_are_parsed_as_toml_types() {
             ("TUNNELGATE_OPS__ALLOW_REMOTE", "true"),
             ("TUNNELGATE_OPS__LISTEN", "0.0.0.0:9464"),
             ("TUNNELGATE_STRICT__SHUTDOWN_GRACE", "2s"),
+            ("TUNNELGATE_OPS__LOG_BUFFER_EVENTS", "50"),
         ],
     )
     .expect("valid");
+    assert_eq!(config.ops.log_buffer_events, 50);
     assert_eq!(config.mcp.max_concurrent.get(), 3);
     assert!(config.ops.allow_remote);
     assert_eq!(config.ops.listen.to_string(), "0.0.0.0:9464");

@@ -531,6 +531,27 @@ fn ops_listen_must_be_a_loopback_socket_address_unless_remote_is_allowed() {
 }
 
 #[test]
+fn log_buffer_events_defaults_to_two_thousand_takes_zero_and_refuses_more_than_the_maximum() {
+    assert_eq!(accepted(&toml_with(&[])).ops.log_buffer_events, 2_000);
+    assert_eq!(
+        accepted(&toml_with(&[("ops.log_buffer_events", "0")]))
+            .ops
+            .log_buffer_events,
+        0
+    );
+    let max = accepted(&toml_with(&[("ops.log_buffer_events", "100000")]));
+    assert_eq!(max.ops.log_buffer_events, 100_000);
+    let error = rejected(&toml_with(&[("ops.log_buffer_events", "100001")]));
+    assert_error(
+        &error,
+        "ops.log_buffer_events",
+        "100001 is too many; at most 100000 (0 keeps no log events)",
+    );
+    let error = rejected(&toml_with(&[("ops.log_buffer_events", "-1")]));
+    assert!(error.to_string().contains("ops.log_buffer_events"), "{error}");
+}
+
+#[test]
 fn otlp_endpoint_is_off_when_empty_and_an_http_url_otherwise() {
     assert_eq!(
         accepted(&toml_with(&[("telemetry.otlp_endpoint", "\"\"")]))

@@ -8,7 +8,13 @@ fn state(strict: bool) -> OpsState {
         health: Arc::new(Health::default()),
         channels: Channels::default(),
         metrics: Arc::new(Metrics::new::<GatewayLabels>(strict, &[])),
+        log_ring: Arc::default(),
         poll_freshness: Duration::from_secs(60),
+        page: crate::ops::ui::PageSettings {
+            allow_remote: false,
+            latch_file: "/var/lib/tunnelgate/latch.json".into(),
+            coordinated: false,
+        },
     }
 }
 
@@ -135,11 +141,11 @@ async fn the_status_document_keeps_its_keys_order_and_values() {
     let doc = |s: &OpsState| json(s.status());
     let polled = |s: &OpsState| json(s.health.poll_health().last_successful_poll_at);
     let version = env!("CARGO_PKG_VERSION");
-    let rest = r#""fence":{"held":false,"leg":null,"request_id":null,"channel":null,"held_seconds":null},"fatal":null,"control_plane":{"last_successful_poll_age_seconds":AGE,"consecutive_poll_errors":0,"last_poll_error_kind":null,"last_successful_poll_at":POLLED,"last_acked_at":null},"downstream":[],"commands":{"in_flight":0,"queued":0}}"#;
+    let rest = r#""fence":{"held":false,"leg":null,"request_id":null,"channel":null,"held_seconds":null},"fatal":null,"control_plane":{"last_successful_poll_age_seconds":AGE,"consecutive_poll_errors":0,"last_poll_error_kind":null,"last_successful_poll_at":POLLED,"last_acked_at":null},"downstream":[],"commands":{"in_flight":0,"queued":0},"outcomes":{"received":0,"legs":{"abandoned":0,"answered":0,"not_sent":0},"deliveries":{"acked":0,"ambiguous":0,"not_found":0,"rejected":0},"notifications":{"acked":0,"ambiguous":0,"not_found":0,"rejected":0},"dropped":{"expired":0,"fatal":0,"invalid":0,"shutdown":0,"unknown_type":0,"unmatched_reply":0,"unroutable":0,"unsupported":0}},"recent_receipts":[]}"#;
     assert_eq!(
         doc(&s),
         format!(
-            r#"{{"schema_version":1,"version":"{version}","mode":"strict","state":"starting","ready":false,{}"#,
+            r#"{{"schema_version":1,"version":"{version}","mode":"strict","state":"starting","ready":false,"not_ready_reason":"no successful poll of the control plane yet",{}"#,
             rest.replace("AGE", "null").replace("POLLED", "null")
         )
     );
@@ -147,7 +153,7 @@ async fn the_status_document_keeps_its_keys_order_and_values() {
     assert_eq!(
         doc(&s),
         format!(
-            r#"{{"schema_version":1,"version":"{version}","mode":"strict","state":"ready","ready":true,{}"#,
+            r#"{{"schema_version":1,"version":"{version}","mode":"strict","state":"ready","ready":true,"not_ready_reason":null,{}"#,
             rest.replace("AGE", "0.0").replace("POLLED", &polled(&s))
         )
     );
@@ -157,7 +163,7 @@ async fn the_status_document_keeps_its_keys_order_and_values() {
     assert_eq!(
         doc(&s),
         format!(
-            r#"{{"schema_version":1,"version":"{version}","mode":"default","state":"degraded","ready":false,{}"#,
+            r#"{{"schema_version":1,"version":"{version}","mode":"default","state":"degraded","ready":false,"not_ready_reason":"internal task poller ended unexpectedly (panicked)",{}"#,
             rest.replace("AGE", "0.0").replace("POLLED", &polled(&s))
         )
     );

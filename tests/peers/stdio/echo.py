@@ -1,10 +1,11 @@
 """Well-behaved stdio MCP server.
 
-    echo.py [--log FILE] [--env-out FILE] [--garbage] [--modern]
+    echo.py [--log FILE] [--env-out FILE] [--garbage] [--modern] [--name NAME]
 
 --log appends every received line to FILE; --env-out writes the environment as JSON to
 FILE at startup; --garbage prints non-JSON lines on stdout before every answer; --modern
-refuses initialize as a 2026-07-28 server does (-32022) and answers everything else.
+refuses initialize as a 2026-07-28 server does (-32022) and answers everything else; --name
+is the serverInfo name initialize answers with.
 """
 
 import json

@@ -3,6 +3,7 @@
 A minimal newline-delimited JSON-RPC server: initialize, tools/list, tools/call "echo",
 and tools/call "ask" (arguments.method): it sends that server-to-client request, waits for
 its answer and returns the answer as the tool's text (`result:...` or `error:...`).
+`--name NAME` is the serverInfo name initialize answers with.
 Every request may carry params._delay_ms (answer late). tools/call echo with
 params._meta.progressToken emits a notifications/progress with that token before the
 result. No payloads on stderr; everything on stdout is flushed line by line.
@@ -45,7 +46,7 @@ def answer(req, garbage: bool) -> None:
         result = {
             "protocolVersion": "2025-06-18",
             "capabilities": {"tools": {}},
-            "serverInfo": {"name": "tunnelgate-stdio-peer", "version": "0"},
+            "serverInfo": {"name": arg("--name") or "tunnelgate-stdio-peer", "version": "0"},
         }
     elif method == "tools/list":
         result = {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
