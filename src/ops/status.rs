@@ -100,6 +100,11 @@ pub struct StatusDocument {
     pub not_ready_reason: Option<String>,
     pub fence: FenceSnapshot,
     pub fatal: Option<Fatal>,
+    /// When this run honours a latch an earlier run left (`fatal.category =
+    /// latched_previously`): the cause that latch file holds, so the original category,
+    /// exit code and command are visible without a shell. `null` otherwise, and when the
+    /// file cannot be read.
+    pub persisted_cause: Option<Fatal>,
     pub control_plane: PollHealth,
     pub downstream: Vec<ChannelReport>,
     pub commands: Commands,
@@ -206,6 +211,7 @@ impl OpsState {
             ready: readiness.is_ok(),
             not_ready_reason: readiness.err().map(|r| r.to_string()),
             fence: self.fence.snapshot(),
+            persisted_cause: self.persisted_cause(fatal.as_ref()),
             fatal,
             control_plane: self.health.poll_health(),
             downstream: self.channel_reports(),
@@ -217,6 +223,16 @@ impl OpsState {
             recent_receipts: self.health.recent_receipts(),
             coordination,
         }
+    }
+}
+
+impl OpsState {
+    /// The latch file's cause, read only while the run honours an earlier run's latch.
+    fn persisted_cause(&self, fatal: Option<&Fatal>) -> Option<Fatal> {
+        if fatal?.category != FatalCategory::LatchedPreviously {
+            return None;
+        }
+        crate::strict::latch_file::read(&self.page.latch_file).ok().flatten()
     }
 }
 

@@ -226,6 +226,10 @@ async fn a_strict_gateway_held_on_a_latch_shows_the_category_exit_code_and_the_c
     assert_eq!(browser.text("latch-category").await, "latched_previously");
     assert_eq!(browser.text("latch-exit-code").await, "89");
     assert_eq!(browser.text("latch-request-id").await, latched.as_str());
+    // The earlier run's own cause, from the latch file: a 404 for the terminal response.
+    assert_eq!(browser.text("latch-persisted-category").await, "ack_not_found");
+    assert_eq!(browser.text("latch-persisted-exit-code").await, "82");
+    assert_eq!(browser.text("latch-persisted-request-id").await, latched.as_str());
     assert_eq!(browser.text("latch-channel").await, "main");
     assert_eq!(
         browser.text("clear-command").await,

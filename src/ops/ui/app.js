@@ -63,6 +63,7 @@ function fenceFacts(f) {
 
 function latchFacts(doc) {
   const f = doc.fatal || {};
+  const p = doc.persisted_cause || {};
   const c = (doc.coordination && doc.coordination.latch) || {};
   return [
     ["category", "Category", text(f.category)],
@@ -72,6 +73,9 @@ function latchFacts(doc) {
     ["method", "Method", text(f.method)],
     ["latched-at", "Latched at", text(f.latched_at)],
     ["persisted", "Latch file written", text(f.persisted)],
+    ["persisted-category", "Earlier run's cause", text(p.category)],
+    ["persisted-exit-code", "Its exit code", text(p.exit_code)],
+    ["persisted-request-id", "Its request id", text(p.request_id)],
     ["cluster", "Cluster-wide latch", text(c.category)],
     ["cluster-by", "Set by replica", text(c.latched_by)],
   ];
