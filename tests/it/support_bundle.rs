@@ -392,3 +392,39 @@ async fn with_the_gateway_down_the_bundle_is_read_from_disk_and_a_secret_in_a_fi
         unreadable.stderr
     );
 }
+
+#[tokio::test]
+async fn a_strict_gateway_holding_a_latch_gives_its_fatal_status_and_its_latch_file() {
+    let mut setup = Setup::new().await;
+    setup.config = setup
+        .config
+        .replace("max_concurrent = 4", "max_concurrent = 1")
+        .replace("enabled = false", "enabled = true\nlatched_start = \"hold\"");
+    let latch = setup.rig.latch_path();
+    let persisted = r#"{"schema_version":1,"tunnelgate_version":"0.1.0","fatal":{"category":"ack_not_found","exit_code":82,"request_id":"req_1","channel":"main","method":"tools/call","latched_at":"2026-01-02T03:04:05Z","persisted":true}}"#;
+    std::fs::write(&latch, persisted).unwrap();
+    let mut gw = Gateway::spawn(&["run"], Some(&setup.config), &setup.envs());
+    gw.wait_http_ready(&format!("{}/livez", setup.ops()), T).await;
+    let out = setup.rig.dir.path().join("latched.tar.gz");
+    let run = setup.bundle(&out).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let files = unpack(&out);
+    let (_, parts) = manifest(&files);
+    let status: Value = serde_json::from_str(&files["status.json"]).unwrap();
+    assert_eq!(
+        (status["mode"].as_str(), status["state"].as_str()),
+        (Some("strict"), Some("fatal"))
+    );
+    assert_eq!(status["fatal"]["category"], "latched_previously");
+    assert_eq!(files["latch.json"], persisted);
+    assert_eq!(parts["latch.json"]["source"], format!("disk {}", latch.display()));
+    assert_eq!(
+        parts["status.json"]["source"],
+        format!("ops listener {}/status", setup.ops())
+    );
+    for (name, body) in &files {
+        setup.assert_clean(name, body);
+    }
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(T).await, Some(89));
+}

@@ -61,3 +61,59 @@ fn pem_bodies_are_searched_line_by_line_and_userinfo_split() {
     assert_eq!(userinfo("http://proxy:3128"), None);
     assert_eq!(userinfo("http://user@proxy:3128"), None, "no password, nothing secret");
 }
+
+#[test]
+fn the_configuration_gives_every_secret_it_resolves_and_names_each_by_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("client.key");
+    let body = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgSECRETKEYLINE0001";
+    std::fs::write(
+        &key,
+        format!("-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n"),
+    )
+    .unwrap();
+    let toml = format!(
+        r#"
+[control_plane]
+tunnel_id = "t"
+api_key = "sk-API-KEY-CANARY"
+proxy = "http://cpuser:PLANE-PROXY-PASS@127.0.0.1:3128"
+[control_plane.headers]
+X-Gateway-Key = "GATEWAY-KEY-VALUE"
+[control_plane.tls]
+client_cert = "{cert}"
+client_key = "{key}"
+[mcp.channels.main]
+url = "http://127.0.0.1:1/mcp"
+proxy = "http://mcpuser:MCP-PROXY-PASS@127.0.0.1:3128"
+[mcp.channels.main.headers]
+Authorization = "Token MCP-HEADER-VALUE"
+"#,
+        cert = dir.path().join("client.pem").display(),
+        key = key.display()
+    );
+    let config = Config::from_toml_str(&toml).unwrap();
+    let c = Canaries::of_config(&config);
+    let cases = [
+        ("sk-API-KEY-CANARY", "the API key (control_plane.api_key)"),
+        (
+            "GATEWAY-KEY-VALUE",
+            "a header value (control_plane.headers.X-Gateway-Key)",
+        ),
+        (
+            "Token MCP-HEADER-VALUE",
+            "a header value (mcp.channels.main.headers.Authorization)",
+        ),
+        ("PLANE-PROXY-PASS", "proxy credentials (control_plane.proxy)"),
+        ("MCP-PROXY-PASS", "proxy credentials (mcp.channels.main.proxy)"),
+        (body, "key material (control_plane.tls.client_key)"),
+    ];
+    for (secret, kind) in cases {
+        assert_eq!(kinds(&c, &format!("… {secret} …")), [kind], "{secret}");
+    }
+    assert!(
+        kinds(&c, &config.masked()).is_empty(),
+        "what check prints is clean:\n{}",
+        config.masked()
+    );
+}
