@@ -1,5 +1,5 @@
 //! Command-line surface (names are API): `run`, `check`, `doctor`, `status`,
-//! `latch show|clear`, `receipts`, `sim`, `demo`. Parsing lives here so `main.rs` stays a thin exit-code mapper.
+//! `latch show|clear`, `receipts`, `support-bundle`, `sim`, `demo`. Parsing lives here so `main.rs` stays a thin exit-code mapper.
 //! What `run` does on each signal (stop, reload, status dump, ignore) is in `signals`.
 
 use std::net::SocketAddr;
@@ -18,11 +18,13 @@ use crate::strict::latch_file::LatchFileError;
 use crate::supervisor::Supervisor;
 use crate::telemetry::{logging, LogRing};
 
+mod bundle;
 mod latch;
 mod readiness;
 mod receipts;
 mod signals;
 
+pub use bundle::{support_bundle, SupportBundleArgs};
 pub use latch::{latch_clear, latch_show};
 pub use receipts::{receipts, OutcomeArg, ReceiptsArgs};
 
@@ -37,10 +39,12 @@ Examples:
   tunnelgate status --require-ready                # 0 ready, 3 not ready, 80-91 latched, 1 no answer
   tunnelgate latch show --config config.toml
   tunnelgate receipts --config config.toml --since 1h --outcome ambiguous
+  tunnelgate support-bundle --config config.toml   # an archive that is safe to share
   tunnelgate sim --listen 127.0.0.1:8080 --tunnel-id tunnel_local --api-key dev-key
 
 Exit codes: 0 clean, 1 unexpected error, 2 usage, 3 not ready (status --require-ready),
-78 invalid configuration, 80-91 strict-mode fatal categories (see README).";
+4 refused by the secret scan (support-bundle), 78 invalid configuration, 80-91
+strict-mode fatal categories (see README).";
 
 /// Why a subcommand could not do its work (exit 1, or 78 for a bad fault script).
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +137,11 @@ pub enum Tool {
     /// ambiguous.
     #[command(after_help = receipts::RECEIPTS_HELP)]
     Receipts(ReceiptsArgs),
+    /// Write one archive to hand over with a support request: configuration (masked),
+    /// /status, /metrics, /events, doctor, latch, receipts, version; scanned for secrets
+    /// before anything is written.
+    #[command(after_help = bundle::SUPPORT_BUNDLE_HELP)]
+    SupportBundle(SupportBundleArgs),
     /// Run the control-plane simulator (poll/response endpoints, MCP ingress, faults).
     #[command(after_help = SIM_HELP)]
     Sim(SimArgs),

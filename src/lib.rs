@@ -62,6 +62,7 @@
 //! ```
 
 pub mod app;
+pub mod bundle;
 pub mod cli;
 pub mod config;
 pub mod control;

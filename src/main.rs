@@ -1,6 +1,7 @@
 //! The `tunnelgate` binary: parse the command line, load configuration, run, and map
 //! the outcome to an exit code (0 clean, 1 unexpected, 2 usage, 3 not ready for
-//! `status --require-ready`, 78 configuration, 80-91 fatal categories).
+//! `status --require-ready`, 4 refused by `support-bundle`'s secret scan, 78
+//! configuration, 80-91 fatal categories).
 
 use std::process::ExitCode;
 
@@ -113,6 +114,10 @@ async fn dispatch(command: Ready) -> u8 {
             };
             tunnelgate::cli::receipts(&path, &args).map_err(Into::into)
         }
+        Tool::SupportBundle(args) => match load(args.config.config.as_deref(), &args.config.overrides()) {
+            Ok(config) => tunnelgate::cli::support_bundle(&args, config).await.map_err(Into::into),
+            Err(e) => return config_error(&e),
+        },
         Tool::Sim(args) => tunnelgate::cli::sim(args).await.map_err(Into::into),
         Tool::Demo(args) => tunnelgate::demo::run(args.keep_dir).await.map_err(Into::into),
     };

@@ -15,6 +15,8 @@
 //! what it holds (docs/PERFORMANCE.md has the measured figures).
 //!
 //! A push is one short critical section on a `std` mutex; nothing here blocks or awaits.
+//! A snapshot copies the events it returns under that lock, so a log line waits for the
+//! copy of a large one (`GET /events` of a full ring at the maximum, say).
 
 use std::collections::VecDeque;
 use std::fmt::{self, Write as _};

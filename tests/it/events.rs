@@ -126,7 +126,13 @@ async fn events_hold_what_the_log_printed_with_the_command_span_and_no_secret() 
         );
     }
     let text = doc.to_string();
-    for canary in [PAYLOAD_CANARY, HEADER_CANARY, CP_HEADER_CANARY, MCP_HEADER_CANARY, KEY] {
+    let canaries = [PAYLOAD_CANARY, HEADER_CANARY, CP_HEADER_CANARY, MCP_HEADER_CANARY, KEY];
+    for canary in canaries {
         assert!(!text.contains(canary), "{canary:?} leaked into /events:\n{text}");
     }
+    // The support bundle's own scan, which also looks for key and credential shapes.
+    let scan = canaries
+        .iter()
+        .fold(tunnelgate::bundle::Canaries::new(), |c, v| c.with("a canary", v));
+    assert_eq!(scan.find(&text), [], "{text}");
 }

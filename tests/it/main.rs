@@ -41,6 +41,7 @@ mod stdio_sessions;
 mod stop;
 mod strict;
 mod strict_ha;
+mod support_bundle;
 mod tls;
 mod trace;
 mod ui;
