@@ -141,7 +141,7 @@ async fn the_status_document_keeps_its_keys_order_and_values() {
     let doc = |s: &OpsState| json(s.status());
     let polled = |s: &OpsState| json(s.health.poll_health().last_successful_poll_at);
     let version = env!("CARGO_PKG_VERSION");
-    let rest = r#""fence":{"held":false,"leg":null,"request_id":null,"channel":null,"held_seconds":null},"fatal":null,"control_plane":{"last_successful_poll_age_seconds":AGE,"consecutive_poll_errors":0,"last_poll_error_kind":null,"last_successful_poll_at":POLLED,"last_acked_at":null},"downstream":[],"commands":{"in_flight":0,"queued":0},"outcomes":{"received":0,"legs":{"abandoned":0,"answered":0,"not_sent":0},"deliveries":{"acked":0,"ambiguous":0,"not_found":0,"rejected":0},"notifications":{"acked":0,"ambiguous":0,"not_found":0,"rejected":0},"dropped":{"expired":0,"fatal":0,"invalid":0,"shutdown":0,"unknown_type":0,"unmatched_reply":0,"unroutable":0,"unsupported":0}},"recent_receipts":[]}"#;
+    let rest = r#""fence":{"held":false,"leg":null,"request_id":null,"channel":null,"held_seconds":null},"fatal":null,"persisted_cause":null,"control_plane":{"last_successful_poll_age_seconds":AGE,"consecutive_poll_errors":0,"last_poll_error_kind":null,"last_successful_poll_at":POLLED,"last_acked_at":null},"downstream":[],"commands":{"in_flight":0,"queued":0},"outcomes":{"received":0,"legs":{"abandoned":0,"answered":0,"not_sent":0},"deliveries":{"acked":0,"ambiguous":0,"not_found":0,"rejected":0},"notifications":{"acked":0,"ambiguous":0,"not_found":0,"rejected":0},"dropped":{"expired":0,"fatal":0,"invalid":0,"shutdown":0,"unknown_type":0,"unmatched_reply":0,"unroutable":0,"unsupported":0}},"recent_receipts":[]}"#;
     assert_eq!(
         doc(&s),
         format!(

@@ -157,9 +157,21 @@ fn latch_section(out: &mut String, doc: &Value, commands: &LatchCommands) {
         fact("method", "Method", text(&fatal["method"])),
         fact("latched-at", "Latched at", text(&fatal["latched_at"])),
         fact("persisted", "Latch file written", text(&fatal["persisted"])),
-        fact("persisted-category", "Earlier run's cause", text(&doc["persisted_cause"]["category"])),
-        fact("persisted-exit-code", "Its exit code", text(&doc["persisted_cause"]["exit_code"])),
-        fact("persisted-request-id", "Its request id", text(&doc["persisted_cause"]["request_id"])),
+        fact(
+            "persisted-category",
+            "Earlier run's cause",
+            text(&doc["persisted_cause"]["category"]),
+        ),
+        fact(
+            "persisted-exit-code",
+            "Its exit code",
+            text(&doc["persisted_cause"]["exit_code"]),
+        ),
+        fact(
+            "persisted-request-id",
+            "Its request id",
+            text(&doc["persisted_cause"]["request_id"]),
+        ),
         fact("cluster", "Cluster-wide latch", text(&cluster["category"])),
         fact("cluster-by", "Set by replica", text(&cluster["latched_by"])),
     ];
