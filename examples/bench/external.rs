@@ -137,7 +137,13 @@ pub(crate) async fn serve_stub(addr: SocketAddr) -> Result<(), String> {
 }
 
 /// One run of `row`: fresh peers and gateway, warm-up, the measured window.
-async fn run_once(args: &Args, client: &reqwest::Client, row: Row, secs: Duration, pki: Option<&Pki>) -> Result<Run, String> {
+async fn run_once(
+    args: &Args,
+    client: &reqwest::Client,
+    row: Row,
+    secs: Duration,
+    pki: Option<&Pki>,
+) -> Result<Run, String> {
     let (cp_args, gateway_tls) = match (row.cp_tls, pki) {
         (Some(http2), Some(pki)) => (
             vec![
@@ -146,7 +152,10 @@ async fn run_once(args: &Args, client: &reqwest::Client, row: Row, secs: Duratio
                 "--alpn".to_owned(),
                 if http2 { "h2" } else { "h1" }.to_owned(),
             ],
-            format!("[control_plane.tls]\nca_file = \"{}\"\n", pki.dir.path().join("ca.pem").display()),
+            format!(
+                "[control_plane.tls]\nca_file = \"{}\"\n",
+                pki.dir.path().join("ca.pem").display()
+            ),
         ),
         _ => (Vec::new(), String::new()),
     };
@@ -211,11 +220,43 @@ impl Pki {
         .map_err(|e| e.to_string())?;
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
         let steps: [Vec<&str>; 3] = [
-            [&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=bench-ca"]].concat(),
-            [&["req"][..], &ec, &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]].concat(),
+            [
+                &["req", "-x509"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=bench-ca",
+                ],
+            ]
+            .concat(),
+            [
+                &["req"][..],
+                &ec,
+                &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"],
+            ]
+            .concat(),
             vec![
-                "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
-                "server.pem", "-days", "2", "-extfile", "server.ext",
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.pem",
+                "-days",
+                "2",
+                "-extfile",
+                "server.ext",
             ],
         ];
         for step in steps {

@@ -15,6 +15,9 @@ mod poller;
 mod retry;
 #[cfg(test)]
 mod timing_tests;
+mod transport;
+#[cfg(test)]
+mod transport_tests;
 
 pub use attempt::{AttemptResult, Delivery, PostKind};
 pub use backoff::{parse_retry_after, Backoff};

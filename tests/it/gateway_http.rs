@@ -670,7 +670,10 @@ async fn three_waves_of_calls_reuse_at_most_max_inflight_plus_one_connections_to
         "{answered} calls ({requests} polls and response POSTs) opened {connections} connections to the control plane (at most 1 + max_inflight = {})",
         MAX_INFLIGHT + 1
     );
-    assert!(requests > 3 * connections as usize, "{requests} requests over {connections} connections");
+    assert!(
+        requests > 3 * connections as usize,
+        "{requests} requests over {connections} connections"
+    );
     gw.sigterm();
     assert_eq!(gw.wait_exit(Duration::from_secs(20)).await, Some(0), "{}", gw.stderr());
 }
