@@ -217,7 +217,7 @@ impl ControlClient {
                     Some(config) => config.clone(),
                     None => transport::platform_config()?,
                 };
-                Some(transport::Direct::new(config, connect_timeout, IDLE_TIMEOUT))
+                Some(Arc::new(transport::Direct::new(config, connect_timeout, IDLE_TIMEOUT)))
             }
             crate::egress::proxy::Route::Tunnel | crate::egress::proxy::Route::Forward => None,
         };
@@ -240,31 +240,7 @@ impl ControlClient {
             settings.url_path,
             percent_encode_segment(&settings.tunnel_id)
         );
-        let mut headers = HeaderMap::new();
-        let bearer = HeaderValue::from_str(&format!("Bearer {}", settings.api_key));
-        if let Ok(mut v) = bearer {
-            v.set_sensitive(true);
-            headers.insert(AUTHORIZATION, v);
-        }
-        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        headers.insert(
-            HeaderName::from_static("x-tunnel-client-name"),
-            HeaderValue::from_static(CLIENT_NAME),
-        );
-        headers.insert(
-            HeaderName::from_static("x-tunnel-client-version"),
-            HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
-        );
-        if let Ok(v) = HeaderValue::from_str(instance_id) {
-            headers.insert(HeaderName::from_static("x-tunnel-client-instance-id"), v);
-        }
-        if let Some(info) = settings
-            .server_info
-            .as_deref()
-            .and_then(|i| HeaderValue::from_str(i).ok())
-        {
-            headers.insert(HeaderName::from_static("x-tunnel-mcp-server-info"), info);
-        }
+        let headers = base_headers(&settings, instance_id);
         let poll_url = format!("{prefix}/poll");
         let poll_urls = Arc::new(PollUrls::parse(&poll_url, "", settings.poll_timeout)?);
         let response_url = reqwest::Url::parse(&format!("{prefix}/response")).map_err(|_| BuildError::Url)?;
@@ -557,6 +533,38 @@ impl ControlClient {
             r = tokio::time::timeout_at(until, exchange) => r.unwrap_or((AttemptResult::Timeout, None, None)),
         }
     }
+}
+
+/// The headers of every request, in the order they are sent: `Authorization` (marked
+/// sensitive), `Accept`, the client's name, version and instance, the server-info
+/// declaration.
+fn base_headers(settings: &ControlSettings, instance_id: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let bearer = HeaderValue::from_str(&format!("Bearer {}", settings.api_key));
+    if let Ok(mut v) = bearer {
+        v.set_sensitive(true);
+        headers.insert(AUTHORIZATION, v);
+    }
+    headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+    headers.insert(
+        HeaderName::from_static("x-tunnel-client-name"),
+        HeaderValue::from_static(CLIENT_NAME),
+    );
+    headers.insert(
+        HeaderName::from_static("x-tunnel-client-version"),
+        HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+    );
+    if let Ok(v) = HeaderValue::from_str(instance_id) {
+        headers.insert(HeaderName::from_static("x-tunnel-client-instance-id"), v);
+    }
+    if let Some(info) = settings
+        .server_info
+        .as_deref()
+        .and_then(|i| HeaderValue::from_str(i).ok())
+    {
+        headers.insert(HeaderName::from_static("x-tunnel-mcp-server-info"), info);
+    }
+    headers
 }
 
 /// How a poll that got no response headers failed. Exhaustion of the gateway's own

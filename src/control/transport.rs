@@ -45,13 +45,13 @@ const USER_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub(super) enum Transport {
     /// hyper's pooled client, driven directly: the control plane is reached directly.
-    Direct(Direct),
+    /// Shared: the client is a few hundred bytes of configuration.
+    Direct(Arc<Direct>),
     /// `reqwest`: `control_plane.proxy` sends the control plane's requests through a proxy.
     Reqwest(reqwest::Client),
 }
 
 /// hyper's legacy pooled client over rustls, as `reqwest` configures it.
-#[derive(Clone)]
 pub(super) struct Direct {
     client: hyper_util::client::legacy::Client<TimedConnect, Full<Bytes>>,
 }

@@ -121,9 +121,13 @@ impl Captured {
     }
 }
 
-/// A TLS server on loopback with a self-signed certificate (trusted by nobody) that
-/// completes no handshake; its URL.
-async fn untrusted_tls_server(dir: &std::path::Path) -> String {
+/// The HTTP versions a [`tls_server`] served, request by request.
+type Versions = Arc<Mutex<Vec<http::Version>>>;
+
+/// A TLS server on loopback offering ALPN `h2` and `http/1.1`, with a self-signed
+/// certificate (`dir/cert.pem`, trusted by nobody unless named), answering each poll
+/// with `204`; its URL and the versions of the requests it served.
+async fn tls_server(dir: &std::path::Path) -> (String, Versions) {
     use rustls_pki_types::pem::PemObject;
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let made = std::process::Command::new("openssl")
@@ -140,14 +144,8 @@ async fn untrusted_tls_server(dir: &std::path::Path) -> String {
         .arg(&key)
         .arg("-out")
         .arg(&cert)
-        .args([
-            "-days",
-            "2",
-            "-subj",
-            "/CN=tunnelgate-untrusted-test",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ])
+        .args(["-days", "2", "-subj", "/CN=tunnelgate-untrusted-test"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
         .args(["-addext", "basicConstraints=critical,CA:FALSE"])
         .output()
         .expect("openssl runs");
@@ -158,28 +156,67 @@ async fn untrusted_tls_server(dir: &std::path::Path) -> String {
         .unwrap();
     let key = rustls_pki_types::PrivateKeyDer::from_pem_file(&key).unwrap();
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://localhost:{}", listener.local_addr().unwrap().port());
+    let versions = Versions::default();
+    let served = versions.clone();
     tokio::spawn(async move {
         while let Ok((conn, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move { drop(acceptor.accept(conn).await) });
+            let (acceptor, served) = (acceptor.clone(), served.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(conn).await else { return };
+                let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    served.lock().unwrap().push(request.version());
+                    let mut answer = http::Response::new(http_body_util::Empty::<Bytes>::new());
+                    *answer.status_mut() = http::StatusCode::NO_CONTENT;
+                    async move { Ok::<_, std::convert::Infallible>(answer) }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                drop(
+                    builder
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await,
+                );
+            });
         }
     });
-    url
+    (url, versions)
+}
+
+#[tokio::test]
+async fn a_tls_control_plane_that_offers_h2_is_polled_over_http2_on_either_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, versions) = tls_server(dir.path()).await;
+    let files = crate::config::TlsFiles {
+        ca_file: Some(crate::config::TlsFile {
+            path: dir.path().join("cert.pem"),
+            key: "control_plane.tls.ca_file".into(),
+        }),
+        ca_only: true,
+        client: None,
+    };
+    let tls = crate::egress::tls::client_config(&files).unwrap();
+    let direct = ControlClient::with_egress(settings(url), "i", metrics(), &ProxySetting::Off, tls).unwrap();
+    for client in [direct.clone(), direct.on_reqwest()] {
+        let answer = client.poll(1, PollWait::Quick).await.unwrap();
+        assert!(client.read_commands(answer).await.unwrap().commands.is_empty());
+        let served = std::mem::take(&mut *versions.lock().unwrap());
+        assert_eq!(served, [http::Version::HTTP_2], "{}", client.transport());
+    }
 }
 
 #[tokio::test]
 async fn a_server_certificate_nobody_trusts_is_not_sent_and_named_on_either_client() {
     let dir = tempfile::tempdir().unwrap();
-    let url = untrusted_tls_server(dir.path()).await;
+    let (url, _) = tls_server(dir.path()).await;
     let log = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer({
