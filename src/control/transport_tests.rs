@@ -4,6 +4,7 @@
 //! and the direct client is the one used exactly when no proxy applies.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -124,10 +125,9 @@ impl Captured {
 /// The HTTP versions a [`tls_server`] served, request by request.
 type Versions = Arc<Mutex<Vec<http::Version>>>;
 
-/// A TLS server on loopback offering ALPN `h2` and `http/1.1`, with a self-signed
-/// certificate (`dir/cert.pem`, trusted by nobody unless named), answering each poll
-/// with `204`; its URL and the versions of the requests it served.
-async fn tls_server(dir: &std::path::Path) -> (String, Versions) {
+/// A TLS acceptor offering ALPN `h2` and `http/1.1`, with a self-signed certificate
+/// for localhost (`dir/cert.pem`, trusted by nobody unless named).
+fn tls_acceptor(dir: &std::path::Path) -> tokio_rustls::TlsAcceptor {
     use rustls_pki_types::pem::PemObject;
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let made = std::process::Command::new("openssl")
@@ -163,7 +163,13 @@ async fn tls_server(dir: &std::path::Path) -> (String, Versions) {
         .with_single_cert(certs, key)
         .unwrap();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// A TLS server on loopback ([`tls_acceptor`]) answering each poll with `204`; its URL
+/// and the versions of the requests it served.
+async fn tls_server(dir: &std::path::Path) -> (String, Versions) {
+    let acceptor = tls_acceptor(dir);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://localhost:{}", listener.local_addr().unwrap().port());
     let versions = Versions::default();
@@ -189,6 +195,57 @@ async fn tls_server(dir: &std::path::Path) -> (String, Versions) {
         }
     });
     (url, versions)
+}
+
+/// An HTTP/2 server over TLS that refuses every other stream (`REFUSED_STREAM`) and
+/// answers the others with `204`; its URL and the number of streams it saw.
+async fn refusing_h2_server(dir: &std::path::Path) -> (String, Arc<AtomicUsize>) {
+    let acceptor = tls_acceptor(dir);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://localhost:{}", listener.local_addr().unwrap().port());
+    let streams = Arc::new(AtomicUsize::new(0));
+    let seen = streams.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            let (acceptor, seen) = (acceptor.clone(), seen.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(conn).await else { return };
+                let Ok(mut h2) = h2::server::handshake(tls).await else {
+                    return;
+                };
+                while let Some(Ok((_request, mut respond))) = h2.accept().await {
+                    if seen.fetch_add(1, Ordering::SeqCst) % 2 == 0 {
+                        respond.send_reset(h2::Reason::REFUSED_STREAM);
+                    } else {
+                        let answer = http::Response::builder().status(204).body(()).unwrap();
+                        drop(respond.send_response(answer, true));
+                    }
+                }
+            });
+        }
+    });
+    (url, streams)
+}
+
+#[tokio::test]
+async fn a_stream_refused_by_an_http2_control_plane_is_sent_again_on_either_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, streams) = refusing_h2_server(dir.path()).await;
+    let files = crate::config::TlsFiles {
+        ca_file: Some(crate::config::TlsFile {
+            path: dir.path().join("cert.pem"),
+            key: "control_plane.tls.ca_file".into(),
+        }),
+        ca_only: true,
+        client: None,
+    };
+    let tls = crate::egress::tls::client_config(&files).unwrap();
+    let direct = ControlClient::with_egress(settings(url), "i", metrics(), &ProxySetting::Off, tls).unwrap();
+    for (client, seen) in [(direct.clone(), 2), (direct.on_reqwest(), 4)] {
+        let answer = client.poll(1, PollWait::Quick).await;
+        assert!(answer.is_ok(), "{}: {:?}", client.transport(), answer.err());
+        assert_eq!(streams.load(Ordering::SeqCst), seen, "{}", client.transport());
+    }
 }
 
 #[tokio::test]
