@@ -368,5 +368,6 @@ pub(crate) fn build_control(
                 .with_headers(cp.request_headers())
                 .with_poll_channels(&cp.poll_channels)
         })
+        .inspect(|client| tracing::debug!(transport = client.transport(), "control-plane client"))
         .map_err(GatewayError::ControlClient)
 }

@@ -12,6 +12,7 @@ use tracing::Instrument;
 use super::attempt::{AttemptResult, Delivery, PostKind};
 use super::backoff::parse_retry_after;
 use super::retry::{next_try, AfterAttempt, RetryPolicy};
+use super::transport::{self, Answer, SendError, Target, Transport};
 use crate::config::ProxySetting;
 use crate::descriptors::{chain_is_exhaustion, EXHAUSTION_WORDS};
 use crate::protocol::{decode_poll, Command, InvalidCommand, ShardToken};
@@ -25,6 +26,8 @@ const CLIENT_NAME: &str = "tunnelgate";
 const MAX_POLL_BODY: usize = 32 * 1024 * 1024;
 /// Slack on top of the server-side long-poll wait before the client gives up.
 const POLL_SLACK: Duration = Duration::from_secs(10);
+/// Idle control-plane connections close after this (either client).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 
 /// What the client needs to talk to the tunnel service.
 #[derive(Clone)]
@@ -51,7 +54,11 @@ impl std::fmt::Debug for ControlSettings {
 /// The poll and response client. Cheap to clone; connections are pooled.
 #[derive(Clone)]
 pub struct ControlClient {
+    /// The tunnel lookup (`doctor`); also `transport` when a proxy applies.
     http: reqwest::Client,
+    /// The poll and the response POST: hyper directly when the control plane is reached
+    /// directly, `http` when `control_plane.proxy` sends it through a proxy.
+    transport: Transport,
     /// `{base_url}{url_path}/v1/tunnels/{tunnel_id}`: the tunnel's metadata.
     tunnel_url: String,
     poll_url: String,
@@ -63,6 +70,8 @@ pub struct ControlClient {
     poll_urls: Arc<PollUrls>,
     /// Parsed once: a response POST is sent per command.
     response_url: reqwest::Url,
+    /// `response_url` as hyper's `Uri` (from its serialisation, as `reqwest` makes it).
+    response_uri: http::Uri,
     headers: HeaderMap,
     settings: Arc<ControlSettings>,
     metrics: Arc<Metrics>,
@@ -88,7 +97,7 @@ pub struct PollAnswer {
     pub received_at: Instant,
     deadline: Instant,
     /// `None` for `204`.
-    body: Option<reqwest::Response>,
+    body: Option<Answer>,
 }
 
 /// A successful poll.
@@ -173,6 +182,8 @@ pub enum BuildError {
     Url,
     #[error("control_plane.proxy: {0}")]
     Proxy(#[from] crate::egress::proxy::EgressError),
+    #[error("cannot build the TLS configuration with the platform's verifier: {0}")]
+    Tls(#[from] rustls::Error),
 }
 
 impl ControlClient {
@@ -186,6 +197,11 @@ impl ControlClient {
     /// `egress::tls::client_config`; `None` keeps reqwest's own: platform roots, no
     /// client certificate). Redirects are never followed, so a client certificate is
     /// only ever offered to the control plane's own origin.
+    ///
+    /// The poll and the response POST drive hyper's client directly when `proxy` sends
+    /// the control plane's requests straight to it, with the same TLS configuration
+    /// (`tls`'s verifier and certificate resolver are shared, so rewritten files reach
+    /// the next handshake of either client); through a proxy everything stays on reqwest.
     pub fn with_egress(
         settings: ControlSettings,
         instance_id: &str,
@@ -193,60 +209,63 @@ impl ControlClient {
         proxy: &ProxySetting,
         tls: Option<rustls::ClientConfig>,
     ) -> Result<Self, BuildError> {
+        let connect_timeout = settings.post_timeout.min(Duration::from_secs(10));
+        let target = reqwest::Url::parse(&settings.base_url).map_err(|_| BuildError::Url)?;
+        let direct = match crate::egress::proxy::route(proxy, &target) {
+            crate::egress::proxy::Route::Direct => {
+                let config = match &tls {
+                    Some(config) => config.clone(),
+                    None => transport::platform_config()?,
+                };
+                Some(Arc::new(transport::Direct::new(config, connect_timeout, IDLE_TIMEOUT)))
+            }
+            crate::egress::proxy::Route::Tunnel | crate::egress::proxy::Route::Forward => None,
+        };
         let builder = reqwest::Client::builder();
         let builder = match tls {
             Some(tls) => builder.tls_backend_preconfigured(tls),
             None => builder,
         }
         .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(settings.post_timeout.min(Duration::from_secs(10)))
-        .pool_idle_timeout(Duration::from_secs(50));
-        let target = reqwest::Url::parse(&settings.base_url).map_err(|_| BuildError::Url)?;
+        .connect_timeout(connect_timeout)
+        .pool_idle_timeout(IDLE_TIMEOUT);
         let http = crate::egress::proxy::apply(builder, proxy, &target)?.build()?;
+        let transport = match direct {
+            Some(direct) => Transport::Direct(direct),
+            None => Transport::Reqwest(http.clone()),
+        };
         let prefix = format!(
             "{}{}/v1/tunnels/{}",
             settings.base_url.trim_end_matches('/'),
             settings.url_path,
             percent_encode_segment(&settings.tunnel_id)
         );
-        let mut headers = HeaderMap::new();
-        let bearer = HeaderValue::from_str(&format!("Bearer {}", settings.api_key));
-        if let Ok(mut v) = bearer {
-            v.set_sensitive(true);
-            headers.insert(AUTHORIZATION, v);
-        }
-        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        headers.insert(
-            HeaderName::from_static("x-tunnel-client-name"),
-            HeaderValue::from_static(CLIENT_NAME),
-        );
-        headers.insert(
-            HeaderName::from_static("x-tunnel-client-version"),
-            HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
-        );
-        if let Ok(v) = HeaderValue::from_str(instance_id) {
-            headers.insert(HeaderName::from_static("x-tunnel-client-instance-id"), v);
-        }
-        if let Some(info) = settings
-            .server_info
-            .as_deref()
-            .and_then(|i| HeaderValue::from_str(i).ok())
-        {
-            headers.insert(HeaderName::from_static("x-tunnel-mcp-server-info"), info);
-        }
+        let headers = base_headers(&settings, instance_id);
         let poll_url = format!("{prefix}/poll");
         let poll_urls = Arc::new(PollUrls::parse(&poll_url, "", settings.poll_timeout)?);
+        let response_url = reqwest::Url::parse(&format!("{prefix}/response")).map_err(|_| BuildError::Url)?;
+        let response_uri = uri_of(&response_url)?;
         Ok(Self {
             http,
+            transport,
             poll_url,
             poll_filter: String::new(),
             poll_urls,
             tunnel_url: prefix.clone(),
-            response_url: reqwest::Url::parse(&format!("{prefix}/response")).map_err(|_| BuildError::Url)?,
+            response_url,
+            response_uri,
             headers,
             settings: Arc::new(settings),
             metrics,
         })
+    }
+
+    /// The same client with the poll and the response POST on reqwest whatever the
+    /// route: the reference the direct path's tests compare against.
+    #[cfg(test)]
+    pub(super) fn on_reqwest(mut self) -> Self {
+        self.transport = Transport::Reqwest(self.http.clone());
+        self
     }
 
     /// Adds the configured headers (`OpenAI-Organization`, `control_plane.headers`) to
@@ -284,17 +303,17 @@ impl ControlClient {
     /// [`PollAnswer`], the control plane has handed out whatever the body holds: read it
     /// with [`read_commands`](Self::read_commands), never drop it unread.
     pub async fn poll(&self, limit: usize, wait: PollWait) -> Result<PollAnswer, PollError> {
-        let (url, wait) = self.poll_urls.get(limit, wait);
-        let request = self.http.get(url.clone()).headers(self.headers.clone());
+        let (target, wait) = self.poll_urls.target(limit, wait);
         let deadline = Instant::now() + wait + POLL_SLACK;
-        let response = match tokio::time::timeout_at(deadline, request.send()).await {
+        let request = self.transport.get(target, &self.headers);
+        let response = match tokio::time::timeout_at(deadline, request).await {
             Err(_) => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
             Ok(Err(e)) => return Err(PollError::new(poll_send_error_kind(&e), None, None)),
             Ok(Ok(r)) => r,
         };
         let received_at = Instant::now();
-        let status = response.status().as_u16();
-        let retry_after = retry_after(&response);
+        let status = response.status();
+        let retry_after = retry_after(response.headers());
         match status {
             204 => Ok(PollAnswer {
                 received_at,
@@ -312,6 +331,13 @@ impl ControlClient {
                 retry_after,
             )),
         }
+    }
+
+    /// Which client the poll and the response POST use: `"direct"` (hyper's, driven
+    /// directly) when the control plane is reached directly, `"reqwest"` when
+    /// `control_plane.proxy` sends it through a proxy.
+    pub fn transport(&self) -> &'static str {
+        self.transport.label()
     }
 
     /// `GET .../v1/tunnels/{tunnel_id}` (the tunnel's metadata) with the poll's headers:
@@ -341,7 +367,7 @@ impl ControlClient {
                 commands: Vec::new(),
             });
         };
-        let status = Some(response.status().as_u16());
+        let status = Some(response.status());
         let body = match tokio::time::timeout_at(deadline, read_bounded(response, MAX_POLL_BODY)).await {
             Err(_) => return Err(PollError::new(PollErrorKind::Timeout, status, None)),
             Ok(Err(BodyError::TooLarge)) => return Err(PollError::new(PollErrorKind::Decode, status, None)),
@@ -476,20 +502,17 @@ impl ControlClient {
     ) -> (AttemptResult, Option<u16>, Option<Duration>) {
         let per_attempt = Instant::now() + self.settings.post_timeout;
         let until = deadline.map_or(per_attempt, |d| d.min(per_attempt));
+        let target = Target {
+            url: &self.response_url,
+            uri: &self.response_uri,
+        };
         let exchange = async {
-            let response = self
-                .http
-                .post(self.response_url.clone())
-                .headers(headers.clone())
-                .body(body)
-                .send()
-                .await;
-            let response = match response {
+            let response = match self.transport.post(target, headers, body).await {
                 Ok(r) => r,
                 Err(e) => return (post_send_error_result(&e), None, None),
             };
-            let status = response.status().as_u16();
-            let retry_after = retry_after(&response);
+            let status = response.status();
+            let retry_after = retry_after(response.headers());
             let body = match read_bounded(response, 64 * 1024).await {
                 Ok(b) => b,
                 // The status arrived but the body did not: only a 200 needed the body.
@@ -512,11 +535,43 @@ impl ControlClient {
     }
 }
 
+/// The headers of every request, in the order they are sent: `Authorization` (marked
+/// sensitive), `Accept`, the client's name, version and instance, the server-info
+/// declaration.
+fn base_headers(settings: &ControlSettings, instance_id: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let bearer = HeaderValue::from_str(&format!("Bearer {}", settings.api_key));
+    if let Ok(mut v) = bearer {
+        v.set_sensitive(true);
+        headers.insert(AUTHORIZATION, v);
+    }
+    headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+    headers.insert(
+        HeaderName::from_static("x-tunnel-client-name"),
+        HeaderValue::from_static(CLIENT_NAME),
+    );
+    headers.insert(
+        HeaderName::from_static("x-tunnel-client-version"),
+        HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+    );
+    if let Ok(v) = HeaderValue::from_str(instance_id) {
+        headers.insert(HeaderName::from_static("x-tunnel-client-instance-id"), v);
+    }
+    if let Some(info) = settings
+        .server_info
+        .as_deref()
+        .and_then(|i| HeaderValue::from_str(i).ok())
+    {
+        headers.insert(HeaderName::from_static("x-tunnel-mcp-server-info"), info);
+    }
+    headers
+}
+
 /// How a poll that got no response headers failed. Exhaustion of the gateway's own
 /// descriptors is named before anything that would blame the control plane.
-fn poll_send_error_kind(e: &reqwest::Error) -> PollErrorKind {
+fn poll_send_error_kind(e: &SendError) -> PollErrorKind {
     warn_tls(e, "poll");
-    if e.is_connect() && chain_is_exhaustion(e) {
+    if e.is_connect() && chain_is_exhaustion(e.chain()) {
         PollErrorKind::LocalExhaustion
     } else if e.is_timeout() {
         PollErrorKind::Timeout
@@ -528,15 +583,15 @@ fn poll_send_error_kind(e: &reqwest::Error) -> PollErrorKind {
 /// How a response POST that got no response headers failed. A connect error wrote
 /// nothing: `transport_not_sent`, or `local_exhaustion` when the gateway had no
 /// descriptor or socket memory for it (logged with words that say so).
-fn post_send_error_result(e: &reqwest::Error) -> AttemptResult {
+fn post_send_error_result(e: &SendError) -> AttemptResult {
     warn_tls(e, "response POST");
-    if e.is_connect() && chain_is_exhaustion(e) {
+    if e.is_connect() && chain_is_exhaustion(e.chain()) {
         tracing::warn!(
             attempt_result = AttemptResult::LocalExhaustion.as_str(),
             "response POST not sent: {EXHAUSTION_WORDS} (no descriptor or socket memory for the connection); the control plane is not at fault"
         );
         AttemptResult::LocalExhaustion
-    } else if e.is_connect() || crate::egress::tls::refused_handshake(e) {
+    } else if e.is_connect() || crate::egress::tls::refused_handshake(e.chain()) {
         // A refused TLS 1.3 client certificate may be alerted after the write: the
         // control plane processed nothing.
         AttemptResult::TransportNotSent
@@ -549,11 +604,11 @@ fn post_send_error_result(e: &reqwest::Error) -> AttemptResult {
 
 /// One line naming the problem of a failed TLS handshake with the control plane (a
 /// refused client certificate, an untrusted server certificate): nothing was sent.
-fn warn_tls(e: &reqwest::Error, what: &str) {
-    if !e.is_connect() && !crate::egress::tls::refused_handshake(e) {
+fn warn_tls(e: &SendError, what: &str) {
+    if !e.is_connect() && !crate::egress::tls::refused_handshake(e.chain()) {
         return;
     }
-    if let Some(problem) = crate::egress::tls::handshake_problem(e) {
+    if let Some(problem) = crate::egress::tls::handshake_problem(e.chain()) {
         tracing::warn!(
             tls_problem = %problem,
             "{what} not sent: the TLS handshake with the control plane failed: {problem} (control_plane.tls)"
@@ -562,8 +617,8 @@ fn warn_tls(e: &reqwest::Error, what: &str) {
 }
 
 /// A server-imposed minimum wait, capped.
-fn retry_after(response: &reqwest::Response) -> Option<Duration> {
-    let value = response.headers().get(RETRY_AFTER)?.to_str().ok()?;
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?;
     parse_retry_after(value, SystemTime::now())
 }
 
@@ -582,7 +637,7 @@ enum BodyError {
     Transport,
 }
 
-async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<Bytes, BodyError> {
+async fn read_bounded(mut response: Answer, limit: usize) -> Result<Bytes, BodyError> {
     // A declared length over the limit is refused unread; one within it is allocated once
     // (growing a large buffer by doubling would hold two copies at the moment of a move).
     let declared = response
@@ -610,6 +665,8 @@ struct PollUrls {
     long_wait: Duration,
     /// Index `2 * (limit - 1)` is the long poll, the next one the quick poll.
     urls: Vec<reqwest::Url>,
+    /// `urls` as hyper's `Uri`s, index for index.
+    uris: Vec<http::Uri>,
 }
 
 impl PollUrls {
@@ -622,17 +679,40 @@ impl PollUrls {
                 urls.push(reqwest::Url::parse(&url).map_err(|_| BuildError::Url)?);
             }
         }
-        Ok(Self { long_wait, urls })
+        let uris = urls.iter().map(uri_of).collect::<Result<_, _>>()?;
+        Ok(Self { long_wait, urls, uris })
+    }
+
+    /// The index of a poll asking for `limit` commands (clamped to 1..=25), and its wait.
+    fn index(&self, limit: usize, wait: PollWait) -> (usize, Duration) {
+        let base = 2 * (limit.clamp(1, MAX_POLL_LIMIT) - 1);
+        match wait {
+            PollWait::Long => (base, self.long_wait),
+            PollWait::Quick => (base + 1, QUICK_POLL),
+        }
     }
 
     /// The URL of a poll asking for `limit` commands (clamped to 1..=25), and its wait.
+    #[cfg(test)]
     fn get(&self, limit: usize, wait: PollWait) -> (&reqwest::Url, Duration) {
-        let base = 2 * (limit.clamp(1, MAX_POLL_LIMIT) - 1);
-        match wait {
-            PollWait::Long => (&self.urls[base], self.long_wait),
-            PollWait::Quick => (&self.urls[base + 1], QUICK_POLL),
-        }
+        let (i, wait) = self.index(limit, wait);
+        (&self.urls[i], wait)
     }
+
+    /// The target of a poll asking for `limit` commands, for either client, and its wait.
+    fn target(&self, limit: usize, wait: PollWait) -> (Target<'_>, Duration) {
+        let (i, wait) = self.index(limit, wait);
+        let target = Target {
+            url: &self.urls[i],
+            uri: &self.uris[i],
+        };
+        (target, wait)
+    }
+}
+
+/// hyper's `Uri` of a parsed URL, from its serialisation: what `reqwest` sends.
+fn uri_of(url: &reqwest::Url) -> Result<http::Uri, BuildError> {
+    http::Uri::try_from(url.as_str()).map_err(|_| BuildError::Url)
 }
 
 /// `&channel=A&channel=B` for `channels`, each value percent-encoded; `""` for none.

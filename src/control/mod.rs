@@ -3,8 +3,9 @@
 //! Owns the wire conversation with the tunnel service: request headers, the poll's
 //! receipt time, retry policy for response POSTs (identical bytes on every attempt),
 //! and classification of each attempt into a typed [`Delivery`], and the poll loop with its
-//! backoff ([`Poller`]). Must not touch MCP servers, the fence or anything of strict
-//! mode: it reports, the dispatcher decides.
+//! backoff ([`Poller`]). The poll and the response POST go through hyper's client
+//! directly unless a proxy applies (`transport`). Must not touch MCP servers, the fence
+//! or anything of strict mode: it reports, the dispatcher decides.
 
 mod attempt;
 pub mod backoff;
@@ -15,6 +16,9 @@ mod poller;
 mod retry;
 #[cfg(test)]
 mod timing_tests;
+mod transport;
+#[cfg(test)]
+mod transport_tests;
 
 pub use attempt::{AttemptResult, Delivery, PostKind};
 pub use backoff::{parse_retry_after, Backoff};

@@ -2,7 +2,8 @@
 //!
 //! Turns a scope's [`TlsFiles`] (`control_plane.tls`, or one HTTP channel's effective
 //! `mcp.tls`) into a rustls client configuration for `reqwest`'s
-//! `tls_backend_preconfigured`. A scope with no TLS setting gets `None`: the client keeps
+//! `tls_backend_preconfigured` (and for the control client's direct hyper client, which
+//! shares the same verifier and resolver, so a rewritten file reaches both). A scope with no TLS setting gets `None`: the client keeps
 //! reqwest's own TLS (platform roots, no client certificate).
 //!
 //! Invariants:

@@ -1,0 +1,410 @@
+//! The direct client against real sockets, next to reqwest on the same sockets: each
+//! failure is classified exactly as reqwest's is (nothing listening, a peer that closes
+//! before reading, a server certificate nobody trusts), the requests are the same bytes,
+//! and the direct client is the one used exactly when no proxy applies.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use super::{AttemptResult, ControlClient, ControlSettings, PollErrorKind, PollWait, PostKind};
+use crate::app::GatewayLabels;
+use crate::config::{EnvProxies, ProxySetting, ProxyUrl};
+use crate::protocol::ShardToken;
+use crate::telemetry::Metrics;
+
+fn settings(base_url: String) -> ControlSettings {
+    ControlSettings {
+        base_url,
+        url_path: String::new(),
+        tunnel_id: "t".to_owned(),
+        api_key: "k".to_owned(),
+        poll_timeout: Duration::from_secs(1),
+        post_timeout: Duration::from_secs(5),
+        post_attempts: 1,
+        server_info: Some("srv".to_owned()),
+    }
+}
+
+fn metrics() -> Arc<Metrics> {
+    Arc::new(Metrics::new::<GatewayLabels>(false, &[]))
+}
+
+/// The direct client and the reqwest one for `base_url`, in that order.
+fn both(base_url: &str) -> [ControlClient; 2] {
+    let direct = ControlClient::new(settings(base_url.to_owned()), "i", metrics()).unwrap();
+    assert_eq!(direct.transport(), "direct");
+    let pooled = direct.clone().on_reqwest();
+    assert_eq!(pooled.transport(), "reqwest");
+    [direct, pooled]
+}
+
+fn body() -> Bytes {
+    Bytes::from_static(br#"{"request_id":"r","channel":"main","resp_code":200,"resp_type":"notify_ack"}"#)
+}
+
+/// The poll's error kind and the single POST attempt's result.
+async fn outcomes(client: &ControlClient) -> (PollErrorKind, AttemptResult) {
+    let poll = client
+        .poll(1, PollWait::Quick)
+        .await
+        .err()
+        .expect("the poll fails")
+        .kind;
+    let report = client
+        .deliver(
+            PostKind::Terminal,
+            body(),
+            &ShardToken::new("s"),
+            None,
+            &CancellationToken::new(),
+        )
+        .await;
+    (poll, report.last_attempt)
+}
+
+#[tokio::test]
+async fn nothing_listening_is_not_sent_on_either_client() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    for client in both(&url) {
+        assert_eq!(
+            outcomes(&client).await,
+            (PollErrorKind::Transport, AttemptResult::TransportNotSent),
+            "{}",
+            client.transport()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_peer_that_closes_before_reading_is_after_write_on_either_client() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            drop(conn);
+        }
+    });
+    for client in both(&url) {
+        assert_eq!(
+            outcomes(&client).await,
+            (PollErrorKind::Transport, AttemptResult::TransportAfterWrite),
+            "{}",
+            client.transport()
+        );
+    }
+}
+
+/// A log sink for one test's `tracing` output.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn take(&self) -> String {
+        String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
+    }
+}
+
+/// The HTTP versions a [`tls_server`] served, request by request.
+type Versions = Arc<Mutex<Vec<http::Version>>>;
+
+/// A TLS acceptor offering ALPN `h2` and `http/1.1`, with a self-signed certificate
+/// for localhost (`dir/cert.pem`, trusted by nobody unless named).
+fn tls_acceptor(dir: &std::path::Path) -> tokio_rustls::TlsAcceptor {
+    use rustls_pki_types::pem::PemObject;
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .args(["-days", "2", "-subj", "/CN=tunnelgate-untrusted-test"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .output()
+        .expect("openssl runs");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let certs = rustls_pki_types::CertificateDer::pem_file_iter(&cert)
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_file(&key).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// A TLS server on loopback ([`tls_acceptor`]) answering each poll with `204`; its URL
+/// and the versions of the requests it served.
+async fn tls_server(dir: &std::path::Path) -> (String, Versions) {
+    let acceptor = tls_acceptor(dir);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://localhost:{}", listener.local_addr().unwrap().port());
+    let versions = Versions::default();
+    let served = versions.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            let (acceptor, served) = (acceptor.clone(), served.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(conn).await else { return };
+                let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    served.lock().unwrap().push(request.version());
+                    let mut answer = http::Response::new(http_body_util::Empty::<Bytes>::new());
+                    *answer.status_mut() = http::StatusCode::NO_CONTENT;
+                    async move { Ok::<_, std::convert::Infallible>(answer) }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                drop(
+                    builder
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await,
+                );
+            });
+        }
+    });
+    (url, versions)
+}
+
+/// An HTTP/2 server over TLS that refuses every other stream (`REFUSED_STREAM`) and
+/// answers the others with `204`; its URL and the number of streams it saw.
+async fn refusing_h2_server(dir: &std::path::Path) -> (String, Arc<AtomicUsize>) {
+    let acceptor = tls_acceptor(dir);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://localhost:{}", listener.local_addr().unwrap().port());
+    let streams = Arc::new(AtomicUsize::new(0));
+    let seen = streams.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            let (acceptor, seen) = (acceptor.clone(), seen.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(conn).await else { return };
+                let Ok(mut h2) = h2::server::handshake(tls).await else {
+                    return;
+                };
+                while let Some(Ok((_request, mut respond))) = h2.accept().await {
+                    if seen.fetch_add(1, Ordering::SeqCst) % 2 == 0 {
+                        respond.send_reset(h2::Reason::REFUSED_STREAM);
+                    } else {
+                        let answer = http::Response::builder().status(204).body(()).unwrap();
+                        drop(respond.send_response(answer, true));
+                    }
+                }
+            });
+        }
+    });
+    (url, streams)
+}
+
+#[tokio::test]
+async fn a_stream_refused_by_an_http2_control_plane_is_sent_again_on_either_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, streams) = refusing_h2_server(dir.path()).await;
+    let files = crate::config::TlsFiles {
+        ca_file: Some(crate::config::TlsFile {
+            path: dir.path().join("cert.pem"),
+            key: "control_plane.tls.ca_file".into(),
+        }),
+        ca_only: true,
+        client: None,
+    };
+    let tls = crate::egress::tls::client_config(&files).unwrap();
+    let direct = ControlClient::with_egress(settings(url), "i", metrics(), &ProxySetting::Off, tls).unwrap();
+    for (client, seen) in [(direct.clone(), 2), (direct.on_reqwest(), 4)] {
+        let answer = client.poll(1, PollWait::Quick).await;
+        assert!(answer.is_ok(), "{}: {:?}", client.transport(), answer.err());
+        assert_eq!(streams.load(Ordering::SeqCst), seen, "{}", client.transport());
+    }
+}
+
+#[tokio::test]
+async fn a_tls_control_plane_that_offers_h2_is_polled_over_http2_on_either_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, versions) = tls_server(dir.path()).await;
+    let files = crate::config::TlsFiles {
+        ca_file: Some(crate::config::TlsFile {
+            path: dir.path().join("cert.pem"),
+            key: "control_plane.tls.ca_file".into(),
+        }),
+        ca_only: true,
+        client: None,
+    };
+    let tls = crate::egress::tls::client_config(&files).unwrap();
+    let direct = ControlClient::with_egress(settings(url), "i", metrics(), &ProxySetting::Off, tls).unwrap();
+    for client in [direct.clone(), direct.on_reqwest()] {
+        let answer = client.poll(1, PollWait::Quick).await.unwrap();
+        assert!(client.read_commands(answer).await.unwrap().commands.is_empty());
+        let served = std::mem::take(&mut *versions.lock().unwrap());
+        assert_eq!(served, [http::Version::HTTP_2], "{}", client.transport());
+    }
+}
+
+#[tokio::test]
+async fn a_server_certificate_nobody_trusts_is_not_sent_and_named_on_either_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = tls_server(dir.path()).await;
+    let log = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    for client in both(&url) {
+        let what = client.transport();
+        assert_eq!(
+            outcomes(&client).await,
+            (PollErrorKind::Transport, AttemptResult::TransportNotSent),
+            "{what}"
+        );
+        let lines = log.take();
+        for step in ["poll", "response POST"] {
+            let words = format!(
+                "{step} not sent: the TLS handshake with the control plane failed: the server's certificate is \
+                 not issued by a trusted CA"
+            );
+            assert!(lines.contains(&words), "{what}: {lines}");
+        }
+    }
+}
+
+/// Answers each request with `200 {"status":"ok"}` and keeps every request's head.
+async fn recording_server() -> (String, Arc<Mutex<Vec<String>>>) {
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while let Ok(n @ 1..) = conn.read(&mut chunk).await {
+                    buf.extend_from_slice(&chunk[..n]);
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                    let length = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .map_or(0, |n| n.parse::<usize>().unwrap());
+                    if buf.len() < end + 4 + length {
+                        continue;
+                    }
+                    buf.drain(..end + 4 + length);
+                    let get = head.starts_with("GET ");
+                    seen.lock().unwrap().push(head);
+                    let answer = if get {
+                        "HTTP/1.1 204 No Content\r\n\r\n"
+                    } else {
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\n\r\n{\"status\":\"ok\"}"
+                    };
+                    if conn.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, heads)
+}
+
+#[tokio::test]
+async fn the_direct_client_sends_the_bytes_reqwest_sends() {
+    let (url, heads) = recording_server().await;
+    let mut sent = Vec::new();
+    for client in both(&url) {
+        let answer = client.poll(3, PollWait::Quick).await.unwrap();
+        assert!(client.read_commands(answer).await.unwrap().commands.is_empty());
+        let report = client
+            .deliver(
+                PostKind::Terminal,
+                body(),
+                &ShardToken::new("s"),
+                None,
+                &CancellationToken::new(),
+            )
+            .await;
+        assert_eq!(report.last_attempt, AttemptResult::Ok, "{}", client.transport());
+        // Each delivery has its own request id; everything else is the same.
+        let heads: Vec<String> = std::mem::take(&mut *heads.lock().unwrap())
+            .into_iter()
+            .map(|h| {
+                h.lines()
+                    .filter(|l| !l.starts_with("x-client-request-id: "))
+                    .collect::<Vec<_>>()
+                    .join("\r\n")
+            })
+            .collect();
+        assert_eq!(heads.len(), 2, "{heads:?}");
+        sent.push(heads);
+    }
+    assert!(
+        sent[0][0].starts_with("GET /v1/tunnels/t/poll?limit=3&timeout_ms=1 HTTP/1.1\r\n"),
+        "{}",
+        sent[0][0]
+    );
+    assert!(sent[0][1].contains("\r\nauthorization: Bearer k\r\n"), "{}", sent[0][1]);
+    assert_eq!(sent[0], sent[1]);
+}
+
+#[test]
+fn the_direct_client_is_used_exactly_when_no_proxy_applies() {
+    let proxy = || ProxyUrl::new("control_plane.proxy", "http://127.0.0.1:9").unwrap();
+    let env = |no_proxy: &str| {
+        let pairs = [
+            ("HTTP_PROXY".to_owned(), "http://127.0.0.1:9".to_owned()),
+            ("HTTPS_PROXY".to_owned(), "http://127.0.0.1:9".to_owned()),
+            ("NO_PROXY".to_owned(), no_proxy.to_owned()),
+        ];
+        ProxySetting::Env(Box::new(EnvProxies::from_pairs(&pairs).unwrap()))
+    };
+    let rows = [
+        ("http://127.0.0.1:1", ProxySetting::Off, "direct"),
+        ("http://127.0.0.1:1", ProxySetting::Via(proxy()), "reqwest"),
+        ("http://127.0.0.1:1", env(""), "direct"),
+        ("http://cp.example", env(""), "reqwest"),
+        ("https://cp.example", env(""), "reqwest"),
+        ("https://cp.example", env("cp.example"), "direct"),
+        ("http://cp.example", ProxySetting::Off, "direct"),
+    ];
+    for (url, proxy, expected) in rows {
+        let client = ControlClient::with_egress(settings(url.to_owned()), "i", metrics(), &proxy, None).unwrap();
+        assert_eq!(client.transport(), expected, "{url} {}", proxy.masked());
+    }
+}
