@@ -9,6 +9,9 @@
 //!   of the POST;
 //! - the channel reaches its server directly, through the proxy its configuration names
 //!   (`egress::proxy`: `CONNECT` for https, forwarded for http), or over a unix socket;
+//!   reached directly, its POST, resume `GET` and session `DELETE` drive hyper's client
+//!   (`egress::direct`, set up as the channel's reqwest client), and a failure of
+//!   either client is classified by the same [`SendFacts`] reading;
 //! - `not_sent` only when the failure happened while connecting (DNS, TCP, TLS, a proxy's
 //!   refused `CONNECT`) or before the send began, or when a forwarding proxy answered
 //!   `407` (it forwarded nothing); anything after that without a terminal response is
@@ -906,6 +909,28 @@ impl HttpTransport {
     }
 }
 
+#[cfg(test)]
+impl HttpTransport {
+    /// `"direct"` or `"reqwest"`: which client the channel's POST takes.
+    pub(super) fn client_label(&self) -> &'static str {
+        match self.clients().expect("the clients build").direct {
+            Some(_) => "direct",
+            None => "reqwest",
+        }
+    }
+
+    /// The same channel with every request on reqwest: the reference the direct path's
+    /// tests compare against (until [`close_connections`](Self::close_connections)).
+    pub(super) fn on_reqwest(self) -> Self {
+        let clients = self.clients().expect("the clients build");
+        *lock(&self.inner.client) = Some(Clients {
+            direct: None,
+            ..clients
+        });
+        self
+    }
+}
+
 impl std::fmt::Debug for HttpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry credentials or private hostnames: never printed.
@@ -1289,3 +1314,6 @@ mod tests;
 
 #[cfg(test)]
 mod proxy_tests;
+
+#[cfg(test)]
+mod direct_tests;
