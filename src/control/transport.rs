@@ -57,7 +57,11 @@ impl Transport {
     /// A `GET` with `headers`, up to its response headers.
     pub(super) async fn get(&self, target: Target<'_>, headers: &HeaderMap) -> Result<Answer, SendError> {
         match self {
-            Self::Direct(direct) => direct.send(Method::GET, target.uri, headers, Bytes::new()).await,
+            Self::Direct(direct) => {
+                direct
+                    .send(Method::GET, target.uri, headers.clone(), Bytes::new())
+                    .await
+            }
             Self::Reqwest(http) => http
                 .get(target.url.clone())
                 .headers(headers.clone())
@@ -71,7 +75,7 @@ impl Transport {
     /// A `POST` of `body` with `headers`, up to its response headers.
     pub(super) async fn post(&self, target: Target<'_>, headers: &HeaderMap, body: Bytes) -> Result<Answer, SendError> {
         match self {
-            Self::Direct(direct) => direct.send(Method::POST, target.uri, headers, body).await,
+            Self::Direct(direct) => direct.send(Method::POST, target.uri, headers.clone(), body).await,
             Self::Reqwest(http) => http
                 .post(target.url.clone())
                 .headers(headers.clone())

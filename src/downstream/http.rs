@@ -888,7 +888,7 @@ impl HttpTransport {
                     .uri
                     .as_ref()
                     .expect("a channel has a direct client only with a Uri");
-                client.send(method, uri, &headers, body).await
+                client.send(method, uri, headers, body).await
             }
             Outgoing::Reqwest { client, request } => client
                 .execute(request)

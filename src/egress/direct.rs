@@ -174,8 +174,13 @@ where
     ///
     /// # Cancel safety
     /// Not cancel-safe once polled: the request may be on the wire when it is dropped.
-    pub async fn send(&self, method: Method, uri: &Uri, headers: &HeaderMap, body: Bytes) -> Result<Answer, SendError> {
-        let mut headers = headers.clone();
+    pub async fn send(
+        &self,
+        method: Method,
+        uri: &Uri,
+        mut headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<Answer, SendError> {
         if let Entry::Vacant(entry) = headers.entry(ACCEPT) {
             entry.insert(HeaderValue::from_static("*/*"));
         }
@@ -184,7 +189,12 @@ where
             let mut request = Request::new(Full::new(body.clone()));
             *request.method_mut() = method.clone();
             *request.uri_mut() = uri.clone();
-            *request.headers_mut() = headers.clone();
+            // The last send takes the headers; an earlier one, which may be resent, copies them.
+            *request.headers_mut() = if retries < self.retries {
+                headers.clone()
+            } else {
+                std::mem::take(&mut headers)
+            };
             match self.client.request(request).await {
                 Ok(response) => return Ok(Answer::Direct(response)),
                 Err(e) if retries < self.retries && is_protocol_nack(&e) => retries += 1,
