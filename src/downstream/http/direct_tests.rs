@@ -36,17 +36,26 @@ fn settings() -> HttpSettings {
 }
 
 fn transport_with(url: &str, egress: HttpEgress) -> HttpTransport {
-    let url = HttpUrl::endpoint("mcp.channels.main.url", url).unwrap();
-    HttpTransport::with_egress("main", &url, settings(), egress).unwrap()
+    transport_set(url, egress, settings())
 }
 
-/// The direct transport and the reqwest one for `url`, with `egress`, in that order.
-fn both_with(url: &str, egress: &HttpEgress) -> [HttpTransport; 2] {
-    let direct = transport_with(url, egress.clone());
+fn transport_set(url: &str, egress: HttpEgress, settings: HttpSettings) -> HttpTransport {
+    let url = HttpUrl::endpoint("mcp.channels.main.url", url).unwrap();
+    HttpTransport::with_egress("main", &url, settings, egress).unwrap()
+}
+
+/// The direct transport and the reqwest one for `url`, with `egress` and `settings`, in
+/// that order.
+fn both_set(url: &str, egress: &HttpEgress, settings: &HttpSettings) -> [HttpTransport; 2] {
+    let direct = transport_set(url, egress.clone(), settings.clone());
     assert_eq!(direct.client_label(), "direct");
-    let pooled = transport_with(url, egress.clone()).on_reqwest();
+    let pooled = transport_set(url, egress.clone(), settings.clone()).on_reqwest();
     assert_eq!(pooled.client_label(), "reqwest");
     [direct, pooled]
+}
+
+fn both_with(url: &str, egress: &HttpEgress) -> [HttpTransport; 2] {
+    both_set(url, egress, &settings())
 }
 
 fn both(url: &str) -> [HttpTransport; 2] {
@@ -89,9 +98,13 @@ async fn leg(t: &HttpTransport, strict: bool) -> (LegResult, Vec<Notification>) 
 
 /// The failure and outcome of one leg on each client, in strict mode and not.
 async fn endings(url: &str) -> Vec<(Option<LegFailure>, LegOutcome)> {
+    endings_set(url, &settings()).await
+}
+
+async fn endings_set(url: &str, settings: &HttpSettings) -> Vec<(Option<LegFailure>, LegOutcome)> {
     let mut out = Vec::new();
     for strict in [false, true] {
-        for t in both(url) {
+        for t in both_set(url, &HttpEgress::direct(), settings) {
             let (result, _) = leg(&t, strict).await;
             out.push((result.failure, result.outcome));
         }
@@ -108,6 +121,41 @@ async fn nothing_listening_is_not_sent_on_either_client() {
     assert_eq!(
         endings(&url).await,
         vec![want.clone(), want.clone(), want.clone(), want]
+    );
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_resolve_is_not_sent_on_either_client() {
+    let want = (Some(LegFailure::Dns), LegOutcome::NotSent);
+    assert_eq!(
+        endings("http://nonexistent.invalid/mcp").await,
+        vec![want.clone(), want.clone(), want.clone(), want]
+    );
+}
+
+#[tokio::test]
+async fn a_handshake_the_server_never_answers_ends_in_the_connect_timeout_not_sent_on_either_client() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://127.0.0.1:{}/mcp", listener.local_addr().unwrap().port());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    let settings = HttpSettings {
+        connect_timeout: Duration::from_millis(200),
+        ..settings()
+    };
+    let started = tokio::time::Instant::now();
+    let want = (Some(LegFailure::ConnectFailed), LegOutcome::NotSent);
+    assert_eq!(
+        endings_set(&url, &settings).await,
+        vec![want.clone(), want.clone(), want.clone(), want]
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the connect timeout spans the handshake"
     );
 }
 
