@@ -72,8 +72,9 @@ pub struct HttpEgress {
     pub socket: Option<PathBuf>,
     /// The channel's TLS configuration (`mcp.tls`, the channel's `tls`, from
     /// `egress::tls::client_config`); `None`: reqwest's own (platform roots, no client
-    /// certificate). The client follows no redirect, so its client certificate is only
-    /// ever offered to this channel's origin.
+    /// certificate; the direct client builds the same, `egress::direct::platform_config`).
+    /// Neither client follows a redirect, so its client certificate is only ever offered
+    /// to this channel's origin.
     pub tls: Option<rustls::ClientConfig>,
 }
 
@@ -144,9 +145,6 @@ struct Inner {
     egress: HttpEgress,
     /// How requests for `url` leave: what a proxy's answer proves depends on it.
     route: Route,
-    /// `url` as hyper's `Uri`, for the direct client (`None`: not one hyper accepts, and
-    /// every request stays on reqwest, which would refuse it the same way).
-    uri: Option<http::Uri>,
     /// `None` after [`HttpTransport::close_connections`]: the next leg builds fresh ones.
     client: Mutex<Option<Clients>>,
     up: AtomicBool,
@@ -168,16 +166,20 @@ struct Clients {
     reqwest: reqwest::Client,
     /// The POST, the resume `GET` and the session `DELETE` when no proxy and no socket
     /// applies (`egress::direct`), with the strict-mode connection watch as its layer.
-    direct: Option<Arc<DirectClient>>,
+    direct: Option<Arc<DirectPath>>,
 }
 
-/// The direct client of a channel: its connector watched as reqwest's is.
-type DirectClient = Direct<watch::WatchedConnector<TimedConnect>>;
+/// The direct client of a channel, its connector watched as reqwest's is, and the URL
+/// as hyper's `Uri`, parsed once.
+struct DirectPath {
+    client: Direct<watch::WatchedConnector<TimedConnect>>,
+    uri: http::Uri,
+}
 
 /// One request of a leg, ready for the client it goes to.
 enum Outgoing {
     Direct {
-        client: Arc<DirectClient>,
+        path: Arc<DirectPath>,
         method: Method,
         headers: HeaderMap,
         body: Bytes,
@@ -374,7 +376,6 @@ impl HttpTransport {
             inner: Arc::new(Inner {
                 channel: channel.to_owned(),
                 route: egress.route(&url),
-                uri: url.as_str().parse().ok(),
                 url,
                 https,
                 settings,
@@ -544,9 +545,9 @@ impl HttpTransport {
     /// A request for the client that carries it: the direct one when the channel has
     /// it, reqwest otherwise (built as before; `None` when reqwest cannot build it).
     fn outgoing(&self, clients: &Clients, method: Method, headers: HeaderMap, body: Option<Bytes>) -> Option<Outgoing> {
-        if let Some(client) = &clients.direct {
+        if let Some(path) = &clients.direct {
             return Some(Outgoing::Direct {
-                client: client.clone(),
+                path: path.clone(),
                 method,
                 headers,
                 body: body.unwrap_or_default(),
@@ -878,18 +879,11 @@ impl HttpTransport {
     async fn execute(&self, request: Outgoing) -> Result<Answer, SendError> {
         match request {
             Outgoing::Direct {
-                client,
+                path,
                 method,
                 headers,
                 body,
-            } => {
-                let uri = self
-                    .inner
-                    .uri
-                    .as_ref()
-                    .expect("a channel has a direct client only with a Uri");
-                client.send(method, uri, headers, body).await
-            }
+            } => path.client.send(method, &path.uri, headers, body).await,
             Outgoing::Reqwest { client, request } => client
                 .execute(request)
                 .await
@@ -1129,7 +1123,7 @@ enum ClientError {
 
 /// The channel's clients: reqwest always (discovery uses it, and every request when a
 /// proxy or a socket applies), and the direct client when the URL's server is reached
-/// directly (see [`direct_client`]).
+/// directly (see [`direct_path`]).
 fn build_clients(
     url: &Url,
     settings: &HttpSettings,
@@ -1139,7 +1133,7 @@ fn build_clients(
     let reqwest = build_client(url, settings, egress, connects)?;
     Ok(Clients {
         reqwest,
-        direct: direct_client(url, settings, egress, connects).map(Arc::new),
+        direct: direct_path(url, settings, egress, connects).map(Arc::new),
     })
 }
 
@@ -1149,27 +1143,29 @@ fn build_clients(
 /// no retries of any kind (reqwest's `retry::never()`), no redirects (hyper follows
 /// none). `None` when a proxy or a unix socket applies, or the URL is not a `Uri` hyper
 /// accepts: those requests stay on reqwest.
-fn direct_client(
+fn direct_path(
     url: &Url,
     settings: &HttpSettings,
     egress: &HttpEgress,
     connects: &watch::ConnectSlot,
-) -> Option<DirectClient> {
+) -> Option<DirectPath> {
     if egress.socket.is_some() || egress.route(url) != Route::Direct {
         return None;
     }
-    url.as_str().parse::<http::Uri>().ok()?;
+    // reqwest's own conversion (`try_uri`): a URL it could not send is left to it.
+    let uri = url.as_str().parse::<http::Uri>().ok()?;
     let tls = match &egress.tls {
         Some(tls) => tls.clone(),
         None => crate::egress::direct::platform_config().ok()?,
     };
-    Some(Direct::layered(
+    let client = Direct::layered(
         tls,
         settings.connect_timeout,
         POOL_IDLE_TIMEOUT,
         NackRetries::Never,
         watch::WatchConnects(connects.clone()),
-    ))
+    );
+    Some(DirectPath { client, uri })
 }
 
 fn build_client(

@@ -1,7 +1,8 @@
 //! The direct client of an HTTP channel against real sockets, next to reqwest on the
 //! same sockets: each failure ends the leg exactly as reqwest's does (nothing
-//! listening, a peer that closes before reading, one that reads and closes before
-//! answering, a server certificate nobody trusts, in strict mode too), an event stream
+//! listening, a name that does not resolve, a handshake that outlasts the connect
+//! timeout, a peer that closes before reading, one that reads and closes before
+//! answering, a server certificate nobody trusts; in strict mode too), an event stream
 //! that arrives in parts and is resumed is read the same, the requests are the same
 //! bytes, and a channel gets the direct client exactly when no proxy and no socket
 //! applies.
