@@ -34,7 +34,7 @@ use hyper_util::client::legacy::connect::{Connect, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 /// A connector's error, as hyper-util and `reqwest` box them.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// `reqwest`'s TCP keepalive defaults (idle time, interval, probes) and its
 /// `TCP_USER_TIMEOUT` on Linux.
@@ -45,7 +45,7 @@ const USER_TIMEOUT: Duration = Duration::from_secs(30);
 /// What `reqwest` resends after an HTTP/2 refusal that proves a request was not
 /// processed (`REFUSED_STREAM`, `GOAWAY` with `NO_ERROR`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NackRetries {
+pub(crate) enum NackRetries {
     /// `reqwest`'s default retry policy: up to two more sends.
     ReqwestDefault,
     /// `reqwest::retry::never()`: every request is sent once.
@@ -54,39 +54,39 @@ pub enum NackRetries {
 
 /// hyper's legacy pooled client over rustls, as `reqwest` configures it. `C` is the
 /// connector: [`TimedConnect`], or a caller's layer over it.
-pub struct Direct<C = TimedConnect> {
+pub(crate) struct Direct<C = TimedConnect> {
     client: hyper_util::client::legacy::Client<C, Full<Bytes>>,
     retries: u32,
 }
 
 /// A request that got no response headers, from either client.
 #[derive(Debug)]
-pub enum SendError {
+pub(crate) enum SendError {
     Direct(hyper_util::client::legacy::Error),
     Reqwest(reqwest::Error),
 }
 
 /// A response whose headers arrived; the body is still to be read.
 #[derive(Debug)]
-pub enum Answer {
+pub(crate) enum Answer {
     Direct(Response<Incoming>),
     Reqwest(reqwest::Response),
 }
 
 /// The body of an answer ended with an error (the connection failed mid-body).
 #[derive(Debug)]
-pub struct BodyFailed;
+pub(crate) struct BodyFailed;
 
 /// The connector with one timeout over TCP connect and TLS handshake, as `reqwest`'s
 /// `connect_timeout` bounds both. A timeout is an `io::Error` of kind `TimedOut`.
 #[derive(Clone)]
-pub struct TimedConnect {
+pub(crate) struct TimedConnect {
     inner: HttpsConnector<HttpConnector>,
     timeout: Duration,
 }
 
 /// A connection [`TimedConnect`] made: TCP, or TLS over TCP.
-pub type Stream = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+pub(crate) type Stream = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
 
 impl tower_service::Service<Uri> for TimedConnect {
     type Response = Stream;
@@ -112,7 +112,12 @@ impl tower_service::Service<Uri> for TimedConnect {
 impl Direct<TimedConnect> {
     /// A client with `tls` (already carrying ALPN `h2`, `http/1.1`), connect timeout
     /// `connect_timeout` over TCP and TLS, idle connections closed after `idle`.
-    pub fn new(tls: rustls::ClientConfig, connect_timeout: Duration, idle: Duration, retries: NackRetries) -> Self {
+    pub(crate) fn new(
+        tls: rustls::ClientConfig,
+        connect_timeout: Duration,
+        idle: Duration,
+        retries: NackRetries,
+    ) -> Self {
         Self::layered(tls, connect_timeout, idle, retries, tower_layer::Identity::new())
     }
 }
@@ -124,7 +129,7 @@ where
     /// [`Direct::new`] with `layer` around the connector, as `reqwest`'s
     /// `connector_layer` puts it (inside its connect timeout, which bounds the layer's
     /// connect as it bounds the TCP connect and the handshake).
-    pub fn layered<L>(
+    pub(crate) fn layered<L>(
         tls: rustls::ClientConfig,
         connect_timeout: Duration,
         idle: Duration,
@@ -174,7 +179,7 @@ where
     ///
     /// # Cancel safety
     /// Not cancel-safe once polled: the request may be on the wire when it is dropped.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         method: Method,
         uri: &Uri,
@@ -222,7 +227,7 @@ fn is_protocol_nack(error: &(dyn std::error::Error + 'static)) -> bool {
 impl SendError {
     /// The connection was never made (refused, DNS, connect timeout, failed TLS
     /// handshake, no descriptor, a connector layer's refusal): nothing was written.
-    pub fn is_connect(&self) -> bool {
+    pub(crate) fn is_connect(&self) -> bool {
         match self {
             Self::Direct(e) => e.is_connect(),
             Self::Reqwest(e) => e.is_connect(),
@@ -232,7 +237,7 @@ impl SendError {
     /// Name resolution failed, as `reqwest`'s own resolver wrapper says. hyper-util's
     /// resolver has no type of its own: its errors are read from the chain's text
     /// (`downstream::error_chain`), as they are for `reqwest`'s.
-    pub fn is_dns(&self) -> bool {
+    pub(crate) fn is_dns(&self) -> bool {
         match self {
             Self::Direct(_) => false,
             Self::Reqwest(e) => e.is_dns(),
@@ -241,7 +246,7 @@ impl SendError {
 
     /// A timeout below the client (connect timeout, hyper's own), as `reqwest` reads one:
     /// an `io::Error` of kind `TimedOut` or a hyper timeout anywhere in the chain.
-    pub fn is_timeout(&self) -> bool {
+    pub(crate) fn is_timeout(&self) -> bool {
         match self {
             Self::Direct(e) => {
                 let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
@@ -262,7 +267,7 @@ impl SendError {
     }
 
     /// The error with its cause chain, for the exhaustion and TLS readers.
-    pub fn chain(&self) -> &(dyn std::error::Error + 'static) {
+    pub(crate) fn chain(&self) -> &(dyn std::error::Error + 'static) {
         match self {
             Self::Direct(e) => e,
             Self::Reqwest(e) => e,
@@ -271,14 +276,14 @@ impl SendError {
 }
 
 impl Answer {
-    pub fn status(&self) -> http::StatusCode {
+    pub(crate) fn status(&self) -> http::StatusCode {
         match self {
             Self::Direct(r) => r.status(),
             Self::Reqwest(r) => r.status(),
         }
     }
 
-    pub fn headers(&self) -> &HeaderMap {
+    pub(crate) fn headers(&self) -> &HeaderMap {
         match self {
             Self::Direct(r) => r.headers(),
             Self::Reqwest(r) => r.headers(),
@@ -286,7 +291,7 @@ impl Answer {
     }
 
     /// The body's declared length (`Content-Length`), as hyper reports it.
-    pub fn content_length(&self) -> Option<u64> {
+    pub(crate) fn content_length(&self) -> Option<u64> {
         match self {
             Self::Direct(r) => hyper::body::Body::size_hint(r.body()).exact(),
             Self::Reqwest(r) => r.content_length(),
@@ -297,7 +302,7 @@ impl Answer {
     ///
     /// # Cancel safety
     /// Cancel-safe: a chunk is taken from the body only when this resolves.
-    pub async fn chunk(&mut self) -> Result<Option<Bytes>, BodyFailed> {
+    pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, BodyFailed> {
         match self {
             Self::Direct(r) => loop {
                 match r.body_mut().frame().await {
@@ -319,7 +324,7 @@ impl Answer {
 /// the process's default crypto provider (or aws-lc-rs), TLS 1.3 and 1.2, the platform's
 /// verifier, no client certificate, SNI, ALPN `h2` then `http/1.1`, rustls' default
 /// session resumption.
-pub fn platform_config() -> Result<rustls::ClientConfig, rustls::Error> {
+pub(crate) fn platform_config() -> Result<rustls::ClientConfig, rustls::Error> {
     let provider = rustls::crypto::CryptoProvider::get_default()
         .cloned()
         .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));

@@ -8,6 +8,6 @@
 //! send, and must not know commands, the fence or transports: `control` and
 //! `downstream` build their clients with it and send through them.
 
-pub mod direct;
+pub(crate) mod direct;
 pub mod proxy;
 pub mod tls;
