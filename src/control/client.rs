@@ -217,7 +217,7 @@ impl ControlClient {
                     Some(config) => config.clone(),
                     None => transport::platform_config()?,
                 };
-                Some(Arc::new(transport::Direct::new(config, connect_timeout, IDLE_TIMEOUT)))
+                Some(Transport::direct(config, connect_timeout, IDLE_TIMEOUT))
             }
             crate::egress::proxy::Route::Tunnel | crate::egress::proxy::Route::Forward => None,
         };
@@ -231,7 +231,7 @@ impl ControlClient {
         .pool_idle_timeout(IDLE_TIMEOUT);
         let http = crate::egress::proxy::apply(builder, proxy, &target)?.build()?;
         let transport = match direct {
-            Some(direct) => Transport::Direct(direct),
+            Some(direct) => direct,
             None => Transport::Reqwest(http.clone()),
         };
         let prefix = format!(
@@ -312,7 +312,7 @@ impl ControlClient {
             Ok(Ok(r)) => r,
         };
         let received_at = Instant::now();
-        let status = response.status();
+        let status = response.status().as_u16();
         let retry_after = retry_after(response.headers());
         match status {
             204 => Ok(PollAnswer {
@@ -367,7 +367,7 @@ impl ControlClient {
                 commands: Vec::new(),
             });
         };
-        let status = Some(response.status());
+        let status = Some(response.status().as_u16());
         let body = match tokio::time::timeout_at(deadline, read_bounded(response, MAX_POLL_BODY)).await {
             Err(_) => return Err(PollError::new(PollErrorKind::Timeout, status, None)),
             Ok(Err(BodyError::TooLarge)) => return Err(PollError::new(PollErrorKind::Decode, status, None)),
@@ -511,7 +511,7 @@ impl ControlClient {
                 Ok(r) => r,
                 Err(e) => return (post_send_error_result(&e), None, None),
             };
-            let status = response.status();
+            let status = response.status().as_u16();
             let retry_after = retry_after(response.headers());
             let body = match read_bounded(response, 64 * 1024).await {
                 Ok(b) => b,

@@ -18,7 +18,7 @@ mod retry;
 mod timing_tests;
 mod transport;
 #[cfg(test)]
-mod transport_tests;
+pub(crate) mod transport_tests;
 
 pub use attempt::{AttemptResult, Delivery, PostKind};
 pub use backoff::{parse_retry_after, Backoff};

@@ -127,7 +127,7 @@ type Versions = Arc<Mutex<Vec<http::Version>>>;
 
 /// A TLS acceptor offering ALPN `h2` and `http/1.1`, with a self-signed certificate
 /// for localhost (`dir/cert.pem`, trusted by nobody unless named).
-fn tls_acceptor(dir: &std::path::Path) -> tokio_rustls::TlsAcceptor {
+pub(crate) fn tls_acceptor(dir: &std::path::Path) -> tokio_rustls::TlsAcceptor {
     use rustls_pki_types::pem::PemObject;
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let made = std::process::Command::new("openssl")

@@ -2,7 +2,8 @@
 //! failed in, read by type wherever the crates expose one.
 //!
 //! By type: reqwest's `is_dns` (its resolver's errors), `is_connect` (hyper-util's
-//! connect-phase error), `is_timeout`, every `std::io::ErrorKind` in the chain
+//! connect-phase error), `is_timeout` (reqwest's, or `egress::direct`'s reading of the
+//! same types for the direct client), every `std::io::ErrorKind` in the chain
 //! (found with `downcast_ref`, also inside wrapped `io::Error`s), and the raw errno of
 //! the gateway's own exhaustion (`EMFILE`, `ENFILE`, `ENOMEM`, `ENOBUFS`: see
 //! `crate::descriptors`). By text, only where no type says it (each place names the
@@ -75,15 +76,27 @@ impl SendFacts {
     }
 
     pub(crate) fn of(error: &reqwest::Error) -> Self {
+        Self::read(error.is_dns(), error.is_connect(), error.is_timeout(), error)
+    }
+
+    /// The facts of a send error from either client of a channel (`egress::direct`):
+    /// the same readers over the same chain, whichever client failed.
+    pub(crate) fn of_send(error: &crate::egress::direct::SendError) -> Self {
+        Self::read(error.is_dns(), error.is_connect(), error.is_timeout(), error.chain())
+    }
+
+    /// The facts from a client's own `is_dns`, `is_connect` and `is_timeout` and the
+    /// error's cause chain.
+    fn read(is_dns: bool, connect: bool, timeout: bool, error: &(dyn std::error::Error + 'static)) -> Self {
         SendFacts {
             // reqwest 0.13.5 wraps its resolver's errors in a type of its own (`is_dns`).
             // Text fallback: hyper-util 0.1.21 names the stage "dns error" in its
             // `ConnectError`, a type it does not export; std's getaddrinfo failure,
             // "failed to lookup address information", has the unstable
             // `io::ErrorKind::Uncategorized`, which cannot be matched.
-            dns: error.is_dns() || chain_mentions(error, &["dns error", "failed to lookup address"]),
-            connect: error.is_connect(),
-            timeout: error.is_timeout(),
+            dns: is_dns || chain_mentions(error, &["dns error", "failed to lookup address"]),
+            connect,
+            timeout,
             refused: io_kinds(error).contains(&std::io::ErrorKind::ConnectionRefused),
             // Text only: hyper-util 0.1.21 names its TCP stage "tcp connect error" in the
             // unexported `ConnectError`; the TLS stage has no type of its own in the

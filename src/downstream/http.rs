@@ -9,6 +9,9 @@
 //!   of the POST;
 //! - the channel reaches its server directly, through the proxy its configuration names
 //!   (`egress::proxy`: `CONNECT` for https, forwarded for http), or over a unix socket;
+//!   reached directly, its POST, resume `GET` and session `DELETE` drive hyper's client
+//!   (`egress::direct`, set up as the channel's reqwest client), and a failure of
+//!   either client is classified by the same [`SendFacts`] reading;
 //! - `not_sent` only when the failure happened while connecting (DNS, TCP, TLS, a proxy's
 //!   refused `CONNECT`) or before the send began, or when a forwarding proxy answered
 //!   `407` (it forwarded nothing); anything after that without a terminal response is
@@ -43,6 +46,7 @@ use super::identity::Observed;
 use super::sse::SseParser;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, Notification, NotifySink, Reply};
 use crate::config::{HttpUrl, ProxySetting};
+use crate::egress::direct::{Answer, Direct, NackRetries, SendError, TimedConnect};
 use crate::egress::proxy::{EgressError, Route};
 use crate::protocol::{
     filter_resp_headers, header_value, RespType, WireHeaders, LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
@@ -68,8 +72,9 @@ pub struct HttpEgress {
     pub socket: Option<PathBuf>,
     /// The channel's TLS configuration (`mcp.tls`, the channel's `tls`, from
     /// `egress::tls::client_config`); `None`: reqwest's own (platform roots, no client
-    /// certificate). The client follows no redirect, so its client certificate is only
-    /// ever offered to this channel's origin.
+    /// certificate; the direct client builds the same, `egress::direct::platform_config`).
+    /// Neither client follows a redirect, so its client certificate is only ever offered
+    /// to this channel's origin.
     pub tls: Option<rustls::ClientConfig>,
 }
 
@@ -140,8 +145,8 @@ struct Inner {
     egress: HttpEgress,
     /// How requests for `url` leave: what a proxy's answer proves depends on it.
     route: Route,
-    /// `None` after [`HttpTransport::close_connections`]: the next leg builds a fresh one.
-    client: Mutex<Option<reqwest::Client>>,
+    /// `None` after [`HttpTransport::close_connections`]: the next leg builds fresh ones.
+    client: Mutex<Option<Clients>>,
     up: AtomicBool,
     /// Which admission a new connection is for (strict mode; see [`watch`]).
     connects: watch::ConnectSlot,
@@ -151,6 +156,38 @@ struct Inner {
     tls_problem: Mutex<Option<String>>,
     /// What callers' `initialize` and `tools/list` answers said (`/status`).
     observed: Observed,
+}
+
+/// A channel's HTTP clients: `reqwest`, and hyper's client driven directly when the
+/// server is reached directly. Clones share the pools.
+#[derive(Clone)]
+struct Clients {
+    /// Every request when a proxy or a unix socket applies; discovery always.
+    reqwest: reqwest::Client,
+    /// The POST, the resume `GET` and the session `DELETE` when no proxy and no socket
+    /// applies (`egress::direct`), with the strict-mode connection watch as its layer.
+    direct: Option<Arc<DirectPath>>,
+}
+
+/// The direct client of a channel, its connector watched as reqwest's is, and the URL
+/// as hyper's `Uri`, parsed once.
+struct DirectPath {
+    client: Direct<watch::WatchedConnector<TimedConnect>>,
+    uri: http::Uri,
+}
+
+/// One request of a leg, ready for the client it goes to.
+enum Outgoing {
+    Direct {
+        path: Arc<DirectPath>,
+        method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+    },
+    Reqwest {
+        client: reqwest::Client,
+        request: reqwest::Request,
+    },
 }
 
 /// `Accept` sent with a POST when the command's headers carry none.
@@ -325,7 +362,7 @@ impl HttpTransport {
         egress: HttpEgress,
     ) -> Result<Self, HttpSetupError> {
         let connects = watch::ConnectSlot::default();
-        let client = build_client(&url, &settings, &egress, &connects).map_err(|e| match e {
+        let client = build_clients(&url, &settings, &egress, &connects).map_err(|e| match e {
             ClientError::Http(source) => HttpSetupError::Client {
                 channel: channel.to_owned(),
                 source,
@@ -449,9 +486,9 @@ impl HttpTransport {
         expects_response: bool,
     ) -> Result<Reply, LegFailure> {
         let deadline = self.leg_deadline(req.deadline);
-        let client = self.client()?;
-        let request = self.post_request(&client, req)?;
-        let resp = self.send(&client, admission, request, deadline).await?;
+        let clients = self.clients()?;
+        let request = self.post_request(&clients, req)?;
+        let resp = self.send(admission, request, deadline).await?;
         self.forwarded_nothing(admission, &resp)?;
 
         let status = resp.status();
@@ -493,11 +530,7 @@ impl HttpTransport {
 
     /// The POST carrying the message: the command's headers, the JSON content type, and
     /// the default `Accept` when the command gives none.
-    fn post_request(
-        &self,
-        client: &reqwest::Client,
-        req: &DownstreamRequest<'_>,
-    ) -> Result<reqwest::Request, LegFailure> {
+    fn post_request(&self, clients: &Clients, req: &DownstreamRequest<'_>) -> Result<Outgoing, LegFailure> {
         let mut headers = forward_headers(req.headers);
         configured::add(&mut headers, &self.inner.configured, req.headers);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -505,19 +538,38 @@ impl HttpTransport {
             headers.insert(ACCEPT, HeaderValue::from_static(DEFAULT_ACCEPT));
         }
         let body = Bytes::copy_from_slice(req.payload.raw().get().as_bytes());
-        client
-            .request(Method::POST, self.inner.url.clone())
-            .headers(headers)
-            .body(body)
-            .build()
-            .map_err(|_| LegFailure::InternalBeforeSend)
+        self.outgoing(clients, Method::POST, headers, Some(body))
+            .ok_or(LegFailure::InternalBeforeSend)
+    }
+
+    /// A request for the client that carries it: the direct one when the channel has
+    /// it, reqwest otherwise (built as before; `None` when reqwest cannot build it).
+    fn outgoing(&self, clients: &Clients, method: Method, headers: HeaderMap, body: Option<Bytes>) -> Option<Outgoing> {
+        if let Some(path) = &clients.direct {
+            return Some(Outgoing::Direct {
+                path: path.clone(),
+                method,
+                headers,
+                body: body.unwrap_or_default(),
+            });
+        }
+        let builder = clients.reqwest.request(method, self.inner.url.clone()).headers(headers);
+        let builder = match body {
+            Some(body) => builder.body(body),
+            None => builder,
+        };
+        let request = builder.build().ok()?;
+        Some(Outgoing::Reqwest {
+            client: clients.reqwest.clone(),
+            request,
+        })
     }
 
     /// Regime (A): reads events until the sentinel, resuming a cut stream when allowed.
     async fn read_event_stream(
         &self,
         leg: &mut StreamLeg<'_>,
-        mut resp: reqwest::Response,
+        mut resp: Answer,
         mut resp_headers: RespHeaders,
     ) -> Result<Reply, LegFailure> {
         let session_id = header_value(leg.command_headers, MCP_SESSION_ID)
@@ -591,7 +643,7 @@ impl HttpTransport {
     async fn drain_stream(
         &self,
         leg: &mut StreamLeg<'_>,
-        resp: &mut reqwest::Response,
+        resp: &mut Answer,
         parser: &mut SseParser,
         resp_headers: &RespHeaders,
         idle: Option<Duration>,
@@ -643,8 +695,8 @@ impl HttpTransport {
         leg: &StreamLeg<'_>,
         last_event_id: &str,
         session_id: Option<&str>,
-    ) -> Result<reqwest::Response, LegFailure> {
-        let client = self.client().map_err(|_| LegFailure::StreamClosedBeforeResponse)?;
+    ) -> Result<Answer, LegFailure> {
+        let clients = self.clients().map_err(|_| LegFailure::StreamClosedBeforeResponse)?;
         let mut headers = HeaderMap::new();
         for (name, values) in leg.command_headers {
             let lower = name.to_ascii_lowercase();
@@ -671,12 +723,10 @@ impl HttpTransport {
             return Err(LegFailure::StreamClosedBeforeResponse);
         };
         headers.insert(LAST_EVENT_ID, last_id);
-        let request = client
-            .request(Method::GET, self.inner.url.clone())
-            .headers(headers)
-            .build()
-            .map_err(|_| LegFailure::StreamClosedBeforeResponse)?;
-        let resp = match self.send(&client, leg.admission, request, leg.deadline).await {
+        let request = self
+            .outgoing(&clients, Method::GET, headers, None)
+            .ok_or(LegFailure::StreamClosedBeforeResponse)?;
+        let resp = match self.send(leg.admission, request, leg.deadline).await {
             Ok(resp) => resp,
             Err(LegFailure::TimeoutAfterWrite) => return Err(LegFailure::TimeoutAfterWrite),
             // The POST was delivered: whatever stops the resume leaves its effect unknown.
@@ -696,19 +746,19 @@ impl HttpTransport {
         deadline: Option<Instant>,
     ) -> Result<Reply, LegFailure> {
         let deadline = self.leg_deadline(deadline);
-        let client = self.client()?;
+        let clients = self.clients()?;
         let mut request_headers = forward_headers(headers);
         configured::add(&mut request_headers, &self.inner.configured, headers);
-        let request = client
-            .request(Method::DELETE, self.inner.url.clone())
-            .headers(request_headers)
-            .build()
-            .map_err(|_| LegFailure::InternalBeforeSend)?;
-        let resp = self.send(&client, admission, request, deadline).await?;
+        let request = self
+            .outgoing(&clients, Method::DELETE, request_headers, None)
+            .ok_or(LegFailure::InternalBeforeSend)?;
+        let mut resp = self.send(admission, request, deadline).await?;
         self.forwarded_nothing(admission, &resp)?;
         let status = resp.status().as_u16();
         let resp_headers = response_headers(resp.headers());
-        let _ = resp.bytes().now_or_never();
+        // What of the body is already here is read, so the connection can go back to
+        // the pool; never waited for.
+        while let Some(Ok(Some(_))) = resp.chunk().now_or_never() {}
         Ok(Reply {
             resp_json: None,
             resp_headers,
@@ -719,17 +769,11 @@ impl HttpTransport {
 
     /// Sends one request after the last checks: deadline not passed, admission still good.
     /// Resolves when the response headers arrive.
-    async fn send(
-        &self,
-        client: &reqwest::Client,
-        admission: &Admission,
-        request: reqwest::Request,
-        deadline: Instant,
-    ) -> Result<reqwest::Response, LegFailure> {
+    async fn send(&self, admission: &Admission, request: Outgoing, deadline: Instant) -> Result<Answer, LegFailure> {
         if Instant::now() >= deadline {
             return Err(LegFailure::DeadlineBeforeSend);
         }
-        let execute = timeout_at(deadline, client.execute(request));
+        let execute = timeout_at(deadline, self.execute(request));
         let result = if admission.tracks_connects() {
             // One admission at a time: a connection made now is for this request. The
             // connector marks it sent once connected (or refuses: nothing is written). A
@@ -762,7 +806,7 @@ impl HttpTransport {
             // A connection the fence refused to use: nothing was written.
             Ok(Err(_)) if !admission.is_sent() && admission.recheck().is_err() => Err(LegFailure::NotAdmitted),
             Ok(Err(error)) => {
-                let failure = classify_send_error(SendFacts::of(&error), self.inner.https);
+                let failure = classify_send_error(SendFacts::of_send(&error), self.inner.https);
                 if failure == LegFailure::Tls {
                     self.warn_tls(&error);
                 }
@@ -776,7 +820,7 @@ impl HttpTransport {
     /// credentials and forwarded nothing, so nothing reached the MCP server, and the
     /// admission says so ([`Admission::not_forwarded`]). Any other answer through a
     /// forwarding proxy (its `502` and `504` included) is classified as the server's.
-    fn forwarded_nothing(&self, admission: &Admission, resp: &reqwest::Response) -> Result<(), LegFailure> {
+    fn forwarded_nothing(&self, admission: &Admission, resp: &Answer) -> Result<(), LegFailure> {
         if self.inner.route == Route::Forward && resp.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
             admission.not_forwarded();
             return Err(LegFailure::ProxyAuthRequired);
@@ -790,8 +834,9 @@ impl HttpTransport {
     }
 
     /// Names the problem of a failed handshake (the leg's own line says `tls`, not sent).
-    fn warn_tls(&self, error: &reqwest::Error) {
-        let problem = crate::egress::tls::handshake_problem(error).unwrap_or_else(|| "TLS handshake failed".into());
+    fn warn_tls(&self, error: &SendError) {
+        let problem =
+            crate::egress::tls::handshake_problem(error.chain()).unwrap_or_else(|| "TLS handshake failed".into());
         *lock(&self.inner.tls_problem) = Some(problem.clone());
         tracing::warn!(
             channel = %self.inner.channel,
@@ -806,20 +851,45 @@ impl HttpTransport {
         command_deadline.map_or(own, |d| d.min(own))
     }
 
+    /// The channel's reqwest client (discovery's).
     fn client(&self) -> Result<reqwest::Client, LegFailure> {
+        self.clients().map(|c| c.reqwest)
+    }
+
+    fn clients(&self) -> Result<Clients, LegFailure> {
         let mut slot = lock(&self.inner.client);
-        if let Some(client) = slot.as_ref() {
-            return Ok(client.clone());
+        if let Some(clients) = slot.as_ref() {
+            return Ok(clients.clone());
         }
-        let client = build_client(
+        let clients = build_clients(
             &self.inner.url,
             &self.inner.settings,
             &self.inner.egress,
             &self.inner.connects,
         )
         .map_err(|_| LegFailure::InternalBeforeSend)?;
-        *slot = Some(client.clone());
-        Ok(client)
+        *slot = Some(clients.clone());
+        Ok(clients)
+    }
+
+    /// The request on its client, up to its response headers.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe once polled: the request may be on the wire when it is dropped.
+    async fn execute(&self, request: Outgoing) -> Result<Answer, SendError> {
+        match request {
+            Outgoing::Direct {
+                path,
+                method,
+                headers,
+                body,
+            } => path.client.send(method, &path.uri, headers, body).await,
+            Outgoing::Reqwest { client, request } => client
+                .execute(request)
+                .await
+                .map(Answer::Reqwest)
+                .map_err(SendError::Reqwest),
+        }
     }
 
     fn record(&self, result: &Result<Reply, LegFailure>) {
@@ -830,6 +900,28 @@ impl HttpTransport {
         if let Some(up) = up {
             self.inner.up.store(up, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+impl HttpTransport {
+    /// `"direct"` or `"reqwest"`: which client the channel's POST takes.
+    pub(super) fn client_label(&self) -> &'static str {
+        match self.clients().expect("the clients build").direct {
+            Some(_) => "direct",
+            None => "reqwest",
+        }
+    }
+
+    /// The same channel with every request on reqwest: the reference the direct path's
+    /// tests compare against (until [`close_connections`](Self::close_connections)).
+    pub(super) fn on_reqwest(self) -> Self {
+        let clients = self.clients().expect("the clients build");
+        *lock(&self.inner.client) = Some(Clients {
+            direct: None,
+            ..clients
+        });
+        self
     }
 }
 
@@ -960,7 +1052,7 @@ fn classify_send_error(facts: SendFacts, https: bool) -> LegFailure {
 /// Regime (B): a whole JSON body, bounded in size and time, that must be the response
 /// for this request.
 async fn json_reply(
-    resp: reqwest::Response,
+    resp: Answer,
     resp_headers: RespHeaders,
     expected: &Expected,
     max: usize,
@@ -991,7 +1083,7 @@ async fn json_reply(
 /// exactly, with the server's status; anything else becomes [`LegFailure::HttpStatus`]
 /// (its body never reaches the caller).
 async fn refusal(
-    resp: reqwest::Response,
+    resp: Answer,
     status: StatusCode,
     resp_headers: RespHeaders,
     expected: Option<&Expected>,
@@ -1027,6 +1119,53 @@ async fn refusal(
 enum ClientError {
     Http(reqwest::Error),
     Proxy(EgressError),
+}
+
+/// The channel's clients: reqwest always (discovery uses it, and every request when a
+/// proxy or a socket applies), and the direct client when the URL's server is reached
+/// directly (see [`direct_path`]).
+fn build_clients(
+    url: &Url,
+    settings: &HttpSettings,
+    egress: &HttpEgress,
+    connects: &watch::ConnectSlot,
+) -> Result<Clients, ClientError> {
+    let reqwest = build_client(url, settings, egress, connects)?;
+    Ok(Clients {
+        reqwest,
+        direct: direct_path(url, settings, egress, connects).map(Arc::new),
+    })
+}
+
+/// hyper's client driven directly, set up as [`build_client`] sets up reqwest: the
+/// channel's TLS configuration (or reqwest's own platform one), its connect timeout over
+/// TCP and TLS, the pool's idle timeout, the strict-mode watch as the connector layer,
+/// no retries of any kind (reqwest's `retry::never()`), no redirects (hyper follows
+/// none). `None` when a proxy or a unix socket applies, or the URL is not a `Uri` hyper
+/// accepts: those requests stay on reqwest.
+fn direct_path(
+    url: &Url,
+    settings: &HttpSettings,
+    egress: &HttpEgress,
+    connects: &watch::ConnectSlot,
+) -> Option<DirectPath> {
+    if egress.socket.is_some() || egress.route(url) != Route::Direct {
+        return None;
+    }
+    // reqwest's own conversion (`try_uri`): a URL it could not send is left to it.
+    let uri = url.as_str().parse::<http::Uri>().ok()?;
+    let tls = match &egress.tls {
+        Some(tls) => tls.clone(),
+        None => crate::egress::direct::platform_config().ok()?,
+    };
+    let client = Direct::layered(
+        tls,
+        settings.connect_timeout,
+        POOL_IDLE_TIMEOUT,
+        NackRetries::Never,
+        watch::WatchConnects(connects.clone()),
+    );
+    Some(DirectPath { client, uri })
 }
 
 fn build_client(
@@ -1117,7 +1256,7 @@ fn body_kind(headers: &HeaderMap) -> BodyKind {
 }
 
 /// Reads a whole body, bounded in size and time.
-async fn read_body(mut resp: reqwest::Response, max: usize, deadline: Instant) -> Result<Vec<u8>, BodyError> {
+async fn read_body(mut resp: Answer, max: usize, deadline: Instant) -> Result<Vec<u8>, BodyError> {
     if resp.content_length().is_some_and(|len| len > max as u64) {
         return Err(BodyError::TooLarge);
     }
@@ -1171,3 +1310,6 @@ mod tests;
 
 #[cfg(test)]
 mod proxy_tests;
+
+#[cfg(test)]
+mod direct_tests;

@@ -28,6 +28,7 @@ use tokio::time::{timeout_at, Instant};
 
 use super::{json_value, read_body, response_headers, BodyError, HttpTransport};
 use crate::downstream::Reply;
+use crate::egress::direct::Answer;
 use crate::protocol::{DiscoveryFailure, RespType};
 use crate::strict::Admission;
 
@@ -93,7 +94,7 @@ impl HttpTransport {
                 continue;
             }
             let resp_headers = response_headers(resp.headers());
-            let document = match read_body(resp, MAX_DOCUMENT, deadline).await {
+            let document = match read_body(Answer::Reqwest(resp), MAX_DOCUMENT, deadline).await {
                 Ok(body) => metadata_document(body),
                 Err(BodyError::Timeout) => return Err(DiscoveryFailure::TimedOut),
                 Err(BodyError::TooLarge) => return Err(DiscoveryFailure::InvalidMetadata),
