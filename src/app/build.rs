@@ -360,6 +360,7 @@ pub(crate) fn build_control(
         post_timeout: cp.post_timeout,
         post_attempts: cp.post_attempts.get(),
         server_info: server_info_header(&declared),
+        http2: cp.http2,
     };
     let tls = crate::egress::tls::client_config(&cp.tls).map_err(GatewayError::Tls)?;
     ControlClient::with_egress(settings, instance_id, metrics.clone(), &cp.proxy, tls)

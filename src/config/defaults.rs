@@ -8,6 +8,8 @@ pub(super) const URL_PATH: &str = "";
 pub(super) const API_KEY: &str = "env:CONTROL_PLANE_API_KEY";
 pub(super) const POLL_TIMEOUT: &str = "30s";
 pub(super) const MAX_INFLIGHT: u64 = 20;
+/// `control_plane.http2`: HTTP/1.1 to the control plane unless asked.
+pub(super) const CONTROL_PLANE_HTTP2: bool = false;
 pub(super) const POST_TIMEOUT: &str = "10s";
 pub(super) const POST_ATTEMPTS: u64 = 3;
 

@@ -63,6 +63,7 @@ struct ControlPlaneView<'a> {
     organization_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     poll_channels: Vec<&'a str>,
+    http2: bool,
     /// Last: a table follows the plain values.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     headers: BTreeMap<&'a str, String>,
@@ -271,6 +272,7 @@ fn control_plane(config: &Config) -> ControlPlaneView<'_> {
         proxy: cp.proxy.masked(),
         organization_id: cp.organization_id.as_deref(),
         poll_channels: cp.poll_channels.iter().map(|name| name.as_str()).collect(),
+        http2: cp.http2,
         headers: headers_view(&cp.headers),
         tls: tls_view(&cp.tls),
     }

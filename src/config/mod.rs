@@ -104,6 +104,9 @@ pub struct ControlPlane {
     /// each a configured channel; empty when not configured (polls then carry no
     /// `channel` parameter and the control plane hands out every channel's commands).
     pub poll_channels: Vec<ChannelName>,
+    /// `control_plane.http2`: offer HTTP/2 by ALPN to a TLS control plane (default false:
+    /// HTTP/1.1, which cost less CPU per command below 64 in flight; docs/PERFORMANCE.md).
+    pub http2: bool,
 }
 
 /// `[mcp]`: the downstream MCP servers.

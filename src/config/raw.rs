@@ -38,6 +38,7 @@ pub(super) struct RawControlPlane {
     pub(super) proxy: Option<String>,
     pub(super) tls: Option<RawTls>,
     pub(super) poll_channels: Option<Vec<String>>,
+    pub(super) http2: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -103,6 +103,7 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
         proxy: proxy::setting("control_plane.proxy", raw.proxy.as_deref(), None, env)?,
         tls: super::tls::control_plane_tls(raw.tls)?,
         poll_channels: Vec::new(),
+        http2: raw.http2.unwrap_or(default::CONTROL_PLANE_HTTP2),
     };
     control_plane.headers = headers::control_plane(raw.headers, control_plane.organization_id.as_deref(), env)?;
     Ok(control_plane)

@@ -39,6 +39,10 @@ pub struct ControlSettings {
     pub poll_timeout: Duration,
     pub post_timeout: Duration,
     pub post_attempts: u32,
+    /// `control_plane.http2`: offer HTTP/2 by ALPN to a TLS control plane. Off, both
+    /// clients offer only HTTP/1.1 (docs/PERFORMANCE.md: against a TLS control plane,
+    /// HTTP/2 cost 48% more gateway CPU per command at concurrency 1 and 15% at 16).
+    pub http2: bool,
     /// `X-Tunnel-MCP-Server-Info` value, if declared.
     pub server_info: Option<String>,
 }
@@ -213,18 +217,26 @@ impl ControlClient {
         let target = reqwest::Url::parse(&settings.base_url).map_err(|_| BuildError::Url)?;
         let direct = match crate::egress::proxy::route(proxy, &target) {
             crate::egress::proxy::Route::Direct => {
-                let config = match &tls {
+                let mut config = match &tls {
                     Some(config) => config.clone(),
                     None => transport::platform_config()?,
                 };
+                if !settings.http2 {
+                    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                }
                 Some(Transport::direct(config, connect_timeout, IDLE_TIMEOUT))
             }
             crate::egress::proxy::Route::Tunnel | crate::egress::proxy::Route::Forward => None,
         };
         let builder = reqwest::Client::builder();
-        let builder = match tls {
-            Some(tls) => builder.tls_backend_preconfigured(tls),
-            None => builder,
+        let builder = match (tls, settings.http2) {
+            (Some(tls), true) => builder.tls_backend_preconfigured(tls),
+            (Some(mut tls), false) => {
+                tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+                builder.tls_backend_preconfigured(tls).http1_only()
+            }
+            (None, true) => builder,
+            (None, false) => builder.http1_only(),
         }
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(connect_timeout)

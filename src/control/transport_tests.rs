@@ -28,6 +28,7 @@ fn settings(base_url: String) -> ControlSettings {
         post_timeout: Duration::from_secs(5),
         post_attempts: 1,
         server_info: Some("srv".to_owned()),
+        http2: true,
     }
 }
 
@@ -267,6 +268,32 @@ async fn a_tls_control_plane_that_offers_h2_is_polled_over_http2_on_either_clien
         assert!(client.read_commands(answer).await.unwrap().commands.is_empty());
         let served = std::mem::take(&mut *versions.lock().unwrap());
         assert_eq!(served, [http::Version::HTTP_2], "{}", client.transport());
+    }
+}
+
+/// `control_plane.http2 = false` (the default): the same server, which offers `h2`
+/// first, is polled over HTTP/1.1 by either client.
+#[tokio::test]
+async fn without_control_plane_http2_a_tls_control_plane_that_offers_h2_is_polled_over_http1_on_either_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, versions) = tls_server(dir.path()).await;
+    let files = crate::config::TlsFiles {
+        ca_file: Some(crate::config::TlsFile {
+            path: dir.path().join("cert.pem"),
+            key: "control_plane.tls.ca_file".into(),
+        }),
+        ca_only: true,
+        client: None,
+    };
+    let tls = crate::egress::tls::client_config(&files).unwrap();
+    let mut http1 = settings(url);
+    http1.http2 = false;
+    let direct = ControlClient::with_egress(http1, "i", metrics(), &ProxySetting::Off, tls).unwrap();
+    for client in [direct.clone(), direct.on_reqwest()] {
+        let answer = client.poll(1, PollWait::Quick).await.unwrap();
+        assert!(client.read_commands(answer).await.unwrap().commands.is_empty());
+        let served = std::mem::take(&mut *versions.lock().unwrap());
+        assert_eq!(served, [http::Version::HTTP_11], "{}", client.transport());
     }
 }
 
