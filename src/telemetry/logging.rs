@@ -77,39 +77,76 @@ impl<'writer> tracing_subscriber::fmt::FormatFields<'writer> for SpanJsonFields 
 struct JsonPairs(String);
 
 impl JsonPairs {
-    fn push(&mut self, field: &tracing::field::Field, value: serde_json::Value) {
+    /// Starts the pair of `field`; `false` for a field the log never shows (`log.*`).
+    fn key(&mut self, field: &tracing::field::Field) -> bool {
         let name = field.name();
         if name.starts_with("log.") {
-            return;
+            return false;
         }
-        let name = name.strip_prefix("r#").unwrap_or(name);
         if !self.0.is_empty() {
             self.0.push(',');
         }
-        self.0.push_str(&serde_json::Value::from(name).to_string());
+        push_json_string(&mut self.0, name.strip_prefix("r#").unwrap_or(name));
         self.0.push(':');
-        self.0.push_str(&value.to_string());
+        true
     }
+}
+
+/// `value` as a JSON string, as serde_json writes one: quotes and backslashes escaped, control
+/// characters as their short escapes or `\u00XX`.
+fn push_json_string(out: &mut String, value: &str) {
+    use std::fmt::Write as _;
+    out.reserve(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0C}' => out.push_str("\\f"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 impl tracing::field::Visit for JsonPairs {
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        self.push(field, value.into());
+        if self.key(field) {
+            push_json_string(&mut self.0, value);
+        }
     }
     fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
-        self.push(field, value.into());
+        if self.key(field) {
+            let _ = std::fmt::Write::write_fmt(&mut self.0, format_args!("{value}"));
+        }
     }
     fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
-        self.push(field, value.into());
+        if self.key(field) {
+            let _ = std::fmt::Write::write_fmt(&mut self.0, format_args!("{value}"));
+        }
     }
     fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
-        self.push(field, value.into());
+        if self.key(field) {
+            self.0.push_str(if value { "true" } else { "false" });
+        }
     }
     fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
-        self.push(field, value.into());
+        if self.key(field) {
+            // As serde_json writes it: a number, or `null` when not finite.
+            self.0.push_str(&serde_json::Value::from(value).to_string());
+        }
     }
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.push(field, format!("{value:?}").into());
+        if self.key(field) {
+            push_json_string(&mut self.0, &format!("{value:?}"));
+        }
     }
 }
 
@@ -345,6 +382,23 @@ mod tests {
         assert_eq!(filter.set("tunnelgate=loud").unwrap_err().kind(), "invalid");
         drop(layer);
         assert_eq!(filter.set("debug").unwrap_err().kind(), "unavailable");
+    }
+
+    #[test]
+    fn a_json_string_is_written_as_serde_json_writes_it() {
+        for value in [
+            "plain",
+            "q\"uote",
+            "back\\slash",
+            "line\nbreak\r\t",
+            "\u{0}\u{1f}\u{8}\u{c}",
+            "é ✓ 𝄞",
+            "",
+        ] {
+            let mut out = String::new();
+            push_json_string(&mut out, value);
+            assert_eq!(out, serde_json::to_string(value).unwrap(), "{value:?}");
+        }
     }
 
     /// A writer into a shared buffer, for reading the lines the JSON layer writes.
