@@ -190,14 +190,20 @@ impl Collected {
                 })
                 .collect(),
         };
-        let mut body = serde_json::to_vec_pretty(&doc).expect("the manifest serializes");
+        Part::json_in_process("MANIFEST.json", &doc, "the parts above")
+    }
+}
+
+impl Part {
+    /// A JSON document made here: pretty-printed, one final newline, its source `in
+    /// process (from)`.
+    pub(crate) fn json_in_process(name: &'static str, doc: &impl Serialize, from: &str) -> Part {
+        let mut body = serde_json::to_vec_pretty(doc).expect("a document of plain fields serializes");
         body.push(b'\n');
         Part {
-            name: "MANIFEST.json",
+            name,
             body,
-            source: Source::InProcess {
-                from: "the parts above".to_owned(),
-            },
+            source: Source::InProcess { from: from.to_owned() },
         }
     }
 }

@@ -220,15 +220,7 @@ fn version() -> Part {
             "version": kernel("version"),
         },
     });
-    let mut body = serde_json::to_vec_pretty(&doc).expect("a JSON value serializes");
-    body.push(b'\n');
-    Part {
-        name: "version.json",
-        body,
-        source: Source::InProcess {
-            from: "this binary and /proc/sys/kernel".to_owned(),
-        },
-    }
+    Part::json_in_process("version.json", &doc, "this binary and /proc/sys/kernel")
 }
 
 #[cfg(test)]

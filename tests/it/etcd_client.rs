@@ -372,7 +372,7 @@ async fn a_paused_etcd_gives_a_timeout_within_the_request_timeout() {
     let etcd = Etcd::new(s).unwrap();
     let lease = etcd.grant_lease(Duration::from_secs(10)).await.unwrap();
 
-    peer.pause();
+    peer.pause().await;
     for what in ["keep_alive", "put", "watch"] {
         let started = Instant::now();
         let err = match what {

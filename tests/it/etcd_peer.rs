@@ -71,9 +71,32 @@ impl EtcdPeer {
     }
 
     /// SIGSTOP: etcd keeps its sockets (connections are accepted by the kernel) and
-    /// answers nothing.
-    pub fn pause(&self) {
-        self.process.as_ref().expect("etcd runs").signal("STOP");
+    /// answers nothing. Returns once every thread of etcd is stopped: a SIGSTOP takes effect on each
+    /// thread when it next enters the kernel, and a thread still running could answer a
+    /// request sent right after the signal (seen on a loaded machine).
+    pub async fn pause(&self) {
+        let process = self.process.as_ref().expect("etcd runs");
+        process.signal("STOP");
+        let tasks = format!("/proc/{}/task", process.pid());
+        let stopped = || {
+            std::fs::read_dir(&tasks).is_ok_and(|dir| {
+                dir.flatten().all(|task| {
+                    std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                        // The state follows the command name's closing parenthesis.
+                        stat.rsplit_once(") ")
+                            .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+                    })
+                })
+            })
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !stopped() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "etcd did not stop within 5 s of SIGSTOP"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// SIGCONT after [`EtcdPeer::pause`].

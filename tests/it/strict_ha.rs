@@ -595,7 +595,7 @@ async fn etcd_stopped_under_an_active_stops_admission_and_the_call_in_flight_sti
 
     let held = call(&rig, "hold", "held", 0);
     wait_until("the held call at the server", BOUND, || async { server.count() == 1 }).await;
-    etcd.pause();
+    etcd.pause().await;
     let paused = Instant::now();
     wait_until("a not admitting", BOUND, || async { a.role().await != "active" }).await;
     let stopped_admitting = paused.elapsed();
