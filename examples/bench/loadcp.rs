@@ -85,10 +85,7 @@ impl LoadCp {
     pub(crate) async fn start_on(addr: SocketAddr) -> Result<Self, String> {
         let shared = Arc::new(Shared::default());
         let app = app(&shared);
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("load control plane on {addr}: {e}"))?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let (listener, addr) = bind(addr).await?;
         let counted = shared.clone();
         let listener = listener.tap_io(move |_| {
             counted.connections.fetch_add(1, Ordering::Relaxed);
@@ -106,10 +103,7 @@ impl LoadCp {
         let acceptor = tls_acceptor(tls)?;
         let shared = Arc::new(Shared::default());
         let app = app(&shared);
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("load control plane on {addr}: {e}"))?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let (listener, addr) = bind(addr).await?;
         let counted = shared.clone();
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
@@ -226,6 +220,15 @@ fn query_u64(query: &str, name: &str) -> Option<u64> {
     query
         .split('&')
         .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+}
+
+/// Binds `addr`; returns the listener and the address it got (port 0: an ephemeral one).
+async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("load control plane on {addr}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    Ok((listener, addr))
 }
 
 fn app(shared: &Arc<Shared>) -> axum::Router {

@@ -65,10 +65,8 @@ pub struct ControlClient {
     transport: Transport,
     /// `{base_url}{url_path}/v1/tunnels/{tunnel_id}`: the tunnel's metadata.
     tunnel_url: String,
+    /// `{tunnel_url}/poll`, the base of every poll URL in `poll_urls`.
     poll_url: String,
-    /// `&channel=A&channel=B...` appended to every poll's query (`control_plane.poll_channels`);
-    /// empty when not configured.
-    poll_filter: String,
     /// Every poll URL the client can send, parsed once ([`PollUrls`]): a URL parse with its
     /// host check was a measurable share of a poll's cost.
     poll_urls: Arc<PollUrls>,
@@ -261,7 +259,6 @@ impl ControlClient {
             http,
             transport,
             poll_url,
-            poll_filter: String::new(),
             poll_urls,
             tunnel_url: prefix.clone(),
             response_url,
@@ -298,10 +295,9 @@ impl ControlClient {
     /// duplicates). An empty list adds nothing: the control plane then hands out the
     /// commands of every channel.
     pub fn with_poll_channels<S: AsRef<str>>(mut self, channels: &[S]) -> Result<Self, BuildError> {
-        self.poll_filter = poll_filter(channels);
         self.poll_urls = Arc::new(PollUrls::parse(
             &self.poll_url,
-            &self.poll_filter,
+            &poll_filter(channels),
             self.settings.poll_timeout,
         )?);
         Ok(self)

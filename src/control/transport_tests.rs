@@ -232,15 +232,7 @@ async fn refusing_h2_server(dir: &std::path::Path) -> (String, Arc<AtomicUsize>)
 async fn a_stream_refused_by_an_http2_control_plane_is_sent_again_on_either_client() {
     let dir = tempfile::tempdir().unwrap();
     let (url, streams) = refusing_h2_server(dir.path()).await;
-    let files = crate::config::TlsFiles {
-        ca_file: Some(crate::config::TlsFile {
-            path: dir.path().join("cert.pem"),
-            key: "control_plane.tls.ca_file".into(),
-        }),
-        ca_only: true,
-        client: None,
-    };
-    let tls = crate::egress::tls::client_config(&files).unwrap();
+    let tls = trusting(dir.path());
     let direct = ControlClient::with_egress(settings(url), "i", metrics(), &ProxySetting::Off, tls).unwrap();
     for (client, seen) in [(direct.clone(), 2), (direct.on_reqwest(), 4)] {
         let answer = client.poll(1, PollWait::Quick).await;
@@ -253,22 +245,8 @@ async fn a_stream_refused_by_an_http2_control_plane_is_sent_again_on_either_clie
 async fn a_tls_control_plane_that_offers_h2_is_polled_over_http2_on_either_client() {
     let dir = tempfile::tempdir().unwrap();
     let (url, versions) = tls_server(dir.path()).await;
-    let files = crate::config::TlsFiles {
-        ca_file: Some(crate::config::TlsFile {
-            path: dir.path().join("cert.pem"),
-            key: "control_plane.tls.ca_file".into(),
-        }),
-        ca_only: true,
-        client: None,
-    };
-    let tls = crate::egress::tls::client_config(&files).unwrap();
-    let direct = ControlClient::with_egress(settings(url), "i", metrics(), &ProxySetting::Off, tls).unwrap();
-    for client in [direct.clone(), direct.on_reqwest()] {
-        let answer = client.poll(1, PollWait::Quick).await.unwrap();
-        assert!(client.read_commands(answer).await.unwrap().commands.is_empty());
-        let served = std::mem::take(&mut *versions.lock().unwrap());
-        assert_eq!(served, [http::Version::HTTP_2], "{}", client.transport());
-    }
+    let tls = trusting(dir.path());
+    polled_over(settings(url), tls, &versions, http::Version::HTTP_2).await;
 }
 
 /// `control_plane.http2 = false` (the default): the same server, which offers `h2`
@@ -277,23 +255,38 @@ async fn a_tls_control_plane_that_offers_h2_is_polled_over_http2_on_either_clien
 async fn without_control_plane_http2_a_tls_control_plane_that_offers_h2_is_polled_over_http1_on_either_client() {
     let dir = tempfile::tempdir().unwrap();
     let (url, versions) = tls_server(dir.path()).await;
+    let tls = trusting(dir.path());
+    let mut http1 = settings(url);
+    http1.http2 = false;
+    polled_over(http1, tls, &versions, http::Version::HTTP_11).await;
+}
+
+/// A client configuration that trusts the certificate a TLS test server wrote into `dir`.
+fn trusting(dir: &std::path::Path) -> Option<rustls::ClientConfig> {
     let files = crate::config::TlsFiles {
         ca_file: Some(crate::config::TlsFile {
-            path: dir.path().join("cert.pem"),
+            path: dir.join("cert.pem"),
             key: "control_plane.tls.ca_file".into(),
         }),
         ca_only: true,
         client: None,
     };
-    let tls = crate::egress::tls::client_config(&files).unwrap();
-    let mut http1 = settings(url);
-    http1.http2 = false;
-    let direct = ControlClient::with_egress(http1, "i", metrics(), &ProxySetting::Off, tls).unwrap();
+    crate::egress::tls::client_config(&files).unwrap()
+}
+
+/// Polls once on either client and asserts the server saw the poll over `version`.
+async fn polled_over(
+    settings: ControlSettings,
+    tls: Option<rustls::ClientConfig>,
+    versions: &Versions,
+    version: http::Version,
+) {
+    let direct = ControlClient::with_egress(settings, "i", metrics(), &ProxySetting::Off, tls).unwrap();
     for client in [direct.clone(), direct.on_reqwest()] {
         let answer = client.poll(1, PollWait::Quick).await.unwrap();
         assert!(client.read_commands(answer).await.unwrap().commands.is_empty());
         let served = std::mem::take(&mut *versions.lock().unwrap());
-        assert_eq!(served, [http::Version::HTTP_11], "{}", client.transport());
+        assert_eq!(served, [version], "{}", client.transport());
     }
 }
 

@@ -642,15 +642,9 @@ async fn by_default_the_gateway_runs_on_one_thread() {
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
 }
 
-/// The control plane's connections are reused too: three waves of 24 calls (72 commands,
-/// so 72 response POSTs and the polls that fetched them) open at most one connection for the
-/// poll plus one per command that may be in flight (`control_plane.max_inflight`, 20 by
-/// default) to the control plane, however many requests pass.
-#[tokio::test]
-async fn three_waves_of_calls_reuse_at_most_max_inflight_plus_one_connections_to_the_control_plane() {
-    const MAX_INFLIGHT: u64 = 20;
-    let rig = Rig::start("").await;
-    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
+/// Three waves of 24 `slow` calls (10-20 ms each), each wave answered before the next;
+/// returns how many calls were answered.
+async fn three_waves_of_slow_calls(rig: &Rig) -> usize {
     let mut answered = 0;
     for wave in 0..3 {
         let ids: Vec<String> = (0..24)
@@ -662,6 +656,19 @@ async fn three_waves_of_calls_reuse_at_most_max_inflight_plus_one_connections_to
         .await;
         answered += ids.len();
     }
+    answered
+}
+
+/// The control plane's connections are reused too: three waves of 24 calls (72 commands,
+/// so 72 response POSTs and the polls that fetched them) open at most one connection for the
+/// poll plus one per command that may be in flight (`control_plane.max_inflight`, 20 by
+/// default) to the control plane, however many requests pass.
+#[tokio::test]
+async fn three_waves_of_calls_reuse_at_most_max_inflight_plus_one_connections_to_the_control_plane() {
+    const MAX_INFLIGHT: u64 = 20;
+    let rig = Rig::start("").await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
+    let answered = three_waves_of_slow_calls(&rig).await;
     let record = rig.sim.record();
     let requests = record.polls.len() + record.responses.len();
     let connections = rig.sim.connections_accepted();
@@ -686,17 +693,7 @@ async fn three_waves_of_calls_reuse_at_most_max_inflight_plus_one_connections_to
 async fn three_waves_of_calls_reuse_at_most_max_concurrent_connections_to_the_mcp_server() {
     let rig = Rig::start("").await;
     let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
-    let mut answered = 0;
-    for wave in 0..3 {
-        let ids: Vec<String> = (0..24)
-            .map(|i| rig.enqueue_call("slow", json!({"ms": 10 + (i % 3) * 5})))
-            .collect();
-        rig.wait(&format!("wave {wave}'s answers"), |r| {
-            ids.iter().all(|id| r.responses_for(id).any(|p| p.completed))
-        })
-        .await;
-        answered += ids.len();
-    }
+    let answered = three_waves_of_slow_calls(&rig).await;
     let connections = rig.stub.connections_accepted();
     assert!(
         (1..=4).contains(&connections),
