@@ -25,7 +25,7 @@ mod receipts;
 mod signals;
 
 pub use bundle::{support_bundle, SupportBundleArgs};
-pub use latch::{latch_clear, latch_show};
+pub use latch::{latch_clear, latch_show, Cluster};
 pub use receipts::{receipts, OutcomeArg, ReceiptsArgs};
 
 const EXAMPLES: &str = "\
@@ -258,7 +258,7 @@ pub struct StatusArgs {
 pub struct LatchArgs {
     #[command(subcommand)]
     pub action: LatchAction,
-    /// Configuration file naming strict.latch_file.
+    /// Configuration file naming strict.latch_file (its secrets need not resolve here).
     #[arg(long, short, global = true)]
     pub config: Option<PathBuf>,
     /// Latch file path (instead of reading it from the configuration).

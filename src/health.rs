@@ -19,6 +19,9 @@ use tokio::time::Instant;
 #[derive(Default)]
 pub struct Health {
     last_successful_poll: Mutex<Option<Instant>>,
+    /// When the polls began failing: the first failure since the last success (or since
+    /// start); `None` while the last poll succeeded.
+    polls_failing_since: Mutex<Option<Instant>>,
     consecutive_poll_errors: AtomicU64,
     last_poll_error_kind: Mutex<Option<&'static str>>,
     draining: AtomicBool,
@@ -50,6 +53,17 @@ pub struct CoordinationView {
     /// The instance id of the replica that holds the lease, when one does.
     pub holder: Option<String>,
     pub lease_ttl_seconds: f64,
+    /// Intents of acknowledged commands whose settle etcd has not confirmed yet (retried
+    /// while this replica's term lasts).
+    pub unsettled: usize,
+    /// Times this replica gave up the lease because its polls all failed while a standby
+    /// reported the control plane reachable.
+    pub step_downs: u64,
+    /// While a replica that stepped down holds off campaigning: seconds left.
+    pub holding_off_seconds: Option<f64>,
+    /// This replica's last look at the control plane: a standby's check, the active's
+    /// polls. `null` before the first.
+    pub control_plane_reachable: Option<bool>,
     /// The cluster-wide latch, when one is set.
     pub latch: Option<ClusterLatch>,
 }
@@ -97,6 +111,7 @@ impl Health {
 
     pub fn poll_succeeded(&self) {
         *self.last_successful_poll.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        *self.polls_failing_since.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.consecutive_poll_errors.store(0, Ordering::Relaxed);
         self.times
             .last_successful_poll
@@ -106,6 +121,16 @@ impl Health {
     pub fn poll_failed(&self, kind: &'static str) {
         self.consecutive_poll_errors.fetch_add(1, Ordering::Relaxed);
         *self.last_poll_error_kind.lock().unwrap_or_else(|p| p.into_inner()) = Some(kind);
+        self.polls_failing_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(Instant::now);
+    }
+
+    /// When every poll since then has failed (the first failure after the last success);
+    /// `None` while the last poll succeeded, and before any poll ended.
+    pub fn polls_failing_since(&self) -> Option<Instant> {
+        *self.polls_failing_since.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn poll_health(&self) -> PollHealth {

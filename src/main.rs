@@ -6,8 +6,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tunnelgate::cli::{Cli, Command, ConfigSource, LatchAction, Tool};
-use tunnelgate::config::{Config, ConfigError};
+use tunnelgate::cli::{Cli, Cluster, Command, ConfigSource, LatchAction, Tool};
+use tunnelgate::config::{Config, ConfigError, OfflineConfig};
 
 /// mimalloc by default: on the measured machine the gateway spent less CPU per command
 /// with it than with the system allocator (`dist` build; the figures are in
@@ -89,32 +89,31 @@ async fn dispatch(command: Ready) -> u8 {
             tunnelgate::cli::doctor(&args, config).await.map_err(Into::into)
         }
         Tool::Status(args) => tunnelgate::cli::status(&args).await.map_err(Into::into),
+        // These four read only local files: their configuration needs no secret (offline).
         Tool::Latch(args) => {
             // With coordination.backend = "etcd" configured, the cluster-wide latch too.
-            let (path, cluster) = match (&args.latch_file, load(args.config.as_deref(), &Default::default())) {
-                (Some(p), Ok(config)) => (p.clone(), config.coordination.etcd),
-                (Some(p), Err(_)) => (p.clone(), None),
-                (None, Ok(config)) => (config.strict.latch_file, config.coordination.etcd),
+            let (path, cluster) = match (&args.latch_file, offline(args.config.as_deref(), &Default::default())) {
+                (Some(p), Ok(config)) => (p.clone(), Cluster::of(&config)),
+                (Some(p), Err(_)) => (p.clone(), Cluster::None),
+                (None, Ok(config)) => (config.strict().latch_file.clone(), Cluster::of(&config)),
                 (None, Err(e)) => return config_error(&e),
             };
             match args.action {
-                LatchAction::Show => tunnelgate::cli::latch_show(&path, cluster.as_ref())
-                    .await
-                    .map_err(Into::into),
-                LatchAction::Clear { yes } => tunnelgate::cli::latch_clear(&path, cluster.as_ref(), yes)
+                LatchAction::Show => tunnelgate::cli::latch_show(&path, &cluster).await.map_err(Into::into),
+                LatchAction::Clear { yes } => tunnelgate::cli::latch_clear(&path, &cluster, yes)
                     .await
                     .map_err(Into::into),
             }
         }
         Tool::Receipts(args) => {
-            let path = match (&args.path, load(args.config.as_deref(), &Default::default())) {
+            let path = match (&args.path, offline(args.config.as_deref(), &Default::default())) {
                 (Some(p), _) => p.clone(),
-                (None, Ok(config)) => config.receipts.path,
+                (None, Ok(config)) => config.receipts().path.clone(),
                 (None, Err(e)) => return config_error(&e),
             };
             tunnelgate::cli::receipts(&path, &args).map_err(Into::into)
         }
-        Tool::SupportBundle(args) => match load(args.config.config.as_deref(), &args.config.overrides()) {
+        Tool::SupportBundle(args) => match offline(args.config.config.as_deref(), &args.config.overrides()) {
             Ok(config) => tunnelgate::cli::support_bundle(&args, config).await.map_err(Into::into),
             Err(e) => return config_error(&e),
         },
@@ -137,6 +136,13 @@ fn finish(result: anyhow::Result<u8>) -> u8 {
 
 fn load(path: Option<&std::path::Path>, overrides: &tunnelgate::config::Overrides) -> Result<Config, ConfigError> {
     Config::load(path, overrides)
+}
+
+fn offline(
+    path: Option<&std::path::Path>,
+    overrides: &tunnelgate::config::Overrides,
+) -> Result<OfflineConfig, ConfigError> {
+    Config::load_offline(path, overrides)
 }
 
 fn config_error(e: &ConfigError) -> u8 {

@@ -151,6 +151,11 @@ impl Parts {
             metrics: self.metrics.clone(),
             log_ring: log_ring.clone(),
             poll_freshness: config.control_plane.poll_timeout + POLL_FRESHNESS_SLACK,
+            polls_failing_bound: config
+                .coordination
+                .etcd
+                .is_some()
+                .then_some(config.coordination.step_down_after),
             page: crate::ops::ui::PageSettings {
                 allow_remote: config.ops.allow_remote,
                 latch_file: config.strict.latch_file.clone(),
@@ -239,6 +244,7 @@ fn policy(config: &Config) -> Policy {
         strict,
         ambiguity_is_fatal: config.strict.on_downstream_ambiguity == AmbiguityPolicy::Fatal,
         cleanup_timeout: config.strict.cleanup_timeout,
+        open_poll_grace: config.strict.shutdown_grace,
         max_inflight: config.control_plane.max_inflight.get(),
         propagation: Propagation {
             headers: config.telemetry.propagate.headers(),

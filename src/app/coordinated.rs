@@ -15,7 +15,8 @@ use super::build::Parts;
 use super::stop::StopSignals;
 use super::GatewayError;
 use crate::config::Config;
-use crate::coord::Coordinator;
+use crate::control::ControlClient;
+use crate::coord::{Coordinator, ReachProbe, Timing};
 use crate::dispatch::Dispatcher;
 use crate::supervisor::{TaskEnd, TaskKind};
 
@@ -24,16 +25,20 @@ const RESIGN_BOUND: Duration = Duration::from_secs(3);
 
 impl Parts {
     /// Builds the coordinator when `coordination.backend = "etcd"` (nothing is contacted
-    /// yet).
-    pub(super) fn coordinated(mut self, config: &Config) -> Result<Self, GatewayError> {
+    /// yet). A standby checks the control plane with `control`'s tunnel lookup.
+    pub(super) fn coordinated(mut self, config: &Config, control: &ControlClient) -> Result<Self, GatewayError> {
         if let Some(etcd) = &config.coordination.etcd {
+            let timing = Timing {
+                lease_ttl: config.coordination.lease_ttl,
+                step_down_after: config.coordination.step_down_after,
+            };
             let coordinator = Coordinator::new(
                 etcd,
-                config.coordination.lease_ttl,
+                timing,
                 &self.instance_id,
-                self.metrics.clone(),
-                self.health.clone(),
+                (self.metrics.clone(), self.health.clone()),
                 self.fence.clone(),
+                reach_probe(control.clone(), timing),
             )
             .map_err(GatewayError::Coordination)?;
             self.coordinator = Some(coordinator);
@@ -73,6 +78,22 @@ impl Parts {
             }
         }
     }
+}
+
+/// A standby's check of the control plane: the tunnel lookup `doctor` makes (it
+/// authenticates as a poll does and takes no command), answered 2xx.
+fn reach_probe(control: ControlClient, timing: Timing) -> ReachProbe {
+    let timeout = (timing.step_down_after / 4).clamp(Duration::from_secs(1), Duration::from_secs(5));
+    Arc::new(move || {
+        let control = control.clone();
+        Box::pin(async move {
+            match control.get_tunnel(timeout).await {
+                Ok(status) if status.is_success() => Ok(()),
+                Ok(status) => Err(format!("the tunnel lookup was answered {}", status.as_u16())),
+                Err(e) => Err(e.without_url().to_string()),
+            }
+        })
+    })
 }
 
 /// The poll loop, run only while `may_poll` is true: started when this replica becomes

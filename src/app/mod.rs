@@ -189,8 +189,9 @@ impl Gateway {
                 };
             }
         }
-        let mut parts = Parts::observed(&config).with_channels(&config)?.coordinated(&config)?;
+        let parts = Parts::observed(&config).with_channels(&config)?;
         let control = build_control(&config, &parts.metrics, &parts.instance_id)?;
+        let mut parts = parts.coordinated(&config, &control)?;
         let ops = parts.bind_ops(&config).await?;
         tracing::info!(addr = %ops.addr, "ops listener ready");
         ops.report(ops_addr_tx);

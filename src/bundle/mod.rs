@@ -16,7 +16,10 @@
 //! place whole, so a refused or failed bundle leaves nothing behind.
 //!
 //! Reads the configuration, the ops listener (over HTTP), the files `strict` and
-//! `receipts` write, and `doctor`; changes none of them.
+//! `receipts` write, and `doctor`; changes none of them. The configuration is loaded
+//! offline ([`crate::config::OfflineConfig`]): a bundle needs no secret, a reference that
+//! does not resolve here is shown unresolved, and `doctor` then reports that rather than
+//! probe anything without its credentials.
 
 mod archive;
 mod parts;

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
 use super::{Collected, Options, Part, Source};
-use crate::config::Config;
+use crate::config::{OfflineConfig, Receipts};
 
 /// The ops listener's base URL for `listen`: a wildcard address is reached on loopback.
 pub fn ops_url(listen: SocketAddr) -> String {
@@ -20,7 +20,7 @@ pub fn ops_url(listen: SocketAddr) -> String {
 
 /// Every part but the manifest, in the archive's order; `progress` sees each as it is
 /// made.
-pub async fn collect(config: &Config, options: &Options, progress: &mut dyn FnMut(&Part)) -> Collected {
+pub async fn collect(config: &OfflineConfig, options: &Options, progress: &mut dyn FnMut(&Part)) -> Collected {
     let mut parts = Vec::new();
     let mut keep = |part: Part, parts: &mut Vec<Part>| {
         progress(&part);
@@ -32,7 +32,7 @@ pub async fn collect(config: &Config, options: &Options, progress: &mut dyn FnMu
         keep(part, &mut parts);
     }
     keep(doctor(config, options).await, &mut parts);
-    let latch = &config.strict.latch_file;
+    let latch = &config.strict().latch_file;
     keep(
         from_disk("latch.json", latch, "no latch file (not latched)"),
         &mut parts,
@@ -42,23 +42,32 @@ pub async fn collect(config: &Config, options: &Options, progress: &mut dyn FnMu
         from_disk("intent.json", &intent, "no intent record (nothing unsettled)"),
         &mut parts,
     );
-    for part in receipts(config) {
+    for part in receipts(config.receipts()) {
         keep(part, &mut parts);
     }
     keep(version(), &mut parts);
     Collected { parts, gateway_down }
 }
 
-/// Exactly what `tunnelgate check` prints.
-fn configuration(config: &Config, options: &Options) -> Part {
+/// Exactly what `tunnelgate check` prints, except that a secret reference that does not
+/// resolve here is marked unresolved (and named in the part's source) instead of failing.
+fn configuration(config: &OfflineConfig, options: &Options) -> Part {
+    let unresolved: Vec<&str> = config.unresolved().iter().map(|e| e.key()).collect();
+    let verdict = match unresolved.len() {
+        0 => "valid".to_owned(),
+        n => format!("valid, but {n} secret reference(s) could not be resolved here (marked unresolved)"),
+    };
     let body = format!(
-        "# configuration is valid; effective values (secrets masked):\n{}",
+        "# configuration is {verdict}; effective values (secrets masked):\n{}",
         config.masked()
     );
-    let from = match &options.config_path {
+    let mut from = match &options.config_path {
         Some(path) => format!("tunnelgate check --config {}", path.display()),
         None => "tunnelgate check".to_owned(),
     };
+    if !unresolved.is_empty() {
+        from.push_str(&format!(", secrets unresolved here: {}", unresolved.join(", ")));
+    }
     Part {
         name: "config.toml",
         body: body.into_bytes(),
@@ -144,13 +153,18 @@ async fn fetch(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, Fetch> {
     Ok(body.to_vec())
 }
 
-/// `tunnelgate doctor --json`, run here (stdio servers are not started).
-async fn doctor(config: &Config, options: &Options) -> Part {
+/// `tunnelgate doctor --json`, run here (stdio servers are not started). With a secret
+/// unresolved here it is what that command prints here: the configuration check failed
+/// (and nothing is sent without its credentials).
+async fn doctor(config: &OfflineConfig, options: &Options) -> Part {
     let doctor_options = crate::doctor::Options {
         timeout: options.timeout,
         spawn_stdio: false,
     };
-    let report = crate::doctor::run(config, &doctor_options).await;
+    let report = match config.complete() {
+        Ok(config) => crate::doctor::run(config, &doctor_options).await,
+        Err(unresolved) => crate::doctor::invalid_config(unresolved),
+    };
     Part {
         name: "doctor.json",
         body: report.render_json().into_bytes(),
@@ -182,10 +196,10 @@ fn from_disk(name: &'static str, path: &Path, missing: &str) -> Part {
 }
 
 /// The receipt journal and its rotated file.
-fn receipts(config: &Config) -> [Part; 2] {
-    let path = &config.receipts.path;
+fn receipts(config: &Receipts) -> [Part; 2] {
+    let path = &config.path;
     let rotated = crate::receipts::rotated_path(path);
-    if !config.receipts.enabled {
+    if !config.enabled {
         let off = |name| Part {
             name,
             body: Vec::new(),

@@ -1,13 +1,15 @@
 //! `tunnelgate latch show` and `latch clear`: the latch file and its write-ahead intent
 //! record, and, when `coordination.backend = "etcd"` is configured, the cluster-wide
-//! latch and the unsettled intents under `coordination.etcd.prefix`.
+//! latch and the unsettled intents under `coordination.etcd.prefix`. They need no secret
+//! but etcd's own credentials, and those only to reach etcd: without them the files are
+//! shown, nothing is cleared, and the command exits 78 naming the credential.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
 
 use super::CliError;
-use crate::config::EtcdConfig;
+use crate::config::{ConfigError, EtcdConfig, OfflineConfig};
 use crate::coord::etcd::{Etcd, KeyValue};
 use crate::coord::{clear_cluster, read_cluster, ClusterRecord, Keys};
 use crate::strict::latch_file;
@@ -16,8 +18,59 @@ use crate::strict::Intent;
 /// Each etcd request's bound in these commands.
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Exit code when the cluster-wide latch cannot be read for want of its credentials.
+const UNRESOLVED_EXIT: u8 = 78;
+
+/// The cluster-wide latch these commands read beside the latch file.
+#[derive(Debug)]
+pub enum Cluster {
+    /// `coordination.backend = "none"`, or no configuration was read.
+    None,
+    Etcd(Box<EtcdConfig>),
+    /// On etcd, but its credentials did not resolve here: it cannot be read.
+    Unresolved {
+        prefix: String,
+        error: ConfigError,
+    },
+}
+
+impl Cluster {
+    /// What `config` says about the cluster-wide latch.
+    pub fn of(config: &OfflineConfig) -> Cluster {
+        match config.etcd() {
+            Ok(None) => Cluster::None,
+            Ok(Some(etcd)) => Cluster::Etcd(Box::new(etcd.clone())),
+            Err(error) => Cluster::Unresolved {
+                prefix: config
+                    .partial()
+                    .coordination
+                    .etcd
+                    .as_ref()
+                    .map(|e| e.prefix.clone())
+                    .unwrap_or_default(),
+                error: error.clone(),
+            },
+        }
+    }
+
+    fn etcd(&self) -> Option<&EtcdConfig> {
+        match self {
+            Cluster::Etcd(config) => Some(config),
+            Cluster::None | Cluster::Unresolved { .. } => None,
+        }
+    }
+}
+
+/// Says why the cluster-wide latch is not read, and returns the exit code.
+fn unresolved(prefix: &str, error: &ConfigError, outcome: &str) -> u8 {
+    crate::stderr::line(format_args!(
+        "the cluster-wide latch on etcd (prefix {prefix}) cannot be read without its credentials: {error}; {outcome}"
+    ));
+    UNRESOLVED_EXIT
+}
+
 /// `tunnelgate latch show`.
-pub async fn latch_show(path: &Path, cluster: Option<&EtcdConfig>) -> Result<u8, CliError> {
+pub async fn latch_show(path: &Path, cluster: &Cluster) -> Result<u8, CliError> {
     match latch_file::read(path)? {
         None => println!("no latch at {}", path.display()),
         Some(f) => {
@@ -28,7 +81,10 @@ pub async fn latch_show(path: &Path, cluster: Option<&EtcdConfig>) -> Result<u8,
     if let Some(intent) = unsettled_intent(path) {
         println!("{intent}");
     }
-    if let Some(config) = cluster {
+    if let Cluster::Unresolved { prefix, error } = cluster {
+        return Ok(unresolved(prefix, error, "the files above are all that was read"));
+    }
+    if let Some(config) = cluster.etcd() {
         let (record, intents) = read(config).await?;
         for line in cluster_lines(config, record.as_ref(), &intents) {
             println!("{line}");
@@ -41,7 +97,12 @@ pub async fn latch_show(path: &Path, cluster: Option<&EtcdConfig>) -> Result<u8,
 }
 
 /// `tunnelgate latch clear`.
-pub async fn latch_clear(path: &Path, cluster: Option<&EtcdConfig>, yes: bool) -> Result<u8, CliError> {
+pub async fn latch_clear(path: &Path, cluster: &Cluster, yes: bool) -> Result<u8, CliError> {
+    // The cluster first, as below: what cannot be read there leaves everything as it is.
+    if let Cluster::Unresolved { prefix, error } = cluster {
+        return Ok(unresolved(prefix, error, "nothing was cleared"));
+    }
+    let cluster = cluster.etcd();
     let mut causes = Vec::new();
     match latch_file::read(path) {
         Ok(None) => {}

@@ -26,7 +26,8 @@ Exit codes: 0 listed (perhaps nothing), 1 the journal is missing or unreadable, 
 
 #[derive(Args, Debug)]
 pub struct ReceiptsArgs {
-    /// Configuration file naming receipts.path (by default beside strict.latch_file).
+    /// Configuration file naming receipts.path (by default beside strict.latch_file); its
+    /// secrets need not resolve here.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
     /// Journal file (instead of reading it from the configuration).

@@ -23,10 +23,12 @@ use futures_util::stream::{self, BoxStream, StreamExt};
 use nix::sys::signal::SigSet;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
+use tracing::field::{display, DisplayValue};
 
 use super::ConfigSource;
 use crate::app::{StatusHandle, StopHandle};
 use crate::config::Config;
+use crate::ops::GatewayState;
 use crate::supervisor::Supervisor;
 use crate::telemetry::logging::LogFilter;
 
@@ -289,19 +291,32 @@ impl Reload {
     }
 }
 
-/// SIGUSR1: one log line with what `/status` shows and the command counts so far. Nothing
-/// in it is a payload or a secret: the `/status` document carries neither.
+/// SIGUSR1: one log line with what `/status` shows and the command counts so far, each
+/// value plain (`state=ready`) or a nested field of its own (`fence.held=true`,
+/// `fatal.category=...`; absent when the `/status` value is `null`). Nothing in it is a
+/// payload or a secret: the `/status` document carries neither.
 fn dump(status: &StatusHandle) {
     let (Some(doc), Some(tally)) = (status.status(), status.accounting()) else {
         tracing::info!("status dump (SIGUSR1): the gateway is not serving yet");
         return;
     };
+    let (fence, fatal, polls) = (&doc.fence, doc.fatal.as_ref(), &doc.control_plane);
     tracing::info!(
-        mode = doc.mode.as_str(),
-        state = %json(&doc.state),
+        mode = %doc.mode.as_str(),
+        state = %state_word(doc.state),
         ready = doc.ready,
-        fence = %json(&doc.fence),
-        fatal = %json(&doc.fatal),
+        fence.held = fence.held,
+        fence.leg = fence.leg.map(|l| display(l.as_str())),
+        fence.request_id = text(&fence.request_id),
+        fence.channel = text(&fence.channel),
+        fence.held_seconds = fence.held_seconds,
+        fatal.category = fatal.map(|f| display(f.category.as_str())),
+        fatal.exit_code = fatal.map(|f| f.exit_code),
+        fatal.request_id = fatal.and_then(|f| f.request_id.as_deref()).map(display),
+        fatal.channel = fatal.and_then(|f| f.channel.as_deref()).map(display),
+        fatal.method = fatal.and_then(|f| f.method.as_deref()).map(display),
+        fatal.latched_at = fatal.map(|f| display(f.latched_at.as_str())),
+        fatal.persisted = fatal.map(|f| f.persisted),
         in_flight = doc.commands.in_flight,
         queued = doc.commands.queued,
         received = tally.received,
@@ -309,13 +324,34 @@ fn dump(status: &StatusHandle) {
         dropped = %crate::telemetry::Accounting::pairs(&tally.dropped),
         terminal_deliveries = %crate::telemetry::Accounting::pairs(&tally.terminal),
         balanced = tally.balances(),
-        control_plane = %json(&doc.control_plane),
+        control_plane.last_successful_poll_age_seconds = polls.last_successful_poll_age_seconds,
+        control_plane.consecutive_poll_errors = polls.consecutive_poll_errors,
+        control_plane.last_poll_error_kind = polls.last_poll_error_kind.map(display),
+        control_plane.last_successful_poll_at = text(&polls.last_successful_poll_at),
+        control_plane.last_acked_at = text(&polls.last_acked_at),
         downstream = %json(&doc.downstream),
         "status dump (SIGUSR1)"
     );
 }
 
-/// Compact JSON of a part of the `/status` document, for the dump's fields.
+/// An optional text of the document as a plain field value (absent when `null`).
+fn text(value: &Option<String>) -> Option<DisplayValue<&str>> {
+    value.as_deref().map(display)
+}
+
+/// `/status` `state` as its document spells it (`ready`, `fatal`, ...).
+fn state_word(state: GatewayState) -> &'static str {
+    match state {
+        GatewayState::Starting => "starting",
+        GatewayState::Ready => "ready",
+        GatewayState::Degraded => "degraded",
+        GatewayState::Draining => "draining",
+        GatewayState::Fatal => "fatal",
+        GatewayState::Standby => "standby",
+    }
+}
+
+/// Compact JSON of the channels' list (one entry per channel: no fixed field names).
 fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
 }
@@ -323,6 +359,21 @@ fn json<T: serde::Serialize>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dump_spells_each_state_as_the_status_document_does() {
+        for state in [
+            GatewayState::Starting,
+            GatewayState::Ready,
+            GatewayState::Degraded,
+            GatewayState::Draining,
+            GatewayState::Fatal,
+            GatewayState::Standby,
+        ] {
+            let document = serde_json::to_value(state).unwrap();
+            assert_eq!(document.as_str(), Some(state_word(state)), "{state:?}");
+        }
+    }
 
     #[test]
     fn every_signal_of_the_table_is_named_once_and_none_is_a_fault_or_sigquit() {

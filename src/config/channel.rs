@@ -295,7 +295,8 @@ fn child_env(
                 "must not be set: the API key variable, TUNNELGATE_* and CONTROL_PLANE_* never reach MCP servers",
             ));
         }
-        if value == api_key.expose() {
+        // An offline load may hold the key unresolved (empty): nothing to compare then.
+        if api_key.unresolved().is_none() && value == api_key.expose() {
             return Err(ConfigError::invalid(
                 format!("{key}.{name}"),
                 "holds the API key's value; the API key never reaches MCP servers",

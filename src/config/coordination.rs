@@ -20,6 +20,11 @@ use super::{HttpUrl, Secret, TlsFiles, TunnelId};
 pub const MIN_LEASE_TTL: Duration = Duration::from_secs(2);
 
 const DEFAULT_LEASE_TTL: &str = "10s";
+const DEFAULT_STEP_DOWN_AFTER: &str = "10s";
+
+/// The shortest `coordination.step_down_after`: a standby must have checked the control
+/// plane at least once since the active's polls began failing.
+pub(super) const MIN_STEP_DOWN_AFTER: Duration = Duration::from_secs(1);
 const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
 
 /// `[coordination]`, validated.
@@ -27,6 +32,10 @@ const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
 pub struct Coordination {
     /// `coordination.lease_ttl`: how long the active's lease lives without a renewal.
     pub lease_ttl: Duration,
+    /// `coordination.step_down_after`: how long every poll of the active may fail before
+    /// it gives up its lease to a standby that reports the control plane reachable (and
+    /// before `/readyz` reports it not ready).
+    pub step_down_after: Duration,
     /// `None` for `backend = "none"`: the fence is this process's own.
     pub etcd: Option<EtcdConfig>,
 }
@@ -77,6 +86,21 @@ pub(super) fn coordination(
             ),
         ));
     }
+    let step_down_after = positive_duration(
+        "coordination.step_down_after",
+        raw.step_down_after,
+        DEFAULT_STEP_DOWN_AFTER,
+    )?;
+    if step_down_after < MIN_STEP_DOWN_AFTER {
+        return Err(ConfigError::invalid(
+            "coordination.step_down_after",
+            format!(
+                "must be at least {}s (found {}ms): a standby checks the control plane at most every second",
+                MIN_STEP_DOWN_AFTER.as_secs(),
+                step_down_after.as_millis()
+            ),
+        ));
+    }
     let etcd = match raw.backend.as_deref().unwrap_or("none") {
         "none" => None,
         "etcd" if !strict => {
@@ -95,7 +119,11 @@ pub(super) fn coordination(
             ))
         }
     };
-    Ok(Coordination { lease_ttl, etcd })
+    Ok(Coordination {
+        lease_ttl,
+        step_down_after,
+        etcd,
+    })
 }
 
 fn etcd(raw: RawEtcd, tunnel_id: &TunnelId, env: &EnvVars) -> Result<EtcdConfig, ConfigError> {
@@ -195,6 +223,7 @@ mod tests {
         let raw = RawCoordination {
             backend: backend.map(str::to_owned),
             lease_ttl: ttl.map(str::to_owned),
+            step_down_after: None,
             etcd: Some(etcd),
         };
         coordination(raw, strict, &tunnel(), &EnvVars::new(&[]))
@@ -205,6 +234,27 @@ mod tests {
         let c = with(None, None, RawEtcd::default(), true).unwrap();
         assert_eq!(c.backend(), "none");
         assert_eq!(c.lease_ttl, Duration::from_secs(10));
+        assert_eq!(c.step_down_after, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn step_down_after_is_at_least_a_second_and_a_duration() {
+        for (value, expected) in [("500ms", "at least 1s"), ("soon", "soon")] {
+            let raw = RawCoordination {
+                step_down_after: Some(value.to_owned()),
+                ..RawCoordination::default()
+            };
+            let e = coordination(raw, true, &tunnel(), &EnvVars::new(&[])).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains("coordination.step_down_after"), "{text}");
+            assert!(text.contains(expected), "{value}: {text}");
+        }
+        let raw = RawCoordination {
+            step_down_after: Some("3s".to_owned()),
+            ..RawCoordination::default()
+        };
+        let c = coordination(raw, true, &tunnel(), &EnvVars::new(&[])).unwrap();
+        assert_eq!(c.step_down_after, Duration::from_secs(3));
     }
 
     #[test]
@@ -314,6 +364,7 @@ mod tests {
         let raw = RawCoordination {
             backend: Some("etcd".into()),
             lease_ttl: None,
+            step_down_after: None,
             etcd: Some(RawEtcd {
                 username: Some("gateway".into()),
                 password: Some("env:ETCD_PW".into()),

@@ -264,7 +264,9 @@ fn from_var(var: &str, scope: Scope, env: &EnvVars) -> Result<HeaderSet, ConfigE
     for (name, reference) in parse_list(var, text)? {
         let secret = entry(var, &name, &reference, scope, env)?;
         if let Some(existing) = set.get(&name) {
-            if existing.expose() != secret.expose() {
+            // Values an offline load kept unresolved cannot be compared: the first stays.
+            let resolved = existing.unresolved().is_none() && secret.unresolved().is_none();
+            if resolved && existing.expose() != secret.expose() {
                 return Err(ConfigError::invalid(
                     var,
                     format!("sets {name} twice with different values (header names are the same in any case)"),

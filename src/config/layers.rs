@@ -11,6 +11,7 @@
 //! levels, keys lowercased, values parsed with TOML-like types), except that the
 //! variable names under `mcp.channels.NAME.env` keep their case.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -27,10 +28,14 @@ const FLAGS: &str = "command-line overrides";
 
 const PREFIX: &str = "TUNNELGATE_";
 
-/// A snapshot of environment variables (the process's, or a test's).
+/// A snapshot of environment variables (the process's, or a test's), and what a secret
+/// reference that it cannot resolve does to the load.
 #[derive(Debug, Default)]
 pub(super) struct EnvVars {
     vars: BTreeMap<String, String>,
+    /// `Some` in an offline load: each such reference's error, noted instead of failing
+    /// the load (the load is single-threaded; the cell is never borrowed across a call).
+    unresolved: Option<RefCell<Vec<ConfigError>>>,
 }
 
 /// The parsed TOML file (or inline TOML), ready to be layered.
@@ -84,7 +89,33 @@ impl EnvVars {
     pub(super) fn new(pairs: &[(String, String)]) -> Self {
         EnvVars {
             vars: pairs.iter().cloned().collect(),
+            unresolved: None,
         }
+    }
+
+    /// For an offline load: a secret reference with no value here is kept unresolved.
+    pub(super) fn offline(pairs: &[(String, String)]) -> Self {
+        EnvVars {
+            unresolved: Some(RefCell::default()),
+            ..EnvVars::new(pairs)
+        }
+    }
+
+    /// In an offline load, notes `error` (a reference with no value here) and returns
+    /// true; otherwise false, and the error fails the load.
+    pub(super) fn keeps_unresolved(&self, error: &ConfigError) -> bool {
+        match &self.unresolved {
+            Some(noted) => {
+                noted.borrow_mut().push(error.clone());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The errors [`EnvVars::keeps_unresolved`] noted, in the order of the load.
+    pub(super) fn take_unresolved(&self) -> Vec<ConfigError> {
+        self.unresolved.as_ref().map(RefCell::take).unwrap_or_default()
     }
 
     pub(super) fn get(&self, name: &str) -> Option<&str> {

@@ -2,7 +2,7 @@
 //!
 //! Invariant: a secret's value never reaches the output; `api_key` and every configured
 //! header show their reference and length (`"env:NAME (set, 24 bytes)"`), or
-//! `"<literal, redacted>"`.
+//! `"<literal, redacted>"`, or in an offline load `"env:NAME (unresolved)"`.
 
 use std::collections::BTreeMap;
 
@@ -26,6 +26,7 @@ struct View<'a> {
 struct CoordinationView<'a> {
     backend: &'static str,
     lease_ttl: String,
+    step_down_after: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     etcd: Option<EtcdView<'a>>,
 }
@@ -248,6 +249,7 @@ fn coordination(c: &super::Coordination) -> CoordinationView<'_> {
     CoordinationView {
         backend: c.backend(),
         lease_ttl: duration(c.lease_ttl),
+        step_down_after: duration(c.step_down_after),
         etcd: c.etcd.as_ref().map(|e| EtcdView {
             endpoints: e.endpoints.iter().map(|u| u.as_str()).collect(),
             prefix: &e.prefix,

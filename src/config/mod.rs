@@ -18,6 +18,11 @@
 //! `Display` and [`Config::masked`] show only their reference); errors name the dotted key and never echo secret values
 //! or URLs. This module performs no network I/O and never mutates the process
 //! environment; the only I/O is reading the config file and `file:` secrets.
+//!
+//! [`Config::load_offline`] is the one other mode, for the commands that read only local
+//! files (`latch show|clear`, `receipts`, `support-bundle`): every key is validated as
+//! always, but a secret reference with no value here is kept unresolved instead of failing
+//! the load, and the result is an [`OfflineConfig`], never a bare [`Config`].
 
 mod channel;
 mod channel_name;
@@ -31,6 +36,7 @@ mod http_url;
 mod layers;
 mod masked;
 mod number;
+mod offline;
 mod poll_channels;
 mod proxy;
 mod raw;
@@ -55,6 +61,7 @@ pub use defaults::{MAX_LOG_BUFFER_EVENTS, STDIO_PROTOCOL_VERSION};
 pub use error::ConfigError;
 pub use headers::{HeaderSet, ORGANIZATION_HEADER};
 pub use http_url::HttpUrl;
+pub use offline::OfflineConfig;
 pub use proxy::{EnvProxies, ProxySetting, ProxyUrl};
 pub use secret::Secret;
 pub use tls::{ClientIdentity, TlsFile, TlsFiles};
@@ -316,6 +323,27 @@ impl Config {
         Config::from_layers(file, overrides, env)
     }
 
+    /// Like [`Config::load`] for a command that reads only local files: a secret whose
+    /// variable or file gives no value here is kept unresolved (see [`OfflineConfig`]);
+    /// every other problem is the same error as for [`Config::load`].
+    pub fn load_offline(path: Option<&Path>, overrides: &Overrides) -> Result<OfflineConfig, ConfigError> {
+        let env: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        Config::load_offline_with_env(path, overrides, &env)
+    }
+
+    /// Like [`Config::load_offline`], with `env` standing in for the process environment.
+    pub fn load_offline_with_env(
+        path: Option<&Path>,
+        overrides: &Overrides,
+        env: &[(String, String)],
+    ) -> Result<OfflineConfig, ConfigError> {
+        let file = path.map(FileLayer::read).transpose()?;
+        let (config, unresolved) = Config::build(file, overrides, &EnvVars::offline(env))?;
+        Ok(OfflineConfig::new(config, unresolved))
+    }
+
     /// Defaults plus this TOML only: no environment variables are read, not even for
     /// `env:` secrets (so the TOML must give `api_key` as a literal or `file:`).
     pub fn from_toml_str(toml: &str) -> Result<Config, ConfigError> {
@@ -348,12 +376,28 @@ impl Config {
         overrides: &Overrides,
         env: &[(String, String)],
     ) -> Result<Config, ConfigError> {
-        let env = EnvVars::new(env);
-        let figment = layers::figment(file, overrides, &env)?;
+        // Not an offline snapshot: nothing is kept unresolved.
+        Config::build(file, overrides, &EnvVars::new(env)).map(|(config, _)| config)
+    }
+
+    /// The configuration, and the secret references `env` kept unresolved (none unless
+    /// it is an offline snapshot), each naming what set its key.
+    fn build(
+        file: Option<FileLayer>,
+        overrides: &Overrides,
+        env: &EnvVars,
+    ) -> Result<(Config, Vec<ConfigError>), ConfigError> {
+        let figment = layers::figment(file, overrides, env)?;
         let raw: raw::RawConfig = figment
             .extract()
             .map_err(|e| layers::with_source(ConfigError::from_figment(e), &figment))?;
-        validation::build(raw, &env).map_err(|e| layers::with_source(e, &figment))
+        let config = validation::build(raw, env).map_err(|e| layers::with_source(e, &figment))?;
+        let unresolved = env
+            .take_unresolved()
+            .into_iter()
+            .map(|e| layers::with_source(e, &figment))
+            .collect();
+        Ok((config, unresolved))
     }
 }
 

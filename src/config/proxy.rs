@@ -6,7 +6,9 @@
 //! Invariants: a [`ProxyUrl`] is an `http` or `https` URL with a host and nothing after
 //! its authority; its credentials (userinfo) leave this type only through
 //! [`ProxyUrl::expose`]. `Debug` and [`ProxyUrl::shown`] print `scheme://host:port`
-//! only. The environment is read from the load's snapshot, never from the process.
+//! only. The environment is read from the load's snapshot, never from the process. The
+//! one exception to the URL's shape: a reference an offline load kept unresolved (see
+//! `secret`), which has no URL and is only ever shown.
 
 use std::fmt;
 
@@ -90,12 +92,25 @@ impl ProxyUrl {
     }
 
     fn masked(&self) -> String {
+        if self.secret.unresolved().is_some() {
+            return self.secret.masked();
+        }
         let credentials = if self.has_credentials() {
             " (credentials redacted)"
         } else {
             ""
         };
         format!("{} from {}{credentials}", self.shown, self.origin)
+    }
+
+    /// A proxy whose reference an offline load could not resolve: no URL to parse, so
+    /// nothing to show but the reference (`Debug` prints `unresolved`).
+    fn unresolved(secret: Secret, origin: String) -> ProxyUrl {
+        ProxyUrl {
+            secret,
+            shown: "unresolved".to_owned(),
+            origin,
+        }
     }
 
     /// Parses `value` (already resolved) for `key`; `origin` says where it came from.
@@ -208,6 +223,9 @@ pub(super) fn setting(
                 "<literal>" => "the configuration".to_owned(),
                 described => described.to_owned(),
             };
+            if secret.unresolved().is_some() {
+                return Ok(ProxySetting::Via(ProxyUrl::unresolved(secret, origin)));
+            }
             ProxyUrl::parse(key, secret, origin, false).map(ProxySetting::Via)
         }
     }

@@ -123,6 +123,7 @@ pub(super) struct RawReceipts {
 pub(super) struct RawCoordination {
     pub(super) backend: Option<String>,
     pub(super) lease_ttl: Option<String>,
+    pub(super) step_down_after: Option<String>,
     pub(super) etcd: Option<RawEtcd>,
 }
 

@@ -3,6 +3,13 @@
 //!
 //! Invariant: the value leaves this type only through [`Secret::expose`]. `Debug` and
 //! `Display` print `<redacted>`; descriptions and errors name the reference only.
+//!
+//! A reference whose variable or file gives no value here fails the load, except in an
+//! offline load (`OfflineConfig`, for the commands that read only local files): there it
+//! is kept unresolved, with an empty value and the error it would have been. A malformed
+//! reference, or a value that cannot be sent, fails every load. Only an
+//! `OfflineConfig` holds unresolved secrets; every `Config` it does not wrap has all of
+//! its secrets resolved.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -10,11 +17,24 @@ use std::path::{Path, PathBuf};
 use super::error::{io_words, ConfigError, ErrorKind};
 use super::layers::{read_text, EnvVars};
 
-/// A resolved secret. `Debug` and `Display` print `<redacted>`.
+/// A resolved secret (or, in an offline load only, an unresolved one). `Debug` and
+/// `Display` print `<redacted>`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret {
+    /// Empty when `unresolved`.
     value: String,
     origin: Origin,
+    /// Why the reference gave no value, in an offline load; `None` once resolved.
+    unresolved: Option<Box<ConfigError>>,
+}
+
+/// Why a reference gave no value.
+enum Failure {
+    /// The reference itself is wrong: an error in every load.
+    Invalid(ConfigError),
+    /// Its variable is unset or empty, or its file cannot be read or is empty: an error,
+    /// except in an offline load.
+    Unavailable(Origin, ConfigError),
 }
 
 /// Where a secret's value came from.
@@ -31,12 +51,20 @@ impl Secret {
         Secret {
             value: value.into(),
             origin: Origin::Literal,
+            unresolved: None,
         }
     }
 
-    /// The value, for the one place that must send it.
+    /// The value, for the one place that must send it (empty for an unresolved secret,
+    /// which only an offline load holds and nothing sends).
     pub fn expose(&self) -> &str {
         &self.value
+    }
+
+    /// Why the reference gave no value, for a secret an offline load kept unresolved;
+    /// `None` for every resolved secret.
+    pub(crate) fn unresolved(&self) -> Option<&ConfigError> {
+        self.unresolved.as_deref()
     }
 
     /// The reference: `env:NAME`, `file:/path` or `<literal>`; never the value.
@@ -56,8 +84,12 @@ impl Secret {
         }
     }
 
-    /// The reference with the value's length, for printing the effective configuration.
+    /// The reference with the value's length, for printing the effective configuration
+    /// (`"env:NAME (unresolved)"` when an offline load could not read it).
     pub(super) fn masked(&self) -> String {
+        if self.unresolved.is_some() {
+            return format!("{} (unresolved)", self.describe());
+        }
         let len = self.value.len();
         match &self.origin {
             Origin::Env(_) => format!("{} (set, {len} bytes)", self.describe()),
@@ -71,28 +103,48 @@ impl Secret {
         Secret {
             value,
             origin: self.origin.clone(),
+            unresolved: self.unresolved.clone(),
         }
     }
 
-    /// Resolves `reference` for `key`, reading `env` or the file it names.
+    /// Resolves `reference` for `key`, reading `env` or the file it names. In an offline
+    /// load (`env` says so) a reference with no value here is kept unresolved, and noted
+    /// in `env`.
     pub(super) fn resolve(key: &str, reference: &str, env: &EnvVars) -> Result<Secret, ConfigError> {
-        let lowered = reference.to_ascii_lowercase();
-        let secret = if let Some(name) = reference.strip_prefix("env:") {
-            from_env(key, name, env)?
-        } else if let Some(path) = reference.strip_prefix("file:") {
-            from_file(key, Path::new(path))?
-        } else if lowered.starts_with("env:") || lowered.starts_with("file:") {
-            return Err(secret_error(
-                key,
-                "secret references are lowercase: write \"env:NAME\" or \"file:/path\"",
-            ));
-        } else if reference.is_empty() {
-            let fix = "use \"env:NAME\", \"file:/path\" or a literal key";
-            return Err(secret_error(key, format!("is empty; {fix}")));
-        } else {
-            Secret::literal(reference)
+        let secret = match Secret::read(key, reference, env) {
+            Ok(secret) => secret,
+            Err(Failure::Invalid(error)) => return Err(error),
+            Err(Failure::Unavailable(origin, error)) => {
+                if !env.keeps_unresolved(&error) {
+                    return Err(error);
+                }
+                return Ok(Secret {
+                    value: String::new(),
+                    origin,
+                    unresolved: Some(Box::new(error)),
+                });
+            }
         };
         secret.checked(key)
+    }
+
+    fn read(key: &str, reference: &str, env: &EnvVars) -> Result<Secret, Failure> {
+        let lowered = reference.to_ascii_lowercase();
+        if let Some(name) = reference.strip_prefix("env:") {
+            from_env(key, name, env)
+        } else if let Some(path) = reference.strip_prefix("file:") {
+            from_file(key, Path::new(path))
+        } else if lowered.starts_with("env:") || lowered.starts_with("file:") {
+            Err(Failure::Invalid(secret_error(
+                key,
+                "secret references are lowercase: write \"env:NAME\" or \"file:/path\"",
+            )))
+        } else if reference.is_empty() {
+            let fix = "use \"env:NAME\", \"file:/path\" or a literal key";
+            Err(Failure::Invalid(secret_error(key, format!("is empty; {fix}"))))
+        } else {
+            Ok(Secret::literal(reference))
+        }
     }
 
     /// Rejects values that cannot be sent as a header value.
@@ -106,23 +158,24 @@ impl Secret {
     }
 }
 
-fn from_env(key: &str, name: &str, env: &EnvVars) -> Result<Secret, ConfigError> {
+fn from_env(key: &str, name: &str, env: &EnvVars) -> Result<Secret, Failure> {
     if !is_env_name(name) {
         let problem = format!("{name:?} is not an environment variable name (use e.g. \"env:CONTROL_PLANE_API_KEY\")");
-        return Err(secret_error(key, problem));
+        return Err(Failure::Invalid(secret_error(key, problem)));
     }
-    let value = env.get(name).ok_or_else(|| {
-        secret_error(
-            key,
-            format!("environment variable {name} is not set (referenced as \"env:{name}\")"),
-        )
-    })?;
+    let origin = Origin::Env(name.to_owned());
+    let Some(value) = env.get(name) else {
+        let problem = format!("environment variable {name} is not set (referenced as \"env:{name}\")");
+        return Err(Failure::Unavailable(origin, secret_error(key, problem)));
+    };
     if value.is_empty() {
-        return Err(secret_error(key, format!("environment variable {name} is empty")));
+        let problem = format!("environment variable {name} is empty");
+        return Err(Failure::Unavailable(origin, secret_error(key, problem)));
     }
     Ok(Secret {
         value: value.to_owned(),
-        origin: Origin::Env(name.to_owned()),
+        origin,
+        unresolved: None,
     })
 }
 
@@ -130,24 +183,30 @@ fn from_env(key: &str, name: &str, env: &EnvVars) -> Result<Secret, ConfigError>
 /// (`file:/dev/zero`) must not be read into memory whole.
 const MAX_SECRET_FILE: u64 = 64 * 1024;
 
-fn from_file(key: &str, path: &Path) -> Result<Secret, ConfigError> {
+fn from_file(key: &str, path: &Path) -> Result<Secret, Failure> {
     if path.as_os_str().is_empty() {
-        return Err(secret_error(
+        return Err(Failure::Invalid(secret_error(
             key,
             "\"file:\" needs a path, e.g. \"file:/run/secrets/api_key\"",
-        ));
+        )));
     }
-    let contents = read_text(path, MAX_SECRET_FILE).map_err(|e| {
-        let problem = format!("cannot read secret file {}: {}", path.display(), io_words(&e));
-        secret_error(key, problem)
-    })?;
+    let origin = Origin::File(path.to_owned());
+    let contents = match read_text(path, MAX_SECRET_FILE) {
+        Ok(contents) => contents,
+        Err(e) => {
+            let problem = format!("cannot read secret file {}: {}", path.display(), io_words(&e));
+            return Err(Failure::Unavailable(origin, secret_error(key, problem)));
+        }
+    };
     let value = strip_one_newline(contents);
     if value.is_empty() {
-        return Err(secret_error(key, format!("secret file {} is empty", path.display())));
+        let problem = format!("secret file {} is empty", path.display());
+        return Err(Failure::Unavailable(origin, secret_error(key, problem)));
     }
     Ok(Secret {
         value,
-        origin: Origin::File(path.to_owned()),
+        origin,
+        unresolved: None,
     })
 }
 

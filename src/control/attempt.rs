@@ -37,6 +37,18 @@ label_enum! {
     }
 }
 
+/// What a final refusal of a response POST was about, where the gateway acts on it. A
+/// refusal is still `rejected_status` and its delivery `rejected`: this only says why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// `413` (the contract's `request_body_too_large`): the body is larger than the
+    /// tunnel accepts. The same body will never be accepted; a smaller one may be.
+    TooLarge,
+}
+
+/// The contract's error code (`APIErrorBody.code`) for a body over the service's limit.
+const TOO_LARGE_CODE: &str = "request_body_too_large";
+
 /// `delivery_attempts_total{result}`.
 impl AttemptResultLabel for AttemptResult {}
 
@@ -97,10 +109,62 @@ impl AttemptResult {
     }
 }
 
+impl Refused {
+    /// Why a final refusal with `status` and error `code` (`error.code` of the body, when
+    /// it had one) was given. `413` means "content too large" whoever sent it (the
+    /// service names it `request_body_too_large`; a proxy in front may send a bare 413),
+    /// and that code means the same on any status.
+    pub fn of(status: u16, code: Option<&str>) -> Option<Self> {
+        match (status, code) {
+            (413, _) | (_, Some(TOO_LARGE_CODE)) => Some(Self::TooLarge),
+            (_, _) => None,
+        }
+    }
+
+    /// The `error.code` of a refusal's body (`APIErrorResponse`), if it parses as one.
+    pub fn code_of(body: &[u8]) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            error: Body,
+        }
+        #[derive(serde::Deserialize)]
+        struct Body {
+            code: Option<String>,
+        }
+        serde_json::from_slice::<Answer>(body).ok()?.error.code
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use AttemptResult as A;
+
+    #[test]
+    fn a_refusal_is_too_large_on_413_or_on_the_contracts_code() {
+        let table = [
+            (413, Some("request_body_too_large"), Some(Refused::TooLarge)),
+            (413, None, Some(Refused::TooLarge)),
+            (413, Some("something_else"), Some(Refused::TooLarge)),
+            (400, Some("request_body_too_large"), Some(Refused::TooLarge)),
+            (400, Some("invalid_json_payload"), None),
+            (400, None, None),
+            (401, Some("tunnel_request_mismatch"), None),
+            (500, None, None),
+        ];
+        for (status, code, want) in table {
+            assert_eq!(Refused::of(status, code), want, "{status} {code:?}");
+        }
+    }
+
+    #[test]
+    fn the_error_code_is_read_from_the_contracts_error_body_only() {
+        let body = br#"{"error":{"message":"too large","type":"invalid_request_error","param":null,"code":"request_body_too_large"}}"#;
+        assert_eq!(Refused::code_of(body).as_deref(), Some("request_body_too_large"));
+        assert_eq!(Refused::code_of(br#"{"error":{"message":"m","code":null}}"#), None);
+        assert_eq!(Refused::code_of(b"<html>413 Request Entity Too Large</html>"), None);
+        assert_eq!(Refused::code_of(b""), None);
+    }
 
     #[test]
     fn statuses_classify_as_the_contract_says() {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::attempt::{AttemptResult, Delivery, PostKind};
+use super::attempt::{AttemptResult, Delivery, PostKind, Refused};
 use super::backoff::parse_retry_after;
 use super::retry::{next_try, AfterAttempt, RetryPolicy};
 use super::transport::{self, Answer, SendError, Target, Transport};
@@ -173,6 +173,31 @@ pub struct DeliveryReport {
     pub delivery: Delivery,
     pub last_attempt: AttemptResult,
     pub attempts: u32,
+    /// Why the settling attempt was refused, when the control plane said so in a way the
+    /// gateway acts on (only ever with `rejected_status`).
+    pub refused: Option<Refused>,
+}
+
+/// How one POST attempt ended: its result, the status when one arrived, the
+/// server-imposed wait, and why a final refusal was given.
+#[derive(Clone, Copy, Debug)]
+struct Attempted {
+    result: AttemptResult,
+    status: Option<u16>,
+    retry_after: Option<Duration>,
+    refused: Option<Refused>,
+}
+
+impl Attempted {
+    /// An attempt that got no (usable) answer.
+    fn unanswered(result: AttemptResult, status: Option<u16>) -> Self {
+        Self {
+            result,
+            status,
+            retry_after: None,
+            refused: None,
+        }
+    }
 }
 
 /// Why a [`ControlClient`] could not be built.
@@ -412,30 +437,31 @@ impl ControlClient {
             if cancel.is_cancelled() {
                 // Cancelled before this attempt began: nothing ran, nothing is counted as
                 // an attempt. The delivery ends as the cancellation leaves it.
-                let last = AttemptResult::Cancelled;
-                return self.settled(metric_kind, last.final_delivery(), last, attempt);
+                let last = Attempted::unanswered(AttemptResult::Cancelled, None);
+                return self.settled(metric_kind, last.result.final_delivery(), last, attempt);
             }
             attempt += 1;
-            let (result, status, retry_after) = self.traced_attempt(&headers, &body, attempt, deadline, cancel).await;
+            let tried = self.traced_attempt(&headers, &body, attempt, deadline, cancel).await;
+            let result = tried.result;
             self.metrics.delivery_attempted(metric_kind, result);
             let after = AfterAttempt {
                 attempt,
                 result,
-                status,
+                status: tried.status,
                 deadline_left: deadline.is_none_or(|d| Instant::now() < d),
                 cancelled: cancel.is_cancelled(),
             };
             if policy.settles(kind, after) {
-                return self.settled(metric_kind, result.final_delivery(), result, attempt);
+                return self.settled(metric_kind, result.final_delivery(), tried, attempt);
             }
-            let delay = backoff.next_delay(rand::random::<f64>(), retry_after);
+            let delay = backoff.next_delay(rand::random::<f64>(), tried.retry_after);
             tokio::select! {
                 biased;
                 // cancel-safe: nothing in flight between attempts.
                 _ = cancel.cancelled() => {
                     self.metrics.delivery_attempted(metric_kind, AttemptResult::Cancelled);
                     // The previous attempt's result decides the category: it may have been written.
-                    return self.settled(metric_kind, Delivery::Ambiguous, result, attempt);
+                    return self.settled(metric_kind, Delivery::Ambiguous, tried, attempt);
                 }
                 // cancel-safe: a sleep.
                 _ = tokio::time::sleep_until(next_try(delay, deadline, Instant::now())) => {}
@@ -458,18 +484,13 @@ impl ControlClient {
     }
 
     /// Counts the delivery's end and reports it.
-    fn settled(
-        &self,
-        kind: DeliveryKind,
-        delivery: Delivery,
-        last_attempt: AttemptResult,
-        attempts: u32,
-    ) -> DeliveryReport {
+    fn settled(&self, kind: DeliveryKind, delivery: Delivery, last: Attempted, attempts: u32) -> DeliveryReport {
         self.metrics.delivery_finished(kind, delivery);
         DeliveryReport {
             delivery,
-            last_attempt,
+            last_attempt: last.result,
             attempts,
+            refused: last.refused.filter(|_| delivery == Delivery::Rejected),
         }
     }
 
@@ -481,7 +502,7 @@ impl ControlClient {
         attempt: u32,
         deadline: Option<Instant>,
         cancel: &CancellationToken,
-    ) -> (AttemptResult, Option<u16>, Option<Duration>) {
+    ) -> Attempted {
         let span = tracing::debug_span!(
             "tunnelgate.deliver.attempt",
             otel.kind = "client",
@@ -490,15 +511,15 @@ impl ControlClient {
             http.response.status_code = tracing::field::Empty,
             tunnelgate.attempt_result = tracing::field::Empty,
         );
-        let (result, status, retry_after) = self
+        let tried = self
             .attempt(headers, body.clone(), deadline, cancel)
             .instrument(span.clone())
             .await;
-        if let Some(code) = status {
+        if let Some(code) = tried.status {
             span.record("http.response.status_code", i64::from(code));
         }
-        span.record("tunnelgate.attempt_result", result.as_str());
-        (result, status, retry_after)
+        span.record("tunnelgate.attempt_result", tried.result.as_str());
+        tried
     }
 
     async fn attempt(
@@ -507,7 +528,7 @@ impl ControlClient {
         body: Bytes,
         deadline: Option<Instant>,
         cancel: &CancellationToken,
-    ) -> (AttemptResult, Option<u16>, Option<Duration>) {
+    ) -> Attempted {
         let per_attempt = Instant::now() + self.settings.post_timeout;
         let until = deadline.map_or(per_attempt, |d| d.min(per_attempt));
         let target = Target {
@@ -517,28 +538,37 @@ impl ControlClient {
         let exchange = async {
             let response = match self.transport.post(target, headers, body).await {
                 Ok(r) => r,
-                Err(e) => return (post_send_error_result(&e), None, None),
+                Err(e) => return Attempted::unanswered(post_send_error_result(&e), None),
             };
             let status = response.status().as_u16();
             let retry_after = retry_after(response.headers());
             let body = match read_bounded(response, 64 * 1024).await {
                 Ok(b) => b,
                 // The status arrived but the body did not: only a 200 needed the body.
-                Err(_) if status == 200 => return (AttemptResult::TransportAfterWrite, Some(status), None),
+                Err(_) if status == 200 => {
+                    return Attempted::unanswered(AttemptResult::TransportAfterWrite, Some(status));
+                }
                 Err(_) => Bytes::new(),
             };
-            (
-                AttemptResult::from_status(status, is_ack(&body)),
-                Some(status),
+            let result = AttemptResult::from_status(status, is_ack(&body));
+            let refused = (result == AttemptResult::RejectedStatus)
+                .then(|| Refused::of(status, Refused::code_of(&body).as_deref()))
+                .flatten();
+            Attempted {
+                result,
+                status: Some(status),
                 retry_after,
-            )
+                refused,
+            }
         };
         tokio::select! {
             biased;
             // cancel-safe: dropping the exchange is reported as Cancelled, an ambiguity.
-            _ = cancel.cancelled() => (AttemptResult::Cancelled, None, None),
+            _ = cancel.cancelled() => Attempted::unanswered(AttemptResult::Cancelled, None),
             // cancel-safe: as above, a timeout after the write is ambiguous by definition.
-            r = tokio::time::timeout_at(until, exchange) => r.unwrap_or((AttemptResult::Timeout, None, None)),
+            r = tokio::time::timeout_at(until, exchange) => {
+                r.unwrap_or(Attempted::unanswered(AttemptResult::Timeout, None))
+            }
         }
     }
 }

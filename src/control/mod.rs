@@ -13,6 +13,8 @@ mod client;
 #[cfg(test)]
 mod exhaustion_tests;
 mod poller;
+#[cfg(test)]
+mod refusal_tests;
 mod retry;
 #[cfg(test)]
 mod timing_tests;
@@ -20,7 +22,7 @@ mod transport;
 #[cfg(test)]
 pub(crate) mod transport_tests;
 
-pub use attempt::{AttemptResult, Delivery, PostKind};
+pub use attempt::{AttemptResult, Delivery, PostKind, Refused};
 pub use backoff::{parse_retry_after, Backoff};
 pub use client::{
     random_hex, BuildError, ControlClient, ControlSettings, DeliveryReport, PollAnswer, PollError, PollErrorKind,

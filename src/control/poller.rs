@@ -29,15 +29,28 @@ pub trait PollSink {
     fn polled(&self, polled: Polled);
     /// A poll failed.
     fn poll_failed(&self, error: &PollError);
+    /// Whether a poll may be sent now: asked before every poll. A replica whose
+    /// coordination term has lapsed by its own clock answers `false`, so that it takes
+    /// no command its successor should have, however late its coordinator notices.
+    fn may_poll(&self) -> bool {
+        true
+    }
 }
+
+/// How often a closed poll gate is looked at again.
+const GATE_RECHECK: Duration = Duration::from_millis(20);
 
 /// The poller of one run.
 pub struct Poller {
     client: ControlClient,
     metrics: Arc<Metrics>,
     backoff: Backoff,
-    /// Bound on reading an answered poll's body once stopping.
+    /// Bound on reading an answered poll's body once latched, and on waiting for an open
+    /// poll's answer after a latch.
     cleanup_timeout: Duration,
+    /// Bound on waiting for an open poll's answer after a stop (`strict.shutdown_grace`):
+    /// a poll is never dropped while the control plane may still hand it commands.
+    open_poll_grace: Duration,
     /// A poll has succeeded in this run.
     succeeded: bool,
 }
@@ -51,12 +64,16 @@ pub(crate) struct Retry {
 }
 
 impl Poller {
-    pub fn new(client: ControlClient, metrics: Arc<Metrics>, cleanup_timeout: Duration) -> Self {
+    /// `bounds`: the cleanup time (after a latch) and the grace (after a stop) an open
+    /// poll's answer is waited for.
+    pub fn new(client: ControlClient, metrics: Arc<Metrics>, bounds: (Duration, Duration)) -> Self {
+        let (cleanup_timeout, open_poll_grace) = bounds;
         Self {
             client,
             metrics,
             backoff: Backoff::default(),
             cleanup_timeout,
+            open_poll_grace,
             succeeded: false,
         }
     }
@@ -102,18 +119,30 @@ impl Poller {
         tracing::info!("polling stopped");
     }
 
-    /// The free slots once there are some; `None` when stopping.
+    /// The free slots once there are some and the sink's gate is open; `None` when
+    /// stopping.
     async fn wait_for_room(
         &self,
         sink: &impl PollSink,
         stop: &CancellationToken,
         latched: &CancellationToken,
     ) -> Option<usize> {
+        let mut told_gate = false;
         loop {
+            // No new poll once stopping (an open one is waited for in `poll_once`).
+            if stop.is_cancelled() || latched.is_cancelled() {
+                return None;
+            }
             let free = sink.free_slots();
-            if free > 0 {
+            let open = sink.may_poll();
+            if free > 0 && open {
                 tracing::debug!(free, "polling for more commands");
                 return Some(free);
+            }
+            if !open && !std::mem::replace(&mut told_gate, true) {
+                tracing::info!(
+                    "no poll: this replica may not admit now (its coordination term has lapsed by its own clock)"
+                );
             }
             tokio::select! {
                 biased;
@@ -122,13 +151,21 @@ impl Poller {
                 // cancel-safe: waiting only.
                 _ = latched.cancelled() => return None,
                 // cancel-safe: a lost wakeup is re-checked by the loop.
-                () = sink.room() => {}
+                () = sink.room(), if open => {}
+                // cancel-safe: a sleep; the gate is looked at again.
+                () = tokio::time::sleep(GATE_RECHECK), if !open => {}
             }
         }
     }
 
-    /// One poll, its body read whole; `None` when the stop came before any response
-    /// headers (nothing was handed out).
+    /// One poll, its body read whole; `None` when it was abandoned.
+    ///
+    /// A stop (or a latch) does not drop an open poll: the control plane may hand it
+    /// commands until it sees the connection close, and those would go unanswered. Its
+    /// answer is waited for within the grace after a stop (the cleanup time after a
+    /// latch), and its commands are handed on like any others (refused "not executed"
+    /// once stopping). Only a poll still open when that bound runs out is dropped, and
+    /// counted (`tunnelgate_polls_abandoned_total`).
     async fn poll_once(
         &self,
         free: usize,
@@ -137,11 +174,16 @@ impl Poller {
     ) -> Option<Result<Polled, PollError>> {
         let answered = tokio::select! {
             biased;
-            // cancel-safe: a poll without response headers has handed out nothing.
-            _ = stop.cancelled() => return None,
-            // cancel-safe: as above.
-            _ = latched.cancelled() => return None,
             r = self.client.poll(free.min(MAX_POLL_LIMIT), self.wait()) => r,
+            // cancel-safe: waiting only; the poll above is what must not be dropped early.
+            bound = self.stopping_bound(stop, latched) => {
+                self.metrics.poll_abandoned();
+                tracing::warn!(
+                    waited_ms = bound.as_millis() as u64,
+                    "an open poll was not answered within the bound after the stop; it is dropped, and any commands the control plane hands it now are unanswered"
+                );
+                return None;
+            }
         };
         // Headers arrived: the body's commands are ours. It is read whole even when a
         // stop or a latch comes meanwhile (bounded by the cleanup time from then), so
@@ -210,6 +252,29 @@ fn log_retry(e: &PollError, retry: Retry, failures: u32) {
             retry_in_ms = retry.delay.as_millis() as u64,
             "poll failed; backing off"
         );
+    }
+}
+
+impl Poller {
+    /// Resolves once the bound an open poll is waited for has run out: the grace after a
+    /// stop, the cleanup time after a latch (whichever ends first); returns that bound.
+    async fn stopping_bound(&self, stop: &CancellationToken, latched: &CancellationToken) -> Duration {
+        let after_stop = async {
+            stop.cancelled().await;
+            tokio::time::sleep(self.open_poll_grace).await;
+            self.open_poll_grace
+        };
+        let after_latch = async {
+            latched.cancelled().await;
+            tokio::time::sleep(self.cleanup_timeout).await;
+            self.cleanup_timeout
+        };
+        tokio::select! {
+            // cancel-safe: waiting only.
+            d = after_stop => d,
+            // cancel-safe: waiting only.
+            d = after_latch => d,
+        }
     }
 }
 

@@ -31,6 +31,9 @@ pub(super) async fn run(c: &Coordinator, stop: &CancellationToken) {
         let active = c.lock().active.is_some();
         if active {
             renew(c).await;
+            super::reach::consider_step_down(c).await;
+        } else if super::reach::holding_off(c) {
+            observe(c).await;
         } else {
             campaign(c).await;
         }
@@ -43,9 +46,14 @@ pub(super) async fn run(c: &Coordinator, stop: &CancellationToken) {
     }
 }
 
-/// On a stop: gives the lease back, so that a standby takes over at the next step instead
-/// of after the TTL. Best effort, bounded by the request timeout.
+/// On a stop: tries the unsettled intents once more, then gives the lease back, so that a
+/// standby takes over at the next step instead of after the TTL. Best effort, each
+/// request bounded by the request timeout.
 pub(super) async fn resign(c: &Coordinator) {
+    if !c.lock().unsettled.is_empty() {
+        super::intents::settle_unsettled(c).await;
+    }
+    super::intents::term_ended(c);
     let lease = {
         let mut state = c.lock();
         state.active = None;
@@ -75,15 +83,18 @@ async fn renew(c: &Coordinator) {
                     term.renewed_at = sent;
                 }
             }
-            super::intents::settle_again(c).await;
+            c.shared.settle_wake.notify_one();
         }
         Ok(None) => {
             c.shared.metrics.lease_renewed(RenewalResult::Failed);
             tracing::warn!("the coordination lease expired: this replica is no longer the active");
-            let mut state = c.lock();
-            state.active = None;
-            state.lease = None;
-            state.holder = None;
+            {
+                let mut state = c.lock();
+                state.active = None;
+                state.lease = None;
+                state.holder = None;
+            }
+            super::intents::term_ended(c);
         }
         Err(e) => {
             c.shared.metrics.lease_renewed(RenewalResult::Failed);
@@ -165,6 +176,7 @@ async fn try_campaign(c: &Coordinator) -> Result<(), EtcdError> {
             c,
             Term {
                 revision: response.revision,
+                started_at: sent,
                 renewed_at: sent,
             },
             &intents,
@@ -179,16 +191,40 @@ async fn try_campaign(c: &Coordinator) -> Result<(), EtcdError> {
             let mut state = c.lock();
             state.active = Some(Term {
                 revision: kv.create_revision,
+                started_at: sent,
                 renewed_at: sent,
             });
             state.holder = Some(c.shared.instance_id.clone());
             tracing::info!("the coordination lease held through a renewal gap: active again");
         }
-        Some(kv) => c.lock().holder = Some(String::from_utf8_lossy(&kv.value).into_owned()),
+        Some(kv) => {
+            c.lock().holder = Some(String::from_utf8_lossy(&kv.value).into_owned());
+            // Another replica's term: whatever this one left unsettled is not its own to
+            // settle any more.
+            super::intents::term_ended(c);
+        }
         // Deleted between the compare and the read: the next step campaigns again.
         None => c.lock().holder = None,
     }
     Ok(())
+}
+
+/// While holding off after a step-down: keeps this replica's lease alive and reads the
+/// holder, but never puts the leader key.
+async fn observe(c: &Coordinator) {
+    let read = async {
+        own_lease(c).await?;
+        c.shared.etcd.get(&c.shared.keys.leader).await
+    };
+    match read.await {
+        Ok(holder) => {
+            let mut state = c.lock();
+            state.reachable = true;
+            state.told_unreachable = false;
+            state.holder = holder.map(|kv| String::from_utf8_lossy(&kv.value).into_owned());
+        }
+        Err(_) => c.lock().reachable = false,
+    }
 }
 
 /// This replica's lease, alive now: the kept one renewed, or a new one.

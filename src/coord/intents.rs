@@ -6,6 +6,10 @@
 //! request the replica checks that it may admit at all (active, renew deadline not
 //! passed, no cluster latch), so a standby or an overdue active never even asks.
 
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
 use super::etcd::{CmpOp, Compare, Op, Txn};
 use super::Coordinator;
 use crate::strict::{Intent, IntentError, IntentFuture, IntentStore, Unsettled};
@@ -23,7 +27,7 @@ impl EtcdIntents {
 
     async fn record_now(&self, intent: &Intent) -> Result<(), IntentError> {
         let c = &self.coordinator;
-        let term = c.admitting_term().map_err(|why| refused(c, IntentOp::Record, why))?;
+        let (term, _recording) = Recording::begin(c).map_err(|why| refused(c, IntentOp::Record, why))?;
         let keys = &c.shared.keys;
         let key = keys.intent(&intent.request_id);
         let txn = Txn {
@@ -41,7 +45,7 @@ impl EtcdIntents {
         match c.shared.etcd.txn(txn).await {
             Ok(r) if r.succeeded => {
                 c.shared.metrics.intent_op(IntentOp::Record, IntentOpResult::Ok);
-                c.lock().outstanding = Some(intent.request_id.clone());
+                c.lock().outstanding = Some((intent.request_id.clone(), term.revision));
                 Ok(())
             }
             Ok(_) => Err(refused(
@@ -52,27 +56,22 @@ impl EtcdIntents {
             Err(e) => {
                 // The transaction may have committed with its answer lost: the command is
                 // not dispatched, and its settle removes the record if it exists.
-                c.lock().outstanding = Some(intent.request_id.clone());
+                c.lock().outstanding = Some((intent.request_id.clone(), term.revision));
                 Err(unavailable(c, IntentOp::Record, &e))
             }
         }
     }
 
+    /// Settles the outstanding intent under the term it was recorded in (whether or not
+    /// this replica's clock still counts itself the active: the transaction's condition
+    /// is what proves no successor read it). One etcd does not confirm joins the
+    /// unsettled set, retried while the term lasts.
     async fn settle_now(&self) -> Result<(), IntentError> {
         let c = &self.coordinator;
-        let (outstanding, term) = {
-            let mut state = c.lock();
-            (state.outstanding.take(), state.active)
+        let Some((request_id, revision)) = c.lock().outstanding.take() else {
+            return Ok(());
         };
-        let Some(request_id) = outstanding else { return Ok(()) };
-        let Some(term) = term else {
-            return Err(refused(
-                c,
-                IntentOp::Settle,
-                "this replica lost the coordination lease before the settle; the intent stays and the next active latches on it",
-            ));
-        };
-        match c.shared.etcd.txn(settle_txn(c, &request_id, term.revision)).await {
+        match c.shared.etcd.txn(settle_txn(c, &request_id, revision)).await {
             Ok(r) if r.succeeded => {
                 c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Ok);
                 Ok(())
@@ -80,36 +79,115 @@ impl EtcdIntents {
             Ok(_) => Err(refused(
                 c,
                 IntentOp::Settle,
-                "etcd refused the settle: another replica holds the coordination lease now; the intent stays and it latches on it",
+                "etcd refused the settle: this replica's term is over (another replica holds, or will hold, the coordination lease); the intent stays and the next active latches on it",
             )),
             Err(e) => {
-                c.lock().settle_again = Some((request_id, term.revision));
+                c.lock().unsettled.insert(request_id, revision);
+                c.publish();
+                c.shared.settle_wake.notify_one();
                 Err(unavailable(c, IntentOp::Settle, &e))
             }
         }
     }
 }
 
-/// Tries a settle etcd did not answer again, under the term it was recorded in (after a
-/// renewal: etcd answers again). Refused means the term is over: the intent stays, and
-/// whoever holds the lease latched or will latch on it.
-pub(super) async fn settle_again(c: &Coordinator) {
-    let Some((request_id, revision)) = c.lock().settle_again.take() else {
-        return;
-    };
-    match c.shared.etcd.txn(settle_txn(c, &request_id, revision)).await {
-        Ok(r) if r.succeeded => {
-            c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Ok);
-            tracing::info!(request_id = %request_id, "the write-ahead intent was settled on a later try");
+/// An intent record in flight: counted from the admission check (under the same lock)
+/// until etcd answers, so that a step-down never races it.
+struct Recording<'a>(&'a Coordinator);
+
+impl<'a> Recording<'a> {
+    fn begin(c: &'a Coordinator) -> Result<(super::Term, Self), &'static str> {
+        let mut state = c.lock();
+        let term = c.admitting_term_of(&state)?;
+        state.recording += 1;
+        Ok((term, Self(c)))
+    }
+}
+
+impl Drop for Recording<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.recording = state.recording.saturating_sub(1);
+    }
+}
+
+/// The first retry of an unconfirmed settle, doubled after each failed round up to the
+/// renewal interval.
+const SETTLE_RETRY_FIRST: Duration = Duration::from_millis(100);
+
+/// Retries the unsettled set until `stop`: at once when woken (a new failure, a renewal),
+/// then with backoff while any remain.
+pub(super) async fn settle_loop(c: &Coordinator, stop: &CancellationToken) {
+    let mut delay = SETTLE_RETRY_FIRST;
+    loop {
+        let pending = !c.lock().unsettled.is_empty();
+        let wait = if pending { delay } else { Duration::MAX };
+        tokio::select! {
+            // cancel-safe: waiting only.
+            () = stop.cancelled() => return,
+            // cancel-safe: a lost wakeup is covered by the backoff.
+            () = c.shared.settle_wake.notified() => {}
+            // cancel-safe: a sleep.
+            () = sleep_at_most(wait) => {}
         }
-        Ok(_) => {
-            c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Refused);
-            tracing::error!(request_id = %request_id, "the write-ahead intent could not be settled: the term is over; the active latches on it");
+        delay = match settle_unsettled(c).await {
+            Round::Done => SETTLE_RETRY_FIRST,
+            Round::Failed => (delay * 2).min(c.renew_interval()),
+        };
+    }
+}
+
+async fn sleep_at_most(wait: Duration) {
+    if wait == Duration::MAX {
+        std::future::pending::<()>().await;
+    }
+    tokio::time::sleep(wait).await;
+}
+
+/// How a round of settle retries ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Round {
+    /// Every unsettled intent was settled, or given up as its term is over.
+    Done,
+    /// etcd did not answer; the rest wait for the next round.
+    Failed,
+}
+
+/// Tries every settle etcd did not confirm, under the term each was recorded in, and
+/// stops at the first that etcd does not answer. Refused means that term is over: the
+/// intent stays, whoever holds the lease latches or will latch on it, and that is logged
+/// once with its request id.
+pub(super) async fn settle_unsettled(c: &Coordinator) -> Round {
+    let pending: Vec<(String, i64)> = c.lock().unsettled.iter().map(|(r, v)| (r.clone(), *v)).collect();
+    let mut round = Round::Done;
+    for (request_id, revision) in pending {
+        match c.shared.etcd.txn(settle_txn(c, &request_id, revision)).await {
+            Ok(r) if r.succeeded => {
+                c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Ok);
+                tracing::info!(request_id = %request_id, "the write-ahead intent was settled on a later try");
+            }
+            Ok(_) => {
+                c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Refused);
+                tracing::error!(request_id = %request_id, "the write-ahead intent of an acknowledged command could not be settled before its term ended; it stays in etcd and the next active latches on it");
+            }
+            Err(_) => {
+                c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Failed);
+                round = Round::Failed;
+                break;
+            }
         }
-        Err(_) => {
-            c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Failed);
-            c.lock().settle_again = Some((request_id, revision));
-        }
+        c.lock().unsettled.remove(&request_id);
+    }
+    c.publish();
+    round
+}
+
+/// The term is over for certain (the lease is gone or was given up): what is still
+/// unsettled stays in etcd, logged once each.
+pub(super) fn term_ended(c: &Coordinator) {
+    let left = std::mem::take(&mut c.lock().unsettled);
+    for request_id in left.keys() {
+        tracing::error!(request_id = %request_id, "the write-ahead intent of an acknowledged command could not be settled before this replica's term ended; it stays in etcd and the next active latches on it");
     }
 }
 
@@ -144,6 +222,10 @@ impl IntentStore for EtcdIntents {
 
     fn settle(&self) -> IntentFuture<'_, Result<(), IntentError>> {
         Box::pin(self.settle_now())
+    }
+
+    fn may_admit(&self) -> bool {
+        self.coordinator.may_admit()
     }
 
     /// Unsettled intents on etcd are read by the election, in the transaction that makes

@@ -25,10 +25,13 @@ mod election;
 pub mod etcd;
 mod intents;
 mod latch;
+mod reach;
 
 pub use intents::EtcdIntents;
 pub use latch::{clear_cluster, read_cluster, ClusterRecord};
+pub use reach::ReachProbe;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -53,6 +56,9 @@ pub struct Keys {
     pub leader: String,
     pub intents: String,
     pub latch: String,
+    /// `<prefix>/reach/<instance id>`: each standby's last check of the control plane,
+    /// under its own lease.
+    pub reach: String,
 }
 
 impl Keys {
@@ -61,6 +67,7 @@ impl Keys {
             leader: format!("{prefix}/leader"),
             intents: format!("{prefix}/intents/"),
             latch: format!("{prefix}/latch"),
+            reach: format!("{prefix}/reach/"),
         }
     }
 
@@ -84,12 +91,22 @@ pub fn client(config: &EtcdConfig, timeout: Duration) -> Result<Etcd, EtcdError>
     })
 }
 
-/// This replica's term as the active: the create revision of its election key, and when
-/// it sent its last acknowledged renewal.
+/// This replica's term as the active: the create revision of its election key, when it
+/// began (as this replica's clock saw it), and when it sent its last acknowledged renewal.
 #[derive(Clone, Copy, Debug)]
 struct Term {
     revision: i64,
+    started_at: Instant,
     renewed_at: Instant,
+}
+
+/// The timing of one replica's coordination (`[coordination]`).
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// `coordination.lease_ttl`.
+    pub lease_ttl: Duration,
+    /// `coordination.step_down_after`.
+    pub step_down_after: Duration,
 }
 
 /// What the coordinator knows now.
@@ -105,11 +122,29 @@ struct State {
     told_unreachable: bool,
     /// The cluster-wide latch, when one is set.
     latch: Option<ClusterRecord>,
-    /// The request id of the intent recorded and not yet settled.
-    outstanding: Option<String>,
-    /// A settle etcd did not answer: tried again after each renewal while the term lasts,
-    /// so that an acknowledged command does not make a later successor latch.
-    settle_again: Option<(String, i64)>,
+    /// The intent recorded and not yet settled: its request id and the term (election
+    /// key revision) it was recorded under.
+    outstanding: Option<(String, i64)>,
+    /// Intent records in flight (between the admission check and etcd's answer): a
+    /// step-down waits for none.
+    recording: usize,
+    /// Settles etcd did not confirm, by request id, with the term each was recorded
+    /// under: all tried again after each renewal and with backoff while the term lasts,
+    /// and before a graceful stop gives the lease back, so that an acknowledged command
+    /// never makes a later successor latch.
+    unsettled: BTreeMap<String, i64>,
+    /// After a step-down: no campaign before this.
+    hold_off_until: Option<Instant>,
+    step_downs: u64,
+    /// This replica's last look at the control plane (a standby's check, the active's
+    /// polls); `None` before the first.
+    control_plane_reachable: Option<bool>,
+    /// The active's view of a poll failure: when the polls began failing (never before
+    /// the term), and etcd's revision read after that, so that a standby's report written
+    /// at a later revision was written since then.
+    failing: Option<(Instant, i64)>,
+    /// Whether "polls failing, nobody to step down to" was logged in this failure.
+    told_no_standby: bool,
 }
 
 /// One replica's coordination: the election, its intents and the cluster latch. Cheap to
@@ -124,6 +159,11 @@ struct Shared {
     keys: Keys,
     instance_id: String,
     lease_ttl: Duration,
+    step_down_after: Duration,
+    /// A standby's check of the control plane (the run's control client).
+    probe: ReachProbe,
+    /// Wakes the settle loop: a settle failed, or a renewal succeeded.
+    settle_wake: tokio::sync::Notify,
     state: Mutex<State>,
     /// Whether this replica may poll now (active, reachable, no cluster latch).
     may_poll: watch::Sender<bool>,
@@ -135,12 +175,17 @@ struct Shared {
 impl Coordinator {
     pub fn new(
         config: &EtcdConfig,
-        lease_ttl: Duration,
+        timing: Timing,
         instance_id: &str,
-        metrics: Arc<Metrics>,
-        health: Arc<Health>,
+        observers: (Arc<Metrics>, Arc<Health>),
         fence: Fence,
+        probe: ReachProbe,
     ) -> Result<Self, EtcdError> {
+        let Timing {
+            lease_ttl,
+            step_down_after,
+        } = timing;
+        let (metrics, health) = observers;
         let etcd = client(config, request_timeout(lease_ttl))?;
         metrics.coordination_enabled();
         let coordinator = Self {
@@ -149,6 +194,9 @@ impl Coordinator {
                 keys: Keys::under(&config.prefix),
                 instance_id: instance_id.to_owned(),
                 lease_ttl,
+                step_down_after,
+                probe,
+                settle_wake: tokio::sync::Notify::new(),
                 state: Mutex::new(State::default()),
                 may_poll: watch::channel(false).0,
                 metrics,
@@ -170,15 +218,24 @@ impl Coordinator {
         EtcdIntents::new(self.clone())
     }
 
-    /// Runs the election and the latch watch until `stop`; on stop, a held lease is
-    /// revoked so that a standby takes over at once.
+    /// Runs the election, the latch watch, the settle retries and (while standby) the
+    /// control-plane checks until `stop`; on stop, unsettled intents are tried once more
+    /// and a held lease is revoked so that a standby takes over at once.
     pub async fn run(self, stop: CancellationToken) {
-        // One task for both, so that a panic in either reaches the supervisor.
+        // One task for all, so that a panic in any reaches the supervisor.
         tokio::join!(
             election::run(&self, &stop),
-            latch::watch_loop(self.clone(), stop.clone())
+            latch::watch_loop(self.clone(), stop.clone()),
+            intents::settle_loop(&self, &stop),
+            reach::check_loop(&self, &stop),
         );
         election::resign(&self).await;
+    }
+
+    /// Whether this replica may admit (and so poll) now: the gate every intent record
+    /// asks first, by this replica's own clock.
+    pub fn may_admit(&self) -> bool {
+        self.admitting_term().is_ok()
     }
 
     /// Whether this replica may poll, as a watch: `true` only while it is the active and
@@ -199,7 +256,11 @@ impl Coordinator {
 
     /// The term to record an intent under, when this replica may admit now.
     fn admitting_term(&self) -> Result<Term, &'static str> {
-        let state = self.lock();
+        self.admitting_term_of(&self.lock())
+    }
+
+    /// [`Coordinator::admitting_term`] under a lock the caller holds.
+    fn admitting_term_of(&self, state: &State) -> Result<Term, &'static str> {
         if state.latch.is_some() {
             return Err("a cluster-wide latch is set");
         }
@@ -236,11 +297,19 @@ impl Coordinator {
             let role = Self::role(&state);
             self.shared.metrics.coordination_role(role);
             self.shared.metrics.coordination_holder(state.holder.as_deref());
+            self.shared.metrics.coordination_unsettled(state.unsettled.len());
             let view = CoordinationView {
                 backend: "etcd",
                 role: crate::telemetry::LabelValue::as_label(role),
                 holder: state.holder.clone(),
                 lease_ttl_seconds: self.shared.lease_ttl.as_secs_f64(),
+                unsettled: state.unsettled.len(),
+                step_downs: state.step_downs,
+                holding_off_seconds: state
+                    .hold_off_until
+                    .map(|t| t.saturating_duration_since(Instant::now()).as_secs_f64())
+                    .filter(|left| *left > 0.0),
+                control_plane_reachable: state.control_plane_reachable,
                 latch: state.latch.as_ref().map(ClusterRecord::view),
             };
             (view, role == CoordinationRole::Active)

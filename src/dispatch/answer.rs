@@ -1,6 +1,8 @@
 //! The control plane's side of a command: its terminal response, its notifications'
-//! posts, and the answers of commands that never reach an MCP server (refused, not
-//! executed, malformed). Answers of the last kind never latch: nothing was sent.
+//! posts, the answers of commands that never reach an MCP server (refused, not executed,
+//! malformed), and the small error that replaces an answer the control plane refused as
+//! too large. The answers of commands that never reach an MCP server never latch: nothing
+//! was sent.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,16 +14,21 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::books::Books;
-use crate::control::{ControlClient, Delivery, DeliveryReport, PostKind};
+use crate::control::{ControlClient, Delivery, DeliveryReport, PostKind, Refused};
 use crate::downstream::Reply;
 use crate::protocol::{
     discovery_error, json_resp_headers, synthesize_error, ChannelName, Command, CommandKind, DiscoveryFailure,
-    FailureSource, InvalidCommand, RequestId, RespType, ResponseBody, ShardToken, TunnelFailure, NOT_SENT_MESSAGE,
+    FailureSource, InvalidCommand, RequestId, RespType, ResponseBody, ShardToken, TooLarge, TunnelFailure,
+    NOT_SENT_MESSAGE,
 };
 use crate::receipts::Pending;
 
 /// Said to the caller of a command that could not be decoded.
 const MALFORMED_MESSAGE: &str = "not delivered to the MCP server: the tunnel command was malformed";
+
+/// The `resp_code` of the error that replaces an answer too large for the tunnel: the
+/// gateway could not carry what the MCP server sent, as for any body it cannot carry.
+const TOO_LARGE_RESP_CODE: u16 = 502;
 
 /// Posts responses to the control plane.
 pub(crate) struct Responder {
@@ -86,7 +93,52 @@ impl Responder {
         span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
         span.record("tunnelgate.attempts", i64::from(report.attempts));
         receipt.delivered(&report);
+        if report.refused == Some(Refused::TooLarge) {
+            self.books.response_too_large();
+        }
         report
+    }
+
+    /// Tells the caller of `cmd` that `reply`, the MCP server's answer, was refused by
+    /// the control plane as too large: a small `-32603` error for the same request id,
+    /// naming the answer's size, posted as a delivery of its own (retried as any terminal
+    /// response, bounded by `deadline`, and never followed by another, whatever becomes
+    /// of it). The receipt keeps the refused delivery's outcome and gains these words.
+    /// `None` when nobody waits for a JSON-RPC answer (not a request, or not a JSON-RPC
+    /// response that was refused), so nothing is posted.
+    pub(crate) async fn too_large(
+        &self,
+        cmd: &Command,
+        reply: &Reply,
+        deadline: Option<Instant>,
+        receipt: &Pending<'_>,
+    ) -> Option<DeliveryReport> {
+        let CommandKind::JsonRpc(request) = &cmd.kind else {
+            return None;
+        };
+        let id = request.id().filter(|_| request.expects_response())?;
+        let answer = reply
+            .resp_json
+            .as_deref()
+            .filter(|_| reply.resp_type == RespType::JsonrpcResponse)?;
+        let kind = TooLarge::of_method(request.method());
+        let resp_json = synthesize_error(Some(id), &kind.message(answer.get().len()), &TooLarge::failure());
+        receipt.told(kind.words());
+        let small = error_reply(Some(resp_json), TOO_LARGE_RESP_CODE, RespType::JsonrpcResponse);
+        let span = tracing::debug_span!(
+            "tunnelgate.deliver",
+            tunnelgate.resp_type = small.resp_type.as_str(),
+            tunnelgate.delivery_outcome = tracing::field::Empty,
+            tunnelgate.attempts = tracing::field::Empty,
+        );
+        let body = body(&cmd.request_id, &cmd.channel, &small);
+        let report = self
+            .post(PostKind::Terminal, body, &cmd.shard_token, deadline)
+            .instrument(span.clone())
+            .await;
+        span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
+        span.record("tunnelgate.attempts", i64::from(report.attempts));
+        Some(report)
     }
 
     /// Posts one response body of `kind`, retried per the control client's rules. Every

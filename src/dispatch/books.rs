@@ -113,6 +113,11 @@ impl Books {
         }
     }
 
+    /// The control plane refused a terminal response as larger than it accepts.
+    pub(crate) fn response_too_large(&self) {
+        self.metrics.response_too_large();
+    }
+
     /// The control plane acknowledged a delivery (`last_acked_at`).
     pub(crate) fn delivery_acked(&self) {
         let at = unix_millis_now();

@@ -273,15 +273,67 @@ impl CommandTask<'_> {
         };
         admission.set_leg(FenceLeg::Deliver);
         let report = self.deliver(&leg, within_cleanup).await;
-        match delivering.delivered(report.delivery, report.last_attempt, is_expired(self.deadline)) {
+        let after = delivering.delivered(
+            report.delivery,
+            report.last_attempt,
+            report.refused,
+            is_expired(self.deadline),
+        );
+        self.after_delivery(&admission, &leg, &report, after).await;
+    }
+
+    /// Does what `decide` said once the terminal delivery ended.
+    async fn after_delivery(
+        &self,
+        admission: &Admission,
+        leg: &LegResult,
+        report: &DeliveryReport,
+        after: AfterDelivery,
+    ) {
+        let dispatched = leg.outcome != LegOutcome::NotSent;
+        match after {
             AfterDelivery::Done => self.settle_intent().await,
-            AfterDelivery::Latch(category) => self.latch(&admission, category),
+            AfterDelivery::Latch(category) => self.latch(admission, category),
             AfterDelivery::Report => tracing::warn!(
                 delivery = report.delivery.as_str(),
                 attempt_result = report.last_attempt.as_str(),
                 attempts = report.attempts,
                 dispatched,
                 "terminal response not acknowledged; the caller may not have its result"
+            ),
+            AfterDelivery::TellTooLarge => self.tell_too_large(leg, self.deadline).await,
+            AfterDelivery::LatchThenTellTooLarge(category) => {
+                self.latch(admission, category);
+                // The caller has not been told: post the small error, bounded by cleanup.
+                let deadline = self.d.responder.cleanup_deadline(self.deadline);
+                self.tell_too_large(leg, deadline).await;
+            }
+        }
+    }
+
+    /// The MCP server answered, and the control plane refused the answer as larger than
+    /// it accepts: its caller gets a small error saying so instead, once.
+    async fn tell_too_large(&self, leg: &LegResult, deadline: Option<Instant>) {
+        let bytes = leg.reply.resp_json.as_deref().map_or(0, |j| j.get().len());
+        let responder = &self.d.responder;
+        match responder.too_large(self.cmd, &leg.reply, deadline, self.receipt).await {
+            Some(report) if report.delivery == Delivery::Acked => tracing::warn!(
+                result_bytes = bytes,
+                delivery = report.delivery.as_str(),
+                attempts = report.attempts,
+                "the control plane refused the MCP server's answer as too large; its caller was told so in an error (the request ran)"
+            ),
+            // Never followed by another: the refusal is not retried in any form.
+            Some(report) => tracing::warn!(
+                result_bytes = bytes,
+                delivery = report.delivery.as_str(),
+                attempt_result = report.last_attempt.as_str(),
+                attempts = report.attempts,
+                "the control plane refused the MCP server's answer as too large, and the error replacing it was not acknowledged either; nothing more is posted"
+            ),
+            None => tracing::warn!(
+                result_bytes = bytes,
+                "the control plane refused the terminal response as too large; no JSON-RPC caller to tell"
             ),
         }
     }
@@ -327,15 +379,17 @@ impl CommandTask<'_> {
         w.store.record(&intent).await
     }
 
-    /// Settles the write-ahead intent. A record left behind makes the next start latch
-    /// `interrupted_before_ack` on a command that was in fact settled: the safe side.
+    /// Settles the write-ahead intent. A record left behind makes the next start (file
+    /// backend) or the next active (etcd) latch `interrupted_before_ack` on a command that
+    /// was in fact settled: the safe side.
     async fn settle_intent(&self) {
         let Some(w) = &self.d.gate.write_ahead else { return };
         if let Err(e) = w.store.settle().await {
             tracing::error!(
                 error = %e,
                 kind = e.kind(),
-                "the write-ahead intent could not be settled; the next start will latch on it"
+                "the write-ahead intent could not be settled; {}",
+                w.store.after_failed_settle()
             );
         }
     }

@@ -7,7 +7,7 @@
 //! driver performs that and nothing else. [`decide`] flattens the two decision points
 //! into one table, and the table test lists every combination of the inputs.
 
-use crate::control::{AttemptResult, Delivery};
+use crate::control::{AttemptResult, Delivery, Refused};
 use crate::downstream::LegOutcome;
 use crate::strict::FatalCategory;
 
@@ -22,8 +22,10 @@ pub(crate) enum Stage {
     Delivered {
         delivery: Delivery,
         last_attempt: AttemptResult,
-        /// The leg's outcome was not `not_sent`.
-        dispatched: bool,
+        /// Why the control plane refused it, when it said.
+        refused: Option<Refused>,
+        /// How the leg whose reply was posted ended.
+        leg: LegOutcome,
     },
 }
 
@@ -58,6 +60,12 @@ pub(crate) enum Decision {
     /// Not acknowledged, and nothing to latch (default mode, or nothing dispatched):
     /// logged and counted.
     Report,
+    /// The MCP server's answer was refused as too large for the tunnel: tell the caller
+    /// so in a small error instead (its own delivery), then report.
+    TellTooLarge,
+    /// As [`Decision::TellTooLarge`] in strict mode: latch, then tell the caller, bounded
+    /// by the cleanup time.
+    LatchThenTellTooLarge(FatalCategory),
 }
 
 /// The rules a strict gateway decides by, fixed at startup.
@@ -95,8 +103,8 @@ pub(crate) struct Running {
 #[derive(Debug)]
 pub(crate) struct Delivering {
     rules: Rules,
-    /// The leg's outcome was not `not_sent`.
-    dispatched: bool,
+    /// How the leg whose reply is posted ended.
+    leg: LegOutcome,
 }
 
 /// What an admitted command does first.
@@ -128,6 +136,13 @@ pub(crate) enum AfterDelivery {
     Done,
     Latch(FatalCategory),
     Report,
+    /// The control plane refused the MCP server's answer as too large: post a small
+    /// error for the same request instead, once (whatever becomes of it, nothing more is
+    /// posted), then report.
+    TellTooLarge,
+    /// Latch (strict mode), then [`AfterDelivery::TellTooLarge`] bounded by the cleanup
+    /// time.
+    LatchThenTellTooLarge(FatalCategory),
 }
 
 impl BeforeDispatch {
@@ -158,7 +173,7 @@ impl Running {
             within_cleanup,
             next: Delivering {
                 rules: self.rules,
-                dispatched,
+                leg: outcome,
             },
         };
         if deadline_passed {
@@ -199,26 +214,42 @@ impl Delivering {
     /// The leg's outcome was not `not_sent`.
     #[cfg(test)]
     pub(crate) fn dispatched(&self) -> bool {
-        self.dispatched
+        self.leg != LegOutcome::NotSent
     }
 
-    /// The terminal delivery ended with `delivery`, settled by `last_attempt`.
+    /// The terminal delivery ended with `delivery`, settled by `last_attempt`, refused
+    /// for the reason in `refused` when the control plane gave one.
+    ///
+    /// An `answered` leg's reply refused as too large is the MCP server's own answer, which
+    /// no retry can carry: its caller is told so instead (before the deadline only: a late
+    /// error is never synthesized). Strict mode still latches first, as for any refusal.
     pub(crate) fn delivered(
         self,
         delivery: Delivery,
         last_attempt: AttemptResult,
+        refused: Option<Refused>,
         deadline_passed: bool,
     ) -> AfterDelivery {
+        let dispatched = self.leg != LegOutcome::NotSent;
+        let latch = (self.rules.strict && dispatched).then(|| {
+            if deadline_passed {
+                FatalCategory::DeadlineExpired
+            } else {
+                fatal_category(last_attempt).unwrap_or(FatalCategory::InternalError)
+            }
+        });
+        let tell_too_large = delivery == Delivery::Rejected
+            && refused == Some(Refused::TooLarge)
+            && self.leg == LegOutcome::Answered
+            && !deadline_passed;
         match delivery {
             Delivery::Acked => AfterDelivery::Done,
-            Delivery::NotFound | Delivery::Rejected | Delivery::Ambiguous if self.rules.strict && self.dispatched => {
-                AfterDelivery::Latch(if deadline_passed {
-                    FatalCategory::DeadlineExpired
-                } else {
-                    fatal_category(last_attempt).unwrap_or(FatalCategory::InternalError)
-                })
-            }
-            Delivery::NotFound | Delivery::Rejected | Delivery::Ambiguous => AfterDelivery::Report,
+            Delivery::NotFound | Delivery::Rejected | Delivery::Ambiguous => match (latch, tell_too_large) {
+                (Some(category), true) => AfterDelivery::LatchThenTellTooLarge(category),
+                (Some(category), false) => AfterDelivery::Latch(category),
+                (None, true) => AfterDelivery::TellTooLarge,
+                (None, false) => AfterDelivery::Report,
+            },
         }
     }
 }
@@ -263,11 +294,14 @@ pub(crate) fn decide(s: Situation) -> Decision {
         Stage::Delivered {
             delivery,
             last_attempt,
-            dispatched,
-        } => match (Delivering { rules, dispatched }).delivered(delivery, last_attempt, s.deadline_passed) {
+            refused,
+            leg,
+        } => match (Delivering { rules, leg }).delivered(delivery, last_attempt, refused, s.deadline_passed) {
             AfterDelivery::Done => Decision::Done,
             AfterDelivery::Latch(c) => Decision::Latch(c),
             AfterDelivery::Report => Decision::Report,
+            AfterDelivery::TellTooLarge => Decision::TellTooLarge,
+            AfterDelivery::LatchThenTellTooLarge(c) => Decision::LatchThenTellTooLarge(c),
         },
     }
 }

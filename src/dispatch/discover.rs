@@ -67,11 +67,20 @@ impl CommandTask<'_> {
             AfterLeg::Deliver { within_cleanup, next } => {
                 admission.set_leg(FenceLeg::Deliver);
                 let report = self.post_terminal(&reply, within_cleanup).await;
-                match next.delivered(report.delivery, report.last_attempt, is_expired(self.deadline)) {
+                let after = next.delivered(
+                    report.delivery,
+                    report.last_attempt,
+                    report.refused,
+                    is_expired(self.deadline),
+                );
+                match after {
                     AfterDelivery::Done => {}
                     // `not_sent` never latches on its delivery; kept exact all the same.
-                    AfterDelivery::Latch(category) => self.latch(&admission, category),
-                    AfterDelivery::Report => tracing::warn!(
+                    AfterDelivery::Latch(category) | AfterDelivery::LatchThenTellTooLarge(category) => {
+                        self.latch(&admission, category)
+                    }
+                    // Only an `answered` leg's answer is replaced; discovery is `not_sent`.
+                    AfterDelivery::Report | AfterDelivery::TellTooLarge => tracing::warn!(
                         delivery = report.delivery.as_str(),
                         attempt_result = report.last_attempt.as_str(),
                         "oauth_discovery_response not acknowledged; the caller may not have its answer"

@@ -64,6 +64,8 @@ pub struct Policy {
     pub ambiguity_is_fatal: bool,
     /// Bound on best-effort error responses after a latch or at shutdown.
     pub cleanup_timeout: Duration,
+    /// How long a stop waits for an open poll's answer (`strict.shutdown_grace`).
+    pub open_poll_grace: Duration,
     /// Prefetch capacity: commands held at once (queued + in flight).
     pub max_inflight: usize,
     /// Where the gateway's trace context is handed on to MCP servers.
@@ -139,6 +141,7 @@ pub struct Dispatcher {
     legs: Legs,
     supervisor: Supervisor,
     receipts: Journal,
+    open_poll_grace: Duration,
 }
 
 impl Dispatcher {
@@ -173,6 +176,7 @@ impl Dispatcher {
             legs: Legs::new(stops.cut, policy.propagation),
             supervisor,
             receipts,
+            open_poll_grace: policy.open_poll_grace,
         })
     }
 
@@ -207,7 +211,7 @@ impl Dispatcher {
         let poller = Poller::new(
             self.responder.control().clone(),
             self.books.metrics().clone(),
-            self.responder.cleanup_timeout(),
+            (self.responder.cleanup_timeout(), self.open_poll_grace),
         );
         poller.run(&self, &stop, &latched).await;
         TaskEnd::Finished
@@ -275,6 +279,12 @@ impl PollSink for Arc<Dispatcher> {
 
     fn poll_failed(&self, error: &PollError) {
         self.books.poll_failed(error.kind());
+    }
+
+    /// The admission gate of a shared intent store (strict mode on etcd): the same
+    /// question every intent record asks first.
+    fn may_poll(&self) -> bool {
+        self.gate.write_ahead.as_ref().is_none_or(|w| w.store.may_admit())
     }
 }
 

@@ -29,6 +29,9 @@ pub struct OpsState {
     pub log_ring: Arc<LogRing>,
     /// A poll older than this makes the gateway not ready.
     pub poll_freshness: Duration,
+    /// With coordination (`coordination.step_down_after`): an active whose polls have all
+    /// failed this long is not ready, whatever its last success's age.
+    pub polls_failing_bound: Option<Duration>,
     /// What the operator page needs beyond the status (`/ui`).
     pub page: super::ui::PageSettings,
 }
@@ -58,6 +61,13 @@ pub enum NotReady {
     #[error("last successful poll {}s ago (last error: {})", .age.as_secs(), .last_error.unwrap_or("none"))]
     PollStale {
         age: Duration,
+        last_error: Option<&'static str>,
+    },
+    /// Every poll has failed for at least `coordination.step_down_after` (with
+    /// coordination): the active steps down to a standby that can reach the control plane.
+    #[error("every poll has failed for {}s (last error: {})", .failing.as_secs(), .last_error.unwrap_or("none"))]
+    PollsFailing {
+        failing: Duration,
         last_error: Option<&'static str>,
     },
     /// The first channel seen down.
@@ -182,6 +192,7 @@ impl OpsState {
             }
             Some(_) => {}
         }
+        self.polls_failing()?;
         if let Some(down) = self.channels.status().into_iter().find(|c| !c.up) {
             return Err(NotReady::ChannelDown(Box::new(down)));
         }
@@ -227,6 +238,21 @@ impl OpsState {
 }
 
 impl OpsState {
+    /// `Err` once every poll has failed for [`OpsState::polls_failing_bound`].
+    fn polls_failing(&self) -> Result<(), NotReady> {
+        let (Some(bound), Some(since)) = (self.polls_failing_bound, self.health.polls_failing_since()) else {
+            return Ok(());
+        };
+        let failing = since.elapsed();
+        if failing < bound {
+            return Ok(());
+        }
+        Err(NotReady::PollsFailing {
+            failing,
+            last_error: self.health.poll_health().last_poll_error_kind,
+        })
+    }
+
     /// The latch file's cause, read only while the run honours an earlier run's latch.
     fn persisted_cause(&self, fatal: Option<&Fatal>) -> Option<Fatal> {
         if fatal?.category != FatalCategory::LatchedPreviously {

@@ -26,7 +26,7 @@ pub use command::{
     decode_poll, Command, CommandKind, InvalidCommand, InvalidReason, JsonRpcPayload, PollDecodeError, UnknownCommand,
     KNOWN_COMMAND_TYPES,
 };
-pub use failure::{synthesize_error, FailureSource, TunnelFailure, ABANDONED_MESSAGE, NOT_SENT_MESSAGE};
+pub use failure::{synthesize_error, FailureSource, TooLarge, TunnelFailure, ABANDONED_MESSAGE, NOT_SENT_MESSAGE};
 pub use headers::{
     filter_resp_headers, json_resp_headers, server_info_header, ServerInfoChannel, LAST_EVENT_ID, MCP_PROTOCOL_VERSION,
     MCP_SESSION_ID, RESP_HEADER_ALLOWLIST,

@@ -27,8 +27,6 @@ use super::server::{never, ConnHandle};
 use super::state::{Refusal, Shared};
 use super::validate::{self, ApiError};
 
-/// Larger response POST bodies get `413 request_body_too_large`.
-const MAX_RESPONSE_BODY: usize = 8 * 1024 * 1024;
 const LIMIT_MAX: u64 = 25;
 
 impl IntoResponse for ApiError {
@@ -233,7 +231,8 @@ pub(crate) async fn response(
         Ok(shard) => shard,
         Err(e) => return refuse_unread(&sim, rec, e),
     };
-    let body = match axum::body::to_bytes(body, MAX_RESPONSE_BODY).await {
+    // A larger body gets `413 request_body_too_large` (`SimConfig::max_response_body`).
+    let body = match axum::body::to_bytes(body, sim.max_response_body).await {
         Ok(b) => b,
         Err(_) => {
             let e = ApiError::new(

@@ -101,6 +101,9 @@ use state::Shared;
 /// Default bound of the record's lists and of the completed requests remembered.
 const DEFAULT_CAPACITY: usize = 4096;
 
+/// Default bound of a response POST body: larger ones get `413 request_body_too_large`.
+const DEFAULT_MAX_RESPONSE_BODY: usize = 8 * 1024 * 1024;
+
 /// How a simulator runs.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -119,6 +122,10 @@ pub struct SimConfig {
     /// Completed requests remembered so that a repeated POST gets `404` (default 4096);
     /// a POST for one forgotten since also gets `404`, as an unknown request.
     pub completed_capacity: usize,
+    /// The largest response POST body accepted, in bytes (default 8 MiB); a larger one
+    /// is answered `413` with the contract's `request_body_too_large`, and the request
+    /// stays pending.
+    pub max_response_body: usize,
 }
 
 /// A running simulator. Dropping it stops serving; [`Simulator::shutdown`] also waits.
@@ -143,6 +150,7 @@ impl SimConfig {
             max_poll_wait: Duration::from_secs(30),
             record_capacity: DEFAULT_CAPACITY,
             completed_capacity: DEFAULT_CAPACITY,
+            max_response_body: DEFAULT_MAX_RESPONSE_BODY,
         }
     }
 }
@@ -161,6 +169,7 @@ impl Simulator {
             state::Capacity {
                 record: config.record_capacity,
                 completed: config.completed_capacity,
+                response_body: config.max_response_body,
             },
         ));
         let shutdown = CancellationToken::new();

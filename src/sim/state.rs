@@ -26,6 +26,8 @@ pub(crate) struct Shared {
     pub(crate) max_poll_wait: Duration,
     pub(crate) ingress_timeout: Duration,
     pub(crate) faults: FaultScript,
+    /// Response POST bodies above this many bytes get `413 request_body_too_large`.
+    pub(crate) max_response_body: usize,
     inner: Mutex<Inner>,
     queued: Notify,
     recorded: Notify,
@@ -52,6 +54,8 @@ struct Inner {
 pub(crate) struct Capacity {
     pub(crate) record: usize,
     pub(crate) completed: usize,
+    /// The largest response POST body accepted, in bytes.
+    pub(crate) response_body: usize,
 }
 
 struct Pending {
@@ -117,6 +121,7 @@ impl Shared {
             max_poll_wait,
             ingress_timeout,
             faults,
+            max_response_body: capacity.response_body,
             inner: Mutex::new(Inner {
                 queue: VecDeque::new(),
                 pending: HashMap::new(),

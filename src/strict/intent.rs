@@ -114,6 +114,20 @@ pub trait IntentStore: Send + Sync {
     fn settle(&self) -> IntentFuture<'_, Result<(), IntentError>>;
     /// What an earlier run left.
     fn unsettled(&self) -> Unsettled;
+    /// What becomes of a record whose settle failed, for the log line that says so. The
+    /// default is a shared store's: tried again while this replica's term lasts, and
+    /// otherwise read by the next replica to become active. The file backend's is read
+    /// by the next start.
+    fn after_failed_settle(&self) -> &'static str {
+        "the record stays in the coordination store and is tried again while this replica's term lasts; if it is still there, the next active latches interrupted_before_ack on it"
+    }
+    /// Whether a record would be asked for now at all: a shared store's own gate (this
+    /// replica holds the lease and its renewal is not overdue). The poller asks it before
+    /// every poll, so a replica that may not admit takes no command either. A local store
+    /// always may.
+    fn may_admit(&self) -> bool {
+        true
+    }
 }
 
 /// The file backend: one record at `path`. Cheap to clone: clones share the open file,
@@ -243,6 +257,10 @@ impl IntentStore for FileIntents {
 
     fn unsettled(&self) -> Unsettled {
         self.read()
+    }
+
+    fn after_failed_settle(&self) -> &'static str {
+        "the record stays, and the next start latches interrupted_before_ack on it"
     }
 }
 

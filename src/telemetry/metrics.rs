@@ -57,6 +57,7 @@ struct PollFamilies {
     polls: IntCounterVec,
     poll_errors: IntCounterVec,
     last_successful_poll: Gauge,
+    polls_abandoned: IntCounter,
 }
 
 /// What happens to commands: received, dropped, timed per leg, in flight, queued.
@@ -73,6 +74,7 @@ struct DeliveryFamilies {
     downstream_requests: IntCounterVec,
     deliveries: IntCounterVec,
     delivery_attempts: IntCounterVec,
+    responses_too_large: IntCounter,
 }
 
 /// The fence and the fatal latch.
@@ -176,6 +178,11 @@ impl PollFamilies {
                 "last_successful_poll_timestamp_seconds",
                 "Unix time of the last successful poll (0: none yet).",
             ),
+            polls_abandoned: int_counter(
+                r,
+                "polls_abandoned_total",
+                "Open polls a stop or a demotion could not wait for: dropped before their answer, any commands they were handed are unanswered.",
+            ),
         }
     }
 }
@@ -228,6 +235,11 @@ impl DeliveryFamilies {
                 "delivery_attempts_total",
                 "Response POST attempts by kind and result.",
                 &["kind", "result"],
+            ),
+            responses_too_large: int_counter(
+                r,
+                "responses_too_large_total",
+                "Terminal responses the control plane refused as larger than it accepts (413 request_body_too_large); the caller of a JSON-RPC request is sent a small error instead.",
             ),
         }
     }
@@ -383,6 +395,10 @@ impl Metrics {
     pub fn poll_succeeded_at(&self, unix_seconds: f64) {
         self.poll.last_successful_poll.set(unix_seconds);
     }
+    /// An open poll was dropped, its answer not awaited, when polling stopped.
+    pub fn poll_abandoned(&self) {
+        self.poll.polls_abandoned.inc();
+    }
     pub fn command_received(&self, command_type: CommandType) {
         self.commands
             .commands_received
@@ -412,6 +428,10 @@ impl Metrics {
             .delivery_attempts
             .with_label_values(&[kind.as_label(), result.as_label()])
             .inc();
+    }
+    /// The control plane refused a terminal response as too large.
+    pub fn response_too_large(&self) {
+        self.delivery.responses_too_large.inc();
     }
     pub fn leg_duration(&self, leg: DurationLeg, seconds: f64) {
         self.commands
@@ -559,6 +579,9 @@ struct CoordinationFamilies {
     renewals: IntCounterVec,
     takeovers: IntCounterVec,
     intent_ops: IntCounterVec,
+    unsettled: IntGaugeVec,
+    step_downs: IntCounterVec,
+    reachable: IntGaugeVec,
 }
 
 impl CoordinationFamilies {
@@ -594,6 +617,24 @@ impl CoordinationFamilies {
                 "Write-ahead intent transactions on etcd, by operation and result.",
                 &["op", "result"],
             ),
+            unsettled: gauge_vec(
+                r,
+                "coordination_unsettled_intents",
+                "Intents of acknowledged commands whose settle etcd has not confirmed yet (retried while the term lasts).",
+                &[],
+            ),
+            step_downs: counter_vec(
+                r,
+                "coordination_step_downs_total",
+                "Times this replica gave up the lease because its polls all failed while a standby reported the control plane reachable.",
+                &[],
+            ),
+            reachable: gauge_vec(
+                r,
+                "coordination_control_plane_reachable",
+                "A standby's last check of the control plane (1 reachable, 0 not); the active reports 1 while its last poll succeeded.",
+                &[],
+            ),
         }
     }
 }
@@ -608,6 +649,27 @@ impl Metrics {
         c.takeovers.with_label_values::<&str>(&[]);
         let results: Vec<_> = all::<IntentOpResult>().collect();
         at_zero(&c.intent_ops, all::<IntentOp>(), &results);
+        c.unsettled.with_label_values::<&str>(&[]).set(0);
+        c.step_downs.with_label_values::<&str>(&[]);
+        c.reachable.with_label_values::<&str>(&[]).set(0);
+    }
+
+    /// Intents of acknowledged commands not yet settled in etcd.
+    pub fn coordination_unsettled(&self, n: usize) {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        self.coordination.unsettled.with_label_values::<&str>(&[]).set(n);
+    }
+
+    pub fn stepped_down(&self) {
+        self.coordination.step_downs.with_label_values::<&str>(&[]).inc();
+    }
+
+    /// Whether the control plane was reachable at this replica's last look.
+    pub fn control_plane_reachable(&self, reachable: bool) {
+        self.coordination
+            .reachable
+            .with_label_values::<&str>(&[])
+            .set(i64::from(reachable));
     }
 
     /// This replica's role is now `role`.

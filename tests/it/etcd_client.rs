@@ -29,7 +29,7 @@ fn settings(endpoints: &[String]) -> EtcdSettings {
     }
 }
 
-fn client(peer: &EtcdPeer) -> Etcd {
+pub fn client(peer: &EtcdPeer) -> Etcd {
     Etcd::new(settings(&[peer.url()])).unwrap()
 }
 

@@ -570,12 +570,18 @@ impl Gateway {
     /// and proxy variables.
     pub fn spawn(args: &[&str], config_toml: Option<&str>, envs: &[(&str, &str)]) -> Gateway {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tunnelgate"));
-        cmd.args(args);
         for (name, _) in std::env::vars_os() {
             if name.to_str().is_some_and(is_ambient_config_var) {
                 cmd.env_remove(&name);
             }
         }
+        cmd.envs(envs.iter().copied());
+        Gateway::spawn_command(cmd, args, config_toml)
+    }
+
+    /// `cmd` (the binary, its environment set) with `args` and `--config <tempfile>`.
+    fn spawn_command(mut cmd: Command, args: &[&str], config_toml: Option<&str>) -> Gateway {
+        cmd.args(args);
         let config = config_toml.map(|toml| {
             let mut file = tempfile::Builder::new()
                 .prefix("tunnelgate-test-")
@@ -587,7 +593,6 @@ impl Gateway {
             cmd.arg("--config").arg(&path);
             path
         });
-        cmd.envs(envs.iter().copied());
         Gateway {
             process: ChildGuard::spawn("tunnelgate", cmd),
             _config: config,
@@ -596,17 +601,31 @@ impl Gateway {
 
     /// Runs a one-shot command (`check`, `latch show`, ...) to completion within `timeout`.
     pub async fn cli(args: &[&str], config_toml: Option<&str>, envs: &[(&str, &str)], timeout: Duration) -> CliRun {
-        let mut gateway = Gateway::spawn(args, config_toml, envs);
-        let Some(code) = gateway.wait_exit(timeout).await else {
+        Gateway::spawn(args, config_toml, envs).finished(args, timeout).await
+    }
+
+    /// Like [`Gateway::cli`] in an empty environment (`env_clear`, not even `PATH`): an
+    /// operator's shell that has none of the configuration's variables.
+    pub async fn cli_in_empty_env(args: &[&str], config_toml: &str, timeout: Duration) -> CliRun {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tunnelgate"));
+        cmd.env_clear();
+        Gateway::spawn_command(cmd, args, Some(config_toml))
+            .finished(args, timeout)
+            .await
+    }
+
+    /// Waits for a one-shot command to end within `timeout`, and what it printed.
+    async fn finished(mut self, args: &[&str], timeout: Duration) -> CliRun {
+        let Some(code) = self.wait_exit(timeout).await else {
             panic!(
                 "tunnelgate {args:?} still running after {timeout:?}; stderr:\n{}",
-                gateway.stderr()
+                self.stderr()
             );
         };
         CliRun {
             code,
-            stdout: gateway.stdout(),
-            stderr: gateway.stderr(),
+            stdout: self.stdout(),
+            stderr: self.stderr(),
         }
     }
 

@@ -22,6 +22,7 @@ mod harness;
 mod headers;
 mod health_receipts;
 mod oauth;
+mod offline;
 mod ops_flood;
 mod otlp;
 mod peers;
@@ -41,8 +42,10 @@ mod stdio_sessions;
 mod stop;
 mod strict;
 mod strict_ha;
+mod strict_ha_truth;
 mod support_bundle;
 mod tls;
+mod too_large;
 mod trace;
 mod ui;
 

@@ -6,6 +6,7 @@ mod headers;
 mod http_url;
 mod layering;
 mod masking;
+mod offline;
 mod poll_channels;
 mod proxy;
 mod receipts;

@@ -22,7 +22,7 @@ fn poller() -> Poller {
         http2: false,
     };
     let client = ControlClient::new(settings, "i", metrics.clone()).unwrap();
-    Poller::new(client, metrics, Duration::from_secs(5))
+    Poller::new(client, metrics, (Duration::from_secs(5), Duration::from_secs(5)))
 }
 
 fn error(kind: PollErrorKind, retry_after: Option<Duration>) -> PollError {
@@ -112,5 +112,9 @@ async fn a_latch_ends_the_wait_for_room_too() {
     let latched = CancellationToken::new();
     latched.cancel();
     poller().run(&sink, &stop, &latched).await;
-    assert_eq!(sink.asked.get(), 1);
+    assert_eq!(
+        sink.asked.get(),
+        0,
+        "latched before the first poll: not even the room is asked"
+    );
 }

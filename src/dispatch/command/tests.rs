@@ -97,6 +97,7 @@ fn wired(
             strict,
             ambiguity_is_fatal: true,
             cleanup_timeout: Duration::from_secs(2),
+            open_poll_grace: Duration::from_secs(2),
             max_inflight: 4,
             propagation: Propagation::default(),
         },

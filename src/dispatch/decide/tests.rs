@@ -1,18 +1,25 @@
 //! Every combination of the inputs, each row written out: (leg outcome, cut by the stop,
-//! deadline passed, strict, ambiguity fatal) for a leg's end, and (last attempt,
-//! dispatched, deadline passed, strict) for a delivery's end, where the delivery is the
-//! one the last attempt settles and the ambiguity policy must not matter.
+//! deadline passed, strict, ambiguity fatal) for a leg's end, (last attempt, dispatched,
+//! deadline passed, strict) for a delivery's end, where the delivery is the one the last
+//! attempt settles, no reason for a refusal was given, the ambiguity policy must not
+//! matter and neither must which dispatched outcome the leg had; and (leg outcome,
+//! deadline passed, strict) for a terminal response refused as too large.
 
 use super::*;
 use crate::control::AttemptResult::{self, *};
+use crate::control::Refused;
 use crate::downstream::LegOutcome::{self, *};
 use FatalCategory::*;
 
-use Decision::{Deliver, DeliverWithinCleanup, Done, Latch, LatchThenTell, Report, Silent};
+use Decision::{
+    Deliver, DeliverWithinCleanup, Done, Latch, LatchThenTell, LatchThenTellTooLarge, Report, Silent, TellTooLarge,
+};
 
 struct Row {
     situation: Situation,
     any_ambiguity_policy: bool,
+    /// An `answered` leg's row holds for an `abandoned` one too.
+    any_dispatched_leg: bool,
     expected: Decision,
 }
 
@@ -32,6 +39,7 @@ fn leg(
             ambiguity_is_fatal,
         },
         any_ambiguity_policy: false,
+        any_dispatched_leg: false,
         expected,
     }
 }
@@ -48,13 +56,35 @@ fn delivered(
             stage: Stage::Delivered {
                 delivery: last_attempt.final_delivery(),
                 last_attempt,
-                dispatched,
+                refused: None,
+                leg: if dispatched { Answered } else { NotSent },
             },
             deadline_passed,
             strict,
             ambiguity_is_fatal: true,
         },
         any_ambiguity_policy: true,
+        any_dispatched_leg: dispatched,
+        expected,
+    }
+}
+
+/// The terminal response of a leg that ended `leg` was refused as too large (`413`).
+fn too_large(leg: LegOutcome, deadline_passed: bool, strict: bool, expected: Decision) -> Row {
+    Row {
+        situation: Situation {
+            stage: Stage::Delivered {
+                delivery: RejectedStatus.final_delivery(),
+                last_attempt: RejectedStatus,
+                refused: Some(Refused::TooLarge),
+                leg,
+            },
+            deadline_passed,
+            strict,
+            ambiguity_is_fatal: true,
+        },
+        any_ambiguity_policy: true,
+        any_dispatched_leg: false,
         expected,
     }
 }
@@ -184,6 +214,19 @@ fn table() -> Vec<Row> {
         delivered(Cancelled          , true , false, true , Latch(StoppedBeforeAck)),
         delivered(Cancelled          , true , true , false, Report),
         delivered(Cancelled          , true , true , true , Latch(DeadlineExpired)),
+        // too_large(leg, deadline_passed, strict, expected)
+        too_large(NotSent  , false, false, Report),
+        too_large(NotSent  , false, true , Report),
+        too_large(NotSent  , true , false, Report),
+        too_large(NotSent  , true , true , Report),
+        too_large(Answered , false, false, TellTooLarge),
+        too_large(Answered , false, true , LatchThenTellTooLarge(AckRejected)),
+        too_large(Answered , true , false, Report),
+        too_large(Answered , true , true , Latch(DeadlineExpired)),
+        too_large(Abandoned, false, false, Report),
+        too_large(Abandoned, false, true , Latch(AckRejected)),
+        too_large(Abandoned, true , false, Report),
+        too_large(Abandoned, true , true , Latch(DeadlineExpired)),
     ]
 }
 
@@ -199,6 +242,27 @@ fn every_combination_has_its_written_decision() {
             };
             assert_eq!(decide(other), row.expected, "row {i} with the other ambiguity policy");
         }
+        if row.any_dispatched_leg {
+            let Stage::Delivered {
+                delivery,
+                last_attempt,
+                refused,
+                ..
+            } = row.situation.stage
+            else {
+                panic!("row {i}: only a delivery's row holds for any dispatched leg");
+            };
+            let other = Situation {
+                stage: Stage::Delivered {
+                    delivery,
+                    last_attempt,
+                    refused,
+                    leg: Abandoned,
+                },
+                ..row.situation
+            };
+            assert_eq!(decide(other), row.expected, "row {i} with an abandoned leg");
+        }
     }
 }
 
@@ -206,8 +270,8 @@ fn every_combination_has_its_written_decision() {
 fn the_table_lists_every_combination_once() {
     let rows = table();
     // Legs: 3 outcomes x cut x deadline x strict x policy; deliveries: 9 attempts x
-    // dispatched x deadline x strict.
-    assert_eq!(rows.len(), 3 * 2 * 2 * 2 * 2 + 9 * 2 * 2 * 2);
+    // dispatched x deadline x strict; too large: 3 outcomes x deadline x strict.
+    assert_eq!(rows.len(), 3 * 2 * 2 * 2 * 2 + 9 * 2 * 2 * 2 + 3 * 2 * 2);
     let mut seen = std::collections::HashSet::new();
     for row in &rows {
         assert!(
@@ -223,11 +287,11 @@ fn nothing_that_was_not_dispatched_ever_latches() {
     for row in table() {
         let not_dispatched = match row.situation.stage {
             Stage::LegEnded { outcome, .. } => outcome == NotSent,
-            Stage::Delivered { dispatched, .. } => !dispatched,
+            Stage::Delivered { leg, .. } => leg == NotSent,
         };
         if not_dispatched {
             assert!(
-                !matches!(row.expected, Latch(_) | LatchThenTell(_)),
+                !matches!(row.expected, Latch(_) | LatchThenTell(_) | LatchThenTellTooLarge(_)),
                 "{:?} latches",
                 row.situation
             );
@@ -239,7 +303,7 @@ fn nothing_that_was_not_dispatched_ever_latches() {
 fn default_mode_never_latches() {
     for row in table().into_iter().filter(|r| !r.situation.strict) {
         assert!(
-            !matches!(row.expected, Latch(_) | LatchThenTell(_)),
+            !matches!(row.expected, Latch(_) | LatchThenTell(_) | LatchThenTellTooLarge(_)),
             "{:?}",
             row.situation
         );
@@ -321,7 +385,7 @@ fn walk(
     };
     assert!(!within_cleanup);
     let dispatched = next.dispatched();
-    (dispatched, next.delivered(delivery, last, false))
+    (dispatched, next.delivered(delivery, last, None, false))
 }
 
 #[test]
@@ -408,6 +472,20 @@ fn an_abandoned_step_of_the_gateway_latches_only_where_an_abandoned_leg_would() 
                     );
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn only_the_mcp_servers_own_answer_refused_as_too_large_is_replaced_by_an_error() {
+    for row in table() {
+        let Stage::Delivered { refused, leg, .. } = row.situation.stage else {
+            continue;
+        };
+        if matches!(row.expected, TellTooLarge | LatchThenTellTooLarge(_)) {
+            assert_eq!(refused, Some(Refused::TooLarge), "{:?}", row.situation);
+            assert_eq!(leg, Answered, "{:?}", row.situation);
+            assert!(!row.situation.deadline_passed, "{:?}", row.situation);
         }
     }
 }

@@ -10,6 +10,7 @@ fn state(strict: bool) -> OpsState {
         metrics: Arc::new(Metrics::new::<GatewayLabels>(strict, &[])),
         log_ring: Arc::default(),
         poll_freshness: Duration::from_secs(60),
+        polls_failing_bound: None,
         page: crate::ops::ui::PageSettings {
             allow_remote: false,
             latch_file: "/var/lib/tunnelgate/latch.json".into(),
@@ -64,6 +65,13 @@ fn each_not_ready_reason_reads_as_the_documented_line() {
             "last successful poll 61s ago (last error: none)",
         ),
         (
+            NotReady::PollsFailing {
+                failing: Duration::from_millis(10_400),
+                last_error: Some("transport"),
+            },
+            "every poll has failed for 10s (last error: transport)",
+        ),
+        (
             NotReady::ChannelDown(Box::new(down)),
             "downstream channel main (stdio) is down",
         ),
@@ -116,6 +124,28 @@ fn the_state_is_the_first_that_holds() {
             "{fatal} {draining} {polled} {ready}"
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_bound_polls_failing_that_long_make_the_gateway_not_ready_until_one_succeeds() {
+    let mut s = state(true);
+    s.polls_failing_bound = Some(Duration::from_secs(10));
+    s.health.poll_succeeded();
+    s.health.poll_failed("transport");
+    tokio::time::advance(Duration::from_secs(9)).await;
+    s.health.poll_failed("transport");
+    assert!(s.readiness().is_ok(), "9 s of failures, under the bound");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(reason(&s), "every poll has failed for 10s (last error: transport)");
+    s.health.poll_succeeded();
+    assert!(s.readiness().is_ok(), "a success ends it");
+    s.polls_failing_bound = None;
+    s.health.poll_failed("transport");
+    tokio::time::advance(Duration::from_secs(20)).await;
+    assert!(
+        s.readiness().is_ok(),
+        "without coordination only the freshness bound applies"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -101,6 +101,10 @@ function coordinationFacts(c) {
     ["role", "Role", text(c.role)],
     ["holder", "Lease holder", text(c.holder)],
     ["lease-ttl", "Lease TTL", seconds(c.lease_ttl_seconds)],
+    ["unsettled", "Unsettled intents", text(c.unsettled)],
+    ["step-downs", "Step-downs", text(c.step_downs)],
+    ["holding-off", "Holding off campaigning", seconds(c.holding_off_seconds)],
+    ["cp-reachable", "Control plane reachable", text(c.control_plane_reachable)],
   ];
 }
 

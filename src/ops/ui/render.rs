@@ -373,5 +373,17 @@ fn coordination_facts(c: &Value) -> Vec<Fact> {
         fact("role", "Role", text(&c["role"])),
         fact("holder", "Lease holder", text(&c["holder"])),
         fact("lease-ttl", "Lease TTL", seconds(&c["lease_ttl_seconds"])),
+        fact("unsettled", "Unsettled intents", text(&c["unsettled"])),
+        fact("step-downs", "Step-downs", text(&c["step_downs"])),
+        fact(
+            "holding-off",
+            "Holding off campaigning",
+            seconds(&c["holding_off_seconds"]),
+        ),
+        fact(
+            "cp-reachable",
+            "Control plane reachable",
+            text(&c["control_plane_reachable"]),
+        ),
     ]
 }

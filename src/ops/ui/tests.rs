@@ -191,6 +191,8 @@ fn with_coordination_the_render_shows_the_role_the_holder_and_a_cluster_wide_lat
         "fence": {"held": false, "leg": null, "request_id": null, "channel": null, "held_seconds": null},
         "fatal": null, "control_plane": {}, "downstream": [], "commands": {}, "outcomes": {}, "recent_receipts": [],
         "coordination": {"backend": "etcd", "role": "standby", "holder": "gw-<a>", "lease_ttl_seconds": 10.0,
+                         "unsettled": 2, "step_downs": 1, "holding_off_seconds": 4.0,
+                         "control_plane_reachable": true,
                          "latch": {"category": "ack_timeout", "latched_by": "gw-<a>"}},
     });
     let commands = render::LatchCommands {
@@ -206,6 +208,13 @@ fn with_coordination_the_render_shows_the_role_the_holder_and_a_cluster_wide_lat
         "{html}"
     );
     assert!(html.contains("<dd id=\"coordination-lease-ttl\">10.0 s</dd>"), "{html}");
+    assert!(html.contains("<dd id=\"coordination-unsettled\">2</dd>"), "{html}");
+    assert!(html.contains("<dd id=\"coordination-step-downs\">1</dd>"), "{html}");
+    assert!(
+        html.contains("<dd id=\"coordination-holding-off\">4.0 s</dd>"),
+        "{html}"
+    );
+    assert!(html.contains("<dd id=\"coordination-cp-reachable\">yes</dd>"), "{html}");
     // A cluster-wide latch shows the latch section even without a local cause.
     assert!(html.contains("<section id=\"latch\"><h2>"), "{html}");
     assert!(html.contains("<dd id=\"latch-cluster\">ack_timeout</dd>"), "{html}");

@@ -142,6 +142,7 @@ async fn a_pending_receipt_is_handed_over_when_dropped_and_only_when_unclean() {
         delivery,
         last_attempt: AttemptResult::Ok,
         attempts: 2,
+        refused: None,
     };
     {
         let p = journal.pending(&clean, Instant::now(), false);

@@ -113,3 +113,29 @@ fn a_fifo_where_the_record_should_be_fails_closed_at_once() {
     }
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// A store that keeps nothing: what a shared store says by default.
+struct Shared;
+
+impl IntentStore for Shared {
+    fn record<'a>(&'a self, _: &'a Intent) -> IntentFuture<'a, Result<(), IntentError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn settle(&self) -> IntentFuture<'_, Result<(), IntentError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn unsettled(&self) -> Unsettled {
+        Unsettled::None
+    }
+}
+
+#[test]
+fn a_failed_settle_says_who_latches_the_next_start_for_a_file_the_next_active_for_a_shared_store() {
+    let file = FileIntents::beside(Path::new("/var/lib/tunnelgate/latch.json"));
+    assert!(file.after_failed_settle().contains("the next start latches"));
+    assert!(!file.after_failed_settle().contains("active"));
+    assert!(Shared.after_failed_settle().contains("the next active latches"));
+    assert!(!Shared.after_failed_settle().contains("next start"));
+}
