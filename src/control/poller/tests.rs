@@ -118,3 +118,42 @@ async fn a_latch_ends_the_wait_for_room_too() {
         "latched before the first poll: not even the room is asked"
     );
 }
+
+/// A sink with room whose poll gate stays closed (a replica whose term has lapsed by its
+/// own clock): a poll would reach the closed port and fail, which panics here.
+struct Gated {
+    asked: Cell<u32>,
+}
+
+impl PollSink for Gated {
+    fn free_slots(&self) -> usize {
+        25
+    }
+    async fn room(&self) {}
+    fn polled(&self, _: Polled) {
+        panic!("a poll was sent through a closed gate");
+    }
+    fn poll_failed(&self, _: &PollError) {
+        panic!("a poll was sent through a closed gate");
+    }
+    fn may_poll(&self) -> bool {
+        self.asked.set(self.asked.get() + 1);
+        false
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_gate_sends_no_poll_however_long_it_stays_closed_and_the_stop_ends_the_wait() {
+    let sink = Gated { asked: Cell::new(0) };
+    let stop = CancellationToken::new();
+    let latched = CancellationToken::new();
+    let run = poller().run(&sink, &stop, &latched);
+    let stopper = async {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        stop.cancel();
+    };
+    tokio::join!(run, stopper);
+    // Asked before every poll it would have sent: every GATE_RECHECK for a minute.
+    let expected = (60_000 / GATE_RECHECK.as_millis()) as u32;
+    assert!(sink.asked.get() >= expected, "asked {} times", sink.asked.get());
+}
