@@ -1,5 +1,5 @@
 //! When a response POST is tried again, and when the next try starts. Pure: the
-//! delivery loop in `client.rs` asks after every attempt and does what it is told.
+//! delivery loop in `client/delivery.rs` asks after every attempt and does what it is told.
 
 use std::time::Duration;
 

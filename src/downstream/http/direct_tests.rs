@@ -15,9 +15,13 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
+use bytes::Bytes;
+use reqwest::header::HeaderValue;
+use serde_json::value::RawValue;
+
 use super::*;
 use crate::config::{EnvProxies, ProxyUrl, TlsFile, TlsFiles};
-use crate::downstream::LegOutcome;
+use crate::downstream::{LegOutcome, Notification};
 use crate::protocol::JsonRpcPayload;
 use crate::scripted_peer::{reply, sse_head, Act, Seen, Server};
 use crate::strict::{CommandRef, Fence};

@@ -26,7 +26,10 @@ use reqwest::{Method, StatusCode, Url};
 use serde_json::value::RawValue;
 use tokio::time::{timeout_at, Instant};
 
-use super::{json_value, read_body, response_headers, BodyError, HttpTransport};
+use super::classify::json_value;
+use super::exchange::{read_body, BodyError};
+use super::headers::response_headers;
+use super::HttpTransport;
 use crate::downstream::Reply;
 use crate::egress::direct::Answer;
 use crate::protocol::{DiscoveryFailure, RespType};

@@ -7,6 +7,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
+use serde_json::value::RawValue;
+
 use super::*;
 use crate::config::ProxyUrl;
 use crate::downstream::test_support::{assert_row, A, N};

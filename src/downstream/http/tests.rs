@@ -9,9 +9,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
+use bytes::Bytes;
+use reqwest::header::CONTENT_TYPE;
+use serde_json::value::RawValue;
+
+use super::classify::classify_send_error;
 use super::*;
+use crate::downstream::error_chain::SendFacts;
 use crate::downstream::test_support::{assert_not_admitted, assert_row, assert_timed_out_after_write, A, N, R};
-use crate::downstream::LegOutcome;
+use crate::downstream::{LegOutcome, Notification};
 use crate::protocol::JsonRpcPayload;
 use crate::scripted_peer::{head, reply, sse_head, Act, Server};
 use crate::strict::{CommandRef, FatalCategory, Fence};

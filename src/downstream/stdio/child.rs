@@ -1,5 +1,6 @@
-//! One spawned child: its process group, its stdin, the routing of its stdout to the
-//! requests in flight (through its id map), its stderr log, and the monitor that reaps it.
+//! One spawned child: its process group, its stdin, its id map (the requests in flight
+//! and the ones retired), where its MCP session stands, and the monitor that reaps it.
+//! What it prints on stdout and stderr is read in [`output`].
 //!
 //! Three tasks per child, each ending on its own: the monitor (ends when the child is
 //! reaped and its stdout closed), the stdout reader (ends at EOF) and the stderr logger
@@ -7,31 +8,29 @@
 //! ([`super::guard`]) when the settings name one, else the child itself; either way the
 //! child and what it starts in its group are in it.
 
-use std::collections::BTreeMap;
+mod output;
+
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::value::RawValue;
-use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+use tokio::process::ChildStdin;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::guard;
-use super::line::{self, Ask, Line, LineReader, RawLine, WriteResult};
-use super::pending::{Answer, Closed, Origin, PendingMap, Ticket};
-use super::rewrite::{self, Span};
-use super::session::{Declared, Session};
+use super::line::{self, WriteResult};
+use super::pending::{Closed, Origin, PendingMap, Ticket};
+use super::rewrite::Span;
+use super::session::Session;
 use super::Shared;
-use crate::downstream::redact::{self, LogBudget};
-use crate::downstream::{Notification, NotifySink};
+use crate::downstream::NotifySink;
 use crate::supervisor::{Supervisor, TaskEnd, TaskKind};
 
-/// Longest stdout line accepted as a message; longer ones are dropped as invalid.
-pub(super) const MAX_MESSAGE_LINE: usize = 16 * 1024 * 1024;
 /// Requests retired unanswered that each child remembers (per request it may have in
 /// flight), to tell a late answer from one with an unknown id and to let a cancel reach
 /// them; the oldest is forgotten first.
@@ -489,9 +488,12 @@ pub(super) fn spawn(shared: &Arc<Shared>, generation: u64, pass_through: bool) -
     sup.spawn_untracked(TaskKind::StdioMonitor, monitor(shared.clone(), child.clone(), process));
     sup.spawn_untracked(
         TaskKind::StdioReader,
-        read_stdout(shared.clone(), child.clone(), stdout),
+        output::read_stdout(shared.clone(), child.clone(), stdout),
     );
-    sup.spawn_untracked(TaskKind::StdioStderr, log_stderr(shared.clone(), generation, stderr));
+    sup.spawn_untracked(
+        TaskKind::StdioStderr,
+        output::log_stderr(shared.clone(), generation, stderr),
+    );
     Ok(child)
 }
 
@@ -552,189 +554,5 @@ async fn monitor(shared: Arc<Shared>, child: Arc<Child>, mut process: Leader) ->
         }
     }
     shared.child_released(&child);
-    TaskEnd::Finished
-}
-
-/// Routes each stdout line: responses to the request with their pipe id, progress to
-/// the request with its token, other messages to the oldest request in flight, garbage
-/// counted and skipped.
-async fn read_stdout(shared: Arc<Shared>, child: Arc<Child>, stdout: ChildStdout) -> TaskEnd {
-    let mut reader = LineReader::new(stdout, MAX_MESSAGE_LINE, false);
-    loop {
-        match reader.next_line().await {
-            Ok(Some(line)) => route_line(&shared, &child, line).await,
-            Ok(None) => break,
-            Err(e) => {
-                tracing::warn!(channel = %shared.channel, generation = child.generation, error = %e, "reading the stdio child's stdout failed");
-                break;
-            }
-        }
-    }
-    drop(reader);
-    child.stdout_eof();
-    // A child that closed its stdout can never answer again.
-    if timeout(shared.settings.stop_grace, child.exited.cancelled())
-        .await
-        .is_err()
-        && !child.killed.is_cancelled()
-    {
-        tracing::warn!(channel = %shared.channel, generation = child.generation, "stdio child closed its stdout but kept running: killing its group");
-        child.kill_group();
-    }
-    TaskEnd::Finished
-}
-
-/// Where a message the child printed goes.
-enum Target {
-    /// To this request's notification sink, as is or with its caller's token restored.
-    Request {
-        notes: NotifySink,
-        done: CancellationToken,
-        raw: Box<RawValue>,
-    },
-    /// Nowhere, for this reason (logged at debug).
-    Dropped(&'static str),
-}
-
-async fn route_line(shared: &Arc<Shared>, child: &Arc<Child>, line: RawLine) {
-    if line.overflow {
-        shared.invalid_line(child, line.len);
-        return;
-    }
-    let len = line.len;
-    match line::classify(line.bytes) {
-        Line::Blank => {}
-        Line::Invalid => shared.invalid_line(child, len),
-        Line::Response { id, raw } => {
-            let pipe = id.as_ref().and_then(|span| rewrite::plain_u64(raw.get(), span));
-            let answer = match pipe {
-                Some(pipe) => child.route().answer(pipe),
-                None => Answer::Unknown,
-            };
-            match answer {
-                Answer::To { waiter, origin } => {
-                    let span = id.expect("a routed answer has an id");
-                    if waiter.tx.send((raw, span, origin.id)).is_err() {
-                        tracing::debug!(channel = %shared.channel, "response for a call that was dropped; discarded");
-                        shared.metrics.stdio_late_response(&shared.channel);
-                    }
-                }
-                Answer::Late => shared.response_discarded(child, true),
-                Answer::Unknown => shared.response_discarded(child, false),
-            }
-        }
-        Line::Message { raw, progress, ask } => {
-            let target = if progress {
-                progress_target(child, &raw)
-            } else {
-                message_target(shared, child, raw, ask)
-            };
-            match target {
-                Target::Request { notes, done, raw } => hand_over(shared, notes, &done, raw).await,
-                Target::Dropped(why) => {
-                    tracing::debug!(channel = %shared.channel, generation = child.generation, reason = why, "message from the stdio child dropped");
-                }
-            }
-        }
-    }
-}
-
-/// Where a message not tied to a request by a progress token goes. A server request that
-/// needs a client capability goes to the oldest caller in flight that declared it (on a
-/// session the gateway owns); with none, the gateway refuses it (never a hang). Anything
-/// else goes to the oldest request in flight.
-fn message_target(shared: &Arc<Shared>, child: &Arc<Child>, raw: Box<RawValue>, ask: Option<Ask>) -> Target {
-    let to = |w: &Waiter, raw| Target::Request {
-        notes: w.notes.clone(),
-        done: w.done.clone(),
-        raw,
-    };
-    let route = child.route();
-    match ask.and_then(|a| Some((a.need?, a.id))).filter(|_| child.owned()) {
-        Some((need, id)) => match route.oldest_where(|o| Declared::of_session_id(o.caller.as_deref()).allows(need)) {
-            Some(w) => to(w, raw),
-            None => {
-                drop(route);
-                shared.refuse_ask(child, &raw.get()[id], need);
-                Target::Dropped("a server request no caller in flight can answer (refused)")
-            }
-        },
-        None => match route.oldest() {
-            Some(w) => to(w, raw),
-            None => Target::Dropped("outside any request"),
-        },
-    }
-}
-
-/// Hands a message to its request's sink, in order; waits while the sink is full (the
-/// backpressure), unless the request ends meanwhile.
-async fn hand_over(shared: &Shared, notes: NotifySink, done: &CancellationToken, raw: Box<RawValue>) {
-    let note = Notification {
-        resp_json: raw,
-        resp_headers: BTreeMap::new(),
-    };
-    // cancel-safe: `try_send` is synchronous; the fallback below is the wait.
-    let note = match notes.try_send(note) {
-        Ok(()) => return,
-        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
-            tracing::debug!(channel = %shared.channel, "notification sink closed; dropped");
-            return;
-        }
-        Err(tokio::sync::mpsc::error::TrySendError::Full(note)) => note,
-    };
-    tokio::select! {
-        biased;
-        // cancel-safe: waiting on a token.
-        () = done.cancelled() => {
-            tracing::debug!(channel = %shared.channel, "request finished before its notification could be handed over; dropped");
-        }
-        // cancel-safe: `Sender::send` only enqueues when it resolves.
-        sent = notes.send(note) => {
-            if sent.is_err() {
-                tracing::debug!(channel = %shared.channel, "notification sink closed; dropped");
-            }
-        }
-    }
-}
-
-/// A `notifications/progress` goes to the live request whose pipe token it carries, with
-/// that caller's own token put back; any other token belongs to nobody.
-fn progress_target(child: &Child, raw: &RawValue) -> Target {
-    let Some(span) = rewrite::progress_token_span(raw.get()) else {
-        return Target::Dropped("progress without a token");
-    };
-    let Some(token) = rewrite::plain_u64(raw.get(), &span) else {
-        return Target::Dropped("progress with a token the gateway never issued");
-    };
-    let route = child.route();
-    let Some((original, waiter)) = route.progress(token) else {
-        return Target::Dropped("progress for no request in flight");
-    };
-    let restored = rewrite::splice(raw.get(), &mut [(span, original)]);
-    let (notes, done) = (waiter.notes.clone(), waiter.done.clone());
-    drop(route);
-    match RawValue::from_string(restored) {
-        Ok(raw) => Target::Request { notes, done, raw },
-        Err(_) => Target::Dropped("progress whose token could not be restored"),
-    }
-}
-
-/// Logs stderr line by line, redacted, truncated and rate-limited.
-async fn log_stderr(shared: Arc<Shared>, generation: u64, stderr: ChildStderr) -> TaskEnd {
-    let mut reader = LineReader::new(stderr, redact::MAX_READ_LINE, true);
-    let mut budget = LogBudget::new(Instant::now());
-    while let Ok(Some(line)) = reader.next_line().await {
-        let Some(suppressed) = budget.admit(Instant::now()) else {
-            continue;
-        };
-        if suppressed > 0 {
-            tracing::info!(target: "tunnelgate::stdio_child", channel = %shared.channel, generation, suppressed, "stderr lines over the log budget were skipped");
-        }
-        let mut text = redact::redact_line(&String::from_utf8_lossy(&line.bytes));
-        if line.overflow && !text.ends_with(redact::TRUNCATED) {
-            text.push_str(redact::TRUNCATED);
-        }
-        tracing::info!(target: "tunnelgate::stdio_child", channel = %shared.channel, generation, line = %text);
-    }
     TaskEnd::Finished
 }

@@ -14,7 +14,10 @@
 //! replica, and this one after a restart, can tell who may be asked what without any
 //! shared state.
 //!
-//! Nothing here does I/O, logs or counts.
+//! Nothing here does I/O, logs or counts: [`handshake`] writes what is decided here to
+//! the child and reads its answers.
+
+mod handshake;
 
 use std::time::Duration;
 

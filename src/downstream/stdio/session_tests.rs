@@ -21,6 +21,7 @@ use super::tests::{
 use super::*;
 use crate::downstream::test_support::response_json;
 use crate::downstream::{LegOutcome, SESSION_NOT_OPEN_MESSAGE};
+use crate::protocol::MCP_SESSION_ID;
 use crate::strict::Fence;
 
 const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;

@@ -2,7 +2,12 @@
 //! sets are wired and pinned in `app::labels`; that a wrong enum does not compile is the
 //! `compile_fail` example on [`Metrics`]).
 
+use super::commands::DURATION_BUCKETS;
 use super::*;
+use crate::telemetry::label::{
+    AttemptResultLabel, CommandType, DeliveryKind, DeliveryLabel, DurationLeg, FatalCategoryLabel, LegOutcomeLabel,
+    PollErrorLabel, PollResult, ReceiptDropReason, TaskKind, TraceContextSource, TransportLabel,
+};
 use crate::telemetry::label_enum;
 
 macro_rules! fake_label {

@@ -1,0 +1,195 @@
+//! The long poll: one `GET` asking for at most `limit` commands (long or quick), up to
+//! its response headers, then its body read and decoded.
+//!
+//! Invariants:
+//! - a poll waits at most its own wait plus [`POLL_SLACK`], and its body is read by the
+//!   same deadline, bounded to [`MAX_POLL_BODY`] bytes (a larger one is undecodable);
+//! - once the response headers arrive ([`PollAnswer`]), the commands the body holds are
+//!   the gateway's: the answer is read, never dropped unread;
+//! - a failure is classified once into a [`PollErrorKind`]; the gateway's own exhaustion
+//!   of descriptors is named before anything that would blame the control plane.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{read_bounded, retry_after, warn_tls, BodyError, ControlClient};
+use crate::control::transport::{Answer, SendError};
+use crate::descriptors::{chain_is_exhaustion, EXHAUSTION_WORDS};
+use crate::protocol::{decode_poll, Command, InvalidCommand};
+use crate::telemetry::{label_enum, PollErrorLabel};
+
+/// Poll bodies above this are refused as undecodable rather than buffered.
+const MAX_POLL_BODY: usize = 32 * 1024 * 1024;
+/// Slack on top of the server-side long-poll wait before the client gives up.
+const POLL_SLACK: Duration = Duration::from_secs(10);
+
+/// How long a poll asks the control plane to hold it when nothing is queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollWait {
+    /// `control_plane.poll_timeout`: the ordinary long poll.
+    Long,
+    /// Answer at once: the first poll of a run, and the first after a failure, so that
+    /// readiness reflects the control plane within a round trip, not a poll timeout.
+    Quick,
+}
+
+/// The wait of a [`PollWait::Quick`] poll (the contract's minimum is 1 ms).
+pub(super) const QUICK_POLL: Duration = Duration::from_millis(1);
+
+/// A poll whose response headers arrived: from here on its commands belong to the
+/// gateway, and each must be answered or accounted for.
+pub struct PollAnswer {
+    /// Monotonic time the response headers arrived.
+    pub received_at: Instant,
+    deadline: Instant,
+    /// `None` for `204`.
+    body: Option<Answer>,
+}
+
+/// A successful poll.
+#[derive(Debug)]
+pub struct Polled {
+    /// Monotonic time the response headers arrived: every deadline is anchored here.
+    pub received_at: Instant,
+    /// Empty for `204`.
+    pub commands: Vec<Result<Command, InvalidCommand>>,
+}
+
+label_enum! {
+    /// `poll_errors_total{kind}`.
+    pub enum PollErrorKind {
+        Timeout => "timeout",
+        Transport => "transport",
+        Unauthorized => "unauthorized",
+        RateLimited => "rate_limited",
+        ServerError => "server_error",
+        ClientError => "client_error",
+        Decode => "decode",
+        /// Not sent: the gateway had no descriptor or socket memory for the connection.
+        LocalExhaustion => "local_exhaustion",
+    }
+}
+
+impl PollErrorLabel for PollErrorKind {}
+
+impl PollErrorKind {
+    fn from_status(status: u16) -> Self {
+        match status {
+            401 | 403 => Self::Unauthorized,
+            429 => Self::RateLimited,
+            500..=599 => Self::ServerError,
+            _ => Self::ClientError,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "poll failed ({}){}{}",
+    kind.as_str(),
+    status.map(|s| format!(": HTTP {s}")).unwrap_or_default(),
+    if *kind == PollErrorKind::LocalExhaustion { format!(": {EXHAUSTION_WORDS}") } else { String::new() }
+)]
+pub struct PollError {
+    pub kind: PollErrorKind,
+    pub status: Option<u16>,
+    /// Server-imposed minimum wait, already capped.
+    pub retry_after: Option<Duration>,
+}
+
+impl PollError {
+    pub fn new(kind: PollErrorKind, status: Option<u16>, retry_after: Option<Duration>) -> Self {
+        Self {
+            kind,
+            status,
+            retry_after,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        self.kind.as_str()
+    }
+}
+
+impl ControlClient {
+    /// One long poll asking for at most `limit` commands, up to its response headers.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe only in the sense the contract allows: dropped before the response
+    /// headers arrive, no command has been handed to the gateway. Once it returns
+    /// [`PollAnswer`], the control plane has handed out whatever the body holds: read it
+    /// with [`read_commands`](Self::read_commands), never drop it unread.
+    pub async fn poll(&self, limit: usize, wait: PollWait) -> Result<PollAnswer, PollError> {
+        let (target, wait) = self.poll_urls.target(limit, wait);
+        let deadline = Instant::now() + wait + POLL_SLACK;
+        let request = self.transport.get(target, &self.headers);
+        let response = match tokio::time::timeout_at(deadline, request).await {
+            Err(_) => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
+            Ok(Err(e)) => return Err(PollError::new(poll_send_error_kind(&e), None, None)),
+            Ok(Ok(r)) => r,
+        };
+        let received_at = Instant::now();
+        let status = response.status().as_u16();
+        let retry_after = retry_after(response.headers());
+        match status {
+            204 => Ok(PollAnswer {
+                received_at,
+                deadline,
+                body: None,
+            }),
+            200 => Ok(PollAnswer {
+                received_at,
+                deadline,
+                body: Some(response),
+            }),
+            _ => Err(PollError::new(
+                PollErrorKind::from_status(status),
+                Some(status),
+                retry_after,
+            )),
+        }
+    }
+
+    /// Reads and decodes an answered poll's body (bounded in size and by the poll's own
+    /// deadline).
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: dropping it loses commands the control plane handed out. Bound it
+    /// instead (the stop order gives it `strict.cleanup_timeout`).
+    pub async fn read_commands(&self, answer: PollAnswer) -> Result<Polled, PollError> {
+        let PollAnswer {
+            received_at,
+            deadline,
+            body,
+        } = answer;
+        let Some(response) = body else {
+            return Ok(Polled {
+                received_at,
+                commands: Vec::new(),
+            });
+        };
+        let status = Some(response.status().as_u16());
+        let body = match tokio::time::timeout_at(deadline, read_bounded(response, MAX_POLL_BODY)).await {
+            Err(_) => return Err(PollError::new(PollErrorKind::Timeout, status, None)),
+            Ok(Err(BodyError::TooLarge)) => return Err(PollError::new(PollErrorKind::Decode, status, None)),
+            Ok(Err(BodyError::Transport)) => return Err(PollError::new(PollErrorKind::Transport, status, None)),
+            Ok(Ok(b)) => b,
+        };
+        let commands = decode_poll(&body).map_err(|_| PollError::new(PollErrorKind::Decode, status, None))?;
+        Ok(Polled { received_at, commands })
+    }
+}
+
+/// How a poll that got no response headers failed. Exhaustion of the gateway's own
+/// descriptors is named before anything that would blame the control plane.
+fn poll_send_error_kind(e: &SendError) -> PollErrorKind {
+    warn_tls(e, "poll");
+    if e.is_connect() && chain_is_exhaustion(e.chain()) {
+        PollErrorKind::LocalExhaustion
+    } else if e.is_timeout() {
+        PollErrorKind::Timeout
+    } else {
+        PollErrorKind::Transport
+    }
+}

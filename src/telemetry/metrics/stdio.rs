@@ -1,0 +1,91 @@
+//! stdio children, per configured channel: whether each runs with its session open,
+//! restarts, late responses, the gateway's own handshakes by how each ended, and the
+//! invalid lines children printed on stdout.
+//!
+//! The `channel` label takes only configured channel names; each configured stdio
+//! channel has its series from startup (at zero).
+
+use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Registry};
+
+use super::{all, counter_vec, gauge_vec, int_counter, Metrics};
+use crate::telemetry::label::{LabelValue, SessionResult};
+
+/// stdio children, per configured channel.
+pub(super) struct StdioFamilies {
+    stdio_up: IntGaugeVec,
+    stdio_restarts: IntCounterVec,
+    stdio_late_responses: IntCounterVec,
+    stdio_sessions: IntCounterVec,
+    stdout_garbage: IntCounter,
+}
+
+impl StdioFamilies {
+    pub(super) fn register(r: &Registry) -> Self {
+        Self {
+            stdio_up: gauge_vec(
+                r,
+                "stdio_up",
+                "1 while the channel's stdio child runs with its MCP session open (or passed through).",
+                &["channel"],
+            ),
+            stdio_restarts: counter_vec(
+                r,
+                "stdio_restarts_total",
+                "Stdio child restarts by channel.",
+                &["channel"],
+            ),
+            stdio_late_responses: counter_vec(
+                r,
+                "stdio_late_responses_total",
+                "Responses a stdio child sent for a request already retired (discarded), by channel.",
+                &["channel"],
+            ),
+            stdio_sessions: counter_vec(
+                r,
+                "stdio_sessions_total",
+                "The gateway's own handshakes with stdio children, by channel and how each ended.",
+                &["channel", "result"],
+            ),
+            stdout_garbage: int_counter(
+                r,
+                "stdio_stdout_invalid_lines_total",
+                "Non-JSON lines a stdio child printed on stdout (skipped).",
+            ),
+        }
+    }
+
+    /// Each configured stdio channel's series, every handshake result included, at zero.
+    pub(super) fn series_at_zero(&self, stdio_channels: &[String]) {
+        for ch in stdio_channels {
+            self.stdio_up.with_label_values(&[ch]);
+            self.stdio_restarts.with_label_values(&[ch]);
+            self.stdio_late_responses.with_label_values(&[ch]);
+            for result in all::<SessionResult>() {
+                self.stdio_sessions.with_label_values(&[ch, result]);
+            }
+        }
+    }
+}
+
+impl Metrics {
+    pub fn stdio_up(&self, channel: &str, up: bool) {
+        self.stdio.stdio_up.with_label_values(&[channel]).set(i64::from(up));
+    }
+    pub fn stdio_restarted(&self, channel: &str) {
+        self.stdio.stdio_restarts.with_label_values(&[channel]).inc();
+    }
+    /// A stdio child answered a request that was already retired; the answer was discarded.
+    pub fn stdio_late_response(&self, channel: &str) {
+        self.stdio.stdio_late_responses.with_label_values(&[channel]).inc();
+    }
+    /// The gateway's handshake with a stdio child of `channel` ended with `result`.
+    pub fn stdio_session(&self, channel: &str, result: SessionResult) {
+        self.stdio
+            .stdio_sessions
+            .with_label_values(&[channel, result.as_label()])
+            .inc();
+    }
+    pub fn stdio_invalid_line(&self) {
+        self.stdio.stdout_garbage.inc();
+    }
+}
