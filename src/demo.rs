@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use crate::app::{Gateway, GatewayError, RunOutcome};
 use crate::config::{Config, ConfigError};
+use crate::protocol::McpRevision;
 use crate::sim::{FaultScript, FaultScriptError, McpStub, SimConfig, Simulator};
 use crate::strict::latch_file::{self, LatchFileError};
 use crate::telemetry::logging;
@@ -203,7 +204,7 @@ async fn healthy_calls(client: &reqwest::Client, ingress: &str) -> Result<(), De
         client,
         ingress,
         json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"tunnelgate-demo","version":"1"}}}),
+        "protocolVersion":McpRevision::V2025_06_18.as_str(),"capabilities":{},"clientInfo":{"name":"tunnelgate-demo","version":"1"}}}),
     )
     .await?;
     println!(

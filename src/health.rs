@@ -47,9 +47,7 @@ pub const RECENT_RECEIPTS: usize = 10;
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct CoordinationView {
     pub backend: &'static str,
-    /// `active`, `standby`, `unavailable` (etcd has not answered yet, or cannot be
-    /// reached) or `latched` (a cluster-wide latch is set).
-    pub role: &'static str,
+    pub role: ReplicaRole,
     /// The instance id of the replica that holds the lease, when one does.
     pub holder: Option<String>,
     pub lease_ttl_seconds: f64,
@@ -66,6 +64,25 @@ pub struct CoordinationView {
     pub control_plane_reachable: Option<bool>,
     /// The cluster-wide latch, when one is set.
     pub latch: Option<ClusterLatch>,
+}
+
+/// `/status` `coordination.role` (API): this replica's place among the replicas of a
+/// strict tunnel on etcd.
+///
+/// The same four values as the `coordination_role{role}` metric label
+/// (`telemetry::CoordinationRole`). `health` imports nothing of the crate, so the set is
+/// declared here for `/status` and there for the metric; `coord`, which writes both, maps
+/// one to the other in one exhaustive `match`, and its table test keeps the words equal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaRole {
+    /// Holds the lease: polls and admits.
+    Active,
+    /// Another replica holds the lease: never polls.
+    Standby,
+    /// etcd has not answered yet, or cannot be reached: neither polls nor admits.
+    Unavailable,
+    /// A cluster-wide latch is set: holds until it is cleared.
+    Latched,
 }
 
 /// The cluster-wide latch record as `/status` shows it: no payload, only the command's
@@ -90,6 +107,36 @@ pub struct PollHealth {
     /// RFC 3339: the last delivery the control plane acknowledged (`acked`, terminal or
     /// notification); `null` until one.
     pub last_acked_at: Option<String>,
+}
+
+impl ReplicaRole {
+    /// Every role, in declaration order.
+    pub const ALL: [Self; 4] = [Self::Active, Self::Standby, Self::Unavailable, Self::Latched];
+
+    /// The word `/status` and the `/readyz` reason show (API: never rename one).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Standby => "standby",
+            Self::Unavailable => "unavailable",
+            Self::Latched => "latched",
+        }
+    }
+}
+
+/// The word of [`ReplicaRole::as_str`].
+impl std::fmt::Display for ReplicaRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Serialized as the word of [`ReplicaRole::as_str`], so `/status` and the `/readyz`
+/// reason cannot disagree.
+impl serde::Serialize for ReplicaRole {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
 }
 
 impl Health {
@@ -234,5 +281,17 @@ mod tests {
         assert_eq!(kept.len(), RECENT_RECEIPTS);
         assert_eq!(kept[0], "{\"request_id\":\"r12\"}");
         assert_eq!(kept[RECENT_RECEIPTS - 1], "{\"request_id\":\"r3\"}");
+    }
+
+    #[test]
+    fn a_replica_role_serializes_as_the_word_its_display_shows() {
+        let words: Vec<String> = ReplicaRole::ALL
+            .iter()
+            .map(|r| serde_json::to_value(r).unwrap().as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(words, ["active", "standby", "unavailable", "latched"]);
+        for role in ReplicaRole::ALL {
+            assert_eq!(role.to_string(), role.as_str());
+        }
     }
 }

@@ -17,7 +17,7 @@
 //!   ([`Supervisor::join_background`]). What is still running then is dropped with the
 //!   runtime.
 //!
-//! Imports only `telemetry` (the ground floor): any module may use it.
+//! Imports only `telemetry` (the ground floor): every module above floor 0 may use it.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;

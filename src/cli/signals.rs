@@ -219,15 +219,35 @@ impl Watch {
     }
 }
 
-/// The keys a reload applies to a running gateway; every other changed key needs a
-/// restart. TLS certificate and key files join this list once they exist: re-read, parsed
-/// and swapped into the clients' configuration in [`Reload::apply`], a file that does not
+/// A key a reload applies to a running gateway; every other changed key needs a restart.
+/// TLS certificate and key files join this set once they exist: re-read, parsed and
+/// swapped into the clients' configuration in [`Reload::apply`], a file that does not
 /// parse keeping the one in force, as an invalid configuration keeps the running one.
-const RELOADABLE: [&str; 1] = ["telemetry.log_level"];
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reloadable {
+    /// `telemetry.log_level`: the log filter in force is replaced.
+    LogLevel,
+}
+
+impl Reloadable {
+    const ALL: [Self; 1] = [Self::LogLevel];
+
+    /// The configuration key, as [`Config::changed_keys`] names it.
+    fn key(self) -> &'static str {
+        match self {
+            Self::LogLevel => "telemetry.log_level",
+        }
+    }
+
+    /// The reloadable key `key` names; `None` for a key that needs a restart.
+    fn of(key: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.key() == key)
+    }
+}
 
 impl Reload {
     /// SIGHUP: loads the configuration again the way `run` did (the file, the environment,
-    /// the flags), applies what [`RELOADABLE`] allows and logs what it did and did not do.
+    /// the flags), applies what [`Reloadable`] allows and logs what it did and did not do.
     /// An invalid configuration changes nothing and is logged naming its key.
     pub(crate) async fn run(&mut self) {
         let source = self.source.clone();
@@ -250,9 +270,13 @@ impl Reload {
                 return;
             }
         };
-        let changed = self.running.changed_keys(&new);
-        let (reloadable, restart): (Vec<String>, Vec<String>) =
-            changed.into_iter().partition(|k| RELOADABLE.contains(&k.as_str()));
+        let (mut reloadable, mut restart) = (Vec::new(), Vec::new());
+        for key in self.running.changed_keys(&new) {
+            match Reloadable::of(&key) {
+                Some(r) => reloadable.push(r),
+                None => restart.push(key),
+            }
+        }
         if !restart.is_empty() {
             tracing::warn!(
                 keys = %restart.join(", "),
@@ -268,23 +292,27 @@ impl Reload {
     }
 
     /// Applies each changed reloadable key of `new`; returns those applied.
-    fn apply(&mut self, new: &Config, changed: &[String]) -> Vec<String> {
+    fn apply(&mut self, new: &Config, changed: &[Reloadable]) -> Vec<&'static str> {
         let mut applied = Vec::new();
-        if changed.iter().any(|k| k == "telemetry.log_level") {
-            let (from, to) = (&self.running.telemetry.log_level, &new.telemetry.log_level);
-            // Logged under the filter in force, so that it shows whatever the new one hides.
-            tracing::info!(from = %from, to = %to, "SIGHUP: applying telemetry.log_level");
-            match self.log_filter.set(to) {
-                Ok(()) => {
-                    self.running.telemetry.log_level.clone_from(to);
-                    applied.push("telemetry.log_level".to_owned());
+        for &reload in changed {
+            match reload {
+                Reloadable::LogLevel => {
+                    let (from, to) = (&self.running.telemetry.log_level, &new.telemetry.log_level);
+                    // Logged under the filter in force, so that it shows whatever the new one hides.
+                    tracing::info!(from = %from, to = %to, "SIGHUP: applying telemetry.log_level");
+                    match self.log_filter.set(to) {
+                        Ok(()) => {
+                            self.running.telemetry.log_level.clone_from(to);
+                            applied.push(reload.key());
+                        }
+                        Err(e) => tracing::error!(
+                            key = reload.key(),
+                            kind = e.kind(),
+                            error = %e,
+                            "SIGHUP: the log filter was not changed"
+                        ),
+                    }
                 }
-                Err(e) => tracing::error!(
-                    key = "telemetry.log_level",
-                    kind = e.kind(),
-                    error = %e,
-                    "SIGHUP: the log filter was not changed"
-                ),
             }
         }
         applied
@@ -373,6 +401,23 @@ mod tests {
             let document = serde_json::to_value(state).unwrap();
             assert_eq!(document.as_str(), Some(state_word(state)), "{state:?}");
         }
+    }
+
+    #[test]
+    fn each_reloadable_key_is_named_as_the_configuration_names_a_changed_key() {
+        let config = |level: &str| {
+            Config::from_toml_str(&format!(
+                "[control_plane]\nbase_url = \"http://127.0.0.1:1\"\ntunnel_id = \"tunnel_t\"\napi_key = \"k\"\n\
+                 [mcp.channels.main]\nurl = \"http://127.0.0.1:2/mcp\"\n[telemetry]\nlog_level = \"{level}\"\n"
+            ))
+            .unwrap()
+        };
+        let changed = config("info").changed_keys(&config("debug"));
+        assert_eq!(changed, [Reloadable::LogLevel.key()]);
+        for reload in Reloadable::ALL {
+            assert_eq!(Reloadable::of(reload.key()), Some(reload));
+        }
+        assert_eq!(Reloadable::of("control_plane.api_key"), None);
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub(super) const CONNECT_TIMEOUT: &str = "5s";
 /// `mcp.channels.NAME.session`: the gateway opens each stdio child's session itself.
 pub(super) const STDIO_SESSION: &str = "owned";
 /// `mcp.channels.NAME.initialize.protocol_version`: the latest revision with the
-/// `initialize` handshake (a 2026-07-28 server is discovered, not initialized).
+/// `initialize` handshake (a 2026-07-28 server is discovered, not initialized). Written
+/// out because `config` imports nothing of the crate; a test keeps it equal to
+/// `protocol::McpRevision::LATEST_WITH_INITIALIZE`.
 pub const STDIO_PROTOCOL_VERSION: &str = "2025-11-25";
 /// `mcp.channels.NAME.initialize.client_name`.
 pub(super) const STDIO_CLIENT_NAME: &str = "tunnelgate";

@@ -18,7 +18,8 @@
 //! - A new active reads the intents in the same transaction that made it the holder; one
 //!   left unsettled latches `interrupted_before_ack` before anything is admitted.
 //!
-//! Imports config, health, telemetry and strict; read by `app`, `cli` and `doctor`.
+//! Imports config, egress, health, strict and telemetry only; read by `app`, `cli` and
+//! `doctor` alone (`docs/ARCHITECTURE.md`, "Dependency rules").
 //! Never touches an MCP server or the control plane.
 
 mod election;
@@ -40,7 +41,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::EtcdConfig;
-use crate::health::{ClusterLatch, CoordinationView, Health};
+use crate::health::{ClusterLatch, CoordinationView, Health, ReplicaRole};
 use crate::strict::Fence;
 use crate::telemetry::{CoordinationRole, Metrics};
 use etcd::{Etcd, EtcdError, EtcdSettings};
@@ -277,16 +278,16 @@ impl Coordinator {
         self.shared.lease_ttl.mul_f64(RENEW_DEADLINE_SHARE)
     }
 
-    /// The role as the metric and `/status` name it.
-    fn role(state: &State) -> CoordinationRole {
+    /// The role as `/status` names it ([`role_label`] names it for the metric).
+    fn role(state: &State) -> ReplicaRole {
         if state.latch.is_some() {
-            CoordinationRole::Latched
+            ReplicaRole::Latched
         } else if state.active.is_some() {
-            CoordinationRole::Active
+            ReplicaRole::Active
         } else if state.reachable {
-            CoordinationRole::Standby
+            ReplicaRole::Standby
         } else {
-            CoordinationRole::Unavailable
+            ReplicaRole::Unavailable
         }
     }
 
@@ -295,12 +296,12 @@ impl Coordinator {
         let (view, may_poll) = {
             let state = self.lock();
             let role = Self::role(&state);
-            self.shared.metrics.coordination_role(role);
+            self.shared.metrics.coordination_role(role_label(role));
             self.shared.metrics.coordination_holder(state.holder.as_deref());
             self.shared.metrics.coordination_unsettled(state.unsettled.len());
             let view = CoordinationView {
                 backend: "etcd",
-                role: crate::telemetry::LabelValue::as_label(role),
+                role,
                 holder: state.holder.clone(),
                 lease_ttl_seconds: self.shared.lease_ttl.as_secs_f64(),
                 unsettled: state.unsettled.len(),
@@ -312,7 +313,7 @@ impl Coordinator {
                 control_plane_reachable: state.control_plane_reachable,
                 latch: state.latch.as_ref().map(ClusterRecord::view),
             };
-            (view, role == CoordinationRole::Active)
+            (view, role == ReplicaRole::Active)
         };
         self.shared.health.set_coordination(view);
         self.shared.may_poll.send_if_modified(|now| {
@@ -320,6 +321,17 @@ impl Coordinator {
             *now = may_poll;
             changed
         });
+    }
+}
+
+/// The `coordination_role{role}` label of a `/status` role: the same word (the table
+/// test says so).
+fn role_label(role: ReplicaRole) -> CoordinationRole {
+    match role {
+        ReplicaRole::Active => CoordinationRole::Active,
+        ReplicaRole::Standby => CoordinationRole::Standby,
+        ReplicaRole::Unavailable => CoordinationRole::Unavailable,
+        ReplicaRole::Latched => CoordinationRole::Latched,
     }
 }
 
@@ -340,3 +352,6 @@ impl ClusterRecord {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -22,6 +22,8 @@ use crate::protocol::{
     NOT_SENT_MESSAGE,
 };
 use crate::receipts::Pending;
+use crate::strict::Refusal;
+use crate::telemetry::DropReason;
 
 /// Said to the caller of a command that could not be decoded.
 const MALFORMED_MESSAGE: &str = "not delivered to the MCP server: the tunnel command was malformed";
@@ -29,6 +31,36 @@ const MALFORMED_MESSAGE: &str = "not delivered to the MCP server: the tunnel com
 /// The `resp_code` of the error that replaces an answer too large for the tunnel: the
 /// gateway could not carry what the MCP server sent, as for any body it cannot carry.
 const TOO_LARGE_RESP_CODE: u16 = 502;
+
+/// Why a command is answered "not executed": it never reached an MCP server, and never
+/// will. Counted as the drop of [`NotExecuted::dropped`]; logged as [`NotExecuted::as_str`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NotExecuted {
+    /// No channel of that name is configured.
+    Unroutable,
+    /// The fence refused the admission, or the admitter is gone (the gateway is
+    /// stopping: [`Refusal::Stopping`]).
+    Refused(Refusal),
+}
+
+impl NotExecuted {
+    /// The `reason` of the not-executed log line: a refusal's own word.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Unroutable => "unroutable",
+            Self::Refused(refusal) => refusal.kind(),
+        }
+    }
+
+    /// The `commands_dropped_total{reason}` it counts.
+    pub(crate) fn dropped(self) -> DropReason {
+        match self {
+            Self::Unroutable => DropReason::Unroutable,
+            Self::Refused(Refusal::Latched) => DropReason::Fatal,
+            Self::Refused(Refusal::Stopping) => DropReason::Shutdown,
+        }
+    }
+}
 
 /// Posts responses to the control plane.
 pub(crate) struct Responder {
@@ -160,12 +192,17 @@ impl Responder {
         report
     }
 
-    /// Answers a command that will never reach an MCP server, best effort, bounded by
-    /// the cleanup timeout.
-    pub(crate) async fn not_executed(&self, cmd: &Command, reason: &'static str, receipt: &Pending<'_>) {
+    /// Counts the drop of a command that will never reach an MCP server, and answers it,
+    /// best effort, bounded by the cleanup timeout.
+    pub(crate) async fn not_executed(&self, cmd: &Command, reason: NotExecuted, receipt: &Pending<'_>) {
+        self.books.dropped(reason.dropped());
         let report = self.refused(cmd, NOT_SENT_MESSAGE, 503, receipt).await;
         if let Some(report) = report {
-            tracing::info!(reason, delivery = report.delivery.as_str(), "not-executed response");
+            tracing::info!(
+                reason = reason.as_str(),
+                delivery = report.delivery.as_str(),
+                "not-executed response"
+            );
         }
     }
 
@@ -274,5 +311,27 @@ fn error_reply(resp_json: Option<Box<serde_json::value::RawValue>>, code: u16, r
         resp_headers,
         resp_code: code,
         resp_type,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_not_executed_reason_is_logged_and_counted_as_its_row_says() {
+        let rows = [
+            (NotExecuted::Unroutable, "unroutable", DropReason::Unroutable),
+            (NotExecuted::Refused(Refusal::Latched), "latched", DropReason::Fatal),
+            (
+                NotExecuted::Refused(Refusal::Stopping),
+                "stopping",
+                DropReason::Shutdown,
+            ),
+        ];
+        for (reason, word, dropped) in rows {
+            assert_eq!(reason.as_str(), word, "{reason:?}");
+            assert_eq!(reason.dropped(), dropped, "{reason:?}");
+        }
     }
 }

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::admission::{is_expired, Admitted, Place};
+use super::answer::NotExecuted;
 use super::decide::{AfterDelivery, AfterLeg, BeforeDispatch, Running, Start};
 use super::leg::{failed_leg, record_leg, Leg};
 use super::replies::{ReplyJob, ReplyKey};
@@ -135,8 +136,7 @@ async fn answer_unadmitted(d: &Arc<Dispatcher>, cmd: &Command, route: Route<'_, 
         }
         Route::Unroutable => {
             tracing::warn!("no channel of that name is configured; answered with an error, never routed elsewhere");
-            d.books.dropped(DropReason::Unroutable);
-            d.responder.not_executed(cmd, "unroutable", receipt).await;
+            d.responder.not_executed(cmd, NotExecuted::Unroutable, receipt).await;
         }
         Route::Reply {
             payload,
@@ -190,23 +190,20 @@ impl CommandTask<'_> {
             Ok(Admitted::Refused(refusal)) => refusal,
             // The admitter is gone: the gateway is stopping.
             Err(_) => {
-                books.dropped(DropReason::Shutdown);
-                self.d.responder.not_executed(self.cmd, "stopping", self.receipt).await;
+                self.d
+                    .responder
+                    .not_executed(self.cmd, NotExecuted::Refused(Refusal::Stopping), self.receipt)
+                    .await;
                 return None;
             }
-        };
-        let reason = match refusal {
-            Refusal::Latched => DropReason::Fatal,
-            Refusal::Stopping => DropReason::Shutdown,
         };
         tracing::info!(
             reason = refusal.kind(),
             "not executed; answered with a retry-safe error"
         );
-        books.dropped(reason);
         self.d
             .responder
-            .not_executed(self.cmd, refusal.kind(), self.receipt)
+            .not_executed(self.cmd, NotExecuted::Refused(refusal), self.receipt)
             .await;
         None
     }

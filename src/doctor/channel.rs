@@ -29,12 +29,12 @@ use crate::downstream::{
     DownstreamRequest, HttpEgress, HttpSettings, HttpTransport, LegFailure, LegResult, NotifySink, SessionSettings,
     StdioSettings, StdioTransport,
 };
-use crate::protocol::{JsonRpcPayload, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::protocol::{JsonRpcPayload, McpRevision, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::strict::{Admission, CommandRef, Fence};
 use crate::telemetry::{safe_method, Metrics};
 
 /// The protocol revision the probe asks for.
-const PROTOCOL_VERSION: &str = "2025-06-18";
+const PROTOCOL_VERSION: &str = McpRevision::V2025_06_18.as_str();
 /// The probe's `clientInfo.name`.
 const CLIENT_NAME: &str = "tunnelgate-doctor";
 /// An `initialize` answer larger than this is refused (it is only inspected).

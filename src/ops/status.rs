@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::downstream::{ChannelStatus, Channels};
-use crate::health::{Health, PollHealth};
+use crate::health::{Health, PollHealth, ReplicaRole};
 use crate::strict::{Fatal, FatalCategory, Fence, FenceSnapshot};
 use crate::telemetry::{LogRing, Metrics};
 
@@ -50,7 +50,7 @@ pub enum NotReady {
     Standby { holder: Option<String> },
     /// etcd has not answered, or no longer answers: never run uncoordinated.
     #[error("coordination {role}: etcd cannot be reached, so this replica neither polls nor dispatches")]
-    Uncoordinated { role: &'static str },
+    Uncoordinated { role: ReplicaRole },
     #[error("draining: the gateway is stopping")]
     Draining,
     #[error("internal task {task} ended unexpectedly ({why})")]
@@ -204,7 +204,7 @@ impl OpsState {
         let readiness = self.readiness();
         let coordination = self.health.coordination();
         let cluster_latched = coordination.as_ref().is_some_and(|c| c.latch.is_some());
-        let standby = coordination.as_ref().is_some_and(|c| c.role == "standby");
+        let standby = coordination.as_ref().is_some_and(|c| c.role == ReplicaRole::Standby);
         let state = match GatewayState::of(
             fatal.is_some() || cluster_latched,
             self.health.is_draining(),
@@ -270,9 +270,9 @@ fn coordination_readiness(view: crate::health::CoordinationView) -> Result<(), N
         });
     }
     match view.role {
-        "active" => Ok(()),
-        "standby" => Err(NotReady::Standby { holder: view.holder }),
-        role => Err(NotReady::Uncoordinated { role }),
+        ReplicaRole::Active => Ok(()),
+        ReplicaRole::Standby => Err(NotReady::Standby { holder: view.holder }),
+        role @ (ReplicaRole::Unavailable | ReplicaRole::Latched) => Err(NotReady::Uncoordinated { role }),
     }
 }
 

@@ -1,11 +1,12 @@
 //! Control-plane wire types and the pure rules of the tunnel protocol.
 //!
 //! Owns: decoding polled commands (one bad command never poisons its poll), the
-//! `response_timeout` grammar, the response body written back, the MCP header names and
-//! the response-header allowlist, the `X-Tunnel-MCP-Server-Info` declaration, the
-//! synthesized `tunnel_failure` error and the caller's words it carries, the error answers
-//! of `oauth_discovery`, and the trace-context carriers of a command (read as text,
-//! written by insertion only).
+//! `response_timeout` grammar, the response body written back, the MCP revisions the
+//! gateway names itself ([`McpRevision`]), the MCP header names and the response-header
+//! allowlist, the `X-Tunnel-MCP-Server-Info` declaration, the synthesized
+//! `tunnel_failure` error and the caller's words it carries, the error answers of
+//! `oauth_discovery`, and the trace-context carriers of a command (read as text, written
+//! by insertion only).
 //! Payloads stay raw bytes (`Box<RawValue>`): what the control plane sent is what the MCP
 //! server receives (bar trace context that `telemetry.propagate` inserts into
 //! `params._meta`), and the reverse.
@@ -19,6 +20,7 @@ mod headers;
 mod id;
 mod oauth;
 mod response;
+mod revision;
 mod timeout;
 mod trace;
 
@@ -34,6 +36,7 @@ pub use headers::{
 pub use id::random_hex;
 pub use oauth::{discovery_error, DiscoveryFailure};
 pub use response::{RespType, ResponseBody};
+pub use revision::McpRevision;
 pub use timeout::ResponseTimeout;
 pub use trace::{
     header_trace_fields, header_value, is_protocol_revision, message_method, reply_facts, with_trace_headers, NotText,

@@ -30,9 +30,10 @@ use tokio_util::task::TaskTracker;
 
 use super::ingress::{sse_event, Events};
 use super::server;
-use crate::protocol::MCP_SESSION_ID;
+use crate::protocol::{McpRevision, MCP_SESSION_ID};
 
-const DEFAULT_PROTOCOL_VERSION: &str = "2025-06-18";
+/// The revision answered to an `initialize` that names none.
+const DEFAULT_PROTOCOL_VERSION: &str = McpRevision::V2025_06_18.as_str();
 /// `slow` never sleeps longer than this, whatever it is asked.
 const SLOW_CAP: Duration = Duration::from_secs(60);
 

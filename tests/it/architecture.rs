@@ -1,5 +1,8 @@
-//! The crate's layering, read from its source: the dependency rules of the design, and
-//! no module circles.
+//! The crate's layering, read from its source: every dependency rule of
+//! `docs/ARCHITECTURE.md` ([`RULES`], one per statement of its list), its floors table
+//! (read from the document: one row per module of `src/lib.rs`, each import allowed by
+//! its row, each floor one above the highest it may import, no row granting what a rule
+//! forbids), the one maker of an `Admission`, and no module circles.
 //!
 //! Every `crate::` and `super::` path in the non-test code of `src/` is resolved to the
 //! module it names (a file module: `src/a/b.rs` or `src/a/b/mod.rs` is `a::b`). Test
@@ -211,44 +214,201 @@ fn top_level(edges: &BTreeMap<Module, BTreeSet<Module>>) -> BTreeMap<String, BTr
     out
 }
 
+/// A dependency rule of `docs/ARCHITECTURE.md` ("Dependency rules"), over top-level
+/// modules.
+enum Rule {
+    /// The module imports only these.
+    Only(&'static str, &'static [&'static str]),
+    /// The first module never imports the second.
+    Never(&'static str, &'static str),
+    /// No module but these imports the module.
+    ImportedOnlyBy(&'static str, &'static [&'static str]),
+}
+
+/// Every rule the architecture states, as its "Dependency rules" list says it.
+const RULES: &[Rule] = &[
+    // The ground floor, and the three other modules that import nothing.
+    Rule::Only("protocol", &[]),
+    Rule::Only("config", &[]),
+    Rule::Only("telemetry", &[]),
+    Rule::Only("health", &[]),
+    Rule::Only("descriptors", &[]),
+    Rule::Only("stderr", &[]),
+    Rule::Only("supervisor", &["telemetry"]),
+    Rule::Only("egress", &["config"]),
+    Rule::Only("sim", &["protocol", "config"]),
+    Rule::Never("downstream", "control"),
+    Rule::Never("control", "downstream"),
+    Rule::Never("control", "strict"),
+    Rule::Never("control", "dispatch"),
+    Rule::Never("strict", "downstream"),
+    Rule::Never("strict", "control"),
+    Rule::Never("strict", "dispatch"),
+    Rule::Never("ops", "dispatch"),
+    Rule::Never("ops", "coord"),
+    Rule::Only("bundle", &["config", "doctor", "strict", "receipts"]),
+    Rule::Never("bundle", "ops"),
+    // Coordination across replicas talks to etcd only: never to an MCP server or the
+    // control plane, and it decides nothing of a command's lifecycle.
+    Rule::Only("coord", &["config", "health", "strict", "telemetry", "egress"]),
+    Rule::ImportedOnlyBy("coord", &["app", "cli", "doctor"]),
+    Rule::Never("dispatch", "coord"),
+    Rule::Never("strict", "coord"),
+];
+
+/// What `reaches` (module -> the modules it imports, or may import) breaks of [`RULES`];
+/// "reaches" is either.
+fn broken_rules(reaches: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let of = |m: &str| reaches.get(m).cloned().unwrap_or_default();
+    let mut broken = Vec::new();
+    for rule in RULES {
+        match rule {
+            Rule::Only(from, allowed) => {
+                for t in of(from).iter().filter(|t| !allowed.contains(&t.as_str())) {
+                    broken.push(format!("{from} may import only {allowed:?}, but reaches {t}"));
+                }
+            }
+            Rule::Never(from, forbidden) => {
+                if of(from).contains(*forbidden) {
+                    broken.push(format!("{from} must not import {forbidden}, but reaches it"));
+                }
+            }
+            Rule::ImportedOnlyBy(to, importers) => {
+                for (from, tos) in reaches {
+                    if tos.contains(*to) && !importers.contains(&from.as_str()) {
+                        broken.push(format!("only {importers:?} may import {to}, but {from} reaches it"));
+                    }
+                }
+            }
+        }
+    }
+    broken
+}
+
+/// The floors table of `docs/ARCHITECTURE.md`: each module's floor and what it may import.
+fn documented_floors() -> BTreeMap<String, (u32, BTreeSet<String>)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ARCHITECTURE.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let names = |cell: &str| -> Vec<String> { cell.split('`').skip(1).step_by(2).map(str::to_owned).collect() };
+    let mut out = BTreeMap::new();
+    for line in doc.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        // `| floor | module | may import |`: four separators, a number first.
+        let [_, floor, module, may, _] = cells[..] else {
+            continue;
+        };
+        let Ok(floor) = floor.parse::<u32>() else { continue };
+        let [module] = &names(module)[..] else {
+            panic!("a floors row names one module: {line}")
+        };
+        let may: BTreeSet<String> = names(may).into_iter().collect();
+        assert!(
+            may.is_empty() == (cells[3] == "nothing"),
+            "a row says `nothing` or names modules: {line}"
+        );
+        assert!(
+            out.insert(module.clone(), (floor, may)).is_none(),
+            "{module} has two rows"
+        );
+    }
+    assert!(!out.is_empty(), "docs/ARCHITECTURE.md has its floors table");
+    out
+}
+
+/// The modules `src/lib.rs` declares.
+fn declared_modules() -> BTreeSet<String> {
+    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    lib.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let line = line
+                .strip_prefix("pub(crate) ")
+                .or_else(|| line.strip_prefix("pub "))
+                .unwrap_or(line);
+            line.strip_prefix("mod ")?.strip_suffix(';').map(str::to_owned)
+        })
+        .collect()
+}
+
 #[test]
 fn the_dependency_rules_of_the_design_hold() {
-    let top = top_level(&graph());
-    let reaches = |m: &str| top.get(m).cloned().unwrap_or_default();
-    let mut broken = Vec::new();
-    for ground in ["protocol", "config", "telemetry"] {
-        for t in reaches(ground) {
-            broken.push(format!("{ground} is the ground floor but imports {t}"));
-        }
-    }
-    for t in reaches("sim") {
-        if t != "protocol" && t != "config" {
-            broken.push(format!("sim may import only protocol and config, but imports {t}"));
-        }
-    }
-    for (from, forbidden) in [
-        ("downstream", "control"),
-        ("control", "downstream"),
-        ("control", "strict"),
-        ("control", "dispatch"),
-        ("strict", "downstream"),
-        ("strict", "control"),
-        ("strict", "dispatch"),
-        ("ops", "dispatch"),
-        // Coordination across replicas talks to etcd only: never to an MCP server or
-        // the control plane, and it decides nothing of a command's lifecycle.
-        ("coord", "downstream"),
-        ("coord", "control"),
-        ("coord", "dispatch"),
-        ("ops", "coord"),
-        ("dispatch", "coord"),
-        ("strict", "coord"),
-    ] {
-        if reaches(from).contains(forbidden) {
-            broken.push(format!("{from} must not import {forbidden}"));
-        }
-    }
+    let broken = broken_rules(&top_level(&graph()));
     assert!(broken.is_empty(), "dependency rules broken:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_floors_table_grants_nothing_a_dependency_rule_forbids() {
+    let granted = documented_floors().into_iter().map(|(m, (_, may))| (m, may)).collect();
+    let broken = broken_rules(&granted);
+    assert!(
+        broken.is_empty(),
+        "the floors table contradicts the rules:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn every_module_has_a_floor_and_imports_only_what_its_row_allows() {
+    let floors = documented_floors();
+    let declared = declared_modules();
+    let rows: BTreeSet<String> = floors.keys().cloned().collect();
+    assert_eq!(
+        rows, declared,
+        "docs/ARCHITECTURE.md has one floors row per module of src/lib.rs"
+    );
+    let mut broken = Vec::new();
+    for (module, reached) in top_level(&graph()) {
+        let may = floors.get(&module).map(|(_, may)| may.clone()).unwrap_or_default();
+        for t in reached.difference(&may) {
+            broken.push(format!("{module} imports {t}, which its floors row does not allow"));
+        }
+    }
+    for (module, (floor, may)) in &floors {
+        let mut expected = 0;
+        for t in may {
+            match floors.get(t) {
+                Some((below, _)) => expected = expected.max(below + 1),
+                None => broken.push(format!("{module} may import {t}, which has no row")),
+            }
+        }
+        if *floor != expected {
+            broken.push(format!(
+                "{module} is on floor {floor}, but what it may import puts it on floor {expected}"
+            ));
+        }
+    }
+    assert!(broken.is_empty(), "floors broken:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn only_the_fence_makes_an_admission_and_it_cannot_be_cloned() {
+    let mut built_in = Vec::new();
+    for (module, path) in modules() {
+        let code = code_of(&std::fs::read_to_string(&path).unwrap());
+        let squeezed: String = code.split_whitespace().collect::<Vec<_>>().join(" ");
+        // A struct expression (`Admission {`): not the declaration, an `impl` header or a
+        // return type before a body.
+        let mut at = 0;
+        while let Some(i) = squeezed[at..].find("Admission {") {
+            let before = &squeezed[..at + i];
+            let ident_start = !before.ends_with(|c: char| c.is_alphanumeric() || c == '_');
+            let named_only = ["struct ", "impl ", "for ", "-> "].iter().any(|k| before.ends_with(k));
+            if ident_start && !named_only {
+                built_in.push(name(&module));
+            }
+            at += i + 1;
+        }
+        if module == ["strict", "fence"] {
+            let declared = squeezed
+                .find("pub struct Admission<")
+                .expect("strict::fence declares Admission");
+            let attributes = squeezed[..declared].rsplit(';').next().unwrap_or_default();
+            let attributes = attributes.rsplit('}').next().unwrap_or_default();
+            assert!(!attributes.contains("Clone"), "Admission derives Clone: {attributes}");
+            assert!(!squeezed.contains("Clone for Admission"), "Admission implements Clone");
+        }
+    }
+    assert_eq!(built_in, ["strict::fence"], "where an Admission is built");
 }
 
 #[test]

@@ -744,6 +744,11 @@ fn a_stdio_channel_owns_its_session_by_default_and_takes_its_initialize_paramete
     let session = stdio_session(&default);
     assert_eq!(session.owner, SessionOwner::Owned);
     assert_eq!(session.protocol_version, "2025-11-25");
+    // `config` imports nothing, so its default is written out: the revision `protocol` names.
+    assert_eq!(
+        session.protocol_version,
+        crate::protocol::McpRevision::LATEST_WITH_INITIALIZE.as_str()
+    );
     assert_eq!(session.client_name, "tunnelgate");
     assert_eq!(session.client_version, env!("CARGO_PKG_VERSION"));
     assert_eq!(

@@ -25,9 +25,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::protocol::McpRevision;
+
 /// The revision the gateway asks for by default: the latest revision with the
 /// `initialize` handshake (2026-07-28 servers are discovered, not initialized).
-pub const DEFAULT_PROTOCOL_VERSION: &str = crate::config::STDIO_PROTOCOL_VERSION;
+pub const DEFAULT_PROTOCOL_VERSION: &str = McpRevision::LATEST_WITH_INITIALIZE.as_str();
 
 /// JSON-RPC code of a server that speaks none of the client's revisions (2026-07-28):
 /// the answer of a server that has no `initialize` handshake.

@@ -75,10 +75,73 @@ fn each_not_ready_reason_reads_as_the_documented_line() {
             NotReady::ChannelDown(Box::new(down)),
             "downstream channel main (stdio) is down",
         ),
+        (
+            NotReady::Standby {
+                holder: Some("gw-a".to_owned()),
+            },
+            "standby (the active replica is gw-a)",
+        ),
+        (
+            NotReady::Uncoordinated {
+                role: ReplicaRole::Unavailable,
+            },
+            "coordination unavailable: etcd cannot be reached, so this replica neither polls nor dispatches",
+        ),
     ];
     for (reason, line) in rows {
         assert_eq!(reason.to_string(), line, "{reason:?}");
     }
+}
+
+/// A view as `coord` writes it: the role is `latched` exactly when a latch is set.
+fn coordinated(role: ReplicaRole) -> crate::health::CoordinationView {
+    let latch = (role == ReplicaRole::Latched).then(|| crate::health::ClusterLatch {
+        category: "ack_timeout",
+        request_id: None,
+        channel: None,
+        latched_by: Some("gw-b".to_owned()),
+        latched_at: None,
+    });
+    crate::health::CoordinationView {
+        backend: "etcd",
+        role,
+        holder: Some("gw-a".to_owned()),
+        lease_ttl_seconds: 10.0,
+        unsettled: 0,
+        step_downs: 0,
+        holding_off_seconds: None,
+        control_plane_reachable: None,
+        latch,
+    }
+}
+
+#[test]
+fn only_the_active_role_is_ready_and_each_other_names_itself() {
+    let rows = [
+        (ReplicaRole::Active, None),
+        (ReplicaRole::Standby, Some("standby (the active replica is gw-a)")),
+        (
+            ReplicaRole::Unavailable,
+            Some("coordination unavailable: etcd cannot be reached, so this replica neither polls nor dispatches"),
+        ),
+        (
+            ReplicaRole::Latched,
+            Some("fatal latch set on the cluster (ack_timeout): this replica holds until `tunnelgate latch clear`"),
+        ),
+    ];
+    for (role, reason) in rows {
+        let got = coordination_readiness(coordinated(role)).err().map(|r| r.to_string());
+        assert_eq!(got.as_deref(), reason, "{role}");
+    }
+}
+
+#[test]
+fn the_coordination_view_serializes_its_role_as_the_api_word() {
+    let text = json(coordinated(ReplicaRole::Standby));
+    assert!(
+        text.starts_with(r#"{"backend":"etcd","role":"standby","holder":"gw-a","#),
+        "{text}"
+    );
 }
 
 fn json(value: impl Serialize) -> String {
