@@ -32,7 +32,7 @@ use crate::strict::Admission;
 /// The request whose response is a subscription stream (2026-07-28).
 const LONG_LIVED_METHOD: &str = "subscriptions/listen";
 /// The MCP revision from which servers cannot resume a stream (and must not be asked to).
-const NO_RESUME_FROM_VERSION: &str = "2026-07-28";
+const NO_RESUME_FROM_VERSION: &str = crate::protocol::McpRevision::NO_RESUME_FROM.as_str();
 /// Resume attempts per leg, at most.
 const MAX_RESUMES: u32 = 5;
 /// A resumed stream that stays silent this long is closed and resumed again: servers
