@@ -137,7 +137,7 @@ fn unknown_key(path: &[String], expected: &[&str]) -> String {
     let field = path.last().map_or("", String::as_str);
     let closest = expected
         .iter()
-        .map(|candidate| (edit_distance(field, candidate), candidate))
+        .map(|candidate| (strsim::levenshtein(field, candidate), candidate))
         .filter(|(distance, _)| *distance <= 2)
         .min();
     match closest {
@@ -145,22 +145,6 @@ fn unknown_key(path: &[String], expected: &[&str]) -> String {
         None if expected.is_empty() => format!("unknown key `{dotted}`"),
         None => format!("unknown key `{dotted}` (expected one of: {})", expected.join(", ")),
     }
-}
-
-/// Levenshtein distance, for "did you mean" hints on short key names.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = diagonal + usize::from(ca != *cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
-        }
-    }
-    row[b.len()]
 }
 
 /// serde's "expected" phrases in configuration words.
@@ -203,5 +187,45 @@ pub(super) fn io_words(error: &std::io::Error) -> String {
     match text.find(" (os error") {
         Some(end) => text[..end].to_owned(),
         None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(dotted: &str) -> Vec<String> {
+        dotted.split('.').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_key_within_two_edits_is_suggested_and_a_farther_one_lists_the_keys() {
+        let expected = ["listen", "allow_remote"];
+        let table = [
+            ("ops.lisen", "unknown key `ops.lisen` (did you mean `listen`?)"),
+            ("ops.lstn", "unknown key `ops.lstn` (did you mean `listen`?)"),
+            (
+                "ops.lst",
+                "unknown key `ops.lst` (expected one of: listen, allow_remote)",
+            ),
+            // Edits count characters, not bytes: two here, though four bytes differ.
+            ("ops.lïstén", "unknown key `ops.lïstén` (did you mean `listen`?)"),
+        ];
+        for (dotted, want) in table {
+            assert_eq!(unknown_key(&path(dotted), &expected), want, "{dotted}");
+        }
+    }
+
+    #[test]
+    fn the_nearest_key_wins_and_a_tie_goes_to_the_first_in_sort_order() {
+        assert_eq!(
+            unknown_key(&path("a.bat"), &["bxt", "bar", "cat"]),
+            "unknown key `a.bat` (did you mean `bar`?)"
+        );
+        assert_eq!(
+            unknown_key(&path("a.bxx"), &["axy", "bxy"]),
+            "unknown key `a.bxx` (did you mean `bxy`?)"
+        );
+        assert_eq!(unknown_key(&path("a.b"), &[]), "unknown key `a.b`");
     }
 }

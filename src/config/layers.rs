@@ -8,8 +8,19 @@
 //! Environment variables come from an [`EnvVars`] snapshot, never read here, so the
 //! layering is testable without touching the process environment. The `TUNNELGATE_`
 //! layer has figment `Env` semantics (prefix matched case-insensitively, `__` between
-//! levels, keys lowercased, values parsed with TOML-like types), except that the
-//! variable names under `mcp.channels.NAME.env` keep their case.
+//! levels, keys lowercased, values parsed with figment's own `Value` parser), except
+//! that the variable names under `mcp.channels.NAME.env` keep their case.
+//!
+//! Why not figment's `Env` provider itself: it reads `std::env::vars_os()` and nothing
+//! else, while a load must see one snapshot for every layer and for `env:` secrets
+//! (`Config::load_with_env`, the offline load, tests that run side by side); it
+//! lowercases every segment or none; and its errors name `STRICT.SHUTDOWN_GRACE`, not
+//! the variable `TUNNELGATE_STRICT__SHUTDOWN_GRACE`. What is left here of it is the key
+//! mapping ([`prefixed_env_path`]) and [`insert`]. The anchor client's variables are no
+//! `Env` at all: trimmed, blank as unset, read as plain strings (never typed), one
+//! variable for two keys (`CA_BUNDLE`), one as the other's fallback
+//! (`TUNNEL_CLIENT_HTTP_PROXY`), and values rewritten (`HEALTH_LISTEN_ADDR`,
+//! `CONTROL_PLANE_POLL_CHANNELS`, `MCP_COMMAND`).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

@@ -242,3 +242,30 @@ fn without_a_file_env_alone_can_configure_everything_required() {
     assert_eq!(config.control_plane.api_key.expose(), "sk-env");
     assert_eq!(config.mcp.channels["main"], http("http://127.0.0.1:3001/mcp"));
 }
+
+#[test]
+fn the_prefix_is_matched_in_any_case_and_blanks_around_a_name_are_ignored() {
+    let pairs = [
+        ("tunnelgate_ops__log_buffer_events", "40"),
+        (" TunnelGate_MCP__MAX_CONCURRENT ", "2"),
+    ];
+    let config = with_env(MINIMAL, &pairs).expect("valid");
+    assert_eq!(config.ops.log_buffer_events, 40);
+    assert_eq!(config.mcp.max_concurrent.get(), 2);
+}
+
+#[test]
+fn anchor_values_stay_strings_where_prefixed_ones_are_typed() {
+    let anchor = with_env(MINIMAL, &[("CONTROL_PLANE_ORGANIZATION_ID", "12345")]).expect("valid");
+    assert_eq!(anchor.control_plane.organization_id.as_deref(), Some("12345"));
+    let prefixed = [("TUNNELGATE_CONTROL_PLANE__ORGANIZATION_ID", "12345")];
+    let error = with_env(MINIMAL, &prefixed).expect_err("a number where a string belongs");
+    assert_error(
+        &error,
+        "control_plane.organization_id",
+        "expected a string, found a whole number (set by TUNNELGATE_CONTROL_PLANE__ORGANIZATION_ID)",
+    );
+    let quoted = [("TUNNELGATE_CONTROL_PLANE__ORGANIZATION_ID", "\"12345\"")];
+    let config = with_env(MINIMAL, &quoted).expect("a quoted number is a string");
+    assert_eq!(config.control_plane.organization_id.as_deref(), Some("12345"));
+}
