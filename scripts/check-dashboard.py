@@ -12,7 +12,7 @@ Checks that the dashboard
   - gives every target a non-empty expr, whose every series selector filters on
     job=~"$job" and instance=~"$instance";
   - uses only metric names listed in dashboards/metrics.txt (plus Prometheus's own `up`);
-  - has the panels the README names (REQUIRED_PANELS), and table panels whose targets are
+  - has the panels docs/observability.md names (REQUIRED_PANELS), and table panels whose targets are
     instant queries formatted as tables (one row per series);
   - has expressions that parse: each one, with Grafana's variables substituted, is written
     into a throwaway rules file as a recording rule and checked by `promtool check rules`
@@ -29,7 +29,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UID = "tunnelgate"
-# Panels the README ("Dashboards and scripted readiness") and its runbook send operators to.
+# Panels docs/observability.md ("Reconciliation panels") and docs/runbook.md send operators to.
 REQUIRED_PANELS = [
     "Delivery receipts written and dropped",
     "Time since last success, per channel",
@@ -223,7 +223,7 @@ def main(argv):
     titles = {p.get("title") for p in walk_panels(dash.get("panels", []))}
     for title in REQUIRED_PANELS:
         if title not in titles:
-            bad(f"panel {title!r} missing (the README names it)")
+            bad(f"panel {title!r} missing (docs/observability.md names it)")
 
     # Parse every expression with promtool, as recording rules in a throwaway file.
     if promtool is None:

@@ -2,13 +2,14 @@
 """Checks behind scripts/check-ops that no off-the-shelf tool does (run with .peers/venv's
 Python: needs PyYAML, which kubernetes-validate brings).
 
-  check-ops.py alert-rules RULES TESTS README METRICS
+  check-ops.py alert-rules RULES TESTS RUNBOOK METRICS
       every alert has a severity (page|ticket), summary, description and a runbook_url
-      whose anchor is a `### Alert: <name>` heading of README (GitHub slug rules); every
+      whose anchor is an `## Alert: <name>` heading of RUNBOOK (GitHub slug rules); every
       metric name is in METRICS (or Prometheus's own `up`); TESTS has, for every alert,
       a case where it fires and one where it stays silent.
-  check-ops.py readme-anchors README
-      every in-page link `](#anchor)` of README resolves to a heading.
+  check-ops.py doc-links FILE...
+      every relative link `](path)`, `](path#anchor)` and `](#anchor)` of the Markdown
+      FILEs resolves to a file, and an anchor to a heading of its Markdown file.
   check-ops.py manifests RENDERED OUTDIR RULES {base|strict|strict-ha}
       splits `kubectl kustomize` output: core kinds -> OUTDIR/core.yaml (for
       kubernetes-validate), PrometheusRule groups -> OUTDIR/prometheusrule.rules.yml (for
@@ -30,7 +31,7 @@ import tomllib
 
 import yaml
 
-RUNBOOK_BASE = "https://github.com/tunnelgate/tunnelgate/blob/main/README.md#"
+RUNBOOK_BASE = "https://github.com/tunnelgate/tunnelgate/blob/main/docs/runbook.md#"
 SEVERITIES = {"page", "ticket"}
 CRD_KINDS = {"PrometheusRule", "ServiceMonitor"}
 OPS_PORT = 9464
@@ -50,9 +51,9 @@ def slug(heading):
     return text.replace(" ", "-")
 
 
-def readme_slugs(readme):
+def heading_slugs(path):
     slugs, counts, in_fence = set(), {}, False
-    with open(readme, encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f:
         for line in f:
             if line.startswith("```"):
                 in_fence = not in_fence
@@ -71,12 +72,12 @@ def load_metrics(path):
         return {ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")}
 
 
-def alert_rules(rules_path, tests_path, readme, metrics_path):
+def alert_rules(rules_path, tests_path, runbook, metrics_path):
     with open(rules_path, encoding="utf-8") as f:
         rules = yaml.safe_load(f)
     with open(tests_path, encoding="utf-8") as f:
         tests = yaml.safe_load(f)
-    slugs = readme_slugs(readme)
+    slugs = heading_slugs(runbook)
     known = load_metrics(metrics_path) | {"up"}
     fires, silent = set(), set()
     for t in tests.get("tests", []):
@@ -102,7 +103,7 @@ def alert_rules(rules_path, tests_path, readme, metrics_path):
             if url and url != want:
                 bad(f"{where}: runbook_url is {url!r}, expected {want!r}")
             if slug(f"Alert: {name}") not in slugs:
-                bad(f"{where}: README has no heading '### Alert: {name}' (anchor #{slug('Alert: ' + name)})")
+                bad(f"{where}: {runbook} has no heading '## Alert: {name}' (anchor #{slug('Alert: ' + name)})")
             for m in set(re.findall(r"\btunnelgate_[a-z0-9_]+", r.get("expr", ""))):
                 if m not in known:
                     bad(f"{where}: metric {m} is not in {metrics_path}")
@@ -117,16 +118,25 @@ def alert_rules(rules_path, tests_path, readme, metrics_path):
     return f"{len(alerts)} alerts: severity, annotations, runbook anchors, metric names and tests OK"
 
 
-def readme_anchors(readme):
-    slugs = readme_slugs(readme)
-    with open(readme, encoding="utf-8") as f:
-        text = f.read()
-    text = re.sub(r"```.*?```", "", text, flags=re.S)
-    links = re.findall(r"\]\(#([^)\s]+)\)", text)
-    for a in links:
-        if a not in slugs:
-            bad(f"{readme}: link #{a} matches no heading")
-    return f"{len(links)} in-page links resolve"
+def doc_links(*paths):
+    """Relative links of Markdown files: the file exists; an anchor names a heading."""
+    checked = 0
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        text = re.sub(r"```.*?```", "", text, flags=re.S)
+        text = re.sub(r"(`+)(?:(?!\1).)+?\1", "", text)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            checked += 1
+            file, _, anchor = target.partition("#")
+            resolved = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+            if not os.path.exists(resolved):
+                bad(f"{path}: link ({target}): no such file")
+            elif anchor and resolved.endswith(".md") and anchor not in heading_slugs(resolved):
+                bad(f"{path}: link ({target}): no heading with that anchor")
+    return f"{checked} relative links in {len(paths)} files resolve"
 
 
 def container(dep, name="tunnelgate"):
@@ -354,8 +364,8 @@ def main(argv):
     cmd, args = argv[0], argv[1:]
     if cmd == "alert-rules" and len(args) == 4:
         summary = alert_rules(*args)
-    elif cmd == "readme-anchors" and len(args) == 1:
-        summary = readme_anchors(*args)
+    elif cmd == "doc-links" and args:
+        summary = doc_links(*args)
     elif cmd == "manifests" and len(args) == 4 and args[3] in ("base", "strict", "strict-ha"):
         summary = manifests(*args)
     else:

@@ -44,7 +44,7 @@ Examples:
 
 Exit codes: 0 clean, 1 unexpected error, 2 usage, 3 not ready (status --require-ready),
 4 refused by the secret scan (support-bundle), 78 invalid configuration, 80-91
-strict-mode fatal categories (see README).";
+strict-mode fatal categories (see docs/strict-mode.md).";
 
 /// Why a subcommand could not do its work (exit 1, or 78 for a bad fault script).
 #[derive(Debug, thiserror::Error)]
@@ -309,7 +309,7 @@ pub struct SimArgs {
         hide_env_values = true
     )]
     pub api_key: String,
-    /// TOML fault script (see the simulator's documentation in the README).
+    /// TOML fault script (the format: docs/simulator.md).
     #[arg(long, value_name = "FILE")]
     pub faults: Option<PathBuf>,
     /// Also start the embedded MCP stub on this address.

@@ -20,7 +20,7 @@ use tunnelgate::config::{Config, ConfigError, OfflineConfig};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    // A stdio child's guard (`__stdio-guard`, README "stdio"): before anything else.
+    // A stdio child's guard (`__stdio-guard`, docs/stdio.md, "Children die with the gateway"): before anything else.
     if let Some(code) = tunnelgate::downstream::stdio_guard::dispatch() {
         return code;
     }

@@ -1,6 +1,6 @@
 //! Delivery receipts: a bounded local journal with one JSON line for every command that
 //! did not end cleanly, so that an operator paged for an ambiguity rate can list the
-//! exact request ids involved (`tunnelgate receipts`; README "Delivery receipts").
+//! exact request ids involved (`tunnelgate receipts`; docs/operations.md, "Delivery receipts").
 //!
 //! Owns three parts, kept apart by what they may do:
 //! - the record ([`Receipt`], `record`): pure. What the lifecycle learned about one

@@ -1,5 +1,5 @@
-//! `tunnelgate receipts`: lists the delivery-receipt journal (README "Delivery
-//! receipts"), the rotated file included, newest last: a table, or the stored JSON lines.
+//! `tunnelgate receipts`: lists the delivery-receipt journal (docs/operations.md,
+//! "Delivery receipts"), the rotated file included, newest last: a table, or the stored JSON lines.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};

@@ -1,4 +1,4 @@
-//! What `tunnelgate run` does on each signal: the README's "Signals" table, kept here as
+//! What `tunnelgate run` does on each signal: the "Signals" table of docs/operations.md, kept here as
 //! one declarative table ([`TABLE`]) plus the real-time signals.
 //!
 //! Invariants:
@@ -48,7 +48,7 @@ enum Meaning {
 }
 
 /// The signals given a meaning, by number. A declarative table (exempt from the function
-/// size target); the README's "Signals" section says the same, row for row.
+/// size target); the "Signals" section of docs/operations.md says the same, row for row.
 const TABLE: [(i32, &str, Meaning); 13] = [
     (libc::SIGTERM, "SIGTERM", Meaning::Stop),
     (libc::SIGINT, "SIGINT", Meaning::Stop),

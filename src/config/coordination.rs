@@ -107,7 +107,7 @@ pub(super) fn coordination(
             return Err(ConfigError::invalid(
                 "coordination.backend",
                 "is \"etcd\" but strict.enabled is false: coordination is strict mode's fence across replicas; \
-                 default-mode replicas share a tunnel without it (README, \"Several replicas\"). Set \
+                 default-mode replicas share a tunnel without it (docs/replicas.md, \"Several replicas\"). Set \
                  strict.enabled = true, or coordination.backend = \"none\"",
             ))
         }

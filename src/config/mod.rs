@@ -265,7 +265,7 @@ pub struct Runtime {
     pub worker_threads: NonZeroUsize,
 }
 
-/// `[receipts]`: the local journal of commands that did not end cleanly (README
+/// `[receipts]`: the local journal of commands that did not end cleanly (docs/operations.md,
 /// "Delivery receipts").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipts {

@@ -6,7 +6,7 @@
 //!
 //! With these, the listener holds at most `1 + MAX_CONNECTIONS + 1` descriptors: the
 //! listening socket, the served connections and the one being refused. Everything else
-//! of the process's limit is the command path's (README, "Descriptor budget").
+//! of the process's limit is the command path's (docs/deploying.md, "Descriptor budget").
 //!
 //! One task: connections are futures driven by the serving loop itself, not spawned,
 //! so stopping the loop drops every one of them and nothing outlives it.

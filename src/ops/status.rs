@@ -121,7 +121,7 @@ pub struct StatusDocument {
     /// Every outcome counted since start (the counters `/metrics` exports).
     pub outcomes: crate::telemetry::OutcomeCounts,
     /// The last delivery receipts handed to the journal, newest first, as its lines
-    /// are (README "Delivery receipts"); empty with `receipts.enabled = false`.
+    /// are (docs/operations.md, "Delivery receipts"); empty with `receipts.enabled = false`.
     pub recent_receipts: Vec<Box<serde_json::value::RawValue>>,
     /// Present when replicas coordinate (`coordination.backend = "etcd"`).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -11,6 +11,7 @@ mod bad_input;
 mod cli;
 mod contract;
 mod crash;
+mod docs;
 mod doctor;
 mod etcd_client;
 mod etcd_peer;

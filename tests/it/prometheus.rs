@@ -409,7 +409,7 @@ async fn dashboard_and_alert_rules_hold_against_a_real_prometheus_and_alertmanag
     assert_eq!(alert["labels"], labels, "{alert}");
     assert_eq!(
         alert["annotations"]["runbook_url"],
-        "https://github.com/tunnelgate/tunnelgate/blob/main/README.md#alert-tunnelgatefatallatch",
+        "https://github.com/tunnelgate/tunnelgate/blob/main/docs/runbook.md#alert-tunnelgatefatallatch",
         "{alert}"
     );
     assert!(

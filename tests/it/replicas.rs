@@ -476,7 +476,7 @@ async fn a_rolling_restart_under_load_loses_nothing_and_answers_nothing_twice() 
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
             // The stop drops the replica's open long poll, and a poll it had sent may
-            // still be unread at the simulator: neither may be handed a command (README:
+            // still be unread at the simulator: neither may be handed a command (docs/replicas.md:
             // the window of a stop). So the caller pauses until every queued command has
             // been handed out, and resumes once the replica has exited (every connection
             // of it closed, so a request still unread is dropped unanswered) and has no

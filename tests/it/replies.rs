@@ -1,7 +1,7 @@
 //! Server-to-client requests mid-call (sampling, elicitation) through the tunnel: the
 //! caller's reply runs on the leg that asked, so a strict gateway completes such a call
 //! with one fence; a reply that matches nothing is refused and counted; a caller that
-//! never replies ends as the README says.
+//! never replies ends as docs/strict-mode.md says.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Signals, as the README's "Signals" table promises: a strict gateway in the middle of a
+//! Signals, as the "Signals" table of docs/operations.md promises: a strict gateway in the middle of a
 //! slow tool call (server-everything over stdio) survives SIGHUP, SIGUSR1, SIGUSR2 and
 //! SIGPIPE, finishes the call, has it acknowledged and latches nothing; SIGHUP reloads the
 //! log level and keeps the running configuration when the new one is invalid; a stdio

@@ -342,7 +342,7 @@ async fn two_strict_replicas_never_dispatch_at_once_and_only_the_active_polls() 
     // Two hundred calls of 0-3 ms in two halves; between them the active is stopped
     // (SIGTERM) and started again, so the lease changes hands. The stop comes once the
     // first half is answered: a stop drops the open long poll, and a control plane that
-    // still answers it hands its commands to nobody (README, "Several replicas").
+    // still answers it hands its commands to nobody (docs/replicas.md, "Several replicas").
     let calls_of = |range: std::ops::Range<u64>| -> Vec<String> {
         range.map(|i| call(&rig, "work", &format!("m{i}"), i % 4)).collect()
     };

@@ -2,7 +2,7 @@
 //! fetched in which order, what counts as protected-resource metadata, and the answer.
 //!
 //! The order is the official client's (`docs/oauth-discovery.md` in the shared docs, and
-//! the README): a `WWW-Authenticate` probe (an empty-body `POST`, then a `GET`, to the
+//! docs/reach.md): a `WWW-Authenticate` probe (an empty-body `POST`, then a `GET`, to the
 //! MCP URL, sharing one second), then the RFC 9728 well-known URLs (path-specific first,
 //! then the root), each fetched with `GET` until one answers with something other than
 //! a `404` or `5xx`. Invariants:

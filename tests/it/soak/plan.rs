@@ -122,7 +122,7 @@ pub fn delivery_of(result: &str) -> &'static str {
     }
 }
 
-/// The strict category a last attempt latches (README's table).
+/// The strict category a last attempt latches (docs/strict-mode.md's table).
 pub fn category_of(result: &str) -> Option<&'static str> {
     match result {
         "ok" => None,
@@ -219,7 +219,7 @@ impl Cmd {
 
     /// The notification POST attempt results the gateway should go through, and the
     /// delivery of each notification posted. A notification is retried only after a 429
-    /// (README: "Notification POSTs retry only 429 and failures before the write"); once
+    /// (docs/outcomes.md: "Notification POSTs retry only 429 and failures before the write"); once
     /// one is not acknowledged, the later ones of the command are skipped.
     pub fn expected_notify(&self, attempts: u32) -> (Vec<&'static str>, Vec<&'static str>) {
         let (mut results, mut deliveries) = (Vec::new(), Vec::new());
@@ -670,7 +670,7 @@ fn benign_kind(rng: &mut StdRng, with_stdio: bool) -> Kind {
 }
 
 /// Whether a command's POSTs are free to fail in strict mode: nothing reached an MCP
-/// server, so nothing latches (README: a `not_sent` command never latches).
+/// server, so nothing latches (docs/strict-mode.md: a `not_sent` command never latches).
 fn never_dispatched(kind: &Kind) -> bool {
     matches!(
         kind,
