@@ -210,6 +210,13 @@ async fn an_active_cut_from_the_control_plane_steps_down_and_the_standby_serves_
 
     forwarder.cut();
     let cut_at = Instant::now();
+    // Queued once a has seen the cut: a command handed to its open poll in the instant
+    // the forwarder drops it would be lost on the wire (or, dispatched with its answer
+    // lost, latch), which is the cut's doing, not the step-down's.
+    wait_until("a poll of a failed", BOUND, || async {
+        a.status().await["control_plane"]["consecutive_poll_errors"].as_u64() > Some(0)
+    })
+    .await;
     let ids: Vec<String> = (0..3).map(|i| call(&rig, "work", &format!("cut{i}"), 0)).collect();
     for id in &ids {
         rig.wait("the queued commands answered", |r| r.responses_for(id).count() >= 1)
