@@ -6,7 +6,7 @@
 
 mod times;
 
-pub use times::{rfc3339, unix_millis_now, ChannelReceipt, UnixMillis};
+pub(crate) use times::{unix_millis_now, ChannelReceipt, UnixMillis};
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -41,7 +41,7 @@ pub struct Health {
 }
 
 /// Delivery receipts kept in memory for `/status` `recent_receipts` (and the page).
-pub const RECENT_RECEIPTS: usize = 10;
+pub(crate) const RECENT_RECEIPTS: usize = 10;
 
 /// `/status` `coordination`: this replica's role, as the coordination layer last saw it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]

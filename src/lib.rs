@@ -8,12 +8,13 @@
 //! [`Gateway::run`] returns a [`RunOutcome`]; in strict mode a latch comes back as
 //! [`RunOutcome::Fatal`] with a typed, privacy-safe [`Fatal`] cause, so no log, metric
 //! or stderr parsing is ever needed. This example is run by `cargo test --doc`: it
-//! starts the bundled simulator and MCP stub, makes the simulator answer the first
+//! starts the bundled simulator and MCP stub (test support, not part of the API: see
+//! [Public API](#public-api)), makes the simulator answer the first
 //! terminal response with 404, and matches on the cause.
 //!
 //! ```
 //! use std::time::Duration;
-//! use tunnelgate::sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
+//! use tunnelgate::internals::sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
 //! use tunnelgate::{Config, FatalCategory, Gateway, RunOutcome};
 //!
 //! #[tokio::main]
@@ -60,36 +61,75 @@
 //!     Ok(())
 //! }
 //! ```
+//!
+//! # Public API
+//!
+//! The crate root is the whole API: [`Gateway`] (with [`StopHandle`] and
+//! [`GatewayError`]), [`RunOutcome`], [`Config`] (with [`ConfigError`] and the
+//! [`Overrides`] of [`Config::load`]), [`Fatal`] and [`FatalCategory`]; the other types
+//! their signatures and fields name are reachable through them, not by path. Every module is private. Two hidden items serve the
+//! crate's own targets and are not an API: `binary_main`, the binary's entry point, and,
+//! with the `internals` feature only (the crate's integration tests, fuzz targets,
+//! examples and doc tests turn it on), the `internals` module of re-exports.
 
-pub mod app;
-pub mod bundle;
-pub mod cli;
-pub mod config;
-pub mod control;
-pub mod coord;
-pub mod demo;
-pub mod descriptors;
-pub mod dispatch;
-pub mod doctor;
-pub mod downstream;
-pub mod egress;
+// Nothing `pub` beyond the surface above. The modules the `internals` surface re-exports,
+// or names in its signatures, have no outside path without that feature, so there they
+// allow the lint (and dead code and unused re-exports: what only the tests use); every
+// `--all-targets` build compiles the feature and holds them to all three.
+#![deny(unreachable_pub)]
+
+mod app;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod bundle;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod cli;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod config;
+mod control;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod coord;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod demo;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod descriptors;
+mod dispatch;
+mod doctor;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod downstream;
+mod egress;
+mod entry;
 /// Fuzz and property targets (test and `--cfg fuzzing` builds only; not an API).
 #[cfg(any(test, fuzzing))]
+mod fuzzing;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod health;
+/// The crate's internals for its own tests, fuzz targets and examples (not an API).
+#[cfg(feature = "internals")]
 #[doc(hidden)]
-pub mod fuzzing;
-pub mod health;
-pub mod ops;
-pub mod protocol;
-pub mod receipts;
+pub mod internals;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod ops;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod protocol;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod receipts;
 /// A scripted HTTP peer for the crate's own tests.
 #[cfg(test)]
-pub(crate) mod scripted_peer;
-pub mod sim;
-pub mod stderr;
-pub mod strict;
-pub mod supervisor;
-pub mod telemetry;
+mod scripted_peer;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod sim;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod stderr;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod strict;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod supervisor;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+mod telemetry;
 
 pub use app::{Gateway, GatewayError, RunOutcome, StopHandle};
-pub use config::Config;
+pub use config::{Config, ConfigError, Overrides};
+/// The binary's entry point (`src/main.rs`); not an API.
+#[doc(hidden)]
+pub use entry::binary_main;
 pub use strict::{Fatal, FatalCategory};

@@ -22,6 +22,8 @@ mod journal;
 mod reader;
 mod record;
 
-pub use journal::{Appended, Journal, JournalFile, Pending, MAX_FILE_BYTES};
-pub use reader::{read, rotated_path, Filter, Listed, Listing, ReadError};
-pub use record::{Outcomes, Receipt, Unclean, SCHEMA_VERSION};
+pub(crate) use journal::{Journal, Pending};
+pub(crate) use reader::{read, rotated_path, Filter, Listed, ReadError};
+#[cfg(test)]
+pub(crate) use record::Receipt;
+pub(crate) use record::Unclean;

@@ -28,7 +28,7 @@ use futures_util::FutureExt;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
-pub use crate::telemetry::TaskKind;
+pub(crate) use crate::telemetry::TaskKind;
 
 /// How a supervised task ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub enum TaskEnd {
 }
 
 /// Told of each task that panicked or ended unexpectedly: the task and a fixed phrase.
-pub type FailureHook = Arc<dyn Fn(TaskKind, &'static str) + Send + Sync>;
+pub(crate) type FailureHook = Arc<dyn Fn(TaskKind, &'static str) + Send + Sync>;
 
 /// Spawns, watches and joins tasks. Cheap to clone; clones share the task sets.
 #[derive(Clone)]

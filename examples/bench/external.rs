@@ -25,7 +25,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::routing::get;
 use tokio::io::AsyncBufReadExt;
-use tunnelgate::sim::McpStub;
+use tunnelgate::internals::sim::McpStub;
 
 use super::loadcp::Window;
 use super::{http_channel_url, stdio_channel, Args, GatewayProcess};

@@ -38,7 +38,7 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use serde_json::json;
 use tokio::time::Instant;
-use tunnelgate::sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
+use tunnelgate::internals::sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
 
 mod external;
 mod loadcp;

@@ -10,7 +10,7 @@ use crate::strict::FatalCategory;
 use crate::telemetry::LabelSets;
 
 /// The gateway's label sets.
-pub struct GatewayLabels;
+pub(crate) struct GatewayLabels;
 
 impl LabelSets for GatewayLabels {
     type PollErrorKind = PollErrorKind;

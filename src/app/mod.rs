@@ -13,7 +13,7 @@ mod latched;
 mod stop;
 
 pub(crate) use build::{build_control, channel_headers, session_settings};
-pub use labels::GatewayLabels;
+pub(crate) use labels::GatewayLabels;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -133,7 +133,7 @@ impl Gateway {
         }
     }
 
-    /// Serves `ring` on `GET /events` (the ring [`logging::init`](crate::telemetry::logging::init)
+    /// Serves `ring` on `GET /events` (the ring `telemetry::logging::init`
     /// fills). Without it `/events` holds nothing.
     pub fn with_log_ring(mut self, ring: Arc<LogRing>) -> Self {
         self.log_ring = ring;

@@ -324,7 +324,7 @@ impl Config {
     }
 
     /// Like [`Config::load`] for a command that reads only local files: a secret whose
-    /// variable or file gives no value here is kept unresolved (see [`OfflineConfig`]);
+    /// variable or file gives no value here is kept unresolved (see `OfflineConfig`);
     /// every other problem is the same error as for [`Config::load`].
     pub fn load_offline(path: Option<&Path>, overrides: &Overrides) -> Result<OfflineConfig, ConfigError> {
         let env: Vec<(String, String)> = std::env::vars_os()

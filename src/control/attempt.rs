@@ -6,7 +6,7 @@ use crate::telemetry::{label_enum, AttemptResultLabel, DeliveryLabel};
 
 label_enum! {
     /// How one POST attempt ended (`delivery_attempts_total{result}`).
-    pub enum AttemptResult {
+    pub(crate) enum AttemptResult {
         /// `200 {"status":"ok"}`.
         Ok => "ok",
         NotFound => "not_found",
@@ -29,7 +29,7 @@ label_enum! {
 
 label_enum! {
     /// How a delivery ended (DESIGN §2; `deliveries_total{outcome}`).
-    pub enum Delivery {
+    pub(crate) enum Delivery {
         Acked => "acked",
         NotFound => "not_found",
         Rejected => "rejected",
@@ -40,7 +40,7 @@ label_enum! {
 /// What a final refusal of a response POST was about, where the gateway acts on it. A
 /// refusal is still `rejected_status` and its delivery `rejected`: this only says why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// `413` (the contract's `request_body_too_large`): the body is larger than the
     /// tunnel accepts. The same body will never be accepted; a smaller one may be.
     TooLarge,
@@ -57,7 +57,7 @@ impl DeliveryLabel for Delivery {}
 
 /// Which retry rules apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PostKind {
+pub(crate) enum PostKind {
     /// The final response: retried on transport failures, 408, 429, 502, 503, 504.
     Terminal,
     /// A `jsonrpc_notify`: retried only on 429 and failures before the write.
@@ -66,7 +66,7 @@ pub enum PostKind {
 
 impl AttemptResult {
     /// Classifies an HTTP answer. `is_ack` says whether the body was `{"status":"ok"}`.
-    pub fn from_status(status: u16, is_ack: bool) -> Self {
+    pub(crate) fn from_status(status: u16, is_ack: bool) -> Self {
         match status {
             200 if is_ack => Self::Ok,
             404 => Self::NotFound,
@@ -76,7 +76,7 @@ impl AttemptResult {
     }
 
     /// Whether another attempt with the identical body may follow.
-    pub fn is_retryable(self, kind: PostKind, status: Option<u16>) -> bool {
+    pub(crate) fn is_retryable(self, kind: PostKind, status: Option<u16>) -> bool {
         match (kind, self) {
             (_, Self::Ok | Self::NotFound | Self::RejectedStatus | Self::Cancelled) => false,
             (
@@ -94,7 +94,7 @@ impl AttemptResult {
     }
 
     /// The delivery this attempt settles, when it is the last one.
-    pub fn final_delivery(self) -> Delivery {
+    pub(crate) fn final_delivery(self) -> Delivery {
         match self {
             Self::Ok => Delivery::Acked,
             Self::NotFound => Delivery::NotFound,
@@ -114,7 +114,7 @@ impl Refused {
     /// it had one) was given. `413` means "content too large" whoever sent it (the
     /// service names it `request_body_too_large`; a proxy in front may send a bare 413),
     /// and that code means the same on any status.
-    pub fn of(status: u16, code: Option<&str>) -> Option<Self> {
+    pub(crate) fn of(status: u16, code: Option<&str>) -> Option<Self> {
         match (status, code) {
             (413, _) | (_, Some(TOO_LARGE_CODE)) => Some(Self::TooLarge),
             (_, _) => None,
@@ -122,7 +122,7 @@ impl Refused {
     }
 
     /// The `error.code` of a refusal's body (`APIErrorResponse`), if it parses as one.
-    pub fn code_of(body: &[u8]) -> Option<String> {
+    pub(crate) fn code_of(body: &[u8]) -> Option<String> {
         #[derive(serde::Deserialize)]
         struct Answer {
             error: Body,

@@ -5,16 +5,16 @@ use std::time::{Duration, SystemTime};
 /// Poll retry schedule: 200 ms doubling to 10 s, with "equal jitter" (half fixed, half
 /// random) so a fleet does not retry in lockstep.
 #[derive(Clone, Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     failures: u32,
     base: Duration,
     max: Duration,
 }
 
 /// `Retry-After` is honoured as a minimum but never beyond this.
-pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(60);
+pub(crate) const RETRY_AFTER_CAP: Duration = Duration::from_secs(60);
 /// 401/403 need an operator: never retry faster than this.
-pub const UNAUTHORIZED_FLOOR: Duration = Duration::from_secs(10);
+pub(crate) const UNAUTHORIZED_FLOOR: Duration = Duration::from_secs(10);
 
 impl Default for Backoff {
     fn default() -> Self {
@@ -27,17 +27,17 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.failures = 0;
     }
 
-    pub fn failures(&self) -> u32 {
+    pub(crate) fn failures(&self) -> u32 {
         self.failures
     }
 
     /// Records a failure and returns the delay before the next try. `jitter` is a sample
     /// in `[0, 1)`; `floor` is a server-imposed minimum (`Retry-After`, already capped).
-    pub fn next_delay(&mut self, jitter: f64, floor: Option<Duration>) -> Duration {
+    pub(crate) fn next_delay(&mut self, jitter: f64, floor: Option<Duration>) -> Duration {
         let exp = self
             .base
             .saturating_mul(1u32.checked_shl(self.failures.min(16)).unwrap_or(u32::MAX))
@@ -51,7 +51,7 @@ impl Backoff {
 
 /// Parses `Retry-After` (delta-seconds or HTTP-date) relative to `now`, capped at
 /// [`RETRY_AFTER_CAP`]. A date in the past means "now"; garbage means no floor.
-pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     let delay = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         Duration::from_secs(value.parse::<u64>().unwrap_or(u64::MAX))

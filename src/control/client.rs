@@ -24,8 +24,8 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, RETRY_AFTER};
 
-pub use self::delivery::DeliveryReport;
-pub use self::poll::{PollAnswer, PollError, PollErrorKind, PollWait, Polled};
+pub(crate) use self::delivery::DeliveryReport;
+pub(crate) use self::poll::{PollError, PollErrorKind, PollWait, Polled};
 use self::urls::{percent_encode_segment, poll_filter, uri_of, PollUrls};
 use super::backoff::parse_retry_after;
 use super::transport::{self, Answer, SendError, Transport};
@@ -33,7 +33,7 @@ use crate::config::ProxySetting;
 use crate::telemetry::Metrics;
 
 /// Fresh ids live in `protocol`; named here too for the wiring's call site.
-pub use crate::protocol::random_hex;
+pub(crate) use crate::protocol::random_hex;
 
 const CLIENT_NAME: &str = "tunnelgate";
 /// Idle control-plane connections close after this (either client).
@@ -41,7 +41,7 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 
 /// What the client needs to talk to the tunnel service.
 #[derive(Clone)]
-pub struct ControlSettings {
+pub(crate) struct ControlSettings {
     pub base_url: String,
     pub url_path: String,
     pub tunnel_id: String,
@@ -67,7 +67,7 @@ impl std::fmt::Debug for ControlSettings {
 
 /// The poll and response client. Cheap to clone; connections are pooled.
 #[derive(Clone)]
-pub struct ControlClient {
+pub(crate) struct ControlClient {
     /// The tunnel lookup (`doctor`); also `transport` when a proxy applies.
     http: reqwest::Client,
     /// The poll and the response POST: hyper directly when the control plane is reached
@@ -103,8 +103,9 @@ pub enum BuildError {
 }
 
 impl ControlClient {
-    /// A client that reaches the control plane directly (no proxy).
-    pub fn new(settings: ControlSettings, instance_id: &str, metrics: Arc<Metrics>) -> Result<Self, BuildError> {
+    /// A client that reaches the control plane directly (no proxy); the tests' shortcut.
+    #[cfg(test)]
+    pub(crate) fn new(settings: ControlSettings, instance_id: &str, metrics: Arc<Metrics>) -> Result<Self, BuildError> {
         Self::with_egress(settings, instance_id, metrics, &ProxySetting::Off, None)
     }
 
@@ -118,7 +119,7 @@ impl ControlClient {
     /// the control plane's requests straight to it, with the same TLS configuration
     /// (`tls`'s verifier and certificate resolver are shared, so rewritten files reach
     /// the next handshake of either client); through a proxy everything stays on reqwest.
-    pub fn with_egress(
+    pub(crate) fn with_egress(
         settings: ControlSettings,
         instance_id: &str,
         metrics: Arc<Metrics>,
@@ -194,7 +195,7 @@ impl ControlClient {
     /// Adds the configured headers (`OpenAI-Organization`, `control_plane.headers`) to
     /// every request: polls, response POSTs and the tunnel lookup. A name the client sets
     /// itself keeps the client's value (the configuration rejects such names anyway).
-    pub fn with_headers(mut self, configured: HeaderMap) -> Self {
+    pub(crate) fn with_headers(mut self, configured: HeaderMap) -> Self {
         for (name, value) in &configured {
             if !self.headers.contains_key(name) {
                 self.headers.insert(name.clone(), value.clone());
@@ -208,7 +209,7 @@ impl ControlClient {
     /// `timeout_ms`, in the order given (the configuration sorts them and removes
     /// duplicates). An empty list adds nothing: the control plane then hands out the
     /// commands of every channel.
-    pub fn with_poll_channels<S: AsRef<str>>(mut self, channels: &[S]) -> Result<Self, BuildError> {
+    pub(crate) fn with_poll_channels<S: AsRef<str>>(mut self, channels: &[S]) -> Result<Self, BuildError> {
         self.poll_urls = Arc::new(PollUrls::parse(
             &self.poll_url,
             &poll_filter(channels),
@@ -220,7 +221,7 @@ impl ControlClient {
     /// Which client the poll and the response POST use: `"direct"` (hyper's, driven
     /// directly) when the control plane is reached directly, `"reqwest"` when
     /// `control_plane.proxy` sends it through a proxy.
-    pub fn transport(&self) -> &'static str {
+    pub(crate) fn transport(&self) -> &'static str {
         self.transport.label()
     }
 }

@@ -8,7 +8,7 @@
 //! or anything of strict mode: it reports, the dispatcher decides.
 
 mod attempt;
-pub mod backoff;
+pub(crate) mod backoff;
 mod client;
 #[cfg(test)]
 mod exhaustion_tests;
@@ -22,10 +22,10 @@ mod transport;
 #[cfg(test)]
 pub(crate) mod transport_tests;
 
-pub use attempt::{AttemptResult, Delivery, PostKind, Refused};
-pub use backoff::{parse_retry_after, Backoff};
-pub use client::{
-    random_hex, BuildError, ControlClient, ControlSettings, DeliveryReport, PollAnswer, PollError, PollErrorKind,
-    PollWait, Polled,
+pub(crate) use attempt::{AttemptResult, Delivery, PostKind, Refused};
+#[cfg(test)]
+pub(crate) use client::PollWait;
+pub(crate) use client::{
+    random_hex, BuildError, ControlClient, ControlSettings, DeliveryReport, PollError, PollErrorKind, Polled,
 };
-pub use poller::{PollSink, Poller};
+pub(crate) use poller::{PollSink, Poller};

@@ -19,7 +19,7 @@ use crate::telemetry::{Metrics, PollResult};
 const MAX_POLL_LIMIT: usize = 25;
 
 /// Where answered polls go, and how much room there is for them.
-pub trait PollSink {
+pub(crate) trait PollSink {
     /// Commands the gateway can take now; `0` when the prefetch queue is full.
     fn free_slots(&self) -> usize;
     /// Resolves when room may have been made. A lost wakeup is harmless: the poller
@@ -41,7 +41,7 @@ pub trait PollSink {
 const GATE_RECHECK: Duration = Duration::from_millis(20);
 
 /// The poller of one run.
-pub struct Poller {
+pub(crate) struct Poller {
     client: ControlClient,
     metrics: Arc<Metrics>,
     backoff: Backoff,
@@ -66,7 +66,7 @@ pub(crate) struct Retry {
 impl Poller {
     /// `bounds`: the cleanup time (after a latch) and the grace (after a stop) an open
     /// poll's answer is waited for.
-    pub fn new(client: ControlClient, metrics: Arc<Metrics>, bounds: (Duration, Duration)) -> Self {
+    pub(crate) fn new(client: ControlClient, metrics: Arc<Metrics>, bounds: (Duration, Duration)) -> Self {
         let (cleanup_timeout, open_poll_grace) = bounds;
         Self {
             client,
@@ -82,7 +82,7 @@ impl Poller {
     ///
     /// Asks for `min(free slots, 25)` commands, pauses while the sink is full, and hands
     /// on every command returned, even beyond the limit.
-    pub async fn run(mut self, sink: &impl PollSink, stop: &CancellationToken, latched: &CancellationToken) {
+    pub(crate) async fn run(mut self, sink: &impl PollSink, stop: &CancellationToken, latched: &CancellationToken) {
         while let Some(free) = self.wait_for_room(sink, stop, latched).await {
             let Some(result) = self.poll_once(free, stop, latched).await else {
                 break;

@@ -32,7 +32,7 @@ mod replies;
 mod route;
 mod trace;
 
-pub use trace::Propagation;
+pub(crate) use trace::Propagation;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,7 +58,7 @@ use leg::Legs;
 
 /// What the lifecycle needs to decide, fixed at startup.
 #[derive(Clone, Debug)]
-pub struct Policy {
+pub(crate) struct Policy {
     pub strict: bool,
     /// `strict.on_downstream_ambiguity = "fatal"`.
     pub ambiguity_is_fatal: bool,
@@ -73,7 +73,7 @@ pub struct Policy {
 }
 
 /// The dispatcher's two stop signals (see the stop order in `app::stop`).
-pub struct Stops {
+pub(crate) struct Stops {
     /// Downstream legs in flight are cut short.
     pub cut: CancellationToken,
     /// Everything stops now, posts included.
@@ -82,7 +82,7 @@ pub struct Stops {
 
 /// Everything the dispatcher is built from: each collaborator is passed in, none is
 /// owned.
-pub struct Wiring {
+pub(crate) struct Wiring {
     pub control: ControlClient,
     pub fence: Fence,
     pub channels: Channels,
@@ -99,7 +99,7 @@ pub struct Wiring {
 
 /// Where strict mode records each admitted command before its first downstream step,
 /// and who writes it.
-pub struct WriteAhead {
+pub(crate) struct WriteAhead {
     pub store: Arc<dyn IntentStore>,
     /// This run's `X-Tunnel-Client-Instance-Id`.
     pub instance_id: String,
@@ -134,7 +134,7 @@ impl Gate {
 }
 
 /// What every command task shares with the rest of the gateway.
-pub struct Dispatcher {
+pub(crate) struct Dispatcher {
     gate: Gate,
     responder: Responder,
     books: Arc<Books>,
@@ -145,7 +145,7 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub fn new(wiring: Wiring) -> Arc<Self> {
+    pub(crate) fn new(wiring: Wiring) -> Arc<Self> {
         let Wiring {
             control,
             fence,
@@ -182,7 +182,7 @@ impl Dispatcher {
 
     /// Starts the stdio keepers: every stdio child started and its session opened now
     /// and after each death (see `keeper`).
-    pub fn keep_stdio_sessions(&self) {
+    pub(crate) fn keep_stdio_sessions(&self) {
         keeper::start(
             &self.supervisor,
             &self.gate.channels,
@@ -194,7 +194,7 @@ impl Dispatcher {
 
     /// [`Dispatcher::keep_stdio_sessions`], each start waiting while `gate` is false
     /// (strict mode across replicas: only the active starts children).
-    pub fn keep_stdio_sessions_while(&self, gate: tokio::sync::watch::Receiver<bool>) {
+    pub(crate) fn keep_stdio_sessions_while(&self, gate: tokio::sync::watch::Receiver<bool>) {
         keeper::start(
             &self.supervisor,
             &self.gate.channels,
@@ -206,7 +206,7 @@ impl Dispatcher {
 
     /// The poll loop: `control`'s [`Poller`] feeding this dispatcher, until `stop` is
     /// cancelled or the fence latches.
-    pub async fn poll_loop(self: Arc<Self>, stop: CancellationToken) -> TaskEnd {
+    pub(crate) async fn poll_loop(self: Arc<Self>, stop: CancellationToken) -> TaskEnd {
         let latched = self.gate.fence.latched_token();
         let poller = Poller::new(
             self.responder.control().clone(),

@@ -26,7 +26,7 @@ use crate::telemetry::{
 
 /// Which carriers get the gateway's trace context on the way to an MCP server.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Propagation {
+pub(crate) struct Propagation {
     /// `traceparent`/`tracestate` request headers (HTTP channels).
     pub headers: bool,
     /// `params._meta.traceparent`/`tracestate` of requests and notifications.

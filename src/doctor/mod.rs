@@ -21,7 +21,7 @@ mod channel;
 mod control;
 mod coordination;
 mod local;
-pub mod report;
+pub(crate) mod report;
 mod tls;
 
 use std::sync::Arc;
@@ -33,11 +33,13 @@ use crate::app::{build_control, GatewayLabels};
 use crate::config::{ChannelConfig, Config, ConfigError};
 use crate::strict::Fence;
 use crate::telemetry::Metrics;
-pub use report::{Check, Report, Verdict};
+#[cfg(test)]
+pub(crate) use report::Verdict;
+pub(crate) use report::{Check, Report};
 
 /// How the checks run.
 #[derive(Clone, Debug)]
-pub struct Options {
+pub(crate) struct Options {
     /// Bound of each network check (the session `DELETE` after `initialize` gets its own).
     pub timeout: Duration,
     /// Start stdio servers and send them `initialize` (otherwise they are only resolved).
@@ -48,7 +50,7 @@ pub struct Options {
 const GUARD_SLACK: Duration = Duration::from_secs(3);
 
 /// Runs every check against a valid configuration.
-pub async fn run(config: &Config, options: &Options) -> Report {
+pub(crate) async fn run(config: &Config, options: &Options) -> Report {
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(
         config.strict.enabled,
         &config.stdio_channel_names(),
@@ -91,7 +93,7 @@ pub async fn run(config: &Config, options: &Options) -> Report {
 }
 
 /// The report of a configuration that does not load: its one failed check.
-pub fn invalid_config(error: &ConfigError) -> Report {
+pub(crate) fn invalid_config(error: &ConfigError) -> Report {
     Report {
         checks: vec![Check::fail("config", error.to_string())],
     }

@@ -11,7 +11,7 @@ use serde::Serialize;
 /// How one check ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Works as the runtime needs it.
     Ok,
     /// Not a failure, but worth reading (skipped, or works with a caveat).
@@ -22,7 +22,7 @@ pub enum Verdict {
 
 /// One preflight's result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     /// Stable: `config`, `control_plane`, `channel.NAME`, `coordination`, `latch_dir`, `ops_listen`,
     /// `latch_file`.
     pub name: String,
@@ -34,7 +34,7 @@ pub struct Check {
 
 /// Every check of one doctor run, in the order they are printed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Report {
+pub(crate) struct Report {
     pub checks: Vec<Check>,
 }
 
@@ -46,7 +46,7 @@ struct JsonReport<'a> {
 
 impl Verdict {
     /// The word in the human output: `ok`, `warn` or `FAIL` (loud on purpose).
-    pub fn as_human(self) -> &'static str {
+    pub(crate) fn as_human(self) -> &'static str {
         match self {
             Self::Ok => "ok",
             Self::Warn => "warn",
@@ -56,7 +56,7 @@ impl Verdict {
 }
 
 impl Check {
-    pub fn new(name: impl Into<String>, verdict: Verdict, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(name: impl Into<String>, verdict: Verdict, detail: impl Into<String>) -> Self {
         Self {
             name: name.into(),
             verdict,
@@ -64,33 +64,33 @@ impl Check {
         }
     }
 
-    pub fn ok(name: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn ok(name: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(name, Verdict::Ok, detail)
     }
 
-    pub fn warn(name: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn warn(name: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(name, Verdict::Warn, detail)
     }
 
-    pub fn fail(name: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn fail(name: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(name, Verdict::Fail, detail)
     }
 }
 
 impl Report {
     /// How many checks failed.
-    pub fn failed(&self) -> usize {
+    pub(crate) fn failed(&self) -> usize {
         self.count(Verdict::Fail)
     }
 
     /// True when no check failed (warnings allowed).
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.failed() == 0
     }
 
     /// `0` when every check passed, `1` otherwise. (An invalid configuration exits `78`;
     /// that is the caller's decision, as for `tunnelgate check`.)
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         if self.passed() {
             0
         } else {
@@ -100,7 +100,7 @@ impl Report {
 
     /// `doctor: all N checks passed` (with the warnings counted), or
     /// `doctor: K of N checks failed`.
-    pub fn verdict_line(&self) -> String {
+    pub(crate) fn verdict_line(&self) -> String {
         let total = self.checks.len();
         let noun = if total == 1 { "check" } else { "checks" };
         match (self.failed(), self.count(Verdict::Warn)) {
@@ -112,7 +112,7 @@ impl Report {
     }
 
     /// One aligned line per check, then the verdict line; ends with a newline.
-    pub fn render_human(&self) -> String {
+    pub(crate) fn render_human(&self) -> String {
         let width = self.checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
         let mut out = String::new();
         for check in &self.checks {
@@ -132,7 +132,7 @@ impl Report {
 
     /// `{"checks": [{"name", "status", "detail"}], "ok": bool}`, pretty-printed, with a
     /// final newline. `status` is `ok`, `warn` or `fail`.
-    pub fn render_json(&self) -> String {
+    pub(crate) fn render_json(&self) -> String {
         let doc = JsonReport {
             checks: &self.checks,
             ok: self.passed(),

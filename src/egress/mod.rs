@@ -9,5 +9,5 @@
 //! `downstream` build their clients with it and send through them.
 
 pub(crate) mod direct;
-pub mod proxy;
-pub mod tls;
+pub(crate) mod proxy;
+pub(crate) mod tls;

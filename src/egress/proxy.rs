@@ -26,7 +26,7 @@ use crate::config::{ProxySetting, ProxyUrl};
 
 /// How requests to one target leave the gateway.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     /// Straight to the target.
     Direct,
     /// Through a proxy's `CONNECT` tunnel (an `https` target): a failed `CONNECT`
@@ -80,15 +80,15 @@ enum Entry {
 /// `*.example.com` only subdomains; any entry may end with `:port`, and then only
 /// matches that port. Case-insensitive; unparseable entries are ignored.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NoProxy(Vec<Entry>);
+pub(crate) struct NoProxy(Vec<Entry>);
 
 impl NoProxy {
-    pub fn parse(list: &str) -> Self {
+    pub(crate) fn parse(list: &str) -> Self {
         Self(list.split(',').filter_map(|e| entry(e.trim())).collect())
     }
 
     /// Whether `host` (a name, or an address without brackets) on `port` is excluded.
-    pub fn matches(&self, host: &str, port: u16) -> bool {
+    pub(crate) fn matches(&self, host: &str, port: u16) -> bool {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         let ip = host.parse::<IpAddr>().ok();
         self.0.iter().any(|e| match e {
@@ -179,7 +179,7 @@ fn in_net(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
 
 /// A loopback target: never proxied from the environment (Go's rule, plus the
 /// `.localhost` names of RFC 6761).
-pub fn is_loopback(host: &str) -> bool {
+pub(crate) fn is_loopback(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.');
     let lower = host.to_ascii_lowercase();
     if lower == "localhost" || lower.ends_with(".localhost") {
@@ -193,7 +193,7 @@ pub fn is_loopback(host: &str) -> bool {
 }
 
 /// The proxy (if any) that `setting` sends a request for `target` through.
-pub fn select<'a>(setting: &'a ProxySetting, target: &Url) -> Option<&'a ProxyUrl> {
+pub(crate) fn select<'a>(setting: &'a ProxySetting, target: &Url) -> Option<&'a ProxyUrl> {
     match setting {
         ProxySetting::Off => None,
         ProxySetting::Via(url) => Some(url),
@@ -214,7 +214,7 @@ pub fn select<'a>(setting: &'a ProxySetting, target: &Url) -> Option<&'a ProxyUr
 }
 
 /// How requests for `target` leave under `setting`.
-pub fn route(setting: &ProxySetting, target: &Url) -> Route {
+pub(crate) fn route(setting: &ProxySetting, target: &Url) -> Route {
     match (select(setting, target), target.scheme()) {
         (None, _) => Route::Direct,
         (Some(_), "https") => Route::Tunnel,
@@ -235,7 +235,7 @@ fn host_of(target: &Url) -> Option<String> {
 /// without saying so (tinyproxy does); a request written on a connection it is closing
 /// would end `abandoned` although it never reached the proxy's handler, so each
 /// forwarded request gets a connection of its own.
-pub fn apply(
+pub(crate) fn apply(
     builder: reqwest::ClientBuilder,
     setting: &ProxySetting,
     target: &Url,

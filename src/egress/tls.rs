@@ -37,10 +37,10 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::TlsFiles;
 
-pub use files::{inspect, FileReport};
+pub(crate) use files::{inspect, FileReport};
 
 /// How long before a certificate's end `doctor` warns.
-pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
+pub(crate) const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
 
 /// A TLS file that cannot be used, with the key that named it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,7 +92,7 @@ impl TlsError {
 ///
 /// Reads every file now (so a problem is reported at startup, with its key) and keeps
 /// watching them for the handshakes to come.
-pub fn client_config(files: &TlsFiles) -> Result<Option<rustls::ClientConfig>, TlsError> {
+pub(crate) fn client_config(files: &TlsFiles) -> Result<Option<rustls::ClientConfig>, TlsError> {
     if files.is_empty() {
         return Ok(None);
     }
@@ -133,7 +133,7 @@ pub fn client_config(files: &TlsFiles) -> Result<Option<rustls::ClientConfig>, T
 /// Words for a failed TLS handshake, read from the error's cause chain: what the server
 /// or the gateway refused, for the log line of a `tls` failure. `None` when the chain
 /// holds neither a rustls error nor an end of the connection mid-handshake.
-pub fn handshake_problem(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+pub(crate) fn handshake_problem(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     if let Some(tls) = rustls_error(error) {
         return Some(describe(tls));
     }
@@ -170,7 +170,7 @@ fn io_eof(error: &(dyn std::error::Error + 'static)) -> bool {
 /// failed later. A server sends these only while handshaking, and a TLS 1.3 server does
 /// not process application data before it has accepted the client's certificate, so the
 /// request was not delivered even if the client had written it.
-pub fn refused_handshake(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn refused_handshake(error: &(dyn std::error::Error + 'static)) -> bool {
     use rustls::AlertDescription as A;
     rustls_error(error).is_some_and(|e| {
         matches!(

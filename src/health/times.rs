@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::Health;
 
 /// Milliseconds since the Unix epoch, by the wall clock (0 before it).
-pub type UnixMillis = u64;
+pub(crate) type UnixMillis = u64;
 
 /// The times of one channel.
 #[derive(Debug, Default)]
@@ -42,14 +42,14 @@ pub struct ChannelReceipt {
 }
 
 /// Now, in [`UnixMillis`].
-pub fn unix_millis_now() -> UnixMillis {
+pub(crate) fn unix_millis_now() -> UnixMillis {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// `at` in RFC 3339 with milliseconds, or `None` for 0 (never).
-pub fn rfc3339(at: UnixMillis) -> Option<String> {
+pub(crate) fn rfc3339(at: UnixMillis) -> Option<String> {
     (at != 0).then(|| humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(at)).to_string())
 }
 

@@ -36,7 +36,7 @@ use crate::telemetry::{Metrics, ReceiptDropReason};
 
 /// The most bytes the journal file holds before it is rotated to `PATH.1` (which
 /// replaces the previous `PATH.1`): at most twice this on disk.
-pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
+pub(crate) const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Receipts queued for the writer at most; one more is dropped (`queue_full`).
 const QUEUE_CAPACITY: usize = 1024;
@@ -46,7 +46,7 @@ const BATCH: usize = 64;
 
 /// Where finished commands hand their receipts. Cheap to clone.
 #[derive(Clone)]
-pub struct Journal {
+pub(crate) struct Journal {
     /// `None`: `receipts.enabled = false`.
     tx: Option<mpsc::Sender<Receipt>>,
     metrics: Arc<Metrics>,
@@ -57,7 +57,7 @@ pub struct Journal {
 /// One command's receipt while the command runs: its outcomes as the lifecycle learns
 /// them. Handed to the journal when dropped, however the command's task ends; a clean
 /// command's is discarded.
-pub struct Pending<'a> {
+pub(crate) struct Pending<'a> {
     journal: &'a Journal,
     cmd: &'a Command,
     received_at: Instant,
@@ -67,7 +67,7 @@ pub struct Pending<'a> {
 
 /// The journal's file and its rotated sibling, bounded by `max_bytes` each.
 #[derive(Debug)]
-pub struct JournalFile {
+pub(crate) struct JournalFile {
     path: PathBuf,
     rotated: PathBuf,
     max_bytes: u64,
@@ -80,7 +80,7 @@ pub struct JournalFile {
 
 /// What one [`JournalFile::append`] did.
 #[derive(Debug)]
-pub struct Appended {
+pub(crate) struct Appended {
     pub written: usize,
     /// The lines not written (the rest of the batch), why, and the error.
     pub failure: Option<(ReceiptDropReason, usize, std::io::Error)>,
@@ -88,7 +88,7 @@ pub struct Appended {
 
 impl Journal {
     /// No journal (`receipts.enabled = false`): every receipt is discarded, uncounted.
-    pub fn off(metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn off(metrics: Arc<Metrics>) -> Self {
         Self {
             tx: None,
             metrics,
@@ -98,7 +98,7 @@ impl Journal {
 
     /// Starts the writer of `path` among `supervisor`'s background tasks. When `stop` is
     /// cancelled it writes what is queued and ends; the handle says how it ended.
-    pub fn start(
+    pub(crate) fn start(
         path: &Path,
         supervisor: &Supervisor,
         metrics: Arc<Metrics>,
@@ -137,14 +137,14 @@ impl Journal {
     }
 
     /// Also keeps the last receipts handed to it in `health`, for `/status`.
-    pub fn showing_recent(mut self, health: Arc<Health>) -> Self {
+    pub(crate) fn showing_recent(mut self, health: Arc<Health>) -> Self {
         self.shown = Some(health);
         self
     }
 
     /// Hands `receipt` to the writer, never waiting: a full queue or an ended writer
     /// drops it, counted.
-    pub fn submit(&self, receipt: Receipt) {
+    pub(crate) fn submit(&self, receipt: Receipt) {
         let Some(tx) = &self.tx else { return };
         if let Some(health) = &self.shown {
             health.receipt_recorded(receipt.to_line());
@@ -158,7 +158,7 @@ impl Journal {
     }
 
     /// The receipt of `cmd`, received at `received_at`, to be filled in as it runs.
-    pub fn pending<'a>(&'a self, cmd: &'a Command, received_at: Instant, strict: bool) -> Pending<'a> {
+    pub(crate) fn pending<'a>(&'a self, cmd: &'a Command, received_at: Instant, strict: bool) -> Pending<'a> {
         Pending {
             journal: self,
             cmd,
@@ -172,7 +172,7 @@ impl Journal {
 impl Pending<'_> {
     /// The downstream leg ended with `outcome`; `words` are those of the gateway's own
     /// error, when it synthesized one for the caller.
-    pub fn leg_ended(&self, outcome: LegOutcome, words: Option<&'static str>) {
+    pub(crate) fn leg_ended(&self, outcome: LegOutcome, words: Option<&'static str>) {
         self.update(|o| {
             o.leg = Some(outcome);
             o.words = words;
@@ -180,12 +180,12 @@ impl Pending<'_> {
     }
 
     /// The gateway is about to post its own error with these words.
-    pub fn told(&self, words: &'static str) {
+    pub(crate) fn told(&self, words: &'static str) {
         self.update(|o| o.words = Some(words));
     }
 
     /// The terminal response's delivery ended.
-    pub fn delivered(&self, report: &DeliveryReport) {
+    pub(crate) fn delivered(&self, report: &DeliveryReport) {
         self.update(|o| {
             o.delivery = Some(report.delivery);
             o.attempts = report.attempts;
@@ -193,7 +193,7 @@ impl Pending<'_> {
     }
 
     /// This command latched the fence with `category`.
-    pub fn latched(&self, category: FatalCategory) {
+    pub(crate) fn latched(&self, category: FatalCategory) {
         self.update(|o| o.fatal = Some(category));
     }
 
@@ -309,7 +309,7 @@ impl Writer {
 
 impl JournalFile {
     /// The journal at `path`, rotated to `PATH.1` past `max_bytes`.
-    pub fn new(path: &Path, max_bytes: u64) -> Self {
+    pub(crate) fn new(path: &Path, max_bytes: u64) -> Self {
         Self {
             path: path.to_owned(),
             rotated: rotated_path(path),
@@ -327,7 +327,7 @@ impl JournalFile {
     /// Appends one line per receipt, rotating first whenever the next line would take
     /// the file past its bound (a file holding nothing yet takes any line). Stops at the
     /// first failure: the lines before it are written, the rest are not.
-    pub fn append(&mut self, receipts: &[Receipt]) -> Appended {
+    pub(crate) fn append(&mut self, receipts: &[Receipt]) -> Appended {
         let failed = |written: usize, error: std::io::Error| Appended {
             written,
             failure: Some((drop_reason(&error), receipts.len() - written, error)),

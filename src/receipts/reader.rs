@@ -9,7 +9,7 @@ use super::record::{Receipt, Unclean};
 
 /// One line of the journal, as written and as read.
 #[derive(Clone, Debug)]
-pub struct Listed {
+pub(crate) struct Listed {
     /// The line as it is in the file (printed by `--json`).
     pub line: String,
     pub receipt: Receipt,
@@ -17,7 +17,7 @@ pub struct Listed {
 
 /// Every receipt of the journal, oldest first.
 #[derive(Debug, Default)]
-pub struct Listing {
+pub(crate) struct Listing {
     pub receipts: Vec<Listed>,
     /// Lines that are not receipts.
     pub skipped: usize,
@@ -25,7 +25,7 @@ pub struct Listing {
 
 /// Which receipts to list.
 #[derive(Clone, Debug, Default)]
-pub struct Filter {
+pub(crate) struct Filter {
     /// Only those finished at or after this time.
     pub since: Option<SystemTime>,
     /// Only those unclean in one of these ways; empty: all.
@@ -56,7 +56,7 @@ impl ReadError {
 }
 
 impl Filter {
-    pub fn keeps(&self, receipt: &Receipt) -> bool {
+    pub(crate) fn keeps(&self, receipt: &Receipt) -> bool {
         let recent = self
             .since
             .is_none_or(|since| receipt.finished().is_some_and(|t| t >= since));
@@ -65,7 +65,7 @@ impl Filter {
 }
 
 /// Where the journal at `path` is rotated to: `PATH.1`.
-pub fn rotated_path(path: &Path) -> PathBuf {
+pub(crate) fn rotated_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".1");
     PathBuf::from(name)
@@ -73,7 +73,7 @@ pub fn rotated_path(path: &Path) -> PathBuf {
 
 /// The journal at `path` and its rotated file, oldest line first. Missing only when
 /// neither file exists.
-pub fn read(path: &Path) -> Result<Listing, ReadError> {
+pub(crate) fn read(path: &Path) -> Result<Listing, ReadError> {
     let rotated = rotated_path(path);
     let older = read_text(&rotated)?;
     let newer = read_text(path)?;

@@ -18,11 +18,11 @@ use crate::strict::FatalCategory;
 use crate::telemetry::{label_enum, safe_method, safe_token, CommandType};
 
 /// `schema_version` of every line (API: readers key on it).
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// One line of the journal (API: field names are stable; new fields may be added).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Receipt {
+pub(crate) struct Receipt {
     pub schema_version: u32,
     pub request_id: String,
     pub channel: String,
@@ -50,7 +50,7 @@ pub struct Receipt {
 /// What the lifecycle learned about one command, as it learned it. Copy, allocation
 /// free: every command carries one; only an unclean one becomes a [`Receipt`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Outcomes {
+pub(crate) struct Outcomes {
     pub leg: Option<LegOutcome>,
     /// The words of the gateway's own error, set before it is posted.
     pub words: Option<&'static str>,
@@ -61,7 +61,7 @@ pub struct Outcomes {
 
 label_enum! {
     /// What makes a command unclean, as `tunnelgate receipts --outcome` names it.
-    pub enum Unclean {
+    pub(crate) enum Unclean {
         /// Its downstream leg ended `abandoned`: the MCP server may have acted.
         Abandoned => "abandoned",
         /// Its terminal response was answered 404.
@@ -75,7 +75,7 @@ label_enum! {
 
 impl Outcomes {
     /// No abandoned leg, no terminal delivery that ended other than `acked`, no latch.
-    pub fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         let delivered_cleanly = match self.delivery {
             None | Some(Delivery::Acked) => true,
             Some(Delivery::NotFound | Delivery::Rejected | Delivery::Ambiguous) => false,
@@ -86,7 +86,7 @@ impl Outcomes {
 
 impl Receipt {
     /// The receipt of `cmd`, or `None` when it ended cleanly.
-    pub fn of(
+    pub(crate) fn of(
         cmd: &Command,
         strict: bool,
         outcomes: &Outcomes,
@@ -121,19 +121,19 @@ impl Receipt {
     }
 
     /// The journal line, without its newline.
-    pub fn to_line(&self) -> String {
+    pub(crate) fn to_line(&self) -> String {
         serde_json::to_string(self).expect("a receipt is strings, numbers and booleans")
     }
 
     /// When the command finished, if the field parses.
-    pub fn finished(&self) -> Option<SystemTime> {
+    pub(crate) fn finished(&self) -> Option<SystemTime> {
         humantime::parse_rfc3339_weak(&self.finished_at).ok()
     }
 }
 
 impl Unclean {
     /// Whether `receipt` is unclean this way.
-    pub fn matches(self, receipt: &Receipt) -> bool {
+    pub(crate) fn matches(self, receipt: &Receipt) -> bool {
         match self {
             Self::Abandoned => receipt.leg_outcome.as_deref() == Some(self.as_str()),
             Self::NotFound | Self::Rejected | Self::Ambiguous => {

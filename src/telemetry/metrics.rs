@@ -47,17 +47,17 @@ use super::label::{LabelSets, LabelValue};
 /// arguments do not build.
 ///
 /// ```compile_fail,E0277
-/// use tunnelgate::downstream::{LegOutcome, TransportKind};
+/// use tunnelgate::internals::downstream::{LegOutcome, TransportKind};
 ///
-/// fn swapped(metrics: &tunnelgate::telemetry::Metrics) {
+/// fn swapped(metrics: &tunnelgate::internals::telemetry::Metrics) {
 ///     metrics.downstream_finished(LegOutcome::Answered, TransportKind::Http);
 /// }
 /// ```
 ///
 /// ```
-/// use tunnelgate::downstream::{LegOutcome, TransportKind};
+/// use tunnelgate::internals::downstream::{LegOutcome, TransportKind};
 ///
-/// fn in_order(metrics: &tunnelgate::telemetry::Metrics) {
+/// fn in_order(metrics: &tunnelgate::internals::telemetry::Metrics) {
 ///     metrics.downstream_finished(TransportKind::Http, LegOutcome::Answered);
 /// }
 /// ```

@@ -2,7 +2,9 @@
 //! `docs/ARCHITECTURE.md` ([`RULES`], one per statement of its list), its floors table
 //! (read from the document: one row per module of `src/lib.rs`, each import allowed by
 //! its row, each floor one above the highest it may import, no row granting what a rule
-//! forbids), the one maker of an `Admission`, and no module circles.
+//! forbids), the one maker of an `Admission`, no module circles, and the crate root's
+//! public surface (docs/ARCHITECTURE.md, "Public API": the embedding API, the binary's
+//! hidden entry point and the feature-gated hidden `internals`, every module private).
 //!
 //! Every `crate::` and `super::` path in the non-test code of `src/` is resolved to the
 //! module it names (a file module: `src/a/b.rs` or `src/a/b/mod.rs` is `a::b`). Test
@@ -251,7 +253,7 @@ const RULES: &[Rule] = &[
     // Coordination across replicas talks to etcd only: never to an MCP server or the
     // control plane, and it decides nothing of a command's lifecycle.
     Rule::Only("coord", &["config", "health", "strict", "telemetry", "egress"]),
-    Rule::ImportedOnlyBy("coord", &["app", "cli", "doctor"]),
+    Rule::ImportedOnlyBy("coord", &["app", "cli", "doctor", "internals"]),
     Rule::Never("dispatch", "coord"),
     Rule::Never("strict", "coord"),
 ];
@@ -506,4 +508,54 @@ fn the_reader_resolves_crate_super_and_brace_paths() {
         .map(String::from)
         .collect();
     assert_eq!(found, expected);
+}
+
+/// Every `pub` line of `src/lib.rs`, as the "Public API" paragraph of
+/// `docs/ARCHITECTURE.md` lists it; each line is `(attributes above it, the line)`.
+const PUBLIC_SURFACE: &[(&[&str], &str)] = &[
+    (&[], "pub use app::{Gateway, GatewayError, RunOutcome, StopHandle};"),
+    (&[], "pub use config::{Config, ConfigError, Overrides};"),
+    (&[], "pub use strict::{Fatal, FatalCategory};"),
+    (&["#[doc(hidden)]"], "pub use entry::binary_main;"),
+    (
+        &["#[cfg(feature = \"internals\")]", "#[doc(hidden)]"],
+        "pub mod internals;",
+    ),
+];
+
+#[test]
+fn the_crate_root_exposes_the_embedding_api_and_only_the_hidden_surfaces_beside_it() {
+    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let lines: Vec<&str> = lib.lines().map(str::trim).collect();
+    assert!(
+        lines.contains(&"#![deny(unreachable_pub)]"),
+        "src/lib.rs denies unreachable_pub"
+    );
+    let mut public = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.starts_with("//") {
+            continue;
+        }
+        if line.starts_with("pub") && !line.starts_with("pub(crate)") {
+            let attributes: Vec<&str> = lines[..i]
+                .iter()
+                .rev()
+                .take_while(|l| l.starts_with("#[") || l.starts_with("///"))
+                .filter(|l| l.starts_with("#["))
+                .copied()
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            public.push((attributes, *line));
+        } else if line.starts_with("mod ") {
+            continue;
+        } else {
+            assert!(!line.contains(" mod "), "a module of src/lib.rs is private: {line}");
+        }
+    }
+    public.sort();
+    let mut expected: Vec<(Vec<&str>, &str)> = PUBLIC_SURFACE.iter().map(|(a, l)| (a.to_vec(), *l)).collect();
+    expected.sort();
+    assert_eq!(public, expected, "the public lines of src/lib.rs");
 }

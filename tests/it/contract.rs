@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 
 use jsonschema::Validator;
 use serde_json::{json, Value};
-use tunnelgate::protocol::{decode_poll, CommandKind};
+use tunnelgate::internals::protocol::{decode_poll, CommandKind};
 
 /// The vendored `contract/` folder of the repository.
 pub fn contract_dir() -> PathBuf {
@@ -273,7 +273,7 @@ fn discovery_answers_validate_only_in_their_documented_shapes() {
 
 #[test]
 fn the_library_error_codes_are_the_documented_ones() {
-    use tunnelgate::protocol::DiscoveryFailure;
+    use tunnelgate::internals::protocol::DiscoveryFailure;
     let codes: Vec<_> = DiscoveryFailure::ALL.iter().map(|f| f.code()).collect();
     assert_eq!(codes.len(), DISCOVERY_ERROR_CODES.len());
     for code in codes {
@@ -332,7 +332,7 @@ fn transport_closed_failure_claiming_a_response_is_rejected() {
 #[test]
 fn body_built_by_the_library_with_a_synthesized_error_validates() {
     use std::collections::BTreeMap;
-    use tunnelgate::protocol::{
+    use tunnelgate::internals::protocol::{
         synthesize_error, ChannelName, FailureSource, RequestId, RespType, ResponseBody, TunnelFailure,
     };
 

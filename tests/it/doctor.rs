@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use tunnelgate::strict::{latch_file, CommandRef, Fatal, FatalCategory};
+use tunnelgate::internals::strict::{latch_file, CommandRef, Fatal, FatalCategory};
 
 use crate::harness::{free_port, python, spawn_server_everything_http, CliRun, Gateway, Rig, RigOptions, KEY, TUNNEL};
 

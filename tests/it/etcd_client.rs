@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tunnelgate::config::{ClientIdentity, HttpUrl, TlsFile, TlsFiles};
-use tunnelgate::coord::etcd::{
+use tunnelgate::internals::config::{ClientIdentity, HttpUrl, TlsFile, TlsFiles};
+use tunnelgate::internals::coord::etcd::{
     CmpOp, Compare, Etcd, EtcdError, EtcdSettings, KeyValue, Op, Txn, WatchEvent, WatchKind,
 };
 
@@ -55,7 +55,7 @@ fn values(kvs: &[KeyValue]) -> Vec<(String, String)> {
 }
 
 /// The next batch of a watch, within [`WAIT`].
-async fn next_batch(watch: &mut tunnelgate::coord::etcd::Watch) -> Vec<WatchEvent> {
+async fn next_batch(watch: &mut tunnelgate::internals::coord::etcd::Watch) -> Vec<WatchEvent> {
     tokio::time::timeout(WAIT, watch.next())
         .await
         .expect("a watch batch within the deadline")

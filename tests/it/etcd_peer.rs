@@ -211,6 +211,6 @@ async fn healthy(process: &mut ChildGuard, client: &str, tls: bool) -> bool {
 }
 
 /// Waits until `etcd` answers `status` (after a resume or a restart).
-pub async fn wait_serving(etcd: &tunnelgate::coord::etcd::Etcd) {
+pub async fn wait_serving(etcd: &tunnelgate::internals::coord::etcd::Etcd) {
     wait_until("etcd answering again", READY, || async { etcd.status().await.is_ok() }).await;
 }

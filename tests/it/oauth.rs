@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tunnelgate::sim::{NewCommand, Record};
+use tunnelgate::internals::sim::{NewCommand, Record};
 
 use crate::harness::{
     final_json, http_client, peer_script, python, spawn_py_oauth_server, spawn_py_server, wait_until, ChildGuard,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tunnelgate::ops::MAX_CONNECTIONS;
+use tunnelgate::internals::ops::MAX_CONNECTIONS;
 
 use crate::harness::{http_answers, wait_until, which, ChildGuard, Gateway, Rig, RigOptions};
 
@@ -95,7 +95,7 @@ async fn flood(addr: &str) -> Vec<TcpStream> {
 #[tokio::test]
 async fn a_half_open_flood_of_the_ops_port_at_a_1024_descriptor_limit_leaves_strict_commands_flowing() {
     // This process holds the flood: its own soft limit goes to its hard one.
-    tunnelgate::descriptors::raise_nofile()
+    tunnelgate::internals::descriptors::raise_nofile()
         .map_err(|(e, _)| e)
         .expect("raise the test's limit");
     let rig = Rig::start("").await;

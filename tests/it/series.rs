@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use tunnelgate::telemetry::{DurationLeg, LabelValue};
+use tunnelgate::internals::telemetry::{DurationLeg, LabelValue};
 
 use crate::harness::{repo_root, server_everything_stdio_argv, Rig, RigOptions};
 

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::time::Instant;
-use tunnelgate::sim::{FaultAction, FaultScript, Record, ResponseRecord, SimConfig, Simulator};
+use tunnelgate::internals::sim::{FaultAction, FaultScript, Record, ResponseRecord, SimConfig, Simulator};
 
 use self::mcp::{Event, McpServer, StdioLog};
 use self::plan::{Cmd, Kind, Mcp, Plan, Queued, Route};
@@ -586,7 +586,8 @@ async fn run_default(seed: u64, n: usize) -> Result<String, String> {
     let ids = enqueue(&sim, &plan.commands);
     let started = Instant::now();
     // The flood's connections are this process's descriptors too.
-    tunnelgate::descriptors::raise_nofile().map_err(|(e, _)| format!("raise the soak's descriptor limit: {e}"))?;
+    tunnelgate::internals::descriptors::raise_nofile()
+        .map_err(|(e, _)| format!("raise the soak's descriptor limit: {e}"))?;
     let (mut gw, ops) = start_gateway(|ops| default_config(&sim, &server.url, refused, &stdio_log, ops)).await?;
     let flood = flood::Flood::start(gw.pid(), ops, seed).await;
     let quiet = wait_quiescent(&mut gw, ops, n as u64, Duration::from_secs(90), true).await;
@@ -980,7 +981,7 @@ fn check_default(
     });
 
     // 5. Polls: every poll before the last has ended for the gateway (one poll at a time).
-    let failed = |p: &tunnelgate::sim::PollRecord, kind: &str| match &p.fault {
+    let failed = |p: &tunnelgate::internals::sim::PollRecord, kind: &str| match &p.fault {
         Some(FaultAction::Hold) => kind == "timeout",
         Some(FaultAction::Close) => kind == "transport",
         Some(FaultAction::Status { status, .. }) => match *status {

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::bundle::Canaries;
-use tunnelgate::sim::NewCommand;
+use tunnelgate::internals::bundle::Canaries;
+use tunnelgate::internals::sim::NewCommand;
 
 use crate::harness::{http_client, wait_until, CliRun, Gateway, Rig, RigOptions, KEY};
 use crate::tls::pki::Pki;

@@ -32,7 +32,7 @@ use crate::telemetry::DeliveryKind;
 
 /// How a delivery ended, with the attempt that settled it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeliveryReport {
+pub(crate) struct DeliveryReport {
     pub delivery: Delivery,
     pub last_attempt: AttemptResult,
     pub attempts: u32,
@@ -70,7 +70,7 @@ impl ControlClient {
     /// # Cancel safety
     /// Not cancel-safe by drop: cancel through `cancel`, which settles the delivery as
     /// `Ambiguous` (`Cancelled`) when an attempt may have been written.
-    pub async fn deliver(
+    pub(crate) async fn deliver(
         &self,
         kind: PostKind,
         body: Bytes,

@@ -26,7 +26,7 @@ const POLL_SLACK: Duration = Duration::from_secs(10);
 
 /// How long a poll asks the control plane to hold it when nothing is queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PollWait {
+pub(crate) enum PollWait {
     /// `control_plane.poll_timeout`: the ordinary long poll.
     Long,
     /// Answer at once: the first poll of a run, and the first after a failure, so that
@@ -39,7 +39,7 @@ pub(super) const QUICK_POLL: Duration = Duration::from_millis(1);
 
 /// A poll whose response headers arrived: from here on its commands belong to the
 /// gateway, and each must be answered or accounted for.
-pub struct PollAnswer {
+pub(crate) struct PollAnswer {
     /// Monotonic time the response headers arrived.
     pub received_at: Instant,
     deadline: Instant,
@@ -49,7 +49,7 @@ pub struct PollAnswer {
 
 /// A successful poll.
 #[derive(Debug)]
-pub struct Polled {
+pub(crate) struct Polled {
     /// Monotonic time the response headers arrived: every deadline is anchored here.
     pub received_at: Instant,
     /// Empty for `204`.
@@ -58,7 +58,7 @@ pub struct Polled {
 
 label_enum! {
     /// `poll_errors_total{kind}`.
-    pub enum PollErrorKind {
+    pub(crate) enum PollErrorKind {
         Timeout => "timeout",
         Transport => "transport",
         Unauthorized => "unauthorized",
@@ -91,7 +91,7 @@ impl PollErrorKind {
     status.map(|s| format!(": HTTP {s}")).unwrap_or_default(),
     if *kind == PollErrorKind::LocalExhaustion { format!(": {EXHAUSTION_WORDS}") } else { String::new() }
 )]
-pub struct PollError {
+pub(crate) struct PollError {
     pub kind: PollErrorKind,
     pub status: Option<u16>,
     /// Server-imposed minimum wait, already capped.
@@ -99,7 +99,7 @@ pub struct PollError {
 }
 
 impl PollError {
-    pub fn new(kind: PollErrorKind, status: Option<u16>, retry_after: Option<Duration>) -> Self {
+    pub(crate) fn new(kind: PollErrorKind, status: Option<u16>, retry_after: Option<Duration>) -> Self {
         Self {
             kind,
             status,
@@ -107,7 +107,7 @@ impl PollError {
         }
     }
 
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         self.kind.as_str()
     }
 }
@@ -120,7 +120,7 @@ impl ControlClient {
     /// headers arrive, no command has been handed to the gateway. Once it returns
     /// [`PollAnswer`], the control plane has handed out whatever the body holds: read it
     /// with [`read_commands`](Self::read_commands), never drop it unread.
-    pub async fn poll(&self, limit: usize, wait: PollWait) -> Result<PollAnswer, PollError> {
+    pub(crate) async fn poll(&self, limit: usize, wait: PollWait) -> Result<PollAnswer, PollError> {
         let (target, wait) = self.poll_urls.target(limit, wait);
         let deadline = Instant::now() + wait + POLL_SLACK;
         let request = self.transport.get(target, &self.headers);
@@ -157,7 +157,7 @@ impl ControlClient {
     /// # Cancel safety
     /// Not cancel-safe: dropping it loses commands the control plane handed out. Bound it
     /// instead (the stop order gives it `strict.cleanup_timeout`).
-    pub async fn read_commands(&self, answer: PollAnswer) -> Result<Polled, PollError> {
+    pub(crate) async fn read_commands(&self, answer: PollAnswer) -> Result<Polled, PollError> {
         let PollAnswer {
             received_at,
             deadline,

@@ -13,7 +13,7 @@ impl ControlClient {
     /// it authenticates exactly as a poll does and takes no command, so `tunnelgate
     /// doctor` can check reachability and credentials without polling. Returns the
     /// status; the body is not read. `timeout` bounds the whole exchange.
-    pub async fn get_tunnel(&self, timeout: Duration) -> Result<reqwest::StatusCode, reqwest::Error> {
+    pub(crate) async fn get_tunnel(&self, timeout: Duration) -> Result<reqwest::StatusCode, reqwest::Error> {
         let request = self.http.get(&self.tunnel_url).headers(self.headers.clone());
         Ok(request.timeout(timeout).send().await?.status())
     }

@@ -23,7 +23,7 @@ pub(super) type Stamp = Option<(u64, u64, u64, SystemTime)>;
 
 /// One file's check, for `doctor`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileReport {
+pub(crate) struct FileReport {
     /// The dotted key that named the file.
     pub key: String,
     /// The path, as configured.
@@ -205,7 +205,7 @@ pub(super) fn roots(ca: &TlsFile, now: SystemTime) -> Result<(Vec<CertificateDer
 }
 
 /// Checks every configured file of a scope, as the gateway would read it at startup.
-pub fn inspect(files: &TlsFiles, now: SystemTime) -> Vec<FileReport> {
+pub(crate) fn inspect(files: &TlsFiles, now: SystemTime) -> Vec<FileReport> {
     let provider = super::provider();
     let mut out = Vec::new();
     let report = |file: &TlsFile, result| FileReport {
