@@ -111,19 +111,7 @@ impl Responder {
         deadline: Option<Instant>,
         receipt: &Pending<'_>,
     ) -> DeliveryReport {
-        let span = tracing::debug_span!(
-            "tunnelgate.deliver",
-            tunnelgate.resp_type = reply.resp_type.as_str(),
-            tunnelgate.delivery_outcome = tracing::field::Empty,
-            tunnelgate.attempts = tracing::field::Empty,
-        );
-        let body = body(&cmd.request_id, &cmd.channel, reply);
-        let report = self
-            .post(PostKind::Terminal, body, &cmd.shard_token, deadline)
-            .instrument(span.clone())
-            .await;
-        span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
-        span.record("tunnelgate.attempts", i64::from(report.attempts));
+        let report = self.post_terminal(cmd, reply, deadline).await;
         receipt.delivered(&report);
         if report.refused == Some(Refused::TooLarge) {
             self.books.response_too_large();
@@ -157,20 +145,26 @@ impl Responder {
         let resp_json = synthesize_error(Some(id), &kind.message(answer.get().len()), &TooLarge::failure());
         receipt.told(kind.words());
         let small = error_reply(Some(resp_json), TOO_LARGE_RESP_CODE, RespType::JsonrpcResponse);
+        Some(self.post_terminal(cmd, &small, deadline).await)
+    }
+
+    /// Posts `reply` as `cmd`'s terminal response inside a `tunnelgate.deliver` span that
+    /// records its outcome and attempts.
+    async fn post_terminal(&self, cmd: &Command, reply: &Reply, deadline: Option<Instant>) -> DeliveryReport {
         let span = tracing::debug_span!(
             "tunnelgate.deliver",
-            tunnelgate.resp_type = small.resp_type.as_str(),
+            tunnelgate.resp_type = reply.resp_type.as_str(),
             tunnelgate.delivery_outcome = tracing::field::Empty,
             tunnelgate.attempts = tracing::field::Empty,
         );
-        let body = body(&cmd.request_id, &cmd.channel, &small);
+        let body = body(&cmd.request_id, &cmd.channel, reply);
         let report = self
             .post(PostKind::Terminal, body, &cmd.shard_token, deadline)
             .instrument(span.clone())
             .await;
         span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
         span.record("tunnelgate.attempts", i64::from(report.attempts));
-        Some(report)
+        report
     }
 
     /// Posts one response body of `kind`, retried per the control client's rules. Every
