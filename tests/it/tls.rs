@@ -24,20 +24,69 @@ fn initialize(id: u64) -> NewCommand {
         "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"1"}}}))
 }
 
-async fn wait_listening(port: u16, child: &mut ChildGuard) {
-    wait_until("the TLS server listens", T, || {
-        assert!(child.try_wait().is_none(), "the TLS server exited:\n{}", child.stderr());
-        async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() }
-    })
-    .await;
+/// Waits until `child` has written `announced` (its own word that it bound the port) to
+/// `log` (its stderr when `None`). False when it exited first: the port was taken by another
+/// process between [`free_port`] and its bind, and a connect alone would have reached that
+/// stranger.
+async fn wait_announced(child: &mut ChildGuard, log: Option<&Path>, announced: &str) -> bool {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let text = match log {
+            Some(path) => std::fs::read_to_string(path).unwrap_or_default(),
+            None => child.stderr(),
+        };
+        if text.contains(announced) {
+            return true;
+        }
+        if child.try_wait().is_some() {
+            return false;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no `{announced}` within {T:?}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Spawns `make(port)` on fresh ports until one announces it is bound (three tries).
+async fn spawn_announced(
+    make: impl Fn(u16) -> (ChildGuard, Option<std::path::PathBuf>),
+    announced: impl Fn(u16) -> String,
+) -> (ChildGuard, u16) {
+    for _ in 0..3 {
+        let port = free_port();
+        let (mut child, log) = make(port);
+        if wait_announced(&mut child, log.as_deref(), &announced(port)).await {
+            return (child, port);
+        }
+    }
+    panic!("the TLS peer could not bind a port in three tries")
 }
 
 /// The Python SDK server on HTTPS, requiring a client certificate issued by `ca`.
 async fn tls_py_server(server: &Pair, ca: &Pair) -> (ChildGuard, String) {
-    tls_py_server_on(free_port(), server, ca).await
+    let (child, port) = spawn_announced(
+        |port| (py_tls_child(port, server, ca), None),
+        |port| format!("listening on 127.0.0.1:{port}"),
+    )
+    .await;
+    (child, format!("https://127.0.0.1:{port}/mcp"))
 }
 
+/// [`tls_py_server`] on a given `port` (a restart on the port a gateway already targets).
 async fn tls_py_server_on(port: u16, server: &Pair, ca: &Pair) -> (ChildGuard, String) {
+    let mut child = py_tls_child(port, server, ca);
+    let announced = format!("listening on 127.0.0.1:{port}");
+    assert!(
+        wait_announced(&mut child, None, &announced).await,
+        "the TLS server exited:\n{}",
+        child.stderr()
+    );
+    (child, format!("https://127.0.0.1:{port}/mcp"))
+}
+
+fn py_tls_child(port: u16, server: &Pair, ca: &Pair) -> ChildGuard {
     let mut cmd = std::process::Command::new(python());
     cmd.arg(peer_script("py_server.py"))
         .args(["--port", &port.to_string(), "--mode", "stateless"])
@@ -48,9 +97,7 @@ async fn tls_py_server_on(port: u16, server: &Pair, ca: &Pair) -> (ChildGuard, S
         .arg("--ca-certs")
         .arg(&ca.cert)
         .env("PYTHONUNBUFFERED", "1");
-    let mut child = ChildGuard::spawn("py_server(tls)", cmd);
-    wait_listening(port, &mut child).await;
-    (child, format!("https://127.0.0.1:{port}/mcp"))
+    ChildGuard::spawn("py_server(tls)", cmd)
 }
 
 /// `stunnel` on 127.0.0.1 in front of `target`, requiring a client certificate issued by
@@ -66,24 +113,26 @@ async fn stunnel_named(
     ca: &Pair,
     target: u16,
 ) -> (ChildGuard, String, std::path::PathBuf) {
-    let port = free_port();
     let log = pki.path(&format!("{name}.log"));
     let conf = pki.path(&format!("{name}.conf"));
-    std::fs::write(
-        &conf,
-        format!(
-            "foreground = yes\npid =\ndebug = 7\noutput = {log}\n[cp]\naccept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{target}\ncert = {cert}\nkey = {key}\nCAfile = {ca}\nverifyChain = yes\nrequireCert = yes\n",
-            log = log.display(),
-            cert = server.cert.display(),
-            key = server.key.display(),
-            ca = ca.cert.display(),
-        ),
-    )
-    .unwrap();
-    let mut cmd = std::process::Command::new("stunnel4");
-    cmd.arg(&conf);
-    let mut child = ChildGuard::spawn("stunnel", cmd);
-    wait_listening(port, &mut child).await;
+    let make = |port: u16| {
+        std::fs::write(
+            &conf,
+            format!(
+                "foreground = yes\npid =\ndebug = 7\noutput = {log}\n[cp]\naccept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{target}\ncert = {cert}\nkey = {key}\nCAfile = {ca}\nverifyChain = yes\nrequireCert = yes\n",
+                log = log.display(),
+                cert = server.cert.display(),
+                key = server.key.display(),
+                ca = ca.cert.display(),
+            ),
+        )
+        .unwrap();
+        let mut cmd = std::process::Command::new("stunnel4");
+        cmd.arg(&conf);
+        (ChildGuard::spawn("stunnel", cmd), Some(log.clone()))
+    };
+    // stunnel logs this line once its accept socket is bound.
+    let (child, port) = spawn_announced(make, |port| format!("bound to 127.0.0.1:{port}")).await;
     (child, format!("https://127.0.0.1:{port}"), log)
 }
 

@@ -27,7 +27,8 @@ On a unix socket the server accepts only requests whose `Host` is `--allowed-hos
 (421 otherwise): a test reads from that which host its client sent.
 
 With --certfile/--keyfile/--ca-certs it serves HTTPS and REQUIRES a client certificate
-issued by a CA in --ca-certs; each accepted connection prints one stderr line
+issued by a CA in --ca-certs; once bound it prints `listening on 127.0.0.1:PORT` to
+stderr, and each accepted connection prints one stderr line
 `peer certificate: CN=<subject common name>` (the server's view of what was presented),
 and every response closes its connection (so each request makes a new handshake).
 
@@ -276,6 +277,20 @@ def serve_tls(server: MCPServer, args: argparse.Namespace) -> None:
 
         await app(scope, receive, send_closing)
 
+    # The socket is bound here, before uvicorn starts, so a port taken by another process
+    # fails this process at once (exit 1) instead of leaving a test talking to a stranger;
+    # the line below is what a test waits for.
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", args.port))
+    except OSError as e:
+        print(f"cannot bind 127.0.0.1:{args.port}: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    sock.listen(128)
+    print(f"listening on 127.0.0.1:{sock.getsockname()[1]}", file=sys.stderr, flush=True)
     config = uvicorn.Config(
         closing,
         host="127.0.0.1",
@@ -287,7 +302,7 @@ def serve_tls(server: MCPServer, args: argparse.Namespace) -> None:
         ssl_ca_certs=args.ca_certs,
         ssl_cert_reqs=ssl.CERT_REQUIRED,
     )
-    anyio.run(uvicorn.Server(config).serve)
+    anyio.run(uvicorn.Server(config).serve, [sock])
 
 
 if __name__ == "__main__":
