@@ -22,8 +22,8 @@ use crate::control::{random_hex, ControlClient, ControlSettings};
 use crate::coord::Coordinator;
 use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring, WriteAhead};
 use crate::downstream::{
-    Channels, HttpEgress, HttpSettings, HttpTransport, SessionMode, SessionSettings, StdioSettings, StdioTransport,
-    Transport,
+    Channels, HarpoonSettings, HarpoonTransport, HostClassifier, HttpEgress, HttpSettings, HttpTransport, SessionMode,
+    SessionSettings, StdioSettings, StdioTransport, Transport, HARPOON_CHANNEL,
 };
 use crate::health::Health;
 use crate::ops::OpsState;
@@ -311,7 +311,67 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
         };
         by_name.insert(name.to_string(), transport);
     }
+    let harpoon = HarpoonTransport::new(harpoon_settings(config), Arc::default(), metrics.clone()).map_err(|e| {
+        GatewayError::Channel {
+            channel: HARPOON_CHANNEL.to_owned(),
+            problem: e.to_string(),
+        }
+    })?;
+    by_name.insert(HARPOON_CHANNEL.to_owned(), Transport::Harpoon(harpoon));
     Ok(Channels::new(by_name))
+}
+
+/// `[harpoon]`, as channel `harpoon` takes it.
+pub(crate) fn harpoon_settings(config: &Config) -> HarpoonSettings {
+    let h = &config.harpoon;
+    HarpoonSettings {
+        targets: h
+            .targets
+            .iter()
+            .map(|t| (t.label.clone(), t.url.clone(), t.description.clone()))
+            .collect(),
+        allow_plaintext_http: h.allow_plaintext_http,
+        max_response_bytes: h.max_response_bytes,
+        max_redirects: h.max_redirects,
+        classifier: HostClassifier {
+            loopback: h.hosts_include_loopback,
+            private: h.hosts_include_private,
+            suffixes: h.hosts_include_suffix.clone(),
+        },
+        register_private_auth_servers: h.register_private_auth_servers,
+        proxy: h.proxy.clone(),
+        tls: h.tls.clone(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    }
+}
+
+/// `X-Tunnel-MCP-Server-Info` while channel `harpoon` is routable: the configured
+/// channels and `{"name":"harpoon","proc_affinity":true}`, as upstream declares it.
+/// `None` when the poll filter leaves `harpoon` out (the control plane never hands
+/// this replica its commands).
+pub(crate) fn harpoon_server_info(config: &Config) -> Option<String> {
+    let filter = &config.control_plane.poll_channels;
+    if !filter.is_empty() && !filter.iter().any(|c| c.as_str() == HARPOON_CHANNEL) {
+        return None;
+    }
+    let mut declared = declared_channels(config);
+    declared.push(ServerInfoChannel {
+        name: HARPOON_CHANNEL.to_owned(),
+        proc_affinity: true,
+    });
+    server_info_header(&declared)
+}
+
+fn declared_channels(config: &Config) -> Vec<ServerInfoChannel> {
+    config
+        .mcp
+        .channels
+        .iter()
+        .map(|(name, c)| ServerInfoChannel {
+            name: name.to_string(),
+            proc_affinity: matches!(c, ChannelConfig::Stdio { .. }),
+        })
+        .collect()
 }
 
 /// An HTTP channel's configured headers, as its transport takes them (also used by
@@ -347,15 +407,7 @@ pub(crate) fn build_control(
     metrics: &Arc<Metrics>,
     instance_id: &str,
 ) -> Result<ControlClient, GatewayError> {
-    let declared: Vec<ServerInfoChannel> = config
-        .mcp
-        .channels
-        .iter()
-        .map(|(name, c)| ServerInfoChannel {
-            name: name.to_string(),
-            proc_affinity: matches!(c, ChannelConfig::Stdio { .. }),
-        })
-        .collect();
+    let declared = declared_channels(config);
     let cp = &config.control_plane;
     let settings = ControlSettings {
         base_url: cp.base_url.to_string(),

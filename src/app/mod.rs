@@ -190,7 +190,10 @@ impl Gateway {
             }
         }
         let parts = Parts::observed(&config).with_channels(&config)?;
-        let control = build_control(&config, &parts.metrics, &parts.instance_id)?;
+        let mut control = build_control(&config, &parts.metrics, &parts.instance_id)?;
+        if let (Some(harpoon), Some(info)) = (parts.channels.harpoon(), build::harpoon_server_info(&config)) {
+            control = control.with_harpoon(&info, harpoon.routable_flag());
+        }
         let mut parts = parts.coordinated(&config, &control)?;
         let ops = parts.bind_ops(&config).await?;
         tracing::info!(addr = %ops.addr, "ops listener ready");

@@ -51,6 +51,12 @@ pub(super) fn channels(
         .map(|(name, channel)| {
             let name = ChannelName::parse(&name)?;
             let key = format!("{KEY}.{name}");
+            if name.as_str() == "harpoon" {
+                return Err(ConfigError::invalid(
+                    key,
+                    "the name harpoon is reserved: the gateway serves channel harpoon itself (configure it under [harpoon])",
+                ));
+            }
             let egress = http_egress(&key, &channel, mcp_proxy, env)?;
             let config = channel_config(&key, channel, api_key, max_concurrent, egress)?;
             Ok((name, config))

@@ -314,12 +314,65 @@ fn anchor_scalars(env: &EnvVars) -> Layer {
             insert(&mut dict, &path(&[section, "proxy"]), value.into());
         }
     }
+    harpoon_vars(env, &mut dict);
     for (var, keys) in ANCHOR_TLS {
         if let Some(value) = env.non_blank(var) {
             insert(&mut dict, &path(keys), value.into());
         }
     }
     anchor_layer(dict)
+}
+
+/// The official client's `HARPOON_*` variables under `[harpoon]`: booleans and numbers
+/// typed when they read as such (else left as text, which the key's type then refuses,
+/// naming the variable); `HARPOON_TARGETS` as text, parsed with upstream's grammar;
+/// `HARPOON_HOSTS_INCLUDE_SUFFIX` split on `;` and newlines; `CA_BUNDLE` also trusted by
+/// the channel, as upstream adds it to Harpoon's trust.
+fn harpoon_vars(env: &EnvVars, dict: &mut Dict) {
+    for (var, key) in [
+        ("HARPOON_ALLOW_PLAINTEXT_HTTP", "allow_plaintext_http"),
+        ("HARPOON_HOSTS_INCLUDE_LOOPBACK", "hosts_include_loopback"),
+        ("HARPOON_HOSTS_INCLUDE_PRIVATE", "hosts_include_private"),
+    ] {
+        if let Some(value) = env.non_blank(var) {
+            let typed = match value.to_ascii_lowercase().as_str() {
+                "true" | "1" => Value::from(true),
+                "false" | "0" => Value::from(false),
+                _ => Value::from(value),
+            };
+            insert(dict, &path(&["harpoon", key]), typed);
+        }
+    }
+    for (var, key) in [
+        ("HARPOON_MAX_RESPONSE_BYTES", "max_response_bytes"),
+        ("HARPOON_MAX_REDIRECTS", "max_redirects"),
+    ] {
+        if let Some(value) = env.non_blank(var) {
+            let typed = value.parse::<u64>().map_or_else(|_| Value::from(value), Value::from);
+            insert(dict, &path(&["harpoon", key]), typed);
+        }
+    }
+    if let Some(value) = env.non_blank("HARPOON_TARGETS") {
+        insert(dict, &path(&["harpoon", "targets"]), value.into());
+    }
+    if let Some(value) = env.non_blank("HARPOON_HOSTS_INCLUDE_SUFFIX") {
+        let list: Vec<String> = value
+            .split([';', '\n'])
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        insert(dict, &path(&["harpoon", "hosts_include_suffix"]), list.into());
+    }
+    if let Some(value) = env
+        .non_blank("HARPOON_HTTP_PROXY")
+        .or(env.non_blank("TUNNEL_CLIENT_HTTP_PROXY"))
+    {
+        insert(dict, &path(&["harpoon", "proxy"]), value.into());
+    }
+    if let Some(value) = env.non_blank("CA_BUNDLE") {
+        insert(dict, &path(&["harpoon", "tls", "ca_file"]), value.into());
+    }
 }
 
 /// The official client's TLS variables: `CA_BUNDLE` serves both scopes, as upstream.
@@ -386,6 +439,14 @@ fn anchor_var(keys: &[&str]) -> String {
         ["control_plane", "tls", "client_key"] => "CONTROL_PLANE_CLIENT_KEY",
         ["mcp", "tls", "client_cert"] => "MCP_CLIENT_CERT",
         ["mcp", "tls", "client_key"] => "MCP_CLIENT_KEY",
+        ["harpoon", "targets", ..] => "HARPOON_TARGETS",
+        ["harpoon", "allow_plaintext_http"] => "HARPOON_ALLOW_PLAINTEXT_HTTP",
+        ["harpoon", "hosts_include_loopback"] => "HARPOON_HOSTS_INCLUDE_LOOPBACK",
+        ["harpoon", "hosts_include_private"] => "HARPOON_HOSTS_INCLUDE_PRIVATE",
+        ["harpoon", "hosts_include_suffix", ..] => "HARPOON_HOSTS_INCLUDE_SUFFIX",
+        ["harpoon", "max_response_bytes"] => "HARPOON_MAX_RESPONSE_BYTES",
+        ["harpoon", "max_redirects"] => "HARPOON_MAX_REDIRECTS",
+        ["harpoon", "proxy"] => "HARPOON_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",
         _ => "MCP_SERVER_URL and MCP_COMMAND",
     };
     var.to_owned()

@@ -31,6 +31,7 @@ mod coordination;
 mod defaults;
 mod duration;
 mod error;
+mod harpoon;
 mod headers;
 mod http_url;
 mod layers;
@@ -59,6 +60,7 @@ pub use channel_name::ChannelName;
 pub use coordination::{Coordination, EtcdConfig, MIN_LEASE_TTL};
 pub use defaults::{MAX_LOG_BUFFER_EVENTS, STDIO_PROTOCOL_VERSION};
 pub use error::ConfigError;
+pub use harpoon::{Harpoon, HarpoonTarget};
 pub use headers::{HeaderSet, ORGANIZATION_HEADER};
 pub use http_url::HttpUrl;
 pub use offline::OfflineConfig;
@@ -80,6 +82,8 @@ pub struct Config {
     pub runtime: Runtime,
     pub receipts: Receipts,
     pub coordination: Coordination,
+    /// `[harpoon]`: the built-in channel `harpoon`.
+    pub harpoon: Harpoon,
 }
 
 /// `[control_plane]`: where commands are polled from and responses posted to.

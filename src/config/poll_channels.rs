@@ -1,7 +1,8 @@
 //! `control_plane.poll_channels`: the official client's poll filter, checked once.
 //!
 //! Invariants of the result: sorted (byte order) and without duplicates, each entry a
-//! valid channel name that is also configured in `mcp.channels`; empty means "not
+//! valid channel name that is also configured in `mcp.channels` (or `harpoon`, the
+//! gateway's built-in channel); empty means "not
 //! configured". A listed channel this replica does not serve is an error rather than a
 //! warning: the control plane hands a poller only the channels it names, so a replica
 //! that names a channel it cannot route would take that channel's commands and answer
@@ -31,7 +32,8 @@ pub(super) fn poll_channels(
             ));
         }
         let name = ChannelName::parse_at(&key, name)?;
-        if !configured.contains_key(name.as_str()) {
+        // `harpoon` is the gateway's own channel: it is always served.
+        if name.as_str() != "harpoon" && !configured.contains_key(name.as_str()) {
             let known: Vec<&str> = configured.keys().map(ChannelName::as_str).collect();
             return Err(ConfigError::invalid(
                 key,

@@ -20,6 +20,7 @@ pub(super) struct RawConfig {
     pub(super) runtime: RawRuntime,
     pub(super) receipts: RawReceipts,
     pub(super) coordination: RawCoordination,
+    pub(super) harpoon: super::harpoon::RawHarpoon,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -64,6 +64,12 @@ pub(super) fn control_plane_tls(raw: Option<RawTls>) -> Result<TlsFiles, ConfigE
     files(&Scoped::all("control_plane.tls", &raw))
 }
 
+/// `harpoon.tls`.
+pub(super) fn harpoon_tls(raw: Option<RawTls>) -> Result<TlsFiles, ConfigError> {
+    let raw = raw.unwrap_or_default();
+    files(&Scoped::all("harpoon.tls", &raw))
+}
+
 /// `coordination.etcd.tls`.
 pub(super) fn coordination_tls(raw: Option<RawTls>) -> Result<TlsFiles, ConfigError> {
     let raw = raw.unwrap_or_default();

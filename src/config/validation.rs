@@ -40,6 +40,7 @@ pub(super) fn build(mut raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigE
         receipts: receipts(raw.receipts, &strict.latch_file)?,
         strict,
         coordination,
+        harpoon: super::harpoon::harpoon(raw.harpoon, env)?,
     })
 }
 

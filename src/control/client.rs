@@ -85,6 +85,9 @@ pub(crate) struct ControlClient {
     /// `response_url` as hyper's `Uri` (from its serialisation, as `reqwest` makes it).
     response_uri: http::Uri,
     headers: HeaderMap,
+    /// The headers while channel `harpoon` is routable (its server-info names it too),
+    /// and the flag the channel keeps.
+    harpoon: Option<(HeaderMap, Arc<std::sync::atomic::AtomicBool>)>,
     settings: Arc<ControlSettings>,
     metrics: Arc<Metrics>,
 }
@@ -179,6 +182,7 @@ impl ControlClient {
             response_url,
             response_uri,
             headers,
+            harpoon: None,
             settings: Arc::new(settings),
             metrics,
         })
@@ -202,6 +206,26 @@ impl ControlClient {
             }
         }
         self
+    }
+
+    /// While `routable` is set, every request declares `server_info` (which names channel
+    /// `harpoon`) in `X-Tunnel-MCP-Server-Info` instead of the configured channels alone,
+    /// as upstream recomputes the header per request. Call it after [`Self::with_headers`].
+    pub(crate) fn with_harpoon(mut self, server_info: &str, routable: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        let mut headers = self.headers.clone();
+        if let Ok(info) = HeaderValue::from_str(server_info) {
+            headers.insert(HeaderName::from_static("x-tunnel-mcp-server-info"), info);
+        }
+        self.harpoon = Some((headers, routable));
+        self
+    }
+
+    /// The headers of a request sent now.
+    fn request_headers(&self) -> &HeaderMap {
+        match &self.harpoon {
+            Some((headers, routable)) if routable.load(std::sync::atomic::Ordering::Acquire) => headers,
+            _ => &self.headers,
+        }
     }
 
     /// Every poll names `channels` (`control_plane.poll_channels`, the official client's

@@ -233,6 +233,45 @@ impl Responder {
         Some(self.terminal(cmd, &reply, Some(deadline), receipt).await)
     }
 
+    /// Answers a command on a channel that serves nothing now (`harpoon` without a
+    /// target) as upstream does: `400` and `-32603` "Bad Request: unsupported channel
+    /// \"NAME\"" for a request and for a notification (then without an id, and as a
+    /// `jsonrpc_response`), a bare `400` `session_termination_response`; never a
+    /// `resp_headers`.
+    pub(crate) async fn channel_unsupported(&self, cmd: &Command, receipt: &Pending<'_>) {
+        let channel = cmd.channel.as_str();
+        let (resp_json, resp_type) = match &cmd.kind {
+            CommandKind::JsonRpc(p) => {
+                let message = format!("Bad Request: unsupported channel {channel:?}");
+                receipt.told("unsupported channel");
+                let id: serde_json::Value = p
+                    .id()
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                    .unwrap_or(serde_json::Value::Null);
+                let mut error = serde_json::json!({"jsonrpc": "2.0", "error": {"code": -32603, "message": message}});
+                if p.id().is_some() {
+                    error["id"] = id;
+                }
+                let raw = serde_json::value::to_raw_value(&error).expect("a JSON value serializes");
+                (Some(raw), RespType::JsonrpcResponse)
+            }
+            CommandKind::SessionTermination => (None, RespType::SessionTerminationResponse),
+            CommandKind::OAuthDiscovery | CommandKind::Unknown(_) => {
+                self.discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel, receipt)
+                    .await;
+                return;
+            }
+        };
+        let reply = Reply {
+            resp_json,
+            resp_headers: BTreeMap::new(),
+            resp_code: 400,
+            resp_type,
+        };
+        let deadline = Instant::now() + self.cleanup_timeout;
+        self.terminal(cmd, &reply, Some(deadline), receipt).await;
+    }
+
     /// Answers an `oauth_discovery` that produced no document with its error, bounded by
     /// the cleanup timeout (nothing of it can have acted on an MCP server).
     pub(crate) async fn discovery_failed(

@@ -134,6 +134,11 @@ async fn answer_unadmitted(d: &Arc<Dispatcher>, cmd: &Command, route: Route<'_, 
             tracing::info!("response_timeout already passed at receipt; dropped without contacting the MCP server");
             d.books.dropped(DropReason::Expired);
         }
+        Route::ChannelUnsupported => {
+            tracing::warn!("the channel serves nothing now (harpoon has no target); answered unsupported channel");
+            d.books.dropped(DropReason::Unroutable);
+            d.responder.channel_unsupported(cmd, receipt).await;
+        }
         Route::Unroutable => {
             tracing::warn!("no channel of that name is configured; answered with an error, never routed elsewhere");
             d.responder.not_executed(cmd, NotExecuted::Unroutable, receipt).await;

@@ -51,6 +51,7 @@ impl CommandTask<'_> {
                     resp_code = reply.resp_code,
                     "oauth discovery finished"
                 );
+                self.register_harpoon_targets(&admission, &reply).await;
                 reply
             }
             Err(failure) => {
@@ -93,6 +94,24 @@ impl CommandTask<'_> {
             // `not_sent` never latches after its step either.
             AfterLeg::Latch(category) | AfterLeg::LatchThenTell(category) => self.latch(&admission, category),
         }
+    }
+
+    /// Channel `harpoon`'s targets from the document found, registered before the answer
+    /// is posted (so the service never asks for a label that is not there yet), bounded
+    /// as a discovery is.
+    async fn register_harpoon_targets(&self, admission: &Admission, reply: &Reply) {
+        let (Some(harpoon), Some(url), Some(doc)) = (
+            self.d.gate.channels.harpoon(),
+            self.transport.url(),
+            reply.resp_json.as_deref(),
+        ) else {
+            return;
+        };
+        if self.cmd.channel.as_str() != "main" {
+            return;
+        }
+        let deadline = discovery_deadline(Instant::now(), self.deadline);
+        harpoon.register_discovery(admission, url, None, doc, deadline).await;
     }
 
     /// The transport's discovery in the downstream span, cut short by the stop; returns

@@ -20,11 +20,17 @@ use crate::protocol::{Command, CommandKind, JsonRpcPayload};
 pub(super) trait Routable {
     /// Whether `oauth_discovery` can run on it (an HTTP channel).
     fn serves_discovery(&self) -> bool;
+    /// Whether it serves commands now (channel `harpoon` only while it has a target).
+    fn is_routable(&self) -> bool;
 }
 
 impl Routable for &Transport {
     fn serves_discovery(&self) -> bool {
         Transport::serves_discovery(self)
+    }
+
+    fn is_routable(&self) -> bool {
+        Transport::is_routable(self)
     }
 }
 
@@ -47,6 +53,9 @@ pub(super) enum Route<'a, T> {
     Expired,
     /// No channel of that name: answered "not executed", never routed elsewhere.
     Unroutable,
+    /// A channel that serves nothing now (`harpoon` without a target): answered
+    /// "unsupported channel" with `400`, as upstream answers it.
+    ChannelUnsupported,
     /// A caller's reply to a server request: runs on the leg that asked, unadmitted.
     Reply {
         payload: &'a JsonRpcPayload,
@@ -100,6 +109,9 @@ pub(super) fn route<'a, T: Routable>(
         } else {
             Route::DiscoveryUnsupported
         };
+    }
+    if !channel.is_routable() {
+        return Route::ChannelUnsupported;
     }
     match payload {
         Some(p) if p.is_reply() => Route::Reply {

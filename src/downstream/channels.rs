@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::identity::Observed;
-use super::{ChannelStatus, DownstreamRequest, HttpTransport, LegResult, NotifySink, Reply, StdioTransport};
+use super::{
+    ChannelStatus, DownstreamRequest, HarpoonTransport, HttpTransport, LegResult, NotifySink, Reply, StdioTransport,
+};
 use crate::protocol::{DiscoveryFailure, WireHeaders};
 use crate::strict::Admission;
 use crate::telemetry::{label_enum, TransportLabel};
@@ -14,6 +16,8 @@ use crate::telemetry::{label_enum, TransportLabel};
 pub enum Transport {
     Http(HttpTransport),
     Stdio(StdioTransport),
+    /// Channel `harpoon`, served by the gateway itself.
+    Harpoon(HarpoonTransport),
 }
 
 label_enum! {
@@ -24,6 +28,7 @@ label_enum! {
     pub enum TransportKind {
         Http => "http",
         Stdio => "stdio",
+        Builtin => "builtin",
     }
 }
 
@@ -35,13 +40,14 @@ impl Transport {
         match self {
             Self::Http(_) => TransportKind::Http,
             Self::Stdio(_) => TransportKind::Stdio,
+            Self::Harpoon(_) => TransportKind::Builtin,
         }
     }
 
     /// OpenTelemetry `network.transport`.
     pub fn network_transport(&self) -> &'static str {
         match self {
-            Self::Http(_) => "tcp",
+            Self::Http(_) | Self::Harpoon(_) => "tcp",
             Self::Stdio(_) => "pipe",
         }
     }
@@ -52,6 +58,7 @@ impl Transport {
         let leg = match self {
             Self::Http(t) => t.call(admission, req, notes).await,
             Self::Stdio(t) => t.call(admission, req, notes).await,
+            Self::Harpoon(t) => t.call(admission, req).await,
         };
         if let Some(method) = req.payload.method() {
             self.observed().answered(method, &leg);
@@ -63,6 +70,7 @@ impl Transport {
         match self {
             Self::Http(t) => t.observed(),
             Self::Stdio(t) => t.observed(),
+            Self::Harpoon(t) => t.observed(),
         }
     }
 
@@ -75,6 +83,13 @@ impl Transport {
         match self {
             Self::Http(t) => t.terminate_session(admission, headers, deadline).await,
             Self::Stdio(t) => t.terminate_session(admission).await,
+            // Upstream answers a well-formed termination on a routable harpoon `405`.
+            Self::Harpoon(_) => LegResult::answered(Reply {
+                resp_json: None,
+                resp_headers: std::collections::BTreeMap::new(),
+                resp_code: 405,
+                resp_type: crate::protocol::RespType::SessionTerminationResponse,
+            }),
         }
     }
 
@@ -87,7 +102,15 @@ impl Transport {
     ) -> Result<Reply, DiscoveryFailure> {
         match self {
             Self::Http(t) => t.discover(admission, deadline).await,
-            Self::Stdio(_) => Err(DiscoveryFailure::UnsupportedChannel),
+            Self::Stdio(_) | Self::Harpoon(_) => Err(DiscoveryFailure::UnsupportedChannel),
+        }
+    }
+
+    /// An HTTP channel's MCP URL.
+    pub fn url(&self) -> Option<&str> {
+        match self {
+            Self::Http(t) => Some(t.url()),
+            Self::Stdio(_) | Self::Harpoon(_) => None,
         }
     }
 
@@ -96,10 +119,20 @@ impl Transport {
         matches!(self, Self::Http(_))
     }
 
+    /// Whether commands are served on this channel now: always, but for `harpoon`
+    /// without a target (answered "unsupported channel", as upstream).
+    pub fn is_routable(&self) -> bool {
+        match self {
+            Self::Harpoon(h) => h.is_routable(),
+            Self::Http(_) | Self::Stdio(_) => true,
+        }
+    }
+
     pub fn status(&self) -> ChannelStatus {
         match self {
             Self::Http(t) => t.status(),
             Self::Stdio(t) => t.status(),
+            Self::Harpoon(t) => t.status(),
         }
     }
 }
@@ -125,11 +158,19 @@ impl Channels {
         self.by_name.values().map(Transport::status).collect()
     }
 
+    /// Channel `harpoon`, when the gateway serves it.
+    pub fn harpoon(&self) -> Option<&HarpoonTransport> {
+        match self.by_name.get(super::HARPOON_CHANNEL) {
+            Some(Transport::Harpoon(h)) => Some(h),
+            _ => None,
+        }
+    }
+
     /// The stdio channels, by name (each has its session kept open by the dispatcher).
     pub fn stdio(&self) -> impl Iterator<Item = (&str, &StdioTransport)> {
         self.by_name.iter().filter_map(|(name, t)| match t {
             Transport::Stdio(s) => Some((name.as_str(), s)),
-            Transport::Http(_) => None,
+            Transport::Http(_) | Transport::Harpoon(_) => None,
         })
     }
 
@@ -139,6 +180,7 @@ impl Channels {
             match t {
                 Transport::Http(h) => h.close_connections(),
                 Transport::Stdio(s) => s.kill_now(),
+                Transport::Harpoon(_) => {}
             }
         }
     }
@@ -151,6 +193,7 @@ impl Channels {
                 h.close_connections();
                 None
             }
+            Transport::Harpoon(_) => None,
         });
         futures_util::future::join_all(stops).await;
     }

@@ -1,4 +1,5 @@
-//! MCP transports: Streamable HTTP and supervised stdio children.
+//! MCP transports: Streamable HTTP, supervised stdio children, and the built-in
+//! `harpoon` channel (an MCP server inside the gateway, for the OAuth shim).
 //!
 //! Every leg returns a [`LegResult`] whose outcome is `not_sent`, `answered` or
 //! `abandoned`; every entry point takes an [`Admission`](crate::strict::Admission), so
@@ -7,6 +8,7 @@
 
 mod channels;
 pub(crate) mod error_chain;
+mod harpoon;
 mod http;
 mod identity;
 mod outcome;
@@ -17,6 +19,7 @@ mod stdio;
 mod test_support;
 
 pub use channels::{Channels, Transport, TransportKind};
+pub use harpoon::{HarpoonSettings, HarpoonSetupError, HarpoonTransport, HostClassifier, TargetView, HARPOON_CHANNEL};
 pub use http::{HttpEgress, HttpSettings, HttpSetupError, HttpTransport};
 pub use identity::{Seen, ServerIdentity, MAX_IDENTITY_CHARS};
 pub use outcome::{

@@ -16,6 +16,7 @@ mod accounting;
 mod commands;
 mod coordination;
 mod delivery;
+mod harpoon;
 mod health_receipts;
 mod internals;
 mod poll;
@@ -33,6 +34,7 @@ pub use self::accounting::{Accounting, OutcomeCounts};
 use self::commands::CommandFamilies;
 use self::coordination::CoordinationFamilies;
 use self::delivery::DeliveryFamilies;
+use self::harpoon::HarpoonFamilies;
 use self::health_receipts::HealthReceiptFamilies;
 use self::internals::InternalFamilies;
 use self::poll::PollFamilies;
@@ -72,6 +74,7 @@ pub struct Metrics {
     receipts: ReceiptFamilies,
     health_receipts: HealthReceiptFamilies,
     coordination: CoordinationFamilies,
+    harpoon: HarpoonFamilies,
 }
 
 /// `metric`, registered in `r` (each metric once).
@@ -163,6 +166,7 @@ impl Metrics {
             receipts: ReceiptFamilies::register(&r),
             health_receipts: HealthReceiptFamilies::register(&r),
             coordination: CoordinationFamilies::register(&r),
+            harpoon: HarpoonFamilies::register(&r),
             registry: r,
         }
     }
@@ -179,6 +183,7 @@ impl Metrics {
         self.stdio.series_at_zero(stdio_channels);
         self.internals.series_at_zero();
         self.receipts.series_at_zero();
+        self.harpoon.series_at_zero();
     }
 
     /// Prometheus text exposition.

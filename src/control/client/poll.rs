@@ -123,7 +123,7 @@ impl ControlClient {
     pub(crate) async fn poll(&self, limit: usize, wait: PollWait) -> Result<PollAnswer, PollError> {
         let (target, wait) = self.poll_urls.target(limit, wait);
         let deadline = Instant::now() + wait + POLL_SLACK;
-        let request = self.transport.get(target, &self.headers);
+        let request = self.transport.get(target, self.request_headers());
         let response = match tokio::time::timeout_at(deadline, request).await {
             Err(_) => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
             Ok(Err(e)) => return Err(PollError::new(poll_send_error_kind(&e), None, None)),

@@ -14,7 +14,7 @@ impl ControlClient {
     /// doctor` can check reachability and credentials without polling. Returns the
     /// status; the body is not read. `timeout` bounds the whole exchange.
     pub(crate) async fn get_tunnel(&self, timeout: Duration) -> Result<reqwest::StatusCode, reqwest::Error> {
-        let request = self.http.get(&self.tunnel_url).headers(self.headers.clone());
+        let request = self.http.get(&self.tunnel_url).headers(self.request_headers().clone());
         Ok(request.timeout(timeout).send().await?.status())
     }
 }

@@ -305,6 +305,11 @@ impl HttpTransport {
 
     /// Drops the pool: idle connections close now, in-flight ones when their leg ends, and
     /// the next leg connects afresh.
+    /// The channel's MCP URL.
+    pub fn url(&self) -> &str {
+        self.inner.url.as_str()
+    }
+
     pub fn close_connections(&self) {
         *lock(&self.inner.client) = None;
     }

@@ -1,0 +1,230 @@
+//! Channel `harpoon`: the MCP server built into the gateway that the hosted service's
+//! OAuth shim calls to reach allowlisted URLs inside the network (dynamic client
+//! registration, token exchange, revocation, metadata), as the official client's
+//! embedded server does (`docs/private-oauth.md`).
+//!
+//! Rooms: [`registry`] (the targets), [`tools`] (definitions and argument checks),
+//! [`server`] (the JSON-RPC methods and the tools' answers), [`call`] (the outbound
+//! request of `call_target`), [`rewrite`] (`harpoon://` in results), [`discovery`]
+//! (targets registered from an `oauth_discovery`).
+//!
+//! Invariants:
+//! - every call takes an [`Admission`]; a call that sends nothing re-checks it, and the
+//!   outbound request of `call_target` is marked sent right before it leaves, so the
+//!   fence holds Harpoon as it holds every other channel;
+//! - the leg's outcome is the outbound request's: `not_sent` when nothing left the
+//!   gateway, `answered` when the target answered (or nothing had to leave: an
+//!   in-gateway answer), `abandoned` when a request may have been written and no whole
+//!   answer came back;
+//! - the channel is routable only while a target exists; calls run side by side (no
+//!   call waits for another);
+//! - no body, header value, token or URL beyond `scheme://host[:port]` is logged.
+//!
+//! Must not touch the control plane or the latch.
+
+mod call;
+pub(crate) mod discovery;
+pub(crate) mod registry;
+mod rewrite;
+mod server;
+mod tools;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::identity::Observed;
+use super::{ChannelStatus, DownstreamRequest, LegResult, TransportKind};
+use crate::config::{ProxySetting, TlsFiles};
+use crate::strict::Admission;
+use crate::telemetry::Metrics;
+use registry::Registry;
+
+/// The reserved channel name.
+pub const HARPOON_CHANNEL: &str = "harpoon";
+
+/// Which discovered hosts count as private (upstream's classifier).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostClassifier {
+    pub loopback: bool,
+    pub private: bool,
+    /// Lower-case, each with a leading `.`.
+    pub suffixes: Vec<String>,
+}
+
+/// What the channel is built from (`[harpoon]`).
+#[derive(Clone, Debug)]
+pub struct HarpoonSettings {
+    /// Configured targets: label, URL, description.
+    pub targets: Vec<(String, String, String)>,
+    pub allow_plaintext_http: bool,
+    pub max_response_bytes: u64,
+    pub max_redirects: u64,
+    pub classifier: HostClassifier,
+    /// Register an authorization server on another origin than the MCP server's when
+    /// the classifier calls its host private (upstream never does).
+    pub register_private_auth_servers: bool,
+    pub proxy: ProxySetting,
+    pub tls: TlsFiles,
+    /// `serverInfo.version` and the outbound `User-Agent`'s version.
+    pub version: String,
+}
+
+/// Why the channel could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum HarpoonSetupError {
+    #[error("harpoon.targets[{index}].{field} ({label}) {problem}")]
+    Target {
+        index: usize,
+        field: &'static str,
+        label: String,
+        problem: &'static str,
+    },
+    #[error("harpoon: the outbound client could not be built: {0}")]
+    Client(String),
+}
+
+struct Inner {
+    registry: Mutex<Registry>,
+    client: reqwest::Client,
+    settings: HarpoonSettings,
+    /// Shared with the control client: whether the channel is advertised.
+    routable: Arc<AtomicBool>,
+    observed: Observed,
+    metrics: Arc<Metrics>,
+}
+
+/// The `harpoon` channel. Clones share everything.
+#[derive(Clone)]
+pub struct HarpoonTransport {
+    inner: Arc<Inner>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl HarpoonTransport {
+    /// The channel with its configured targets (validated again here: a target the
+    /// registry refuses is an error naming it). `routable` is set while a target exists.
+    pub fn new(
+        settings: HarpoonSettings,
+        routable: Arc<AtomicBool>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, HarpoonSetupError> {
+        let mut registry = Registry::default();
+        for (index, (label, url, description)) in settings.targets.iter().enumerate() {
+            registry
+                .configure(label, url, description, settings.allow_plaintext_http)
+                .map_err(|refusal| HarpoonSetupError::Target {
+                    index,
+                    field: if matches!(refusal, registry::Refusal::Label | registry::Refusal::DuplicateLabel) {
+                        "label"
+                    } else {
+                        "url"
+                    },
+                    label: label.clone(),
+                    problem: refusal.words(),
+                })?;
+        }
+        let client = build_client(&settings)?;
+        routable.store(registry.len() > 0, Ordering::Release);
+        metrics.harpoon_targets(registry.len());
+        Ok(Self {
+            inner: Arc::new(Inner {
+                registry: Mutex::new(registry),
+                client,
+                settings,
+                routable,
+                observed: Observed::default(),
+                metrics,
+            }),
+        })
+    }
+
+    /// The flag [`Self::is_routable`] reads, for the control client's server-info.
+    pub fn routable_flag(&self) -> Arc<AtomicBool> {
+        self.inner.routable.clone()
+    }
+
+    /// Whether a target exists (the channel is routable and advertised).
+    pub fn is_routable(&self) -> bool {
+        self.inner.routable.load(Ordering::Acquire)
+    }
+
+    /// Answers one JSON-RPC message.
+    pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>) -> LegResult {
+        server::answer(self, admission, req).await
+    }
+
+    pub(super) fn observed(&self) -> &Observed {
+        &self.inner.observed
+    }
+
+    /// The targets as `/status` and the page show them: label, category and origin.
+    pub fn targets(&self) -> Vec<TargetView> {
+        lock(&self.inner.registry)
+            .targets()
+            .iter()
+            .map(|t| TargetView {
+                label: t.label.clone(),
+                category: t.category.clone(),
+                origin: t.origin(),
+            })
+            .collect()
+    }
+
+    pub fn status(&self) -> ChannelStatus {
+        ChannelStatus {
+            channel: HARPOON_CHANNEL.to_owned(),
+            transport: TransportKind::Builtin,
+            up: self.is_routable(),
+            generation: 0,
+            session: None,
+            server: None,
+            protocol_version: None,
+            tools: None,
+            started_at: None,
+        }
+        .with_seen(self.inner.observed.seen())
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        lock(&self.inner.registry)
+    }
+
+    /// After the registry changed: the routable flag and the gauge.
+    fn registry_changed(&self, len: usize) {
+        self.inner.routable.store(len > 0, Ordering::Release);
+        self.inner.metrics.harpoon_targets(len);
+    }
+}
+
+/// One target as `/status` shows it (never its path, query or credentials).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TargetView {
+    pub label: String,
+    pub category: String,
+    pub origin: String,
+}
+
+/// The outbound client: `harpoon.proxy`, `harpoon.tls`, no redirects of its own (each
+/// hop is checked against the targets), no retries.
+fn build_client(settings: &HarpoonSettings) -> Result<reqwest::Client, HarpoonSetupError> {
+    let tls = crate::egress::tls::client_config(&settings.tls).map_err(|e| HarpoonSetupError::Client(e.to_string()))?;
+    let builder = reqwest::Client::builder();
+    let builder = match tls {
+        Some(tls) => builder.tls_backend_preconfigured(tls),
+        None => builder,
+    };
+    let builder = builder
+        .redirect(reqwest::redirect::Policy::none())
+        .retry(reqwest::retry::never())
+        .referer(false)
+        .connect_timeout(std::time::Duration::from_secs(10));
+    // The proxy hook decides per target; the pool is kept (each forwarded request gets
+    // its own connection only through a forwarding proxy for a single target).
+    let any = reqwest::Url::parse("https://harpoon.invalid/").expect("a valid URL");
+    let builder = crate::egress::proxy::apply(builder, &settings.proxy, &any)
+        .map_err(|e| HarpoonSetupError::Client(e.to_string()))?;
+    builder.build().map_err(|e| HarpoonSetupError::Client(e.to_string()))
+}
