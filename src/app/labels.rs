@@ -45,7 +45,7 @@ mod tests {
                 "local_exhaustion"
             ]
         );
-        assert_eq!(labels::<TransportKind>(), ["http", "stdio"]);
+        assert_eq!(labels::<TransportKind>(), ["http", "stdio", "builtin"]);
         assert_eq!(labels::<LegOutcome>(), ["not_sent", "answered", "abandoned"]);
         assert_eq!(labels::<Delivery>(), ["acked", "not_found", "rejected", "ambiguous"]);
         assert_eq!(

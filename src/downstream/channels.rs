@@ -154,8 +154,14 @@ impl Channels {
         self.by_name.get(name)
     }
 
+    /// The configured channels' status (`harpoon` is shown on its own: see
+    /// [`HarpoonTransport::targets`]; it is never "down", only without targets).
     pub fn status(&self) -> Vec<ChannelStatus> {
-        self.by_name.values().map(Transport::status).collect()
+        self.by_name
+            .values()
+            .filter(|t| !matches!(t, Transport::Harpoon(_)))
+            .map(Transport::status)
+            .collect()
     }
 
     /// Channel `harpoon`, when the gateway serves it.

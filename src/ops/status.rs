@@ -126,6 +126,17 @@ pub struct StatusDocument {
     /// Present when replicas coordinate (`coordination.backend = "etcd"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coordination: Option<crate::health::CoordinationView>,
+    /// Channel `harpoon`: whether it is routable and its targets (label, category and
+    /// `scheme://host[:port]` only: never a path, query or credentials).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub harpoon: Option<HarpoonReport>,
+}
+
+/// `/status` `harpoon`.
+#[derive(Serialize)]
+pub struct HarpoonReport {
+    pub routable: bool,
+    pub targets: Vec<crate::downstream::TargetView>,
 }
 
 #[derive(Serialize)]
@@ -226,6 +237,10 @@ impl OpsState {
             fatal,
             control_plane: self.health.poll_health(),
             downstream: self.channel_reports(),
+            harpoon: self.channels.harpoon().map(|h| HarpoonReport {
+                routable: h.is_routable(),
+                targets: h.targets(),
+            }),
             commands: Commands {
                 in_flight: self.health.in_flight(),
                 queued: self.health.queued(),

@@ -43,14 +43,17 @@ fn a_bad_or_unconfigured_poll_channel_names_its_entry() {
         invalid.problem().contains("channel name \"ma in\" is not allowed"),
         "{invalid}"
     );
-    let unknown = with(&[("control_plane.poll_channels", r#"["main", "harpoon"]"#)], &[]).unwrap_err();
+    let unknown = with(&[("control_plane.poll_channels", r#"["main", "billing"]"#)], &[]).unwrap_err();
     assert_eq!(unknown.key(), "control_plane.poll_channels[1]");
     assert!(
         unknown
             .problem()
-            .starts_with("\"harpoon\" is not a configured channel (mcp.channels has main, tools)"),
+            .starts_with("\"billing\" is not a configured channel (mcp.channels has main, tools)"),
         "{unknown}"
     );
+    // The gateway serves `harpoon` itself: it may be polled for without a channel entry.
+    let harpoon = with(&[("control_plane.poll_channels", r#"["main", "harpoon"]"#)], &[]).unwrap();
+    assert_eq!(harpoon.control_plane.poll_channels.len(), 2);
     let wrong_type = with(&[("control_plane.poll_channels", "\"main\"")], &[]).unwrap_err();
     assert_eq!(wrong_type.key(), "control_plane.poll_channels");
 }

@@ -109,7 +109,11 @@ fn bad_proxy_values_name_the_key_and_never_echo_the_value() {
     assert!(!error.to_string().contains(SECRET), "{error}");
     assert!(
         with(
-            &[("control_plane.proxy", "\"none\""), ("mcp.proxy", "\"none\"")],
+            &[
+                ("control_plane.proxy", "\"none\""),
+                ("mcp.proxy", "\"none\""),
+                ("harpoon.proxy", "\"none\"")
+            ],
             &[("HTTPS_PROXY", "socks5://h:1")]
         )
         .is_ok(),

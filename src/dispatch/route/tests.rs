@@ -25,13 +25,18 @@ fn main_only(name: &str) -> Option<&'static str> {
     match name {
         "main" => Some("main-transport"),
         "local" => Some("stdio-transport"),
+        "harpoon" => Some("builtin-empty"),
         _ => None,
     }
 }
 
 impl Routable for &'static str {
     fn serves_discovery(&self) -> bool {
-        !self.starts_with("stdio")
+        !self.starts_with("stdio") && !self.starts_with("builtin")
+    }
+
+    fn is_routable(&self) -> bool {
+        !self.ends_with("-empty")
     }
 }
 
@@ -49,6 +54,7 @@ fn label<T>(r: &Route<'_, T>) -> &'static str {
         Route::Discover { .. } => "discover",
         Route::Expired => "expired",
         Route::Unroutable => "unroutable",
+        Route::ChannelUnsupported => "channel_unsupported",
         Route::Reply { .. } => "reply",
         Route::LongLivedRefused => "long_lived_refused",
         Route::Admit { .. } => "admit",
@@ -69,7 +75,7 @@ type Row = (
 #[test]
 fn every_route_is_taken_by_the_commands_that_belong_there() {
     // (command type, channel, payload, response_timeout, strict, elapsed since receipt, route)
-    let table: [Row; 24] = [
+    let table: [Row; 28] = [
         ("jsonrpc", "main", Some(CALL), None, false, 0, "admit"),
         ("jsonrpc", "main", Some(CALL), None, true, 0, "admit"),
         ("jsonrpc", "main", Some(NOTE), None, true, 0, "admit"),
@@ -96,6 +102,27 @@ fn every_route_is_taken_by_the_commands_that_belong_there() {
         ("oauth_discovery", "local", None, None, true, 0, "discovery_unsupported"),
         ("oauth_discovery", "other", None, None, true, 0, "unroutable"),
         ("oauth_discovery", "main", None, Some("5s"), true, 5, "expired"),
+        // `harpoon` without a target: unsupported, but discovery there is always refused.
+        ("jsonrpc", "harpoon", Some(CALL), None, false, 0, "channel_unsupported"),
+        ("jsonrpc", "harpoon", Some(NOTE), None, true, 0, "channel_unsupported"),
+        (
+            "session_termination",
+            "harpoon",
+            None,
+            None,
+            false,
+            0,
+            "channel_unsupported",
+        ),
+        (
+            "oauth_discovery",
+            "harpoon",
+            None,
+            None,
+            false,
+            0,
+            "discovery_unsupported",
+        ),
     ];
     let received_at = Instant::now();
     for (command_type, channel, payload, timeout, strict, elapsed, expected) in table {

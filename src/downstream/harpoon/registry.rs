@@ -308,7 +308,8 @@ mod tests {
         for bad in ["", "-a", "A", " a", "a b", &"a".repeat(65)] {
             assert!(!valid_label(bad), "{bad}");
         }
-        assert_eq!(sanitize("oauth-Token Endpoint!-0"), "oauth-token-endpoint-0");
+        assert_eq!(sanitize("oauth-Token Endpoint-0"), "oauth-token-endpoint-0");
+        assert_eq!(sanitize("a!!b"), "a-b");
         assert_eq!(sanitize("__x"), "x");
         assert_eq!(sanitize("é"), "x");
     }

@@ -22,7 +22,7 @@ pub(super) const HARPOON_STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx"
 /// `result` of `harpoon_registrations_total`.
 pub(super) const HARPOON_REGISTRATION_RESULTS: [&str; 5] = ["added", "replaced", "unchanged", "skipped", "refused"];
 /// `reason` of `harpoon_refusals_total`.
-pub(super) const HARPOON_REFUSAL_REASONS: [&str; 8] = [
+pub(super) const HARPOON_REFUSAL_REASONS: [&str; 7] = [
     "unknown_target",
     "request_too_large",
     "response_too_large",
@@ -30,7 +30,6 @@ pub(super) const HARPOON_REFUSAL_REASONS: [&str; 8] = [
     "redirect_limit",
     "not_a_token_endpoint",
     "audience_unusable",
-    "unroutable",
 ];
 
 pub(super) struct HarpoonFamilies {
