@@ -12,11 +12,9 @@
 //! `allow_plaintext_http`; `max_response_bytes` is 1 to 102400 and `max_redirects` 0 to 5
 //! (upstream's bounds); suffixes are lower-case with a leading `.`.
 
-use serde::Deserialize;
-
 use super::error::ConfigError;
 use super::layers::EnvVars;
-use super::raw::RawTls;
+use super::raw::{RawHarpoon, RawTarget, RawTargets};
 use super::{ProxySetting, TlsFiles};
 
 /// Upstream's bound (and default) of `max_response_bytes`.
@@ -49,37 +47,6 @@ pub struct HarpoonTarget {
     pub label: String,
     pub url: String,
     pub description: String,
-}
-
-/// `harpoon.targets` as written: a list of tables, or upstream's text.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub(super) enum RawTargets {
-    Text(String),
-    List(Vec<RawTarget>),
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub(super) struct RawTarget {
-    label: Option<String>,
-    url: Option<String>,
-    description: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub(super) struct RawHarpoon {
-    pub(super) targets: Option<RawTargets>,
-    pub(super) allow_plaintext_http: Option<bool>,
-    pub(super) max_response_bytes: Option<u64>,
-    pub(super) max_redirects: Option<u64>,
-    pub(super) hosts_include_loopback: Option<bool>,
-    pub(super) hosts_include_private: Option<bool>,
-    pub(super) hosts_include_suffix: Option<Vec<String>>,
-    pub(super) register_private_auth_servers: Option<bool>,
-    pub(super) proxy: Option<String>,
-    pub(super) tls: Option<RawTls>,
 }
 
 pub(super) fn harpoon(raw: RawHarpoon, env: &EnvVars) -> Result<Harpoon, ConfigError> {

@@ -20,7 +20,7 @@ pub(super) struct RawConfig {
     pub(super) runtime: RawRuntime,
     pub(super) receipts: RawReceipts,
     pub(super) coordination: RawCoordination,
-    pub(super) harpoon: super::harpoon::RawHarpoon,
+    pub(super) harpoon: RawHarpoon,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -135,6 +135,37 @@ pub(super) struct RawEtcd {
     pub(super) prefix: Option<String>,
     pub(super) username: Option<String>,
     pub(super) password: Option<String>,
+    pub(super) tls: Option<RawTls>,
+}
+
+/// `harpoon.targets` as written: a list of tables, or upstream's text.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawTargets {
+    Text(String),
+    List(Vec<RawTarget>),
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawTarget {
+    pub(super) label: Option<String>,
+    pub(super) url: Option<String>,
+    pub(super) description: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawHarpoon {
+    pub(super) targets: Option<RawTargets>,
+    pub(super) allow_plaintext_http: Option<bool>,
+    pub(super) max_response_bytes: Option<u64>,
+    pub(super) max_redirects: Option<u64>,
+    pub(super) hosts_include_loopback: Option<bool>,
+    pub(super) hosts_include_private: Option<bool>,
+    pub(super) hosts_include_suffix: Option<Vec<String>>,
+    pub(super) register_private_auth_servers: Option<bool>,
+    pub(super) proxy: Option<String>,
     pub(super) tls: Option<RawTls>,
 }
 
