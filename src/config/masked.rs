@@ -20,6 +20,31 @@ struct View<'a> {
     runtime: RuntimeView,
     receipts: ReceiptsView<'a>,
     coordination: CoordinationView<'a>,
+    harpoon: HarpoonView<'a>,
+}
+
+#[derive(Serialize)]
+struct HarpoonView<'a> {
+    targets: Vec<HarpoonTargetView<'a>>,
+    allow_plaintext_http: bool,
+    max_response_bytes: u64,
+    max_redirects: u64,
+    hosts_include_loopback: bool,
+    hosts_include_private: bool,
+    hosts_include_suffix: &'a [String],
+    register_private_auth_servers: bool,
+    proxy: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsView>,
+}
+
+#[derive(Serialize)]
+struct HarpoonTargetView<'a> {
+    label: &'a str,
+    /// Without credentials; a query shown as `?<redacted>` (it may carry a secret).
+    url: String,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
 }
 
 #[derive(Serialize)]
@@ -242,7 +267,48 @@ fn view(config: &Config) -> View<'_> {
             path: config.receipts.path.to_string_lossy(),
         },
         coordination: coordination(&config.coordination),
+        harpoon: harpoon(&config.harpoon),
     }
+}
+
+fn harpoon(h: &super::Harpoon) -> HarpoonView<'_> {
+    HarpoonView {
+        targets: h
+            .targets
+            .iter()
+            .map(|t| HarpoonTargetView {
+                label: &t.label,
+                url: shown_url(&t.url),
+                description: &t.description,
+            })
+            .collect(),
+        allow_plaintext_http: h.allow_plaintext_http,
+        max_response_bytes: h.max_response_bytes,
+        max_redirects: h.max_redirects,
+        hosts_include_loopback: h.hosts_include_loopback,
+        hosts_include_private: h.hosts_include_private,
+        hosts_include_suffix: &h.hosts_include_suffix,
+        register_private_auth_servers: h.register_private_auth_servers,
+        proxy: h.proxy.masked(),
+        tls: tls_view(&h.tls),
+    }
+}
+
+/// A target URL as `check` prints it: no userinfo, no fragment, a query as `?<redacted>`.
+fn shown_url(url: &str) -> String {
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return "<invalid url>".to_owned();
+    };
+    let _ = parsed.set_username("");
+    let _ = parsed.set_password(None);
+    parsed.set_fragment(None);
+    let had_query = parsed.query().is_some();
+    parsed.set_query(None);
+    let mut shown = parsed.to_string();
+    if had_query {
+        shown.push_str("?<redacted>");
+    }
+    shown
 }
 
 fn coordination(c: &super::Coordination) -> CoordinationView<'_> {

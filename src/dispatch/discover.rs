@@ -19,7 +19,7 @@ use super::answer::discovery_failed_reply;
 use super::command::CommandTask;
 use super::decide::{AfterDelivery, AfterLeg};
 use super::trace;
-use crate::downstream::{LegOutcome, Reply};
+use crate::downstream::{Discovered, LegOutcome};
 use crate::protocol::DiscoveryFailure;
 use crate::strict::{Admission, FenceLeg};
 use crate::telemetry::DurationLeg;
@@ -45,14 +45,14 @@ impl CommandTask<'_> {
             .await;
         self.d.books.leg_took(DurationLeg::Downstream, started);
         let reply = match result {
-            Ok(reply) => {
+            Ok(found) => {
                 tracing::info!(
                     result = "found",
-                    resp_code = reply.resp_code,
+                    resp_code = found.reply.resp_code,
                     "oauth discovery finished"
                 );
-                self.register_harpoon_targets(&admission, &reply).await;
-                reply
+                self.register_harpoon_targets(&admission, &found).await;
+                found.reply
             }
             Err(failure) => {
                 self.span.record("error.type", failure.code());
@@ -99,11 +99,11 @@ impl CommandTask<'_> {
     /// Channel `harpoon`'s targets from the document found, registered before the answer
     /// is posted (so the service never asks for a label that is not there yet), bounded
     /// as a discovery is.
-    async fn register_harpoon_targets(&self, admission: &Admission, reply: &Reply) {
+    async fn register_harpoon_targets(&self, admission: &Admission, found: &Discovered) {
         let (Some(harpoon), Some(url), Some(doc)) = (
             self.d.gate.channels.harpoon(),
             self.transport.url(),
-            reply.resp_json.as_deref(),
+            found.reply.resp_json.as_deref(),
         ) else {
             return;
         };
@@ -111,12 +111,14 @@ impl CommandTask<'_> {
             return;
         }
         let deadline = discovery_deadline(Instant::now(), self.deadline);
-        harpoon.register_discovery(admission, url, None, doc, deadline).await;
+        harpoon
+            .register_discovery(admission, url, Some(&found.source), doc, deadline)
+            .await;
     }
 
     /// The transport's discovery in the downstream span, cut short by the stop; returns
     /// its result and whether the stop cut it.
-    async fn discover(&self, admission: &Admission, deadline: Instant) -> (Result<Reply, DiscoveryFailure>, bool) {
+    async fn discover(&self, admission: &Admission, deadline: Instant) -> (Result<Discovered, DiscoveryFailure>, bool) {
         let span = trace::downstream_span(self.cmd, self.transport);
         let discovery = self.transport.discover(admission, deadline).instrument(span.clone());
         let (result, cut) = tokio::select! {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use super::identity::Observed;
 use super::{
-    ChannelStatus, DownstreamRequest, HarpoonTransport, HttpTransport, LegResult, NotifySink, Reply, StdioTransport,
+    ChannelStatus, Discovered, DownstreamRequest, HarpoonTransport, HttpTransport, LegResult, NotifySink, Reply,
+    StdioTransport,
 };
 use crate::protocol::{DiscoveryFailure, WireHeaders};
 use crate::strict::Admission;
@@ -99,7 +100,7 @@ impl Transport {
         &self,
         admission: &Admission,
         deadline: tokio::time::Instant,
-    ) -> Result<Reply, DiscoveryFailure> {
+    ) -> Result<Discovered, DiscoveryFailure> {
         match self {
             Self::Http(t) => t.discover(admission, deadline).await,
             Self::Stdio(_) | Self::Harpoon(_) => Err(DiscoveryFailure::UnsupportedChannel),

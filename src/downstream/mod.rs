@@ -51,6 +51,13 @@ pub struct DownstreamRequest<'a> {
     pub deadline: Option<tokio::time::Instant>,
 }
 
+/// What a discovery found: the answer to post, and the URL its document came from.
+#[derive(Debug)]
+pub struct Discovered {
+    pub reply: Reply,
+    pub source: String,
+}
+
 /// `/status` view of one channel.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ChannelStatus {

@@ -875,3 +875,89 @@ pub fn final_json(record: &Record, request_id: &str) -> Value {
         .and_then(|r| r.json.clone())
         .unwrap_or_else(|| panic!("no final response for {request_id}"))
 }
+
+// ---------------------------------------------------------------------------------------
+// An OAuth authorization server and a resource server that introspects its tokens
+// ---------------------------------------------------------------------------------------
+
+/// `node_modules` of the peers (oidc-provider, server-everything).
+pub fn node_modules() -> PathBuf {
+    let dir = peers_dir().join("node/node_modules");
+    assert!(
+        dir.join("oidc-provider/package.json").is_file(),
+        "oidc-provider is missing from {}: run scripts/install-peers",
+        dir.display()
+    );
+    dir
+}
+
+/// `tests/peers/oidc_provider.mjs`: the real `oidc-provider` on 127.0.0.1 over plain http,
+/// with open dynamic client registration, client_credentials, introspection, revocation
+/// and the static confidential client `rs_client_id`/`rs_client_secret`. Returns the guard
+/// and its issuer (`http://127.0.0.1:PORT`, no trailing slash) once it logged that it
+/// listens; nothing is requested of it first, so its `seen METHOD PATH` log holds only
+/// what the test caused. Retries with another port when it loses the race for one.
+pub async fn spawn_oidc_provider(rs_client_id: &str, rs_client_secret: &str) -> (ChildGuard, String) {
+    const ATTEMPTS: usize = 3;
+    let node = node();
+    let script = peer_script("oidc_provider.mjs");
+    let modules = node_modules();
+    for attempt in 1..=ATTEMPTS {
+        let port = free_port();
+        let mut cmd = Command::new(&node);
+        cmd.arg(&script)
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--node-modules")
+            .arg(&modules)
+            .args(["--rs-client-id", rs_client_id, "--rs-client-secret", rs_client_secret]);
+        let mut guard = ChildGuard::spawn("oidc-provider", cmd);
+        let ready = format!("listening on 127.0.0.1:{port}");
+        let deadline = Instant::now() + PEER_READY_TIMEOUT;
+        loop {
+            if guard.stderr().lines().any(|l| l == ready) {
+                return (guard, format!("http://127.0.0.1:{port}"));
+            }
+            if guard.try_wait().is_some() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "oidc-provider did not listen on port {port} within {PEER_READY_TIMEOUT:?}; stderr:\n{}",
+                tail(&guard.stderr(), 4000)
+            );
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+        assert!(
+            attempt < ATTEMPTS,
+            "oidc-provider exited before listening (tried {ATTEMPTS} ports); stderr:\n{}",
+            tail(&guard.stderr(), 4000)
+        );
+    }
+    unreachable!("the loop returns or panics")
+}
+
+/// `tests/peers/py_oauth_server.py --mode introspect`: an OAuth-protected MCP server (tool
+/// `echo`, stateless, JSON answers) whose metadata names `issuer` and which accepts a
+/// bearer token when `issuer`'s introspection endpoint calls it active (asked as
+/// `rs_client_id`/`rs_client_secret`). Returns the guard and its MCP URL once it answers.
+pub async fn spawn_py_introspecting_server(
+    issuer: &str,
+    rs_client_id: &str,
+    rs_client_secret: &str,
+) -> (ChildGuard, String) {
+    let python = python();
+    let script = peer_script("py_oauth_server.py");
+    let (guard, ready) = spawn_http_peer("py_oauth_server(introspect)", "/ready", |port| {
+        let mut cmd = Command::new(&python);
+        cmd.arg(&script)
+            .args(["--port", &port.to_string(), "--mode", "introspect"])
+            .args(["--issuer", issuer, "--rs-client-id", rs_client_id])
+            .args(["--rs-client-secret", rs_client_secret]);
+        cmd.env("PYTHONUNBUFFERED", "1");
+        cmd
+    })
+    .await;
+    let url = ready.replace("/ready", "/mcp");
+    (guard, url)
+}

@@ -20,6 +20,7 @@ mod gateway_http;
 mod gateway_stdio;
 mod gateway_stdio_mux;
 mod harness;
+mod harpoon;
 mod headers;
 mod health_receipts;
 mod oauth;

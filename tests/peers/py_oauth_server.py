@@ -2,6 +2,8 @@
 receives to stderr as `seen METHOD PATH` (no headers, no bodies).
 
     .peers/venv/bin/python tests/peers/py_oauth_server.py --port N --mode sdk|root|slow
+    .peers/venv/bin/python tests/peers/py_oauth_server.py --port N --mode introspect \
+        --issuer URL --rs-client-id ID --rs-client-secret SECRET
 
 Modes:
 - `sdk`: the Python SDK's own OAuth resource server (MCPServer with AuthSettings and a
@@ -11,6 +13,11 @@ Modes:
 - `root`: serves protected-resource metadata at the root well-known URL only
   (`/.well-known/oauth-protected-resource`), with no challenge on `/mcp`.
 - `slow`: accepts every request and answers none for 60 s.
+- `introspect`: the SDK's OAuth resource server again (stateless, JSON answers, tool
+  `echo`), whose metadata names `--issuer` as its authorization server, and whose token
+  verifier asks that server's RFC 7662 introspection endpoint (found in its RFC 8414
+  metadata) about each bearer token, authenticating as `--rs-client-id` with
+  `--rs-client-secret` (client_secret_basic): a token is accepted when `active` is true.
 Every mode answers `GET /ready` at once (for the harness's readiness probe).
 """
 
@@ -18,6 +25,7 @@ import argparse
 import sys
 
 import anyio
+import httpx2 as httpx
 import uvicorn
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
@@ -63,6 +71,64 @@ def sdk_app(port: int):
         return f"Echo: {message}"
 
     return server.streamable_http_app()
+
+
+class Introspecting:
+    """A token verifier that asks the authorization server (RFC 7662) about each token."""
+
+    def __init__(self, issuer: str, client_id: str, client_secret: str):
+        self.issuer = issuer.rstrip("/")
+        self.auth = httpx.BasicAuth(client_id, client_secret)
+        self.endpoint: str | None = None
+
+    async def introspection_endpoint(self, client: httpx.AsyncClient) -> str:
+        if self.endpoint is None:
+            resp = await client.get(f"{self.issuer}/.well-known/oauth-authorization-server")
+            resp.raise_for_status()
+            self.endpoint = resp.json()["introspection_endpoint"]
+        return self.endpoint
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
+            endpoint = await self.introspection_endpoint(client)
+            resp = await client.post(endpoint, data={"token": token}, auth=self.auth)
+        if resp.status_code != 200:
+            return None
+        claims = resp.json()
+        if claims.get("active") is not True:
+            return None
+        return AccessToken(
+            token=token,
+            client_id=str(claims.get("client_id", "")),
+            scopes=str(claims.get("scope", "")).split(),
+            expires_at=claims.get("exp"),
+        )
+
+
+def introspect_app(port: int, issuer: str, client_id: str, client_secret: str):
+    resource = f"http://127.0.0.1:{port}/mcp"
+    server = MCPServer(
+        name="tunnelgate-py-introspecting-peer",
+        log_level="WARNING",
+        auth=AuthSettings(
+            # Strings, so a path-less issuer keeps its exact form (no trailing slash).
+            issuer_url=issuer,
+            resource_server_url=resource,
+            validate_token_resource=False,
+        ),
+        token_verifier=Introspecting(issuer, client_id, client_secret),
+    )
+
+    @server.custom_route("/ready", methods=["GET"])
+    async def ready(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    @server.tool()
+    def echo(message: str) -> str:
+        """Echo the message back."""
+        return f"Echo: {message}"
+
+    return server.streamable_http_app(json_response=True, stateless_http=True)
 
 
 def root_app(port: int):
@@ -114,10 +180,18 @@ def logged(app):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--mode", choices=["sdk", "root", "slow"], required=True)
+    parser.add_argument("--mode", choices=["sdk", "root", "slow", "introspect"], required=True)
+    parser.add_argument("--issuer", help="introspect: the authorization server's issuer URL")
+    parser.add_argument("--rs-client-id", help="introspect: this resource server's client id")
+    parser.add_argument("--rs-client-secret", help="introspect: this resource server's client secret")
     args = parser.parse_args()
-    build = {"sdk": sdk_app, "root": root_app, "slow": slow_app}[args.mode]
-    uvicorn.run(logged(build(args.port)), host="127.0.0.1", port=args.port, log_level="warning")
+    if args.mode == "introspect":
+        if not (args.issuer and args.rs_client_id and args.rs_client_secret):
+            parser.error("--mode introspect needs --issuer, --rs-client-id and --rs-client-secret")
+        app = introspect_app(args.port, args.issuer, args.rs_client_id, args.rs_client_secret)
+    else:
+        app = {"sdk": sdk_app, "root": root_app, "slow": slow_app}[args.mode](args.port)
+    uvicorn.run(logged(app), host="127.0.0.1", port=args.port, log_level="warning")
     return 0
 
 

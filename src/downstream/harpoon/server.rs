@@ -9,7 +9,9 @@
 //! opens a new session, which it must do after every cut-short command).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use base64::Engine as _;
 use bytes::Bytes;

@@ -30,7 +30,7 @@ use super::classify::json_value;
 use super::exchange::{read_body, BodyError};
 use super::headers::response_headers;
 use super::HttpTransport;
-use crate::downstream::Reply;
+use crate::downstream::{Discovered, Reply};
 use crate::egress::direct::Answer;
 use crate::protocol::{DiscoveryFailure, RespType};
 use crate::strict::Admission;
@@ -69,7 +69,7 @@ impl HttpTransport {
     /// # Cancel safety
     /// Cancel-safe: every request is a read (or the empty-body probe) that cannot act on
     /// the MCP server, so dropping the future loses nothing but the answer.
-    pub async fn discover(&self, admission: &Admission, deadline: Instant) -> Result<Reply, DiscoveryFailure> {
+    pub async fn discover(&self, admission: &Admission, deadline: Instant) -> Result<Discovered, DiscoveryFailure> {
         let client = self.client().map_err(|_| DiscoveryFailure::Unreachable)?;
         let mut candidates = Vec::new();
         let probe_deadline = deadline.min(Instant::now() + PROBE_BOUND);
@@ -104,11 +104,14 @@ impl HttpTransport {
                 Err(BodyError::Broken) => continue,
             };
             return match document {
-                Some(doc) => Ok(Reply {
-                    resp_json: Some(doc),
-                    resp_headers,
-                    resp_code: status.as_u16(),
-                    resp_type: RespType::OauthDiscoveryResponse,
+                Some(doc) => Ok(Discovered {
+                    reply: Reply {
+                        resp_json: Some(doc),
+                        resp_headers,
+                        resp_code: status.as_u16(),
+                        resp_type: RespType::OauthDiscoveryResponse,
+                    },
+                    source: url.to_string(),
                 }),
                 // A last 404 or 5xx without metadata: the server has none to give.
                 None if passed_over => Err(DiscoveryFailure::NoMetadata),

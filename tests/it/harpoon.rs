@@ -1,0 +1,575 @@
+//! Channel `harpoon` end to end, through the real binary against the simulator, a real
+//! authorization server (`oidc-provider`, tests/peers/oidc_provider.mjs) and a real
+//! OAuth-protected MCP server that introspects its tokens (the Python SDK,
+//! `py_oauth_server.py --mode introspect`), all on loopback: the OAuth shim's whole
+//! sequence (discovery on `main`, then metadata, dynamic client registration and a
+//! client_credentials token through `harpoon`, and the token used on `main`), refusals
+//! that reach nothing, the channel before any target exists, and secrets kept out of
+//! the logs, `/status` and `/metrics`.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use sha2::Digest as _;
+use tunnelgate::internals::sim::NewCommand;
+
+use crate::harness::{
+    final_json, http_client, spawn_oidc_provider, spawn_py_introspecting_server, wait_until, ChildGuard, Gateway, Rig,
+    RigOptions,
+};
+
+const EXIT: Duration = Duration::from_secs(20);
+/// The resource server's own client at the authorization server (it introspects).
+const RS_CLIENT_ID: &str = "tunnelgate-it-resource-server";
+const RS_CLIENT_SECRET: &str = "rs-secret-canary-7QZP4";
+/// The shim's reach: the authorization server is on another loopback origin, over http.
+const HARPOON: &str = "\n[harpoon]\nallow_plaintext_http = true\nregister_private_auth_servers = true\n";
+
+/// The requests a peer logged, as `METHOD PATH`.
+fn seen(peer: &ChildGuard) -> Vec<String> {
+    peer.stderr()
+        .lines()
+        .filter_map(|l| l.strip_prefix("seen "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The requests a peer logged, once it has logged `n` (its stderr is read by a thread).
+async fn seen_n(peer: &ChildGuard, n: usize) -> Vec<String> {
+    wait_until("the peer's request log", Duration::from_secs(10), || async {
+        seen(peer).len() >= n
+    })
+    .await;
+    seen(peer)
+}
+
+/// The authorization server, the MCP server that trusts it, and a gateway whose `main`
+/// is that MCP server, with `[harpoon]` (plus `harpoon_extra`) and `log_level`.
+struct Peers {
+    auth: ChildGuard,
+    issuer: String,
+    mcp: ChildGuard,
+    mcp_url: String,
+    rig: Rig,
+    gw: Gateway,
+}
+
+async fn start(harpoon_extra: &str, log_level: &str) -> Peers {
+    let (auth, issuer) = spawn_oidc_provider(RS_CLIENT_ID, RS_CLIENT_SECRET).await;
+    let (mcp, mcp_url) = spawn_py_introspecting_server(&issuer, RS_CLIENT_ID, RS_CLIENT_SECRET).await;
+    let rig = Rig::start("").await;
+    let extra = format!("{HARPOON}{harpoon_extra}");
+    let config = rig
+        .config_to(
+            &mcp_url,
+            &RigOptions {
+                extra: &extra,
+                ..RigOptions::default_mode()
+            },
+        )
+        .replace("log_level = \"info\"", &format!("log_level = \"{log_level}\""));
+    let gw = rig.spawn_gateway(&config).await;
+    Peers {
+        auth,
+        issuer,
+        mcp,
+        mcp_url,
+        rig,
+        gw,
+    }
+}
+
+impl Peers {
+    /// `oauth_discovery` on `main`: answered 200 with the MCP server's metadata, which
+    /// names the authorization server.
+    async fn discover(&self) {
+        let id = self.rig.sim.enqueue(NewCommand::oauth_discovery().channel("main"));
+        let rec = self.rig.wait("discovery answered", |r| r.is_completed(&id)).await;
+        let body = final_json(&rec, &id);
+        assert_eq!(body["resp_code"], 200, "{body}");
+        assert_eq!(body["resp_json"]["resource"], self.mcp_url.as_str(), "{body}");
+        assert_eq!(
+            body["resp_json"]["authorization_servers"][0],
+            self.issuer.as_str(),
+            "{body}"
+        );
+    }
+
+    /// One JSON-RPC request on `channel` (with `headers`); the posted answer.
+    async fn send(&self, channel: &str, message: Value, headers: &[(&str, &str)]) -> Value {
+        let mut cmd = NewCommand::jsonrpc(message).channel(channel);
+        for (name, value) in headers {
+            cmd = cmd.header(*name, *value);
+        }
+        let id = self.rig.sim.enqueue(cmd);
+        let rec = self.rig.wait("the command answered", |r| r.is_completed(&id)).await;
+        final_json(&rec, &id)
+    }
+
+    /// A request on `harpoon`: answered `200` as a JSON-RPC response; its `resp_json`.
+    async fn harpoon(&self, method: &str, params: Value) -> Value {
+        let body = self
+            .send(
+                "harpoon",
+                json!({"jsonrpc": "2.0", "id": format!("h-{method}"), "method": method, "params": params}),
+                &[],
+            )
+            .await;
+        assert_eq!(body["resp_type"], "jsonrpc_response", "{body}");
+        assert_eq!(body["resp_code"], 200, "{body}");
+        assert_eq!(body["channel"], "harpoon", "{body}");
+        body["resp_json"].clone()
+    }
+
+    /// `tools/call NAME` on `harpoon`: the tool's result (a JSON-RPC error panics).
+    async fn tool(&self, name: &str, arguments: Value) -> Value {
+        let answer = self
+            .harpoon("tools/call", json!({"name": name, "arguments": arguments}))
+            .await;
+        assert!(answer["error"].is_null(), "{name}: {answer}");
+        answer["result"].clone()
+    }
+
+    /// `call_target`, which must succeed; its `structuredContent` and the body decoded.
+    async fn call_target(&self, arguments: Value) -> (Value, Vec<u8>) {
+        let result = self.tool("call_target", arguments.clone()).await;
+        assert_ne!(result["isError"], true, "call_target {arguments}: {result}");
+        let structured = result["structuredContent"].clone();
+        let body = base64::engine::general_purpose::STANDARD
+            .decode(structured["body_base64"].as_str().expect("body_base64 is a string"))
+            .expect("body_base64 is base64");
+        assert_eq!(structured["truncated"], false, "{structured}");
+        (structured, body)
+    }
+
+    async fn stop(mut self) {
+        self.rig.assert_all_bodies_valid();
+        self.gw.sigterm();
+        assert_eq!(self.gw.wait_exit(EXIT).await, Some(0), "{}", self.gw.stderr());
+        drop((self.auth, self.mcp));
+    }
+}
+
+/// What the shim's sequence obtained: the values a log must never show.
+struct Obtained {
+    client_id: String,
+    client_secret: String,
+    basic: String,
+    access_token: String,
+    registration_access_token: String,
+}
+
+/// The labels discovery registers for an authorization server on another loopback
+/// origin with `register_private_auth_servers` (all but the PRM source URL's).
+const LABELS: [&str; 9] = [
+    "oauth-prmd-resource-0",
+    "oauth-prmd-auth-server-0",
+    "oauth-auth-server-metadata-0",
+    "oauth-issuer-0",
+    "oauth-token-endpoint-0",
+    "oauth-jwks-uri-0",
+    "oauth-introspection-endpoint-0",
+    "oauth-registration-endpoint-0",
+    "oauth-revocation-endpoint-0",
+];
+
+/// The OAuth shim's sequence on `harpoon` after a discovery, as the hosted service runs
+/// it, then the token on `main`; asserts each step and returns what it obtained.
+async fn shim_sequence(p: &Peers) -> Obtained {
+    p.discover().await;
+
+    let init = p
+        .harpoon(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "oauth-shim", "version": "1"}}),
+        )
+        .await;
+    assert_eq!(init["result"]["serverInfo"]["name"], "harpoon", "{init}");
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+    let ack = p
+        .send(
+            "harpoon",
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            &[],
+        )
+        .await;
+    assert_eq!(ack["resp_type"], "notify_ack", "{ack}");
+
+    let tools = p.harpoon("tools/list", json!({})).await;
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .expect("tools is an array")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["call_target", "get_oauth_target_audience", "list_targets"]);
+
+    let listed = p.tool("list_targets", json!({})).await;
+    let labels: Vec<&str> = listed["structuredContent"]["targets"]
+        .as_array()
+        .expect("targets is an array")
+        .iter()
+        .filter_map(|t| t["label"].as_str())
+        .collect();
+    for label in LABELS {
+        assert!(labels.contains(&label), "{label} registered: {labels:?}");
+    }
+    assert!(
+        !labels.iter().any(|l| l.contains("authorization-endpoint")),
+        "the browser's endpoint is never a target: {labels:?}"
+    );
+    assert!(
+        !listed.to_string().contains(&p.issuer),
+        "list_targets never shows a URL: {listed}"
+    );
+
+    // The metadata, through harpoon: the endpoints it can reach are rewritten to labels.
+    let (meta, body) = p
+        .call_target(json!({"label": "oauth-auth-server-metadata-0", "method": "GET"}))
+        .await;
+    assert_eq!(meta["status_code"], 200, "{meta}");
+    let doc: Value = serde_json::from_slice(&body).expect("the metadata is JSON");
+    assert_eq!(
+        doc["registration_endpoint"], "harpoon://oauth-registration-endpoint-0",
+        "{doc}"
+    );
+    assert_eq!(doc["token_endpoint"], "harpoon://oauth-token-endpoint-0", "{doc}");
+    assert_eq!(
+        doc["revocation_endpoint"], "harpoon://oauth-revocation-endpoint-0",
+        "{doc}"
+    );
+    assert_eq!(
+        doc["introspection_endpoint"], "harpoon://oauth-introspection-endpoint-0",
+        "{doc}"
+    );
+    assert_eq!(
+        doc["authorization_endpoint"],
+        format!("{}/auth", p.issuer),
+        "never rewritten: {doc}"
+    );
+    assert!(meta["body_size_bytes"].as_u64().unwrap() > 0, "{meta}");
+
+    // Dynamic client registration (RFC 7591): a confidential client for client_credentials.
+    let registration = json!({
+        "client_name": "tunnelgate harpoon test",
+        "grant_types": ["client_credentials"],
+        "response_types": [],
+        "redirect_uris": [],
+        "token_endpoint_auth_method": "client_secret_basic",
+    });
+    let (reg, body) = p
+        .call_target(json!({
+            "label": "oauth-registration-endpoint-0", "method": "POST",
+            "headers": {"Content-Type": "application/json", "Accept": "application/json"},
+            "body": registration.to_string(),
+        }))
+        .await;
+    let client: Value = serde_json::from_slice(&body).expect("the registration answer is JSON");
+    assert_eq!(reg["status_code"], 201, "{reg} {client}");
+    assert_eq!(client["grant_types"], json!(["client_credentials"]), "{client}");
+    assert_eq!(client["token_endpoint_auth_method"], "client_secret_basic", "{client}");
+    let client_id = client["client_id"].as_str().expect("a client_id").to_owned();
+    let client_secret = client["client_secret"].as_str().expect("a client_secret").to_owned();
+    let registration_access_token = client["registration_access_token"]
+        .as_str()
+        .expect("a registration_access_token")
+        .to_owned();
+
+    // The token request (RFC 6749 §4.4), the client's credentials in a Basic header.
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{client_id}:{client_secret}"));
+    let (tok, body) = p
+        .call_target(json!({
+            "label": "oauth-token-endpoint-0", "method": "POST",
+            "headers": {
+                "Authorization": format!("Basic {basic}"),
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Accept": "application/json",
+            },
+            "body": "grant_type=client_credentials",
+        }))
+        .await;
+    let token: Value = serde_json::from_slice(&body).expect("the token answer is JSON");
+    assert_eq!(tok["status_code"], 200, "{tok} {token}");
+    assert_eq!(token["token_type"], "Bearer", "{token}");
+    let access_token = token["access_token"].as_str().expect("an access_token").to_owned();
+
+    // The exact token endpoint, for a private_key_jwt audience.
+    let audience = p
+        .tool("get_oauth_target_audience", json!({"label": "oauth-token-endpoint-0"}))
+        .await;
+    assert_eq!(
+        audience["structuredContent"]["audience"],
+        format!("{}/token", p.issuer),
+        "{audience}"
+    );
+    let refused = p
+        .tool(
+            "get_oauth_target_audience",
+            json!({"label": "oauth-registration-endpoint-0"}),
+        )
+        .await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert_eq!(
+        refused["content"][0]["text"],
+        "label oauth-registration-endpoint-0: target is not an OAuth token endpoint"
+    );
+
+    // What the authorization server received so far: the discovery's metadata read, then
+    // the shim's four requests, in order.
+    assert_eq!(
+        seen_n(&p.auth, 4).await,
+        [
+            "GET /.well-known/oauth-authorization-server",
+            "GET /.well-known/oauth-authorization-server",
+            "POST /reg",
+            "POST /token",
+        ]
+    );
+
+    // The token works on `main`: the MCP server introspects it and answers the call.
+    let call = json!({"jsonrpc": "2.0", "id": "main-echo", "method": "tools/call",
+                      "params": {"name": "echo", "arguments": {"message": "through harpoon"}}});
+    let bearer = format!("Bearer {access_token}");
+    let answered = p.send("main", call.clone(), &[("Authorization", &bearer)]).await;
+    assert_eq!(answered["resp_code"], 200, "{answered}");
+    assert_eq!(
+        answered["resp_json"]["result"]["content"][0]["text"], "Echo: through harpoon",
+        "{answered}"
+    );
+    assert!(
+        seen_n(&p.auth, 6)
+            .await
+            .iter()
+            .any(|s| s == "POST /token/introspection"),
+        "the MCP server asked the authorization server: {:?}",
+        seen(&p.auth)
+    );
+    // Without it the MCP server refuses the call.
+    let unauthorized = p.send("main", call.clone(), &[]).await;
+    assert_eq!(unauthorized["resp_code"], 401, "{unauthorized}");
+    assert!(unauthorized["resp_json"]["result"].is_null(), "{unauthorized}");
+
+    // Revocation (RFC 7009) through harpoon: the token no longer opens `main`.
+    let (revoked, _) = p
+        .call_target(json!({
+            "label": "oauth-revocation-endpoint-0", "method": "POST",
+            "headers": {
+                "Authorization": format!("Basic {basic}"),
+                "Content-Type": "application/x-www-form-urlencoded",
+            },
+            "body": format!("token={access_token}&token_type_hint=access_token"),
+        }))
+        .await;
+    assert_eq!(revoked["status_code"], 200, "{revoked}");
+    let after = p.send("main", call, &[("Authorization", &bearer)]).await;
+    assert_eq!(after["resp_code"], 401, "a revoked token: {after}");
+
+    // The audience is the token endpoint the authorization server advertises, exactly.
+    let advertised: Value = http_client()
+        .get(format!("{}/.well-known/oauth-authorization-server", p.issuer))
+        .send()
+        .await
+        .expect("the metadata answers")
+        .json()
+        .await
+        .expect("the metadata is JSON");
+    assert_eq!(
+        audience["structuredContent"]["audience"], advertised["token_endpoint"],
+        "{advertised}"
+    );
+
+    Obtained {
+        client_id,
+        client_secret,
+        basic,
+        access_token,
+        registration_access_token,
+    }
+}
+
+#[tokio::test]
+async fn the_oauth_shim_registers_a_client_and_gets_a_token_from_a_real_authorization_server() {
+    let p = start("", "info").await;
+    let obtained = shim_sequence(&p).await;
+    // The registered client is real: the authorization server knows it.
+    assert!(!obtained.client_id.is_empty());
+    let status = p.rig.status().await;
+    assert_eq!(status["harpoon"]["routable"], true, "{status}");
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn refused_calls_reach_nothing() {
+    let p = start("max_response_bytes = 4096\n", "info").await;
+    p.discover().await;
+    let before = seen_n(&p.auth, 1).await;
+    assert_eq!(before, ["GET /.well-known/oauth-authorization-server"]);
+
+    // A label that passes the schema but names no target.
+    let unknown = p
+        .tool("call_target", json!({"label": "oauth-nowhere-0", "method": "GET"}))
+        .await;
+    assert_eq!(unknown["isError"], true, "{unknown}");
+    assert_eq!(unknown["content"][0]["text"], "label oauth-nowhere-0: unknown target");
+
+    // A request body over the configured limit, and over a call's own lower limit.
+    let big = "x".repeat(4097);
+    for (arguments, what) in [
+        (
+            json!({"label": "oauth-registration-endpoint-0", "method": "POST", "body": big}),
+            "over harpoon.max_response_bytes",
+        ),
+        (
+            json!({"label": "oauth-token-endpoint-0", "method": "POST",
+                   "body": "grant_type=client_credentials", "max_response_bytes": 10}),
+            "over the call's max_response_bytes",
+        ),
+    ] {
+        let refused = p.tool("call_target", arguments).await;
+        assert_eq!(refused["isError"], true, "{what}: {refused}");
+        let text = refused["content"][0]["text"].as_str().unwrap();
+        assert!(text.ends_with(": request body exceeds size limit"), "{what}: {text}");
+    }
+
+    // Bad arguments: a JSON-RPC error before anything runs.
+    for (arguments, detail) in [
+        (
+            json!({"label": "oauth-token-endpoint-0", "method": "DELETE"}),
+            "validating /properties/method: enum: DELETE does not equal any of: [GET POST PUT]",
+        ),
+        (
+            json!({"label": "oauth-token-endpoint-0", "method": "post"}),
+            "enum: post does not equal any of: [GET POST PUT]",
+        ),
+        (
+            json!({"label": "oauth-token-endpoint-0", "method": "GET", "max_response_bytes": 4097}),
+            "maximum: 4097/1 is greater than 4096.000000",
+        ),
+        (
+            json!({"label": "oauth-token-endpoint-0", "method": "GET", "path": "/admin"}),
+            "unexpected additional properties [\"path\"]",
+        ),
+    ] {
+        let answer = p
+            .harpoon("tools/call", json!({"name": "call_target", "arguments": arguments}))
+            .await;
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("invalid params: validating \"arguments\": "),
+            "{message}"
+        );
+        assert!(message.contains(detail), "{detail} in {message}");
+    }
+
+    // A call that is allowed reaches the server: the log is read after it, so nothing
+    // refused above can still be on its way.
+    let (meta, _) = p
+        .call_target(json!({"label": "oauth-auth-server-metadata-0", "method": "GET"}))
+        .await;
+    assert_eq!(meta["status_code"], 200, "{meta}");
+    assert_eq!(
+        seen_n(&p.auth, 2).await,
+        [
+            "GET /.well-known/oauth-authorization-server",
+            "GET /.well-known/oauth-authorization-server",
+        ],
+        "only the discovery's read and the allowed call reached the authorization server"
+    );
+    let metrics = p.rig.metrics().await;
+    assert!(
+        metrics.contains("request_too_large"),
+        "the refusals are counted:\n{metrics}"
+    );
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn before_any_target_exists_the_channel_is_unsupported() {
+    let rig = Rig::start("").await;
+    let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default_mode())).await;
+    let id = rig
+        .sim
+        .enqueue(NewCommand::jsonrpc(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).channel("harpoon"));
+    let rec = rig.wait("the harpoon command answered", |r| r.is_completed(&id)).await;
+    let body = final_json(&rec, &id);
+    assert_eq!(body["resp_type"], "jsonrpc_response", "{body}");
+    assert_eq!(body["resp_code"], 400, "{body}");
+    assert_eq!(
+        body["resp_json"],
+        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603,
+               "message": "Bad Request: unsupported channel \"harpoon\""}}),
+        "{body}"
+    );
+    assert_eq!(rig.stub.count("tools/list"), 0, "never routed to main");
+    let status = rig.status().await;
+    assert_eq!(status["harpoon"]["routable"], false, "{status}");
+    rig.assert_all_bodies_valid();
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
+}
+
+#[tokio::test]
+async fn no_secret_of_the_oauth_exchange_reaches_the_log_status_or_metrics() {
+    let p = start("", "debug").await;
+    let obtained = shim_sequence(&p).await;
+    let status = p.rig.status().await.to_string();
+    let metrics = p.rig.metrics().await;
+    let logs = p.gw.stderr();
+    assert!(
+        logs.contains("harpoon request completed"),
+        "the calls were logged at all"
+    );
+    for (what, secret) in [
+        ("the client secret", obtained.client_secret.as_str()),
+        ("the Basic credential", obtained.basic.as_str()),
+        ("the access token", obtained.access_token.as_str()),
+        (
+            "the registration access token",
+            obtained.registration_access_token.as_str(),
+        ),
+        ("the resource server's secret", RS_CLIENT_SECRET),
+    ] {
+        assert!(secret.len() >= 16, "{what} is long enough to be a canary");
+        assert!(!logs.contains(secret), "{what} in the gateway's log");
+        assert!(!status.contains(secret), "{what} in /status: {status}");
+        assert!(!metrics.contains(secret), "{what} in /metrics");
+    }
+    p.stop().await;
+}
+
+/// Upstream registers the URL the protected-resource metadata was fetched from as
+/// `oauth-prmd-source-0` (HARPOON.md §3, bundle row 3), and derives the group tag of the
+/// authorization server's rows from it (the first 6 bytes of its SHA-256).
+#[tokio::test]
+async fn discovery_registers_the_url_the_metadata_was_fetched_from() {
+    let p = start("", "info").await;
+    p.discover().await;
+    // The SDK server's 401 names this document; the discovery fetched it from there.
+    let source_url = p.mcp_url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp");
+    assert!(
+        seen_n(&p.mcp, 2)
+            .await
+            .contains(&"GET /.well-known/oauth-protected-resource/mcp".to_owned()),
+        "{:?}",
+        seen(&p.mcp)
+    );
+    let listed = p.tool("list_targets", json!({})).await;
+    let targets = listed["structuredContent"]["targets"].as_array().unwrap().clone();
+    let source = targets.iter().find(|t| t["label"] == "oauth-prmd-source-0");
+    assert!(
+        source.is_some_and(|t| t["tags"] == json!(["protected-resource-metadata", "source-url"])),
+        "oauth-prmd-source-0 ({source_url}) registered: {listed}"
+    );
+    let digest = sha2::Sha256::digest(source_url.as_bytes());
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    let group = format!("group=auth-server:{hex}:0");
+    let token = targets.iter().find(|t| t["label"] == "oauth-token-endpoint-0").unwrap();
+    assert!(
+        token["tags"].as_array().unwrap().iter().any(|t| *t == group.as_str()),
+        "{group} on the authorization server's rows: {token}"
+    );
+    p.stop().await;
+}
