@@ -2,7 +2,7 @@
 //!
 //! [`run`] routes the command and handles the routes that never reach the fence; an
 //! admitted command becomes a [`CommandTask`], which owns its deadline, its transport,
-//! its admission once granted and its span, and walks the states of `decide`: each
+//! its admission once granted and its observer, and walks the states of `decide`: each
 //! transition says what to do, and this file only does it (the I/O). Latches are taken
 //! here, while the permit is held, never from the spans. What each step did is told to
 //! the books, the span, the receipt and the log once, through the command's
