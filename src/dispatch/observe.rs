@@ -152,7 +152,7 @@ pub(super) struct Observer<'a> {
 
 impl Dropped<'_> {
     /// The `commands_dropped_total{reason}` it counts.
-    pub(super) fn reason(self) -> DropReason {
+    fn reason(self) -> DropReason {
         match self {
             Self::UnknownType(_) | Self::UnknownRequest(_) => DropReason::UnknownType,
             Self::DiscoveryUnsupported | Self::LongLivedRefused => DropReason::Unsupported,
@@ -368,7 +368,7 @@ impl<'a> Observer<'a> {
 }
 
 /// The words of the gateway's own error in `leg`'s reply, when it synthesized one.
-pub(super) fn told(leg: &LegResult) -> Option<&'static str> {
+fn told(leg: &LegResult) -> Option<&'static str> {
     leg.failure
         .as_ref()
         .filter(|_| leg.reply.resp_json.is_some())
