@@ -23,7 +23,7 @@ use crate::protocol::{
 };
 use crate::receipts::Pending;
 use crate::strict::Refusal;
-use crate::telemetry::DropReason;
+use crate::telemetry::{attrs, DropReason};
 
 /// Said to the caller of a command that could not be decoded.
 const MALFORMED_MESSAGE: &str = "not delivered to the MCP server: the tunnel command was malformed";
@@ -153,17 +153,17 @@ impl Responder {
     async fn post_terminal(&self, cmd: &Command, reply: &Reply, deadline: Option<Instant>) -> DeliveryReport {
         let span = tracing::debug_span!(
             "tunnelgate.deliver",
-            tunnelgate.resp_type = reply.resp_type.as_str(),
-            tunnelgate.delivery_outcome = tracing::field::Empty,
-            tunnelgate.attempts = tracing::field::Empty,
+            { attrs::RESP_TYPE } = reply.resp_type.as_str(),
+            { attrs::DELIVERY_OUTCOME } = tracing::field::Empty,
+            { attrs::ATTEMPTS } = tracing::field::Empty,
         );
         let body = body(&cmd.request_id, &cmd.channel, reply);
         let report = self
             .post(PostKind::Terminal, body, &cmd.shard_token, deadline)
             .instrument(span.clone())
             .await;
-        span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
-        span.record("tunnelgate.attempts", i64::from(report.attempts));
+        span.record(attrs::DELIVERY_OUTCOME, report.delivery.as_str());
+        span.record(attrs::ATTEMPTS, i64::from(report.attempts));
         report
     }
 
@@ -186,10 +186,9 @@ impl Responder {
         report
     }
 
-    /// Counts the drop of a command that will never reach an MCP server, and answers it,
-    /// best effort, bounded by the cleanup timeout.
+    /// Answers a command that will never reach an MCP server, best effort, bounded by the
+    /// cleanup timeout (its drop is counted where it is observed, as `reason` says).
     pub(crate) async fn not_executed(&self, cmd: &Command, reason: NotExecuted, receipt: &Pending<'_>) {
-        self.books.dropped(reason.dropped());
         let report = self.refused(cmd, NOT_SENT_MESSAGE, 503, receipt).await;
         if let Some(report) = report {
             tracing::info!(

@@ -2,10 +2,12 @@
 //!
 //! [`run`] routes the command and handles the routes that never reach the fence; an
 //! admitted command becomes a [`CommandTask`], which owns its deadline, its transport,
-//! its admission once granted and its span, and walks the states of `decide`: each
+//! its admission once granted and its observer, and walks the states of `decide`: each
 //! transition says what to do, and this file only does it (the I/O). Latches are taken
-//! here, while the permit is held, never from the spans. An admitted `oauth_discovery`
-//! walks the same states with its own downstream step (`discover.rs`).
+//! here, while the permit is held, never from the spans. What each step did is told to
+//! the books, the span, the receipt and the log once, through the command's
+//! `Observer` (`observe.rs`). An admitted `oauth_discovery` walks the same states with
+//! its own downstream step (`discover.rs`).
 
 use std::sync::Arc;
 
@@ -15,20 +17,16 @@ use tracing::Instrument;
 use super::admission::{is_expired, Admitted, Place};
 use super::answer::NotExecuted;
 use super::decide::{AfterDelivery, AfterLeg, BeforeDispatch, Running, Start};
-use super::leg::{failed_leg, record_leg, Leg};
+use super::leg::{failed_leg, Leg};
+use super::observe::{Answer, Dropped, LegOf, Observer, Stage, Step, UNMATCHED_REPLY_MESSAGE};
 use super::replies::{ReplyJob, ReplyKey};
 use super::route::{route, Route};
 use super::Dispatcher;
-use crate::control::{Delivery, DeliveryReport};
+use crate::control::DeliveryReport;
 use crate::downstream::{LegFailure, LegOutcome, LegResult, Transport};
 use crate::protocol::{Command, CommandKind, DiscoveryFailure, JsonRpcPayload};
 use crate::receipts::Pending;
 use crate::strict::{Admission, FatalCategory, FenceLeg, Intent, Refusal};
-use crate::telemetry::{events, safe_token, DropReason, DurationLeg};
-
-/// Said (in the log and by the status) when a reply matches no waiting server request.
-const UNMATCHED_REPLY_MESSAGE: &str =
-    "this reply matches no request the MCP server is waiting for; it was not delivered";
 
 /// Said when strict mode refuses a long-lived subscription stream.
 const LISTEN_REFUSED_MESSAGE: &str = "not delivered to the MCP server: strict mode carries no long-lived subscription streams (subscriptions/listen); use a gateway in default mode for subscriptions";
@@ -43,16 +41,16 @@ pub(super) struct CommandTask<'a> {
     pub(super) cmd: &'a Command,
     pub(super) transport: &'a Transport,
     pub(super) deadline: Option<Instant>,
-    /// The command's own span (`tunnelgate.command`).
-    pub(super) span: tracing::Span,
     /// What the command's delivery receipt will say, if it does not end cleanly.
     pub(super) receipt: &'a Pending<'a>,
+    /// Tells the books, the command's span, the receipt and the log of each step.
+    pub(super) obs: &'a Observer<'a>,
     work: Work,
 }
 
 /// What an admitted command does downstream.
 #[derive(Clone, Copy)]
-enum Work {
+pub(super) enum Work {
     /// Its leg: the JSON-RPC message, or the session `DELETE`.
     Leg,
     /// OAuth discovery (`oauth_discovery`).
@@ -71,6 +69,7 @@ pub(super) async fn run(
     let gate = &d.gate;
     // Handed to the journal when this returns, however the command ended.
     let receipt = d.receipts.pending(&cmd, received_at, gate.rules.strict);
+    let obs = Observer::new(&d.books, tracing::Span::current(), &receipt, &cmd);
     let (transport, method, deadline, work) = match route(
         &cmd,
         received_at,
@@ -84,9 +83,9 @@ pub(super) async fn run(
             deadline,
         } => (channel, method, deadline, Work::Leg),
         Route::Discover { channel, deadline } => (channel, None, deadline, Work::Discovery),
-        other => return answer_unadmitted(d, &cmd, other, &receipt).await,
+        other => return answer_unadmitted(d, &cmd, other, &receipt, &obs).await,
     };
-    d.books.leg_took(DurationLeg::Queue, received_at);
+    obs.observe(Step::Dequeued { received_at });
     drop(queue);
     let place = place.unwrap_or_else(|| gate.line.join(&cmd, method, deadline));
     let task = CommandTask {
@@ -94,66 +93,57 @@ pub(super) async fn run(
         cmd: &cmd,
         transport,
         deadline,
-        span: tracing::Span::current(),
         receipt: &receipt,
+        obs: &obs,
         work,
     };
     task.run(place, received_at).await;
 }
 
 /// The routes that never reach the fence: each is answered or skipped, and counted.
-async fn answer_unadmitted(d: &Arc<Dispatcher>, cmd: &Command, route: Route<'_, &Transport>, receipt: &Pending<'_>) {
+async fn answer_unadmitted(
+    d: &Arc<Dispatcher>,
+    cmd: &Command,
+    route: Route<'_, &Transport>,
+    receipt: &Pending<'_>,
+    obs: &Observer<'_>,
+) {
+    let responder = &d.responder;
     match route {
-        Route::UnknownType(t) => {
-            tracing::warn!(command_type = %crate::telemetry::safe_method(t), "unknown command type; skipped");
-            d.books.dropped(DropReason::UnknownType);
-        }
+        Route::UnknownType(t) => obs.observe(Step::Dropped(Dropped::UnknownType(t))),
         Route::UnknownRequest(t) => {
-            tracing::warn!(
-                command_type = %crate::telemetry::safe_method(t),
-                "unknown command type carrying a JSON-RPC request; answered with an error"
-            );
-            d.books.dropped(DropReason::UnknownType);
-            d.responder.refused(cmd, UNKNOWN_TYPE_MESSAGE, 501, receipt).await;
+            obs.observe(Step::Dropped(Dropped::UnknownRequest(t)));
+            responder.refused(cmd, UNKNOWN_TYPE_MESSAGE, 501, receipt).await;
         }
         Route::DiscoveryUnsupported => {
-            tracing::warn!("oauth_discovery on a channel that is not HTTP; answered unsupported_channel");
-            d.books.dropped(DropReason::Unsupported);
-            d.responder
+            obs.observe(Step::Dropped(Dropped::DiscoveryUnsupported));
+            responder
                 .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel, receipt)
                 .await;
         }
         Route::Unroutable if matches!(cmd.kind, CommandKind::OAuthDiscovery) => {
-            tracing::warn!("no channel of that name is configured; oauth_discovery answered unsupported_channel");
-            d.books.dropped(DropReason::Unroutable);
-            d.responder
+            obs.observe(Step::Dropped(Dropped::DiscoveryUnroutable));
+            responder
                 .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel, receipt)
                 .await;
         }
-        Route::Expired => {
-            tracing::info!("response_timeout already passed at receipt; dropped without contacting the MCP server");
-            d.books.dropped(DropReason::Expired);
-        }
+        Route::Expired => obs.observe(Step::Dropped(Dropped::ExpiredAtReceipt)),
         Route::ChannelUnsupported => {
-            tracing::warn!("the channel serves nothing now (harpoon has no target); answered unsupported channel");
-            d.books.dropped(DropReason::Unroutable);
-            d.responder.channel_unsupported(cmd, receipt).await;
+            obs.observe(Step::Dropped(Dropped::ChannelUnsupported));
+            responder.channel_unsupported(cmd, receipt).await;
         }
         Route::Unroutable => {
-            tracing::warn!("no channel of that name is configured; answered with an error, never routed elsewhere");
-            d.responder.not_executed(cmd, NotExecuted::Unroutable, receipt).await;
+            obs.observe(Step::Dropped(Dropped::Unroutable));
+            responder.not_executed(cmd, NotExecuted::Unroutable, receipt).await;
         }
         Route::Reply {
             payload,
             channel,
             deadline,
-        } => run_reply(d, cmd, payload, channel, deadline, receipt).await,
+        } => run_reply(d, cmd, payload, channel, deadline, receipt, obs).await,
         Route::LongLivedRefused => {
-            tracing::warn!(
-                "strict mode carries no long-lived subscription stream (subscriptions/listen); refused, not delivered"
-            );
-            d.books.dropped(DropReason::Unsupported);
-            d.responder.refused(cmd, LISTEN_REFUSED_MESSAGE, 501, receipt).await;
+            obs.observe(Step::Dropped(Dropped::LongLivedRefused));
+            responder.refused(cmd, LISTEN_REFUSED_MESSAGE, 501, receipt).await;
         }
         // Run by the caller; never handed here.
         Route::Admit { .. } | Route::Discover { .. } => {}
@@ -167,45 +157,36 @@ impl CommandTask<'_> {
         let Some(admission) = self.wait_at_fence(place).await else {
             return;
         };
-        let books = &self.d.books;
-        books.admitted(self.d.gate.fence.is_strict());
+        let fence = &self.d.gate.fence;
+        self.obs.observe(Step::Admitted {
+            fence_held: fence.is_strict(),
+        });
         match self.work {
             Work::Leg => self.admitted(admission).await,
             Work::Discovery => self.discovered(admission).await,
         }
-        books.released(self.d.gate.fence.snapshot().held);
-        books.leg_took(DurationLeg::Total, received_at);
+        self.obs.observe(Step::Released {
+            fence_held: fence.snapshot().held,
+            received_at,
+        });
     }
 
     /// The admission, or `None` when the command was dropped or answered instead.
     async fn wait_at_fence(&self, place: Place) -> Option<Admission> {
-        let wait_started = Instant::now();
+        let since = Instant::now();
         let admitted = place.instrument(tracing::debug_span!("tunnelgate.fence_wait")).await;
-        let books = &self.d.books;
-        books.leg_took(DurationLeg::FenceWait, wait_started);
-        let refusal = match admitted {
+        self.obs.observe(Step::FenceWaited { since });
+        let (dropped, refusal) = match admitted {
             Ok(Admitted::Yes(a)) => return Some(a),
             Ok(Admitted::Expired) => {
-                tracing::info!(
-                    "response_timeout passed while waiting for the fence; dropped without contacting the MCP server"
-                );
-                books.dropped(DropReason::Expired);
+                self.obs.observe(Step::Dropped(Dropped::ExpiredAtFence));
                 return None;
             }
-            Ok(Admitted::Refused(refusal)) => refusal,
+            Ok(Admitted::Refused(refusal)) => (Dropped::Refused(refusal), refusal),
             // The admitter is gone: the gateway is stopping.
-            Err(_) => {
-                self.d
-                    .responder
-                    .not_executed(self.cmd, NotExecuted::Refused(Refusal::Stopping), self.receipt)
-                    .await;
-                return None;
-            }
+            Err(_) => (Dropped::AdmitterGone, Refusal::Stopping),
         };
-        tracing::info!(
-            reason = refusal.kind(),
-            "not executed; answered with a retry-safe error"
-        );
+        self.obs.observe(Step::Dropped(dropped));
         self.d
             .responder
             .not_executed(self.cmd, NotExecuted::Refused(refusal), self.receipt)
@@ -214,14 +195,17 @@ impl CommandTask<'_> {
     }
 
     /// The lifecycle's first step once admitted: `None` when the deadline passed before
-    /// `what` (dispatch, discovery) began, which drops the command without contacting the
+    /// `work` (dispatch, discovery) began, which drops the command without contacting the
     /// MCP server.
-    pub(super) fn start_running(&self, what: &str) -> Option<Running> {
+    pub(super) fn start_running(&self, work: Work) -> Option<Running> {
         match BeforeDispatch::new(self.d.gate.rules).start(is_expired(self.deadline)) {
             Start::Run(running) => Some(running),
             Start::Expired => {
-                tracing::info!("response_timeout passed before {what}; dropped without contacting the MCP server");
-                self.d.books.dropped(DropReason::Expired);
+                let dropped = match work {
+                    Work::Leg => Dropped::ExpiredBeforeDispatch,
+                    Work::Discovery => Dropped::ExpiredBeforeDiscovery,
+                };
+                self.obs.observe(Step::Dropped(dropped));
                 None
             }
         }
@@ -230,11 +214,10 @@ impl CommandTask<'_> {
     /// The admitted lifecycle: the leg, then what `decide` says, twice at most (after
     /// the leg, after the delivery). The admission is released when this returns.
     async fn admitted(&self, admission: Admission) {
-        let Some(running) = self.start_running("dispatch") else {
+        let Some(running) = self.start_running(Work::Leg) else {
             return;
         };
         let (leg, cut) = self.run_leg(&admission).await;
-        self.receipt.leg_ended(leg.outcome, told(&leg));
         let dispatched = leg.outcome != LegOutcome::NotSent;
         if !dispatched {
             // Nothing reached an MCP server: nothing is outstanding, whatever the answer does.
@@ -247,15 +230,8 @@ impl CommandTask<'_> {
         };
         let (within_cleanup, delivering) = match after {
             AfterLeg::Deliver { within_cleanup, next } => (within_cleanup, next),
-            AfterLeg::Silent => {
-                // Never synthesize a late error; a late answer is not posted either. The
-                // command is counted once, by its leg's outcome.
-                tracing::warn!(
-                    dispatched,
-                    "response_timeout passed during the downstream leg; nothing posted"
-                );
-                return;
-            }
+            // Never synthesize a late error; a late answer is not posted either.
+            AfterLeg::Silent => return self.obs.observe(Step::Silent(Stage::Leg { dispatched })),
             AfterLeg::Latch(category) => return self.latch(&admission, category),
             AfterLeg::LatchThenTell(category) => {
                 self.latch(&admission, category);
@@ -266,15 +242,20 @@ impl CommandTask<'_> {
                     .responder
                     .terminal(self.cmd, &leg.reply, deadline, self.receipt)
                     .await;
-                tracing::info!(
-                    delivery = report.delivery.as_str(),
-                    "effect-unknown response after the latch"
-                );
+                self.obs.observe(Step::Delivered {
+                    report: &report,
+                    answer: Answer::AfterLatch,
+                });
                 return;
             }
         };
         admission.set_leg(FenceLeg::Deliver);
-        let report = self.deliver(&leg, within_cleanup).await;
+        let since = Instant::now();
+        let report = self.post_terminal(&leg.reply, within_cleanup).await;
+        self.obs.observe(Step::Delivered {
+            report: &report,
+            answer: Answer::Leg { leg: &leg, since },
+        });
         let after = delivering.delivered(
             report.delivery,
             report.last_attempt,
@@ -296,13 +277,10 @@ impl CommandTask<'_> {
         match after {
             AfterDelivery::Done => self.settle_intent().await,
             AfterDelivery::Latch(category) => self.latch(admission, category),
-            AfterDelivery::Report => tracing::warn!(
-                delivery = report.delivery.as_str(),
-                attempt_result = report.last_attempt.as_str(),
-                attempts = report.attempts,
-                dispatched,
-                "terminal response not acknowledged; the caller may not have its result"
-            ),
+            AfterDelivery::Report => self.obs.observe(Step::NotAcknowledged {
+                report,
+                stage: Stage::Leg { dispatched },
+            }),
             AfterDelivery::TellTooLarge => self.tell_too_large(leg, self.deadline).await,
             AfterDelivery::LatchThenTellTooLarge(category) => {
                 self.latch(admission, category);
@@ -318,48 +296,34 @@ impl CommandTask<'_> {
     async fn tell_too_large(&self, leg: &LegResult, deadline: Option<Instant>) {
         let bytes = leg.reply.resp_json.as_deref().map_or(0, |j| j.get().len());
         let responder = &self.d.responder;
-        match responder.too_large(self.cmd, &leg.reply, deadline, self.receipt).await {
-            Some(report) if report.delivery == Delivery::Acked => tracing::warn!(
-                result_bytes = bytes,
-                delivery = report.delivery.as_str(),
-                attempts = report.attempts,
-                "the control plane refused the MCP server's answer as too large; its caller was told so in an error (the request ran)"
-            ),
-            // Never followed by another: the refusal is not retried in any form.
-            Some(report) => tracing::warn!(
-                result_bytes = bytes,
-                delivery = report.delivery.as_str(),
-                attempt_result = report.last_attempt.as_str(),
-                attempts = report.attempts,
-                "the control plane refused the MCP server's answer as too large, and the error replacing it was not acknowledged either; nothing more is posted"
-            ),
-            None => tracing::warn!(
-                result_bytes = bytes,
-                "the control plane refused the terminal response as too large; no JSON-RPC caller to tell"
-            ),
-        }
+        let report = responder.too_large(self.cmd, &leg.reply, deadline, self.receipt).await;
+        self.obs.observe(Step::ToldTooLarge {
+            bytes,
+            report: report.as_ref(),
+        });
     }
 
     /// The leg, after its write-ahead intent (strict mode). An intent that cannot be
     /// written means the command is not dispatched: the leg ends `not_sent`.
     async fn run_leg(&self, admission: &Admission) -> (LegResult, bool) {
+        if let Err(e) = self.record_intent().await {
+            self.obs.observe(Step::IntentNotWritten(&e));
+            let unsent = failed_leg(self.cmd, LegFailure::InternalBeforeSend);
+            self.obs.observe(Step::LegEnded {
+                leg: &unsent,
+                transport: self.transport.kind(),
+                since: None,
+                of: LegOf::Command,
+            });
+            return (unsent, false);
+        }
         let leg = Leg {
             d: self.d,
             cmd: self.cmd,
             transport: self.transport,
             deadline: self.deadline,
-            span: &self.span,
+            obs: self.obs,
         };
-        if let Err(e) = self.record_intent().await {
-            tracing::error!(
-                error = %e,
-                kind = e.kind(),
-                "the write-ahead intent could not be written; the command is not dispatched"
-            );
-            let unsent = failed_leg(self.cmd, LegFailure::InternalBeforeSend);
-            leg.account(&unsent);
-            return (unsent, false);
-        }
         leg.run_leg(admission).await
     }
 
@@ -386,31 +350,16 @@ impl CommandTask<'_> {
     /// was in fact settled: the safe side.
     async fn settle_intent(&self) {
         let Some(w) = &self.d.gate.write_ahead else { return };
-        if let Err(e) = w.store.settle().await {
-            tracing::error!(
-                error = %e,
-                kind = e.kind(),
-                "the write-ahead intent could not be settled; {}",
-                w.store.after_failed_settle()
-            );
+        if let Err(error) = w.store.settle().await {
+            self.obs.observe(Step::IntentNotSettled {
+                error: &error,
+                then: w.store.after_failed_settle(),
+            });
         }
-    }
-
-    /// Posts the leg's reply as the terminal response (see [`Self::post_terminal`]).
-    async fn deliver(&self, leg: &LegResult, within_cleanup: bool) -> DeliveryReport {
-        let report = self.post_terminal(&leg.reply, within_cleanup).await;
-        if leg.outcome == LegOutcome::Answered && report.delivery == Delivery::Acked {
-            self.d.books.succeeded(self.cmd.channel.as_str());
-        }
-        if report.delivery != Delivery::Acked && leg.failure.is_none() {
-            self.span.record("error.type", report.last_attempt.as_str());
-        }
-        report
     }
 
     /// Posts `reply` as the terminal response, bounded by the command's deadline (or by
-    /// the cleanup time when the gateway is stopping); times it and records the delivery
-    /// on the command's span.
+    /// the cleanup time when the gateway is stopping). The caller observes the delivery.
     pub(super) async fn post_terminal(&self, reply: &crate::downstream::Reply, within_cleanup: bool) -> DeliveryReport {
         let responder = &self.d.responder;
         let deadline = if within_cleanup {
@@ -418,37 +367,15 @@ impl CommandTask<'_> {
         } else {
             self.deadline
         };
-        let started = Instant::now();
-        let report = responder.terminal(self.cmd, reply, deadline, self.receipt).await;
-        self.d.books.leg_took(DurationLeg::Deliver, started);
-        self.span
-            .record("tunnelgate.delivery_outcome", report.delivery.as_str());
-        if report.delivery != Delivery::Acked {
-            self.span.record("otel.status_code", "ERROR");
-        }
-        report
+        responder.terminal(self.cmd, reply, deadline, self.receipt).await
     }
-}
 
-impl CommandTask<'_> {
-    /// Latches fatal for this admission, and records the latch on the command's span and
+    /// Latches fatal for this admission; the step is observed on the command's span and
     /// in its receipt (when the latch's cause is this command).
     pub(super) fn latch(&self, admission: &Admission, category: FatalCategory) {
         let latched = admission.latch(category);
-        events::fatal_latched(latched.fatal.category.as_str(), latched.fatal.exit_code);
-        let ours = latched.first || latched.fatal.request_id == Some(safe_token(self.cmd.request_id.as_str()));
-        if ours {
-            self.receipt.latched(latched.fatal.category);
-        }
+        self.obs.observe(Step::Latched(&latched));
     }
-}
-
-/// The words of the gateway's own error in `leg`'s reply, when it synthesized one.
-pub(super) fn told(leg: &LegResult) -> Option<&'static str> {
-    leg.failure
-        .as_ref()
-        .filter(|_| leg.reply.resp_json.is_some())
-        .map(LegFailure::caller_message)
 }
 
 /// A caller's reply to a server request: handed to the leg that carried the question
@@ -460,6 +387,7 @@ async fn run_reply(
     transport: &Transport,
     deadline: Option<Instant>,
     receipt: &Pending<'_>,
+    obs: &Observer<'_>,
 ) {
     let jobs = payload
         .id()
@@ -486,21 +414,24 @@ async fn run_reply(
         None
     };
     let Some(leg) = leg else {
-        tracing::warn!(reason = "unmatched_reply", "{UNMATCHED_REPLY_MESSAGE}");
-        d.books.dropped(DropReason::UnmatchedReply);
+        obs.observe(Step::Dropped(Dropped::UnmatchedReply));
         d.responder.refused(cmd, UNMATCHED_REPLY_MESSAGE, 409, receipt).await;
         return;
     };
-    d.books.metrics().downstream_finished(transport.kind(), leg.outcome);
-    let span = tracing::Span::current();
-    record_leg(&span, &leg);
-    receipt.leg_ended(leg.outcome, told(&leg));
-    tracing::info!(outcome = leg.outcome.as_str(), "reply delivered on the leg that asked");
+    obs.observe(Step::LegEnded {
+        leg: &leg,
+        transport: transport.kind(),
+        since: None,
+        of: LegOf::Reply,
+    });
     if is_expired(deadline) {
         return;
     }
     let report = d.responder.terminal(cmd, &leg.reply, deadline, receipt).await;
-    span.record("tunnelgate.delivery_outcome", report.delivery.as_str());
+    obs.observe(Step::Delivered {
+        report: &report,
+        answer: Answer::Reply,
+    });
 }
 
 #[cfg(test)]

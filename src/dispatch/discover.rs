@@ -16,13 +16,13 @@ use tracing::Instrument;
 
 use super::admission::is_expired;
 use super::answer::discovery_failed_reply;
-use super::command::CommandTask;
+use super::command::{CommandTask, Work};
 use super::decide::{AfterDelivery, AfterLeg};
+use super::observe::{Answer, Stage, Step};
 use super::trace;
 use crate::downstream::{Discovered, LegOutcome};
 use crate::protocol::DiscoveryFailure;
 use crate::strict::{Admission, FenceLeg};
-use crate::telemetry::DurationLeg;
 
 /// The gateway's own bound on one whole discovery. The official client bounds only its
 /// startup discovery (by 5 s); on the command path a silent server holds it until the
@@ -36,38 +36,33 @@ impl CommandTask<'_> {
     /// The admitted discovery: run it (bounded), then post its answer, a document or an
     /// error. The admission is released when this returns.
     pub(super) async fn discovered(&self, admission: Admission) {
-        let Some(running) = self.start_running("discovery") else {
+        let Some(running) = self.start_running(Work::Discovery) else {
             return;
         };
         let started = Instant::now();
         let (result, cut) = self
             .discover(&admission, discovery_deadline(started, self.deadline))
             .await;
-        self.d.books.leg_took(DurationLeg::Downstream, started);
+        self.obs.observe(Step::Discovered {
+            result: result.as_ref().map(|found| found.reply.resp_code).map_err(|f| *f),
+            since: started,
+        });
         let reply = match result {
             Ok(found) => {
-                tracing::info!(
-                    result = "found",
-                    resp_code = found.reply.resp_code,
-                    "oauth discovery finished"
-                );
                 self.register_harpoon_targets(&admission, &found).await;
                 found.reply
             }
-            Err(failure) => {
-                self.span.record("error.type", failure.code());
-                self.receipt.told(failure.message());
-                tracing::info!(
-                    result = failure.code(),
-                    "oauth discovery found no metadata; answered with an error"
-                );
-                discovery_failed_reply(self.cmd, failure)
-            }
+            Err(failure) => discovery_failed_reply(self.cmd, failure),
         };
         match running.leg_ended(LegOutcome::NotSent, cut, is_expired(self.deadline)) {
             AfterLeg::Deliver { within_cleanup, next } => {
                 admission.set_leg(FenceLeg::Deliver);
+                let since = Instant::now();
                 let report = self.post_terminal(&reply, within_cleanup).await;
+                self.obs.observe(Step::Delivered {
+                    report: &report,
+                    answer: Answer::Discovery { since },
+                });
                 let after = next.delivered(
                     report.delivery,
                     report.last_attempt,
@@ -81,16 +76,13 @@ impl CommandTask<'_> {
                         self.latch(&admission, category)
                     }
                     // Only an `answered` leg's answer is replaced; discovery is `not_sent`.
-                    AfterDelivery::Report | AfterDelivery::TellTooLarge => tracing::warn!(
-                        delivery = report.delivery.as_str(),
-                        attempt_result = report.last_attempt.as_str(),
-                        "oauth_discovery_response not acknowledged; the caller may not have its answer"
-                    ),
+                    AfterDelivery::Report | AfterDelivery::TellTooLarge => self.obs.observe(Step::NotAcknowledged {
+                        report: &report,
+                        stage: Stage::Discovery,
+                    }),
                 }
             }
-            AfterLeg::Silent => {
-                tracing::warn!("response_timeout passed during discovery; nothing posted");
-            }
+            AfterLeg::Silent => self.obs.observe(Step::Silent(Stage::Discovery)),
             // `not_sent` never latches after its step either.
             AfterLeg::Latch(category) | AfterLeg::LatchThenTell(category) => self.latch(&admission, category),
         }
@@ -128,8 +120,7 @@ impl CommandTask<'_> {
             result = discovery => (result, false),
         };
         if let Err(failure) = &result {
-            span.record("error.type", failure.code());
-            span.record("otel.status_code", "ERROR");
+            trace::record_discovery_failed(&span, *failure);
         }
         (result, cut)
     }
@@ -150,6 +141,14 @@ pub(super) fn discovery_deadline(now: Instant, command_deadline: Option<Instant>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_discovery_steps_are_logged_under_this_modules_own_target() {
+        assert_eq!(
+            Some(super::super::observe::LOG_DISCOVER),
+            module_path!().strip_suffix("::tests")
+        );
+    }
 
     #[test]
     fn discovery_ends_by_its_own_bound_or_before_the_deadline_with_time_to_post() {

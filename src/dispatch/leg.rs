@@ -14,14 +14,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::answer::body;
+use super::observe::{LegOf, Observer, Step};
 use super::replies::{server_request, ReplyJob, ReplyKey, ServerRequests};
 use super::{trace, Dispatcher, Propagation};
 use crate::control::{Delivery, PostKind};
-use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Notification, Reply, Transport};
+use crate::downstream::{DownstreamRequest, LegFailure, LegResult, Notification, Reply, Transport};
 use crate::protocol::{message_method, Command, CommandKind, RespType, WireHeaders};
 use crate::strict::Admission;
 use crate::supervisor::{TaskEnd, TaskKind};
-use crate::telemetry::DurationLeg;
+use crate::telemetry::attrs;
 
 /// Notifications buffered between a transport and the control plane.
 const NOTIFY_BUFFER: usize = 64;
@@ -71,8 +72,8 @@ pub(super) struct Leg<'a> {
     pub(super) cmd: &'a Command,
     pub(super) transport: &'a Transport,
     pub(super) deadline: Option<Instant>,
-    /// The command's own span (`tunnelgate.command`).
-    pub(super) span: &'a tracing::Span,
+    /// Tells the books, the command's span and its receipt how the leg ended.
+    pub(super) obs: &'a Observer<'a>,
 }
 
 impl Leg<'_> {
@@ -101,8 +102,12 @@ impl Leg<'_> {
         let (leg, cut, notifier_done) = self
             .drive(admission, owner, leg_future, jobs_rx, notifier.as_mut())
             .await;
-        d.books.leg_took(DurationLeg::Downstream, started);
-        self.account(&leg);
+        self.obs.observe(Step::LegEnded {
+            leg: &leg,
+            transport: self.transport.kind(),
+            since: Some(started),
+            of: LegOf::Command,
+        });
         // Notifications go out before the terminal response, whatever happens to them. A
         // notifier that panicked was reported by the supervisor.
         if !notifier_done {
@@ -156,15 +161,6 @@ impl Leg<'_> {
         // Dropping the leg (cut, or already finished) closes its notification sink, so
         // the notifier ends.
         (leg, cut, notifier_done)
-    }
-
-    /// Counts the leg's outcome, records it on the command span, and the time in the
-    /// channel's health receipt.
-    pub(super) fn account(&self, leg: &LegResult) {
-        let books = &self.d.books;
-        books.metrics().downstream_finished(self.transport.kind(), leg.outcome);
-        books.leg_ended(self.cmd.channel.as_str());
-        record_leg(self.span, leg);
     }
 
     /// The request itself, in the downstream span.
@@ -246,8 +242,8 @@ async fn run_reply_job(transport: &Transport, admission: &Admission, job: ReplyJ
     let (sink, _discard) = mpsc::channel(1);
     let span = tracing::debug_span!(
         "tunnelgate.reply",
-        otel.kind = "client",
-        network.transport = transport.network_transport(),
+        { attrs::OTEL_KIND } = "client",
+        { attrs::NETWORK_TRANSPORT } = transport.network_transport(),
     );
     let forwarded = trace::forwarded(Some(&job.payload), &job.headers, transport, propagation, &span);
     let req = DownstreamRequest {
@@ -356,31 +352,13 @@ pub(super) fn failed_leg(cmd: &Command, failure: LegFailure) -> LegResult {
     LegResult::failed(failure, rpc_id, resp_type)
 }
 
-/// The leg's outcome on the command span, and one log line for a failed leg.
-pub(super) fn record_leg(span: &tracing::Span, leg: &LegResult) {
-    span.record("tunnelgate.leg_outcome", leg.outcome.as_str());
-    let Some(f) = &leg.failure else { return };
-    if *f != LegFailure::SubscriptionEnded {
-        span.record("error.type", f.kind());
-        span.record("otel.status_code", "ERROR");
-    }
-    let reason = f.kind();
-    match leg.outcome {
-        LegOutcome::NotSent => tracing::warn!(
-            outcome = "not_sent",
-            reason,
-            "downstream leg failed before sending; safe to retry"
-        ),
-        LegOutcome::Abandoned => tracing::warn!(
-            outcome = "abandoned",
-            reason,
-            "downstream leg abandoned: effect unknown"
-        ),
-        LegOutcome::Answered if *f == LegFailure::SubscriptionEnded => tracing::info!(
-            outcome = "answered",
-            reason,
-            "subscription stream ended (by the server, a cancel or its bound): a normal end"
-        ),
-        LegOutcome::Answered => tracing::info!(outcome = "answered", reason, "the MCP server refused the request"),
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_end_of_a_leg_is_logged_under_this_modules_own_target() {
+        assert_eq!(
+            Some(super::super::observe::LOG_LEG),
+            module_path!().strip_suffix("::tests")
+        );
     }
 }

@@ -12,7 +12,8 @@
 //! [`route`](route::route) says where a command goes; the admission line (`admission`)
 //! grants the fence in receipt order; a `CommandTask` (`command`) drives an admitted
 //! command through the states of `decide`; `leg` runs the downstream leg with its
-//! notifications and replies; `answer` posts every response.
+//! notifications and replies; `answer` posts every response; `observe` tells each step
+//! of a command to the books, its span, its receipt and the log, once.
 //!
 //! The parts the tasks share, each a concern of its own: the [`Gate`] (fence, admission
 //! line, channels, rules), the `Responder` (the control plane's side), the `Books`
@@ -28,6 +29,7 @@ mod decide;
 mod discover;
 mod keeper;
 mod leg;
+mod observe;
 mod replies;
 mod route;
 mod trace;

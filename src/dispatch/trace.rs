@@ -17,10 +17,11 @@ use tracing::field::Empty;
 use crate::downstream::{LegResult, Transport, TransportKind};
 use crate::protocol::{
     header_trace_fields, header_value, is_protocol_revision, reply_facts, with_trace_headers, Command, CommandKind,
-    InvalidCommand, JsonRpcPayload, NotText, RespType, TraceFields, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
+    DiscoveryFailure, InvalidCommand, JsonRpcPayload, NotText, RespType, TraceFields, WireHeaders,
+    MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
 use crate::telemetry::{
-    hashed_session_id, safe_method, safe_token, span_trace_context, CommandType, Metrics, TraceContext,
+    attrs, hashed_session_id, safe_method, safe_token, span_trace_context, CommandType, Metrics, TraceContext,
     TraceContextSource,
 };
 
@@ -50,24 +51,24 @@ pub(super) fn command_span(
     match command {
         Ok(c) => tracing::info_span!(
             "tunnelgate.command",
-            tunnelgate.request_id = %safe_token(c.request_id.as_str()),
-            tunnelgate.channel = %safe_token(c.channel.as_str()),
-            tunnelgate.command_type = command_type.as_str(),
-            mcp.method.name = match &c.kind { CommandKind::JsonRpc(p) => p.method().map(safe_method), _ => None },
-            tunnelgate.strict = strict,
-            tunnelgate.leg_outcome = Empty,
-            tunnelgate.delivery_outcome = Empty,
-            "error.type" = Empty,
-            otel.status_code = Empty,
+            { attrs::REQUEST_ID } = %safe_token(c.request_id.as_str()),
+            { attrs::CHANNEL } = %safe_token(c.channel.as_str()),
+            { attrs::COMMAND_TYPE } = command_type.as_str(),
+            { attrs::MCP_METHOD_NAME } = match &c.kind { CommandKind::JsonRpc(p) => p.method().map(safe_method), _ => None },
+            { attrs::STRICT } = strict,
+            { attrs::LEG_OUTCOME } = Empty,
+            { attrs::DELIVERY_OUTCOME } = Empty,
+            { attrs::ERROR_TYPE } = Empty,
+            { attrs::OTEL_STATUS_CODE } = Empty,
         ),
         Err(invalid) => tracing::info_span!(
             "tunnelgate.command",
-            tunnelgate.request_id = invalid.request_id.as_ref().map(|r| safe_token(r.as_str())),
-            tunnelgate.channel = %safe_token(invalid.channel.as_str()),
-            tunnelgate.command_type = command_type.as_str(),
-            tunnelgate.strict = strict,
-            "error.type" = invalid.reason.as_str(),
-            otel.status_code = "ERROR",
+            { attrs::REQUEST_ID } = invalid.request_id.as_ref().map(|r| safe_token(r.as_str())),
+            { attrs::CHANNEL } = %safe_token(invalid.channel.as_str()),
+            { attrs::COMMAND_TYPE } = command_type.as_str(),
+            { attrs::STRICT } = strict,
+            { attrs::ERROR_TYPE } = invalid.reason.as_str(),
+            { attrs::OTEL_STATUS_CODE } = "ERROR",
         ),
     }
 }
@@ -138,20 +139,20 @@ pub(super) fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::
     let http = transport.kind() == TransportKind::Http;
     tracing::debug_span!(
         "tunnelgate.downstream",
-        otel.name = %name,
-        otel.kind = "client",
-        mcp.method.name = %method,
-        gen_ai.tool.name = tool,
-        gen_ai.prompt.name = prompt,
-        gen_ai.operation.name = (method == "tools/call").then_some("execute_tool"),
-        jsonrpc.request.id = request_id,
-        mcp.protocol.version = version,
-        mcp.session.id = session,
-        network.transport = transport.network_transport(),
-        network.protocol.name = http.then_some("http"),
-        "error.type" = Empty,
-        rpc.response.status_code = Empty,
-        otel.status_code = Empty,
+        { attrs::OTEL_NAME } = %name,
+        { attrs::OTEL_KIND } = "client",
+        { attrs::MCP_METHOD_NAME } = %method,
+        { attrs::GEN_AI_TOOL_NAME } = tool,
+        { attrs::GEN_AI_PROMPT_NAME } = prompt,
+        { attrs::GEN_AI_OPERATION_NAME } = (method == "tools/call").then_some("execute_tool"),
+        { attrs::JSONRPC_REQUEST_ID } = request_id,
+        { attrs::MCP_PROTOCOL_VERSION } = version,
+        { attrs::MCP_SESSION_ID } = session,
+        { attrs::NETWORK_TRANSPORT } = transport.network_transport(),
+        { attrs::NETWORK_PROTOCOL_NAME } = http.then_some("http"),
+        { attrs::ERROR_TYPE } = Empty,
+        { attrs::RPC_RESPONSE_STATUS_CODE } = Empty,
+        { attrs::OTEL_STATUS_CODE } = Empty,
     )
 }
 
@@ -160,14 +161,13 @@ pub(super) fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::
 /// `initialize` answer establishes (session, revision) when the command did not say.
 pub(super) fn record_downstream(span: &tracing::Span, cmd: &Command, leg: &LegResult) {
     if let Some(f) = &leg.failure {
-        span.record("error.type", f.kind());
-        span.record("otel.status_code", "ERROR");
+        failed(span, f.kind());
         return;
     }
     let reply = &leg.reply;
     if header_value(&cmd.headers, MCP_SESSION_ID).is_none() {
         if let Some(session) = reply.resp_headers.get(MCP_SESSION_ID).and_then(|v| v.first()) {
-            span.record("mcp.session.id", hashed_session_id(session));
+            span.record(attrs::MCP_SESSION_ID, hashed_session_id(session));
         }
     }
     let Some(facts) = reply
@@ -180,17 +180,27 @@ pub(super) fn record_downstream(span: &tracing::Span, cmd: &Command, leg: &LegRe
     };
     if let Some(code) = facts.error_code {
         let code = code.to_string();
-        span.record("error.type", code.as_str());
-        span.record("rpc.response.status_code", code.as_str());
-        span.record("otel.status_code", "ERROR");
+        span.record(attrs::ERROR_TYPE, code.as_str());
+        span.record(attrs::RPC_RESPONSE_STATUS_CODE, code.as_str());
+        span.record(attrs::OTEL_STATUS_CODE, "ERROR");
     } else if facts.tool_error && matches!(&cmd.kind, CommandKind::JsonRpc(p) if p.method() == Some("tools/call")) {
-        span.record("error.type", "tool_error");
-        span.record("otel.status_code", "ERROR");
+        failed(span, "tool_error");
     }
     let has_version = header_value(&cmd.headers, MCP_PROTOCOL_VERSION).is_some_and(is_protocol_revision);
     if let Some(version) = facts.protocol_version.filter(|_| !has_version) {
-        span.record("mcp.protocol.version", version.as_str());
+        span.record(attrs::MCP_PROTOCOL_VERSION, version.as_str());
     }
+}
+
+/// What a discovery that found no metadata tells the downstream span.
+pub(super) fn record_discovery_failed(span: &tracing::Span, failure: DiscoveryFailure) {
+    failed(span, failure.code());
+}
+
+/// `span` failed with `error_type`: its `error.type`, and the status `ERROR` with it.
+fn failed(span: &tracing::Span, error_type: &str) {
+    span.record(attrs::ERROR_TYPE, error_type);
+    span.record(attrs::OTEL_STATUS_CODE, "ERROR");
 }
 
 /// A message and its headers with `span`'s trace context added, as `propagation` asks;

@@ -8,23 +8,25 @@
 use opentelemetry::KeyValue;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use super::attrs;
+
 /// A JSON-RPC notification from the MCP server was posted to the control plane
 /// (`method` already made safe; `delivery` is the delivery's outcome label).
 pub fn notification_forwarded(method: Option<String>, delivery: &'static str) {
-    let mut attributes = vec![KeyValue::new("tunnelgate.delivery_outcome", delivery)];
+    let mut attributes = vec![KeyValue::new(attrs::DELIVERY_OUTCOME, delivery)];
     if let Some(method) = method {
-        attributes.push(KeyValue::new("mcp.method.name", method));
+        attributes.push(KeyValue::new(attrs::MCP_METHOD_NAME, method));
     }
-    tracing::Span::current().add_event("tunnelgate.notification", attributes);
+    tracing::Span::current().add_event(attrs::NOTIFICATION_EVENT, attributes);
 }
 
 /// The fatal latch stopped this command (`category` and `exit_code` of the latch's cause).
 pub fn fatal_latched(category: &'static str, exit_code: u8) {
     tracing::Span::current().add_event(
-        "tunnelgate.latch",
+        attrs::LATCH_EVENT,
         vec![
-            KeyValue::new("tunnelgate.fatal.category", category),
-            KeyValue::new("tunnelgate.fatal.exit_code", i64::from(exit_code)),
+            KeyValue::new(attrs::FATAL_CATEGORY, category),
+            KeyValue::new(attrs::FATAL_EXIT_CODE, i64::from(exit_code)),
         ],
     );
 }

@@ -364,6 +364,7 @@ pub(super) fn log_spans() -> filter::FilterFn<fn(&tracing::Metadata<'_>) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::attrs;
 
     #[test]
     fn libraries_are_capped_unless_named() {
@@ -429,15 +430,15 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             let span = tracing::info_span!(
                 "tunnelgate.command",
-                tunnelgate.request_id = "r\"1",
-                tunnelgate.strict = false,
-                tunnelgate.leg_outcome = tracing::field::Empty,
-                "error.type" = tracing::field::Empty,
+                { attrs::REQUEST_ID } = "r\"1",
+                { attrs::STRICT } = false,
+                { attrs::LEG_OUTCOME } = tracing::field::Empty,
+                { attrs::ERROR_TYPE } = tracing::field::Empty,
                 attempts = tracing::field::Empty,
             );
-            span.record("tunnelgate.leg_outcome", "answered");
-            span.record("error.type", "first");
-            span.record("error.type", "second");
+            span.record(attrs::LEG_OUTCOME, "answered");
+            span.record(attrs::ERROR_TYPE, "first");
+            span.record(attrs::ERROR_TYPE, "second");
             span.record("attempts", 3_i64);
             let empty = tracing::info_span!("tunnelgate.command", attempts = tracing::field::Empty);
             empty.record("attempts", 1_u64);

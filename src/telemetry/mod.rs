@@ -1,5 +1,6 @@
 //! Telemetry: logging/tracing setup, every metric definition, redaction helpers, W3C trace
-//! context, span events and the ring of recent log events.
+//! context, span events, the names of every span attribute (`attrs`) and the ring of
+//! recent log events.
 //!
 //! Observational only: nothing here may delay dispatch, delivery, the latch or exit by
 //! more than a bounded flush. The rest of the crate uses `tracing` macros and the
@@ -9,6 +10,7 @@
 //! the metrics through the [`LabelValue`] trait and one marker trait per label, implemented
 //! next to each enum (declared with `label_enum!`).
 
+pub mod attrs;
 pub mod events;
 mod label;
 pub mod logging;

@@ -158,20 +158,20 @@ impl ControlClient {
     ) -> Attempted {
         let span = tracing::debug_span!(
             "tunnelgate.deliver.attempt",
-            otel.kind = "client",
-            http.request.method = "POST",
-            http.request.resend_count = i64::from(attempt - 1),
-            http.response.status_code = tracing::field::Empty,
-            tunnelgate.attempt_result = tracing::field::Empty,
+            { crate::telemetry::attrs::OTEL_KIND } = "client",
+            { crate::telemetry::attrs::HTTP_REQUEST_METHOD } = "POST",
+            { crate::telemetry::attrs::HTTP_REQUEST_RESEND_COUNT } = i64::from(attempt - 1),
+            { crate::telemetry::attrs::HTTP_RESPONSE_STATUS_CODE } = tracing::field::Empty,
+            { crate::telemetry::attrs::ATTEMPT_RESULT } = tracing::field::Empty,
         );
         let tried = self
             .attempt(headers, body.clone(), deadline, cancel)
             .instrument(span.clone())
             .await;
         if let Some(code) = tried.status {
-            span.record("http.response.status_code", i64::from(code));
+            span.record(crate::telemetry::attrs::HTTP_RESPONSE_STATUS_CODE, i64::from(code));
         }
-        span.record("tunnelgate.attempt_result", tried.result.as_str());
+        span.record(crate::telemetry::attrs::ATTEMPT_RESULT, tried.result.as_str());
         tried
     }
 

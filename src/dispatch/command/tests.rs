@@ -447,3 +447,11 @@ async fn an_unroutable_command_whose_answer_is_refused_leaves_a_receipt_with_no_
     assert_eq!(r.delivery_outcome.as_deref(), Some("rejected"));
     assert_eq!(r.message.as_deref(), Some(crate::protocol::NOT_SENT_MESSAGE));
 }
+
+#[test]
+fn the_command_steps_are_logged_under_this_modules_own_target() {
+    assert_eq!(
+        Some(super::super::observe::LOG_COMMAND),
+        module_path!().strip_suffix("::tests")
+    );
+}
