@@ -2,9 +2,10 @@
 //! network beyond loopback and no credentials.
 //!
 //! It starts the simulator and the embedded MCP stub, runs a strict gateway, sends a few
-//! MCP calls through the simulator's ingress, shows `/status`, then runs a drill: the
-//! simulator holds the acknowledgement of one call, the latch fires, and the demo shows
-//! what an operator sees (category, exit code, latch file, status), proves a restart
+//! MCP calls through the simulator's ingress, makes one private token exchange through
+//! channel `harpoon` (the stub's token endpoint standing for a private identity provider),
+//! shows `/status`, then runs a drill: the simulator holds the acknowledgement of one
+//! call, the latch fires, and the demo shows what an operator sees (category, exit code, latch file, status), proves a restart
 //! refuses to run, clears the latch and cleans up.
 
 use std::net::SocketAddr;
@@ -148,18 +149,21 @@ async fn tour(latch_path: &Path) -> Result<u8, DemoError> {
     let ingress = sim.ingress_url();
     healthy_calls(&client, &ingress).await?;
 
-    step("3. /status while healthy");
+    step("3. Private OAuth: a token exchange through channel harpoon (the OAuth shim's path)");
+    private_token_exchange(&client, &ingress).await?;
+
+    step("4. /status while healthy");
     let doc = get_status(&client, ops).await?;
     print_status(&doc);
 
-    step("4. Drill: the simulator holds the acknowledgement of a tools/call add");
+    step("5. Drill: the simulator holds the acknowledgement of a tools/call add");
     println!(
         "   the gateway posts the result, gets no answer within post_timeout, retries the identical bytes, and latches"
     );
     drill(&client, &ingress, ops, &stub, running).await?;
     print_latch_file(latch_path)?;
 
-    step("5. Restart with the latch in place: the gateway refuses to run (exit 89)");
+    step("6. Restart with the latch in place: the gateway refuses to run (exit 89)");
     let before = sim.record().polls.len();
     let again = Gateway::new(config.clone()).run().await.map_err(DemoError::Gateway)?;
     println!(
@@ -168,7 +172,7 @@ async fn tour(latch_path: &Path) -> Result<u8, DemoError> {
         sim.record().polls.len() - before
     );
 
-    step("6. Operator clears the latch (`tunnelgate latch clear`)");
+    step("7. Operator clears the latch (`tunnelgate latch clear`)");
     latch_file::clear(latch_path).map_err(DemoError::ClearLatch)?;
     println!("   cleared; a strict gateway would now start normally");
 
@@ -239,7 +243,43 @@ async fn healthy_calls(client: &reqwest::Client, ingress: &str) -> Result<(), De
     Ok(())
 }
 
-/// Step 4: a tools/call add whose acknowledgement the simulator holds, and a ping queued
+/// Step 3: one private token exchange through channel `harpoon`, as the hosted service's
+/// OAuth shim makes it: `list_targets`, then `call_target` `POST` of a
+/// `client_credentials` request to the private token endpoint. The token is not shown.
+async fn private_token_exchange(client: &reqwest::Client, ingress: &str) -> Result<(), DemoError> {
+    let harpoon = format!("{ingress}?channel=harpoon");
+    let list = mcp(
+        client,
+        &harpoon,
+        json!({"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"list_targets","arguments":{}}}),
+    )
+    .await?;
+    let labels: Vec<&str> = list["result"]["structuredContent"]["targets"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|x| x["label"].as_str()).collect())
+        .unwrap_or_default();
+    println!("   harpoon list_targets -> {}", labels.join(", "));
+    let call = json!({"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"call_target","arguments":{
+        "label":"demo-idp-token","method":"POST",
+        "headers":{"Content-Type":"application/x-www-form-urlencoded","Authorization":"Basic ZGVtby1jbGllbnQ6ZGVtby1zZWNyZXQ="},
+        "body":"grant_type=client_credentials"}}});
+    let answer = mcp(client, &harpoon, call).await?;
+    let result = &answer["result"]["structuredContent"];
+    let body = result["body_base64"]
+        .as_str()
+        .and_then(|b| base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b).ok())
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .unwrap_or(Value::Null);
+    let token_len = body["access_token"].as_str().map_or(0, str::len);
+    println!(
+        "   harpoon call_target POST demo-idp-token -> HTTP {}, a {} token of {token_len} characters (not shown)",
+        result["status_code"],
+        body["token_type"].as_str().unwrap_or("?"),
+    );
+    Ok(())
+}
+
+/// Step 5: a tools/call add whose acknowledgement the simulator holds, and a ping queued
 /// behind it; shows `/status` once latched, then how the gateway ended.
 async fn drill(
     client: &reqwest::Client,
@@ -344,6 +384,11 @@ max_concurrent = 1
 [mcp.channels.main]
 url = "{stub}"
 
+# Channel harpoon: the stub's token endpoint stands for a private identity provider.
+[harpoon]
+allow_plaintext_http = true
+targets = [{{ label = "demo-idp-token", url = "{token}", description = "a private token endpoint" }}]
+
 [strict]
 enabled = true
 latch_file = "{}"
@@ -357,7 +402,8 @@ listen = "127.0.0.1:0"
 log_format = "text"
 log_level = "off"
 "#,
-        latch.display()
+        latch.display(),
+        token = stub.replace("/mcp", "/oauth/token"),
     );
     Config::from_toml_str(&toml).map_err(DemoError::Config)
 }

@@ -12,7 +12,7 @@ mod labels;
 mod latched;
 mod stop;
 
-pub(crate) use build::{build_control, channel_headers, session_settings};
+pub(crate) use build::{build_control, channel_headers, harpoon_settings, session_settings};
 pub(crate) use labels::GatewayLabels;
 
 use std::net::SocketAddr;

@@ -20,6 +20,7 @@
 mod channel;
 mod control;
 mod coordination;
+mod harpoon;
 mod local;
 pub(crate) mod report;
 mod tls;
@@ -78,14 +79,19 @@ pub(crate) async fn run(config: &Config, options: &Options) -> Report {
             }),
         );
     let coordination = coordination::check(config, options.timeout);
-    let ((control_plane, channels), coordination) =
-        futures_util::future::join(futures_util::future::join(control_plane, channels), coordination).await;
+    let harpoon = harpoon::checks(config, &metrics, options.timeout);
+    let (((control_plane, channels), coordination), harpoon) = futures_util::future::join(
+        futures_util::future::join(futures_util::future::join(control_plane, channels), coordination),
+        harpoon,
+    )
+    .await;
 
     let mut checks = vec![config_check(config)];
     checks.extend(tls::checks(config, std::time::SystemTime::now()));
     checks.push(control_plane);
     checks.extend(channels);
     checks.extend(coordination);
+    checks.extend(harpoon);
     checks.push(local::latch_dir(config));
     checks.push(local::ops_listen(config).await);
     checks.push(local::latch_file(config));

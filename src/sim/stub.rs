@@ -56,6 +56,7 @@ impl McpStub {
         let received: Received = Arc::default();
         let router = Router::new()
             .route("/mcp", post(handle).delete(end_session).get(no_stream))
+            .route("/oauth/token", post(token))
             .with_state(received.clone());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -144,6 +145,28 @@ fn error(id: &Value, code: i64, message: &str) -> Value {
 
 fn text_result(id: &Value, text: String) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "result": { "content": [{ "type": "text", "text": text }], "isError": false } })
+}
+
+/// A private identity provider's token endpoint, for the demo's token exchange through
+/// channel `harpoon`: a form `grant_type=client_credentials` with HTTP Basic credentials
+/// `demo-client:demo-secret` gets a fresh opaque bearer token; anything else `400` or
+/// `401` with an RFC 6749 error.
+async fn token(State(received): State<Received>, headers: http::HeaderMap, body: Bytes) -> Response {
+    remember(&received, "oauth/token");
+    let form = String::from_utf8_lossy(&body);
+    if !form.split('&').any(|kv| kv == "grant_type=client_credentials") {
+        return json_body(StatusCode::BAD_REQUEST, &json!({"error": "unsupported_grant_type"}));
+    }
+    // base64("demo-client:demo-secret")
+    let expected = "Basic ZGVtby1jbGllbnQ6ZGVtby1zZWNyZXQ=";
+    if headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) != Some(expected) {
+        return json_body(StatusCode::UNAUTHORIZED, &json!({"error": "invalid_client"}));
+    }
+    let token = Alphanumeric.sample_string(&mut rand::rng(), 32);
+    json_body(
+        StatusCode::OK,
+        &json!({"access_token": token, "token_type": "Bearer", "expires_in": 300}),
+    )
 }
 
 async fn handle(State(received): State<Received>, body: Bytes) -> Response {

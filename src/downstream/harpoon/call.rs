@@ -402,6 +402,38 @@ fn send_failure(error: &reqwest::Error) -> CallFailure {
     }
 }
 
+/// `doctor`'s look at a target: a `HEAD` (a `GET` when the target refuses `HEAD` with
+/// `405` or `501`), which changes nothing; the status, or why nothing answered.
+pub(crate) async fn probe(client: &reqwest::Client, url: &str, timeout: Duration) -> Result<StatusCode, CallFailure> {
+    let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let deadline = Instant::now() + timeout;
+    let mut method = Method::HEAD;
+    loop {
+        let hop = Hop {
+            url: url.to_owned(),
+            host: String::new(),
+            method: method.clone(),
+            body: Bytes::new(),
+            headers: HeaderMap::new(),
+        };
+        let status = match tokio::time::timeout_at(deadline, send(client, &hop)).await {
+            Err(_) => {
+                return Err(CallFailure::Timeout {
+                    sent: Sent::Maybe,
+                    millis,
+                })
+            }
+            Ok(Err(failure)) => return Err(failure),
+            Ok(Ok(resp)) => resp.status(),
+        };
+        if method == Method::HEAD && matches!(status.as_u16(), 405 | 501) {
+            method = Method::GET;
+            continue;
+        }
+        return Ok(status);
+    }
+}
+
 async fn read_body(
     mut resp: reqwest::Response,
     max: usize,

@@ -173,6 +173,26 @@ impl HarpoonTransport {
             .collect()
     }
 
+    /// `doctor`'s check of every target: each answers a `HEAD` (or `GET`) within
+    /// `timeout`. Returns the label, the origin and the status or the problem in words.
+    pub async fn probe_targets(&self, timeout: std::time::Duration) -> Vec<(String, String, Result<u16, String>)> {
+        let targets: Vec<(String, String, String)> = self
+            .registry()
+            .targets()
+            .iter()
+            .map(|t| (t.label.clone(), t.origin(), t.url.clone()))
+            .collect();
+        let client = &self.inner.client;
+        let probes = targets.into_iter().map(|(label, origin, url)| async move {
+            let result = call::probe(client, &url, timeout)
+                .await
+                .map(|s| s.as_u16())
+                .map_err(|f| f.message());
+            (label, origin, result)
+        });
+        futures_util::future::join_all(probes).await
+    }
+
     pub fn status(&self) -> ChannelStatus {
         ChannelStatus {
             channel: HARPOON_CHANNEL.to_owned(),

@@ -108,6 +108,15 @@ function coordinationFacts(c) {
   ];
 }
 
+function harpoonFacts(h) {
+  const targets = (h.targets || []).map((t) => text(t.label) + " (" + text(t.origin) + ")");
+  return [
+    ["routable", "Routable", text(h.routable)],
+    ["target-count", "Targets", text(targets.length)],
+    ["targets", "Target labels", targets.length ? targets.join(", ") : "none"],
+  ];
+}
+
 function channelCells(ch) {
   const up = ch.up ? "up" : "down";
   const state = ch.session ? up + " (session " + ch.session + ")" : up;
@@ -160,6 +169,7 @@ function show(doc) {
   facts("latch-facts", "latch", latchFacts(doc));
   facts("fence-facts", "fence", fenceFacts(doc.fence || {}));
   channels(doc.downstream);
+  facts("harpoon-facts", "harpoon", harpoonFacts(doc.harpoon || {}));
   facts("control-plane-facts", "control-plane", controlPlaneFacts(doc));
   outcomes(doc.outcomes || {});
   receipts(doc.recent_receipts);

@@ -89,6 +89,12 @@ pub(super) fn page(doc: &Value, events: &Value, commands: &LatchCommands) -> Str
         coordination.is_empty(),
     );
     channels_section(&mut out, &doc["downstream"]);
+    section(
+        &mut out,
+        "harpoon",
+        "Private OAuth (channel harpoon)",
+        &harpoon_facts(&doc["harpoon"]),
+    );
     outcomes_section(&mut out, &doc["outcomes"]);
     receipts_section(&mut out, &doc["recent_receipts"]);
     events_section(&mut out, events);
@@ -362,6 +368,29 @@ const OUTCOME_GROUPS: [(&str, &str); 4] = [
     ("notifications", "Notification deliveries"),
     ("dropped", "Dropped commands"),
 ];
+
+/// Channel `harpoon`: routable or not, and its targets as `label (origin)`.
+fn harpoon_facts(h: &Value) -> Vec<Fact> {
+    let targets: Vec<String> = h["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| format!("{} ({})", text(&t["label"]), text(&t["origin"])))
+        .collect();
+    vec![
+        fact("routable", "Routable", text(&h["routable"])),
+        fact("target-count", "Targets", targets.len().to_string()),
+        fact(
+            "targets",
+            "Target labels",
+            if targets.is_empty() {
+                "none".to_owned()
+            } else {
+                targets.join(", ")
+            },
+        ),
+    ]
+}
 
 /// Present only with coordination (`coordination.backend = "etcd"`).
 fn coordination_facts(c: &Value) -> Vec<Fact> {
