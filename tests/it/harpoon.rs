@@ -573,3 +573,135 @@ async fn discovery_registers_the_url_the_metadata_was_fetched_from() {
     );
     p.stop().await;
 }
+
+/// A gateway on the rig whose `[harpoon]` has one configured target, `cfg`, at `url`.
+async fn with_target(rig: &Rig, url: &str, strict: bool) -> Gateway {
+    let extra = format!(
+        "\n[harpoon]\nallow_plaintext_http = true\ntargets = [{{ label = \"cfg\", url = \"{url}\", description = \"a configured target\" }}]\n"
+    );
+    let options = RigOptions {
+        extra: &extra,
+        ..if strict {
+            RigOptions::default()
+        } else {
+            RigOptions::default_mode()
+        }
+    };
+    rig.spawn_gateway(&rig.config(&options)).await
+}
+
+/// `tools/call call_target` on `harpoon` for `cfg`, enqueued; its request id.
+fn enqueue_call(rig: &Rig, id: u64, arguments: Value) -> String {
+    let mut arguments = arguments;
+    arguments["label"] = json!("cfg");
+    rig.sim.enqueue(
+        NewCommand::jsonrpc(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "call_target", "arguments": arguments}}))
+        .channel("harpoon"),
+    )
+}
+
+#[tokio::test]
+async fn a_configured_target_makes_the_channel_routable_and_advertised_to_the_control_plane() {
+    let (_slow, slow_url) = crate::harness::spawn_py_oauth_server("slow").await;
+    let rig = Rig::start("").await;
+    let mut gw = with_target(&rig, &slow_url, false).await;
+    let id = rig.sim.enqueue(
+        NewCommand::jsonrpc(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "list_targets", "arguments": null}}))
+        .channel("harpoon"),
+    );
+    let rec = rig.wait("list_targets answered", |r| r.is_completed(&id)).await;
+    let listed = &final_json(&rec, &id)["resp_json"]["result"]["structuredContent"]["targets"];
+    assert_eq!(
+        *listed,
+        json!([{"label": "cfg", "description": "a configured target", "category": "config",
+                "source": "config", "tags": [], "allowed_methods": ["GET", "POST", "PUT"]}])
+    );
+    let server_info = rec.polls.last().unwrap().header("x-tunnel-mcp-server-info").unwrap();
+    assert_eq!(
+        server_info,
+        r#"{"version":1,"channels":[{"name":"main"},{"name":"harpoon","proc_affinity":true}]}"#
+    );
+    // A configured target is never an OAuth token endpoint: the audience lookup refuses.
+    let id = rig.sim.enqueue(
+        NewCommand::jsonrpc(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "get_oauth_target_audience", "arguments": {"label": "cfg"}}}))
+        .channel("harpoon"),
+    );
+    let rec = rig.wait("audience answered", |r| r.is_completed(&id)).await;
+    let result = &final_json(&rec, &id)["resp_json"]["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(
+        result["content"][0]["text"],
+        "label cfg: target is not an OAuth token endpoint"
+    );
+    let status = rig.status().await;
+    assert_eq!(status["harpoon"]["routable"], true, "{status}");
+    assert_eq!(
+        status["harpoon"]["targets"][0]["origin"],
+        slow_url.trim_end_matches("/mcp"),
+        "{status}"
+    );
+    rig.assert_all_bodies_valid();
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
+}
+
+#[tokio::test]
+async fn calls_run_side_by_side_and_one_slow_target_holds_no_other_call() {
+    let (_slow, slow_url) = crate::harness::spawn_py_oauth_server("slow").await;
+    let rig = Rig::start("").await;
+    let mut gw = with_target(&rig, &slow_url, false).await;
+    let slow = enqueue_call(&rig, 1, json!({"method": "POST", "body": "x", "timeout_ms": 4000}));
+    // Once the slow call is on the wire, a lookup and a refused call are answered at once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = tokio::time::Instant::now();
+    let quick = enqueue_call(&rig, 2, json!({"method": "GET", "body": "y".repeat(110_000)}));
+    let rec = rig.wait("the quick call answered", |r| r.is_completed(&quick)).await;
+    assert!(
+        !rec.is_completed(&slow),
+        "the slow call is still waiting for its target"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "answered behind the slow call"
+    );
+    let rec = rig.wait("the slow call answered", |r| r.is_completed(&slow)).await;
+    let result = &final_json(&rec, &slow)["resp_json"]["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(
+        result["content"][0]["text"],
+        "label cfg: request failed: timed out after 4000 ms; the request may have reached the target and taken effect"
+    );
+    rig.assert_all_bodies_valid();
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
+}
+
+/// A `POST` written to a target that never answers may have registered a client or issued
+/// a token: strict mode latches on it as on any leg whose effect is unknown.
+#[tokio::test]
+async fn in_strict_mode_a_call_written_and_never_answered_latches_downstream_ambiguous() {
+    let (_slow, slow_url) = crate::harness::spawn_py_oauth_server("slow").await;
+    let rig = Rig::start("").await;
+    let mut gw = with_target(&rig, &slow_url, true).await;
+    let id = enqueue_call(
+        &rig,
+        1,
+        json!({"method": "POST", "body": "grant_type=client_credentials", "timeout_ms": 500}),
+    );
+    let rec = rig.wait("the abandoned call answered", |r| r.is_completed(&id)).await;
+    let result = &final_json(&rec, &id)["resp_json"]["result"];
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("may have reached the target"),
+        "{result}"
+    );
+    assert_eq!(gw.wait_exit(EXIT).await, Some(87), "{}", gw.stderr());
+    let latch: Value = serde_json::from_str(&std::fs::read_to_string(rig.latch_path()).unwrap()).unwrap();
+    assert_eq!(latch["fatal"]["category"], "downstream_ambiguous", "{latch}");
+    assert_eq!(latch["fatal"]["channel"], "harpoon", "{latch}");
+}

@@ -2,6 +2,7 @@
 //! shipped example. Helpers here build TOML from a minimal valid base.
 
 mod example;
+mod harpoon;
 mod headers;
 mod http_url;
 mod layering;
