@@ -26,6 +26,20 @@ const RS_CLIENT_SECRET: &str = "rs-secret-canary-7QZP4";
 /// The shim's reach: the authorization server is on another loopback origin, over http.
 const HARPOON: &str = "\n[harpoon]\nallow_plaintext_http = true\nregister_private_auth_servers = true\n";
 
+/// Every file of a support bundle, concatenated.
+fn unpacked(path: &std::path::Path) -> String {
+    use std::io::Read as _;
+    let gzip = flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap());
+    let mut archive = tar::Archive::new(gzip);
+    let mut all = String::new();
+    for entry in archive.entries().unwrap() {
+        let mut body = String::new();
+        entry.unwrap().read_to_string(&mut body).unwrap();
+        all.push_str(&body);
+    }
+    all
+}
+
 /// The requests a peer logged, as `METHOD PATH`.
 fn seen(peer: &ChildGuard) -> Vec<String> {
     peer.stderr()
@@ -53,6 +67,8 @@ struct Peers {
     mcp_url: String,
     rig: Rig,
     gw: Gateway,
+    /// The gateway's configuration, for the commands run beside it.
+    config: String,
 }
 
 async fn start(harpoon_extra: &str, log_level: &str) -> Peers {
@@ -77,6 +93,7 @@ async fn start(harpoon_extra: &str, log_level: &str) -> Peers {
         mcp_url,
         rig,
         gw,
+        config,
     }
 }
 
@@ -517,6 +534,20 @@ async fn no_secret_of_the_oauth_exchange_reaches_the_log_status_or_metrics() {
     let obtained = shim_sequence(&p).await;
     let status = p.rig.status().await.to_string();
     let metrics = p.rig.metrics().await;
+    let page = http_client()
+        .get(format!("http://127.0.0.1:{}/ui", p.rig.ops_port))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("oauth-token-endpoint-0"), "the page shows the targets");
+    let out = p.rig.dir.path().join("bundle.tar.gz");
+    let out = out.display().to_string();
+    let bundle = Gateway::cli(&["support-bundle", "--out", &out], Some(&p.config), &[], EXIT).await;
+    assert_eq!(bundle.code, 0, "{}", bundle.stderr);
+    let archive = unpacked(std::path::Path::new(&out));
     let logs = p.gw.stderr();
     assert!(
         logs.contains("harpoon request completed"),
@@ -536,6 +567,8 @@ async fn no_secret_of_the_oauth_exchange_reaches_the_log_status_or_metrics() {
         assert!(!logs.contains(secret), "{what} in the gateway's log");
         assert!(!status.contains(secret), "{what} in /status: {status}");
         assert!(!metrics.contains(secret), "{what} in /metrics");
+        assert!(!page.contains(secret), "{what} on the operator page");
+        assert!(!archive.contains(secret), "{what} in the support bundle");
     }
     p.stop().await;
 }
