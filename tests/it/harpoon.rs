@@ -738,3 +738,111 @@ async fn in_strict_mode_a_call_written_and_never_answered_latches_downstream_amb
     assert_eq!(latch["fatal"]["category"], "downstream_ambiguous", "{latch}");
     assert_eq!(latch["fatal"]["channel"], "harpoon", "{latch}");
 }
+
+/// A gateway whose `[harpoon]` targets are paths of the `redirect` peer at `base`.
+async fn with_redirect_targets(rig: &Rig, base: &str) -> Gateway {
+    let targets: Vec<String> = ["hop", "landing", "away", "loop", "insecure", "big"]
+        .iter()
+        .map(|p| format!("{{ label = \"{p}\", url = \"{base}/{p}\" }}"))
+        .collect();
+    let extra = format!(
+        "\n[harpoon]\nallow_plaintext_http = true\ntargets = [{}]\n",
+        targets.join(", ")
+    );
+    let options = RigOptions {
+        extra: &extra,
+        ..RigOptions::default_mode()
+    };
+    rig.spawn_gateway(&rig.config(&options)).await
+}
+
+/// `call_target` of `label` with `extra` arguments: the tool result.
+async fn call(rig: &Rig, id: u64, label: &str, extra: Value) -> Value {
+    let mut arguments = json!({"label": label, "method": "GET"});
+    for (k, v) in extra.as_object().unwrap() {
+        arguments[k] = v.clone();
+    }
+    let cmd = rig.sim.enqueue(
+        NewCommand::jsonrpc(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "call_target", "arguments": arguments}}))
+        .channel("harpoon"),
+    );
+    let rec = rig.wait("call_target answered", |r| r.is_completed(&cmd)).await;
+    final_json(&rec, &cmd)["resp_json"]["result"].clone()
+}
+
+fn error_text(result: &Value) -> &str {
+    assert_eq!(result["isError"], true, "{result}");
+    result["content"][0]["text"].as_str().unwrap()
+}
+
+#[tokio::test]
+async fn redirects_are_followed_only_to_targets_within_the_limit_and_a_large_answer_is_refused() {
+    let (peer, ready) = crate::harness::spawn_py_oauth_server("redirect").await;
+    let base = ready.trim_end_matches("/mcp").to_owned();
+    let rig = Rig::start("").await;
+    let mut gw = with_redirect_targets(&rig, &base).await;
+
+    // To a target: followed; the answer is the landing's.
+    let landed = call(&rig, 1, "hop", json!({})).await;
+    assert_eq!(landed["structuredContent"]["status_code"], 200, "{landed}");
+    // Not followed when asked not to: the 302 itself, its Location rewritten to the label.
+    let kept = call(&rig, 2, "hop", json!({"follow_redirects": false})).await;
+    assert_eq!(kept["structuredContent"]["status_code"], 302, "{kept}");
+    assert_eq!(
+        kept["structuredContent"]["headers"]["Location"][0], "harpoon://landing",
+        "{kept}"
+    );
+    // Off the allowlist: blocked before it is dialled.
+    assert_eq!(
+        error_text(&call(&rig, 3, "away", json!({})).await),
+        "label away: redirect blocked"
+    );
+    // A loop hits the limit; so does any redirect with max_redirects 0.
+    assert_eq!(
+        error_text(&call(&rig, 4, "loop", json!({})).await),
+        "label loop: redirect limit exceeded"
+    );
+    assert_eq!(
+        error_text(&call(&rig, 5, "hop", json!({"max_redirects": 0})).await),
+        "label hop: redirect limit exceeded"
+    );
+    // Only the scheme differs from a target: said so.
+    assert_eq!(
+        error_text(&call(&rig, 6, "insecure", json!({})).await),
+        "label insecure: redirect blocked: scheme mismatch (allowlisted http, redirected to https)"
+    );
+    // Over the limit: an error, never a partial body.
+    assert_eq!(
+        error_text(&call(&rig, 7, "big", json!({})).await),
+        "label big: response exceeds size limit"
+    );
+    let peer_log = seen(&peer);
+    assert!(
+        !peer_log.iter().any(|l| l.contains("/elsewhere")),
+        "the blocked redirect was dialled: {peer_log:?}"
+    );
+    let metrics = rig.metrics().await;
+    assert!(
+        metrics.contains("tunnelgate_harpoon_refusals_total{reason=\"redirect_blocked\"} 2"),
+        "{metrics}"
+    );
+    rig.assert_all_bodies_valid();
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
+}
+
+#[tokio::test]
+async fn a_plaintext_target_without_allow_plaintext_http_refuses_the_start_naming_the_key() {
+    let rig = Rig::start("").await;
+    let extra = "\n[harpoon]\ntargets = [{ label = \"idp\", url = \"http://127.0.0.1:9/token?secret=s3cr3t\" }]\n";
+    let config = rig.config(&RigOptions {
+        extra,
+        ..RigOptions::default_mode()
+    });
+    let run = Gateway::cli(&["check"], Some(&config), &[], EXIT).await;
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(run.stderr.contains("harpoon.targets[0].url"), "{}", run.stderr);
+    assert!(run.stderr.contains("allow_plaintext_http"), "{}", run.stderr);
+    assert!(!run.stderr.contains("s3cr3t"), "{}", run.stderr);
+}

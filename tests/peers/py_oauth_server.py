@@ -13,6 +13,7 @@ Modes:
 - `root`: serves protected-resource metadata at the root well-known URL only
   (`/.well-known/oauth-protected-resource`), with no challenge on `/mcp`.
 - `slow`: accepts every request and answers none for 60 s.
+- `redirect`: redirects and bodies for Harpoon's outbound rules (see `redirect_app`).
 - `introspect`: the SDK's OAuth resource server again (stateless, JSON answers, tool
   `echo`), whose metadata names `--issuer` as its authorization server, and whose token
   verifier asks that server's RFC 7662 introspection endpoint (found in its RFC 8414
@@ -168,6 +169,42 @@ def slow_app(port: int):
     return app
 
 
+def redirect_app(port: int):
+    """Harpoon's redirect and size rules: `/hop` redirects (302) to `/landing`, `/away`
+    to `/elsewhere`, `/loop` to itself, `/insecure` to the https form of `/landing`;
+    `/big` answers 150000 bytes, `/landing` and `/elsewhere` a short JSON document."""
+    base = f"http://127.0.0.1:{port}"
+
+    def to(location: str):
+        async def handler(request: Request) -> Response:
+            return Response(status_code=302, headers={"Location": location})
+
+        return handler
+
+    async def landing(request: Request) -> Response:
+        return JSONResponse({"landed": request.url.path, "method": request.method})
+
+    async def big(request: Request) -> Response:
+        return PlainTextResponse("x" * 150000)
+
+    async def ready(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    every = ["GET", "POST", "PUT", "HEAD"]
+    return Starlette(
+        routes=[
+            Route("/hop", to(f"{base}/landing"), methods=every),
+            Route("/away", to(f"{base}/elsewhere"), methods=every),
+            Route("/loop", to(f"{base}/loop"), methods=every),
+            Route("/insecure", to(f"https://127.0.0.1:{port}/landing"), methods=every),
+            Route("/landing", landing, methods=every),
+            Route("/elsewhere", landing, methods=every),
+            Route("/big", big, methods=every),
+            Route("/ready", ready, methods=["GET"]),
+        ]
+    )
+
+
 def logged(app):
     async def wrapper(scope, receive, send):
         if scope["type"] == "http" and scope["path"] != "/ready":
@@ -180,7 +217,7 @@ def logged(app):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--mode", choices=["sdk", "root", "slow", "introspect"], required=True)
+    parser.add_argument("--mode", choices=["sdk", "root", "slow", "introspect", "redirect"], required=True)
     parser.add_argument("--issuer", help="introspect: the authorization server's issuer URL")
     parser.add_argument("--rs-client-id", help="introspect: this resource server's client id")
     parser.add_argument("--rs-client-secret", help="introspect: this resource server's client secret")
@@ -190,7 +227,7 @@ def main() -> int:
             parser.error("--mode introspect needs --issuer, --rs-client-id and --rs-client-secret")
         app = introspect_app(args.port, args.issuer, args.rs_client_id, args.rs_client_secret)
     else:
-        app = {"sdk": sdk_app, "root": root_app, "slow": slow_app}[args.mode](args.port)
+        app = {"sdk": sdk_app, "root": root_app, "slow": slow_app, "redirect": redirect_app}[args.mode](args.port)
     uvicorn.run(logged(app), host="127.0.0.1", port=args.port, log_level="warning")
     return 0
 
