@@ -846,3 +846,41 @@ async fn a_plaintext_target_without_allow_plaintext_http_refuses_the_start_namin
     assert!(run.stderr.contains("allow_plaintext_http"), "{}", run.stderr);
     assert!(!run.stderr.contains("s3cr3t"), "{}", run.stderr);
 }
+
+#[tokio::test]
+async fn doctor_checks_that_each_configured_target_answers_and_names_one_that_does_not() {
+    let (_peer, ready) = crate::harness::spawn_py_oauth_server("redirect").await;
+    let base = ready.trim_end_matches("/mcp").to_owned();
+    let rig = Rig::start("").await;
+    let closed = crate::harness::free_port();
+    let extra = format!(
+        "\n[harpoon]\nallow_plaintext_http = true\ntargets = [{{ label = \"up\", url = \"{base}/landing?k=secret-query\" }}, {{ label = \"down\", url = \"http://127.0.0.1:{closed}/token\" }}]\n"
+    );
+    let config = rig.config(&RigOptions {
+        extra: &extra,
+        ..RigOptions::default_mode()
+    });
+    let doctor = Gateway::cli(&["doctor"], Some(&config), &[], EXIT).await;
+    let line = |name: &str| {
+        doctor
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let up = line("harpoon.up");
+    assert!(
+        up.starts_with("ok") && up.contains("answered HTTP 200"),
+        "{}",
+        doctor.stdout
+    );
+    let down = line("harpoon.down");
+    assert!(
+        down.starts_with("FAIL") && down.contains("refused the connection"),
+        "{}",
+        doctor.stdout
+    );
+    assert!(!doctor.stdout.contains("secret-query"), "{}", doctor.stdout);
+    assert_ne!(doctor.code, 0);
+}
