@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::report::Check;
 use crate::config::Config;
-use crate::control::ControlClient;
+use crate::control::{ControlClient, LookupError};
 use crate::downstream::error_chain::SendFacts;
 use crate::telemetry::safe_token;
 
@@ -49,10 +49,11 @@ pub(super) async fn check(config: &Config, client: &ControlClient, timeout: Dura
     let mut tls_problem = None;
     let answer = match client.get_tunnel(timeout).await {
         Ok(status) => Answer::Status(status.as_u16()),
-        Err(e) => {
-            let failure = classify(SendFacts::of(&e), config.control_plane.base_url.is_https());
+        Err(LookupError::Timeout) => Answer::Net(NetFailure::Timeout),
+        Err(LookupError::Send(e)) => {
+            let failure = classify(SendFacts::of_send(&e), config.control_plane.base_url.is_https());
             if failure == NetFailure::Tls {
-                tls_problem = crate::egress::tls::handshake_problem(&e);
+                tls_problem = crate::egress::tls::handshake_problem(e.chain());
             }
             Answer::Net(failure)
         }

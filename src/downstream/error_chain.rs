@@ -1,9 +1,9 @@
 //! Reading an HTTP client error's cause chain: what it says about the stage the request
 //! failed in, read by type wherever the crates expose one.
 //!
-//! By type: reqwest's `is_dns` (its resolver's errors), `is_connect` (hyper-util's
-//! connect-phase error), `is_timeout` (reqwest's, or `egress::direct`'s reading of the
-//! same types for the direct client), every `std::io::ErrorKind` in the chain
+//! By type: `is_connect` (hyper-util's connect-phase error), `is_timeout`
+//! (`egress::client`'s reading of hyper's and std's timeouts), a unix socket's failed
+//! connect (`egress::connect`'s own type), every `std::io::ErrorKind` in the chain
 //! (found with `downcast_ref`, also inside wrapped `io::Error`s), and the raw errno of
 //! the gateway's own exhaustion (`EMFILE`, `ENFILE`, `ENOMEM`, `ENOBUFS`: see
 //! `crate::descriptors`). By text, only where no type says it (each place names the
@@ -75,33 +75,22 @@ impl SendFacts {
         }
     }
 
-    pub(crate) fn of(error: &reqwest::Error) -> Self {
-        Self::read(error.is_dns(), error.is_connect(), error.is_timeout(), error)
-    }
-
-    /// The facts of a send error from either client of a channel (`egress::direct`):
-    /// the same readers over the same chain, whichever client failed.
-    pub(crate) fn of_send(error: &crate::egress::direct::SendError) -> Self {
-        Self::read(error.is_dns(), error.is_connect(), error.is_timeout(), error.chain())
-    }
-
-    /// The facts from a client's own `is_dns`, `is_connect` and `is_timeout` and the
-    /// error's cause chain.
-    fn read(is_dns: bool, connect: bool, timeout: bool, error: &(dyn std::error::Error + 'static)) -> Self {
+    /// The facts of a send error of the gateway's one client (`egress::client`).
+    pub(crate) fn of_send(send: &crate::egress::client::SendError) -> Self {
+        let error = send.chain();
         SendFacts {
-            // reqwest 0.13.5 wraps its resolver's errors in a type of its own (`is_dns`).
-            // Text fallback: hyper-util 0.1.21 names the stage "dns error" in its
+            // Text only: hyper-util 0.1.21 names the stage "dns error" in its
             // `ConnectError`, a type it does not export; std's getaddrinfo failure,
             // "failed to lookup address information", has the unstable
             // `io::ErrorKind::Uncategorized`, which cannot be matched.
-            dns: is_dns || chain_mentions(error, &["dns error", "failed to lookup address"]),
-            connect,
-            timeout,
+            dns: chain_mentions(error, &["dns error", "failed to lookup address"]),
+            connect: send.is_connect(),
+            timeout: send.is_timeout(),
             refused: io_kinds(error).contains(&std::io::ErrorKind::ConnectionRefused),
-            // Text only: hyper-util 0.1.21 names its TCP stage "tcp connect error" in the
-            // unexported `ConnectError`; the TLS stage has no type of its own in the
-            // chain that this crate depends on.
-            tcp_stage: chain_mentions(error, &["tcp connect error"]),
+            // Text: hyper-util 0.1.21 names its TCP stage "tcp connect error" in the
+            // unexported `ConnectError`; by type: a unix socket's connect. The TLS stage
+            // has no type of its own in the chain that this crate depends on.
+            tcp_stage: send.is_socket_connect() || chain_mentions(error, &["tcp connect error"]),
             exhausted: crate::descriptors::chain_is_exhaustion(error),
             // Text only: hyper-util 0.1.21's `TunnelError` is not exported; its
             // `Display` is "tunnel error: <what>". Its "failed to create underlying
