@@ -433,3 +433,29 @@ fn the_route_is_direct_exactly_when_no_proxy_applies_and_names_the_proxy_way() {
         assert_eq!(client.route(), expected, "{url} {}", proxy.masked());
     }
 }
+
+#[tokio::test]
+async fn through_a_forwarding_proxy_the_poll_goes_out_in_absolute_form_with_the_proxy_credentials() {
+    let (proxy_url, heads) = recording_server().await;
+    let with_user = proxy_url.replace("http://", "http://gw:p%40ss@");
+    let proxy = ProxySetting::Via(ProxyUrl::new("control_plane.proxy", &with_user).unwrap());
+    let client =
+        ControlClient::with_egress(settings("http://cp.example".to_owned()), "i", metrics(), &proxy, None).unwrap();
+    assert_eq!(client.route(), "forward");
+    let answer = client.poll(1, PollWait::Quick).await;
+    assert!(answer.is_ok(), "{:?}", answer.err());
+    let heads = std::mem::take(&mut *heads.lock().unwrap());
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(
+        heads[0].starts_with("GET http://cp.example/v1/tunnels/t/poll?limit=1&timeout_ms=1 HTTP/1.1\r\n"),
+        "{}",
+        heads[0]
+    );
+    // `gw:p@ss`, percent-decoded from the URL's userinfo.
+    assert!(
+        heads[0].contains("\r\nproxy-authorization: Basic Z3c6cEBzcw==\r\n"),
+        "{}",
+        heads[0]
+    );
+    assert!(heads[0].ends_with("\r\nhost: cp.example"), "{}", heads[0]);
+}
