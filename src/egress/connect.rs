@@ -110,11 +110,7 @@ pub(crate) struct TimedConnect {
 struct NoClientCert;
 
 impl rustls::client::ResolvesClientCert for NoClientCert {
-    fn resolve(
-        &self,
-        _: &[&[u8]],
-        _: &[rustls::SignatureScheme],
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+    fn resolve(&self, _: &[&[u8]], _: &[rustls::SignatureScheme]) -> Option<Arc<rustls::sign::CertifiedKey>> {
         None
     }
 
@@ -187,7 +183,11 @@ impl Connector {
         let url = reqwest::Url::parse(&format!("{}://{}/", dst.scheme_str()?, dst.authority()?)).ok()?;
         let chosen = proxy::select(&self.plan.setting, &url)?;
         let exposed = chosen.expose();
-        self.plan.proxies.iter().find(|(text, _)| text == exposed).map(|(_, p)| p)
+        self.plan
+            .proxies
+            .iter()
+            .find(|(text, _)| text == exposed)
+            .map(|(_, p)| p)
     }
 
     async fn connect(self, dst: Uri) -> Result<Conn, BoxError> {
@@ -294,7 +294,9 @@ impl Service<Uri> for UnixConnector {
     fn call(&mut self, _: Uri) -> Self::Future {
         let path = self.0.clone();
         Box::pin(async move {
-            let stream = tokio::net::UnixStream::connect(path).await.map_err(SocketConnectError)?;
+            let stream = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(SocketConnectError)?;
             Ok(TokioIo::new(stream))
         })
     }

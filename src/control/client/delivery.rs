@@ -26,8 +26,8 @@ use super::{read_bounded, retry_after, warn_tls, ControlClient};
 use crate::control::attempt::{AttemptResult, Delivery, PostKind, Refused};
 use crate::control::backoff::Backoff;
 use crate::control::retry::{next_try, AfterAttempt, RetryPolicy};
-use crate::egress::client::{SendError, SendErrorKind};
 use crate::descriptors::{chain_is_exhaustion, EXHAUSTION_WORDS};
+use crate::egress::client::{SendError, SendErrorKind};
 use crate::protocol::{random_hex, ShardToken};
 use crate::telemetry::DeliveryKind;
 
@@ -186,7 +186,9 @@ impl ControlClient {
         let per_attempt = Instant::now() + self.settings.post_timeout;
         let until = deadline.map_or(per_attempt, |d| d.min(per_attempt));
         let exchange = async {
-            let sent = self.client.send(Method::POST, &self.response_uri, headers.clone(), body);
+            let sent = self
+                .client
+                .send(Method::POST, &self.response_uri, headers.clone(), body);
             let response = match sent.await {
                 Ok(r) => r,
                 Err(e) => return Attempted::unanswered(post_send_error_result(&e), None),

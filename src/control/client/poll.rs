@@ -15,8 +15,8 @@ use http::Method;
 use tokio::time::Instant;
 
 use super::{read_bounded, retry_after, warn_tls, BodyError, ControlClient};
-use crate::egress::client::{Answer, SendError, SendErrorKind};
 use crate::descriptors::{chain_is_exhaustion, EXHAUSTION_WORDS};
+use crate::egress::client::{Answer, SendError, SendErrorKind};
 use crate::protocol::{decode_poll, Command, InvalidCommand};
 use crate::telemetry::{label_enum, PollErrorLabel};
 

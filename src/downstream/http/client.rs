@@ -68,8 +68,7 @@ pub(super) fn build_clients(
         idle: POOL_IDLE_TIMEOUT,
         retries: NackRetries::Never,
     };
-    let client =
-        Client::layered(setup, url, watch::WatchConnects(connects.clone())).map_err(ClientError::Proxy)?;
+    let client = Client::layered(setup, url, watch::WatchConnects(connects.clone())).map_err(ClientError::Proxy)?;
     Ok(Arc::new(ChannelClient { client, uri }))
 }
 

@@ -102,10 +102,7 @@ async fn nothing_listening_is_not_sent() {
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     drop(listener);
     let want = (Some(LegFailure::ConnectRefused), LegOutcome::NotSent);
-    assert_eq!(
-        endings(&url).await,
-        vec![want.clone(), want]
-    );
+    assert_eq!(endings(&url).await, vec![want.clone(), want]);
 }
 
 #[tokio::test]
@@ -133,10 +130,7 @@ async fn a_handshake_the_server_never_answers_ends_in_the_connect_timeout_not_se
     };
     let started = tokio::time::Instant::now();
     let want = (Some(LegFailure::ConnectFailed), LegOutcome::NotSent);
-    assert_eq!(
-        endings_set(&url, &settings).await,
-        vec![want.clone(), want]
-    );
+    assert_eq!(endings_set(&url, &settings).await, vec![want.clone(), want]);
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "the connect timeout spans the handshake"
@@ -153,20 +147,14 @@ async fn a_peer_that_closes_before_reading_is_abandoned() {
         }
     });
     let want = (Some(LegFailure::ConnectionLost), LegOutcome::Abandoned);
-    assert_eq!(
-        endings(&url).await,
-        vec![want.clone(), want]
-    );
+    assert_eq!(endings(&url).await, vec![want.clone(), want]);
 }
 
 #[tokio::test]
 async fn a_peer_that_reads_the_request_and_closes_is_abandoned() {
     let server = Server::start((0..2).map(|_| Act::Close).collect()).await;
     let want = (Some(LegFailure::ConnectionLost), LegOutcome::Abandoned);
-    assert_eq!(
-        endings(&server.url()).await,
-        vec![want.clone(), want]
-    );
+    assert_eq!(endings(&server.url()).await, vec![want.clone(), want]);
     assert_eq!(server.seen().len(), 2, "each request was read whole");
 }
 
