@@ -29,7 +29,7 @@ fn initialize(id: u64) -> NewCommand {
 /// process between [`free_port`] and its bind, and a connect alone would have reached that
 /// stranger.
 async fn wait_announced(child: &mut ChildGuard, log: Option<&Path>, announced: &str) -> bool {
-    let deadline = std::time::Instant::now() + T;
+    let deadline = tokio::time::Instant::now() + T;
     loop {
         let text = match log {
             Some(path) => std::fs::read_to_string(path).unwrap_or_default(),
@@ -42,7 +42,7 @@ async fn wait_announced(child: &mut ChildGuard, log: Option<&Path>, announced: &
             return false;
         }
         assert!(
-            std::time::Instant::now() < deadline,
+            tokio::time::Instant::now() < deadline,
             "no `{announced}` within {T:?}:\n{text}"
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
