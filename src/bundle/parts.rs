@@ -147,7 +147,7 @@ fn ops_client(ops_url: &str, timeout: Duration) -> Result<Client, String> {
         idle: timeout,
         retries: NackRetries::ReqwestDefault,
     };
-    let target = reqwest::Url::parse(ops_url).map_err(|e| e.to_string())?;
+    let target = url::Url::parse(ops_url).map_err(|e| e.to_string())?;
     Client::new(egress, &target).map_err(|e| e.to_string())
 }
 

@@ -117,7 +117,7 @@ impl ControlClient {
         proxy: &ProxySetting,
         tls: Option<rustls::ClientConfig>,
     ) -> Result<Self, BuildError> {
-        let target = reqwest::Url::parse(&settings.base_url).map_err(|_| BuildError::Url)?;
+        let target = url::Url::parse(&settings.base_url).map_err(|_| BuildError::Url)?;
         let mut tls = match tls {
             Some(config) => config,
             None => platform_config()?,
@@ -144,8 +144,8 @@ impl ControlClient {
         let headers = base_headers(&settings, instance_id);
         let poll_url = format!("{prefix}/poll");
         let poll_urls = Arc::new(PollUrls::parse(&poll_url, "", settings.poll_timeout)?);
-        let response_uri = uri_of(&reqwest::Url::parse(&format!("{prefix}/response")).map_err(|_| BuildError::Url)?)?;
-        let tunnel_uri = uri_of(&reqwest::Url::parse(&prefix).map_err(|_| BuildError::Url)?)?;
+        let response_uri = uri_of(&url::Url::parse(&format!("{prefix}/response")).map_err(|_| BuildError::Url)?)?;
+        let tunnel_uri = uri_of(&url::Url::parse(&prefix).map_err(|_| BuildError::Url)?)?;
         Ok(Self {
             client,
             poll_url,

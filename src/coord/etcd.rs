@@ -140,7 +140,7 @@ impl Etcd {
             idle: Duration::from_secs(50),
             retries: NackRetries::ReqwestDefault,
         };
-        let first = reqwest::Url::parse(settings.endpoints[0].as_str()).map_err(|e| setup(e.to_string()))?;
+        let first = url::Url::parse(settings.endpoints[0].as_str()).map_err(|e| setup(e.to_string()))?;
         let http = Client::new(egress, &first).map_err(|e| setup(e.to_string()))?;
         let token = if credentials.is_some() {
             Token::Missing

@@ -100,7 +100,7 @@ pub(crate) struct BodyFailed;
 impl Client<TimedConnect> {
     /// The scope's client; `target` is the one server it is for (a forwarding proxy
     /// keeps no connection to it: see [`Client::layered`]).
-    pub(crate) fn new(egress: Egress, target: &reqwest::Url) -> Result<Self, EgressError> {
+    pub(crate) fn new(egress: Egress, target: &url::Url) -> Result<Self, EgressError> {
         Self::layered(egress, target, tower_layer::Identity::new())
     }
 }
@@ -117,7 +117,7 @@ where
     /// (tinyproxy does); a request written on a connection it is closing would end
     /// `abandoned` although it never reached the proxy's handler, so when `target` is
     /// forwarded each request gets a connection of its own.
-    pub(crate) fn layered<L>(egress: Egress, target: &reqwest::Url, layer: L) -> Result<Self, EgressError>
+    pub(crate) fn layered<L>(egress: Egress, target: &url::Url, layer: L) -> Result<Self, EgressError>
     where
         L: tower_layer::Layer<TimedConnect, Service = C>,
     {

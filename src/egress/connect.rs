@@ -184,7 +184,7 @@ impl Connector {
 
     /// The proxy a connection to `dst` goes through, as [`proxy::select`] says.
     fn proxy_for(&self, dst: &Uri) -> Option<&Proxy> {
-        let url = reqwest::Url::parse(&format!("{}://{}/", dst.scheme_str()?, dst.authority()?)).ok()?;
+        let url = url::Url::parse(&format!("{}://{}/", dst.scheme_str()?, dst.authority()?)).ok()?;
         let chosen = proxy::select(&self.plan.setting, &url)?;
         let exposed = chosen.expose();
         self.plan
@@ -235,7 +235,7 @@ fn parse_proxy(url: &ProxyUrl) -> Result<Proxy, EgressError> {
     let invalid = || EgressError::InvalidProxyUrl {
         shown: url.shown().to_owned(),
     };
-    let parsed = reqwest::Url::parse(url.expose()).map_err(|_| invalid())?;
+    let parsed = url::Url::parse(url.expose()).map_err(|_| invalid())?;
     let uri = url.shown().parse::<Uri>().map_err(|_| invalid())?;
     let auth = (!parsed.username().is_empty() || parsed.password().is_some()).then(|| {
         let user = percent_decode(parsed.username());

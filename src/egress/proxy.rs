@@ -21,7 +21,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use reqwest::Url;
+use url::Url;
 
 use crate::config::{ProxySetting, ProxyUrl};
 

@@ -29,7 +29,7 @@ impl PollUrls {
             for wait in [long_wait, QUICK_POLL] {
                 let timeout_ms = wait.as_millis().max(1);
                 let url = format!("{poll_url}?limit={limit}&timeout_ms={timeout_ms}{filter}");
-                uris.push(uri_of(&reqwest::Url::parse(&url).map_err(|_| BuildError::Url)?)?);
+                uris.push(uri_of(&url::Url::parse(&url).map_err(|_| BuildError::Url)?)?);
             }
         }
         Ok(Self { long_wait, uris })
@@ -52,7 +52,7 @@ impl PollUrls {
 }
 
 /// hyper's `Uri` of a parsed URL, from its serialisation (as `reqwest` made it).
-pub(super) fn uri_of(url: &reqwest::Url) -> Result<http::Uri, BuildError> {
+pub(super) fn uri_of(url: &url::Url) -> Result<http::Uri, BuildError> {
     http::Uri::try_from(url.as_str()).map_err(|_| BuildError::Url)
 }
 

@@ -13,7 +13,7 @@
 //!
 //! Nothing here does I/O, logs or holds state.
 
-use reqwest::header::{HeaderMap, CONTENT_TYPE};
+use http::header::{HeaderMap, CONTENT_TYPE};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 

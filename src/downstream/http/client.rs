@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::Url;
+use url::Url;
 
 use super::{lock, watch, HttpEgress, HttpSettings, HttpTransport};
 use crate::downstream::LegFailure;

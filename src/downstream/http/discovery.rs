@@ -24,9 +24,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, ACCEPT, LOCATION, USER_AGENT, WWW_AUTHENTICATE};
 use http::{Method, StatusCode};
-use reqwest::Url;
 use serde_json::value::RawValue;
 use tokio::time::{timeout_at, Instant};
+use url::Url;
 
 use super::classify::json_value;
 use super::client::Clients;

@@ -44,9 +44,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reqwest::header::HeaderMap;
-use reqwest::Url;
+use http::header::HeaderMap;
 use tokio::time::Instant;
+use url::Url;
 
 use self::classify::reached_server;
 use self::client::{build_clients, ClientError, Clients};

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 
 use bytes::Bytes;
-use reqwest::header::CONTENT_TYPE;
+use http::header::CONTENT_TYPE;
 use serde_json::value::RawValue;
 
 use super::classify::classify_send_error;

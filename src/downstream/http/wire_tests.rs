@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 
 use bytes::Bytes;
-use reqwest::header::HeaderValue;
+use http::header::HeaderValue;
 use serde_json::value::RawValue;
 
 use super::*;
