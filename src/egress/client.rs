@@ -15,9 +15,9 @@
 //! only what the caller's [`NackRetries`] allows (see [`Client::send`]). It follows no
 //! redirect.
 //!
-//! Invariants: [`SendError`] is the one error of a request that got no response
-//! headers, with a stable [`SendErrorKind`] that says whether anything may have been
-//! written; a request's bytes are never written twice unless hyper or the server proved
+//! Invariants: [`SendError`] (`egress::error`) is the one error of a request that got no
+//! response headers, with a stable [`SendErrorKind`] that says whether anything may have
+//! been written; a request's bytes are never written twice unless hyper or the server proved
 //! the first copy was not processed. Must not classify outcomes, and must not know
 //! commands, the fence or transports: a caller that watches its connections (strict
 //! mode) passes a connector layer of its own.
@@ -37,6 +37,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::connect::{Connector, TimedConnect};
 use super::proxy::{EgressError, Route};
 use crate::config::ProxySetting;
+
+pub(crate) use super::error::{SendError, SendErrorKind};
 
 /// What `reqwest` resent after an HTTP/2 refusal that proves a request was not
 /// processed (`REFUSED_STREAM`, `GOAWAY` with `NO_ERROR`), kept per caller.
@@ -70,23 +72,6 @@ pub(crate) struct Client<C = TimedConnect> {
     connector: Connector,
     retries: u32,
     route: Route,
-}
-
-/// A request that got no response headers.
-#[derive(Debug)]
-pub(crate) struct SendError(hyper_util::client::legacy::Error);
-
-/// What a [`SendError`] says, read from its cause chain once: the first group sent
-/// nothing (the connection was never made), the second may have written the request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SendErrorKind {
-    /// The connect phase failed: DNS, refused, timed out, TLS, a proxy's refusal, a
-    /// connector layer's refusal, no descriptor. Nothing was written.
-    Connect,
-    /// A timeout below the client after the connection was up (hyper's own).
-    Timeout,
-    /// The connection failed after it was up: reset, closed, a protocol error.
-    Lost,
 }
 
 /// A response whose headers arrived; the body is still to be read.
@@ -194,7 +179,7 @@ where
             match self.client.request(request).await {
                 Ok(response) => return Ok(Answer(response)),
                 Err(e) if retries < self.retries && is_protocol_nack(&e) => retries += 1,
-                Err(e) => return Err(SendError(e)),
+                Err(e) => return Err(SendError::new(e, uri.scheme() == Some(&http::uri::Scheme::HTTPS))),
             }
         }
     }
@@ -213,77 +198,6 @@ fn is_protocol_nack(error: &(dyn std::error::Error + 'static)) -> bool {
         next = e.source();
     }
     false
-}
-
-impl SendError {
-    /// What the error says about the request's bytes.
-    pub(crate) fn kind(&self) -> SendErrorKind {
-        if self.is_connect() {
-            SendErrorKind::Connect
-        } else if self.is_timeout() {
-            SendErrorKind::Timeout
-        } else {
-            SendErrorKind::Lost
-        }
-    }
-
-    /// The connection was never made (refused, DNS, connect timeout, failed TLS
-    /// handshake, a proxy's refused `CONNECT`, no descriptor, a connector layer's
-    /// refusal): nothing was written.
-    pub(crate) fn is_connect(&self) -> bool {
-        self.0.is_connect()
-    }
-
-    /// A timeout below the client (connect timeout, hyper's own): an `io::Error` of
-    /// kind `TimedOut` or a hyper timeout anywhere in the chain.
-    pub(crate) fn is_timeout(&self) -> bool {
-        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&self.0);
-        while let Some(err) = next {
-            if err.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout)
-                || err
-                    .downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-            {
-                return true;
-            }
-            next = err.source();
-        }
-        false
-    }
-
-    /// The connect of a unix socket failed (no TCP stage to name).
-    pub(crate) fn is_socket_connect(&self) -> bool {
-        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&self.0);
-        while let Some(err) = next {
-            if err.is::<super::connect::SocketConnectError>() {
-                return true;
-            }
-            next = err.source();
-        }
-        false
-    }
-
-    /// The error with its cause chain, for the exhaustion and TLS readers.
-    pub(crate) fn chain(&self) -> &(dyn std::error::Error + 'static) {
-        &self.0
-    }
-}
-
-/// The error and its causes in words, outermost first (no layer names the URL).
-impl std::fmt::Display for SendError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&self.0);
-        let mut first = true;
-        while let Some(err) = next {
-            if !first {
-                f.write_str(": ")?;
-            }
-            write!(f, "{err}")?;
-            first = false;
-            next = err.source();
-        }
-        Ok(())
-    }
 }
 
 impl Answer {

@@ -231,18 +231,24 @@ impl ControlClient {
 /// descriptor or socket memory for it (logged with words that say so).
 fn post_send_error_result(e: &SendError) -> AttemptResult {
     warn_tls(e, "response POST");
-    match e.kind() {
-        SendErrorKind::Connect if chain_is_exhaustion(e.chain()) => {
-            tracing::warn!(
-                attempt_result = AttemptResult::LocalExhaustion.as_str(),
-                "response POST not sent: {EXHAUSTION_WORDS} (no descriptor or socket memory for the connection); the control plane is not at fault"
-            );
-            AttemptResult::LocalExhaustion
-        }
-        SendErrorKind::Connect => AttemptResult::TransportNotSent,
-        // A refused TLS 1.3 client certificate may be alerted after the write: the
-        // control plane processed nothing.
-        _ if crate::egress::tls::refused_handshake(e.chain()) => AttemptResult::TransportNotSent,
+    let kind = e.kind();
+    if kind.wrote_nothing() && chain_is_exhaustion(e.chain()) {
+        tracing::warn!(
+            attempt_result = AttemptResult::LocalExhaustion.as_str(),
+            "response POST not sent: {EXHAUSTION_WORDS} (no descriptor or socket memory for the connection); the control plane is not at fault"
+        );
+        return AttemptResult::LocalExhaustion;
+    }
+    match kind {
+        // A refused TLS 1.3 client certificate may be alerted after the write (`tls`):
+        // the control plane processed nothing.
+        SendErrorKind::Dns
+        | SendErrorKind::Refused
+        | SendErrorKind::ConnectTimeout
+        | SendErrorKind::Tls
+        | SendErrorKind::ProxyRefused
+        | SendErrorKind::ProxyAuth
+        | SendErrorKind::Connect => AttemptResult::TransportNotSent,
         SendErrorKind::Timeout => AttemptResult::Timeout,
         SendErrorKind::Lost => AttemptResult::TransportAfterWrite,
     }

@@ -188,11 +188,18 @@ impl ControlClient {
 /// descriptors is named before anything that would blame the control plane.
 fn poll_send_error_kind(e: &SendError) -> PollErrorKind {
     warn_tls(e, "poll");
-    match e.kind() {
-        SendErrorKind::Connect if chain_is_exhaustion(e.chain()) => PollErrorKind::LocalExhaustion,
-        // A connect timeout is a timeout too, as it always was.
-        SendErrorKind::Connect if e.is_timeout() => PollErrorKind::Timeout,
-        SendErrorKind::Timeout => PollErrorKind::Timeout,
-        SendErrorKind::Connect | SendErrorKind::Lost => PollErrorKind::Transport,
+    let kind = e.kind();
+    if kind.wrote_nothing() && chain_is_exhaustion(e.chain()) {
+        return PollErrorKind::LocalExhaustion;
+    }
+    match kind {
+        SendErrorKind::ConnectTimeout | SendErrorKind::Timeout => PollErrorKind::Timeout,
+        SendErrorKind::Dns
+        | SendErrorKind::Refused
+        | SendErrorKind::Tls
+        | SendErrorKind::ProxyRefused
+        | SendErrorKind::ProxyAuth
+        | SendErrorKind::Connect
+        | SendErrorKind::Lost => PollErrorKind::Transport,
     }
 }

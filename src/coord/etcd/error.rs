@@ -71,7 +71,10 @@ pub(super) fn refused(endpoint: &str, status: http::StatusCode, bytes: &[u8]) ->
 
 /// A request to `endpoint` that got no answer: `Timeout`, or `Unreachable` with the cause.
 pub(super) fn transport(endpoint: &str, error: &crate::egress::client::SendError) -> EtcdError {
-    if error.is_timeout() {
+    if matches!(
+        error.kind(),
+        crate::egress::client::SendErrorKind::ConnectTimeout | crate::egress::client::SendErrorKind::Timeout
+    ) {
         return EtcdError::Timeout {
             endpoint: endpoint.to_owned(),
         };

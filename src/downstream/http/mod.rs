@@ -11,7 +11,7 @@
 //!   (`egress::proxy`: `CONNECT` for https, forwarded for http), or over a unix socket;
 //!   every request (the POST, the resume `GET`, the session `DELETE`, discovery's) goes
 //!   through the gateway's one client (`egress::client`), and a failure is classified
-//!   by one `SendFacts` reading ([`classify`]);
+//!   from its one stable kind (`egress::error::SendErrorKind`, in [`classify`]);
 //! - `not_sent` only when the failure happened while connecting (DNS, TCP, TLS, a proxy's
 //!   refused `CONNECT`) or before the send began, or when a forwarding proxy answered
 //!   `407` (it forwarded nothing); anything after that without a terminal response is
@@ -143,7 +143,6 @@ pub struct HttpTransport {
 struct Inner {
     channel: String,
     url: Url,
-    https: bool,
     settings: HttpSettings,
     egress: HttpEgress,
     /// How requests for `url` leave: what a proxy's answer proves depends on it.
@@ -182,7 +181,7 @@ impl HttpTransport {
         let parsed = Url::parse(url.as_str()).map_err(|_| HttpSetupError::InvalidUrl {
             channel: channel.to_owned(),
         })?;
-        Self::build(channel, parsed, url.is_https(), settings, egress)
+        Self::build(channel, parsed, settings, egress)
     }
 
     /// Builds the channel's transport for a URL given as text that did not come through
@@ -192,28 +191,18 @@ impl HttpTransport {
             channel: channel.to_owned(),
         };
         let url = Url::parse(url).map_err(|_| invalid())?;
-        let https = match url.scheme() {
-            "https" => true,
-            "http" => false,
-            _ => {
-                return Err(HttpSetupError::UnsupportedScheme {
-                    channel: channel.to_owned(),
-                })
-            }
-        };
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(HttpSetupError::UnsupportedScheme {
+                channel: channel.to_owned(),
+            });
+        }
         if !url.has_host() {
             return Err(invalid());
         }
-        Self::build(channel, url, https, settings, HttpEgress::direct())
+        Self::build(channel, url, settings, HttpEgress::direct())
     }
 
-    fn build(
-        channel: &str,
-        url: Url,
-        https: bool,
-        settings: HttpSettings,
-        egress: HttpEgress,
-    ) -> Result<Self, HttpSetupError> {
+    fn build(channel: &str, url: Url, settings: HttpSettings, egress: HttpEgress) -> Result<Self, HttpSetupError> {
         let connects = watch::ConnectSlot::default();
         let client = build_clients(&url, &settings, &egress, &connects).map_err(|e| match e {
             ClientError::Url => HttpSetupError::InvalidUrl {
@@ -233,7 +222,6 @@ impl HttpTransport {
                 channel: channel.to_owned(),
                 route: egress.route(&url),
                 url,
-                https,
                 settings,
                 egress,
                 client: Mutex::new(Some(client)),

@@ -75,7 +75,9 @@ impl HttpTransport {
             // A connection the fence refused to use: nothing was written.
             Ok(Err(_)) if !admission.is_sent() && admission.recheck().is_err() => Err(LegFailure::NotAdmitted),
             Ok(Err(error)) => {
-                let failure = classify_send_error(SendFacts::of_send(&error), self.inner.https);
+                let facts = SendFacts::of(&error);
+                tracing::debug!(channel = %self.inner.channel, send_error = facts.kind.as_str(), "no response headers");
+                let failure = classify_send_error(facts);
                 if failure == LegFailure::Tls {
                     self.warn_tls(&error);
                 }
