@@ -427,6 +427,6 @@ pub(crate) fn build_control(
                 .with_headers(cp.request_headers())
                 .with_poll_channels(&cp.poll_channels)
         })
-        .inspect(|client| tracing::debug!(transport = client.transport(), "control-plane client"))
+        .inspect(|client| tracing::debug!(route = client.route(), "control-plane client"))
         .map_err(GatewayError::ControlClient)
 }

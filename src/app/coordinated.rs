@@ -90,7 +90,7 @@ fn reach_probe(control: ControlClient, timing: Timing) -> ReachProbe {
             match control.get_tunnel(timeout).await {
                 Ok(status) if status.is_success() => Ok(()),
                 Ok(status) => Err(format!("the tunnel lookup was answered {}", status.as_u16())),
-                Err(e) => Err(e.without_url().to_string()),
+                Err(e) => Err(e.to_string()),
             }
         })
     })

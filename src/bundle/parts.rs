@@ -4,9 +4,13 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
+use std::time::Duration;
+
+use tokio::time::{timeout_at, Instant};
 
 use super::{Collected, Options, Part, Source};
-use crate::config::{OfflineConfig, Receipts};
+use crate::config::{OfflineConfig, ProxySetting, Receipts};
+use crate::egress::client::{Client, Egress, NackRetries};
 
 /// The ops listener's base URL for `listen`: a wildcard address is reached on loopback.
 pub fn ops_url(listen: SocketAddr) -> String {
@@ -83,7 +87,7 @@ async fn from_gateway(options: &Options) -> (Vec<Part>, Option<String>) {
         ("metrics.txt", "metrics"),
         ("events.json", "events"),
     ];
-    let client = reqwest::Client::builder().no_proxy().timeout(options.timeout).build();
+    let client = ops_client(&options.ops_url, options.timeout);
     let mut parts = Vec::new();
     let mut down = None;
     for (name, path) in SERVED {
@@ -95,7 +99,7 @@ async fn from_gateway(options: &Options) -> (Vec<Part>, Option<String>) {
             (None, Err(e)) => Source::Absent {
                 reason: format!("no HTTP client: {e}"),
             },
-            (None, Ok(client)) => match fetch(client, &url).await {
+            (None, Ok(client)) => match fetch(client, &url, options.timeout).await {
                 Ok(body) => {
                     parts.push(Part {
                         name,
@@ -131,26 +135,48 @@ enum Fetch {
     Refused(String),
 }
 
-async fn fetch(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, Fetch> {
-    let response = client.get(url).send().await.map_err(|e| {
-        let why = if e.is_connect() {
-            "connection refused or no route".to_owned()
-        } else if e.is_timeout() {
-            "no answer in time".to_owned()
-        } else {
-            e.to_string()
-        };
-        Fetch::Unreachable(why)
-    })?;
+/// The gateway's one HTTP client, to the ops listener: never a proxy, the connect
+/// bounded by `timeout`.
+fn ops_client(ops_url: &str, timeout: Duration) -> Result<Client, String> {
+    let tls = crate::egress::client::platform_config().map_err(|e| e.to_string())?;
+    let egress = Egress {
+        tls,
+        proxy: ProxySetting::Off,
+        socket: None,
+        connect_timeout: timeout,
+        idle: timeout,
+        retries: NackRetries::ReqwestDefault,
+    };
+    let target = url::Url::parse(ops_url).map_err(|e| e.to_string())?;
+    Client::new(egress, &target).map_err(|e| e.to_string())
+}
+
+/// `GET url`, the request and its answer's body bounded by `timeout` together.
+async fn fetch(client: &Client, url: &str, timeout: Duration) -> Result<Vec<u8>, Fetch> {
+    let deadline = Instant::now() + timeout;
+    let uri = url
+        .parse::<http::Uri>()
+        .map_err(|_| Fetch::Unreachable("not a URL".to_owned()))?;
+    let sent = client.send(http::Method::GET, &uri, http::HeaderMap::new(), bytes::Bytes::new());
+    let mut response = match timeout_at(deadline, sent).await {
+        Err(_) => return Err(Fetch::Unreachable("no answer in time".to_owned())),
+        Ok(Err(e)) if e.is_connect() => return Err(Fetch::Unreachable("connection refused or no route".to_owned())),
+        Ok(Err(e)) => return Err(Fetch::Unreachable(e.to_string())),
+        Ok(Ok(response)) => response,
+    };
     let status = response.status();
     if !status.is_success() {
         return Err(Fetch::Refused(format!("{url} answered {status}")));
     }
-    let body = response
-        .bytes()
-        .await
-        .map_err(|e| Fetch::Refused(format!("{url}: the answer broke off: {e}")))?;
-    Ok(body.to_vec())
+    let mut body = Vec::new();
+    loop {
+        match timeout_at(deadline, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
+            Ok(Ok(None)) => return Ok(body),
+            Ok(Err(_)) => return Err(Fetch::Refused(format!("{url}: the answer broke off"))),
+            Err(_) => return Err(Fetch::Refused(format!("{url}: the answer broke off: no end in time"))),
+        }
+    }
 }
 
 /// `tunnelgate doctor --json`, run here (stdio servers are not started). With a secret

@@ -148,7 +148,7 @@ impl ProxyUrl {
         if host_port.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(invalid("contains whitespace or control characters"));
         }
-        if reqwest::Url::parse(text).is_err() {
+        if url::Url::parse(text).is_err() {
             return Err(invalid("is not a valid URL"));
         }
         let shown = format!("{scheme}://{host_port}");

@@ -1,9 +1,8 @@
 //! HTTP conversation with the tunnel service (poll and response endpoints).
 //!
-//! The client holds what every request shares: the two HTTP stacks (hyper's, driven
-//! directly when the control plane is reached directly, and reqwest, for the tunnel
-//! lookup and for everything when a proxy applies), the headers of every request, and
-//! the URLs parsed once. Its rooms, one per conversation:
+//! The client holds what every request shares: the gateway's one HTTP client
+//! (`egress::client`, with `control_plane.proxy` and `control_plane.tls`), the headers
+//! of every request, and the URLs parsed once. Its rooms, one per conversation:
 //! - [`poll`]: the long poll and the reading of its commands;
 //! - [`delivery`]: a response POST with its retries, and how it ended;
 //! - [`tunnel`]: the tunnel lookup (`doctor`);
@@ -26,17 +25,18 @@ use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, RE
 
 pub(crate) use self::delivery::DeliveryReport;
 pub(crate) use self::poll::{PollError, PollErrorKind, PollWait, Polled};
+pub(crate) use self::tunnel::LookupError;
 use self::urls::{percent_encode_segment, poll_filter, uri_of, PollUrls};
 use super::backoff::parse_retry_after;
-use super::transport::{self, Answer, SendError, Transport};
 use crate::config::ProxySetting;
+use crate::egress::client::{platform_config, Answer, Client, Egress, NackRetries, SendError};
 use crate::telemetry::Metrics;
 
 /// Fresh ids live in `protocol`; named here too for the wiring's call site.
 pub(crate) use crate::protocol::random_hex;
 
 const CLIENT_NAME: &str = "tunnelgate";
-/// Idle control-plane connections close after this (either client).
+/// Idle control-plane connections close after this.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 
 /// What the client needs to talk to the tunnel service.
@@ -50,7 +50,7 @@ pub(crate) struct ControlSettings {
     pub post_timeout: Duration,
     pub post_attempts: u32,
     /// `control_plane.http2`: offer HTTP/2 by ALPN to a TLS control plane. Off, both
-    /// clients offer only HTTP/1.1 (docs/PERFORMANCE.md: against a TLS control plane,
+    /// client offers only HTTP/1.1 (docs/PERFORMANCE.md: against a TLS control plane,
     /// HTTP/2 cost 48% more gateway CPU per command at concurrency 1 and 15% at 16).
     pub http2: bool,
     /// `X-Tunnel-MCP-Server-Info` value, if declared.
@@ -68,21 +68,17 @@ impl std::fmt::Debug for ControlSettings {
 /// The poll and response client. Cheap to clone; connections are pooled.
 #[derive(Clone)]
 pub(crate) struct ControlClient {
-    /// The tunnel lookup (`doctor`); also `transport` when a proxy applies.
-    http: reqwest::Client,
-    /// The poll and the response POST: hyper directly when the control plane is reached
-    /// directly, `http` when `control_plane.proxy` sends it through a proxy.
-    transport: Transport,
+    /// The poll, the response POST and the tunnel lookup, directly or through
+    /// `control_plane.proxy`. Shared: the client is a few hundred bytes of configuration.
+    client: Arc<Client>,
     /// `{base_url}{url_path}/v1/tunnels/{tunnel_id}`: the tunnel's metadata.
-    tunnel_url: String,
+    tunnel_uri: http::Uri,
     /// `{tunnel_url}/poll`, the base of every poll URL in `poll_urls`.
     poll_url: String,
     /// Every poll URL the client can send, parsed once ([`PollUrls`]): a URL parse with its
     /// host check was a measurable share of a poll's cost.
     poll_urls: Arc<PollUrls>,
     /// Parsed once: a response POST is sent per command.
-    response_url: reqwest::Url,
-    /// `response_url` as hyper's `Uri` (from its serialisation, as `reqwest` makes it).
     response_uri: http::Uri,
     headers: HeaderMap,
     /// The headers while channel `harpoon` is routable (its server-info names it too),
@@ -95,8 +91,6 @@ pub(crate) struct ControlClient {
 /// Why a [`ControlClient`] could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("cannot build the HTTP client: {0}")]
-    Http(#[from] reqwest::Error),
     #[error("the response URL built from control_plane.base_url, url_path and tunnel_id does not parse")]
     Url,
     #[error("control_plane.proxy: {0}")]
@@ -114,14 +108,11 @@ impl ControlClient {
 
     /// A client that reaches the control plane as `proxy` says (`control_plane.proxy`),
     /// with the TLS configuration of `control_plane.tls` (from
-    /// `egress::tls::client_config`; `None` keeps reqwest's own: platform roots, no
-    /// client certificate). Redirects are never followed, so a client certificate is
-    /// only ever offered to the control plane's own origin.
-    ///
-    /// The poll and the response POST drive hyper's client directly when `proxy` sends
-    /// the control plane's requests straight to it, with the same TLS configuration
-    /// (`tls`'s verifier and certificate resolver are shared, so rewritten files reach
-    /// the next handshake of either client); through a proxy everything stays on reqwest.
+    /// `egress::tls::client_config`; `None`: platform roots, no client certificate, as
+    /// `egress::client::platform_config` builds it), offering HTTP/2 by ALPN only with
+    /// `control_plane.http2`. Redirects are never followed, so a client certificate is
+    /// only ever offered to the control plane's own origin; the verifier and certificate
+    /// resolver of `tls` are shared, so rewritten files reach the next handshake.
     pub(crate) fn with_egress(
         settings: ControlSettings,
         instance_id: &str,
@@ -129,39 +120,24 @@ impl ControlClient {
         proxy: &ProxySetting,
         tls: Option<rustls::ClientConfig>,
     ) -> Result<Self, BuildError> {
-        let connect_timeout = settings.post_timeout.min(Duration::from_secs(10));
-        let target = reqwest::Url::parse(&settings.base_url).map_err(|_| BuildError::Url)?;
-        let direct = match crate::egress::proxy::route(proxy, &target) {
-            crate::egress::proxy::Route::Direct => {
-                let mut config = match &tls {
-                    Some(config) => config.clone(),
-                    None => transport::platform_config()?,
-                };
-                if !settings.http2 {
-                    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-                }
-                Some(Transport::direct(config, connect_timeout, IDLE_TIMEOUT))
-            }
-            crate::egress::proxy::Route::Tunnel | crate::egress::proxy::Route::Forward => None,
+        let target = url::Url::parse(&settings.base_url).map_err(|_| BuildError::Url)?;
+        let mut tls = match tls {
+            Some(config) => config,
+            None => platform_config()?,
         };
-        let builder = reqwest::Client::builder();
-        let builder = match (tls, settings.http2) {
-            (Some(tls), true) => builder.tls_backend_preconfigured(tls),
-            (Some(mut tls), false) => {
-                tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-                builder.tls_backend_preconfigured(tls).http1_only()
-            }
-            (None, true) => builder,
-            (None, false) => builder.http1_only(),
+        if !settings.http2 {
+            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         }
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(connect_timeout)
-        .pool_idle_timeout(IDLE_TIMEOUT);
-        let http = crate::egress::proxy::apply(builder, proxy, &target)?.build()?;
-        let transport = match direct {
-            Some(direct) => direct,
-            None => Transport::Reqwest(http.clone()),
+        let egress = Egress {
+            tls,
+            proxy: proxy.clone(),
+            socket: None,
+            connect_timeout: settings.post_timeout.min(Duration::from_secs(10)),
+            idle: IDLE_TIMEOUT,
+            // reqwest's default resend of a stream an HTTP/2 server refused.
+            retries: NackRetries::ReqwestDefault,
         };
+        let client = Arc::new(Client::new(egress, &target)?);
         let prefix = format!(
             "{}{}/v1/tunnels/{}",
             settings.base_url.trim_end_matches('/'),
@@ -171,29 +147,19 @@ impl ControlClient {
         let headers = base_headers(&settings, instance_id);
         let poll_url = format!("{prefix}/poll");
         let poll_urls = Arc::new(PollUrls::parse(&poll_url, "", settings.poll_timeout)?);
-        let response_url = reqwest::Url::parse(&format!("{prefix}/response")).map_err(|_| BuildError::Url)?;
-        let response_uri = uri_of(&response_url)?;
+        let response_uri = uri_of(&url::Url::parse(&format!("{prefix}/response")).map_err(|_| BuildError::Url)?)?;
+        let tunnel_uri = uri_of(&url::Url::parse(&prefix).map_err(|_| BuildError::Url)?)?;
         Ok(Self {
-            http,
-            transport,
+            client,
             poll_url,
             poll_urls,
-            tunnel_url: prefix.clone(),
-            response_url,
+            tunnel_uri,
             response_uri,
             headers,
             harpoon: None,
             settings: Arc::new(settings),
             metrics,
         })
-    }
-
-    /// The same client with the poll and the response POST on reqwest whatever the
-    /// route: the reference the direct path's tests compare against.
-    #[cfg(test)]
-    pub(super) fn on_reqwest(mut self) -> Self {
-        self.transport = Transport::Reqwest(self.http.clone());
-        self
     }
 
     /// Adds the configured headers (`OpenAI-Organization`, `control_plane.headers`) to
@@ -242,11 +208,11 @@ impl ControlClient {
         Ok(self)
     }
 
-    /// Which client the poll and the response POST use: `"direct"` (hyper's, driven
-    /// directly) when the control plane is reached directly, `"reqwest"` when
-    /// `control_plane.proxy` sends it through a proxy.
-    pub(crate) fn transport(&self) -> &'static str {
-        self.transport.label()
+    /// How the control plane's requests leave: `"direct"`, `"tunnel"` (an `https`
+    /// control plane through a proxy's `CONNECT`) or `"forward"` (an `http` one through
+    /// a forwarding proxy).
+    pub(crate) fn route(&self) -> &'static str {
+        self.client.route().as_str()
     }
 }
 

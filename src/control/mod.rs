@@ -3,8 +3,8 @@
 //! Owns the wire conversation with the tunnel service: request headers, the poll's
 //! receipt time, retry policy for response POSTs (identical bytes on every attempt),
 //! and classification of each attempt into a typed [`Delivery`], and the poll loop with its
-//! backoff ([`Poller`]). The poll and the response POST go through hyper's client
-//! directly unless a proxy applies (`transport`). Must not touch MCP servers, the fence
+//! backoff ([`Poller`]). The poll, the response POST and the tunnel lookup go through the
+//! gateway's one HTTP client (`egress::client`). Must not touch MCP servers, the fence
 //! or anything of strict mode: it reports, the dispatcher decides.
 
 mod attempt;
@@ -18,7 +18,6 @@ mod refusal_tests;
 mod retry;
 #[cfg(test)]
 mod timing_tests;
-mod transport;
 #[cfg(test)]
 pub(crate) mod transport_tests;
 
@@ -26,6 +25,7 @@ pub(crate) use attempt::{AttemptResult, Delivery, PostKind, Refused};
 #[cfg(test)]
 pub(crate) use client::PollWait;
 pub(crate) use client::{
-    random_hex, BuildError, ControlClient, ControlSettings, DeliveryReport, PollError, PollErrorKind, Polled,
+    random_hex, BuildError, ControlClient, ControlSettings, DeliveryReport, LookupError, PollError, PollErrorKind,
+    Polled,
 };
 pub(crate) use poller::{PollSink, Poller};

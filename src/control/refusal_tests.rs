@@ -1,4 +1,4 @@
-//! Why a response POST was refused, on real sockets and either client: a `413` (the
+//! Why a response POST was refused, on real sockets: a `413` (the
 //! contract's `request_body_too_large`) is reported as too large, with the delivery still
 //! `rejected` and never retried; other refusals carry no reason.
 
@@ -50,8 +50,8 @@ async fn refusing_server(status: u16, body: &'static str) -> (String, Arc<Atomic
     (url, answered)
 }
 
-/// The direct client and the reqwest one for `base_url`, three attempts allowed.
-fn both(base_url: &str) -> [ControlClient; 2] {
+/// The client for `base_url`, three attempts allowed.
+fn client_for(base_url: &str) -> ControlClient {
     let settings = ControlSettings {
         base_url: base_url.to_owned(),
         url_path: String::new(),
@@ -64,9 +64,7 @@ fn both(base_url: &str) -> [ControlClient; 2] {
         http2: false,
     };
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(false, &[]));
-    let direct = ControlClient::new(settings, "i", metrics).unwrap();
-    let pooled = direct.clone().on_reqwest();
-    [direct, pooled]
+    ControlClient::new(settings, "i", metrics).unwrap()
 }
 
 async fn deliver(client: &ControlClient) -> super::DeliveryReport {
@@ -86,30 +84,25 @@ async fn deliver(client: &ControlClient) -> super::DeliveryReport {
 }
 
 #[tokio::test]
-async fn a_413_is_rejected_once_and_reported_too_large_on_either_client() {
+async fn a_413_is_rejected_once_and_reported_too_large() {
     let too_large = r#"{"error":{"message":"too large","type":"invalid_request_error","param":null,"code":"request_body_too_large"}}"#;
     for bare in [too_large, "<html>413 Request Entity Too Large</html>"] {
         let (url, answered) = refusing_server(413, bare).await;
-        for client in both(&url) {
-            let before = answered.load(Ordering::SeqCst);
-            let report = deliver(&client).await;
-            assert_eq!(report.delivery, Delivery::Rejected, "{}", client.transport());
-            assert_eq!(report.last_attempt, AttemptResult::RejectedStatus);
-            assert_eq!(report.refused, Some(Refused::TooLarge), "{bare}");
-            assert_eq!(report.attempts, 1, "the same body is never sent again");
-            assert_eq!(answered.load(Ordering::SeqCst) - before, 1);
-        }
+        let report = deliver(&client_for(&url)).await;
+        assert_eq!(report.delivery, Delivery::Rejected);
+        assert_eq!(report.last_attempt, AttemptResult::RejectedStatus);
+        assert_eq!(report.refused, Some(Refused::TooLarge), "{bare}");
+        assert_eq!(report.attempts, 1, "the same body is never sent again");
+        assert_eq!(answered.load(Ordering::SeqCst), 1);
     }
 }
 
 #[tokio::test]
-async fn another_refusal_carries_no_reason_on_either_client() {
+async fn another_refusal_carries_no_reason() {
     let invalid =
         r#"{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":"invalid_json_payload"}}"#;
     let (url, _) = refusing_server(400, invalid).await;
-    for client in both(&url) {
-        let report = deliver(&client).await;
-        assert_eq!(report.delivery, Delivery::Rejected, "{}", client.transport());
-        assert_eq!(report.refused, None);
-    }
+    let report = deliver(&client_for(&url)).await;
+    assert_eq!(report.delivery, Delivery::Rejected);
+    assert_eq!(report.refused, None);
 }

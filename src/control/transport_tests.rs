@@ -1,7 +1,7 @@
-//! The direct client against real sockets, next to reqwest on the same sockets: each
-//! failure is classified exactly as reqwest's is (nothing listening, a peer that closes
-//! before reading, a server certificate nobody trusts), the requests are the same bytes,
-//! and the direct client is the one used exactly when no proxy applies.
+//! The control client's wire against real sockets: how each failure is classified
+//! (nothing listening, a peer that closes before reading, a server certificate nobody
+//! trusts), what an HTTP/2 control plane's refused stream and ALPN do, the bytes of the
+//! poll and the response POST, and which route the client takes for each proxy setting.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,13 +36,11 @@ fn metrics() -> Arc<Metrics> {
     Arc::new(Metrics::new::<GatewayLabels>(false, &[]))
 }
 
-/// The direct client and the reqwest one for `base_url`, in that order.
-fn both(base_url: &str) -> [ControlClient; 2] {
-    let direct = ControlClient::new(settings(base_url.to_owned()), "i", metrics()).unwrap();
-    assert_eq!(direct.transport(), "direct");
-    let pooled = direct.clone().on_reqwest();
-    assert_eq!(pooled.transport(), "reqwest");
-    [direct, pooled]
+/// The client for `base_url`, reached directly.
+fn client_for(base_url: &str) -> ControlClient {
+    let client = ControlClient::new(settings(base_url.to_owned()), "i", metrics()).unwrap();
+    assert_eq!(client.route(), "direct");
+    client
 }
 
 fn body() -> Bytes {
@@ -70,22 +68,18 @@ async fn outcomes(client: &ControlClient) -> (PollErrorKind, AttemptResult) {
 }
 
 #[tokio::test]
-async fn nothing_listening_is_not_sent_on_either_client() {
+async fn nothing_listening_is_not_sent() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    for client in both(&url) {
-        assert_eq!(
-            outcomes(&client).await,
-            (PollErrorKind::Transport, AttemptResult::TransportNotSent),
-            "{}",
-            client.transport()
-        );
-    }
+    assert_eq!(
+        outcomes(&client_for(&url)).await,
+        (PollErrorKind::Transport, AttemptResult::TransportNotSent)
+    );
 }
 
 #[tokio::test]
-async fn a_peer_that_closes_before_reading_is_after_write_on_either_client() {
+async fn a_peer_that_closes_before_reading_is_after_write() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -93,14 +87,10 @@ async fn a_peer_that_closes_before_reading_is_after_write_on_either_client() {
             drop(conn);
         }
     });
-    for client in both(&url) {
-        assert_eq!(
-            outcomes(&client).await,
-            (PollErrorKind::Transport, AttemptResult::TransportAfterWrite),
-            "{}",
-            client.transport()
-        );
-    }
+    assert_eq!(
+        outcomes(&client_for(&url)).await,
+        (PollErrorKind::Transport, AttemptResult::TransportAfterWrite)
+    );
 }
 
 /// A log sink for one test's `tracing` output.
@@ -229,20 +219,18 @@ async fn refusing_h2_server(dir: &std::path::Path) -> (String, Arc<AtomicUsize>)
 }
 
 #[tokio::test]
-async fn a_stream_refused_by_an_http2_control_plane_is_sent_again_on_either_client() {
+async fn a_stream_refused_by_an_http2_control_plane_is_sent_again() {
     let dir = tempfile::tempdir().unwrap();
     let (url, streams) = refusing_h2_server(dir.path()).await;
     let tls = trusting(dir.path());
-    let direct = ControlClient::with_egress(settings(url), "i", metrics(), &ProxySetting::Off, tls).unwrap();
-    for (client, seen) in [(direct.clone(), 2), (direct.on_reqwest(), 4)] {
-        let answer = client.poll(1, PollWait::Quick).await;
-        assert!(answer.is_ok(), "{}: {:?}", client.transport(), answer.err());
-        assert_eq!(streams.load(Ordering::SeqCst), seen, "{}", client.transport());
-    }
+    let client = ControlClient::with_egress(settings(url), "i", metrics(), &ProxySetting::Off, tls).unwrap();
+    let answer = client.poll(1, PollWait::Quick).await;
+    assert!(answer.is_ok(), "{:?}", answer.err());
+    assert_eq!(streams.load(Ordering::SeqCst), 2, "refused once, then answered");
 }
 
 #[tokio::test]
-async fn a_tls_control_plane_that_offers_h2_is_polled_over_http2_on_either_client() {
+async fn a_tls_control_plane_that_offers_h2_is_polled_over_http2() {
     let dir = tempfile::tempdir().unwrap();
     let (url, versions) = tls_server(dir.path()).await;
     let tls = trusting(dir.path());
@@ -250,9 +238,9 @@ async fn a_tls_control_plane_that_offers_h2_is_polled_over_http2_on_either_clien
 }
 
 /// `control_plane.http2 = false` (the default): the same server, which offers `h2`
-/// first, is polled over HTTP/1.1 by either client.
+/// first, is polled over HTTP/1.1.
 #[tokio::test]
-async fn without_control_plane_http2_a_tls_control_plane_that_offers_h2_is_polled_over_http1_on_either_client() {
+async fn without_control_plane_http2_a_tls_control_plane_that_offers_h2_is_polled_over_http1() {
     let dir = tempfile::tempdir().unwrap();
     let (url, versions) = tls_server(dir.path()).await;
     let tls = trusting(dir.path());
@@ -274,24 +262,22 @@ fn trusting(dir: &std::path::Path) -> Option<rustls::ClientConfig> {
     crate::egress::tls::client_config(&files).unwrap()
 }
 
-/// Polls once on either client and asserts the server saw the poll over `version`.
+/// Polls once and asserts the server saw the poll over `version`.
 async fn polled_over(
     settings: ControlSettings,
     tls: Option<rustls::ClientConfig>,
     versions: &Versions,
     version: http::Version,
 ) {
-    let direct = ControlClient::with_egress(settings, "i", metrics(), &ProxySetting::Off, tls).unwrap();
-    for client in [direct.clone(), direct.on_reqwest()] {
-        let answer = client.poll(1, PollWait::Quick).await.unwrap();
-        assert!(client.read_commands(answer).await.unwrap().commands.is_empty());
-        let served = std::mem::take(&mut *versions.lock().unwrap());
-        assert_eq!(served, [version], "{}", client.transport());
-    }
+    let client = ControlClient::with_egress(settings, "i", metrics(), &ProxySetting::Off, tls).unwrap();
+    let answer = client.poll(1, PollWait::Quick).await.unwrap();
+    assert!(client.read_commands(answer).await.unwrap().commands.is_empty());
+    let served = std::mem::take(&mut *versions.lock().unwrap());
+    assert_eq!(served, [version]);
 }
 
 #[tokio::test]
-async fn a_server_certificate_nobody_trusts_is_not_sent_and_named_on_either_client() {
+async fn a_server_certificate_nobody_trusts_is_not_sent_and_named() {
     let dir = tempfile::tempdir().unwrap();
     let (url, _) = tls_server(dir.path()).await;
     let log = Captured::default();
@@ -303,21 +289,17 @@ async fn a_server_certificate_nobody_trusts_is_not_sent_and_named_on_either_clie
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    for client in both(&url) {
-        let what = client.transport();
-        assert_eq!(
-            outcomes(&client).await,
-            (PollErrorKind::Transport, AttemptResult::TransportNotSent),
-            "{what}"
+    assert_eq!(
+        outcomes(&client_for(&url)).await,
+        (PollErrorKind::Transport, AttemptResult::TransportNotSent)
+    );
+    let lines = log.take();
+    for step in ["poll", "response POST"] {
+        let words = format!(
+            "{step} not sent: the TLS handshake with the control plane failed: the server's certificate is \
+             not issued by a trusted CA"
         );
-        let lines = log.take();
-        for step in ["poll", "response POST"] {
-            let words = format!(
-                "{step} not sent: the TLS handshake with the control plane failed: the server's certificate is \
-                 not issued by a trusted CA"
-            );
-            assert!(lines.contains(&words), "{what}: {lines}");
-        }
+        assert!(lines.contains(&words), "{lines}");
     }
 }
 
@@ -364,47 +346,69 @@ async fn recording_server() -> (String, Arc<Mutex<Vec<String>>>) {
     (url, heads)
 }
 
+/// The heads of the poll and the response POST, in the order reqwest sent them before
+/// the one client replaced it (each delivery's own request id left out).
+const HEADS: [&str; 2] = [POLL_HEAD, POST_HEAD];
+const POLL_HEAD: &str = concat!(
+    "GET /v1/tunnels/t/poll?limit=3&timeout_ms=1 HTTP/1.1\r\n",
+    "authorization: Bearer k\r\n",
+    "accept: application/json\r\n",
+    "x-tunnel-client-name: tunnelgate\r\n",
+    "x-tunnel-client-version: ",
+    env!("CARGO_PKG_VERSION"),
+    "\r\n",
+    "x-tunnel-client-instance-id: i\r\n",
+    "x-tunnel-mcp-server-info: srv\r\n",
+    "host: 127.0.0.1:PORT",
+);
+const POST_HEAD: &str = concat!(
+    "POST /v1/tunnels/t/response HTTP/1.1\r\n",
+    "authorization: Bearer k\r\n",
+    "accept: application/json\r\n",
+    "x-tunnel-client-name: tunnelgate\r\n",
+    "x-tunnel-client-version: ",
+    env!("CARGO_PKG_VERSION"),
+    "\r\n",
+    "x-tunnel-client-instance-id: i\r\n",
+    "x-tunnel-mcp-server-info: srv\r\n",
+    "content-type: application/json\r\n",
+    "x-tunnel-shard-token: s\r\n",
+    "host: 127.0.0.1:PORT\r\n",
+    "content-length: 76",
+);
+
 #[tokio::test]
-async fn the_direct_client_sends_the_bytes_reqwest_sends() {
+async fn the_poll_and_the_response_post_send_the_bytes_reqwest_sent() {
     let (url, heads) = recording_server().await;
-    let mut sent = Vec::new();
-    for client in both(&url) {
-        let answer = client.poll(3, PollWait::Quick).await.unwrap();
-        assert!(client.read_commands(answer).await.unwrap().commands.is_empty());
-        let report = client
-            .deliver(
-                PostKind::Terminal,
-                body(),
-                &ShardToken::new("s"),
-                None,
-                &CancellationToken::new(),
-            )
-            .await;
-        assert_eq!(report.last_attempt, AttemptResult::Ok, "{}", client.transport());
-        // Each delivery has its own request id; everything else is the same.
-        let heads: Vec<String> = std::mem::take(&mut *heads.lock().unwrap())
-            .into_iter()
-            .map(|h| {
-                h.lines()
-                    .filter(|l| !l.starts_with("x-client-request-id: "))
-                    .collect::<Vec<_>>()
-                    .join("\r\n")
-            })
-            .collect();
-        assert_eq!(heads.len(), 2, "{heads:?}");
-        sent.push(heads);
-    }
-    assert!(
-        sent[0][0].starts_with("GET /v1/tunnels/t/poll?limit=3&timeout_ms=1 HTTP/1.1\r\n"),
-        "{}",
-        sent[0][0]
-    );
-    assert!(sent[0][1].contains("\r\nauthorization: Bearer k\r\n"), "{}", sent[0][1]);
-    assert_eq!(sent[0], sent[1]);
+    let client = client_for(&url);
+    let answer = client.poll(3, PollWait::Quick).await.unwrap();
+    assert!(client.read_commands(answer).await.unwrap().commands.is_empty());
+    let report = client
+        .deliver(
+            PostKind::Terminal,
+            body(),
+            &ShardToken::new("s"),
+            None,
+            &CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(report.last_attempt, AttemptResult::Ok);
+    let port = url.rsplit(':').next().unwrap().to_owned();
+    let heads: Vec<String> = std::mem::take(&mut *heads.lock().unwrap())
+        .into_iter()
+        .map(|h| {
+            h.lines()
+                .filter(|l| !l.starts_with("x-client-request-id: "))
+                .collect::<Vec<_>>()
+                .join("\r\n")
+                .replace(&port, "PORT")
+        })
+        .collect();
+    assert_eq!(heads, HEADS);
 }
 
 #[test]
-fn the_direct_client_is_used_exactly_when_no_proxy_applies() {
+fn the_route_is_direct_exactly_when_no_proxy_applies_and_names_the_proxy_way() {
     let proxy = || ProxyUrl::new("control_plane.proxy", "http://127.0.0.1:9").unwrap();
     let env = |no_proxy: &str| {
         let pairs = [
@@ -416,15 +420,42 @@ fn the_direct_client_is_used_exactly_when_no_proxy_applies() {
     };
     let rows = [
         ("http://127.0.0.1:1", ProxySetting::Off, "direct"),
-        ("http://127.0.0.1:1", ProxySetting::Via(proxy()), "reqwest"),
+        ("http://127.0.0.1:1", ProxySetting::Via(proxy()), "forward"),
+        ("https://127.0.0.1:1", ProxySetting::Via(proxy()), "tunnel"),
         ("http://127.0.0.1:1", env(""), "direct"),
-        ("http://cp.example", env(""), "reqwest"),
-        ("https://cp.example", env(""), "reqwest"),
+        ("http://cp.example", env(""), "forward"),
+        ("https://cp.example", env(""), "tunnel"),
         ("https://cp.example", env("cp.example"), "direct"),
         ("http://cp.example", ProxySetting::Off, "direct"),
     ];
     for (url, proxy, expected) in rows {
         let client = ControlClient::with_egress(settings(url.to_owned()), "i", metrics(), &proxy, None).unwrap();
-        assert_eq!(client.transport(), expected, "{url} {}", proxy.masked());
+        assert_eq!(client.route(), expected, "{url} {}", proxy.masked());
     }
+}
+
+#[tokio::test]
+async fn through_a_forwarding_proxy_the_poll_goes_out_in_absolute_form_with_the_proxy_credentials() {
+    let (proxy_url, heads) = recording_server().await;
+    let with_user = proxy_url.replace("http://", "http://gw:p%40ss@");
+    let proxy = ProxySetting::Via(ProxyUrl::new("control_plane.proxy", &with_user).unwrap());
+    let client =
+        ControlClient::with_egress(settings("http://cp.example".to_owned()), "i", metrics(), &proxy, None).unwrap();
+    assert_eq!(client.route(), "forward");
+    let answer = client.poll(1, PollWait::Quick).await;
+    assert!(answer.is_ok(), "{:?}", answer.err());
+    let heads = std::mem::take(&mut *heads.lock().unwrap());
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(
+        heads[0].starts_with("GET http://cp.example/v1/tunnels/t/poll?limit=1&timeout_ms=1 HTTP/1.1\r\n"),
+        "{}",
+        heads[0]
+    );
+    // `gw:p@ss`, percent-decoded from the URL's userinfo.
+    assert!(
+        heads[0].contains("\r\nproxy-authorization: Basic Z3c6cEBzcw==\r\n"),
+        "{}",
+        heads[0]
+    );
+    assert!(heads[0].ends_with("\r\nhost: cp.example"), "{}", heads[0]);
 }

@@ -1,5 +1,6 @@
 //! The etcd client of the coordination layer, over etcd's own JSON gateway (`/v3/...`
-//! over HTTP, with reqwest): leases, keys, transactions and watches, and nothing else.
+//! over HTTP, with the gateway's one client, `egress::client`): leases, keys,
+//! transactions and watches, and nothing else.
 //! The gateway needs no generated gRPC code, so the build needs no `protoc`.
 //!
 //! Invariants:
@@ -33,13 +34,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::config::{HttpUrl, TlsFiles};
+use crate::config::{HttpUrl, ProxySetting, TlsFiles};
+use crate::egress::client::{Answer, Client, Egress, NackRetries, SendError};
 
 pub use error::EtcdError;
-use error::{chain, UNAVAILABLE};
+use error::UNAVAILABLE;
 pub use watch::Watch;
 pub use wire::{prefix_end, CmpOp, Compare, EtcdStatus, KeyValue, Lease, Op, Txn, TxnResponse, WatchEvent, WatchKind};
 
@@ -61,7 +65,7 @@ pub struct Etcd {
 }
 
 struct Inner {
-    http: reqwest::Client,
+    http: Client,
     endpoints: Vec<HttpUrl>,
     /// `(name, password)`; never printed.
     credentials: Option<(String, String)>,
@@ -124,18 +128,20 @@ impl Etcd {
                 ))
             }
         };
-        let tls = crate::egress::tls::client_config(&settings.tls).map_err(|e| setup(e.to_string()))?;
-        let builder = match tls {
-            Some(tls) => reqwest::Client::builder().tls_backend_preconfigured(tls),
-            None => reqwest::Client::builder(),
+        let tls = match crate::egress::tls::client_config(&settings.tls).map_err(|e| setup(e.to_string()))? {
+            Some(tls) => tls,
+            None => crate::egress::client::platform_config().map_err(|e| setup(e.to_string()))?,
         };
-        let http = builder
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(settings.request_timeout)
-            .pool_idle_timeout(Duration::from_secs(50))
-            .build()
-            .map_err(|e| setup(chain(&e)))?;
+        let egress = Egress {
+            tls,
+            proxy: ProxySetting::Off,
+            socket: None,
+            connect_timeout: settings.request_timeout,
+            idle: Duration::from_secs(50),
+            retries: NackRetries::ReqwestDefault,
+        };
+        let first = url::Url::parse(settings.endpoints[0].as_str()).map_err(|e| setup(e.to_string()))?;
+        let http = Client::new(egress, &first).map_err(|e| setup(e.to_string()))?;
         let token = if credentials.is_some() {
             Token::Missing
         } else {
@@ -318,15 +324,16 @@ impl Etcd {
         let body = serde_json::to_vec(body).expect("a JSON value serializes");
         let body = &body;
         self.on_endpoints(move |at| async move {
-            let response = self
-                .request(at, path, body.clone())
-                .timeout(self.inner.request_timeout)
-                .send()
+            // The bound spans the request and its answer's body, as reqwest's did.
+            let exchange = async {
+                let response = self.request(at, path, body.clone()).await?;
+                let status = response.status();
+                let bytes = read_all(response).await.map_err(|()| self.broken(at))?;
+                self.answer(at, status, bytes).map(|bytes| (bytes, at))
+            };
+            tokio::time::timeout(self.inner.request_timeout, exchange)
                 .await
-                .map_err(|e| self.transport(at, &e))?;
-            let status = response.status();
-            let bytes = response.bytes().await.map_err(|e| self.transport(at, &e))?;
-            self.answer(at, status, bytes).map(|bytes| (bytes, at))
+                .unwrap_or_else(|_| Err(self.timeout(at)))
         })
         .await
     }
@@ -335,14 +342,10 @@ impl Etcd {
     async fn watch_at(&self, at: usize, body: &Value) -> Result<Watch, EtcdError> {
         let body = serde_json::to_vec(body).expect("a JSON value serializes");
         let open = async {
-            let response = self
-                .request(at, "/v3/watch", body)
-                .send()
-                .await
-                .map_err(|e| self.transport(at, &e))?;
+            let response = self.request(at, "/v3/watch", body).await?;
             let status = response.status();
             if !status.is_success() {
-                let bytes = response.bytes().await.map_err(|e| self.transport(at, &e))?;
+                let bytes = read_all(response).await.map_err(|()| self.broken(at))?;
                 return Err(self.refused(at, status, &bytes));
             }
             let mut watch = Watch::new(response, self.inner.endpoints[at].to_string());
@@ -380,30 +383,42 @@ impl Etcd {
         Err(last.expect("there is at least one endpoint (checked by Etcd::new)"))
     }
 
-    fn request(&self, at: usize, path: &str, body: Vec<u8>) -> reqwest::RequestBuilder {
+    /// POSTs `body` to `path` on endpoint `at`, up to the answer's headers.
+    async fn request(&self, at: usize, path: &str, body: Vec<u8>) -> Result<Answer, EtcdError> {
         let url = format!("{}{path}", self.inner.endpoints[at]);
-        let mut request = self
-            .inner
-            .http
-            .post(url)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body);
+        let uri = url.parse::<http::Uri>().map_err(|_| EtcdError::Setup {
+            reason: format!("{} is not a URL the client can send to", self.inner.endpoints[at]),
+        })?;
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Token::Held(token) = self.token() {
-            request = request.header(AUTHORIZATION, token);
+            headers.insert(AUTHORIZATION, token);
         }
-        request
+        self.inner
+            .http
+            .send(Method::POST, &uri, headers, Bytes::from(body))
+            .await
+            .map_err(|e| self.transport(at, &e))
     }
 
     /// A 2xx answer's bytes, else the refusal it carries.
-    fn answer(&self, at: usize, status: reqwest::StatusCode, bytes: bytes::Bytes) -> Result<bytes::Bytes, EtcdError> {
+    fn answer(&self, at: usize, status: StatusCode, bytes: Bytes) -> Result<Bytes, EtcdError> {
         if status.is_success() {
             return Ok(bytes);
         }
         Err(self.refused(at, status, &bytes))
     }
 
-    fn transport(&self, at: usize, error: &reqwest::Error) -> EtcdError {
+    fn transport(&self, at: usize, error: &SendError) -> EtcdError {
         error::transport(self.inner.endpoints[at].as_str(), error)
+    }
+
+    /// The connection broke while the answer's body was read.
+    fn broken(&self, at: usize) -> EtcdError {
+        EtcdError::Unreachable {
+            endpoint: self.inner.endpoints[at].to_string(),
+            reason: "the connection was lost while the answer was read".to_owned(),
+        }
     }
 
     fn timeout(&self, at: usize) -> EtcdError {
@@ -412,7 +427,7 @@ impl Etcd {
         }
     }
 
-    fn refused(&self, at: usize, status: reqwest::StatusCode, bytes: &[u8]) -> EtcdError {
+    fn refused(&self, at: usize, status: StatusCode, bytes: &[u8]) -> EtcdError {
         error::refused(self.inner.endpoints[at].as_str(), status, bytes)
     }
 
@@ -427,4 +442,13 @@ impl Etcd {
     fn set_token(&self, token: Token) {
         *self.inner.token.lock().expect("the token lock is never poisoned") = token;
     }
+}
+
+/// An answer's whole body; `Err` when the connection broke first.
+async fn read_all(mut answer: Answer) -> Result<Bytes, ()> {
+    let mut body = Vec::new();
+    while let Some(chunk) = answer.chunk().await.map_err(drop)? {
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(body))
 }

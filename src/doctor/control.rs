@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::report::Check;
 use crate::config::Config;
-use crate::control::ControlClient;
-use crate::downstream::error_chain::SendFacts;
+use crate::control::{ControlClient, LookupError};
+use crate::egress::client::SendErrorKind;
 use crate::telemetry::safe_token;
 
 const NAME: &str = "control_plane";
@@ -49,10 +49,11 @@ pub(super) async fn check(config: &Config, client: &ControlClient, timeout: Dura
     let mut tls_problem = None;
     let answer = match client.get_tunnel(timeout).await {
         Ok(status) => Answer::Status(status.as_u16()),
-        Err(e) => {
-            let failure = classify(SendFacts::of(&e), config.control_plane.base_url.is_https());
+        Err(LookupError::Timeout) => Answer::Net(NetFailure::Timeout),
+        Err(LookupError::Send(e)) => {
+            let failure = classify(e.kind());
             if failure == NetFailure::Tls {
-                tls_problem = crate::egress::tls::handshake_problem(&e);
+                tls_problem = crate::egress::tls::handshake_problem(e.chain());
             }
             Answer::Net(failure)
         }
@@ -147,24 +148,16 @@ pub(super) fn net_words(failure: NetFailure, key: &str, timeout: Duration) -> St
     }
 }
 
-/// Names why a request got no HTTP answer. The order matters: a timeout while
-/// connecting is a timeout; a name that does not resolve is DNS, not "connect".
-fn classify(facts: SendFacts, https: bool) -> NetFailure {
-    if facts.timeout {
-        return NetFailure::Timeout;
-    }
-    if facts.dns {
-        return NetFailure::Dns;
-    }
-    if !facts.connect {
-        return NetFailure::Transport;
-    }
-    if facts.refused {
-        NetFailure::Refused
-    } else if https && !facts.tcp_stage {
-        NetFailure::Tls
-    } else {
-        NetFailure::Connect
+/// Names why a request got no HTTP answer, one row per kind of the client's error: a
+/// timeout while connecting is a timeout; a proxy's refusal is a failed connect.
+fn classify(kind: SendErrorKind) -> NetFailure {
+    match kind {
+        SendErrorKind::ConnectTimeout | SendErrorKind::Timeout => NetFailure::Timeout,
+        SendErrorKind::Dns => NetFailure::Dns,
+        SendErrorKind::Refused => NetFailure::Refused,
+        SendErrorKind::Tls => NetFailure::Tls,
+        SendErrorKind::Connect | SendErrorKind::ProxyRefused | SendErrorKind::ProxyAuth => NetFailure::Connect,
+        SendErrorKind::Lost => NetFailure::Transport,
     }
 }
 
@@ -224,19 +217,21 @@ mod tests {
     }
 
     #[test]
-    fn each_send_error_fact_set_maps_to_one_net_failure() {
-        let facts = SendFacts::given;
+    fn each_send_error_kind_maps_to_one_net_failure() {
+        use SendErrorKind as K;
         let cases = [
-            (facts(true, true, true, false, false), true, NetFailure::Timeout),
-            (facts(true, true, false, false, false), false, NetFailure::Dns),
-            (facts(false, false, false, false, false), true, NetFailure::Transport),
-            (facts(false, true, false, true, true), true, NetFailure::Refused),
-            (facts(false, true, false, false, false), true, NetFailure::Tls),
-            (facts(false, true, false, false, true), true, NetFailure::Connect),
-            (facts(false, true, false, false, false), false, NetFailure::Connect),
+            (K::ConnectTimeout, NetFailure::Timeout),
+            (K::Timeout, NetFailure::Timeout),
+            (K::Dns, NetFailure::Dns),
+            (K::Refused, NetFailure::Refused),
+            (K::Tls, NetFailure::Tls),
+            (K::Connect, NetFailure::Connect),
+            (K::ProxyRefused, NetFailure::Connect),
+            (K::ProxyAuth, NetFailure::Connect),
+            (K::Lost, NetFailure::Transport),
         ];
-        for (facts, https, want) in cases {
-            assert_eq!(classify(facts, https), want, "{facts:?}, https {https}");
+        for (kind, want) in cases {
+            assert_eq!(classify(kind), want, "{kind:?}");
         }
     }
 }

@@ -1,69 +1,37 @@
-//! Reading an HTTP client error's cause chain: what it says about the stage the request
-//! failed in, read by type wherever the crates expose one.
-//!
-//! By type: reqwest's `is_dns` (its resolver's errors), `is_connect` (hyper-util's
-//! connect-phase error), `is_timeout` (reqwest's, or `egress::direct`'s reading of the
-//! same types for the direct client), every `std::io::ErrorKind` in the chain
-//! (found with `downcast_ref`, also inside wrapped `io::Error`s), and the raw errno of
-//! the gateway's own exhaustion (`EMFILE`, `ENFILE`, `ENOMEM`, `ENOBUFS`: see
-//! `crate::descriptors`). By text, only where no type says it (each place names the
-//! crate and version it was checked against).
+//! What a send error of the gateway's one client says, for the downstream and doctor
+//! classifications: its stable kind (`egress::error::SendErrorKind`, read from the cause
+//! chain once) and whether the gateway's own descriptors or socket memory ran out
+//! (`EMFILE`, `ENFILE`, `ENOMEM`, `ENOBUFS`: see `crate::descriptors`) while it resolved
+//! or connected.
 //!
 //! Must not decide outcomes: callers map [`SendFacts`] to their own failure kinds.
 
-/// What a send error's cause chain says, read once.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+use crate::egress::client::{SendError, SendErrorKind};
+
+/// What a send error says, read once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SendFacts {
-    /// Name resolution failed.
-    pub(crate) dns: bool,
-    /// The failure happened while connecting (TCP or TLS), before any request byte.
-    pub(crate) connect: bool,
-    /// A timeout ended it (the connect timeout, or an I/O timeout).
-    pub(crate) timeout: bool,
-    /// The peer refused the TCP connection.
-    pub(crate) refused: bool,
-    /// The TCP stage itself failed (so a connect failure was not the TLS handshake).
-    pub(crate) tcp_stage: bool,
-    /// The gateway ran out of descriptors or socket memory (`EMFILE`, `ENFILE`, `ENOMEM`,
-    /// `ENOBUFS`): a local failure, never the peer's.
+    pub(crate) kind: SendErrorKind,
+    /// The gateway ran out of descriptors or socket memory while resolving or connecting:
+    /// a local failure, never the peer's (a resolver out of descriptors reports a DNS
+    /// error). Never set for a failure after the connection was up.
     pub(crate) exhausted: bool,
-    /// A proxy did not open the `CONNECT` tunnel (a non-2xx answer, or it closed or
-    /// garbled its answer): nothing of the request was written.
-    pub(crate) proxy_refused: bool,
-    /// A proxy answered the `CONNECT` with `407 Proxy Authentication Required`.
-    pub(crate) proxy_auth: bool,
-    /// The server refused the TLS handshake with an alert (a client certificate it
-    /// requires is missing, untrusted or expired). With TLS 1.3 the alert may come after
-    /// the client has finished its side of the handshake and written the request, but a
-    /// server that aborts its handshake never processes application data: nothing was
-    /// delivered (see `egress::tls::refused_handshake`).
-    pub(crate) tls_refused: bool,
 }
 
 impl SendFacts {
-    /// The facts given in field order: for classification table tests.
-    #[cfg(test)]
-    pub(crate) fn given(dns: bool, connect: bool, timeout: bool, refused: bool, tcp_stage: bool) -> Self {
+    pub(crate) fn of(error: &SendError) -> Self {
+        let kind = error.kind();
+        let connecting = error.is_connect() || kind == SendErrorKind::Dns;
         Self {
-            dns,
-            connect,
-            timeout,
-            refused,
-            tcp_stage,
-            exhausted: false,
-            proxy_refused: false,
-            proxy_auth: false,
-            tls_refused: false,
+            kind,
+            exhausted: connecting && crate::descriptors::chain_is_exhaustion(error.chain()),
         }
     }
 
-    /// The same facts, with the server's refusal of the handshake: for table tests.
+    /// The facts of `kind` without exhaustion: for classification table tests.
     #[cfg(test)]
-    pub(crate) fn tls_refused(self) -> Self {
-        Self {
-            tls_refused: true,
-            ..self
-        }
+    pub(crate) fn given(kind: SendErrorKind) -> Self {
+        Self { kind, exhausted: false }
     }
 
     /// The same facts, with the gateway's own resources exhausted: for table tests.
@@ -73,89 +41,5 @@ impl SendFacts {
             exhausted: true,
             ..self
         }
-    }
-
-    pub(crate) fn of(error: &reqwest::Error) -> Self {
-        Self::read(error.is_dns(), error.is_connect(), error.is_timeout(), error)
-    }
-
-    /// The facts of a send error from either client of a channel (`egress::direct`):
-    /// the same readers over the same chain, whichever client failed.
-    pub(crate) fn of_send(error: &crate::egress::direct::SendError) -> Self {
-        Self::read(error.is_dns(), error.is_connect(), error.is_timeout(), error.chain())
-    }
-
-    /// The facts from a client's own `is_dns`, `is_connect` and `is_timeout` and the
-    /// error's cause chain.
-    fn read(is_dns: bool, connect: bool, timeout: bool, error: &(dyn std::error::Error + 'static)) -> Self {
-        SendFacts {
-            // reqwest 0.13.5 wraps its resolver's errors in a type of its own (`is_dns`).
-            // Text fallback: hyper-util 0.1.21 names the stage "dns error" in its
-            // `ConnectError`, a type it does not export; std's getaddrinfo failure,
-            // "failed to lookup address information", has the unstable
-            // `io::ErrorKind::Uncategorized`, which cannot be matched.
-            dns: is_dns || chain_mentions(error, &["dns error", "failed to lookup address"]),
-            connect,
-            timeout,
-            refused: io_kinds(error).contains(&std::io::ErrorKind::ConnectionRefused),
-            // Text only: hyper-util 0.1.21 names its TCP stage "tcp connect error" in the
-            // unexported `ConnectError`; the TLS stage has no type of its own in the
-            // chain that this crate depends on.
-            tcp_stage: chain_mentions(error, &["tcp connect error"]),
-            exhausted: crate::descriptors::chain_is_exhaustion(error),
-            // Text only: hyper-util 0.1.21's `TunnelError` is not exported; its
-            // `Display` is "tunnel error: <what>". Its "failed to create underlying
-            // connection" is the TCP connect to the proxy, read by the facts above.
-            proxy_refused: chain_mentions(
-                error,
-                &[
-                    "tunnel error: unsuccessful",
-                    "tunnel error: unexpected end of file",
-                    "tunnel error: io error establishing tunnel",
-                    "tunnel error: proxy response headers too long",
-                ],
-            ),
-            proxy_auth: chain_mentions(error, &["tunnel error: proxy authorization required"]),
-            tls_refused: crate::egress::tls::refused_handshake(error),
-        }
-    }
-}
-
-/// Every `io::ErrorKind` in the chain, including errors wrapped inside `io::Error`s.
-pub(crate) fn io_kinds(error: &(dyn std::error::Error + 'static)) -> Vec<std::io::ErrorKind> {
-    crate::descriptors::io_errors(error)
-        .into_iter()
-        .map(std::io::Error::kind)
-        .collect()
-}
-
-/// Whether any layer of the chain mentions one of `needles` (lowercase).
-pub(crate) fn chain_mentions(error: &(dyn std::error::Error + 'static), needles: &[&str]) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(err) = source {
-        let text = err.to_string().to_ascii_lowercase();
-        if needles.iter().any(|n| text.contains(n)) {
-            return true;
-        }
-        source = err.source();
-    }
-    false
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn io_kinds_are_found_inside_wrapped_errors() {
-        let inner = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        let outer = std::io::Error::other(inner);
-        let kinds = io_kinds(&outer);
-        assert!(kinds.contains(&std::io::ErrorKind::ConnectionRefused), "{kinds:?}");
-        assert!(chain_mentions(
-            &std::io::Error::other("dns error: no record"),
-            &["dns error"]
-        ));
-        assert!(!chain_mentions(&outer, &["dns error"]));
     }
 }

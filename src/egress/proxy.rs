@@ -11,16 +11,17 @@
 //! `http` ones are forwarded (the proxy sees and relays the request): [`Route`] says
 //! which, so that a transport can tell what a proxy's answer proves.
 //!
-//! Invariants: the decision is one pure function ([`route`]) that the client's proxy
-//! hook ([`apply`]) also calls, so a transport's [`Route`] is the one its requests take;
-//! proxy credentials leave [`ProxyUrl`] only into the `reqwest` proxy, never into a
-//! message, a log line or a `Debug` view.
+//! Invariants: the decision is one pure function ([`route`], over [`select`]) that the
+//! client's connector (`egress::connect`) also calls for each new connection, so a
+//! transport's [`Route`] is the one its requests take; proxy credentials leave
+//! [`ProxyUrl`] only into the connector's `CONNECT` request and a forwarded request's
+//! `Proxy-Authorization`, never into a message, a log line or a `Debug` view.
 //!
 //! Must not send anything, and must not know commands, the fence or transports.
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use reqwest::Url;
+use url::Url;
 
 use crate::config::{ProxySetting, ProxyUrl};
 
@@ -35,6 +36,17 @@ pub(crate) enum Route {
     /// Forwarded by a proxy (an `http` target): the proxy receives the request itself,
     /// and an answer from it does not prove the target never saw it, except a `407`.
     Forward,
+}
+
+impl Route {
+    /// Stable label for logs.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Direct => "direct",
+            Self::Tunnel => "tunnel",
+            Self::Forward => "forward",
+        }
+    }
 }
 
 /// Why a client's proxy rules could not be set up.
@@ -228,41 +240,8 @@ fn host_of(target: &Url) -> Option<String> {
     Some(host.trim_start_matches('[').trim_end_matches(']').to_owned())
 }
 
-/// Sets `builder`'s proxy rules to `setting`'s, and only those: the environment is read
-/// from the configuration's snapshot, never by `reqwest` itself. `target` is the one
-/// server the client talks to: when a proxy forwards its requests ([`Route::Forward`]),
-/// no connection is reused. A forwarding proxy may close its side after each response
-/// without saying so (tinyproxy does); a request written on a connection it is closing
-/// would end `abandoned` although it never reached the proxy's handler, so each
-/// forwarded request gets a connection of its own.
-pub(crate) fn apply(
-    builder: reqwest::ClientBuilder,
-    setting: &ProxySetting,
-    target: &Url,
-) -> Result<reqwest::ClientBuilder, EgressError> {
-    let mut builder = builder.no_proxy();
-    if route(setting, target) == Route::Forward {
-        builder = builder.pool_max_idle_per_host(0);
-    }
-    // Without any proxy URL (`"none"`, or an environment that names none) every target
-    // is direct: no hook, so requests pay nothing for proxy selection.
-    if proxies(setting).is_empty() {
-        return Ok(builder);
-    }
-    // Parsed once: the hook runs for every new connection.
-    for url in proxies(setting) {
-        Url::parse(url.expose()).map_err(|_| EgressError::InvalidProxyUrl {
-            shown: url.shown().to_owned(),
-        })?;
-    }
-    let setting = setting.clone();
-    let hook = reqwest::Proxy::custom(move |target: &Url| {
-        select(&setting, target).and_then(|proxy| Url::parse(proxy.expose()).ok())
-    });
-    Ok(builder.proxy(hook))
-}
-
-fn proxies(setting: &ProxySetting) -> Vec<&ProxyUrl> {
+/// Every proxy URL `setting` may send a request through.
+pub(crate) fn proxies(setting: &ProxySetting) -> Vec<&ProxyUrl> {
     match setting {
         ProxySetting::Off => Vec::new(),
         ProxySetting::Via(url) => vec![url],

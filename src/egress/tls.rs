@@ -1,10 +1,11 @@
 //! TLS for the gateway's HTTP clients: trusted roots and client certificates.
 //!
-//! Turns a scope's [`TlsFiles`] (`control_plane.tls`, or one HTTP channel's effective
-//! `mcp.tls`) into a rustls client configuration for `reqwest`'s
-//! `tls_backend_preconfigured` (and for the control client's direct hyper client, which
-//! shares the same verifier and resolver, so a rewritten file reaches both). A scope with no TLS setting gets `None`: the client keeps
-//! reqwest's own TLS (platform roots, no client certificate).
+//! Turns a scope's [`TlsFiles`] (`control_plane.tls`, one HTTP channel's effective
+//! `mcp.tls`, `coordination.etcd.tls`) into a rustls client configuration for the
+//! scope's client (`egress::client`), whose connections share its verifier and resolver,
+//! so a rewritten file reaches the next handshake. A scope with no TLS setting gets
+//! `None`: the client takes the platform's (`egress::client::platform_config`: platform
+//! roots, no client certificate).
 //!
 //! Invariants:
 //! - `ca_file` is added to the platform roots; with `ca_only` it is trusted alone;
@@ -121,8 +122,8 @@ pub(crate) fn client_config(files: &TlsFiles) -> Result<Option<rustls::ClientCon
         }
         None => builder.with_no_client_auth(),
     };
-    // What reqwest offers itself with HTTP/2 enabled (it sets nothing on a preconfigured
-    // configuration).
+    // What reqwest offered itself with HTTP/2 enabled, kept since the one client
+    // replaced it.
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     // A resumed session skips the client certificate and the server's chain: a new
     // connection must make a full handshake, so that rotated files take effect on it.

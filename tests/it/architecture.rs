@@ -248,7 +248,7 @@ const RULES: &[Rule] = &[
     Rule::Never("strict", "dispatch"),
     Rule::Never("ops", "dispatch"),
     Rule::Never("ops", "coord"),
-    Rule::Only("bundle", &["config", "doctor", "strict", "receipts"]),
+    Rule::Only("bundle", &["config", "doctor", "egress", "strict", "receipts"]),
     Rule::Never("bundle", "ops"),
     // Coordination across replicas talks to etcd only: never to an MCP server or the
     // control plane, and it decides nothing of a command's lifecycle.

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use http::Method;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -25,8 +26,8 @@ use super::{read_bounded, retry_after, warn_tls, ControlClient};
 use crate::control::attempt::{AttemptResult, Delivery, PostKind, Refused};
 use crate::control::backoff::Backoff;
 use crate::control::retry::{next_try, AfterAttempt, RetryPolicy};
-use crate::control::transport::{SendError, Target};
 use crate::descriptors::{chain_is_exhaustion, EXHAUSTION_WORDS};
+use crate::egress::client::{SendError, SendErrorKind};
 use crate::protocol::{random_hex, ShardToken};
 use crate::telemetry::DeliveryKind;
 
@@ -184,12 +185,11 @@ impl ControlClient {
     ) -> Attempted {
         let per_attempt = Instant::now() + self.settings.post_timeout;
         let until = deadline.map_or(per_attempt, |d| d.min(per_attempt));
-        let target = Target {
-            url: &self.response_url,
-            uri: &self.response_uri,
-        };
         let exchange = async {
-            let response = match self.transport.post(target, headers, body).await {
+            let sent = self
+                .client
+                .send(Method::POST, &self.response_uri, headers.clone(), body);
+            let response = match sent.await {
                 Ok(r) => r,
                 Err(e) => return Attempted::unanswered(post_send_error_result(&e), None),
             };
@@ -231,20 +231,26 @@ impl ControlClient {
 /// descriptor or socket memory for it (logged with words that say so).
 fn post_send_error_result(e: &SendError) -> AttemptResult {
     warn_tls(e, "response POST");
-    if e.is_connect() && chain_is_exhaustion(e.chain()) {
+    let kind = e.kind();
+    if kind.wrote_nothing() && chain_is_exhaustion(e.chain()) {
         tracing::warn!(
             attempt_result = AttemptResult::LocalExhaustion.as_str(),
             "response POST not sent: {EXHAUSTION_WORDS} (no descriptor or socket memory for the connection); the control plane is not at fault"
         );
-        AttemptResult::LocalExhaustion
-    } else if e.is_connect() || crate::egress::tls::refused_handshake(e.chain()) {
-        // A refused TLS 1.3 client certificate may be alerted after the write: the
-        // control plane processed nothing.
-        AttemptResult::TransportNotSent
-    } else if e.is_timeout() {
-        AttemptResult::Timeout
-    } else {
-        AttemptResult::TransportAfterWrite
+        return AttemptResult::LocalExhaustion;
+    }
+    match kind {
+        // A refused TLS 1.3 client certificate may be alerted after the write (`tls`):
+        // the control plane processed nothing.
+        SendErrorKind::Dns
+        | SendErrorKind::Refused
+        | SendErrorKind::ConnectTimeout
+        | SendErrorKind::Tls
+        | SendErrorKind::ProxyRefused
+        | SendErrorKind::ProxyAuth
+        | SendErrorKind::Connect => AttemptResult::TransportNotSent,
+        SendErrorKind::Timeout => AttemptResult::Timeout,
+        SendErrorKind::Lost => AttemptResult::TransportAfterWrite,
     }
 }
 

@@ -11,11 +11,12 @@
 
 use std::time::Duration;
 
+use http::Method;
 use tokio::time::Instant;
 
 use super::{read_bounded, retry_after, warn_tls, BodyError, ControlClient};
-use crate::control::transport::{Answer, SendError};
 use crate::descriptors::{chain_is_exhaustion, EXHAUSTION_WORDS};
+use crate::egress::client::{Answer, SendError, SendErrorKind};
 use crate::protocol::{decode_poll, Command, InvalidCommand};
 use crate::telemetry::{label_enum, PollErrorLabel};
 
@@ -123,7 +124,9 @@ impl ControlClient {
     pub(crate) async fn poll(&self, limit: usize, wait: PollWait) -> Result<PollAnswer, PollError> {
         let (target, wait) = self.poll_urls.target(limit, wait);
         let deadline = Instant::now() + wait + POLL_SLACK;
-        let request = self.transport.get(target, self.request_headers());
+        let request = self
+            .client
+            .send(Method::GET, target, self.request_headers().clone(), bytes::Bytes::new());
         let response = match tokio::time::timeout_at(deadline, request).await {
             Err(_) => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
             Ok(Err(e)) => return Err(PollError::new(poll_send_error_kind(&e), None, None)),
@@ -185,11 +188,18 @@ impl ControlClient {
 /// descriptors is named before anything that would blame the control plane.
 fn poll_send_error_kind(e: &SendError) -> PollErrorKind {
     warn_tls(e, "poll");
-    if e.is_connect() && chain_is_exhaustion(e.chain()) {
-        PollErrorKind::LocalExhaustion
-    } else if e.is_timeout() {
-        PollErrorKind::Timeout
-    } else {
-        PollErrorKind::Transport
+    let kind = e.kind();
+    if kind.wrote_nothing() && chain_is_exhaustion(e.chain()) {
+        return PollErrorKind::LocalExhaustion;
+    }
+    match kind {
+        SendErrorKind::ConnectTimeout | SendErrorKind::Timeout => PollErrorKind::Timeout,
+        SendErrorKind::Dns
+        | SendErrorKind::Refused
+        | SendErrorKind::Tls
+        | SendErrorKind::ProxyRefused
+        | SendErrorKind::ProxyAuth
+        | SendErrorKind::Connect
+        | SendErrorKind::Lost => PollErrorKind::Transport,
     }
 }

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use super::poll::{PollWait, QUICK_POLL};
 use super::BuildError;
-use crate::control::transport::Target;
 
 /// The most commands one poll may ask for (the contract's `limit` maximum).
 const MAX_POLL_LIMIT: usize = 25;
@@ -18,24 +17,22 @@ const MAX_POLL_LIMIT: usize = 25;
 /// parsed when the client is built.
 pub(super) struct PollUrls {
     long_wait: Duration,
-    /// Index `2 * (limit - 1)` is the long poll, the next one the quick poll.
-    urls: Vec<reqwest::Url>,
-    /// `urls` as hyper's `Uri`s, index for index.
+    /// Index `2 * (limit - 1)` is the long poll, the next one the quick poll: each
+    /// parsed as a URL (the host checked), then kept as hyper's `Uri`.
     uris: Vec<http::Uri>,
 }
 
 impl PollUrls {
     pub(super) fn parse(poll_url: &str, filter: &str, long_wait: Duration) -> Result<Self, BuildError> {
-        let mut urls = Vec::with_capacity(2 * MAX_POLL_LIMIT);
+        let mut uris = Vec::with_capacity(2 * MAX_POLL_LIMIT);
         for limit in 1..=MAX_POLL_LIMIT {
             for wait in [long_wait, QUICK_POLL] {
                 let timeout_ms = wait.as_millis().max(1);
                 let url = format!("{poll_url}?limit={limit}&timeout_ms={timeout_ms}{filter}");
-                urls.push(reqwest::Url::parse(&url).map_err(|_| BuildError::Url)?);
+                uris.push(uri_of(&url::Url::parse(&url).map_err(|_| BuildError::Url)?)?);
             }
         }
-        let uris = urls.iter().map(uri_of).collect::<Result<_, _>>()?;
-        Ok(Self { long_wait, urls, uris })
+        Ok(Self { long_wait, uris })
     }
 
     /// The index of a poll asking for `limit` commands (clamped to 1..=25), and its wait.
@@ -47,26 +44,15 @@ impl PollUrls {
         }
     }
 
-    /// The URL of a poll asking for `limit` commands (clamped to 1..=25), and its wait.
-    #[cfg(test)]
-    fn get(&self, limit: usize, wait: PollWait) -> (&reqwest::Url, Duration) {
+    /// The target of a poll asking for `limit` commands (clamped to 1..=25), and its wait.
+    pub(super) fn target(&self, limit: usize, wait: PollWait) -> (&http::Uri, Duration) {
         let (i, wait) = self.index(limit, wait);
-        (&self.urls[i], wait)
-    }
-
-    /// The target of a poll asking for `limit` commands, for either client, and its wait.
-    pub(super) fn target(&self, limit: usize, wait: PollWait) -> (Target<'_>, Duration) {
-        let (i, wait) = self.index(limit, wait);
-        let target = Target {
-            url: &self.urls[i],
-            uri: &self.uris[i],
-        };
-        (target, wait)
+        (&self.uris[i], wait)
     }
 }
 
-/// hyper's `Uri` of a parsed URL, from its serialisation: what `reqwest` sends.
-pub(super) fn uri_of(url: &reqwest::Url) -> Result<http::Uri, BuildError> {
+/// hyper's `Uri` of a parsed URL, from its serialisation (as `reqwest` made it).
+pub(super) fn uri_of(url: &url::Url) -> Result<http::Uri, BuildError> {
     http::Uri::try_from(url.as_str()).map_err(|_| BuildError::Url)
 }
 
@@ -110,20 +96,20 @@ mod tests {
             Duration::from_secs(30),
         )
         .expect("parses");
-        let (url, wait) = urls.get(7, PollWait::Long);
+        let (url, wait) = urls.target(7, PollWait::Long);
         assert_eq!(
-            url.as_str(),
+            url.to_string(),
             "http://cp.example/v1/tunnels/t/poll?limit=7&timeout_ms=30000&channel=a"
         );
         assert_eq!(wait, Duration::from_secs(30));
-        let (url, wait) = urls.get(0, PollWait::Quick);
+        let (url, wait) = urls.target(0, PollWait::Quick);
         assert_eq!(
-            url.as_str(),
+            url.to_string(),
             "http://cp.example/v1/tunnels/t/poll?limit=1&timeout_ms=1&channel=a"
         );
         assert_eq!(wait, QUICK_POLL);
         assert_eq!(
-            urls.get(99, PollWait::Long).0.query(),
+            urls.target(99, PollWait::Long).0.query(),
             Some("limit=25&timeout_ms=30000&channel=a")
         );
     }

@@ -52,7 +52,7 @@ impl EtcdError {
 
 /// The error of a non-2xx answer from `endpoint`: etcd's refusal, or `Decode` for a body
 /// that is not one.
-pub(super) fn refused(endpoint: &str, status: reqwest::StatusCode, bytes: &[u8]) -> EtcdError {
+pub(super) fn refused(endpoint: &str, status: http::StatusCode, bytes: &[u8]) -> EtcdError {
     match super::wire::refusal(bytes) {
         // etcd's own refusals start with `etcdserver:`; this one is its gateway's.
         Some((code @ UNAVAILABLE, message)) if !message.starts_with("etcdserver:") => EtcdError::Refused {
@@ -70,35 +70,18 @@ pub(super) fn refused(endpoint: &str, status: reqwest::StatusCode, bytes: &[u8])
 }
 
 /// A request to `endpoint` that got no answer: `Timeout`, or `Unreachable` with the cause.
-pub(super) fn transport(endpoint: &str, error: &reqwest::Error) -> EtcdError {
-    if error.is_timeout() {
+pub(super) fn transport(endpoint: &str, error: &crate::egress::client::SendError) -> EtcdError {
+    if matches!(
+        error.kind(),
+        crate::egress::client::SendErrorKind::ConnectTimeout | crate::egress::client::SendErrorKind::Timeout
+    ) {
         return EtcdError::Timeout {
             endpoint: endpoint.to_owned(),
         };
     }
     EtcdError::Unreachable {
         endpoint: endpoint.to_owned(),
-        reason: chain(error),
+        // The error and its causes in words (no layer names the URL).
+        reason: error.to_string(),
     }
-}
-
-/// An error and its causes in words, without the URL (which reqwest puts first).
-pub(super) fn chain(error: &reqwest::Error) -> String {
-    let mut words = Vec::new();
-    let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
-    while let Some(e) = next {
-        words.push(e.to_string());
-        next = e.source();
-    }
-    if words.is_empty() {
-        words.push(
-            if error.is_connect() {
-                "connection failed"
-            } else {
-                "request failed"
-            }
-            .to_owned(),
-        );
-    }
-    words.join(": ")
 }

@@ -4,6 +4,7 @@ use std::fmt;
 
 use super::wire::{self, WatchMessage};
 use super::{EtcdError, WatchEvent};
+use crate::egress::client::Answer;
 
 /// The changes to a key (or a prefix) as etcd reports them, batch by batch.
 ///
@@ -12,7 +13,7 @@ use super::{EtcdError, WatchEvent};
 /// the lease keep-alives of the coordination layer do.
 pub struct Watch {
     /// `None` once the stream ended or failed.
-    response: Option<reqwest::Response>,
+    response: Option<Answer>,
     /// Bytes of the message not yet complete.
     buf: Vec<u8>,
     endpoint: String,
@@ -28,7 +29,7 @@ impl fmt::Debug for Watch {
 }
 
 impl Watch {
-    pub(super) fn new(response: reqwest::Response, endpoint: String) -> Watch {
+    pub(super) fn new(response: Answer, endpoint: String) -> Watch {
         Watch {
             response: Some(response),
             buf: Vec::new(),
@@ -86,14 +87,11 @@ impl Watch {
             match response.chunk().await {
                 Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk),
                 Ok(None) => return self.ended(),
-                Err(e) => {
+                Err(_) => {
                     self.end();
                     return Some(Err(EtcdError::Unreachable {
                         endpoint: self.endpoint.clone(),
-                        reason: format!(
-                            "the watch stream broke ({})",
-                            if e.is_timeout() { "timeout" } else { "connection lost" }
-                        ),
+                        reason: "the watch stream broke (connection lost)".to_owned(),
                     }));
                 }
             }

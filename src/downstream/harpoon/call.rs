@@ -21,12 +21,13 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, COOKIE, USER_AGENT};
-use reqwest::{Method, StatusCode, Url};
+use http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, COOKIE, USER_AGENT};
+use http::{Method, StatusCode};
 use tokio::time::Instant;
+use url::Url;
 
 use super::registry::{Registry, Target};
-use crate::downstream::error_chain::SendFacts;
+use crate::egress::client::{Answer, Client, SendErrorKind};
 
 /// Request headers never forwarded (upstream's list), compared without regard to case.
 const DROPPED: &[&str] = &[
@@ -253,7 +254,7 @@ pub(crate) fn forwardable(headers: &[(String, String)]) -> (HeaderMap, usize) {
 /// Runs one call on `client` from `target`, following redirects within `args`' limits
 /// to targets only; `registry` is read for each hop.
 pub(crate) async fn call(
-    client: &reqwest::Client,
+    client: &Client,
     registry: &std::sync::Mutex<Registry>,
     target: &Target,
     args: CallArgs,
@@ -290,7 +291,7 @@ pub(crate) async fn call(
             Ok(Ok(resp)) => resp,
         };
         let status = resp.status();
-        let location = resp.headers().get(reqwest::header::LOCATION).cloned();
+        let location = resp.headers().get(http::header::LOCATION).cloned();
         if !status.is_redirection() || !args.follow_redirects || location.is_none() {
             let headers = resp.headers().clone();
             let body = read_body(resp, args.max_bytes, deadline, millis).await?;
@@ -337,7 +338,7 @@ impl Hop {
         if matches!(status.as_u16(), 301..=303) {
             self.method = Method::GET;
             self.body = Bytes::new();
-            self.headers.remove(reqwest::header::CONTENT_TYPE);
+            self.headers.remove(http::header::CONTENT_TYPE);
         }
         let host = host_of(&url);
         if host != self.host && !host.ends_with(&format!(".{}", self.host)) {
@@ -373,38 +374,32 @@ fn scheme_mismatch(registry: &std::sync::Mutex<Registry>, next: &Url) -> Option<
     found.then(|| (flipped.to_owned(), next.scheme().to_owned()))
 }
 
-async fn send(client: &reqwest::Client, hop: &Hop) -> Result<reqwest::Response, CallFailure> {
+async fn send(client: &Client, hop: &Hop) -> Result<Answer, CallFailure> {
+    // Go never sends the fragment; hyper's `Uri` has none.
+    let url = hop.url.split('#').next().unwrap_or_default();
+    let uri: http::Uri = url.parse().map_err(|_| CallFailure::ConnectFailed)?;
     client
-        .request(hop.method.clone(), hop.url.as_str())
-        .headers(hop.headers.clone())
-        .body(hop.body.clone())
-        .send()
+        .send(hop.method.clone(), &uri, hop.headers.clone(), hop.body.clone())
         .await
-        .map_err(|e| send_failure(&e))
+        .map_err(|e| send_failure(e.kind()))
 }
 
-fn send_failure(error: &reqwest::Error) -> CallFailure {
-    let facts = SendFacts::of(error);
-    if facts.dns {
-        CallFailure::Dns
-    } else if facts.proxy_refused || facts.proxy_auth {
-        CallFailure::ProxyRefused
-    } else if facts.refused {
-        CallFailure::Refused
-    } else if facts.connect && facts.timeout {
-        CallFailure::ConnectTimeout
-    } else if facts.connect && !facts.tcp_stage || facts.tls_refused {
-        CallFailure::Tls
-    } else if facts.connect {
-        CallFailure::ConnectFailed
-    } else {
-        CallFailure::Lost
+/// What the one client's error kind means for a call.
+fn send_failure(kind: SendErrorKind) -> CallFailure {
+    match kind {
+        SendErrorKind::Dns => CallFailure::Dns,
+        SendErrorKind::Refused => CallFailure::Refused,
+        SendErrorKind::ConnectTimeout => CallFailure::ConnectTimeout,
+        SendErrorKind::Tls => CallFailure::Tls,
+        SendErrorKind::ProxyRefused | SendErrorKind::ProxyAuth => CallFailure::ProxyRefused,
+        SendErrorKind::Connect => CallFailure::ConnectFailed,
+        SendErrorKind::Timeout | SendErrorKind::Lost => CallFailure::Lost,
     }
 }
 
 /// `doctor`'s look at a target: a `HEAD` (a `GET` when the target refuses `HEAD` with
 /// `405` or `501`), which changes nothing; the status, or why nothing answered.
-pub(crate) async fn probe(client: &reqwest::Client, url: &str, timeout: Duration) -> Result<StatusCode, CallFailure> {
+pub(crate) async fn probe(client: &Client, url: &str, timeout: Duration) -> Result<StatusCode, CallFailure> {
     let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let deadline = Instant::now() + timeout;
     let mut method = Method::HEAD;
@@ -434,12 +429,7 @@ pub(crate) async fn probe(client: &reqwest::Client, url: &str, timeout: Duration
     }
 }
 
-async fn read_body(
-    mut resp: reqwest::Response,
-    max: usize,
-    deadline: Instant,
-    millis: u64,
-) -> Result<Vec<u8>, CallFailure> {
+async fn read_body(mut resp: Answer, max: usize, deadline: Instant, millis: u64) -> Result<Vec<u8>, CallFailure> {
     let mut body = Vec::new();
     loop {
         let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {

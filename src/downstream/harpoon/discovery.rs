@@ -19,11 +19,11 @@
 
 use std::net::IpAddr;
 
-use reqwest::Url;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
+use url::Url;
 
 use super::registry::Registered;
 use super::{HarpoonTransport, HostClassifier};
@@ -184,12 +184,15 @@ impl HarpoonTransport {
     /// the URL that served it.
     async fn fetch_metadata(&self, issuer: &Url, deadline: Instant) -> Option<(Url, Value)> {
         for url in metadata_urls(issuer) {
+            let Ok(uri) = url.as_str().parse::<http::Uri>() else {
+                continue;
+            };
+            let mut headers = http::HeaderMap::new();
+            headers.insert(http::header::ACCEPT, http::HeaderValue::from_static("application/json"));
             let request = self
                 .inner
                 .client
-                .get(url.clone())
-                .header("accept", "application/json")
-                .send();
+                .send(http::Method::GET, &uri, headers, bytes::Bytes::new());
             let Ok(Ok(mut resp)) = tokio::time::timeout_at(deadline, request).await else {
                 continue;
             };

@@ -35,9 +35,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::identity::Observed;
 use super::{ChannelStatus, DownstreamRequest, LegResult, TransportKind};
 use crate::config::{ProxySetting, TlsFiles};
+use crate::egress::client::{Client, Egress, NackRetries};
 use crate::strict::Admission;
 use crate::telemetry::Metrics;
 use registry::Registry;
+
+/// One bound over TCP connect, a proxy's `CONNECT` and the TLS handshake of a call.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Pooled connections to targets idle longer than this are closed.
+const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The reserved channel name.
 pub const HARPOON_CHANNEL: &str = "harpoon";
@@ -85,7 +91,7 @@ pub enum HarpoonSetupError {
 
 struct Inner {
     registry: Mutex<Registry>,
-    client: reqwest::Client,
+    client: Client,
     settings: HarpoonSettings,
     /// Shared with the control client: whether the channel is advertised.
     routable: Arc<AtomicBool>,
@@ -227,24 +233,24 @@ pub struct TargetView {
     pub origin: String,
 }
 
-/// The outbound client: `harpoon.proxy`, `harpoon.tls`, no redirects of its own (each
-/// hop is checked against the targets), no retries.
-fn build_client(settings: &HarpoonSettings) -> Result<reqwest::Client, HarpoonSetupError> {
-    let tls = crate::egress::tls::client_config(&settings.tls).map_err(|e| HarpoonSetupError::Client(e.to_string()))?;
-    let builder = reqwest::Client::builder();
-    let builder = match tls {
-        Some(tls) => builder.tls_backend_preconfigured(tls),
-        None => builder,
+/// The outbound client: the gateway's one egress client with `harpoon.proxy` and
+/// `harpoon.tls`; it follows no redirect (each hop is checked against the targets here)
+/// and resends nothing.
+fn build_client(settings: &HarpoonSettings) -> Result<Client, HarpoonSetupError> {
+    let setup = |e: &dyn std::fmt::Display| HarpoonSetupError::Client(e.to_string());
+    let tls = match crate::egress::tls::client_config(&settings.tls).map_err(|e| setup(&e))? {
+        Some(tls) => tls,
+        None => crate::egress::client::platform_config().map_err(|e| setup(&e))?,
     };
-    let builder = builder
-        .redirect(reqwest::redirect::Policy::none())
-        .retry(reqwest::retry::never())
-        .referer(false)
-        .connect_timeout(std::time::Duration::from_secs(10));
-    // The proxy hook decides per target; the pool is kept (each forwarded request gets
-    // its own connection only through a forwarding proxy for a single target).
-    let any = reqwest::Url::parse("https://harpoon.invalid/").expect("a valid URL");
-    let builder = crate::egress::proxy::apply(builder, &settings.proxy, &any)
-        .map_err(|e| HarpoonSetupError::Client(e.to_string()))?;
-    builder.build().map_err(|e| HarpoonSetupError::Client(e.to_string()))
+    let egress = Egress {
+        tls,
+        proxy: settings.proxy.clone(),
+        socket: None,
+        connect_timeout: CONNECT_TIMEOUT,
+        idle: IDLE_TIMEOUT,
+        retries: NackRetries::Never,
+    };
+    // The target only decides the pool of a forwarded route; targets are mostly https.
+    let any = url::Url::parse("https://harpoon.invalid/").expect("a valid URL");
+    Client::new(egress, &any).map_err(|e| setup(&e))
 }

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use reqwest::Url;
+use url::Url;
 
 /// Most targets, configured and registered together (upstream's limit).
 pub(crate) const MAX_TARGETS: usize = 10_000;

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use reqwest::Method;
+use http::Method;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
@@ -251,7 +251,7 @@ fn audience(harpoon: &HarpoonTransport, args: &Map<String, Value>) -> Value {
         harpoon.inner.metrics.harpoon_refused("not_a_token_endpoint");
         return tool_error(label, "target is not an OAuth token endpoint");
     }
-    let usable = reqwest::Url::parse(&target.original).is_ok_and(|u| {
+    let usable = url::Url::parse(&target.original).is_ok_and(|u| {
         matches!(u.scheme(), "http" | "https")
             && u.host_str().is_some_and(|h| !h.is_empty())
             && u.username().is_empty()

@@ -13,12 +13,13 @@
 //!
 //! Nothing here does I/O, logs or holds state.
 
-use reqwest::header::{HeaderMap, CONTENT_TYPE};
+use http::header::{HeaderMap, CONTENT_TYPE};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::downstream::error_chain::SendFacts;
 use crate::downstream::{DownstreamRequest, LegFailure};
+use crate::egress::client::SendErrorKind;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum BodyKind {
@@ -144,47 +145,25 @@ pub(super) fn reached_server(failure: &LegFailure) -> Option<bool> {
     }
 }
 
-/// Maps a send error (before response headers) to a failure. Errors while connecting
-/// (DNS, TCP, TLS) happen before any request byte is written: `not_sent`; so does a
-/// handshake the server refused with an alert after the client's side of it finished. Everything else
-/// may follow the write: `abandoned`. Exhaustion of the gateway's own descriptors or
-/// socket memory while resolving or connecting is named first, never as the server's
-/// failure (a resolver out of descriptors reports a DNS error).
-pub(super) fn classify_send_error(facts: SendFacts, https: bool) -> LegFailure {
-    if facts.exhausted && (facts.connect || facts.dns) {
+/// Maps a send error (before response headers) to a failure: every connect-phase kind
+/// (DNS, TCP, TLS, a proxy's refused `CONNECT`) wrote nothing, `not_sent`; so did a
+/// handshake the server refused with an alert after the client's side of it finished
+/// (`tls`). `timeout` and `lost` may follow the write: `abandoned`. Exhaustion of the
+/// gateway's own descriptors or socket memory while resolving or connecting is named
+/// first, never as the server's failure.
+pub(super) fn classify_send_error(facts: SendFacts) -> LegFailure {
+    if facts.exhausted {
         return LegFailure::LocalExhaustion;
     }
-    if facts.dns {
-        return LegFailure::Dns;
-    }
-    // A handshake the server refused, even when its alert arrived after the request was
-    // written (TLS 1.3 client authentication): the server processed nothing.
-    if facts.tls_refused {
-        return LegFailure::Tls;
-    }
-    if !facts.connect {
-        return if facts.timeout {
-            LegFailure::TimeoutAfterWrite
-        } else {
-            LegFailure::ConnectionLost
-        };
-    }
-    // A proxy that would not open the tunnel: nothing of the request was written.
-    if facts.proxy_auth {
-        return LegFailure::ProxyAuthRequired;
-    }
-    if facts.proxy_refused {
-        return LegFailure::ProxyRefused;
-    }
-    if facts.refused {
-        return LegFailure::ConnectRefused;
-    }
-    // The TCP stage names itself; a connect-phase failure past it on an https URL is the
-    // TLS handshake (the connect timeout spans both, and stays a connect failure).
-    if facts.timeout || facts.tcp_stage || !https {
-        LegFailure::ConnectFailed
-    } else {
-        LegFailure::Tls
+    match facts.kind {
+        SendErrorKind::Dns => LegFailure::Dns,
+        SendErrorKind::Refused => LegFailure::ConnectRefused,
+        SendErrorKind::ConnectTimeout | SendErrorKind::Connect => LegFailure::ConnectFailed,
+        SendErrorKind::Tls => LegFailure::Tls,
+        SendErrorKind::ProxyRefused => LegFailure::ProxyRefused,
+        SendErrorKind::ProxyAuth => LegFailure::ProxyAuthRequired,
+        SendErrorKind::Timeout => LegFailure::TimeoutAfterWrite,
+        SendErrorKind::Lost => LegFailure::ConnectionLost,
     }
 }
 

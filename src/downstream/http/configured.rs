@@ -7,7 +7,7 @@
 //! caller passes through still reaches the server. The transport's own headers are never
 //! replaced (the configuration rejects their names).
 
-use reqwest::header::HeaderMap;
+use http::header::HeaderMap;
 
 use crate::protocol::WireHeaders;
 
@@ -23,7 +23,7 @@ pub(super) fn add(request: &mut HeaderMap, configured: &HeaderMap, caller: &Wire
 
 #[cfg(test)]
 mod tests {
-    use reqwest::header::HeaderValue;
+    use http::header::HeaderValue;
 
     use super::*;
 
@@ -59,7 +59,7 @@ mod tests {
             let mut request = HeaderMap::new();
             for (n, values) in &wire {
                 request.insert(
-                    reqwest::header::HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()).unwrap(),
+                    http::header::HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()).unwrap(),
                     HeaderValue::from_str(&values[0]).unwrap(),
                 );
             }

@@ -21,17 +21,20 @@
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderValue, ACCEPT, LOCATION, USER_AGENT, WWW_AUTHENTICATE};
-use reqwest::{Method, StatusCode, Url};
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderValue, ACCEPT, LOCATION, USER_AGENT, WWW_AUTHENTICATE};
+use http::{Method, StatusCode};
 use serde_json::value::RawValue;
 use tokio::time::{timeout_at, Instant};
+use url::Url;
 
 use super::classify::json_value;
+use super::client::Clients;
 use super::exchange::{read_body, BodyError};
 use super::headers::response_headers;
 use super::HttpTransport;
 use crate::downstream::{Discovered, Reply};
-use crate::egress::direct::Answer;
+use crate::egress::client::Answer;
 use crate::protocol::{DiscoveryFailure, RespType};
 use crate::strict::Admission;
 
@@ -70,7 +73,7 @@ impl HttpTransport {
     /// Cancel-safe: every request is a read (or the empty-body probe) that cannot act on
     /// the MCP server, so dropping the future loses nothing but the answer.
     pub async fn discover(&self, admission: &Admission, deadline: Instant) -> Result<Discovered, DiscoveryFailure> {
-        let client = self.client().map_err(|_| DiscoveryFailure::Unreachable)?;
+        let client = self.clients().map_err(|_| DiscoveryFailure::Unreachable)?;
         let mut candidates = Vec::new();
         let probe_deadline = deadline.min(Instant::now() + PROBE_BOUND);
         if let Some(url) = self.probe(&client, admission, probe_deadline).await? {
@@ -97,7 +100,7 @@ impl HttpTransport {
                 continue;
             }
             let resp_headers = response_headers(resp.headers());
-            let document = match read_body(Answer::Reqwest(resp), MAX_DOCUMENT, deadline).await {
+            let document = match read_body(resp, MAX_DOCUMENT, deadline).await {
                 Ok(body) => metadata_document(body),
                 Err(BodyError::Timeout) => return Err(DiscoveryFailure::TimedOut),
                 Err(BodyError::TooLarge) => return Err(DiscoveryFailure::InvalidMetadata),
@@ -140,17 +143,13 @@ impl HttpTransport {
     /// only end the probe; a refusal by the fence ends the discovery.
     async fn probe(
         &self,
-        client: &reqwest::Client,
+        client: &Clients,
         admission: &Admission,
         deadline: Instant,
     ) -> Result<Option<Url>, DiscoveryFailure> {
         for method in [Method::POST, Method::GET] {
-            let request = client
-                .request(method, self.inner.url.clone())
-                .headers(discovery_headers(&self.inner.url, &self.origin_headers()))
-                .build()
-                .map_err(|_| DiscoveryFailure::Unreachable)?;
-            let resp = match send(client, admission, request, deadline).await {
+            let headers = discovery_headers(&self.inner.url, &self.origin_headers());
+            let resp = match send(client, admission, (method, &self.inner.url, headers), deadline).await {
                 Ok(resp) => resp,
                 Err(FetchError::Refused) => return Err(DiscoveryFailure::NotExecuted),
                 Err(FetchError::Timeout) => return Ok(None),
@@ -175,19 +174,15 @@ impl HttpTransport {
 
 /// `GET url`, following same-origin redirects (at most [`MAX_REDIRECTS`]).
 async fn fetch(
-    client: &reqwest::Client,
+    client: &Clients,
     admission: &Admission,
     mut url: Url,
     deadline: Instant,
     configured: &OriginHeaders<'_>,
-) -> Result<reqwest::Response, FetchError> {
+) -> Result<Answer, FetchError> {
     for _ in 0..=MAX_REDIRECTS {
-        let request = client
-            .request(Method::GET, url.clone())
-            .headers(discovery_headers(&url, configured))
-            .build()
-            .map_err(|_| FetchError::Transport)?;
-        let resp = send(client, admission, request, deadline).await?;
+        let headers = discovery_headers(&url, configured);
+        let resp = send(client, admission, (Method::GET, &url, headers), deadline).await?;
         let next = resp
             .status()
             .is_redirection()
@@ -205,18 +200,22 @@ async fn fetch(
     Err(FetchError::Transport)
 }
 
-/// Sends one discovery request after a fresh fence check, bounded by `deadline`.
+/// Sends one discovery request (its method, URL and headers; no body) on the channel's
+/// client after a fresh fence check, bounded by `deadline`. A URL hyper cannot send
+/// (reqwest's `try_uri` before it refused the same) is a transport failure: nothing is
+/// sent.
 async fn send(
-    client: &reqwest::Client,
+    client: &Clients,
     admission: &Admission,
-    request: reqwest::Request,
+    (method, url, headers): (Method, &Url, HeaderMap),
     deadline: Instant,
-) -> Result<reqwest::Response, FetchError> {
+) -> Result<Answer, FetchError> {
     if Instant::now() >= deadline {
         return Err(FetchError::Timeout);
     }
+    let uri = url.as_str().parse::<http::Uri>().map_err(|_| FetchError::Transport)?;
     admission.recheck().map_err(|_| FetchError::Refused)?;
-    match timeout_at(deadline, client.execute(request)).await {
+    match timeout_at(deadline, client.client.send(method, &uri, headers, Bytes::new())).await {
         Err(_) => Err(FetchError::Timeout),
         Ok(Err(_)) => Err(FetchError::Transport),
         Ok(Ok(resp)) => Ok(resp),
@@ -224,8 +223,8 @@ async fn send(
 }
 
 /// `Accept: application/json` and the gateway's `User-Agent`, on every discovery request.
-fn discovery_headers(url: &Url, configured: &OriginHeaders<'_>) -> reqwest::header::HeaderMap {
-    let mut headers = reqwest::header::HeaderMap::new();
+fn discovery_headers(url: &Url, configured: &OriginHeaders<'_>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
     headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
     headers.insert(
         USER_AGENT,
@@ -240,7 +239,7 @@ fn discovery_headers(url: &Url, configured: &OriginHeaders<'_>) -> reqwest::head
 /// A channel's configured headers and the one origin they may go to.
 struct OriginHeaders<'a> {
     origin: &'a Url,
-    headers: &'a reqwest::header::HeaderMap,
+    headers: &'a HeaderMap,
 }
 
 /// Same scheme, host and effective port.

@@ -14,7 +14,7 @@
 //!   never waited for.
 
 use futures_util::FutureExt;
-use reqwest::StatusCode;
+use http::StatusCode;
 use tokio::time::{timeout_at, Instant};
 
 use super::classify::{body_kind, json_value, BodyKind, Expected, Message};
@@ -22,7 +22,7 @@ use super::headers::{response_headers, RespHeaders};
 use super::stream::StreamLeg;
 use super::HttpTransport;
 use crate::downstream::{DownstreamRequest, LegFailure, NotifySink, Reply};
-use crate::egress::direct::Answer;
+use crate::egress::client::Answer;
 use crate::protocol::{RespType, WireHeaders};
 use crate::strict::Admission;
 

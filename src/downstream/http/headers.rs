@@ -14,7 +14,7 @@
 //! The channel's configured headers are added by [`super::configured`], the transport's
 //! own (`Content-Type`, `Accept`, `Last-Event-ID`) by [`super::request`].
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::protocol::{filter_resp_headers, WireHeaders};
 

@@ -9,9 +9,9 @@
 //!   of the POST;
 //! - the channel reaches its server directly, through the proxy its configuration names
 //!   (`egress::proxy`: `CONNECT` for https, forwarded for http), or over a unix socket;
-//!   reached directly, its POST, resume `GET` and session `DELETE` drive hyper's client
-//!   (`egress::direct`, set up as the channel's reqwest client), and a failure of
-//!   either client is classified by the same `SendFacts` reading ([`classify`]);
+//!   every request (the POST, the resume `GET`, the session `DELETE`, discovery's) goes
+//!   through the gateway's one client (`egress::client`), and a failure is classified
+//!   from its one stable kind (`egress::error::SendErrorKind`, in [`classify`]);
 //! - `not_sent` only when the failure happened while connecting (DNS, TCP, TLS, a proxy's
 //!   refused `CONNECT`) or before the send began, or when a forwarding proxy answered
 //!   `407` (it forwarded nothing); anything after that without a terminal response is
@@ -27,9 +27,9 @@
 //! dispatcher acts on them.
 //!
 //! Rooms, each owning one concern of the leg (types and the public surface stay here):
-//! - [`client`]: the channel's two clients, set up once and held until
+//! - [`client`]: the channel's client, set up once and held until
 //!   [`HttpTransport::close_connections`];
-//! - [`request`]: the POST, the resume `GET` and the session `DELETE`, ready for their
+//! - [`request`]: the POST, the resume `GET` and the session `DELETE`, ready for the
 //!   client, with their headers from [`headers`] and [`configured`];
 //! - [`send`]: the one place a request leaves, after the fence's last word, and what a
 //!   failure before the response headers proves;
@@ -44,9 +44,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reqwest::header::HeaderMap;
-use reqwest::Url;
+use http::header::HeaderMap;
 use tokio::time::Instant;
+use url::Url;
 
 use self::classify::reached_server;
 use self::client::{build_clients, ClientError, Clients};
@@ -75,10 +75,9 @@ pub struct HttpEgress {
     pub proxy: ProxySetting,
     pub socket: Option<PathBuf>,
     /// The channel's TLS configuration (`mcp.tls`, the channel's `tls`, from
-    /// `egress::tls::client_config`); `None`: reqwest's own (platform roots, no client
-    /// certificate; the direct client builds the same, `egress::direct::platform_config`).
-    /// Neither client follows a redirect, so its client certificate is only ever offered
-    /// to this channel's origin.
+    /// `egress::tls::client_config`); `None`: platform roots, no client certificate
+    /// (`egress::client::platform_config`). The client follows no redirect, so its
+    /// client certificate is only ever offered to this channel's origin.
     pub tls: Option<rustls::ClientConfig>,
 }
 
@@ -113,7 +112,7 @@ pub enum HttpSetupError {
     Client {
         channel: String,
         #[source]
-        source: reqwest::Error,
+        source: rustls::Error,
     },
     #[error("the channel's proxy cannot be used: {source}")]
     Proxy {
@@ -144,7 +143,6 @@ pub struct HttpTransport {
 struct Inner {
     channel: String,
     url: Url,
-    https: bool,
     settings: HttpSettings,
     egress: HttpEgress,
     /// How requests for `url` leave: what a proxy's answer proves depends on it.
@@ -165,7 +163,7 @@ struct Inner {
 impl HttpTransport {
     /// Builds the channel's transport for a URL the configuration has checked.
     ///
-    /// The scheme comes from the [`HttpUrl`]. reqwest needs its own `Url`, whose grammar
+    /// The scheme comes from the [`HttpUrl`]. The proxy rules read a WHATWG `Url`, whose grammar
     /// (WHATWG) is not the configuration's, so the text is converted here, once; a URL
     /// the configuration accepts and WHATWG does not (say, host `1.2.3.999`) is
     /// [`HttpSetupError::InvalidUrl`].
@@ -183,7 +181,7 @@ impl HttpTransport {
         let parsed = Url::parse(url.as_str()).map_err(|_| HttpSetupError::InvalidUrl {
             channel: channel.to_owned(),
         })?;
-        Self::build(channel, parsed, url.is_https(), settings, egress)
+        Self::build(channel, parsed, settings, egress)
     }
 
     /// Builds the channel's transport for a URL given as text that did not come through
@@ -193,31 +191,24 @@ impl HttpTransport {
             channel: channel.to_owned(),
         };
         let url = Url::parse(url).map_err(|_| invalid())?;
-        let https = match url.scheme() {
-            "https" => true,
-            "http" => false,
-            _ => {
-                return Err(HttpSetupError::UnsupportedScheme {
-                    channel: channel.to_owned(),
-                })
-            }
-        };
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(HttpSetupError::UnsupportedScheme {
+                channel: channel.to_owned(),
+            });
+        }
         if !url.has_host() {
             return Err(invalid());
         }
-        Self::build(channel, url, https, settings, HttpEgress::direct())
+        Self::build(channel, url, settings, HttpEgress::direct())
     }
 
-    fn build(
-        channel: &str,
-        url: Url,
-        https: bool,
-        settings: HttpSettings,
-        egress: HttpEgress,
-    ) -> Result<Self, HttpSetupError> {
+    fn build(channel: &str, url: Url, settings: HttpSettings, egress: HttpEgress) -> Result<Self, HttpSetupError> {
         let connects = watch::ConnectSlot::default();
         let client = build_clients(&url, &settings, &egress, &connects).map_err(|e| match e {
-            ClientError::Http(source) => HttpSetupError::Client {
+            ClientError::Url => HttpSetupError::InvalidUrl {
+                channel: channel.to_owned(),
+            },
+            ClientError::Tls(source) => HttpSetupError::Client {
                 channel: channel.to_owned(),
                 source,
             },
@@ -231,7 +222,6 @@ impl HttpTransport {
                 channel: channel.to_owned(),
                 route: egress.route(&url),
                 url,
-                https,
                 settings,
                 egress,
                 client: Mutex::new(Some(client)),
@@ -354,23 +344,9 @@ impl HttpTransport {
 
 #[cfg(test)]
 impl HttpTransport {
-    /// `"direct"` or `"reqwest"`: which client the channel's POST takes.
-    pub(super) fn client_label(&self) -> &'static str {
-        match self.clients().expect("the clients build").direct {
-            Some(_) => "direct",
-            None => "reqwest",
-        }
-    }
-
-    /// The same channel with every request on reqwest: the reference the direct path's
-    /// tests compare against (until [`close_connections`](Self::close_connections)).
-    pub(super) fn on_reqwest(self) -> Self {
-        let clients = self.clients().expect("the clients build");
-        *lock(&self.inner.client) = Some(Clients {
-            direct: None,
-            ..clients
-        });
-        self
+    /// How the channel's requests leave: `"direct"`, `"tunnel"` or `"forward"`.
+    pub(super) fn route_label(&self) -> &'static str {
+        self.inner.route.as_str()
     }
 }
 
@@ -405,4 +381,4 @@ mod tests;
 mod proxy_tests;
 
 #[cfg(test)]
-mod direct_tests;
+mod wire_tests;

@@ -6,36 +6,28 @@
 //!   `Accept` is the command's, else both JSON and an event stream;
 //! - each request carries the command's headers as [`super::headers`] selects them, and
 //!   the channel's configured headers the caller did not send ([`super::configured`]);
-//! - a request goes on the direct client when the channel has it, else on reqwest; one
-//!   that cannot be built is never sent (the caller reports it `not_sent`, or, for a
-//!   resume, leaves the leg `abandoned`).
+//! - every request goes on the channel's one client; one that cannot be built is never
+//!   sent (the caller reports it `not_sent`, or, for a resume, leaves the leg
+//!   `abandoned`).
 //!
 //! Must not send anything: [`super::send`] does.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
-use reqwest::Method;
+use http::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
+use http::Method;
 
-use super::client::{Clients, DirectPath};
+use super::client::Clients;
 use super::headers::{forward_headers, resume_headers};
 use super::{configured, HttpTransport};
 use crate::downstream::{DownstreamRequest, LegFailure};
 use crate::protocol::{WireHeaders, LAST_EVENT_ID, MCP_SESSION_ID};
 
-/// One request of a leg, ready for the client it goes to.
-pub(super) enum Outgoing {
-    Direct {
-        path: Arc<DirectPath>,
-        method: Method,
-        headers: HeaderMap,
-        body: Bytes,
-    },
-    Reqwest {
-        client: reqwest::Client,
-        request: reqwest::Request,
-    },
+/// One request of a leg, ready for the channel's client.
+pub(super) struct Outgoing {
+    pub(super) clients: Clients,
+    pub(super) method: Method,
+    pub(super) headers: HeaderMap,
+    pub(super) body: Bytes,
 }
 
 /// `Accept` sent with a POST when the command's headers carry none.
@@ -52,37 +44,12 @@ impl HttpTransport {
             headers.insert(ACCEPT, HeaderValue::from_static(DEFAULT_ACCEPT));
         }
         let body = Bytes::copy_from_slice(req.payload.raw().get().as_bytes());
-        self.outgoing(clients, Method::POST, headers, Some(body))
-            .ok_or(LegFailure::InternalBeforeSend)
-    }
-
-    /// A request for the client that carries it: the direct one when the channel has
-    /// it, reqwest otherwise (built as before; `None` when reqwest cannot build it).
-    fn outgoing(&self, clients: &Clients, method: Method, headers: HeaderMap, body: Option<Bytes>) -> Option<Outgoing> {
-        if let Some(path) = &clients.direct {
-            return Some(Outgoing::Direct {
-                path: path.clone(),
-                method,
-                headers,
-                body: body.unwrap_or_default(),
-            });
-        }
-        let builder = clients.reqwest.request(method, self.inner.url.clone()).headers(headers);
-        let builder = match body {
-            Some(body) => builder.body(body),
-            None => builder,
-        };
-        let request = builder.build().ok()?;
-        Some(Outgoing::Reqwest {
-            client: clients.reqwest.clone(),
-            request,
-        })
+        Ok(outgoing(clients, Method::POST, headers, body))
     }
 
     /// The resume `GET` of a cut stream: the command's resume headers, the stream's
     /// session id when the command named none, the configured headers, and
-    /// `Last-Event-ID`. `None` when the event id is not a header value or the request
-    /// cannot be built: nothing is sent.
+    /// `Last-Event-ID`. `None` when the event id is not a header value: nothing is sent.
     pub(super) fn resume_request(
         &self,
         clients: &Clients,
@@ -100,7 +67,7 @@ impl HttpTransport {
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         let last_id = HeaderValue::from_str(last_event_id).ok()?;
         headers.insert(LAST_EVENT_ID, last_id);
-        self.outgoing(clients, Method::GET, headers, None)
+        Some(outgoing(clients, Method::GET, headers, Bytes::new()))
     }
 
     /// The session `DELETE`: the command's headers (its `Mcp-Session-Id` among them) and
@@ -108,7 +75,15 @@ impl HttpTransport {
     pub(super) fn delete_request(&self, clients: &Clients, headers: &WireHeaders) -> Result<Outgoing, LegFailure> {
         let mut request_headers = forward_headers(headers);
         configured::add(&mut request_headers, &self.inner.configured, headers);
-        self.outgoing(clients, Method::DELETE, request_headers, None)
-            .ok_or(LegFailure::InternalBeforeSend)
+        Ok(outgoing(clients, Method::DELETE, request_headers, Bytes::new()))
+    }
+}
+
+fn outgoing(clients: &Clients, method: Method, headers: HeaderMap, body: Bytes) -> Outgoing {
+    Outgoing {
+        clients: clients.clone(),
+        method,
+        headers,
+        body,
     }
 }

@@ -18,7 +18,7 @@
 use std::future::Future;
 use std::task::Poll;
 
-use reqwest::StatusCode;
+use http::StatusCode;
 use tokio::time::{timeout_at, Instant};
 
 use super::classify::classify_send_error;
@@ -26,7 +26,7 @@ use super::request::Outgoing;
 use super::{lock, HttpTransport};
 use crate::downstream::error_chain::SendFacts;
 use crate::downstream::LegFailure;
-use crate::egress::direct::{Answer, SendError};
+use crate::egress::client::{Answer, SendError};
 use crate::egress::proxy::Route;
 use crate::strict::Admission;
 
@@ -75,7 +75,9 @@ impl HttpTransport {
             // A connection the fence refused to use: nothing was written.
             Ok(Err(_)) if !admission.is_sent() && admission.recheck().is_err() => Err(LegFailure::NotAdmitted),
             Ok(Err(error)) => {
-                let failure = classify_send_error(SendFacts::of_send(&error), self.inner.https);
+                let facts = SendFacts::of(&error);
+                tracing::debug!(channel = %self.inner.channel, send_error = facts.kind.as_str(), "no response headers");
+                let failure = classify_send_error(facts);
                 if failure == LegFailure::Tls {
                     self.warn_tls(&error);
                 }
@@ -115,18 +117,12 @@ impl HttpTransport {
     /// # Cancel safety
     /// Not cancel-safe once polled: the request may be on the wire when it is dropped.
     async fn execute(&self, request: Outgoing) -> Result<Answer, SendError> {
-        match request {
-            Outgoing::Direct {
-                path,
-                method,
-                headers,
-                body,
-            } => path.client.send(method, &path.uri, headers, body).await,
-            Outgoing::Reqwest { client, request } => client
-                .execute(request)
-                .await
-                .map(Answer::Reqwest)
-                .map_err(SendError::Reqwest),
-        }
+        let Outgoing {
+            clients,
+            method,
+            headers,
+            body,
+        } = request;
+        clients.client.send(method, &clients.uri, headers, body).await
     }
 }

@@ -25,7 +25,7 @@ use super::headers::{response_headers, RespHeaders};
 use super::HttpTransport;
 use crate::downstream::sse::SseParser;
 use crate::downstream::{DownstreamRequest, LegFailure, Notification, NotifySink, Reply};
-use crate::egress::direct::Answer;
+use crate::egress::client::Answer;
 use crate::protocol::{header_value, RespType, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::strict::Admission;
 

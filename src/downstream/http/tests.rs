@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 
 use bytes::Bytes;
-use reqwest::header::CONTENT_TYPE;
+use http::header::CONTENT_TYPE;
 use serde_json::value::RawValue;
 
 use super::classify::classify_send_error;
@@ -18,6 +18,7 @@ use super::*;
 use crate::downstream::error_chain::SendFacts;
 use crate::downstream::test_support::{assert_not_admitted, assert_row, assert_timed_out_after_write, A, N, R};
 use crate::downstream::{LegOutcome, Notification};
+use crate::egress::client::SendErrorKind;
 use crate::protocol::JsonRpcPayload;
 use crate::scripted_peer::{head, reply, sse_head, Act, Server};
 use crate::strict::{CommandRef, FatalCategory, Fence};
@@ -791,70 +792,32 @@ async fn a_latched_admission_sends_nothing() {
 }
 
 #[test]
-fn each_send_error_fact_set_maps_to_one_failure() {
+fn each_send_error_kind_maps_to_one_failure() {
+    use SendErrorKind as K;
     let facts = SendFacts::given;
     let cases = [
-        (facts(true, true, true, true, true), true, LegFailure::Dns),
-        (
-            facts(false, false, true, false, false),
-            true,
-            LegFailure::TimeoutAfterWrite,
-        ),
-        (
-            facts(false, false, false, false, false),
-            true,
-            LegFailure::ConnectionLost,
-        ),
-        (facts(false, true, true, true, false), true, LegFailure::ConnectRefused),
-        (facts(false, true, true, false, false), true, LegFailure::ConnectFailed),
-        (facts(false, true, false, false, true), true, LegFailure::ConnectFailed),
-        (
-            facts(false, true, false, false, false),
-            false,
-            LegFailure::ConnectFailed,
-        ),
-        (facts(false, true, false, false, false), true, LegFailure::Tls),
-        // A refused TLS 1.3 client certificate: the alert can follow the write.
-        (
-            facts(false, false, false, false, false).tls_refused(),
-            true,
-            LegFailure::Tls,
-        ),
-        (
-            facts(false, false, true, false, false).tls_refused(),
-            true,
-            LegFailure::Tls,
-        ),
-        // The gateway's own exhaustion while resolving or connecting is named as such...
-        (
-            facts(false, true, false, false, true).exhausted(),
-            true,
-            LegFailure::LocalExhaustion,
-        ),
-        (
-            facts(true, true, false, false, false).exhausted(),
-            false,
-            LegFailure::LocalExhaustion,
-        ),
-        (
-            facts(false, true, true, true, false).exhausted(),
-            true,
-            LegFailure::LocalExhaustion,
-        ),
-        // ...and never turns a failure after the write into "not sent".
-        (
-            facts(false, false, false, false, false).exhausted(),
-            true,
-            LegFailure::ConnectionLost,
-        ),
-        (
-            facts(false, false, true, false, false).exhausted(),
-            true,
-            LegFailure::TimeoutAfterWrite,
-        ),
+        (facts(K::Dns), LegFailure::Dns),
+        (facts(K::Refused), LegFailure::ConnectRefused),
+        (facts(K::ConnectTimeout), LegFailure::ConnectFailed),
+        (facts(K::Connect), LegFailure::ConnectFailed),
+        (facts(K::Tls), LegFailure::Tls),
+        (facts(K::ProxyRefused), LegFailure::ProxyRefused),
+        (facts(K::ProxyAuth), LegFailure::ProxyAuthRequired),
+        (facts(K::Timeout), LegFailure::TimeoutAfterWrite),
+        (facts(K::Lost), LegFailure::ConnectionLost),
+        // The gateway's own exhaustion while resolving or connecting is named as such
+        // (`SendFacts::of` sets it only then, never after the write).
+        (facts(K::Connect).exhausted(), LegFailure::LocalExhaustion),
+        (facts(K::Dns).exhausted(), LegFailure::LocalExhaustion),
+        (facts(K::Refused).exhausted(), LegFailure::LocalExhaustion),
     ];
-    for (facts, https, want) in cases {
-        assert_eq!(classify_send_error(facts, https), want, "{facts:?}, https {https}");
+    for (facts, want) in cases {
+        assert_eq!(classify_send_error(facts), want, "{facts:?}");
+        assert_eq!(
+            facts.kind.wrote_nothing(),
+            want.outcome() == LegOutcome::NotSent,
+            "{facts:?}"
+        );
     }
 }
 

@@ -22,7 +22,7 @@ pub(super) struct ConnectSlot(Arc<Mutex<Option<Wire>>>);
 /// Clears the slot when the send it was set for ends (however it ends).
 pub(super) struct Watching<'a>(&'a ConnectSlot);
 
-/// The connector layer (see [`reqwest::ClientBuilder::connector_layer`]).
+/// The connector layer (see `egress::client::Client::layered`).
 #[derive(Clone)]
 pub(super) struct WatchConnects(pub(super) ConnectSlot);
 

@@ -110,7 +110,7 @@ fn redirects_stay_on_the_same_origin() {
 #[test]
 fn configured_headers_go_only_to_the_mcp_servers_own_origin() {
     let origin = Url::parse("https://mcp.example:8443/mcp").unwrap();
-    let mut configured = reqwest::header::HeaderMap::new();
+    let mut configured = http::header::HeaderMap::new();
     configured.insert("authorization", "Bearer configured".parse().unwrap());
     let with = OriginHeaders {
         origin: &origin,

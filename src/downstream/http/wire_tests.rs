@@ -1,11 +1,9 @@
-//! The direct client of an HTTP channel against real sockets, next to reqwest on the
-//! same sockets: each failure ends the leg exactly as reqwest's does (nothing
+//! An HTTP channel's client against real sockets: how each failure ends the leg (nothing
 //! listening, a name that does not resolve, a handshake that outlasts the connect
 //! timeout, a peer that closes before reading, one that reads and closes before
 //! answering, a server certificate nobody trusts; in strict mode too), an event stream
-//! that arrives in parts and is resumed is read the same, the requests are the same
-//! bytes, and a channel gets the direct client exactly when no proxy and no socket
-//! applies.
+//! that arrives in parts and is resumed, the bytes of the requests, and the route a
+//! channel takes for each proxy and socket setting.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 
 use bytes::Bytes;
-use reqwest::header::HeaderValue;
+use http::header::HeaderValue;
 use serde_json::value::RawValue;
 
 use super::*;
@@ -47,24 +45,6 @@ fn transport_with(url: &str, egress: HttpEgress) -> HttpTransport {
 fn transport_set(url: &str, egress: HttpEgress, settings: HttpSettings) -> HttpTransport {
     let url = HttpUrl::endpoint("mcp.channels.main.url", url).unwrap();
     HttpTransport::with_egress("main", &url, settings, egress).unwrap()
-}
-
-/// The direct transport and the reqwest one for `url`, with `egress` and `settings`, in
-/// that order.
-fn both_set(url: &str, egress: &HttpEgress, settings: &HttpSettings) -> [HttpTransport; 2] {
-    let direct = transport_set(url, egress.clone(), settings.clone());
-    assert_eq!(direct.client_label(), "direct");
-    let pooled = transport_set(url, egress.clone(), settings.clone()).on_reqwest();
-    assert_eq!(pooled.client_label(), "reqwest");
-    [direct, pooled]
-}
-
-fn both_with(url: &str, egress: &HttpEgress) -> [HttpTransport; 2] {
-    both_set(url, egress, &settings())
-}
-
-fn both(url: &str) -> [HttpTransport; 2] {
-    both_with(url, &HttpEgress::direct())
 }
 
 /// The command's headers: mixed case, repeated, one hop-by-hop.
@@ -101,7 +81,7 @@ async fn leg(t: &HttpTransport, strict: bool) -> (LegResult, Vec<Notification>) 
     (result, notes)
 }
 
-/// The failure and outcome of one leg on each client, in strict mode and not.
+/// The failure and outcome of one leg, not in strict mode, then in strict mode.
 async fn endings(url: &str) -> Vec<(Option<LegFailure>, LegOutcome)> {
     endings_set(url, &settings()).await
 }
@@ -109,37 +89,33 @@ async fn endings(url: &str) -> Vec<(Option<LegFailure>, LegOutcome)> {
 async fn endings_set(url: &str, settings: &HttpSettings) -> Vec<(Option<LegFailure>, LegOutcome)> {
     let mut out = Vec::new();
     for strict in [false, true] {
-        for t in both_set(url, &HttpEgress::direct(), settings) {
-            let (result, _) = leg(&t, strict).await;
-            out.push((result.failure, result.outcome));
-        }
+        let t = transport_set(url, HttpEgress::direct(), settings.clone());
+        let (result, _) = leg(&t, strict).await;
+        out.push((result.failure, result.outcome));
     }
     out
 }
 
 #[tokio::test]
-async fn nothing_listening_is_not_sent_on_either_client() {
+async fn nothing_listening_is_not_sent() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     drop(listener);
     let want = (Some(LegFailure::ConnectRefused), LegOutcome::NotSent);
-    assert_eq!(
-        endings(&url).await,
-        vec![want.clone(), want.clone(), want.clone(), want]
-    );
+    assert_eq!(endings(&url).await, vec![want.clone(), want]);
 }
 
 #[tokio::test]
-async fn a_name_that_does_not_resolve_is_not_sent_on_either_client() {
+async fn a_name_that_does_not_resolve_is_not_sent() {
     let want = (Some(LegFailure::Dns), LegOutcome::NotSent);
     assert_eq!(
         endings("http://nonexistent.invalid/mcp").await,
-        vec![want.clone(), want.clone(), want.clone(), want]
+        vec![want.clone(), want]
     );
 }
 
 #[tokio::test]
-async fn a_handshake_the_server_never_answers_ends_in_the_connect_timeout_not_sent_on_either_client() {
+async fn a_handshake_the_server_never_answers_ends_in_the_connect_timeout_not_sent() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://127.0.0.1:{}/mcp", listener.local_addr().unwrap().port());
     tokio::spawn(async move {
@@ -154,10 +130,7 @@ async fn a_handshake_the_server_never_answers_ends_in_the_connect_timeout_not_se
     };
     let started = tokio::time::Instant::now();
     let want = (Some(LegFailure::ConnectFailed), LegOutcome::NotSent);
-    assert_eq!(
-        endings_set(&url, &settings).await,
-        vec![want.clone(), want.clone(), want.clone(), want]
-    );
+    assert_eq!(endings_set(&url, &settings).await, vec![want.clone(), want]);
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "the connect timeout spans the handshake"
@@ -165,7 +138,7 @@ async fn a_handshake_the_server_never_answers_ends_in_the_connect_timeout_not_se
 }
 
 #[tokio::test]
-async fn a_peer_that_closes_before_reading_is_abandoned_on_either_client() {
+async fn a_peer_that_closes_before_reading_is_abandoned() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -174,21 +147,15 @@ async fn a_peer_that_closes_before_reading_is_abandoned_on_either_client() {
         }
     });
     let want = (Some(LegFailure::ConnectionLost), LegOutcome::Abandoned);
-    assert_eq!(
-        endings(&url).await,
-        vec![want.clone(), want.clone(), want.clone(), want]
-    );
+    assert_eq!(endings(&url).await, vec![want.clone(), want]);
 }
 
 #[tokio::test]
-async fn a_peer_that_reads_the_request_and_closes_is_abandoned_on_either_client() {
-    let server = Server::start((0..4).map(|_| Act::Close).collect()).await;
+async fn a_peer_that_reads_the_request_and_closes_is_abandoned() {
+    let server = Server::start((0..2).map(|_| Act::Close).collect()).await;
     let want = (Some(LegFailure::ConnectionLost), LegOutcome::Abandoned);
-    assert_eq!(
-        endings(&server.url()).await,
-        vec![want.clone(), want.clone(), want.clone(), want]
-    );
-    assert_eq!(server.seen().len(), 4, "each request was read whole");
+    assert_eq!(endings(&server.url()).await, vec![want.clone(), want]);
+    assert_eq!(server.seen().len(), 2, "each request was read whole");
 }
 
 /// A TLS MCP server on loopback whose certificate is `dir/cert.pem` (trusted by nobody
@@ -226,29 +193,22 @@ async fn tls_server(dir: &std::path::Path) -> (String, Arc<Mutex<Vec<http::Versi
 }
 
 #[tokio::test]
-async fn a_server_certificate_nobody_trusts_is_not_sent_and_named_on_either_client() {
+async fn a_server_certificate_nobody_trusts_is_not_sent_and_named() {
     let dir = tempfile::tempdir().unwrap();
     let (url, versions) = tls_server(dir.path()).await;
-    for t in both(&url) {
-        let (result, _) = leg(&t, false).await;
-        assert_eq!(
-            (result.failure, result.outcome),
-            (Some(LegFailure::Tls), LegOutcome::NotSent),
-            "{}",
-            t.client_label()
-        );
-        let problem = t.last_tls_problem().unwrap_or_default();
-        assert!(
-            problem.contains("not issued by a trusted CA"),
-            "{}: {problem}",
-            t.client_label()
-        );
-    }
+    let t = transport_with(&url, HttpEgress::direct());
+    let (result, _) = leg(&t, false).await;
+    assert_eq!(
+        (result.failure, result.outcome),
+        (Some(LegFailure::Tls), LegOutcome::NotSent)
+    );
+    let problem = t.last_tls_problem().unwrap_or_default();
+    assert!(problem.contains("not issued by a trusted CA"), "{problem}");
     assert!(versions.lock().unwrap().is_empty(), "nothing was served");
 }
 
 #[tokio::test]
-async fn a_trusted_tls_server_that_offers_h2_answers_over_http2_on_either_client() {
+async fn a_trusted_tls_server_that_offers_h2_answers_over_http2() {
     let dir = tempfile::tempdir().unwrap();
     let (url, versions) = tls_server(dir.path()).await;
     let files = TlsFiles {
@@ -263,75 +223,48 @@ async fn a_trusted_tls_server_that_offers_h2_answers_over_http2_on_either_client
         tls: crate::egress::tls::client_config(&files).unwrap(),
         ..HttpEgress::direct()
     };
-    for t in both_with(&url, &egress) {
-        let (result, _) = leg(&t, false).await;
-        assert_eq!(
-            result.outcome,
-            LegOutcome::Answered,
-            "{}: {:?}",
-            t.client_label(),
-            result.failure
-        );
-        assert_eq!(result.reply.resp_json.as_deref().unwrap().get().as_bytes(), ANSWER);
-        let served = std::mem::take(&mut *versions.lock().unwrap());
-        assert_eq!(served, [http::Version::HTTP_2], "{}", t.client_label());
-    }
+    let t = transport_with(&url, egress);
+    let (result, _) = leg(&t, false).await;
+    assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
+    assert_eq!(result.reply.resp_json.as_deref().unwrap().get().as_bytes(), ANSWER);
+    let served = std::mem::take(&mut *versions.lock().unwrap());
+    assert_eq!(served, [http::Version::HTTP_2]);
 }
 
-/// What one client's legs over a cut event stream saw: the leg's result, its
-/// notifications, and the requests the server read.
+/// What a leg over a cut event stream saw: the leg's result, its notifications, and
+/// the requests the server read.
 async fn streamed_in_parts(t: &HttpTransport, server: &Server) -> (String, Vec<String>, Vec<Seen>) {
     let (result, notes) = leg(t, false).await;
-    assert_eq!(
-        result.outcome,
-        LegOutcome::Answered,
-        "{}: {:?}",
-        t.client_label(),
-        result.failure
-    );
+    assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
     let answer = result.reply.resp_json.as_deref().unwrap().get().to_owned();
     let notes = notes.iter().map(|n| n.resp_json.get().to_owned()).collect();
     (answer, notes, server.seen())
 }
 
 #[tokio::test]
-async fn an_event_stream_in_parts_then_resumed_is_read_the_same_on_either_client() {
+async fn an_event_stream_in_parts_then_resumed_is_read_to_its_answer() {
     let session = [("Mcp-Session-Id", "s-1")];
     let note = b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"p\":1}}\n\n";
-    let mut seen = Vec::new();
-    for which in 0..2 {
-        // The first event split mid-line across segments; the stream cut before the answer.
-        let parts = vec![
-            sse_head(&session),
-            b"id: ev-1\nretry: 20\nda".to_vec(),
-            note[2..].to_vec(),
-            b": a comment\n\n".to_vec(),
-        ];
-        let mut resumed = sse_head(&session);
-        resumed.extend_from_slice(b"id: ev-2\ndata: ");
-        resumed.extend_from_slice(ANSWER);
-        resumed.extend_from_slice(b"\n\n");
-        let server = Server::start(vec![Act::Parts(parts), Act::Reply(resumed)]).await;
-        let t = both(&server.url()).into_iter().nth(which).unwrap();
-        seen.push(streamed_in_parts(&t, &server).await);
-    }
-    let (answer, notes, requests) = &seen[0];
+    // The first event split mid-line across segments; the stream cut before the answer.
+    let parts = vec![
+        sse_head(&session),
+        b"id: ev-1\nretry: 20\nda".to_vec(),
+        note[2..].to_vec(),
+        b": a comment\n\n".to_vec(),
+    ];
+    let mut resumed = sse_head(&session);
+    resumed.extend_from_slice(b"id: ev-2\ndata: ");
+    resumed.extend_from_slice(ANSWER);
+    resumed.extend_from_slice(b"\n\n");
+    let server = Server::start(vec![Act::Parts(parts), Act::Reply(resumed)]).await;
+    let t = transport_with(&server.url(), HttpEgress::direct());
+    let (answer, notes, requests) = &streamed_in_parts(&t, &server).await;
     assert_eq!(answer.as_bytes(), ANSWER);
     assert_eq!(notes.len(), 1, "{notes:?}");
     let methods: Vec<&str> = requests.iter().map(|s| s.method.as_str()).collect();
     assert_eq!(methods, ["POST", "GET"]);
     assert_eq!(requests[1].header("last-event-id"), ["ev-1"]);
-    // Each client had its own server: its port in `Host` is the one difference.
-    let wire = |s: &[Seen]| -> Vec<_> {
-        s.iter()
-            .map(|r| {
-                let headers: Vec<_> = r.headers.iter().filter(|(n, _)| n != "host").cloned().collect();
-                (r.method.clone(), r.path.clone(), headers, r.body.clone())
-            })
-            .collect()
-    };
-    assert_eq!((&seen[0].0, &seen[0].1), (&seen[1].0, &seen[1].1));
-    assert_eq!(wire(&seen[0].2), wire(&seen[1].2), "the same requests on either client");
+    assert_eq!(requests[1].header("mcp-session-id"), ["s-1"]);
 }
 
 /// Keeps every request's raw bytes (head and body) and answers a POST with [`ANSWER`]
@@ -378,8 +311,40 @@ async fn recording_server() -> (String, Arc<Mutex<Vec<Vec<u8>>>>) {
     (url, raw)
 }
 
+/// The POST and the DELETE of a leg, as reqwest sent them before the one client
+/// replaced it (`PORT` for the server's port).
+const WIRE: [&str; 2] = [
+    concat!(
+        "POST /mcp?x=1 HTTP/1.1\r\n",
+        "mcp-session-id: s-1\r\n",
+        "mcp-protocol-version: 2025-06-18\r\n",
+        "x-trace: a\r\n",
+        "x-trace: b\r\n",
+        "x-team: blue\r\n",
+        "authorization: Bearer configured\r\n",
+        "content-type: application/json\r\n",
+        "accept: application/json, text/event-stream\r\n",
+        "host: 127.0.0.1:PORT\r\n",
+        "content-length: 86\r\n",
+        "\r\n",
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#,
+    ),
+    concat!(
+        "DELETE /mcp?x=1 HTTP/1.1\r\n",
+        "mcp-session-id: s-1\r\n",
+        "mcp-protocol-version: 2025-06-18\r\n",
+        "x-trace: a\r\n",
+        "x-trace: b\r\n",
+        "x-team: blue\r\n",
+        "authorization: Bearer configured\r\n",
+        "accept: */*\r\n",
+        "host: 127.0.0.1:PORT\r\n",
+        "\r\n",
+    ),
+];
+
 #[tokio::test]
-async fn the_direct_client_sends_the_bytes_reqwest_sends() {
+async fn the_post_and_the_delete_send_the_bytes_reqwest_sent() {
     let (url, raw) = recording_server().await;
     let configured: HeaderMap = [
         ("x-team", "blue"),
@@ -389,44 +354,23 @@ async fn the_direct_client_sends_the_bytes_reqwest_sends() {
     .into_iter()
     .map(|(n, v)| (n.parse().unwrap(), HeaderValue::from_static(v)))
     .collect();
-    let mut sent = Vec::new();
-    for which in 0..2 {
-        let t = both(&url)
-            .into_iter()
-            .nth(which)
-            .unwrap()
-            .with_headers(configured.clone());
-        let (result, _) = leg(&t, false).await;
-        assert_eq!(
-            result.outcome,
-            LegOutcome::Answered,
-            "{}: {:?}",
-            t.client_label(),
-            result.failure
-        );
-        let fence = Fence::new(false, 1);
-        let admission = fence.admit(CommandRef::default()).await.unwrap();
-        let end = t.terminate_session(&admission, &caller_headers(), None).await;
-        assert_eq!(end.reply.resp_code, 204, "{}", t.client_label());
-        sent.push(std::mem::take(&mut *raw.lock().unwrap()));
-    }
-    assert_eq!(sent[0].len(), 2, "a POST and a DELETE");
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    let post = text(&sent[0][0]);
-    assert!(post.starts_with("POST /mcp?x=1 HTTP/1.1\r\n"), "{post}");
-    assert!(post.ends_with(CALL), "{post}");
-    assert!(
-        text(&sent[0][1]).contains("\r\naccept: */*\r\n"),
-        "{}",
-        text(&sent[0][1])
-    );
-    for (direct, pooled) in sent[0].iter().zip(&sent[1]) {
-        assert_eq!(text(direct), text(pooled));
-    }
+    let t = transport_with(&url, HttpEgress::direct()).with_headers(configured);
+    let (result, _) = leg(&t, false).await;
+    assert_eq!(result.outcome, LegOutcome::Answered, "{:?}", result.failure);
+    let fence = Fence::new(false, 1);
+    let admission = fence.admit(CommandRef::default()).await.unwrap();
+    let end = t.terminate_session(&admission, &caller_headers(), None).await;
+    assert_eq!(end.reply.resp_code, 204);
+    let port = url.split(':').nth(2).unwrap().split('/').next().unwrap().to_owned();
+    let sent: Vec<String> = std::mem::take(&mut *raw.lock().unwrap())
+        .iter()
+        .map(|bytes| String::from_utf8_lossy(bytes).replace(&port, "PORT"))
+        .collect();
+    assert_eq!(sent, WIRE);
 }
 
 #[test]
-fn a_channel_gets_the_direct_client_exactly_when_no_proxy_and_no_socket_applies() {
+fn a_channel_takes_the_route_its_proxy_and_socket_say() {
     let proxy = || ProxyUrl::new("mcp.proxy", "http://127.0.0.1:9").unwrap();
     let env = |no_proxy: &str| {
         let pairs = [
@@ -439,14 +383,15 @@ fn a_channel_gets_the_direct_client_exactly_when_no_proxy_and_no_socket_applies(
     let socket = Some(PathBuf::from("/tmp/tunnelgate-no-such.sock"));
     let rows = [
         ("http://127.0.0.1:1/mcp", ProxySetting::Off, None, "direct"),
-        ("http://127.0.0.1:1/mcp", ProxySetting::Via(proxy()), None, "reqwest"),
-        ("https://mcp.example/mcp", ProxySetting::Via(proxy()), None, "reqwest"),
+        ("http://127.0.0.1:1/mcp", ProxySetting::Via(proxy()), None, "forward"),
+        ("https://mcp.example/mcp", ProxySetting::Via(proxy()), None, "tunnel"),
         ("http://127.0.0.1:1/mcp", env(""), None, "direct"),
-        ("http://mcp.example/mcp", env(""), None, "reqwest"),
-        ("https://mcp.example/mcp", env(""), None, "reqwest"),
+        ("http://mcp.example/mcp", env(""), None, "forward"),
+        ("https://mcp.example/mcp", env(""), None, "tunnel"),
         ("https://mcp.example/mcp", env("mcp.example"), None, "direct"),
-        ("http://mcp.example/mcp", ProxySetting::Off, socket.clone(), "reqwest"),
-        ("http://mcp.example/mcp", ProxySetting::Via(proxy()), socket, "reqwest"),
+        // A socket is never proxied.
+        ("http://mcp.example/mcp", ProxySetting::Off, socket.clone(), "direct"),
+        ("http://mcp.example/mcp", ProxySetting::Via(proxy()), socket, "direct"),
         ("https://mcp.example/mcp", ProxySetting::Off, None, "direct"),
     ];
     for (url, proxy, socket, expected) in rows {
@@ -458,6 +403,6 @@ fn a_channel_gets_the_direct_client_exactly_when_no_proxy_and_no_socket_applies(
             tls: None,
         };
         let t = transport_with(url, egress);
-        assert_eq!(t.client_label(), expected, "{url} {masked} socket={has_socket}");
+        assert_eq!(t.route_label(), expected, "{url} {masked} socket={has_socket}");
     }
 }
