@@ -113,6 +113,77 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("bound socket has an address").port()
 }
 
+/// Whether `pid` or one of its descendants holds the socket listening on TCP `port`
+/// (read from `/proc/net/tcp{,6}` and the processes' descriptors), so that a peer that
+/// answers on a port is known to be the one a test spawned.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let inodes = listening_inodes(port);
+    if inodes.is_empty() {
+        return false;
+    }
+    process_tree(pid).into_iter().any(|p| {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{p}/fd")) else {
+            return false;
+        };
+        fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .ok()
+                .and_then(|link| {
+                    link.to_str()
+                        .and_then(|l| l.strip_prefix("socket:["))
+                        .map(str::to_owned)
+                })
+                .and_then(|rest| rest.strip_suffix(']').and_then(|n| n.parse::<u64>().ok()))
+                .is_some_and(|inode| inodes.contains(&inode))
+        })
+    })
+}
+
+/// The inodes of the sockets in state LISTEN on local TCP `port`, IPv4 and IPv6.
+fn listening_inodes(port: u16) -> Vec<u64> {
+    let wanted = format!("{port:04X}");
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) = (cols.get(1), cols.get(3), cols.get(9)) else {
+                continue;
+            };
+            if *state == "0A" && local.rsplit(':').next() == Some(wanted.as_str()) {
+                inodes.extend(inode.parse::<u64>().ok());
+            }
+        }
+    }
+    inodes
+}
+
+/// `pid` and every process descended from it (a peer may be a wrapper around its server).
+fn process_tree(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let child: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // The command name may hold spaces and parentheses: the fields start after the last ')'.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            Some((child, ppid))
+        })
+        .collect();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(parents.iter().filter(|(_, p)| *p == parent).map(|(c, _)| *c));
+        i += 1;
+    }
+    tree
+}
+
 /// Polls `condition` until it is true; panics naming `what` after `timeout`.
 pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut condition: F)
 where
@@ -381,7 +452,12 @@ pub async fn spawn_http_peer(name: &str, path: &str, make: impl Fn(u16) -> Comma
                 break;
             }
             if http_answers(&url).await {
-                return (guard, url);
+                if listens_on(guard.pid(), port) {
+                    return (guard, url);
+                }
+                // Another process took the port between the pick and our child's bind: it
+                // answered, and it is not ours. Never talk to it; try another port.
+                break;
             }
             assert!(
                 Instant::now() < deadline,
@@ -392,7 +468,7 @@ pub async fn spawn_http_peer(name: &str, path: &str, make: impl Fn(u16) -> Comma
         }
         assert!(
             attempt < ATTEMPTS,
-            "{name} exited before serving (tried {ATTEMPTS} ports); stderr:\n{}",
+            "{name} did not serve on a port of its own (tried {ATTEMPTS} ports: it exited, or another process held the port); stderr:\n{}",
             tail(&guard.stderr(), 4000)
         );
     }

@@ -236,3 +236,41 @@ async fn python_client_fails_clearly_when_nothing_listens() {
 
     assert!(err.contains("py_client: failed against"), "{err}");
 }
+
+/// The spawners' ownership check: a port is a peer's only when the peer's own process tree
+/// holds the listening socket, so a port another process took between the pick and the
+/// peer's bind is never mistaken for the peer. A Python child under a shell wrapper
+/// listens; the check finds it through the wrapper, and not for a sibling process.
+#[tokio::test]
+async fn a_listening_port_is_attributed_to_the_process_tree_that_holds_it() {
+    let port = harness::free_port();
+    let script = format!(
+        "import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',{port}))\ns.listen()\nprint('bound',flush=True)\ntime.sleep(60)\n"
+    );
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("'{}' -c \"$0\"; :", harness::python().display()))
+        .arg(script);
+    let mut child = harness::ChildGuard::spawn("listener", cmd);
+    harness::wait_until("the listener binds", Duration::from_secs(20), || {
+        let bound = child.stdout().contains("bound");
+        async move { bound }
+    })
+    .await;
+    assert!(child.try_wait().is_none(), "the listener exited: {}", child.stderr());
+    assert!(
+        harness::listens_on(child.pid(), port),
+        "the wrapper's child holds port {port}"
+    );
+    let mut other = std::process::Command::new("sleep");
+    other.arg("60");
+    let other = harness::ChildGuard::spawn("another process", other);
+    assert!(
+        !harness::listens_on(other.pid(), port),
+        "another process holds no listener on {port}"
+    );
+    assert!(
+        !harness::listens_on(child.pid(), harness::free_port()),
+        "a port nobody listens on is nobody's"
+    );
+}
