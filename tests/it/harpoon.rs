@@ -832,6 +832,69 @@ async fn redirects_are_followed_only_to_targets_within_the_limit_and_a_large_ans
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
 }
 
+/// What a real target receives: the caller's own headers, minus hop-by-hop, forwarding,
+/// proxy, identity and `Connection`-named ones, and never the tunnel command's own headers
+/// (the connector's bearer token) or the gateway's credentials.
+#[tokio::test]
+async fn a_target_receives_the_callers_headers_without_hop_by_hop_forwarding_or_the_commands_own() {
+    let (peer, ready) = crate::harness::spawn_py_oauth_server("redirect").await;
+    let base = ready.trim_end_matches("/mcp").to_owned();
+    let rig = Rig::start("").await;
+    let mut gw = with_redirect_targets(&rig, &base).await;
+
+    let headers = json!({
+        "X-Kept": "1", "Accept": "application/json",
+        "Connection": "x-named", "X-Named": "1", "Keep-Alive": "5", "TE": "trailers",
+        "Cookie": "a=b", "X-Forwarded-For": "203.0.113.9", "Forwarded": "for=x",
+        "Proxy-Authorization": "Basic eDp5", "Via": "1.1 x", "True-Client-IP": "203.0.113.9",
+        "Host": "evil.example", "User-Agent": "caller/1",
+    });
+    let arguments = json!({"label": "landing", "method": "GET", "headers": headers});
+    let cmd = rig.sim.enqueue(
+        NewCommand::jsonrpc(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "call_target", "arguments": arguments}}))
+        .channel("harpoon")
+        .header("Authorization", "Bearer connector-token-canary-9XK2")
+        .header("X-Command-Only", "1"),
+    );
+    let rec = rig.wait("call_target answered", |r| r.is_completed(&cmd)).await;
+    let answer = final_json(&rec, &cmd);
+    let result = &answer["resp_json"]["result"];
+    assert_eq!(result["structuredContent"]["status_code"], 200, "{answer}");
+
+    wait_until("the target logged the headers", Duration::from_secs(10), || async {
+        peer.stderr().contains("seen-headers /landing ")
+    })
+    .await;
+    let stderr = peer.stderr();
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("seen-headers /landing "))
+        .expect("a header line");
+    let names: Vec<&str> = line.split(',').collect();
+    for kept in ["x-kept", "accept", "host", "user-agent"] {
+        assert!(names.contains(&kept), "{kept} missing: {names:?}");
+    }
+    for dropped in [
+        "x-named",
+        "keep-alive",
+        "te",
+        "cookie",
+        "x-forwarded-for",
+        "forwarded",
+        "proxy-authorization",
+        "via",
+        "true-client-ip",
+        "authorization",
+        "x-command-only",
+    ] {
+        assert!(!names.contains(&dropped), "{dropped} reached the target: {names:?}");
+    }
+    rig.assert_all_bodies_valid();
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
+}
+
 #[tokio::test]
 async fn a_plaintext_target_without_allow_plaintext_http_refuses_the_start_naming_the_key() {
     let rig = Rig::start("").await;

@@ -1,5 +1,6 @@
 """MCP servers for OAuth discovery tests, on 127.0.0.1 only, each logging every request it
-receives to stderr as `seen METHOD PATH` (no headers, no bodies).
+receives to stderr as `seen METHOD PATH` and `seen-headers PATH NAMES` (header names,
+never values; no bodies).
 
     .peers/venv/bin/python tests/peers/py_oauth_server.py --port N --mode sdk|root|slow
     .peers/venv/bin/python tests/peers/py_oauth_server.py --port N --mode introspect \
@@ -209,6 +210,10 @@ def logged(app):
     async def wrapper(scope, receive, send):
         if scope["type"] == "http" and scope["path"] != "/ready":
             print(f"seen {scope['method']} {scope['path']}", file=sys.stderr, flush=True)
+            # The names of the request's headers (never their values), for the tests of
+            # what an outbound call forwards.
+            names = sorted({name.decode("latin-1").lower() for name, _ in scope["headers"]})
+            print(f"seen-headers {scope['path']} {','.join(names)}", file=sys.stderr, flush=True)
         await app(scope, receive, send)
 
     return wrapper
