@@ -72,6 +72,11 @@ struct Peers {
 }
 
 async fn start(harpoon_extra: &str, log_level: &str) -> Peers {
+    start_with(harpoon_extra, log_level, "").await
+}
+
+/// As [`start`], with `telemetry_extra` added beside `log_level` (an OTLP endpoint).
+async fn start_with(harpoon_extra: &str, log_level: &str, telemetry_extra: &str) -> Peers {
     let (auth, issuer) = spawn_oidc_provider(RS_CLIENT_ID, RS_CLIENT_SECRET).await;
     let (mcp, mcp_url) = spawn_py_introspecting_server(&issuer, RS_CLIENT_ID, RS_CLIENT_SECRET).await;
     let rig = Rig::start("").await;
@@ -84,7 +89,10 @@ async fn start(harpoon_extra: &str, log_level: &str) -> Peers {
                 ..RigOptions::default_mode()
             },
         )
-        .replace("log_level = \"info\"", &format!("log_level = \"{log_level}\""));
+        .replace(
+            "log_level = \"info\"",
+            &format!("log_level = \"{log_level}\"\n{telemetry_extra}"),
+        );
     let gw = rig.spawn_gateway(&config).await;
     Peers {
         auth,
@@ -529,9 +537,45 @@ async fn before_any_target_exists_the_channel_is_unsupported() {
 }
 
 #[tokio::test]
-async fn no_secret_of_the_oauth_exchange_reaches_the_log_status_or_metrics() {
-    let p = start("", "debug").await;
+async fn no_secret_of_the_oauth_exchange_reaches_the_log_spans_receipts_status_page_or_bundle() {
+    let (tap, port) = crate::otlp::oteltap().await;
+    // A target that reads a request and never answers: a call to it ends abandoned, which
+    // leaves a receipt.
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole_port = hole.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut conn, _)) = hole.accept().await {
+            let mut buf = vec![0u8; 65536];
+            let _ = tokio::io::AsyncReadExt::read(&mut conn, &mut buf).await;
+            held.push(conn);
+        }
+    });
+    let closed = format!("targets = [{{ label = \"closed\", url = \"http://127.0.0.1:{hole_port}/token\" }}]\n");
+    let p = start_with(
+        &closed,
+        "debug",
+        &format!("otlp_endpoint = \"http://127.0.0.1:{port}\""),
+    )
+    .await;
     let obtained = shim_sequence(&p).await;
+    // The secrets go out once more, in a call written and never answered.
+    let refused = p
+        .tool(
+            "call_target",
+            json!({"label": "closed", "method": "POST", "timeout_ms": 500,
+                "headers": {"Authorization": format!("Bearer {}", obtained.access_token)},
+                "body": format!("client_secret={}", obtained.client_secret)}),
+        )
+        .await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    let receipts = Gateway::cli(&["receipts"], Some(&p.config), &[], EXIT).await;
+    assert_eq!(receipts.code, 0, "{}", receipts.stderr);
+    assert!(
+        receipts.stdout.contains("harpoon") && receipts.stdout.contains("abandoned"),
+        "the abandoned call's receipt: {}",
+        receipts.stdout
+    );
     let status = p.rig.status().await.to_string();
     let metrics = p.rig.metrics().await;
     let page = http_client()
@@ -569,8 +613,28 @@ async fn no_secret_of_the_oauth_exchange_reaches_the_log_status_or_metrics() {
         assert!(!metrics.contains(secret), "{what} in /metrics");
         assert!(!page.contains(secret), "{what} on the operator page");
         assert!(!archive.contains(secret), "{what} in the support bundle");
+        assert!(!receipts.stdout.contains(secret), "{what} in the receipts");
     }
     p.stop().await;
+    // The spans are exported by the stop at the latest.
+    wait_until("the harpoon spans at the receiver", Duration::from_secs(15), || async {
+        let out = tap.stdout();
+        out.contains("tunnelgate.command") && out.contains("\"harpoon\"")
+    })
+    .await;
+    let spans = tap.stdout();
+    for (what, secret) in [
+        ("the client secret", obtained.client_secret.as_str()),
+        ("the Basic credential", obtained.basic.as_str()),
+        ("the access token", obtained.access_token.as_str()),
+        (
+            "the registration access token",
+            obtained.registration_access_token.as_str(),
+        ),
+        ("the resource server's secret", RS_CLIENT_SECRET),
+    ] {
+        assert!(!spans.contains(secret), "{what} in the exported spans");
+    }
 }
 
 /// Upstream registers the URL the protected-resource metadata was fetched from as
