@@ -13,8 +13,13 @@ use tokio::net::TcpStream;
 
 use crate::harness::{wait_for, ChildGuard};
 
-/// Each protocol call's bound, and the browser's start.
+/// Each protocol call's bound.
 const CALL: Duration = Duration::from_secs(15);
+
+/// The browser's start: generous, because a first start under a loaded two-core run
+/// (its profile written, its zygotes forked) has been seen to take more than 15 s; a
+/// browser that exits meanwhile fails at once with its stderr.
+const START: Duration = Duration::from_secs(90);
 
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -57,17 +62,7 @@ impl Browser {
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg("about:blank");
         let mut process = ChildGuard::spawn("chromium", cmd);
-        let port_file = profile.path().join("DevToolsActivePort");
-        let port: u16 = wait_for("chromium's DevToolsActivePort", CALL, || {
-            let found = std::fs::read_to_string(&port_file)
-                .ok()
-                .and_then(|s| s.lines().next().and_then(|l| l.trim().parse().ok()));
-            async move { found }
-        })
-        .await;
-        if let Some(status) = process.try_wait() {
-            panic!("chromium exited with {status}: {}", process.stderr());
-        }
+        let port = devtools_port(&mut process, &profile.path().join("DevToolsActivePort")).await;
         let page = page_target(port).await;
         let conn = Connection::open(port, &page).await;
         let mut browser = Browser {
@@ -174,6 +169,29 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+/// The DevTools port Chromium writes into its profile once it listens, within [`START`];
+/// panics with the browser's stderr if it exits first.
+async fn devtools_port(process: &mut ChildGuard, port_file: &std::path::Path) -> u16 {
+    let deadline = tokio::time::Instant::now() + START;
+    loop {
+        let found = std::fs::read_to_string(port_file)
+            .ok()
+            .and_then(|s| s.lines().next().and_then(|l| l.trim().parse().ok()));
+        if let Some(port) = found {
+            return port;
+        }
+        if let Some(status) = process.try_wait() {
+            panic!("chromium exited with {status}: {}", process.stderr());
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {START:?} waiting for chromium's DevToolsActivePort: {}",
+            process.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The WebSocket path of the browser's first page (`/json/list`).
