@@ -17,6 +17,7 @@ mod sse;
 mod stdio;
 #[cfg(test)]
 mod test_support;
+mod watch;
 
 pub use channels::{Channels, Transport, TransportKind};
 pub use harpoon::{HarpoonSettings, HarpoonSetupError, HarpoonTransport, HostClassifier, TargetView, HARPOON_CHANNEL};

@@ -803,6 +803,51 @@ async fn in_strict_mode_a_call_written_and_never_answered_latches_downstream_amb
     assert_eq!(latch["fatal"]["channel"], "harpoon", "{latch}");
 }
 
+/// A call whose `timeout_ms` runs out while its connection to the target is still being
+/// set up (here a TLS handshake that a listener which never reads leaves unanswered)
+/// sent nothing: in strict mode, where the connector is watched, it is `not_sent` in
+/// words the caller can act on, and latches nothing; the next call is served.
+#[tokio::test]
+async fn in_strict_mode_a_call_timed_out_while_connecting_sent_nothing_and_latches_nothing() {
+    // The kernel completes the TCP handshake into the backlog; nobody speaks TLS.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a silent listener");
+    let url = format!("https://127.0.0.1:{}/token", silent.local_addr().unwrap().port());
+    let rig = Rig::start("").await;
+    let mut gw = with_target(&rig, &url, true).await;
+    for n in 1..=2 {
+        let id = enqueue_call(
+            &rig,
+            n,
+            json!({"method": "POST", "body": "grant_type=client_credentials", "timeout_ms": 500}),
+        );
+        let rec = rig.wait("the call answered", |r| r.is_completed(&id)).await;
+        let result = &final_json(&rec, &id)["resp_json"]["result"];
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(
+            text.contains("while connecting to the target; nothing was sent"),
+            "call {n}: {result}"
+        );
+        assert!(!text.contains("may have reached"), "call {n}: {result}");
+    }
+    let metrics = rig.metrics().await;
+    let legs = |outcome: &str| {
+        let label = format!("outcome=\"{outcome}\"");
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("tunnelgate_downstream_requests_total{"))
+            .find(|l| l.contains("transport=\"builtin\"") && l.contains(&label))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no builtin {label} series in\n{metrics}"))
+            .to_owned()
+    };
+    assert_eq!(legs("not_sent"), "2", "{metrics}");
+    assert_eq!(legs("abandoned"), "0", "{metrics}");
+    assert!(!gw.has_exited(), "the gateway stopped: {}", gw.stderr());
+    assert_eq!(rig.status().await["fatal"], Value::Null);
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
+}
+
 /// A gateway whose `[harpoon]` targets are paths of the `redirect` peer at `base`.
 async fn with_redirect_targets(rig: &Rig, base: &str) -> Gateway {
     let targets: Vec<String> = ["hop", "landing", "away", "loop", "insecure", "big"]

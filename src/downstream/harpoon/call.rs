@@ -27,7 +27,10 @@ use tokio::time::Instant;
 use url::Url;
 
 use super::registry::{Registry, Target};
-use crate::egress::client::{Answer, Client, SendErrorKind};
+use super::OutboundClient as Client;
+use crate::downstream::watch::ConnectSlot;
+use crate::egress::client::{Answer, SendErrorKind};
+use crate::strict::Admission;
 
 /// Request headers never forwarded (upstream's list), compared without regard to case.
 const DROPPED: &[&str] = &[
@@ -145,7 +148,7 @@ impl CallFailure {
                 "request failed: the egress proxy (harpoon.proxy) refused the tunnel; nothing was sent".into()
             }
             Self::Timeout { sent: Sent::No, millis } => {
-                format!("request failed: timed out after {millis} ms before the request was sent")
+                format!("request failed: timed out after {millis} ms while connecting to the target; nothing was sent")
             }
             Self::Timeout { millis, .. } => format!(
                 "request failed: timed out after {millis} ms; the request may have reached the target and taken effect"
@@ -251,8 +254,23 @@ pub(crate) fn forwardable(headers: &[(String, String)]) -> (HeaderMap, usize) {
     (out, dropped)
 }
 
+/// How a call's first request is let out.
+pub(crate) enum Release<'a> {
+    /// The admission was marked sent before the call (default mode): bytes may leave
+    /// from the first poll on, and a timeout before any answer may have written them.
+    Sent,
+    /// The fence allowed the hand-over ([`crate::strict::Wire::hand_over`]) and the
+    /// connector is watched (strict mode): a timeout before the connection was up is
+    /// known to have sent nothing.
+    Watched {
+        slot: &'a ConnectSlot,
+        admission: &'a Admission,
+    },
+}
+
 /// Runs one call on `client` from `target`, following redirects within `args`' limits
-/// to targets only; `registry` is read for each hop.
+/// to targets only; `registry` is read for each hop. `release` is called with no
+/// `.await` since the admission's last word.
 pub(crate) async fn call(
     client: &Client,
     registry: &std::sync::Mutex<Registry>,
@@ -260,6 +278,7 @@ pub(crate) async fn call(
     args: CallArgs,
     user_agent: &str,
     allow_plaintext: bool,
+    release: Release<'_>,
 ) -> Result<Answered, CallFailure> {
     if args.body.len() > args.max_bytes {
         return Err(CallFailure::RequestTooLarge);
@@ -279,13 +298,21 @@ pub(crate) async fn call(
         headers,
     };
     for redirects in 0.. {
-        let send = send(client, &hop);
-        let resp = match tokio::time::timeout_at(deadline, send).await {
+        let send = tokio::time::timeout_at(deadline, send(client, &hop));
+        let sent = match (&release, redirects) {
+            (Release::Watched { slot, admission }, 0) => crate::downstream::watch::watched(slot, admission, send).await,
+            _ => send.await,
+        };
+        let resp = match sent {
             Err(_) => {
+                let written = match &release {
+                    Release::Watched { admission, .. } => admission.is_sent(),
+                    Release::Sent => true,
+                };
                 return Err(CallFailure::Timeout {
-                    sent: Sent::Maybe,
+                    sent: if written { Sent::Maybe } else { Sent::No },
                     millis,
-                })
+                });
             }
             Ok(Err(failure)) => return Err(failure),
             Ok(Ok(resp)) => resp,

@@ -33,9 +33,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::identity::Observed;
+use super::watch::{ConnectSlot, WatchConnects, WatchedConnector};
 use super::{ChannelStatus, DownstreamRequest, LegResult, TransportKind};
 use crate::config::{ProxySetting, TlsFiles};
 use crate::egress::client::{Client, Egress, NackRetries};
+use crate::egress::connect::TimedConnect;
 use crate::strict::Admission;
 use crate::telemetry::Metrics;
 use registry::Registry;
@@ -89,9 +91,15 @@ pub enum HarpoonSetupError {
     Client(String),
 }
 
+/// Harpoon's outbound client: the one egress client, its connector watched so that a
+/// strict-mode call knows whether its connection was ever up ([`super::watch`]).
+type OutboundClient = Client<WatchedConnector<TimedConnect>>;
+
 struct Inner {
     registry: Mutex<Registry>,
-    client: Client,
+    client: OutboundClient,
+    /// Which admission a new connection is for (strict mode).
+    connects: ConnectSlot,
     settings: HarpoonSettings,
     /// Shared with the control client: whether the channel is advertised.
     routable: Arc<AtomicBool>,
@@ -132,13 +140,15 @@ impl HarpoonTransport {
                     problem: refusal.words(),
                 })?;
         }
-        let client = build_client(&settings)?;
+        let connects = ConnectSlot::default();
+        let client = build_client(&settings, &connects)?;
         routable.store(registry.len() > 0, Ordering::Release);
         metrics.harpoon_targets(registry.len());
         Ok(Self {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
                 client,
+                connects,
                 settings,
                 routable,
                 observed: Observed::default(),
@@ -235,8 +245,8 @@ pub struct TargetView {
 
 /// The outbound client: the gateway's one egress client with `harpoon.proxy` and
 /// `harpoon.tls`; it follows no redirect (each hop is checked against the targets here)
-/// and resends nothing.
-fn build_client(settings: &HarpoonSettings) -> Result<Client, HarpoonSetupError> {
+/// and resends nothing; its connector reports new connections to `connects`.
+fn build_client(settings: &HarpoonSettings, connects: &ConnectSlot) -> Result<OutboundClient, HarpoonSetupError> {
     let setup = |e: &dyn std::fmt::Display| HarpoonSetupError::Client(e.to_string());
     let tls = match crate::egress::tls::client_config(&settings.tls).map_err(|e| setup(&e))? {
         Some(tls) => tls,
@@ -252,5 +262,5 @@ fn build_client(settings: &HarpoonSettings) -> Result<Client, HarpoonSetupError>
     };
     // The target only decides the pool of a forwarded route; targets are mostly https.
     let any = url::Url::parse("https://harpoon.invalid/").expect("a valid URL");
-    Client::new(egress, &any).map_err(|e| setup(&e))
+    Client::layered(egress, &any, WatchConnects(connects.clone())).map_err(|e| setup(&e))
 }

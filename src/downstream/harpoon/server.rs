@@ -286,7 +286,18 @@ async fn call_target(
         harpoon.inner.metrics.harpoon_refused("request_too_large");
         return Answer::local(Ok(tool_error(&label, &CallFailure::RequestTooLarge.message())));
     }
-    if admission.begin_send().is_err() {
+    // Strict mode watches the hand-over (a deadline during the connect then sent
+    // nothing); default mode marks the admission sent here.
+    let (admitted, release) = if admission.tracks_connects() {
+        let release = call::Release::Watched {
+            slot: &harpoon.inner.connects,
+            admission,
+        };
+        (admission.wire().hand_over(), release)
+    } else {
+        (admission.begin_send(), call::Release::Sent)
+    };
+    if admitted.is_err() {
         return Answer {
             body: Ok(tool_error(
                 &label,
@@ -307,6 +318,7 @@ async fn call_target(
         call_args,
         &user_agent,
         settings.allow_plaintext_http,
+        release,
     )
     .await;
     let latency = started.elapsed();
@@ -360,6 +372,9 @@ fn failed(
         failure.message()
     );
     let (outcome, leg_failure) = match failure.sent() {
+        Sent::No if matches!(failure, CallFailure::Timeout { .. }) => {
+            (LegOutcome::NotSent, Some(LegFailure::DeadlineBeforeSend))
+        }
         Sent::No => (LegOutcome::NotSent, Some(LegFailure::ConnectFailed)),
         Sent::Answered => (LegOutcome::Answered, None),
         Sent::Maybe => (

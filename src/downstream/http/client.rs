@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use url::Url;
 
-use super::{lock, watch, HttpEgress, HttpSettings, HttpTransport};
+use super::{lock, HttpEgress, HttpSettings, HttpTransport};
+use crate::downstream::watch;
 use crate::downstream::LegFailure;
 use crate::egress::client::{Client, Egress, NackRetries};
 use crate::egress::connect::TimedConnect;

@@ -36,7 +36,6 @@
 //! - [`exchange`]: the POST's answer by body kind (a whole JSON body) and the `DELETE`;
 //! - [`stream`]: an event-stream answer read to its sentinel, and its bounded resume;
 //! - [`classify`]: what a response or a failure means (pure);
-//! - [`watch`]: which admission a new connection is for (strict mode);
 //! - [`discovery`]: the `oauth_discovery` command.
 
 use std::path::PathBuf;
@@ -150,8 +149,8 @@ struct Inner {
     /// `None` after [`HttpTransport::close_connections`]: the next leg builds fresh ones.
     client: Mutex<Option<Clients>>,
     up: AtomicBool,
-    /// Which admission a new connection is for (strict mode; see [`watch`]).
-    connects: watch::ConnectSlot,
+    /// Which admission a new connection is for (strict mode; see [`crate::downstream::watch`]).
+    connects: crate::downstream::watch::ConnectSlot,
     /// The channel's configured headers (values sensitive), added by [`configured`].
     configured: HeaderMap,
     /// The problem of the last failed handshake, in words (for `doctor`).
@@ -203,7 +202,7 @@ impl HttpTransport {
     }
 
     fn build(channel: &str, url: Url, settings: HttpSettings, egress: HttpEgress) -> Result<Self, HttpSetupError> {
-        let connects = watch::ConnectSlot::default();
+        let connects = crate::downstream::watch::ConnectSlot::default();
         let client = build_clients(&url, &settings, &egress, &connects).map_err(|e| match e {
             ClientError::Url => HttpSetupError::InvalidUrl {
                 channel: channel.to_owned(),
@@ -372,7 +371,6 @@ mod headers;
 mod request;
 mod send;
 mod stream;
-mod watch;
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 //! Invariants:
 //! - nothing is sent once the leg's deadline has passed, nor without the admission's
 //!   consent taken right before the send ([`Admission::begin_send`], or, where one
-//!   admission at a time uses the pool, the hand-over watched by [`super::watch`]), with
+//!   admission at a time uses the pool, the hand-over watched by [`crate::downstream::watch`]), with
 //!   no `.await` in between;
 //! - a failure is `not_sent` only when the admission was never marked sent, or the
 //!   cause chain places it before any byte was written ([`super::classify`]); a
@@ -14,9 +14,6 @@
 //! # Cancel safety
 //! Dropping a send after its first poll may leave the request on the wire: the caller
 //! treats it as `abandoned`, never as `not_sent`.
-
-use std::future::Future;
-use std::task::Poll;
 
 use http::StatusCode;
 use tokio::time::{timeout_at, Instant};
@@ -48,18 +45,8 @@ impl HttpTransport {
             // connector marks it sent once connected (or refuses: nothing is written). A
             // pooled connection may write it during the first poll with no word back: it
             // counts as sent from the hand-over on, decided with the fence's checks.
-            let wire = admission.wire();
-            wire.hand_over().map_err(|_| LegFailure::NotAdmitted)?;
-            let _watching = self.inner.connects.watch(wire.clone());
-            let mut execute = std::pin::pin!(execute);
-            // The first poll either hands the request to a pooled connection or starts
-            // a connect (which the connector reports); no `.await` before it.
-            let first = std::future::poll_fn(|cx| Poll::Ready(execute.as_mut().poll(cx))).await;
-            wire.handed_over();
-            match first {
-                Poll::Ready(r) => r,
-                Poll::Pending => execute.await,
-            }
+            admission.wire().hand_over().map_err(|_| LegFailure::NotAdmitted)?;
+            crate::downstream::watch::watched(&self.inner.connects, admission, execute).await
         } else {
             // From here on bytes may reach the server.
             admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;

@@ -1,6 +1,7 @@
 //! Knowing when an HTTP request may leave: a connector layer that reports each new
-//! connection to the admission being served, so that a stop during a slow connect (or
-//! DNS, or TLS) is known to have sent nothing.
+//! connection to the admission being served, so that a stop, or a deadline, during a
+//! slow connect (or DNS, or TLS) is known to have sent nothing. Used by the HTTP
+//! channels and by `harpoon`'s outbound client.
 //!
 //! Only used where one admission at a time uses the pool (strict mode): the slot then
 //! names the one request a connection can be for. The connection is dropped unused when
@@ -11,7 +12,30 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use crate::strict::{Refusal, Wire};
+use crate::strict::{Admission, Refusal, Wire};
+
+/// Drives `send`, the request of an admission whose hand-over the fence allowed
+/// ([`Wire::hand_over`], with no `.await` since), on a client whose connector is watched
+/// by `slot` ([`WatchConnects`]), so that the admission is marked sent exactly when
+/// bytes may leave: at once if the first poll hands the request to a pooled connection,
+/// else when the connector reports the new connection up.
+///
+/// # Cancel safety
+/// Dropping it after its first poll may leave the request on the wire; the admission
+/// then says so ([`Admission::is_sent`]).
+pub(super) async fn watched<F: Future>(slot: &ConnectSlot, admission: &Admission, send: F) -> F::Output {
+    let wire = admission.wire();
+    let _watching = slot.watch(wire.clone());
+    let mut send = std::pin::pin!(send);
+    // The first poll either hands the request to a pooled connection or starts a
+    // connect (which the connector reports); no `.await` before it.
+    let first = std::future::poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx))).await;
+    wire.handed_over();
+    match first {
+        Poll::Ready(r) => r,
+        Poll::Pending => send.await,
+    }
+}
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
