@@ -2,7 +2,8 @@
 //! `docs/ARCHITECTURE.md` ([`RULES`], one per statement of its list), its floors table
 //! (read from the document: one row per module of `src/lib.rs`, each import allowed by
 //! its row, each floor one above the highest it may import, no row granting what a rule
-//! forbids), the one maker of an `Admission`, no module circles, and the crate root's
+//! forbids), the one maker of an `Admission`, no module circles, no non-test file over
+//! [`MAX_FILE_LINES`], and the crate root's
 //! public surface (docs/ARCHITECTURE.md, "Public API": the embedding API, the binary's
 //! hidden entry point and the feature-gated hidden `internals`, every module private).
 //!
@@ -330,6 +331,26 @@ fn declared_modules() -> BTreeSet<String> {
             line.strip_prefix("mod ")?.strip_suffix(';').map(str::to_owned)
         })
         .collect()
+}
+
+/// The longest a non-test source file may be: a room a newcomer can hold in their head.
+const MAX_FILE_LINES: usize = 700;
+
+#[test]
+fn no_non_test_source_file_is_longer_than_the_limit() {
+    let mut long: Vec<String> = modules()
+        .values()
+        .filter_map(|path| {
+            let lines = std::fs::read_to_string(path).unwrap().lines().count();
+            (lines > MAX_FILE_LINES).then(|| format!("{} ({lines} lines)", path.display()))
+        })
+        .collect();
+    long.sort();
+    assert!(
+        long.is_empty(),
+        "over {MAX_FILE_LINES} lines: split them into rooms by concern (docs/ARCHITECTURE.md): {long:?}"
+    );
+    assert!(modules().len() > 100, "the walk found the source files");
 }
 
 #[test]
