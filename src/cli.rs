@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app::{Gateway, GatewayError};
 use crate::config::{Config, ConfigError, LogFormat, Overrides};
+use crate::egress::client::{Client, SendError, SendErrorKind};
 use crate::sim::SimError;
 use crate::strict::latch_file::LatchFileError;
 use crate::supervisor::Supervisor;
@@ -52,7 +53,7 @@ pub enum CliError {
     #[error("the gateway could not start: {0}")]
     Gateway(#[source] GatewayError),
     #[error("cannot build the HTTP client: {0}")]
-    HttpClient(#[source] reqwest::Error),
+    HttpClient(String),
     #[error("--url {url:?} {problem}")]
     StatusBadUrl { url: String, problem: String },
     #[error("no gateway is listening at {url}")]
@@ -412,18 +413,10 @@ pub async fn doctor(args: &DoctorArgs, config: Result<Config, ConfigError>) -> R
 /// `tunnelgate status [--require-ready]`.
 pub async fn status(args: &StatusArgs) -> Result<u8, CliError> {
     let url = status_url(&args.url)?;
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(STATUS_TIMEOUT)
-        .build()
-        .map_err(CliError::HttpClient)?;
+    let client = crate::egress::client::local(&url, STATUS_TIMEOUT).map_err(CliError::HttpClient)?;
     let shown = url.to_string();
     let readyz = url.join("readyz").expect("a sibling path of an http(s) URL parses");
-    let body = match client.get(url).send().await {
-        Ok(response) => response.text().await,
-        Err(e) => Err(e),
-    }
-    .map_err(|e| unreachable(&shown, &e))?;
+    let (_, body) = get(&client, &url).await.map_err(|e| unreachable(&shown, &e))?;
     let doc: serde_json::Value = serde_json::from_str(&body).map_err(|source| CliError::StatusNotJson {
         url: shown.clone(),
         source,
@@ -443,9 +436,45 @@ pub async fn status(args: &StatusArgs) -> Result<u8, CliError> {
 /// Bound of the whole `/status` request of `tunnelgate status`.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Why a GET of a gateway's ops listener gave no whole answer.
+enum GetFailed {
+    /// The URL is not one hyper's `Uri` accepts.
+    Url,
+    /// No response headers: the one client's error, with its kind.
+    Send(SendError),
+    /// No whole answer within [`STATUS_TIMEOUT`].
+    Deadline,
+    /// The body broke off.
+    BrokeOff,
+}
+
+/// One `GET url` on the ops listener, its answer read whole (as UTF-8, lossily), within
+/// [`STATUS_TIMEOUT`].
+///
+/// # Cancel safety
+/// Reads only; dropping it abandons one GET.
+async fn get(client: &Client, url: &url::Url) -> Result<(http::StatusCode, String), GetFailed> {
+    let deadline = tokio::time::Instant::now() + STATUS_TIMEOUT;
+    let uri: http::Uri = url.as_str().parse().map_err(|_| GetFailed::Url)?;
+    let sent = client.send(http::Method::GET, &uri, http::HeaderMap::new(), bytes::Bytes::new());
+    let mut answer = match tokio::time::timeout_at(deadline, sent).await {
+        Err(_) => return Err(GetFailed::Deadline),
+        Ok(sent) => sent.map_err(GetFailed::Send)?,
+    };
+    let mut body = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, answer.chunk()).await {
+            Err(_) => return Err(GetFailed::Deadline),
+            Ok(Err(_)) => return Err(GetFailed::BrokeOff),
+            Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
+            Ok(Ok(None)) => return Ok((answer.status(), String::from_utf8_lossy(&body).into_owned())),
+        }
+    }
+}
+
 /// `{base}/status`, with what is wrong with `base` in words when it is not an http(s) URL
 /// of a host.
-fn status_url(base: &str) -> Result<reqwest::Url, CliError> {
+fn status_url(base: &str) -> Result<url::Url, CliError> {
     let bad = |problem: String| CliError::StatusBadUrl {
         url: base.to_owned(),
         problem,
@@ -455,7 +484,7 @@ fn status_url(base: &str) -> Result<reqwest::Url, CliError> {
             "is not a URL: it has no scheme; write e.g. \"http://{base}\""
         )));
     }
-    let parsed = reqwest::Url::parse(base).map_err(|e| bad(format!("is not a URL: {e}")))?;
+    let parsed = url::Url::parse(base).map_err(|e| bad(format!("is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(bad(format!(
             "must start with http:// or https:// (found {}:), e.g. http://127.0.0.1:9464",
@@ -466,27 +495,30 @@ fn status_url(base: &str) -> Result<reqwest::Url, CliError> {
         return Err(bad("names no host, e.g. http://127.0.0.1:9464".to_owned()));
     }
     let joined = format!("{}/status", parsed.as_str().trim_end_matches('/'));
-    reqwest::Url::parse(&joined).map_err(|e| bad(format!("is not a URL: {e}")))
+    url::Url::parse(&joined).map_err(|e| bad(format!("is not a URL: {e}")))
 }
 
 /// What a failed `/status` request means, in words: nothing listening, no answer in time,
 /// or the transport's own reason.
-fn unreachable(url: &str, error: &reqwest::Error) -> CliError {
-    let refused = std::iter::successors(Some(error as &dyn std::error::Error), |e| e.source())
-        .filter_map(|e| e.downcast_ref::<std::io::Error>())
-        .any(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
-    if refused {
-        return CliError::StatusNotListening { url: url.to_owned() };
-    }
-    let problem = if error.is_timeout() {
-        format!("no answer within {}", humantime::format_duration(STATUS_TIMEOUT))
-    } else {
-        // The innermost cause names it ("dns error", "connection reset", ...).
-        let mut cause: &dyn std::error::Error = error;
-        while let Some(next) = cause.source() {
-            cause = next;
+fn unreachable(url: &str, failed: &GetFailed) -> CliError {
+    let in_time = || format!("no answer within {}", humantime::format_duration(STATUS_TIMEOUT));
+    let problem = match failed {
+        GetFailed::Send(e) if e.kind() == SendErrorKind::Refused => {
+            return CliError::StatusNotListening { url: url.to_owned() };
         }
-        cause.to_string()
+        GetFailed::Send(e) if matches!(e.kind(), SendErrorKind::ConnectTimeout | SendErrorKind::Timeout) => in_time(),
+        GetFailed::Deadline => in_time(),
+        GetFailed::Send(e) => {
+            // The innermost cause names it ("failed to lookup address", "connection
+            // reset", ...).
+            let mut cause = e.chain();
+            while let Some(next) = cause.source() {
+                cause = next;
+            }
+            cause.to_string()
+        }
+        GetFailed::Url => "is not a URL an HTTP request can be sent to".to_owned(),
+        GetFailed::BrokeOff => "the answer broke off".to_owned(),
     };
     CliError::StatusUnreachable {
         url: url.to_owned(),

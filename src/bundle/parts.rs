@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::time::{timeout_at, Instant};
 
 use super::{Collected, Options, Part, Source};
-use crate::config::{OfflineConfig, ProxySetting, Receipts};
-use crate::egress::client::{Client, Egress, NackRetries};
+use crate::config::{OfflineConfig, Receipts};
+use crate::egress::client::Client;
 
 /// The ops listener's base URL for `listen`: a wildcard address is reached on loopback.
 pub fn ops_url(listen: SocketAddr) -> String {
@@ -138,17 +138,8 @@ enum Fetch {
 /// The gateway's one HTTP client, to the ops listener: never a proxy, the connect
 /// bounded by `timeout`.
 fn ops_client(ops_url: &str, timeout: Duration) -> Result<Client, String> {
-    let tls = crate::egress::client::platform_config().map_err(|e| e.to_string())?;
-    let egress = Egress {
-        tls,
-        proxy: ProxySetting::Off,
-        socket: None,
-        connect_timeout: timeout,
-        idle: timeout,
-        retries: NackRetries::ReqwestDefault,
-    };
     let target = url::Url::parse(ops_url).map_err(|e| e.to_string())?;
-    Client::new(egress, &target).map_err(|e| e.to_string())
+    crate::egress::client::local(&target, timeout)
 }
 
 /// `GET url`, the request and its answer's body bounded by `timeout` together.

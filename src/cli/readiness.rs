@@ -8,7 +8,8 @@
 //! the flag). No gateway answering is an error of the caller (`1`). Reads only: it never
 //! changes the gateway.
 
-use super::CliError;
+use super::{CliError, GetFailed};
+use crate::egress::client::Client;
 
 /// The exit code of `status --require-ready` for a gateway that answers, is not
 /// latched and is not ready (API: scripts test for it).
@@ -40,8 +41,8 @@ fn exit_code(latch_code: Option<u8>, ready: bool) -> u8 {
 /// # Cancel safety
 /// Reads only; dropping it abandons one GET.
 pub(super) async fn decide(
-    client: &reqwest::Client,
-    readyz: reqwest::Url,
+    client: &Client,
+    readyz: url::Url,
     latch_code: Option<u8>,
     ready: bool,
 ) -> Result<u8, CliError> {
@@ -49,7 +50,7 @@ pub(super) async fn decide(
         return Ok(0);
     }
     let shown = readyz.to_string();
-    let answer = ask(client, readyz).await.map_err(|e| match e {
+    let answer = ask(client, &readyz).await.map_err(|e| match e {
         Asked::Transport(e) => super::unreachable(&shown, &e),
         Asked::Unexpected(problem) => CliError::StatusUnreachable {
             url: shown.clone(),
@@ -67,16 +68,14 @@ pub(super) async fn decide(
 
 /// Why `/readyz` gave no verdict.
 enum Asked {
-    Transport(reqwest::Error),
+    Transport(GetFailed),
     /// An answer that is not `/readyz`'s (another server on the port), in words.
     Unexpected(String),
 }
 
-/// One GET of `/readyz`, bounded by the client's timeout.
-async fn ask(client: &reqwest::Client, url: reqwest::Url) -> Result<Readyz, Asked> {
-    let response = client.get(url).send().await.map_err(Asked::Transport)?;
-    let status = response.status();
-    let body = response.text().await.map_err(Asked::Transport)?;
+/// One GET of `/readyz`, bounded by the status request's timeout.
+async fn ask(client: &Client, url: &url::Url) -> Result<Readyz, Asked> {
+    let (status, body) = super::get(client, url).await.map_err(Asked::Transport)?;
     match status.as_u16() {
         200 => Ok(Readyz::Ready),
         503 => Ok(Readyz::NotReady(reason_line(&body))),

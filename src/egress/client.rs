@@ -233,6 +233,20 @@ impl Answer {
     }
 }
 
+/// A client to a gateway's own ops listener at `target` (the CLI's `status`, the support
+/// bundle): never a proxy, the platform's TLS, the connect bounded by `timeout`.
+pub(crate) fn local(target: &url::Url, timeout: Duration) -> Result<Client, String> {
+    let egress = Egress {
+        tls: platform_config().map_err(|e| e.to_string())?,
+        proxy: ProxySetting::Off,
+        socket: None,
+        connect_timeout: timeout,
+        idle: timeout,
+        retries: NackRetries::ReqwestDefault,
+    };
+    Client::new(egress, target).map_err(|e| e.to_string())
+}
+
 /// The rustls configuration `reqwest` built for a client given no TLS configuration,
 /// kept for a scope with no TLS setting: the process's default crypto provider (or
 /// aws-lc-rs), TLS 1.3 and 1.2, the platform's verifier, no client certificate, SNI,

@@ -313,6 +313,15 @@ async fn status_says_nothing_listens_and_names_a_bad_urls_problem() {
         run.stderr.trim(),
         format!("tunnelgate: no gateway is listening at http://127.0.0.1:{port}/status")
     );
+    // A port that takes the connection (the kernel's backlog) and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    let run = Gateway::cli(&["status", "--url", &silent_url], None, &[], T).await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(
+        run.stderr.trim(),
+        format!("tunnelgate: no gateway answered at {silent_url}/status: no answer within 5s")
+    );
     for (url, problem) in [
         (
             "127.0.0.1:9464",
