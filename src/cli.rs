@@ -316,6 +316,15 @@ pub struct SimArgs {
     /// Also start the embedded MCP stub on this address.
     #[arg(long, value_name = "ADDR")]
     pub with_stub: Option<SocketAddr>,
+    /// The largest response POST body accepted, in bytes; a larger one is answered
+    /// `413 request_body_too_large` (a drill of a result too large for the tunnel).
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = crate::sim::DEFAULT_MAX_RESPONSE_BODY,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    pub max_response_body: usize,
 }
 
 #[derive(Args, Debug)]
@@ -534,6 +543,7 @@ pub async fn sim(args: SimArgs) -> Result<u8, CliError> {
         api_key: args.api_key,
         faults: args.faults,
         with_stub: args.with_stub,
+        max_response_body: args.max_response_body,
     };
     match crate::sim::run_cli(sim_args).await {
         Ok(()) => Ok(0),

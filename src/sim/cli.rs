@@ -18,6 +18,8 @@ pub struct SimArgs {
     pub faults: Option<PathBuf>,
     /// Also start the embedded MCP stub on this address.
     pub with_stub: Option<SocketAddr>,
+    /// The largest response POST body accepted, in bytes ([`SimConfig::max_response_body`]).
+    pub max_response_body: usize,
 }
 
 /// Why `tunnelgate sim` could not run.
@@ -51,6 +53,7 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
     let mut config = SimConfig::new(args.tunnel_id.clone(), args.api_key);
     config.listen = args.listen;
     config.faults = faults;
+    config.max_response_body = args.max_response_body;
     let sim = Simulator::start(config).await.map_err(|source| SimError::Listen {
         addr: args.listen,
         source,

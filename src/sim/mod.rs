@@ -102,7 +102,8 @@ use state::Shared;
 const DEFAULT_CAPACITY: usize = 4096;
 
 /// Default bound of a response POST body: larger ones get `413 request_body_too_large`.
-const DEFAULT_MAX_RESPONSE_BODY: usize = 8 * 1024 * 1024;
+/// (`tunnelgate sim --max-response-body`'s default.)
+pub const DEFAULT_MAX_RESPONSE_BODY: usize = 8 * 1024 * 1024;
 
 /// How a simulator runs.
 #[derive(Clone, Debug)]

@@ -231,6 +231,44 @@ async fn the_simulator_says_what_it_cannot_carry_and_prints_its_summary_on_sigte
     );
 }
 
+/// `--max-response-body` drills a result too large for the tunnel: a larger response POST
+/// is answered `413` with the contract's code; zero is refused as usage.
+#[tokio::test]
+async fn the_simulators_response_body_bound_is_a_flag_and_a_larger_post_gets_413() {
+    let run = Gateway::cli(&["sim", "--max-response-body", "0"], None, &[], T).await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--max-response-body") && run.stderr.contains("0 is not in 1.."),
+        "{}",
+        run.stderr
+    );
+    let listen = format!("127.0.0.1:{}", crate::harness::free_port());
+    let mut sim = Gateway::spawn(&["sim", "--listen", &listen, "--max-response-body", "64"], None, &[]);
+    crate::harness::wait_until("the simulator to listen", T, || async {
+        sim.stdout().contains("sim listening on")
+    })
+    .await;
+    let post = |body: String| {
+        crate::harness::http_client()
+            .post(format!("http://{listen}/v1/tunnels/tunnel_local/response"))
+            .bearer_auth("dev-key")
+            .header("x-tunnel-shard-token", "shard")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let large = post(format!("{{\"request_id\":\"req_1\",\"pad\":\"{}\"}}", "x".repeat(100)))
+        .await
+        .unwrap();
+    assert_eq!(large.status(), 413);
+    let doc: serde_json::Value = large.json().await.unwrap();
+    assert_eq!(doc["error"]["code"], "request_body_too_large", "{doc}");
+    let small = post("{}".to_owned()).await.unwrap();
+    assert_ne!(small.status(), 413, "a body within the bound is read");
+    sim.sigterm();
+    assert_eq!(sim.wait_exit(T).await, Some(0), "{}", sim.stderr());
+}
+
 #[tokio::test]
 async fn a_log_filter_whose_bare_word_is_not_a_level_exits_78_naming_the_key_and_the_directive() {
     // Found in a trial: "nonsense" parsed as a target name and silenced every log line.

@@ -24,11 +24,18 @@ use super::registry::Target;
 use super::tools::{self, Limits};
 use super::{rewrite, HarpoonTransport};
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Reply};
+use crate::protocol::McpRevision;
 use crate::protocol::{json_resp_headers, RespType};
 use crate::strict::Admission;
 
-/// Protocol revisions `initialize` echoes; anything else gets the first.
-const REVISIONS: [&str; 4] = ["2025-06-18", "2025-11-25", "2025-03-26", "2024-11-05"];
+/// Protocol revisions `initialize` echoes (the official client's list, in its order);
+/// anything else gets the first.
+const REVISIONS: [McpRevision; 4] = [
+    McpRevision::V2025_06_18,
+    McpRevision::V2025_11_25,
+    McpRevision::V2025_03_26,
+    McpRevision::V2024_11_05,
+];
 const INSTRUCTIONS: &str = "Harpoon provides a constrained outbound HTTP client. Use list_targets to see allowlisted targets and call_target to make GET/POST/PUT requests with strict size, timeout, and redirect limits. get_oauth_target_audience is a narrow opt-in lookup for OAuth token-endpoint private_key_jwt audiences. Harpoon cannot reach arbitrary hosts or paths outside the configured allowlist.";
 
 /// What one message produced: the JSON-RPC result or error, and the leg's outcome.
@@ -115,8 +122,10 @@ fn initialize(harpoon: &HarpoonTransport, params: Option<&Value>) -> Value {
     let asked = params
         .and_then(|p| p.get("protocolVersion"))
         .and_then(Value::as_str)
-        .filter(|v| REVISIONS.contains(v))
-        .unwrap_or(REVISIONS[0]);
+        .and_then(McpRevision::parse)
+        .filter(|r| REVISIONS.contains(r))
+        .unwrap_or(REVISIONS[0])
+        .as_str();
     json!({
         "capabilities": {"tools": {}},
         "instructions": INSTRUCTIONS,
