@@ -144,8 +144,9 @@ struct State {
     /// the term), and etcd's revision read after that, so that a standby's report written
     /// at a later revision was written since then.
     failing: Option<(Instant, i64)>,
-    /// Whether "polls failing, nobody to step down to" was logged in this failure.
-    told_no_standby: bool,
+    /// Why the step-down waits, as last logged in this failure: each reason is logged
+    /// once, not at every election step.
+    told: Option<reach::Waiting>,
 }
 
 /// One replica's coordination: the election, its intents and the cluster latch. Cheap to

@@ -145,7 +145,7 @@ pub(super) async fn consider_step_down(c: &Coordinator) {
     match reachable_standby(c, reports, baseline) {
         Some(standby) => step_down(c, &standby, since.elapsed()).await,
         None => {
-            if !std::mem::replace(&mut c.lock().told_no_standby, true) {
+            if c.lock().told.replace(Waiting::NoStandby) != Some(Waiting::NoStandby) {
                 tracing::error!(
                     failing_for_s = since.elapsed().as_secs(),
                     "every poll has failed for coordination.step_down_after, but no standby reports the control plane reachable: keeping the lease"
@@ -165,10 +165,19 @@ fn failing_since(c: &Coordinator) -> Option<Instant> {
     c.shared.metrics.control_plane_reachable(failing.is_none());
     let Some(since) = failing else {
         state.failing = None;
-        state.told_no_standby = false;
+        state.told = None;
         return None;
     };
     Some(since.max(term.started_at))
+}
+
+/// Why an active whose polls all fail has not stepped down yet (logged once each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Waiting {
+    /// No standby reports the control plane reachable.
+    NoStandby,
+    /// A command's intent is being recorded, outstanding or unsettled.
+    InFlight,
 }
 
 /// Another replica whose report says the control plane is reachable, written after
@@ -187,17 +196,19 @@ async fn step_down(c: &Coordinator, standby: &str, failing: Duration) {
     let lease = {
         let mut state = c.lock();
         if state.recording > 0 || state.outstanding.is_some() || !state.unsettled.is_empty() {
-            tracing::warn!(
-                standby,
-                "every poll has failed for coordination.step_down_after, but a command's intent is in flight: stepping down once it is settled"
-            );
+            if state.told.replace(Waiting::InFlight) != Some(Waiting::InFlight) {
+                tracing::warn!(
+                    standby,
+                    "every poll has failed for coordination.step_down_after, but a command's intent is in flight: stepping down once it is settled"
+                );
+            }
             return;
         }
         // From here on the admission gate is closed: nothing can be recorded any more.
         state.active = None;
         state.holder = None;
         state.failing = None;
-        state.told_no_standby = false;
+        state.told = None;
         state.step_downs += 1;
         state.hold_off_until = Some(Instant::now() + c.shared.step_down_after);
         state.lease.take()
