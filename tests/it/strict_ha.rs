@@ -226,6 +226,29 @@ impl Replica {
     }
 }
 
+/// After a replica is killed: waits until the simulator has seen every poll of
+/// `instance` end (answered, or marked abandoned once its server saw the connection
+/// close). A command queued before then can be handed to the dead replica's open poll
+/// and written to a closed socket: lost, as with any control plane, and not what these
+/// tests are about (a command queued for the replicas still alive). Seen in a loaded
+/// run, where the simulator read the close after the command was queued.
+async fn sim_saw_the_polls_of_end(rig: &Rig, instance: &str) {
+    assert!(!instance.is_empty(), "the killed replica's instance id is known");
+    wait_until(
+        "the simulator to see the killed replica's open poll end",
+        BOUND,
+        || async {
+            rig.sim
+                .record()
+                .polls
+                .iter()
+                .filter(|p| p.header("x-tunnel-client-instance-id") == Some(instance))
+                .all(|p| p.status.is_some() || p.abandoned)
+        },
+    )
+    .await;
+}
+
 /// A free port no other replica of this test process was given (two quick binds to
 /// port 0 can return the same port), and not `taken`.
 fn distinct_port(taken: u16) -> u16 {
@@ -410,7 +433,7 @@ async fn a_sigkilled_active_holding_a_call_makes_the_standby_latch_on_its_intent
         etcd,
         server,
         rig,
-        a: _a,
+        a,
         b,
         mut ga,
         mut gb,
@@ -418,8 +441,10 @@ async fn a_sigkilled_active_holding_a_call_makes_the_standby_latch_on_its_intent
 
     let held = call(&rig, "hold", "held", 0);
     wait_until("the held call at the server", BOUND, || async { server.count() == 1 }).await;
+    let a_id = a.instance().await;
     ga.signal("KILL");
     assert_eq!(ga.wait_exit(BOUND).await, Some(128 + 9));
+    sim_saw_the_polls_of_end(&rig, &a_id).await;
     let next = call(&rig, "work", "after-kill", 0);
 
     // The standby takes over, finds the intent, latches with its request id, exits 90.
@@ -500,6 +525,7 @@ async fn a_sigkilled_idle_active_is_replaced_within_the_lease_and_one_renewal_wi
     })
     .await;
 
+    let a_id = a.instance().await;
     ga.signal("KILL");
     let killed = Instant::now();
     assert_eq!(ga.wait_exit(BOUND).await, Some(128 + 9));
@@ -514,6 +540,7 @@ async fn a_sigkilled_idle_active_is_replaced_within_the_lease_and_one_renewal_wi
     assert!(takeover <= bound, "the takeover took {takeover:?} (bound {bound:?})");
     eprintln!("takeover after SIGKILL: {} ms", takeover.as_millis());
 
+    sim_saw_the_polls_of_end(&rig, &a_id).await;
     let next = call(&rig, "work", "after", 0);
     rig.wait("the next answer", |r| {
         r.responses_for(&next)
