@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app::{Gateway, GatewayError};
 use crate::config::{Config, ConfigError, LogFormat, Overrides};
-use crate::egress::client::{Client, SendError, SendErrorKind};
+use crate::egress::client::{local_get, Client, LocalGetError, SendErrorKind};
 use crate::sim::SimError;
 use crate::strict::latch_file::LatchFileError;
 use crate::supervisor::Supervisor;
@@ -445,40 +445,15 @@ pub async fn status(args: &StatusArgs) -> Result<u8, CliError> {
 /// Bound of the whole `/status` request of `tunnelgate status`.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Why a GET of a gateway's ops listener gave no whole answer.
-enum GetFailed {
-    /// The URL is not one hyper's `Uri` accepts.
-    Url,
-    /// No response headers: the one client's error, with its kind.
-    Send(SendError),
-    /// No whole answer within [`STATUS_TIMEOUT`].
-    Deadline,
-    /// The body broke off.
-    BrokeOff,
-}
-
 /// One `GET url` on the ops listener, its answer read whole (as UTF-8, lossily), within
 /// [`STATUS_TIMEOUT`].
 ///
 /// # Cancel safety
 /// Reads only; dropping it abandons one GET.
-async fn get(client: &Client, url: &url::Url) -> Result<(http::StatusCode, String), GetFailed> {
+async fn get(client: &Client, url: &url::Url) -> Result<(http::StatusCode, String), LocalGetError> {
     let deadline = tokio::time::Instant::now() + STATUS_TIMEOUT;
-    let uri: http::Uri = url.as_str().parse().map_err(|_| GetFailed::Url)?;
-    let sent = client.send(http::Method::GET, &uri, http::HeaderMap::new(), bytes::Bytes::new());
-    let mut answer = match tokio::time::timeout_at(deadline, sent).await {
-        Err(_) => return Err(GetFailed::Deadline),
-        Ok(sent) => sent.map_err(GetFailed::Send)?,
-    };
-    let mut body = Vec::new();
-    loop {
-        match tokio::time::timeout_at(deadline, answer.chunk()).await {
-            Err(_) => return Err(GetFailed::Deadline),
-            Ok(Err(_)) => return Err(GetFailed::BrokeOff),
-            Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
-            Ok(Ok(None)) => return Ok((answer.status(), String::from_utf8_lossy(&body).into_owned())),
-        }
-    }
+    let (status, body) = local_get(client, url.as_str(), deadline).await?;
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
 /// `{base}/status`, with what is wrong with `base` in words when it is not an http(s) URL
@@ -509,15 +484,17 @@ fn status_url(base: &str) -> Result<url::Url, CliError> {
 
 /// What a failed `/status` request means, in words: nothing listening, no answer in time,
 /// or the transport's own reason.
-fn unreachable(url: &str, failed: &GetFailed) -> CliError {
+fn unreachable(url: &str, failed: &LocalGetError) -> CliError {
     let in_time = || format!("no answer within {}", humantime::format_duration(STATUS_TIMEOUT));
     let problem = match failed {
-        GetFailed::Send(e) if e.kind() == SendErrorKind::Refused => {
+        LocalGetError::Send(e) if e.kind() == SendErrorKind::Refused => {
             return CliError::StatusNotListening { url: url.to_owned() };
         }
-        GetFailed::Send(e) if matches!(e.kind(), SendErrorKind::ConnectTimeout | SendErrorKind::Timeout) => in_time(),
-        GetFailed::Deadline => in_time(),
-        GetFailed::Send(e) => {
+        LocalGetError::Send(e) if matches!(e.kind(), SendErrorKind::ConnectTimeout | SendErrorKind::Timeout) => {
+            in_time()
+        }
+        LocalGetError::NoAnswer | LocalGetError::BodyCut { timed_out: true, .. } => in_time(),
+        LocalGetError::Send(e) => {
             // The innermost cause names it ("failed to lookup address", "connection
             // reset", ...).
             let mut cause = e.chain();
@@ -526,8 +503,8 @@ fn unreachable(url: &str, failed: &GetFailed) -> CliError {
             }
             cause.to_string()
         }
-        GetFailed::Url => "is not a URL an HTTP request can be sent to".to_owned(),
-        GetFailed::BrokeOff => "the answer broke off".to_owned(),
+        LocalGetError::Url => "is not a URL an HTTP request can be sent to".to_owned(),
+        LocalGetError::BodyCut { timed_out: false, .. } => "the answer broke off".to_owned(),
     };
     CliError::StatusUnreachable {
         url: url.to_owned(),

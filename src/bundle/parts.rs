@@ -6,11 +6,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use tokio::time::{timeout_at, Instant};
+use tokio::time::Instant;
 
 use super::{Collected, Options, Part, Source};
 use crate::config::{OfflineConfig, Receipts};
-use crate::egress::client::Client;
+use crate::egress::client::{local_get, Client, LocalGetError};
 
 /// The ops listener's base URL for `listen`: a wildcard address is reached on loopback.
 pub fn ops_url(listen: SocketAddr) -> String {
@@ -144,29 +144,22 @@ fn ops_client(ops_url: &str, timeout: Duration) -> Result<Client, String> {
 
 /// `GET url`, the request and its answer's body bounded by `timeout` together.
 async fn fetch(client: &Client, url: &str, timeout: Duration) -> Result<Vec<u8>, Fetch> {
-    let deadline = Instant::now() + timeout;
-    let uri = url
-        .parse::<http::Uri>()
-        .map_err(|_| Fetch::Unreachable("not a URL".to_owned()))?;
-    let sent = client.send(http::Method::GET, &uri, http::HeaderMap::new(), bytes::Bytes::new());
-    let mut response = match timeout_at(deadline, sent).await {
-        Err(_) => return Err(Fetch::Unreachable("no answer in time".to_owned())),
-        Ok(Err(e)) if e.is_connect() => return Err(Fetch::Unreachable("connection refused or no route".to_owned())),
-        Ok(Err(e)) => return Err(Fetch::Unreachable(e.to_string())),
-        Ok(Ok(response)) => response,
-    };
-    let status = response.status();
-    if !status.is_success() {
-        return Err(Fetch::Refused(format!("{url} answered {status}")));
-    }
-    let mut body = Vec::new();
-    loop {
-        match timeout_at(deadline, response.chunk()).await {
-            Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
-            Ok(Ok(None)) => return Ok(body),
-            Ok(Err(_)) => return Err(Fetch::Refused(format!("{url}: the answer broke off"))),
-            Err(_) => return Err(Fetch::Refused(format!("{url}: the answer broke off: no end in time"))),
+    let unreachable = |why: &str| Err(Fetch::Unreachable(why.to_owned()));
+    match local_get(client, url, Instant::now() + timeout).await {
+        Err(LocalGetError::Url) => unreachable("not a URL"),
+        Err(LocalGetError::NoAnswer) => unreachable("no answer in time"),
+        Err(LocalGetError::Send(e)) if e.is_connect() => unreachable("connection refused or no route"),
+        Err(LocalGetError::Send(e)) => unreachable(&e.to_string()),
+        Err(LocalGetError::BodyCut { status, .. }) | Ok((status, _)) if !status.is_success() => {
+            Err(Fetch::Refused(format!("{url} answered {status}")))
         }
+        Err(LocalGetError::BodyCut { timed_out: true, .. }) => {
+            Err(Fetch::Refused(format!("{url}: the answer broke off: no end in time")))
+        }
+        Err(LocalGetError::BodyCut { timed_out: false, .. }) => {
+            Err(Fetch::Refused(format!("{url}: the answer broke off")))
+        }
+        Ok((_, body)) => Ok(body),
     }
 }
 

@@ -8,8 +8,8 @@
 //! the flag). No gateway answering is an error of the caller (`1`). Reads only: it never
 //! changes the gateway.
 
-use super::{CliError, GetFailed};
-use crate::egress::client::Client;
+use super::CliError;
+use crate::egress::client::{Client, LocalGetError};
 
 /// The exit code of `status --require-ready` for a gateway that answers, is not
 /// latched and is not ready (API: scripts test for it).
@@ -68,7 +68,7 @@ pub(super) async fn decide(
 
 /// Why `/readyz` gave no verdict.
 enum Asked {
-    Transport(GetFailed),
+    Transport(LocalGetError),
     /// An answer that is not `/readyz`'s (another server on the port), in words.
     Unexpected(String),
 }

@@ -14,26 +14,54 @@ use std::task::{Context, Poll};
 
 use crate::strict::{Admission, Refusal, Wire};
 
-/// Drives `send`, the request of an admission whose hand-over the fence allowed
-/// ([`Wire::hand_over`], with no `.await` since), on a client whose connector is watched
-/// by `slot` ([`WatchConnects`]), so that the admission is marked sent exactly when
-/// bytes may leave: at once if the first poll hands the request to a pooled connection,
-/// else when the connector reports the new connection up.
-///
-/// # Cancel safety
-/// Dropping it after its first poll may leave the request on the wire; the admission
-/// then says so ([`Admission::is_sent`]).
-pub(super) async fn watched<F: Future>(slot: &ConnectSlot, admission: &Admission, send: F) -> F::Output {
-    let wire = admission.wire();
-    let _watching = slot.watch(wire.clone());
-    let mut send = std::pin::pin!(send);
-    // The first poll either hands the request to a pooled connection or starts a
-    // connect (which the connector reports); no `.await` before it.
-    let first = std::future::poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx))).await;
-    wire.handed_over();
-    match first {
-        Poll::Ready(r) => r,
-        Poll::Pending => send.await,
+/// An admission's consent to let its one request out, taken right before the send: in
+/// strict mode (one admission at a time uses the pool, so a new connection is for this
+/// request) the hand-over, watched through `slot`; otherwise the admission is marked sent
+/// at once.
+pub(super) struct Release<'a> {
+    slot: &'a ConnectSlot,
+    admission: &'a Admission,
+}
+
+impl<'a> Release<'a> {
+    /// The fence's last word ([`Wire::hand_over`] or [`Admission::begin_send`]); refused,
+    /// nothing may be sent. No `.await` may come between it and [`Release::send`].
+    pub(super) fn take(slot: &'a ConnectSlot, admission: &'a Admission) -> Result<Self, Refusal> {
+        if admission.tracks_connects() {
+            admission.wire().hand_over()?;
+        } else {
+            admission.begin_send()?;
+        }
+        Ok(Self { slot, admission })
+    }
+
+    /// Drives `send`, the admission's request, so that it is marked sent exactly when
+    /// bytes may leave: in strict mode at once if the first poll hands the request to a
+    /// pooled connection, else when the connector reports the new connection up.
+    ///
+    /// # Cancel safety
+    /// Dropping it after its first poll may leave the request on the wire; the admission
+    /// then says so ([`Admission::is_sent`]).
+    pub(super) async fn send<F: Future>(&self, send: F) -> F::Output {
+        if !self.admission.tracks_connects() {
+            return send.await;
+        }
+        let wire = self.admission.wire();
+        let _watching = self.slot.watch(wire.clone());
+        let mut send = std::pin::pin!(send);
+        // The first poll either hands the request to a pooled connection or starts a
+        // connect (which the connector reports); no `.await` before it.
+        let first = std::future::poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx))).await;
+        wire.handed_over();
+        match first {
+            Poll::Ready(r) => r,
+            Poll::Pending => send.await,
+        }
+    }
+
+    /// Whether bytes of the request may have left (all along in default mode).
+    pub(super) fn may_have_left(&self) -> bool {
+        self.admission.is_sent()
     }
 }
 

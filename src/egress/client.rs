@@ -247,6 +247,50 @@ pub(crate) fn local(target: &url::Url, timeout: Duration) -> Result<Client, Stri
     Client::new(egress, target).map_err(|e| e.to_string())
 }
 
+/// Why [`local_get`] gave no whole answer.
+#[derive(Debug)]
+pub(crate) enum LocalGetError {
+    /// The URL is not one hyper's `Uri` accepts.
+    Url,
+    /// No response headers: the one client's error, with its kind.
+    Send(SendError),
+    /// No response headers by the deadline.
+    NoAnswer,
+    /// The headers came, with `status`; the body did not end, by the deadline
+    /// (`timed_out`) or because the connection broke.
+    BodyCut { status: http::StatusCode, timed_out: bool },
+}
+
+/// `GET url` on a gateway's own ops listener (a [`local`] client): the status and the
+/// whole body, headers and body by `deadline` together.
+///
+/// # Cancel safety
+/// Reads only; dropping it abandons one GET.
+pub(crate) async fn local_get(
+    client: &Client,
+    url: &str,
+    deadline: tokio::time::Instant,
+) -> Result<(http::StatusCode, Vec<u8>), LocalGetError> {
+    use tokio::time::timeout_at;
+    let uri: Uri = url.parse().map_err(|_| LocalGetError::Url)?;
+    let sent = client.send(Method::GET, &uri, HeaderMap::new(), Bytes::new());
+    let mut answer = match timeout_at(deadline, sent).await {
+        Err(_) => return Err(LocalGetError::NoAnswer),
+        Ok(sent) => sent.map_err(LocalGetError::Send)?,
+    };
+    let status = answer.status();
+    let mut body = Vec::new();
+    loop {
+        let cut = |timed_out| Err(LocalGetError::BodyCut { status, timed_out });
+        match timeout_at(deadline, answer.chunk()).await {
+            Err(_) => return cut(true),
+            Ok(Err(_)) => return cut(false),
+            Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
+            Ok(Ok(None)) => return Ok((status, body)),
+        }
+    }
+}
+
 /// The rustls configuration `reqwest` built for a client given no TLS configuration,
 /// kept for a scope with no TLS setting: the process's default crypto provider (or
 /// aws-lc-rs), TLS 1.3 and 1.2, the platform's verifier, no client certificate, SNI,

@@ -28,9 +28,8 @@ use url::Url;
 
 use super::registry::{Registry, Target};
 use super::OutboundClient as Client;
-use crate::downstream::watch::ConnectSlot;
+use crate::downstream::watch::Release;
 use crate::egress::client::{Answer, SendErrorKind};
-use crate::strict::Admission;
 
 /// Request headers never forwarded (upstream's list), compared without regard to case.
 const DROPPED: &[&str] = &[
@@ -254,23 +253,9 @@ pub(crate) fn forwardable(headers: &[(String, String)]) -> (HeaderMap, usize) {
     (out, dropped)
 }
 
-/// How a call's first request is let out.
-pub(crate) enum Release<'a> {
-    /// The admission was marked sent before the call (default mode): bytes may leave
-    /// from the first poll on, and a timeout before any answer may have written them.
-    Sent,
-    /// The fence allowed the hand-over ([`crate::strict::Wire::hand_over`]) and the
-    /// connector is watched (strict mode): a timeout before the connection was up is
-    /// known to have sent nothing.
-    Watched {
-        slot: &'a ConnectSlot,
-        admission: &'a Admission,
-    },
-}
-
 /// Runs one call on `client` from `target`, following redirects within `args`' limits
-/// to targets only; `registry` is read for each hop. `release` is called with no
-/// `.await` since the admission's last word.
+/// to targets only; `registry` is read for each hop. `release` lets the first request
+/// out, with no `.await` since it was taken.
 pub(crate) async fn call(
     client: &Client,
     registry: &std::sync::Mutex<Registry>,
@@ -299,18 +284,14 @@ pub(crate) async fn call(
     };
     for redirects in 0.. {
         let send = tokio::time::timeout_at(deadline, send(client, &hop));
-        let sent = match (&release, redirects) {
-            (Release::Watched { slot, admission }, 0) => crate::downstream::watch::watched(slot, admission, send).await,
+        let sent = match redirects {
+            0 => release.send(send).await,
             _ => send.await,
         };
         let resp = match sent {
             Err(_) => {
-                let written = match &release {
-                    Release::Watched { admission, .. } => admission.is_sent(),
-                    Release::Sent => true,
-                };
                 return Err(CallFailure::Timeout {
-                    sent: if written { Sent::Maybe } else { Sent::No },
+                    sent: if release.may_have_left() { Sent::Maybe } else { Sent::No },
                     millis,
                 });
             }

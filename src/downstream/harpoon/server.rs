@@ -23,6 +23,7 @@ use super::call::{self, CallArgs, CallFailure, Sent};
 use super::registry::Target;
 use super::tools::{self, Limits};
 use super::{rewrite, HarpoonTransport};
+use crate::downstream::watch::Release;
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Reply};
 use crate::protocol::McpRevision;
 use crate::protocol::{json_resp_headers, RespType};
@@ -295,18 +296,8 @@ async fn call_target(
         harpoon.inner.metrics.harpoon_refused("request_too_large");
         return Answer::local(Ok(tool_error(&label, &CallFailure::RequestTooLarge.message())));
     }
-    // Strict mode watches the hand-over (a deadline during the connect then sent
-    // nothing); default mode marks the admission sent here.
-    let (admitted, release) = if admission.tracks_connects() {
-        let release = call::Release::Watched {
-            slot: &harpoon.inner.connects,
-            admission,
-        };
-        (admission.wire().hand_over(), release)
-    } else {
-        (admission.begin_send(), call::Release::Sent)
-    };
-    if admitted.is_err() {
+    // In strict mode the hand-over is watched: a deadline during the connect sent nothing.
+    let Ok(release) = Release::take(&harpoon.inner.connects, admission) else {
         return Answer {
             body: Ok(tool_error(
                 &label,
@@ -315,7 +306,7 @@ async fn call_target(
             outcome: LegOutcome::NotSent,
             failure: Some(LegFailure::NotAdmitted),
         };
-    }
+    };
     let started = Instant::now();
     let method = call_args.method.clone();
     let settings = &harpoon.inner.settings;

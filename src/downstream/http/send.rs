@@ -22,6 +22,7 @@ use super::classify::classify_send_error;
 use super::request::Outgoing;
 use super::{lock, HttpTransport};
 use crate::downstream::error_chain::SendFacts;
+use crate::downstream::watch::Release;
 use crate::downstream::LegFailure;
 use crate::egress::client::{Answer, SendError};
 use crate::egress::proxy::Route;
@@ -40,18 +41,12 @@ impl HttpTransport {
             return Err(LegFailure::DeadlineBeforeSend);
         }
         let execute = timeout_at(deadline, self.execute(request));
-        let result = if admission.tracks_connects() {
-            // One admission at a time: a connection made now is for this request. The
-            // connector marks it sent once connected (or refuses: nothing is written). A
-            // pooled connection may write it during the first poll with no word back: it
-            // counts as sent from the hand-over on, decided with the fence's checks.
-            admission.wire().hand_over().map_err(|_| LegFailure::NotAdmitted)?;
-            crate::downstream::watch::watched(&self.inner.connects, admission, execute).await
-        } else {
-            // From here on bytes may reach the server.
-            admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
-            execute.await
-        };
+        // In strict mode the connector marks the request sent once connected (or refuses:
+        // nothing is written); a pooled connection may write it during the first poll
+        // with no word back, so it counts as sent from the hand-over on. Otherwise bytes
+        // may reach the server from here on.
+        let release = Release::take(&self.inner.connects, admission).map_err(|_| LegFailure::NotAdmitted)?;
+        let result = release.send(execute).await;
         match result {
             // We cannot tell whether the connection was up and the request written.
             Err(_) => Err(if admission.is_sent() {
