@@ -173,6 +173,8 @@ async fn the_demo_runs_the_whole_path_and_exits_zero() {
     assert_eq!(run.code, 0, "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
     for needle in [
         "Echo: hello through the tunnel",
+        "harpoon list_targets -> demo-idp-token",
+        "harpoon call_target POST demo-idp-token -> HTTP 200, a Bearer token of",
         "state=\"fatal\"",
         "its caller was told: \"not delivered to the MCP server; safe to retry\"",
         "category=ack_timeout exit_code=80",
