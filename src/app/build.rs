@@ -392,6 +392,7 @@ pub(crate) fn session_settings(session: &StdioSession) -> SessionSettings {
             SessionOwner::Owned => SessionMode::Owned,
             SessionOwner::PassThrough => SessionMode::PassThrough,
         },
+        era: session.era,
         protocol_version: session.protocol_version.clone(),
         client_name: session.client_name.clone(),
         client_version: session.client_version.clone(),

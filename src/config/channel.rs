@@ -19,6 +19,7 @@ use super::number::count;
 use super::proxy::{self, ProxySetting};
 use super::raw::{RawChannel, RawInitialize};
 use super::{ChannelConfig, ChannelName, HttpUrl, Secret, SessionOwner, StdioSession};
+use crate::protocol::EraSetting;
 
 const MAX_CHANNELS: usize = 32;
 
@@ -81,6 +82,10 @@ fn channel_config(
             key,
             "sets neither url nor command; add url = \"http://...\" (Streamable HTTP) or command = [\"program\", \"arg\"] (stdio)",
         )),
+        (Some(_), None) if raw.era.is_some() => Err(ConfigError::invalid(
+            format!("{key}.era"),
+            "only applies to stdio channels (command = [...]) in this version: on an HTTP channel every caller keeps its own session with the server, and 2026-07-28 callers are not bridged yet (docs/eras.md)",
+        )),
         (Some(_), None) if raw.session.is_some() || raw.initialize.is_some() => {
             let member = if raw.session.is_some() { "session" } else { "initialize" };
             Err(ConfigError::invalid(
@@ -107,7 +112,7 @@ fn channel_config(
             command: command_argv(&format!("{key}.command"), command)?,
             env: child_env(&format!("{key}.env"), raw.env.unwrap_or_default(), api_key)?,
             max_concurrent: channel_max_concurrent(&format!("{key}.max_concurrent"), raw.max_concurrent, max_concurrent)?,
-            session: stdio_session(key, raw.session, raw.initialize.unwrap_or_default())?,
+            session: stdio_session(key, raw.session, raw.era, raw.initialize.unwrap_or_default())?,
         }),
     }
 }
@@ -166,7 +171,12 @@ fn socket_path(key: &str, path: &str) -> Result<PathBuf, ConfigError> {
 
 /// A stdio channel's `session` and `initialize`: who opens the child's session, and
 /// with what.
-fn stdio_session(key: &str, owner: Option<String>, init: RawInitialize) -> Result<StdioSession, ConfigError> {
+fn stdio_session(
+    key: &str,
+    owner: Option<String>,
+    era: Option<String>,
+    init: RawInitialize,
+) -> Result<StdioSession, ConfigError> {
     let owner = match owner.as_deref().unwrap_or(default::STDIO_SESSION) {
         "owned" => SessionOwner::Owned,
         "pass_through" => SessionOwner::PassThrough,
@@ -177,6 +187,21 @@ fn stdio_session(key: &str, owner: Option<String>, init: RawInitialize) -> Resul
             ))
         }
     };
+    let era = match era.as_deref() {
+        None => EraSetting::Auto,
+        Some(text) => EraSetting::parse(text).ok_or_else(|| {
+            ConfigError::invalid(
+                format!("{key}.era"),
+                format!("{text:?} is not an era; use \"auto\" (the gateway's initialize tells), \"legacy\" (a handshake-era server) or \"modern\" (a 2026-07-28 server)"),
+            )
+        })?,
+    };
+    if owner == SessionOwner::PassThrough && era == EraSetting::Legacy {
+        return Err(ConfigError::invalid(
+            format!("{key}.era"),
+            "\"legacy\" needs the gateway to open the child's session, but session = \"pass_through\" never does; remove one of them",
+        ));
+    }
     let init_key = format!("{key}.initialize");
     let text = |name: &str, value: Option<String>, default: &str| -> Result<String, ConfigError> {
         let value = value.unwrap_or_else(|| default.to_owned());
@@ -214,6 +239,7 @@ fn stdio_session(key: &str, owner: Option<String>, init: RawInitialize) -> Resul
     };
     Ok(StdioSession {
         owner,
+        era,
         protocol_version,
         client_name: text("client_name", init.client_name, default::STDIO_CLIENT_NAME)?,
         client_version: text("client_version", init.client_version, env!("CARGO_PKG_VERSION"))?,
@@ -228,7 +254,7 @@ fn stdio_session(key: &str, owner: Option<String>, init: RawInitialize) -> Resul
 
 /// The session of a stdio channel that configures none.
 pub(super) fn default_session() -> StdioSession {
-    stdio_session("mcp.channels", None, RawInitialize::default()).expect("the defaults are valid")
+    stdio_session("mcp.channels", None, None, RawInitialize::default()).expect("the defaults are valid")
 }
 
 /// An MCP revision: a date `YYYY-MM-DD`.

@@ -121,6 +121,8 @@ struct ChannelView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     session: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    era: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     initialize: Option<InitializeView<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     proxy: Option<String>,
@@ -393,6 +395,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
             env: None,
             max_concurrent: None,
             session: None,
+            era: None,
             initialize: None,
             proxy: socket.is_none().then(|| proxy.masked()),
             socket: socket.as_ref().map(|p| p.to_string_lossy()),
@@ -413,6 +416,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
                 super::SessionOwner::Owned => "owned",
                 super::SessionOwner::PassThrough => "pass_through",
             }),
+            era: Some(session.era.as_str()),
             initialize: Some(InitializeView {
                 protocol_version: &session.protocol_version,
                 client_name: &session.client_name,

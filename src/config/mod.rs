@@ -191,6 +191,9 @@ pub enum SessionOwner {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StdioSession {
     pub owner: SessionOwner,
+    /// The server's era (`mcp.channels.NAME.era`): `auto` (default) detects it by the
+    /// gateway's `initialize`; `legacy` and `modern` say it.
+    pub era: crate::protocol::EraSetting,
     pub protocol_version: String,
     pub client_name: String,
     pub client_version: String,

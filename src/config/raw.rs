@@ -61,6 +61,7 @@ pub(super) struct RawChannel {
     pub(super) env: Option<BTreeMap<String, String>>,
     pub(super) max_concurrent: Option<u64>,
     pub(super) session: Option<String>,
+    pub(super) era: Option<String>,
     pub(super) initialize: Option<RawInitialize>,
     pub(super) headers: Option<BTreeMap<String, String>>,
     pub(super) proxy: Option<String>,

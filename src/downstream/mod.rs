@@ -7,6 +7,7 @@
 //! plane or the latch: outcomes are reported, the dispatcher decides.
 
 mod channels;
+pub(crate) mod era;
 pub(crate) mod error_chain;
 mod harpoon;
 mod http;
@@ -20,6 +21,7 @@ mod test_support;
 mod watch;
 
 pub use channels::{Channels, Transport, TransportKind};
+pub use era::{EraSetting, ServerEra};
 pub use harpoon::{HarpoonSettings, HarpoonSetupError, HarpoonTransport, HostClassifier, TargetView, HARPOON_CHANNEL};
 pub use http::{HttpEgress, HttpSettings, HttpSetupError, HttpTransport};
 pub use identity::{Seen, ServerIdentity, MAX_IDENTITY_CHARS};
@@ -79,6 +81,14 @@ pub struct ChannelStatus {
     /// stdio: when the current child was started (RFC 3339); `null` for HTTP and while no
     /// child runs.
     pub started_at: Option<String>,
+    /// stdio: the channel's era setting (`auto`, `legacy`, `modern`); absent for HTTP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub era_setting: Option<EraSetting>,
+    /// stdio: the server's era as configured or found by the gateway's handshake with
+    /// the current child (`legacy`: 2026-07-28 callers are bridged; `modern`: passed
+    /// through); `null` until known, and absent for HTTP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub era: Option<Option<ServerEra>>,
 }
 
 impl ChannelStatus {

@@ -204,6 +204,22 @@ label_enum! {
 }
 
 label_enum! {
+    /// What the era bridge did with a 2026-07-28 caller's request on a channel whose
+    /// server may be of the handshake era (`era_requests_total{handling}`).
+    pub enum EraHandling {
+        /// Forwarded to the legacy server with the envelope stripped, its answer shaped.
+        Forwarded => "forwarded",
+        /// Answered by the gateway from the owned session (`server/discover`).
+        AnsweredLocally => "answered_locally",
+        /// Refused by the gateway: a bad envelope, a header mismatch, an unserved
+        /// revision, or a method 2026-07-28 removed.
+        Refused => "refused",
+        /// The server turned out to be of 2026-07-28 itself: passed through untouched.
+        PassedThrough => "passed_through",
+    }
+}
+
+label_enum! {
     /// Why a delivery receipt was not written (`receipts_dropped_total{reason}`); the
     /// command itself is never held up or failed by it.
     pub enum ReceiptDropReason {

@@ -23,8 +23,8 @@ pub mod ring;
 pub(crate) use label::label_enum;
 pub use label::{
     AttemptResultLabel, CommandType, CoordinationRole, DeliveryKind, DeliveryLabel, DropReason, DurationLeg,
-    FatalCategoryLabel, IntentOp, IntentOpResult, LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel, PollResult,
-    ReceiptDropReason, RenewalResult, SessionResult, TaskKind, TraceContextSource, TransportLabel,
+    EraHandling, FatalCategoryLabel, IntentOp, IntentOpResult, LabelSets, LabelValue, LegOutcomeLabel, PollErrorLabel,
+    PollResult, ReceiptDropReason, RenewalResult, SessionResult, TaskKind, TraceContextSource, TransportLabel,
 };
 pub use metrics::{Accounting, Metrics, OutcomeCounts};
 pub use propagation::{continue_trace, span_trace_context, Extracted, TraceContext};

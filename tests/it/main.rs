@@ -13,6 +13,7 @@ mod contract;
 mod crash;
 mod docs;
 mod doctor;
+mod eras;
 mod etcd_client;
 mod etcd_peer;
 mod events;

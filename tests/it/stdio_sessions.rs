@@ -44,13 +44,13 @@ pub fn stdio_config(rig: &Rig, argv: &[String], channel: &str, o: &RigOptions<'_
 }
 
 /// A file in the rig's folder.
-fn file(rig: &Rig, name: &str) -> PathBuf {
+pub fn file(rig: &Rig, name: &str) -> PathBuf {
     rig.dir.path().join(name)
 }
 
 /// `record.py LOG PIDFILE -- server...`: the files are `<tag>.log` and `<tag>.pid` in
 /// the rig's folder.
-fn recorded(rig: &Rig, tag: &str, server: Vec<String>) -> Vec<String> {
+pub fn recorded(rig: &Rig, tag: &str, server: Vec<String>) -> Vec<String> {
     let mut argv = vec![
         python().display().to_string(),
         peer_script("stdio/record.py").display().to_string(),
@@ -82,7 +82,7 @@ fn bad_handshake(mode: &str) -> Vec<String> {
 }
 
 /// What the real server was sent, one list of messages per child life, in order.
-fn lives(rig: &Rig, tag: &str) -> Vec<Vec<Value>> {
+pub fn lives(rig: &Rig, tag: &str) -> Vec<Vec<Value>> {
     let text = std::fs::read_to_string(file(rig, &format!("{tag}.log"))).unwrap_or_default();
     let mut lives: Vec<Vec<Value>> = Vec::new();
     for line in text.lines() {
@@ -146,7 +146,7 @@ async fn readyz(ops_port: u16) -> u16 {
         .as_u16()
 }
 
-async fn wait_readyz(ops_port: u16, want: u16) {
+pub async fn wait_readyz(ops_port: u16, want: u16) {
     wait_until(&format!("/readyz {want} on port {ops_port}"), WAIT, || async move {
         readyz(ops_port).await == want
     })
@@ -154,7 +154,7 @@ async fn wait_readyz(ops_port: u16, want: u16) {
 }
 
 /// Channel `main`'s `/status` downstream entry.
-async fn channel_status(rig: &Rig) -> Value {
+pub async fn channel_status(rig: &Rig) -> Value {
     rig.status().await["downstream"][0].clone()
 }
 

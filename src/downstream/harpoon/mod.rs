@@ -220,6 +220,8 @@ impl HarpoonTransport {
             protocol_version: None,
             tools: None,
             started_at: None,
+            era_setting: None,
+            era: None,
         }
         .with_seen(self.inner.observed.seen())
     }

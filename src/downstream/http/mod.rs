@@ -316,6 +316,8 @@ impl HttpTransport {
             protocol_version: None,
             tools: None,
             started_at: None,
+            era_setting: None,
+            era: None,
         }
         .with_seen(self.inner.observed.seen())
     }

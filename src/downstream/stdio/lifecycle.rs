@@ -89,6 +89,9 @@ impl Shared {
     /// Spawns the next generation (state locked, admission just rechecked).
     fn spawn_locked(self: &Arc<Self>, st: &mut State) -> Result<Arc<Child>, LegFailure> {
         let generation = st.generation + 1;
+        // A verdict of the gateway's own probe holds for one child life: each new child
+        // is probed again (its `initialize` runs no tool), unless configured.
+        st.discovered = self.settings.session.configured_pass_through();
         match child::spawn(self, generation, st.discovered) {
             Ok(c) => {
                 if st.generation > 0 {

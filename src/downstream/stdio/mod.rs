@@ -39,6 +39,7 @@
 //! prints); this module keeps the transport's surface and the state its tasks share.
 
 mod backoff;
+mod bridge;
 mod call;
 mod child;
 mod env;
@@ -66,6 +67,7 @@ use self::pipe::{Writer, EXIT_DRAIN};
 #[cfg(test)]
 use self::session::Session;
 pub use self::session::{SessionMode, SessionSettings, DEFAULT_PROTOCOL_VERSION};
+use super::era;
 use super::identity::Observed;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply, TransportKind};
 use crate::protocol::RespType;
@@ -196,7 +198,7 @@ impl StdioTransport {
             tracing::warn!(channel, variable = %name, "configured variable not passed to the stdio child: gateway variables never reach MCP servers");
         }
         let slots = tokio::sync::Semaphore::new(settings.max_concurrent.get());
-        let discovered = settings.session.mode == SessionMode::PassThrough;
+        let discovered = settings.session.configured_pass_through();
         Self {
             shared: Arc::new(Shared {
                 channel: channel.to_owned(),
@@ -274,6 +276,17 @@ impl StdioTransport {
     /// started it completes whole in its own task and the request is retired: a dropped
     /// call after that point must be treated as abandoned.
     pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
+        if !self.shared.settings.session.configured_pass_through() {
+            match era::plan(req.payload, req.headers) {
+                era::Plan::PassThrough => {}
+                plan => return self.bridged(admission, req, notes, plan).await,
+            }
+        }
+        self.plain_call(admission, req, notes).await
+    }
+
+    /// [`StdioTransport::call`] without the era bridge: the message as the caller sent it.
+    async fn plain_call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
         let payload = req.payload;
         let final_type = if payload.expects_response() {
             RespType::JsonrpcResponse
@@ -351,6 +364,13 @@ impl StdioTransport {
             protocol_version: None,
             tools: None,
             started_at,
+            era_setting: Some(self.shared.settings.session.era),
+            era: Some(match session {
+                SessionState::PassThrough => Some(era::ServerEra::Modern),
+                SessionState::Initialized => Some(era::ServerEra::Legacy),
+                SessionState::Starting | SessionState::Down if st.discovered => Some(era::ServerEra::Modern),
+                SessionState::Starting | SessionState::Down => None,
+            }),
         }
         .with_seen(self.shared.observed.seen())
     }

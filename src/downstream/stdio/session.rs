@@ -25,6 +25,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::downstream::era::EraSetting;
 use crate::protocol::McpRevision;
 
 /// The revision the gateway asks for by default: the latest revision with the
@@ -61,6 +62,9 @@ pub enum SessionMode {
 #[derive(Clone, Debug)]
 pub struct SessionSettings {
     pub mode: SessionMode,
+    /// The server's era as configured (`mcp.channels.NAME.era`): `auto` detects it by
+    /// this handshake, `legacy` requires an `InitializeResult`, `modern` never sends it.
+    pub era: EraSetting,
     pub protocol_version: String,
     pub client_name: String,
     pub client_version: String,
@@ -74,6 +78,7 @@ impl Default for SessionSettings {
     fn default() -> Self {
         Self {
             mode: SessionMode::Owned,
+            era: EraSetting::Auto,
             protocol_version: DEFAULT_PROTOCOL_VERSION.to_owned(),
             client_name: "tunnelgate".to_owned(),
             client_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -129,6 +134,19 @@ impl Session {
     /// The child's `serverInfo`, if it gave one (read by `/status`, bounded and redacted).
     pub(super) fn server_info(&self) -> Option<&Value> {
         self.result.get("serverInfo")
+    }
+
+    /// The whole `InitializeResult` (what the era bridge builds `server/discover` from).
+    pub(super) fn result(&self) -> &Map<String, Value> {
+        &self.result
+    }
+}
+
+impl SessionSettings {
+    /// Whether the configuration alone says the server has no handshake (`session =
+    /// "pass_through"`, or `era = "modern"`): its children are never initialized.
+    pub(super) fn configured_pass_through(&self) -> bool {
+        self.mode == SessionMode::PassThrough || self.era == EraSetting::Modern
     }
 }
 

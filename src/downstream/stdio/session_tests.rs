@@ -301,11 +301,13 @@ async fn a_child_that_refuses_initialize_as_a_2026_server_is_discovered_and_pass
         assert_eq!(ack.reply.resp_code, 202);
         let (listed, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
         assert_answered(&listed, 2);
-        // A new child of a discovered channel is not initialized.
+        // The verdict holds for one child life: a new child is probed again (the
+        // gateway's `initialize` runs no tool), and discovered again.
         kill(Pid::from_raw(t.child_pid().unwrap()), Signal::SIGKILL).unwrap();
         eventually("the child is seen dead", || !t.status().up).await;
         let (again, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
         assert_answered(&again, 2);
+        assert_eq!(t.status().session, Some(SessionState::PassThrough));
         assert_eq!(
             received(&log),
             [
@@ -313,13 +315,14 @@ async fn a_child_that_refuses_initialize_as_a_2026_server_is_discovered_and_pass
                 "initialize",
                 "notifications/initialized",
                 "tools/list",
+                "initialize",
                 "tools/list"
             ],
-            "the gateway's one probe, then the caller's messages untouched"
+            "the gateway's one probe per life, then the caller's messages untouched"
         );
         let text = metrics.render();
         assert!(
-            text.contains(r#"tunnelgate_stdio_sessions_total{channel="t",result="discovered"} 1"#),
+            text.contains(r#"tunnelgate_stdio_sessions_total{channel="t",result="discovered"} 2"#),
             "{text}"
         );
     })

@@ -35,6 +35,8 @@ fn each_not_ready_reason_reads_as_the_documented_line() {
         protocol_version: None,
         tools: None,
         started_at: None,
+        era_setting: None,
+        era: None,
     };
     let rows = [
         (

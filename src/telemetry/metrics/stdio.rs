@@ -8,7 +8,7 @@
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Registry};
 
 use super::{all, counter_vec, gauge_vec, int_counter, Metrics};
-use crate::telemetry::label::{LabelValue, SessionResult};
+use crate::telemetry::label::{EraHandling, LabelValue, SessionResult};
 
 /// stdio children, per configured channel.
 pub(super) struct StdioFamilies {
@@ -16,6 +16,7 @@ pub(super) struct StdioFamilies {
     stdio_restarts: IntCounterVec,
     stdio_late_responses: IntCounterVec,
     stdio_sessions: IntCounterVec,
+    era_requests: IntCounterVec,
     stdout_garbage: IntCounter,
 }
 
@@ -46,6 +47,12 @@ impl StdioFamilies {
                 "The gateway's own handshakes with stdio children, by channel and how each ended.",
                 &["channel", "result"],
             ),
+            era_requests: counter_vec(
+                r,
+                "era_requests_total",
+                "2026-07-28 callers' requests on channels whose server may be of the handshake era, by channel and what the era bridge did.",
+                &["channel", "handling"],
+            ),
             stdout_garbage: int_counter(
                 r,
                 "stdio_stdout_invalid_lines_total",
@@ -62,6 +69,9 @@ impl StdioFamilies {
             self.stdio_late_responses.with_label_values(&[ch]);
             for result in all::<SessionResult>() {
                 self.stdio_sessions.with_label_values(&[ch, result]);
+            }
+            for handling in all::<EraHandling>() {
+                self.era_requests.with_label_values(&[ch, handling]);
             }
         }
     }
@@ -83,6 +93,13 @@ impl Metrics {
         self.stdio
             .stdio_sessions
             .with_label_values(&[channel, result.as_label()])
+            .inc();
+    }
+    /// The era bridge handled a 2026-07-28 caller's request on `channel` as `handling`.
+    pub fn era_request(&self, channel: &str, handling: EraHandling) {
+        self.stdio
+            .era_requests
+            .with_label_values(&[channel, handling.as_label()])
             .inc();
     }
     pub fn stdio_invalid_line(&self) {

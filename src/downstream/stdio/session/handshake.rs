@@ -26,6 +26,7 @@ use tokio::time::{sleep_until, Instant};
 use super::{
     answer_caller, initialize_line, no_caller_line, read_init_answer, InitAnswer, Need, Session, INITIALIZED_LINE,
 };
+use crate::downstream::era::EraSetting;
 use crate::downstream::identity;
 use crate::downstream::stdio::child::{Child, Claim, OpeningRun};
 use crate::downstream::stdio::pending::Origin;
@@ -150,11 +151,14 @@ impl Shared {
                 self.metrics.stdio_up(&self.channel, true);
                 Ok(Some(opened))
             }
+            InitAnswer::Discovered if self.settings.session.era == EraSetting::Legacy => {
+                tracing::warn!(channel = %self.channel, generation = child.generation, "the stdio child refused initialize as a 2026-07-28 server does, but the channel is configured era = \"legacy\": ending it; set era = \"auto\" or \"modern\" for this server");
+                self.metrics.stdio_session(&self.channel, SessionResult::Refused);
+                Err(LegFailure::SessionNotOpen)
+            }
             InitAnswer::Discovered => {
-                let first = !std::mem::replace(&mut self.lock().discovered, true);
-                if first {
-                    tracing::info!(channel = %self.channel, generation = child.generation, "the stdio child refused initialize as a 2026-07-28 server does: it is discovered, not initialized, and its messages pass through untouched");
-                }
+                self.lock().discovered = true;
+                tracing::info!(channel = %self.channel, generation = child.generation, "the stdio child refused initialize as a 2026-07-28 server does: it is discovered, not initialized, and its messages pass through untouched");
                 run.open(None);
                 self.metrics.stdio_session(&self.channel, SessionResult::Discovered);
                 self.metrics.stdio_up(&self.channel, true);

@@ -1,0 +1,136 @@
+//! The era bridge on a stdio channel: a 2026-07-28 caller's request served by the
+//! handshake-era child whose session the gateway owns ([`crate::downstream::era`] decides
+//! what to do; this room does it on the pipes).
+//!
+//! Invariants:
+//! - a request answered or refused by the bridge writes nothing to the child (but the
+//!   gateway's own handshake, when `server/discover` finds the child down: the session
+//!   it answers from is opened first, under the command's admission, as for a caller's
+//!   `initialize`);
+//! - a forwarded request is written once, through the channel's one request path, so
+//!   every rule of that path (slots, pipe ids, the fence, retirement) holds for it;
+//! - when the child turns out to have no handshake (a 2026-07-28 server), the caller's
+//!   request passes untouched, as on any pass-through channel;
+//! - the notifications a forwarded request receives reach the caller in the order the
+//!   child printed them, all before its final answer; `notifications/message` only at
+//!   or above the level the request asked for.
+
+use std::pin::pin;
+
+use tokio::sync::mpsc;
+
+use super::StdioTransport;
+use crate::downstream::era::{self, Forward, LogFilter, Plan, SessionView};
+use crate::downstream::{DownstreamRequest, LegFailure, LegResult, Notification, NotifySink};
+use crate::protocol::RespType;
+use crate::strict::Admission;
+use crate::telemetry::EraHandling;
+
+/// Notifications of one bridged request waiting to be filtered (the sink after it is
+/// bounded too: backpressure reaches the child's reader either way).
+const RELAY_BOUND: usize = 64;
+
+impl StdioTransport {
+    /// A caller's request as `plan` says, on a channel whose child may hold a legacy
+    /// session.
+    pub(super) async fn bridged(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+        plan: Plan,
+    ) -> LegResult {
+        let shared = &self.shared;
+        let id = req.payload.id();
+        let count = |handling| shared.metrics.era_request(&shared.channel, handling);
+        let forward = match plan {
+            Plan::PassThrough => return self.plain_call(admission, req, notes).await,
+            Plan::Local(local) => {
+                if admission.recheck().is_err() {
+                    return LegResult::failed(LegFailure::NotAdmitted, id, RespType::JsonrpcResponse);
+                }
+                count(if local.refused {
+                    EraHandling::Refused
+                } else {
+                    EraHandling::AnsweredLocally
+                });
+                return LegResult::answered(local.reply);
+            }
+            Plan::Discover => None,
+            Plan::Forward(forward) => Some(forward),
+        };
+        let limit = shared.limit(req.deadline);
+        if admission.recheck().is_err() {
+            return LegResult::failed(LegFailure::NotAdmitted, id, RespType::JsonrpcResponse);
+        }
+        let session = match shared.ensure_open(admission, limit).await {
+            Ok((_, session)) => session,
+            Err(failure) => return LegResult::failed(failure, id, RespType::JsonrpcResponse),
+        };
+        let Some(session) = session else {
+            // No handshake on this child: a 2026-07-28 server answers modern callers itself.
+            count(EraHandling::PassedThrough);
+            return self.plain_call(admission, req, notes).await;
+        };
+        match (forward, id) {
+            (Some(forward), _) => {
+                count(EraHandling::Forwarded);
+                let mut leg = self.forward(admission, req, notes, &forward).await;
+                leg.reply = era::shape_reply(leg.reply, &forward.shape, session.server_info());
+                leg
+            }
+            (None, Some(id)) => {
+                count(EraHandling::AnsweredLocally);
+                LegResult::answered(era::discover_reply(
+                    id,
+                    &SessionView {
+                        result: session.result(),
+                    },
+                ))
+            }
+            // A plan is made for requests only: they have ids.
+            (None, None) => LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse),
+        }
+    }
+
+    /// The stripped request through the channel's request path, its notifications
+    /// filtered on their way to `notes`.
+    async fn forward(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+        forward: &Forward,
+    ) -> LegResult {
+        let inner = DownstreamRequest {
+            payload: &forward.payload,
+            headers: req.headers,
+            deadline: req.deadline,
+        };
+        let filter = LogFilter(forward.shape.log_level);
+        let (relay, mut relayed) = mpsc::channel::<Notification>(RELAY_BOUND);
+        let mut call = pin!(self.plain_call(admission, &inner, &relay));
+        let leg = loop {
+            tokio::select! {
+                biased;
+                // cancel-safe: the call is polled by reference and never dropped here.
+                leg = &mut call => break leg,
+                // cancel-safe: a message taken from the channel is handed on in the arm.
+                Some(note) = relayed.recv() => pass(filter, note, notes).await,
+            }
+        };
+        relayed.close();
+        while let Ok(note) = relayed.try_recv() {
+            pass(filter, note, notes).await;
+        }
+        leg
+    }
+}
+
+/// Hands `note` to the caller's sink if the filter admits it (a caller that is gone
+/// drops it, as on the unbridged path).
+async fn pass(filter: LogFilter, note: Notification, notes: &NotifySink) {
+    if filter.admits(&note) {
+        let _ = notes.send(note).await;
+    }
+}

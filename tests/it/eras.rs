@@ -1,0 +1,461 @@
+//! The era bridge (issue 34) through the binary: 2026-07-28 callers (raw requests through
+//! the simulator's ingress, and the Python SDK 2.x client pinned to 2026-07-28) reach
+//! handshake-era stdio servers (server-everything on the TypeScript SDK 1.x, and a
+//! server on the Python SDK 1.x) whose session the gateway owns.
+//!
+//! The real server runs behind `tests/peers/stdio/record.py`, so each test can assert
+//! what reached it: never `server/discover`, never a removed method, never the envelope,
+//! and each tool call exactly once.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::{
+    http_client, peer_script, peers_dir, python, server_everything_stdio_argv, wait_until, Gateway, Rig, RigOptions,
+};
+use crate::stdio_sessions::{channel_status, file, lives, recorded, stdio_config, wait_readyz};
+
+const EXIT: Duration = Duration::from_secs(20);
+const MODERN: &str = "2026-07-28";
+
+/// The 2026-07-28 envelope, with a log level when given.
+fn envelope(log_level: Option<&str>) -> Value {
+    let mut meta = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-modern", "version": "1.0"},
+    });
+    if let Some(level) = log_level {
+        meta["io.modelcontextprotocol/logLevel"] = json!(level);
+    }
+    meta
+}
+
+/// A modern request: `params` plus the envelope in `_meta`.
+fn modern(id: u64, method: &str, mut params: Value) -> Value {
+    params["_meta"] = envelope(None);
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// A raw POST to the simulator's ingress with `headers`; the status, the content type
+/// and the JSON body.
+async fn post(rig: &Rig, body: &Value, headers: &[(&str, &str)]) -> (u16, String, Value) {
+    let mut request = http_client()
+        .post(rig.sim.ingress_url())
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let resp = request
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the ingress answers");
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let text = resp.text().await.unwrap();
+    let json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (status, content_type, json)
+}
+
+/// Every message the recorded server was sent, over all of its lives.
+fn received(rig: &Rig, tag: &str) -> Vec<Value> {
+    lives(rig, tag).into_iter().flatten().collect()
+}
+
+fn methods(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| m["method"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A gateway with channel `main` running `server` behind the recorder `tag`, ready.
+async fn bridged_gateway(rig: &Rig, tag: &str, server: Vec<String>, channel: &str, o: &RigOptions<'_>) -> Gateway {
+    let config = stdio_config(rig, &recorded(rig, tag, server), channel, o);
+    let gw = rig.spawn_gateway(&config).await;
+    wait_readyz(rig.ops_port, 200).await;
+    gw
+}
+
+async fn stop(mut gw: Gateway) {
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
+}
+
+/// The raw wire of a modern caller against server-everything over stdio: discover is
+/// answered from the owned session, results are shaped, removed methods and bad
+/// envelopes are refused, and none of it but the one call reaches the server.
+async fn a_modern_caller_is_bridged_to_server_everything(o: RigOptions<'_>) {
+    let rig = Rig::start("").await;
+    let gw = bridged_gateway(&rig, "srv", server_everything_stdio_argv(), "", &o).await;
+
+    let (status, content_type, discover) = post(&rig, &modern(1, "server/discover", json!({})), &[]).await;
+    assert_eq!(status, 200, "{discover}");
+    assert!(content_type.starts_with("application/json"), "{content_type}");
+    let result = &discover["result"];
+    assert_eq!(discover["id"], 1);
+    assert_eq!(result["resultType"], "complete", "{discover}");
+    assert_eq!(result["supportedVersions"], json!([MODERN]), "{discover}");
+    assert_eq!(result["ttlMs"], 0);
+    assert_eq!(result["cacheScope"], "private");
+    assert!(result["capabilities"]["tools"].is_object(), "{discover}");
+    assert!(result["capabilities"].get("tasks").is_none(), "{discover}");
+    assert!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty()),
+        "{discover}"
+    );
+
+    let (status, _, list) = post(&rig, &modern(2, "tools/list", json!({})), &[]).await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["result"]["resultType"], "complete", "{list}");
+    assert_eq!(list["result"]["ttlMs"], 0, "{list}");
+    assert_eq!(list["result"]["cacheScope"], "private", "{list}");
+    assert!(
+        list["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "echo"),
+        "{list}"
+    );
+
+    let headers = [
+        ("MCP-Protocol-Version", MODERN),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "echo"),
+    ];
+    let echo = modern(
+        3,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "bridged"}}),
+    );
+    let (status, _, called) = post(&rig, &echo, &headers).await;
+    assert_eq!(status, 200, "{called}");
+    assert_eq!(called["id"], 3);
+    assert_eq!(called["result"]["resultType"], "complete", "{called}");
+    assert_eq!(called["result"]["content"][0]["text"], "Echo: bridged", "{called}");
+    assert!(
+        called["result"].get("ttlMs").is_none(),
+        "a call is not cacheable: {called}"
+    );
+
+    // Removed in 2026-07-28: answered as a modern server would, never forwarded.
+    let (status, _, ping) = post(&rig, &modern(4, "ping", json!({})), &[]).await;
+    assert_eq!((status, &ping["error"]["code"]), (404, &json!(-32601)), "{ping}");
+    // A caller that contradicts itself, then one without an envelope, then an unserved revision.
+    let (status, _, mismatch) = post(&rig, &echo, &[("Mcp-Method", "tools/list")]).await;
+    assert_eq!(
+        (status, &mismatch["error"]["code"]),
+        (400, &json!(-32020)),
+        "{mismatch}"
+    );
+    let bare = json!({"jsonrpc": "2.0", "id": 5, "method": "server/discover"});
+    let (status, _, bare) = post(&rig, &bare, &[]).await;
+    assert_eq!((status, &bare["error"]["code"]), (400, &json!(-32602)), "{bare}");
+    let mut future = modern(6, "tools/list", json!({}));
+    future["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let (status, _, future) = post(&rig, &future, &[]).await;
+    assert_eq!((status, &future["error"]["code"]), (400, &json!(-32022)), "{future}");
+    assert_eq!(
+        future["error"]["data"],
+        json!({"supported": [MODERN], "requested": "2099-01-01"})
+    );
+
+    let seen = received(&rig, "srv");
+    let seen_methods = methods(&seen);
+    assert_eq!(
+        seen_methods.iter().filter(|m| *m == "tools/call").count(),
+        1,
+        "the one call, once: {seen_methods:?}"
+    );
+    for never in ["server/discover", "ping"] {
+        assert!(
+            !seen_methods.iter().any(|m| m == never),
+            "{never} reached the server: {seen_methods:?}"
+        );
+    }
+    let written: String = seen.iter().map(Value::to_string).collect();
+    assert!(
+        !written.contains("io.modelcontextprotocol/"),
+        "the envelope is stripped: {written}"
+    );
+
+    let status = channel_status(&rig).await;
+    assert_eq!(
+        (&status["era"], &status["era_setting"]),
+        (&json!("legacy"), &json!("auto")),
+        "{status}"
+    );
+    let metrics = rig.metrics().await;
+    for (handling, n) in [("forwarded", 2), ("answered_locally", 1), ("refused", 4)] {
+        let line = format!(r#"tunnelgate_era_requests_total{{channel="main",handling="{handling}"}} {n}"#);
+        assert!(metrics.contains(&line), "{line}\n{metrics}");
+    }
+    rig.assert_all_bodies_valid();
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn a_modern_caller_reaches_server_everything_over_stdio_through_the_bridge_in_default_mode() {
+    a_modern_caller_is_bridged_to_server_everything(RigOptions::default_mode()).await;
+}
+
+#[tokio::test]
+async fn a_modern_caller_reaches_server_everything_over_stdio_through_the_bridge_in_strict_mode() {
+    a_modern_caller_is_bridged_to_server_everything(RigOptions::default()).await;
+}
+
+#[tokio::test]
+async fn log_messages_reach_a_modern_request_only_at_the_level_it_asked_for() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let gw = bridged_gateway(&rig, "srv", legacy_py_server(&effects), "", &RigOptions::default_mode()).await;
+    let collect = |level: Option<&str>| {
+        let mut params = json!({"name": "chatty", "arguments": {}});
+        params["_meta"] = envelope(level);
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params})
+    };
+    let levels = |events: &[Value]| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["method"] == "notifications/message")
+            .map(|e| e["params"]["level"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (final_, events) = sse_post(&rig, &collect(None)).await;
+    assert_eq!(final_["result"]["content"][0]["text"], "logged", "{final_}");
+    assert_eq!(
+        levels(&events),
+        Vec::<String>::new(),
+        "no level asked, no log: {events:?}"
+    );
+    let (_, events) = sse_post(&rig, &collect(Some("warning"))).await;
+    assert_eq!(levels(&events), ["warning"], "{events:?}");
+    let (_, events) = sse_post(&rig, &collect(Some("debug"))).await;
+    assert_eq!(levels(&events), ["debug", "info", "warning"], "{events:?}");
+    stop(gw).await;
+}
+
+/// A POST that accepts SSE: the final message and the notifications before it.
+async fn sse_post(rig: &Rig, body: &Value) -> (Value, Vec<Value>) {
+    let resp = http_client()
+        .post(rig.sim.ingress_url())
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the ingress answers");
+    let text = resp.text().await.unwrap();
+    let mut messages: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).unwrap())
+        .collect();
+    if messages.is_empty() {
+        messages.push(serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}")));
+    }
+    let last = messages.pop().unwrap();
+    (last, messages)
+}
+
+/// The Python SDK 1.x legacy server over stdio, its side effects in `effects`.
+fn legacy_py_server(effects: &std::path::Path) -> Vec<String> {
+    vec![
+        py1().display().to_string(),
+        peer_script("era/legacy_server.py").display().to_string(),
+        "--transport".to_owned(),
+        "stdio".to_owned(),
+        "--effects".to_owned(),
+        effects.display().to_string(),
+    ]
+}
+
+/// The Python of the SDK 1.x venv (`scripts/install-peers`).
+fn py1() -> PathBuf {
+    let path = peers_dir().join("venv-py1/bin/python");
+    assert!(path.exists(), "{} missing: run scripts/install-peers", path.display());
+    path
+}
+
+/// The lines of the effects file: one per run of a side-effecting tool.
+fn effect_lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The Python SDK 2.x client (`tests/peers/era/modern_client.py`) against the ingress.
+async fn modern_client(rig: &Rig, mode: &str, args: &[&str]) -> Value {
+    let mut cmd = tokio::process::Command::new(python());
+    cmd.arg(peer_script("era/modern_client.py"))
+        .args(["--url", &rig.sim.ingress_url(), "--mode", mode, "--timeout", "30"])
+        .args(args)
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("the modern client ends within 60 s")
+        .expect("the modern client runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "modern_client {mode} {args:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// The SDK 2.x client in each mode against the SDK 1.x server: it works, and the tool
+/// with a side effect ran exactly once per call.
+async fn the_python_sdk_client_works_in_mode(mode: &str, o: RigOptions<'_>) {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let gw = bridged_gateway(&rig, "srv", legacy_py_server(&effects), "", &o).await;
+    let out = modern_client(
+        &rig,
+        mode,
+        &[
+            "--discover",
+            "--list-tools",
+            "--call",
+            "effect",
+            r#"{"label": "once"}"#,
+            "--read-resource",
+            "data://greeting",
+            "--get-prompt",
+            "greet",
+            r#"{"name": "ada"}"#,
+        ],
+    )
+    .await;
+    let want_version = if mode == "legacy" { "2025-11-25" } else { MODERN };
+    assert_eq!(out["protocol_version"], want_version, "{out}");
+    let results = out["results"].as_array().unwrap();
+    let call = results.iter().find(|r| r["action"] == "call").unwrap();
+    assert_eq!(call["texts"][0], "effect once #1", "{out}");
+    let read = results.iter().find(|r| r["action"] == "read_resource").unwrap();
+    assert!(read.to_string().contains("hello from legacy"), "{out}");
+    assert_eq!(effect_lines(&effects), ["once"], "the tool ran once");
+    let seen = methods(&received(&rig, "srv"));
+    assert_eq!(seen.iter().filter(|m| *m == "tools/call").count(), 1, "{seen:?}");
+    assert!(!seen.iter().any(|m| m == "server/discover"), "{seen:?}");
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn the_python_sdk_client_pinned_to_2026_07_28_works_through_a_legacy_python_stdio_server() {
+    the_python_sdk_client_works_in_mode(MODERN, RigOptions::default_mode()).await;
+}
+
+#[tokio::test]
+async fn the_python_sdk_client_pinned_to_2026_07_28_works_through_a_legacy_python_stdio_server_in_strict_mode() {
+    the_python_sdk_client_works_in_mode(MODERN, RigOptions::default()).await;
+}
+
+#[tokio::test]
+async fn the_python_sdk_client_in_auto_mode_is_answered_by_the_bridge_and_speaks_2026_07_28() {
+    the_python_sdk_client_works_in_mode("auto", RigOptions::default_mode()).await;
+}
+
+#[tokio::test]
+async fn the_python_sdk_client_in_legacy_mode_still_passes_through_the_handshake() {
+    the_python_sdk_client_works_in_mode("legacy", RigOptions::default_mode()).await;
+}
+
+#[tokio::test]
+async fn a_channel_configured_legacy_refuses_a_child_that_has_no_handshake() {
+    let rig = Rig::start("").await;
+    let modern = crate::stdio_sessions::py_stdio("stdio-modern");
+    let config = stdio_config(
+        &rig,
+        &recorded(&rig, "srv", modern),
+        "era = \"legacy\"",
+        &RigOptions::default_mode(),
+    );
+    let gw = rig.spawn_gateway(&config).await;
+    wait_until("the refusal is logged", EXIT, || {
+        let logged = gw.stderr().contains("configured era = \\\"legacy\\\"");
+        async move { logged }
+    })
+    .await;
+    let status = channel_status(&rig).await;
+    assert_eq!(status["up"], false, "{status}");
+    assert_eq!(status["era_setting"], "legacy", "{status}");
+    let metrics = rig.metrics().await;
+    assert!(
+        !metrics.contains(r#"tunnelgate_stdio_sessions_total{channel="main",result="discovered"} 1"#),
+        "{metrics}"
+    );
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn a_channel_configured_modern_is_never_initialized_by_the_gateway() {
+    let rig = Rig::start("").await;
+    let gw = bridged_gateway(
+        &rig,
+        "srv",
+        crate::stdio_sessions::py_stdio("stdio-modern"),
+        "era = \"modern\"",
+        &RigOptions::default_mode(),
+    )
+    .await;
+    let status = channel_status(&rig).await;
+    assert_eq!(
+        (&status["era"], &status["session"]),
+        (&json!("modern"), &json!("pass_through")),
+        "{status}"
+    );
+    // A modern caller's discover goes to the server itself.
+    let (status, _, discover) = post(&rig, &modern(1, "server/discover", json!({})), &[]).await;
+    assert_eq!(status, 200, "{discover}");
+    let seen = methods(&received(&rig, "srv"));
+    assert_eq!(seen, ["server/discover"], "nothing but the caller's own: {seen:?}");
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn a_bad_era_setting_exits_78_naming_the_key() {
+    let rig = Rig::start("").await;
+    let argv = server_everything_stdio_argv();
+    for (channel, words) in [
+        ("era = \"newest\"", "\"newest\" is not an era"),
+        (
+            "era = \"legacy\"\nsession = \"pass_through\"",
+            "session = \"pass_through\" never does",
+        ),
+    ] {
+        let config = stdio_config(&rig, &argv, channel, &RigOptions::default_mode());
+        let run = Gateway::cli(&["check"], Some(&config), &[], EXIT).await;
+        assert_eq!(run.code, 78, "{channel}: {}", run.stderr);
+        assert!(run.stderr.contains("mcp.channels.main.era"), "{}", run.stderr);
+        assert!(
+            run.stderr.contains(words),
+            "{channel}: {}",
+            run.stderr
+        );
+    }
+    let http = rig.config(&RigOptions::default_mode()).replace(
+        &format!("url = \"{}\"", rig.stub.url()),
+        &format!("url = \"{}\"\nera = \"legacy\"", rig.stub.url()),
+    );
+    let run = Gateway::cli(&["check"], Some(&http), &[], EXIT).await;
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("mcp.channels.main.era") && run.stderr.contains("only applies to stdio channels"),
+        "{}",
+        run.stderr
+    );
+}
