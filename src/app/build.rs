@@ -22,8 +22,8 @@ use crate::control::{random_hex, ControlClient, ControlSettings};
 use crate::coord::Coordinator;
 use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring, WriteAhead};
 use crate::downstream::{
-    Channels, HarpoonSettings, HarpoonTransport, HostClassifier, HttpEgress, HttpSettings, HttpTransport, SessionMode,
-    SessionSettings, StdioSettings, StdioTransport, Transport, HARPOON_CHANNEL,
+    Channels, HarpoonSettings, HarpoonTransport, HostClassifier, HttpEgress, HttpSettings, HttpTransport,
+    InputRequiredSettings, SessionMode, SessionSettings, StdioSettings, StdioTransport, Transport, HARPOON_CHANNEL,
 };
 use crate::health::Health;
 use crate::ops::OpsState;
@@ -301,6 +301,13 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                     request_timeout: config.mcp.request_timeout,
                     max_concurrent: *max_concurrent,
                     session: session_settings(session),
+                    input_required: InputRequiredSettings {
+                        // Strict mode never parks (docs/strict-mode.md, "The era bridge").
+                        parks: !config.strict.enabled,
+                        park_timeout: session.input_required.park_timeout,
+                        call_timeout: session.input_required.call_timeout,
+                        max_rounds: session.input_required.max_rounds,
+                    },
                     ..StdioSettings::default()
                 };
                 Transport::Stdio(

@@ -17,9 +17,8 @@ use super::error::{ConfigError, ErrorKind};
 use super::layers::EnvVars;
 use super::number::count;
 use super::proxy::{self, ProxySetting};
-use super::raw::{RawChannel, RawInitialize};
-use super::{ChannelConfig, ChannelName, HttpUrl, Secret, SessionOwner, StdioSession};
-use crate::protocol::EraSetting;
+use super::raw::{RawChannel, RawInitialize, RawInputRequired};
+use super::{ChannelConfig, ChannelName, EraSetting, HttpUrl, InputRequired, Secret, SessionOwner, StdioSession};
 
 const MAX_CHANNELS: usize = 32;
 
@@ -82,6 +81,10 @@ fn channel_config(
             key,
             "sets neither url nor command; add url = \"http://...\" (Streamable HTTP) or command = [\"program\", \"arg\"] (stdio)",
         )),
+        (Some(_), None) if raw.input_required.is_some() => Err(ConfigError::invalid(
+            format!("{key}.input_required"),
+            "only applies to stdio channels (command = [...]) in this version: 2026-07-28 callers are not bridged to HTTP servers yet (docs/eras.md)",
+        )),
         (Some(_), None) if raw.era.is_some() => Err(ConfigError::invalid(
             format!("{key}.era"),
             "only applies to stdio channels (command = [...]) in this version: on an HTTP channel every caller keeps its own session with the server, and 2026-07-28 callers are not bridged yet (docs/eras.md)",
@@ -112,7 +115,10 @@ fn channel_config(
             command: command_argv(&format!("{key}.command"), command)?,
             env: child_env(&format!("{key}.env"), raw.env.unwrap_or_default(), api_key)?,
             max_concurrent: channel_max_concurrent(&format!("{key}.max_concurrent"), raw.max_concurrent, max_concurrent)?,
-            session: stdio_session(key, raw.session, raw.era, raw.initialize.unwrap_or_default())?,
+            session: StdioSession {
+                input_required: input_required(key, raw.input_required.unwrap_or_default())?,
+                ..stdio_session(key, raw.session, raw.era, raw.initialize.unwrap_or_default())?
+            },
         }),
     }
 }
@@ -240,6 +246,7 @@ fn stdio_session(
     Ok(StdioSession {
         owner,
         era,
+        input_required: input_required(key, RawInputRequired::default())?,
         protocol_version,
         client_name: text("client_name", init.client_name, default::STDIO_CLIENT_NAME)?,
         client_version: text("client_version", init.client_version, env!("CARGO_PKG_VERSION"))?,
@@ -249,6 +256,46 @@ fn stdio_session(
             init.timeout,
             default::STDIO_INITIALIZE_TIMEOUT,
         )?,
+    })
+}
+
+/// How the era bridge holds a 2026-07-28 caller's call while a handshake-era server asks
+/// for input (`mcp.channels.NAME.input_required`).
+fn input_required(key: &str, raw: RawInputRequired) -> Result<InputRequired, ConfigError> {
+    let table = format!("{key}.input_required");
+    let park_timeout = positive_duration(
+        &format!("{table}.park_timeout"),
+        raw.park_timeout,
+        default::PARK_TIMEOUT,
+    )?;
+    let call_timeout = positive_duration(
+        &format!("{table}.call_timeout"),
+        raw.call_timeout,
+        default::HELD_CALL_TIMEOUT,
+    )?;
+    if park_timeout > call_timeout {
+        return Err(ConfigError::invalid(
+            format!("{table}.park_timeout"),
+            format!(
+                "must not be longer than {table}.call_timeout ({}), the bound of a held call's whole life",
+                humantime::format_duration(call_timeout)
+            ),
+        ));
+    }
+    let max_rounds = raw.max_rounds.unwrap_or(default::MAX_INPUT_ROUNDS);
+    let max_rounds = u32::try_from(max_rounds)
+        .ok()
+        .filter(|n| (1..=100).contains(n))
+        .ok_or_else(|| {
+            ConfigError::invalid(
+                format!("{table}.max_rounds"),
+                format!("must be 1 to 100 (found {max_rounds})"),
+            )
+        })?;
+    Ok(InputRequired {
+        park_timeout,
+        call_timeout,
+        max_rounds,
     })
 }
 

@@ -30,6 +30,12 @@ pub const STDIO_PROTOCOL_VERSION: &str = "2025-11-25";
 pub(super) const STDIO_CLIENT_NAME: &str = "tunnelgate";
 /// `mcp.channels.NAME.initialize.timeout`.
 pub(super) const STDIO_INITIALIZE_TIMEOUT: &str = "10s";
+/// How long a call the era bridge parked waits for its caller's retry.
+pub(super) const PARK_TIMEOUT: &str = "120s";
+/// The bound of a held call's whole life, across its input rounds.
+pub(super) const HELD_CALL_TIMEOUT: &str = "10m";
+/// Input rounds per held call (the Python and TypeScript SDK clients stop at 10).
+pub(super) const MAX_INPUT_ROUNDS: u64 = 8;
 
 pub(super) const STRICT_ENABLED: bool = false;
 pub(super) const ON_DOWNSTREAM_AMBIGUITY: &str = "fatal";

@@ -123,6 +123,8 @@ struct ChannelView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     era: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    input_required: Option<InputRequiredView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     initialize: Option<InitializeView<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     proxy: Option<String>,
@@ -154,6 +156,13 @@ struct InitializeView<'a> {
     client_version: &'a str,
     capabilities: &'a serde_json::Map<String, serde_json::Value>,
     timeout: String,
+}
+
+#[derive(Serialize)]
+struct InputRequiredView {
+    park_timeout: String,
+    call_timeout: String,
+    max_rounds: u32,
 }
 
 #[derive(Serialize)]
@@ -396,6 +405,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
             max_concurrent: None,
             session: None,
             era: None,
+            input_required: None,
             initialize: None,
             proxy: socket.is_none().then(|| proxy.masked()),
             socket: socket.as_ref().map(|p| p.to_string_lossy()),
@@ -417,6 +427,11 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
                 super::SessionOwner::PassThrough => "pass_through",
             }),
             era: Some(session.era.as_str()),
+            input_required: Some(InputRequiredView {
+                park_timeout: duration(session.input_required.park_timeout),
+                call_timeout: duration(session.input_required.call_timeout),
+                max_rounds: session.input_required.max_rounds,
+            }),
             initialize: Some(InitializeView {
                 protocol_version: &session.protocol_version,
                 client_name: &session.client_name,

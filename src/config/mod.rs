@@ -193,7 +193,9 @@ pub struct StdioSession {
     pub owner: SessionOwner,
     /// The server's era (`mcp.channels.NAME.era`): `auto` (default) detects it by the
     /// gateway's `initialize`; `legacy` and `modern` say it.
-    pub era: crate::protocol::EraSetting,
+    pub era: EraSetting,
+    /// How the era bridge holds a 2026-07-28 caller's call across input rounds.
+    pub input_required: InputRequired,
     pub protocol_version: String,
     pub client_name: String,
     pub client_version: String,
@@ -208,6 +210,46 @@ impl Default for StdioSession {
     fn default() -> Self {
         channel::default_session()
     }
+}
+
+/// Which era a channel's server is configured to be (`mcp.channels.NAME.era`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EraSetting {
+    /// Detected by the gateway's own handshake (never by a method that could run a tool).
+    Auto,
+    /// A handshake-era server: the gateway always opens its session.
+    Legacy,
+    /// A 2026-07-28 server: never initialized by the gateway; every message passes.
+    Modern,
+}
+
+impl EraSetting {
+    pub const ALL: [Self; 3] = [Self::Auto, Self::Legacy, Self::Modern];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Legacy => "legacy",
+            Self::Modern => "modern",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == text)
+    }
+}
+
+/// `mcp.channels.NAME.input_required`: the bounds of a call the era bridge holds while
+/// a handshake-era server waits for a 2026-07-28 caller's input (default mode only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputRequired {
+    /// How long a parked call waits for its caller's retry.
+    pub park_timeout: Duration,
+    /// The bound of a held call's whole life, across all its rounds.
+    pub call_timeout: Duration,
+    /// Input rounds per call.
+    pub max_rounds: u32,
 }
 
 /// `[strict]`: the fail-closed mode (DESIGN.md section 3).

@@ -62,11 +62,20 @@ pub(super) struct RawChannel {
     pub(super) max_concurrent: Option<u64>,
     pub(super) session: Option<String>,
     pub(super) era: Option<String>,
+    pub(super) input_required: Option<RawInputRequired>,
     pub(super) initialize: Option<RawInitialize>,
     pub(super) headers: Option<BTreeMap<String, String>>,
     pub(super) proxy: Option<String>,
     pub(super) socket: Option<String>,
     pub(super) tls: Option<RawTls>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawInputRequired {
+    pub(super) park_timeout: Option<String>,
+    pub(super) call_timeout: Option<String>,
+    pub(super) max_rounds: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -28,7 +28,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::{Notification, Reply};
-pub use crate::protocol::EraSetting;
+pub use crate::config::EraSetting;
 use crate::protocol::{json_resp_headers, JsonRpcPayload, McpRevision, RespType, WireHeaders};
 
 /// The `_meta` keys of the 2026-07-28 envelope all start with this.
@@ -115,7 +115,7 @@ pub(crate) enum Plan {
     /// `server/discover`: answered here from the owned session ([`discover_reply`]).
     Discover,
     /// Forwarded with the envelope stripped; its answer shaped by [`shape_reply`].
-    Forward(Forward),
+    Forward(Box<Forward>),
 }
 
 /// A local answer, and why (the `handling` a metric counts).
@@ -131,6 +131,27 @@ pub(crate) struct Forward {
     /// The request without the envelope (and without `inputResponses`/`requestState`).
     pub(crate) payload: JsonRpcPayload,
     pub(crate) shape: Shape,
+    /// For `tools/call`, `prompts/get` and `resources/read` (the methods whose server may
+    /// ask for input mid-call): what the bridge needs to hold the call across rounds.
+    pub(crate) mrtr: Option<Mrtr>,
+}
+
+/// What binds a call that may be held across input rounds.
+#[derive(Debug)]
+pub(crate) struct Mrtr {
+    /// The caller's `clientCapabilities` (what it may be asked for).
+    pub(crate) capabilities: Value,
+    /// [`state::params_digest`] of the call's parameters.
+    pub(crate) digest: String,
+    /// Present on a retry: the caller's `requestState` and `inputResponses`.
+    pub(crate) continuation: Option<Continuation>,
+}
+
+/// A caller's retry of a call that answered `input_required`.
+#[derive(Debug)]
+pub(crate) struct Continuation {
+    pub(crate) request_state: Value,
+    pub(crate) input_responses: Option<Value>,
 }
 
 /// How to shape the answer of a forwarded modern request.
@@ -199,17 +220,46 @@ fn route(payload: &JsonRpcPayload, parsed: Parsed, id: &RawValue, log_level: Opt
             )
             .answer(id),
         ),
-        _ => match strip(payload, parsed.params) {
-            Some(payload) => Plan::Forward(Forward {
+        _ => match (mrtr(&parsed), strip(payload, parsed.params)) {
+            (mrtr, Some(payload)) => Plan::Forward(Box::new(Forward {
                 payload,
                 shape: Shape {
                     method: parsed.method,
                     log_level,
                 },
-            }),
-            None => Plan::Local(Refusal::new(code::INTERNAL, "the request could not be re-encoded".to_owned()).answer(id)),
+                mrtr,
+            })),
+            (_, None) => Plan::Local(Refusal::new(code::INTERNAL, "the request could not be re-encoded".to_owned()).answer(id)),
         },
     }
+}
+
+/// The methods whose server may ask for input mid-call (`mrtr.mdx` §Supported Requests).
+pub(crate) fn may_ask(method: &str) -> bool {
+    matches!(method, "tools/call" | "prompts/get" | "resources/read")
+}
+
+/// What a call that may be held needs: the caller's capabilities, the digest of its
+/// parameters, and its continuation fields if it is a retry.
+fn mrtr(parsed: &Parsed) -> Option<Mrtr> {
+    if !may_ask(&parsed.method) {
+        return None;
+    }
+    let params = parsed.params.as_ref();
+    let capabilities = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(KEY_CAPABILITIES))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let continuation = params.and_then(|p| p.get("requestState")).map(|state| Continuation {
+        request_state: state.clone(),
+        input_responses: params.and_then(|p| p.get("inputResponses")).cloned(),
+    });
+    Some(Mrtr {
+        capabilities,
+        digest: state::params_digest(params),
+        continuation,
+    })
 }
 
 /// The request's method and params (an object, or none). `Err` for a `params` that is
@@ -553,6 +603,48 @@ fn header<'a>(headers: &'a WireHeaders, name: &str) -> Option<&'a str> {
 fn is_handshake_revision(version: &str) -> bool {
     McpRevision::parse(version).is_some_and(|r| r < McpRevision::V2026_07_28)
 }
+
+/// The interim answer of a held call: the server's pending requests, keyed, and the
+/// token of the continuation (no cache hints: `input_required` is never cached).
+pub(crate) fn input_required_reply(id: &RawValue, requests: Map<String, Value>, request_state: &str) -> Reply {
+    let result = json!({
+        "resultType": "input_required",
+        "inputRequests": requests,
+        "requestState": request_state,
+    });
+    json_reply(id, "result", result, 200)
+}
+
+/// Why a continuation is refused (`data.reason`, and the metric's label).
+pub(crate) use crate::telemetry::ContinuationRefusal as Gone;
+
+/// The refusal's words for each reason.
+fn gone_words(gone: Gone) -> &'static str {
+    match gone {
+        Gone::Expired => "the held call waited longer than the gateway keeps it",
+        Gone::Restarted => "it was issued by another gateway process (restarted, or another replica)",
+        Gone::Consumed => "it was already used to continue the call",
+        Gone::Lost => "the held call is gone (its server session ended, or the call finished)",
+        Gone::Tampered => "it is not a requestState this gateway issued",
+        Gone::Mismatch => "it belongs to a call with another method or other parameters",
+    }
+}
+/// The refusal of a continuation whose held call is gone: nothing was sent.
+pub(crate) fn continuation_refused(id: &RawValue, gone: Gone) -> Reply {
+    let mut refusal = Refusal::new(
+        code::INVALID_PARAMS,
+        format!(
+            "Invalid or expired requestState: {}. The original call's effect is unknown and it was not run again",
+            gone_words(gone)
+        ),
+    );
+    refusal.data = Some(json!({"reason": gone.as_str()}));
+    let mut reply = refusal.answer(id).reply;
+    reply.resp_code = 400;
+    reply
+}
+
+pub(crate) mod state;
 
 #[cfg(test)]
 mod tests;

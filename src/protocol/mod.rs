@@ -36,7 +36,7 @@ pub use headers::{
 pub use id::random_hex;
 pub use oauth::{discovery_error, DiscoveryFailure};
 pub use response::{RespType, ResponseBody};
-pub use revision::{EraSetting, McpRevision};
+pub use revision::McpRevision;
 pub use timeout::ResponseTimeout;
 pub use trace::{
     header_trace_fields, header_value, is_protocol_revision, message_method, reply_facts, with_trace_headers, NotText,

@@ -60,34 +60,6 @@ impl std::fmt::Display for McpRevision {
     }
 }
 
-/// Which era a channel's server is configured to be (`mcp.channels.NAME.era`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EraSetting {
-    /// Detected by the gateway's own handshake (never by a method that could run a tool).
-    Auto,
-    /// A handshake-era server: the gateway always opens its session.
-    Legacy,
-    /// A 2026-07-28 server: never initialized by the gateway; every message passes.
-    Modern,
-}
-
-impl EraSetting {
-    pub const ALL: [Self; 3] = [Self::Auto, Self::Legacy, Self::Modern];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::Legacy => "legacy",
-            Self::Modern => "modern",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|e| e.as_str() == text)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -220,6 +220,40 @@ label_enum! {
 }
 
 label_enum! {
+    /// Why the era bridge refused a caller's retry of a held call: nothing was sent
+    /// (`era_continuations_refused_total{reason}`, and `data.reason` of the refusal).
+    pub enum ContinuationRefusal {
+        /// Past its expiry (parked longer than `park_timeout`, or an old token).
+        Expired => "expired",
+        /// Issued by another process: the gateway restarted, or another replica.
+        Restarted => "restarted",
+        /// Already used once (a replayed or duplicated retry).
+        Consumed => "consumed",
+        /// The held call ended: its server session was lost, or it finished or failed.
+        Lost => "lost",
+        /// Not a token of this gateway's, or altered.
+        Tampered => "tampered",
+        /// The token of another call (another method or other parameters).
+        Mismatch => "mismatch",
+    }
+}
+
+label_enum! {
+    /// How a call the era bridge held across input rounds ended
+    /// (`era_held_calls_total{end}`).
+    pub enum EraHeldEnd {
+        /// Its final answer reached a caller (the first command, or a retry).
+        Answered => "answered",
+        /// Parked and never continued within `park_timeout`: the server's requests were
+        /// dismissed and its result reached no caller.
+        Expired => "expired",
+        /// It failed or was cut (the child died, its bound passed) or its park was found
+        /// with the child gone: its effect is unknown.
+        Lost => "lost",
+    }
+}
+
+label_enum! {
     /// Why a delivery receipt was not written (`receipts_dropped_total{reason}`); the
     /// command itself is never held up or failed by it.
     pub enum ReceiptDropReason {

@@ -441,11 +441,7 @@ async fn a_bad_era_setting_exits_78_naming_the_key() {
         let run = Gateway::cli(&["check"], Some(&config), &[], EXIT).await;
         assert_eq!(run.code, 78, "{channel}: {}", run.stderr);
         assert!(run.stderr.contains("mcp.channels.main.era"), "{}", run.stderr);
-        assert!(
-            run.stderr.contains(words),
-            "{channel}: {}",
-            run.stderr
-        );
+        assert!(run.stderr.contains(words), "{channel}: {}", run.stderr);
     }
     let http = rig.config(&RigOptions::default_mode()).replace(
         &format!("url = \"{}\"", rig.stub.url()),
@@ -458,4 +454,285 @@ async fn a_bad_era_setting_exits_78_naming_the_key() {
         "{}",
         run.stderr
     );
+}
+
+/// The pinned SDK 2.x client calls a legacy tool that asks for input mid-call: the caller
+/// is answered `input_required`, its retry answers the held call, and the tool ran once.
+async fn an_elicitation_mid_call_completes_for_a_pinned_caller(mode: &str) {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let gw = bridged_gateway(&rig, "srv", legacy_py_server(&effects), "", &RigOptions::default_mode()).await;
+    let out = modern_client(
+        &rig,
+        mode,
+        &[
+            "--elicit-accept",
+            r#"{"name": "Ada"}"#,
+            "--call",
+            "ask",
+            r#"{"question": "who are you?"}"#,
+        ],
+    )
+    .await;
+    let call = &out["results"][0];
+    assert_eq!(call["texts"][0], "hello Ada", "{out}");
+    assert_eq!(
+        effect_lines(&effects),
+        ["ask-start", "ask-end"],
+        "the tool ran once: {out}"
+    );
+    let seen = methods(&received(&rig, "srv"));
+    assert_eq!(
+        seen.iter().filter(|m| *m == "tools/call").count(),
+        1,
+        "written once: {seen:?}"
+    );
+    let metrics = rig.metrics().await;
+    for line in [
+        r#"tunnelgate_era_input_rounds_total{channel="main"} 1"#,
+        r#"tunnelgate_era_held_calls_total{channel="main",end="answered"} 1"#,
+        r#"tunnelgate_era_parked_calls{channel="main"} 0"#,
+    ] {
+        assert!(metrics.contains(line), "{line}\n{metrics}");
+    }
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn an_elicitation_mid_call_completes_for_a_caller_pinned_to_2026_07_28_and_the_tool_runs_once() {
+    an_elicitation_mid_call_completes_for_a_pinned_caller(MODERN).await;
+}
+
+/// `ask` as a modern caller that declared elicitation; `question` picks the parameters.
+fn ask(id: u64, question: &str, continuation: Option<(&Value, &str)>) -> Value {
+    let mut params = json!({"name": "ask", "arguments": {"question": question}});
+    params["_meta"] = envelope(None);
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({"elicitation": {}});
+    if let Some((responses, state)) = continuation {
+        params["inputResponses"] = responses.clone();
+        params["requestState"] = json!(state);
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+/// Starts `ask` and returns its `input_required` result.
+async fn parked_ask(rig: &Rig, id: u64) -> Value {
+    let (status, _, answer) = post(rig, &ask(id, "who?", None), &[]).await;
+    assert_eq!(status, 200, "{answer}");
+    let result = answer["result"].clone();
+    assert_eq!(result["resultType"], "input_required", "{answer}");
+    assert!(result.get("ttlMs").is_none(), "never cached: {answer}");
+    result
+}
+
+/// The only input request's key, and the answer accepting it with `name`.
+fn accept(result: &Value, name: &str) -> Value {
+    let requests = result["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1, "{result}");
+    let (key, request) = requests.iter().next().unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{result}");
+    json!({ key.as_str(): {"action": "accept", "content": {"name": name}} })
+}
+
+/// The refusal of a retry: status 400, `-32602`, the reason, and the words that say the
+/// call was not run again.
+fn assert_refused(status: u16, answer: &Value, reason: &str) {
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert_eq!(answer["error"]["data"]["reason"], reason, "{answer}");
+    let words = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        words.contains("The original call's effect is unknown and it was not run again"),
+        "{words}"
+    );
+}
+
+/// What the recorded server was sent: its `tools/call`s and the answers to its requests.
+fn writes(rig: &Rig) -> (usize, usize) {
+    let seen = received(rig, "srv");
+    let calls = seen.iter().filter(|m| m["method"] == "tools/call").count();
+    let answers = seen
+        .iter()
+        .filter(|m| m.get("method").is_none() && m.get("id").is_some())
+        .count();
+    (calls, answers)
+}
+
+#[tokio::test]
+async fn a_replayed_tampered_or_foreign_request_state_is_refused_and_nothing_is_written() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let gw = bridged_gateway(&rig, "srv", legacy_py_server(&effects), "", &RigOptions::default_mode()).await;
+    let parked = parked_ask(&rig, 1).await;
+    let state = parked["requestState"].as_str().unwrap().to_owned();
+    let responses = accept(&parked, "Ada");
+
+    // Other parameters than the held call's.
+    let (status, _, other) = post(&rig, &ask(2, "someone else?", Some((&responses, &state))), &[]).await;
+    assert_refused(status, &other, "mismatch");
+    // One byte of the signature changed, and a token that was never one.
+    let mut forged = state.clone().into_bytes();
+    let last = forged.len() - 2;
+    forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).unwrap();
+    let (status, _, tampered) = post(&rig, &ask(3, "who?", Some((&responses, &forged))), &[]).await;
+    assert_refused(status, &tampered, "tampered");
+    let (status, _, garbage) = post(&rig, &ask(4, "who?", Some((&responses, "not-a-token"))), &[]).await;
+    assert_refused(status, &garbage, "tampered");
+    assert_eq!(writes(&rig), (1, 0), "refusals write nothing");
+
+    // The real retry completes the held call, under the retry's own id.
+    let (status, _, done) = post(&rig, &ask(5, "who?", Some((&responses, &state))), &[]).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["id"], 5, "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "hello Ada", "{done}");
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    // The same retry again (a duplicate delivery, a double submit).
+    let (status, _, replayed) = post(&rig, &ask(6, "who?", Some((&responses, &state))), &[]).await;
+    assert_refused(status, &replayed, "consumed");
+
+    assert_eq!(writes(&rig), (1, 1), "one call, one answer to its one request");
+    assert_eq!(effect_lines(&effects), ["ask-start", "ask-end"]);
+    let metrics = rig.metrics().await;
+    for (reason, n) in [("mismatch", 1), ("tampered", 2), ("consumed", 1)] {
+        let line = format!(r#"tunnelgate_era_continuations_refused_total{{channel="main",reason="{reason}"}} {n}"#);
+        assert!(metrics.contains(&line), "{line}\n{metrics}");
+    }
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn a_parked_call_never_continued_expires_its_request_is_cancelled_and_a_late_retry_is_refused() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let table = "[mcp.channels.main.input_required]\npark_timeout = \"1s\"";
+    let gw = bridged_gateway(
+        &rig,
+        "srv",
+        legacy_py_server(&effects),
+        table,
+        &RigOptions::default_mode(),
+    )
+    .await;
+    let parked = parked_ask(&rig, 1).await;
+    let state = parked["requestState"].as_str().unwrap().to_owned();
+    wait_until("the parked call expired and ended", EXIT, || async {
+        rig.metrics()
+            .await
+            .contains(r#"tunnelgate_era_held_calls_total{channel="main",end="expired"} 1"#)
+    })
+    .await;
+    // The server's request was dismissed as a person dismisses a form: the tool ended by itself.
+    assert_eq!(effect_lines(&effects), ["ask-start", "ask-end"]);
+    let answers: Vec<Value> = received(&rig, "srv")
+        .into_iter()
+        .filter(|m| m.get("method").is_none() && m.get("result").is_some())
+        .collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0]["result"], json!({"action": "cancel"}));
+    let (status, _, late) = post(&rig, &ask(2, "who?", Some((&accept(&parked, "Ada"), &state))), &[]).await;
+    assert_refused(status, &late, "expired");
+    assert_eq!(writes(&rig), (1, 1), "the late retry wrote nothing");
+    assert!(rig
+        .metrics()
+        .await
+        .contains(r#"tunnelgate_era_parked_calls{channel="main"} 0"#));
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn a_retry_after_a_gateway_restart_is_refused_and_the_tool_does_not_run_again() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let config = stdio_config(
+        &rig,
+        &recorded(&rig, "srv", legacy_py_server(&effects)),
+        "",
+        &RigOptions::default_mode(),
+    );
+    let gw = rig.spawn_gateway(&config).await;
+    wait_readyz(rig.ops_port, 200).await;
+    let parked = parked_ask(&rig, 1).await;
+    let state = parked["requestState"].as_str().unwrap().to_owned();
+    stop(gw).await;
+    let gw = rig.spawn_gateway(&config).await;
+    wait_readyz(rig.ops_port, 200).await;
+    let (status, _, after) = post(&rig, &ask(2, "who?", Some((&accept(&parked, "Ada"), &state))), &[]).await;
+    assert_refused(status, &after, "restarted");
+    let lives = lives(&rig, "srv");
+    assert_eq!(lives.len(), 2, "{lives:?}");
+    assert!(
+        !methods(&lives[1]).iter().any(|m| m == "tools/call"),
+        "the new child never saw the call: {:?}",
+        lives[1]
+    );
+    assert_eq!(
+        effect_lines(&effects),
+        ["ask-start"],
+        "the tool started once, and never again"
+    );
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn strict_mode_never_parks_the_tool_runs_once_and_a_request_state_is_refused() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let gw = bridged_gateway(&rig, "srv", legacy_py_server(&effects), "", &RigOptions::default()).await;
+    let (status, _, answer) = post(&rig, &ask(1, "who?", None), &[]).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["result"]["resultType"], "complete",
+        "no input_required in strict mode: {answer}"
+    );
+    assert_eq!(
+        answer["result"]["isError"], true,
+        "the tool saw its request refused: {answer}"
+    );
+    assert_eq!(effect_lines(&effects), ["ask-start"], "it ran once");
+    let (status, _, refused) = post(
+        &rig,
+        &ask(2, "who?", Some((&json!({"ir-0": {"action": "accept"}}), "x.y"))),
+        &[],
+    )
+    .await;
+    assert_refused(status, &refused, "tampered");
+    assert_eq!(writes(&rig).0, 1, "the retry wrote nothing");
+    let status = rig.status().await;
+    assert_eq!(status["fatal"], Value::Null, "no latch: {status}");
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn sampling_and_roots_mid_call_reach_a_caller_pinned_to_2026_07_28() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let gw = bridged_gateway(&rig, "srv", legacy_py_server(&effects), "", &RigOptions::default_mode()).await;
+    let out = modern_client(
+        &rig,
+        MODERN,
+        &[
+            "--sampling-reply",
+            "sampled words",
+            "--roots",
+            "file:///srv/a,file:///srv/b",
+            "--call",
+            "sample",
+            r#"{"prompt": "say something"}"#,
+            "--call",
+            "roots_related",
+            "{}",
+        ],
+    )
+    .await;
+    let results = out["results"].as_array().unwrap();
+    assert_eq!(results[0]["texts"][0], "sampled words", "{out}");
+    let roots = results[1]["texts"][0].as_str().unwrap();
+    assert!(
+        roots.contains("file:///srv/a") && roots.contains("file:///srv/b"),
+        "{out}"
+    );
+    let seen = methods(&received(&rig, "srv"));
+    assert_eq!(seen.iter().filter(|m| *m == "tools/call").count(), 2, "{seen:?}");
+    stop(gw).await;
 }

@@ -19,8 +19,10 @@ use std::pin::pin;
 
 use tokio::sync::mpsc;
 
+use super::held::HeldRequest;
+use super::session::Declared;
 use super::StdioTransport;
-use crate::downstream::era::{self, Forward, LogFilter, Plan, SessionView};
+use crate::downstream::era::{self, Forward, LogFilter, Mrtr, Plan, SessionView};
 use crate::downstream::{DownstreamRequest, LegFailure, LegResult, Notification, NotifySink};
 use crate::protocol::RespType;
 use crate::strict::Admission;
@@ -75,7 +77,12 @@ impl StdioTransport {
         match (forward, id) {
             (Some(forward), _) => {
                 count(EraHandling::Forwarded);
-                let mut leg = self.forward(admission, req, notes, &forward).await;
+                let mut leg = match &forward.mrtr {
+                    Some(mrtr) if mrtr.continuation.is_some() || self.holds(mrtr) => {
+                        self.held(admission, req, notes, &forward, mrtr, limit).await
+                    }
+                    _ => self.forward(admission, req, notes, &forward).await,
+                };
                 leg.reply = era::shape_reply(leg.reply, &forward.shape, session.server_info());
                 leg
             }
@@ -90,6 +97,39 @@ impl StdioTransport {
             }
             // A plan is made for requests only: they have ids.
             (None, None) => LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse),
+        }
+    }
+
+    /// Whether a call is held across input rounds: parking is on, and its caller declared
+    /// something the server may ask it for.
+    fn holds(&self, mrtr: &Mrtr) -> bool {
+        self.shared.parks() && Declared::of_capabilities(Some(&mrtr.capabilities)).any()
+    }
+
+    /// A call that may ask (its start), or a caller's retry of one (its continuation).
+    async fn held(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+        forward: &Forward,
+        mrtr: &Mrtr,
+        limit: tokio::time::Instant,
+    ) -> LegResult {
+        let call = HeldRequest {
+            json: forward.payload.raw().get(),
+            mrtr,
+            notes,
+            filter: LogFilter(forward.shape.log_level),
+            limit,
+        };
+        let result = match &mrtr.continuation {
+            Some(continuation) => self.shared.continue_held(admission, call, continuation).await,
+            None => self.shared.start_held(admission, call).await,
+        };
+        match result {
+            Ok(reply) => LegResult::answered(reply),
+            Err(failure) => LegResult::failed(failure, req.payload.id(), RespType::JsonrpcResponse),
         }
     }
 

@@ -20,8 +20,12 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use tokio::time::{timeout_at, Instant};
 
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::child::{self, Child, Registration};
 use super::pending::{CancelTarget, Origin};
 use super::pipe::{wait_answer, Waited};
+use super::session::Declared;
 use super::{line, rewrite, Shared};
 use crate::downstream::{DownstreamRequest, LegFailure, NotifySink, Reply};
 use crate::protocol::{json_resp_headers, RespType, MCP_SESSION_ID};
@@ -67,13 +71,57 @@ impl Shared {
             }
             // Discovered just now: a 2026-07-28 server answers `initialize` itself.
         }
+        let caller = caller_key(req.headers);
+        // A handshake caller that may be asked for input waits while a bridged call that
+        // may ask is held, so that every server request has one caller it can belong to.
+        let _asking = match Declared::of_session_id(caller.as_deref()).any() && self.parks() {
+            true => Some(
+                timeout_at(limit, self.asking.clone().read_owned())
+                    .await
+                    .map_err(|_| LegFailure::DeadlineBeforeSend)?,
+            ),
+            false => None,
+        };
+        let outgoing = Outgoing {
+            json,
+            spans: &spans,
+            caller,
+            is_initialize,
+        };
+        let mut sent = self.send(admission, outgoing, notes.clone(), limit).await?;
+        match wait_answer(&sent.child, &mut sent.registration, limit).await {
+            Waited::Response(answered) => Ok(answered_reply(answered)?),
+            Waited::Gone => Err(LegFailure::ChildExited),
+            Waited::TimedOut => {
+                self.retire_timed_out(&sent.child, is_initialize);
+                Err(LegFailure::TimeoutAfterWrite)
+            }
+        }
+    }
+
+    /// Writes a request under a pipe id of the child's own (and its progress token the
+    /// same number), once a slot and an open session are had; returns what waits for its
+    /// answer.
+    pub(super) async fn send(
+        self: &Arc<Self>,
+        admission: &Admission,
+        outgoing: Outgoing<'_>,
+        notes: NotifySink,
+        limit: Instant,
+    ) -> Result<Sent, LegFailure> {
+        let Outgoing {
+            json,
+            spans,
+            caller,
+            is_initialize,
+        } = outgoing;
         let origin = Origin {
             id: json[spans.id.clone()].into(),
             token: spans.progress_token.as_ref().map(|t| json[t.clone()].into()),
-            caller: caller_key(req.headers),
+            caller,
         };
         // cancel-safe: waiting for a permit takes nothing until it resolves.
-        let _slot = match timeout_at(limit, self.slots.acquire()).await {
+        let slot = match timeout_at(limit, self.slots.clone().acquire_owned()).await {
             Ok(Ok(permit)) => permit,
             Ok(Err(_)) => return Err(LegFailure::InternalBeforeSend),
             Err(_) => return Err(LegFailure::DeadlineBeforeSend),
@@ -81,15 +129,15 @@ impl Shared {
         let (child, _) = self.ensure_open(admission, limit).await?;
         let ticket = child.mint();
         let pipe_id = ticket.id().to_string();
-        let mut edits = vec![(spans.id, pipe_id.as_str())];
-        if let Some(token) = spans.progress_token {
+        let mut edits = vec![(spans.id.clone(), pipe_id.as_str())];
+        if let Some(token) = spans.progress_token.clone() {
             edits.push((token, pipe_id.as_str()));
         }
         let line = line::frame(&rewrite::splice(json, &mut edits));
 
         let mut writer = self.writer_for(&child, limit).await?;
         let mut registration = child
-            .enter(ticket, origin, notes.clone())
+            .enter(ticket, origin, notes)
             .map_err(|_| LegFailure::ChildNotRunning)?;
         // Recheck, mark the request sent and start the write with no `.await` between.
         admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
@@ -97,20 +145,11 @@ impl Shared {
         registration.mark_written();
         self.finish_write(&child, &mut writer, limit, is_initialize).await?;
         drop(writer);
-
-        match wait_answer(&child, &mut registration, limit).await {
-            Waited::Response((raw, span, original)) => Ok(Reply {
-                resp_json: Some(restore_id(raw, span, &original)?),
-                resp_headers: json_resp_headers(),
-                resp_code: 200,
-                resp_type: RespType::JsonrpcResponse,
-            }),
-            Waited::Gone => Err(LegFailure::ChildExited),
-            Waited::TimedOut => {
-                self.retire_timed_out(&child, is_initialize);
-                Err(LegFailure::TimeoutAfterWrite)
-            }
-        }
+        Ok(Sent {
+            child,
+            registration,
+            _slot: slot,
+        })
     }
 
     /// A notification or a client response: written as is (a caller's cancel with the
@@ -165,6 +204,42 @@ impl Shared {
     }
 }
 
+/// A request to write: its text, where its id and token are, and who sent it.
+pub(super) struct Outgoing<'a> {
+    pub(super) json: &'a str,
+    pub(super) spans: &'a rewrite::RequestSpans,
+    /// The caller key (whose declared capabilities decide which server requests it
+    /// receives, and whose cancels reach it).
+    pub(super) caller: Option<Box<str>>,
+    /// A caller's `initialize` passed through to a discovered child: a write cut by its
+    /// deadline ends the child (its session would be in an unknown state).
+    pub(super) is_initialize: bool,
+}
+
+/// A request written to the child, awaiting its answer: it keeps its slot until dropped,
+/// and dropping it before the answer retires the request.
+pub(super) struct Sent {
+    pub(super) child: Arc<Child>,
+    pub(super) registration: Registration,
+    _slot: OwnedSemaphorePermit,
+}
+
+/// The child's answer as the caller's reply (its own id put back).
+pub(super) fn answered_reply((raw, span, original): child::Answered) -> Result<Reply, LegFailure> {
+    reply_with_id(raw, span, &original)
+}
+
+/// The child's answer as the reply to the caller request with JSON id `id` (a held
+/// call's final answer goes to the retry that continued it, under the retry's id).
+pub(super) fn reply_with_id(raw: Box<RawValue>, span: rewrite::Span, id: &str) -> Result<Reply, LegFailure> {
+    Ok(Reply {
+        resp_json: Some(restore_id(raw, span, id)?),
+        resp_headers: json_resp_headers(),
+        resp_code: 200,
+        resp_type: RespType::JsonrpcResponse,
+    })
+}
+
 /// The child's answer with the caller's own id where the pipe id was; every other byte
 /// as the child printed it.
 fn restore_id(raw: Box<RawValue>, span: rewrite::Span, original: &str) -> Result<Box<RawValue>, LegFailure> {
@@ -178,7 +253,7 @@ fn restore_id(raw: Box<RawValue>, span: rewrite::Span, original: &str) -> Result
 
 /// Who sent a command, as far as the gateway can tell: its `Mcp-Session-Id` (a cancel
 /// reaches only requests with the same key; commands without one share the `None` key).
-fn caller_key(headers: &crate::protocol::WireHeaders) -> Option<Box<str>> {
+pub(super) fn caller_key(headers: &crate::protocol::WireHeaders) -> Option<Box<str>> {
     let mut values = headers
         .iter()
         .filter(|(name, _)| name.eq_ignore_ascii_case(MCP_SESSION_ID))

@@ -44,6 +44,7 @@ mod call;
 mod child;
 mod env;
 pub mod guard;
+mod held;
 mod lifecycle;
 mod line;
 #[cfg(any(test, fuzzing))]
@@ -63,6 +64,7 @@ use tokio::time::{sleep_until, timeout, Instant};
 
 use self::child::Child;
 pub use self::child::SessionState;
+pub use self::held::InputRequiredSettings;
 use self::pipe::{Writer, EXIT_DRAIN};
 #[cfg(test)]
 use self::session::Session;
@@ -98,6 +100,8 @@ pub struct StdioSettings {
     pub guard: Option<std::path::PathBuf>,
     /// Who opens each child's MCP session, and the gateway's own `initialize`.
     pub session: SessionSettings,
+    /// How the era bridge holds a 2026-07-28 caller's call while the server asks for input.
+    pub input_required: InputRequiredSettings,
 }
 
 impl Default for StdioSettings {
@@ -110,6 +114,7 @@ impl Default for StdioSettings {
             max_concurrent: NonZeroUsize::new(10).expect("10 is not zero"),
             guard: guard::executable(),
             session: SessionSettings::default(),
+            input_required: InputRequiredSettings::default(),
         }
     }
 }
@@ -133,7 +138,11 @@ struct Shared {
     /// Notifications and client responses take none, so that, e.g., a
     /// `notifications/cancelled` or the answer to a server request reaches the child while
     /// every slot is taken.
-    slots: tokio::sync::Semaphore,
+    slots: Arc<tokio::sync::Semaphore>,
+    /// Held for reading by a handshake caller's request that may be asked for input, and
+    /// for writing by a bridged call that may ask (see [`held`]): a server request then
+    /// has exactly one caller it can belong to.
+    asking: Arc<tokio::sync::RwLock<()>>,
     /// Held while one line is written, by requests and notifications alike (FIFO: writers
     /// take turns in the order they came). The only lock held across `.await`.
     writer: tokio::sync::Mutex<Writer>,
@@ -143,6 +152,10 @@ struct Shared {
     /// What the last `initialize` answer (the gateway's own, or a caller's passed through)
     /// and `tools/list` answer said (`/status`).
     observed: Observed,
+    /// Calls the era bridge holds parked, and the latest ended ones.
+    parking: Mutex<held::Parking>,
+    /// Signs and checks the `requestState` of parked calls (a key of this process's own).
+    signer: era::state::Signer,
 }
 
 #[derive(Default)]
@@ -197,7 +210,7 @@ impl StdioTransport {
         for name in refused {
             tracing::warn!(channel, variable = %name, "configured variable not passed to the stdio child: gateway variables never reach MCP servers");
         }
-        let slots = tokio::sync::Semaphore::new(settings.max_concurrent.get());
+        let slots = Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent.get()));
         let discovered = settings.session.configured_pass_through();
         Self {
             shared: Arc::new(Shared {
@@ -208,6 +221,7 @@ impl StdioTransport {
                 metrics,
                 supervisor: Supervisor::logging_only(),
                 slots,
+                asking: Arc::new(tokio::sync::RwLock::new(())),
                 writer: tokio::sync::Mutex::new(Writer::default()),
                 state: Mutex::new(State {
                     discovered,
@@ -215,6 +229,8 @@ impl StdioTransport {
                 }),
                 discarded_responses: AtomicU64::new(0),
                 observed: Observed::default(),
+                parking: Mutex::new(held::Parking::default()),
+                signer: era::state::Signer::random(),
             }),
         }
     }

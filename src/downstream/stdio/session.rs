@@ -255,6 +255,11 @@ impl Declared {
         }
     }
 
+    /// Whether it declared any capability a server may ask for.
+    pub(super) fn any(self) -> bool {
+        self.sampling || self.elicitation || self.roots
+    }
+
     pub(super) fn allows(self, need: Need) -> bool {
         match need {
             Need::Sampling => self.sampling,
@@ -265,7 +270,7 @@ impl Declared {
 
     /// What a caller's `params.capabilities` declares (an object member, whatever its value
     /// but `null`, declares that capability).
-    fn of_capabilities(capabilities: Option<&Value>) -> Self {
+    pub(super) fn of_capabilities(capabilities: Option<&Value>) -> Self {
         let mut declared = Self::default();
         if let Some(Value::Object(caps)) = capabilities {
             for need in Need::ALL {
@@ -292,7 +297,7 @@ impl Declared {
     }
 
     /// A fresh `Mcp-Session-Id` for a caller that declared this: `tg1.<32 hex>.<letters>`.
-    fn mint_session_id(self, random_hex: &str) -> String {
+    pub(super) fn mint_session_id(self, random_hex: &str) -> String {
         let letters: String = Need::ALL
             .into_iter()
             .filter(|need| self.allows(*need))

@@ -28,6 +28,7 @@ async fn a_strict_stop_during_a_pending_restart_sends_nothing_and_spawns_nothing
             mode: SessionMode::PassThrough,
             ..SessionSettings::default()
         },
+        input_required: super::InputRequiredSettings::default(),
     };
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(true, &["t".to_owned()]));
     // A child that exits at once: its restart waits for the backoff.

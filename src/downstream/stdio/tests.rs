@@ -50,6 +50,7 @@ pub(super) fn settings() -> StdioSettings {
             mode: SessionMode::PassThrough,
             ..SessionSettings::default()
         },
+        input_required: super::InputRequiredSettings::default(),
     }
 }
 

@@ -8,7 +8,7 @@
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Registry};
 
 use super::{all, counter_vec, gauge_vec, int_counter, Metrics};
-use crate::telemetry::label::{EraHandling, LabelValue, SessionResult};
+use crate::telemetry::label::{ContinuationRefusal, EraHandling, EraHeldEnd, LabelValue, SessionResult};
 
 /// stdio children, per configured channel.
 pub(super) struct StdioFamilies {
@@ -17,6 +17,10 @@ pub(super) struct StdioFamilies {
     stdio_late_responses: IntCounterVec,
     stdio_sessions: IntCounterVec,
     era_requests: IntCounterVec,
+    era_parked: IntGaugeVec,
+    era_rounds: IntCounterVec,
+    era_held: IntCounterVec,
+    era_refused: IntCounterVec,
     stdout_garbage: IntCounter,
 }
 
@@ -53,6 +57,30 @@ impl StdioFamilies {
                 "2026-07-28 callers' requests on channels whose server may be of the handshake era, by channel and what the era bridge did.",
                 &["channel", "handling"],
             ),
+            era_parked: gauge_vec(
+                r,
+                "era_parked_calls",
+                "Calls the era bridge holds parked now, each waiting for its caller's retry with input, by channel.",
+                &["channel"],
+            ),
+            era_rounds: counter_vec(
+                r,
+                "era_input_rounds_total",
+                "Times a handshake-era server asked for input during a held call and the caller was answered input_required, by channel.",
+                &["channel"],
+            ),
+            era_held: counter_vec(
+                r,
+                "era_held_calls_total",
+                "Calls the era bridge held across input rounds, by channel and how each ended.",
+                &["channel", "end"],
+            ),
+            era_refused: counter_vec(
+                r,
+                "era_continuations_refused_total",
+                "Retries with a requestState whose held call was gone, refused with nothing sent, by channel and reason.",
+                &["channel", "reason"],
+            ),
             stdout_garbage: int_counter(
                 r,
                 "stdio_stdout_invalid_lines_total",
@@ -72,6 +100,14 @@ impl StdioFamilies {
             }
             for handling in all::<EraHandling>() {
                 self.era_requests.with_label_values(&[ch, handling]);
+            }
+            self.era_parked.with_label_values(&[ch]);
+            self.era_rounds.with_label_values(&[ch]);
+            for end in all::<EraHeldEnd>() {
+                self.era_held.with_label_values(&[ch, end]);
+            }
+            for reason in all::<ContinuationRefusal>() {
+                self.era_refused.with_label_values(&[ch, reason]);
             }
         }
     }
@@ -100,6 +136,25 @@ impl Metrics {
         self.stdio
             .era_requests
             .with_label_values(&[channel, handling.as_label()])
+            .inc();
+    }
+    /// A held call of `channel` parked (`+1`) or left its park (`-1`).
+    pub fn era_parked(&self, channel: &str, delta: i64) {
+        self.stdio.era_parked.with_label_values(&[channel]).add(delta);
+    }
+    /// A held call's server asked for input; its caller was answered `input_required`.
+    pub fn era_round(&self, channel: &str) {
+        self.stdio.era_rounds.with_label_values(&[channel]).inc();
+    }
+    /// A held call of `channel` ended as `end`.
+    pub fn era_held_ended(&self, channel: &str, end: EraHeldEnd) {
+        self.stdio.era_held.with_label_values(&[channel, end.as_label()]).inc();
+    }
+    /// A retry whose held call was gone was refused for `reason`.
+    pub fn era_continuation_refused(&self, channel: &str, reason: ContinuationRefusal) {
+        self.stdio
+            .era_refused
+            .with_label_values(&[channel, reason.as_label()])
             .inc();
     }
     pub fn stdio_invalid_line(&self) {

@@ -231,7 +231,13 @@ impl Shared {
     /// gateway's own: it carries nothing of any caller and causes no effect.
     pub(in crate::downstream::stdio) fn refuse_ask(self: &Arc<Self>, child: &Arc<Child>, id: &str, need: Need) {
         tracing::info!(channel = %self.channel, generation = child.generation, capability = need.capability(), "the stdio child asked for a client capability that no caller with a request in flight declared: refused");
-        let line = no_caller_line(id, need);
+        self.write_unadmitted(child, no_caller_line(id, need));
+    }
+
+    /// Writes the gateway's own answer to a request the child sent (a response, never a
+    /// request: it starts nothing on the child), in the background and bounded by
+    /// `request_timeout`; nothing is written once the transport is stopped.
+    pub(in crate::downstream::stdio) fn write_unadmitted(self: &Arc<Self>, child: &Arc<Child>, line: Vec<u8>) {
         let (shared, child) = (self.clone(), child.clone());
         self.supervisor.spawn_untracked(TaskKind::StdioReader, async move {
             let limit = Instant::now() + shared.settings.request_timeout;

@@ -1,0 +1,601 @@
+//! Input required, never replayed: a handshake-era child's request for input (an
+//! elicitation, a sampling, its roots) during a 2026-07-28 caller's `tools/call`,
+//! `prompts/get` or `resources/read` becomes an `input_required` answer to that caller,
+//! while the call itself stays held on the pipe; the caller's retry (a new command with
+//! `inputResponses` and the `requestState` the gateway signed) answers the child's
+//! pending requests and receives the held call's final result.
+//!
+//! Invariants:
+//! - the held call is written to the child once; a retry never writes it again: it writes
+//!   only the answers to the child's pending requests, and only when its token verifies,
+//!   binds this call (method, parameters, channel, child life) and is the one of the
+//!   call's current park (single use: the record is taken out under the lock that checks
+//!   it);
+//! - a refused retry writes nothing;
+//! - while a call that may ask is held, it is the only request of the child that may be
+//!   asked (the channel's `asking` lock, written here, read by handshake callers that
+//!   declared a capability): a child's request always has one caller it can belong to;
+//! - a parked call is bounded twice: `park_timeout` for a retry to come, `call_timeout`
+//!   for the call's whole life across its rounds; at most `max_rounds` rounds;
+//! - the gateway's own answers to the child's requests (a cancel when a park expires, an
+//!   error for what the caller did not declare or past the last round, `ping`) are
+//!   responses, not requests: like the refusal of an undeclared request they are written
+//!   without an admission, and never start a tool.
+//!
+//! Strict mode never parks (see `docs/strict-mode.md`, "The era bridge").
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+use tokio::sync::{mpsc, OwnedRwLockWriteGuard};
+use tokio::time::{sleep_until, timeout_at, Instant};
+
+use super::call::{reply_with_id, Outgoing, Sent};
+use super::pipe::{wait_answer, Waited};
+use super::session::{Declared, Need};
+use super::{line, rewrite, Shared};
+use crate::downstream::era::state::{Claims, Invalid};
+use crate::downstream::era::{self, Continuation, Gone, LogFilter, Mrtr};
+use crate::downstream::{LegFailure, Notification, NotifySink, Reply};
+use crate::strict::Admission;
+use crate::supervisor::TaskEnd;
+use crate::telemetry::{EraHeldEnd, TaskKind};
+
+/// How the era bridge holds calls on one stdio channel
+/// (`mcp.channels.NAME.input_required`).
+#[derive(Clone, Debug)]
+pub struct InputRequiredSettings {
+    /// Whether calls are held across input rounds at all (never in strict mode).
+    pub parks: bool,
+    /// How long a parked call waits for the caller's retry.
+    pub park_timeout: Duration,
+    /// The bound of a held call's whole life, across all its rounds.
+    pub call_timeout: Duration,
+    /// Input rounds per call; past the last, the child's requests are refused.
+    pub max_rounds: u32,
+}
+
+impl Default for InputRequiredSettings {
+    fn default() -> Self {
+        Self {
+            parks: true,
+            park_timeout: Duration::from_secs(120),
+            call_timeout: Duration::from_secs(600),
+            max_rounds: 8,
+        }
+    }
+}
+
+/// How long the requests a child sends together are gathered into one round.
+const ROUND_GATHER: Duration = Duration::from_millis(20);
+/// Notifications of a held call waiting to be handed on.
+const EVENTS_BOUND: usize = 64;
+/// Ended held calls remembered, to tell a replayed token from a lost call.
+const ENDED_CAP: usize = 256;
+
+/// The held calls of one channel: parked ones by id, and the latest ended ones.
+#[derive(Default)]
+pub(super) struct Parking {
+    parked: BTreeMap<String, Parked>,
+    ended: VecDeque<(String, Gone)>,
+}
+
+/// A 2026-07-28 caller's call that may ask, as one command brings it: the stripped
+/// request, what binds it, where its notifications go, and the command's bound.
+pub(super) struct HeldRequest<'a> {
+    pub(super) json: &'a str,
+    pub(super) mrtr: &'a Mrtr,
+    pub(super) notes: &'a NotifySink,
+    pub(super) filter: LogFilter,
+    pub(super) limit: Instant,
+}
+
+/// A call written to the child and not yet answered, with what its rounds need.
+pub(super) struct Held {
+    sent: Sent,
+    events: mpsc::Receiver<Notification>,
+    _asking: OwnedRwLockWriteGuard<()>,
+    /// The end of the call's whole life.
+    deadline: Instant,
+    id: String,
+    seq: u32,
+    round: u32,
+    method: String,
+    digest: String,
+    declared: Declared,
+}
+
+/// A held call waiting for its caller's retry.
+struct Parked {
+    held: Held,
+    /// The child's pending requests, by the key the caller was shown.
+    asks: BTreeMap<String, Pending>,
+}
+
+/// One pending request of the child: its JSON id as it sent it, what it needs of the
+/// caller, and the input request the caller was shown.
+struct Pending {
+    upstream: Box<str>,
+    need: Need,
+    shown: Value,
+}
+
+/// A request the child sent during a held call.
+struct Ask {
+    id: Box<str>,
+    need: Option<Need>,
+    method: String,
+    params: Value,
+}
+
+/// How driving a held call for one command ended.
+enum Driven {
+    Final(Result<Reply, LegFailure>),
+    /// The child asked for input the caller may give: park for a retry.
+    Asked(Vec<Ask>),
+}
+
+impl Shared {
+    /// Whether this channel holds calls across input rounds.
+    pub(super) fn parks(&self) -> bool {
+        self.settings.input_required.parks && !self.settings.session.configured_pass_through()
+    }
+
+    fn parking(&self) -> std::sync::MutexGuard<'_, Parking> {
+        self.parking.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A 2026-07-28 caller's call that may ask: written once and driven until its final
+    /// answer, or until the child asks for input (answered `input_required`, the call
+    /// parked). `id` is the caller's JSON id.
+    pub(super) async fn start_held(
+        self: &Arc<Self>,
+        admission: &Admission,
+        call: HeldRequest<'_>,
+    ) -> Result<Reply, LegFailure> {
+        let HeldRequest {
+            json,
+            mrtr,
+            notes,
+            filter,
+            limit,
+        } = call;
+        let spans = rewrite::request_spans(json).ok_or(LegFailure::InternalBeforeSend)?;
+        let caller_id: Box<str> = json[spans.id.clone()].into();
+        let declared = Declared::of_capabilities(Some(&mrtr.capabilities));
+        // cancel-safe: waiting for a lock takes nothing until it resolves.
+        let asking = timeout_at(limit, self.asking.clone().write_owned())
+            .await
+            .map_err(|_| LegFailure::DeadlineBeforeSend)?;
+        let (events_tx, events) = mpsc::channel(EVENTS_BOUND);
+        let caller = declared.mint_session_id(&crate::protocol::random_hex(16));
+        let outgoing = Outgoing {
+            json,
+            spans: &spans,
+            caller: Some(caller.into()),
+            is_initialize: false,
+        };
+        let started = Instant::now();
+        let sent = self.send(admission, outgoing, events_tx, limit).await?;
+        let mut held = Held {
+            sent,
+            events,
+            _asking: asking,
+            deadline: started + self.settings.input_required.call_timeout,
+            id: crate::protocol::random_hex(16),
+            seq: 0,
+            round: 0,
+            method: method_of(json),
+            digest: mrtr.digest.clone(),
+            declared,
+        };
+        self.run_rounds(&mut held, notes, filter, limit, &caller_id)
+            .await
+            .map(|ended| self.settle(held, ended, &caller_id))?
+    }
+
+    /// A caller's retry of a parked call: its token checked, the child's pending requests
+    /// answered under `admission`, then the call driven on as at its start. A retry whose
+    /// call is gone is refused with nothing written.
+    pub(super) async fn continue_held(
+        self: &Arc<Self>,
+        admission: &Admission,
+        call: HeldRequest<'_>,
+        continuation: &Continuation,
+    ) -> Result<Reply, LegFailure> {
+        let HeldRequest {
+            json,
+            mrtr,
+            notes,
+            filter,
+            limit,
+        } = call;
+        let spans = rewrite::request_spans(json).ok_or(LegFailure::InternalBeforeSend)?;
+        let caller_id: Box<str> = json[spans.id.clone()].into();
+        let id_raw = RawValue::from_string(caller_id.to_string()).map_err(|_| LegFailure::InternalBeforeSend)?;
+        let parked = match self.take_parked(json, mrtr, continuation) {
+            Ok(parked) => parked,
+            Err(gone) => {
+                self.metrics.era_continuation_refused(&self.channel, gone);
+                tracing::info!(channel = %self.channel, reason = gone.as_str(), "a retry with a requestState whose held call is gone was refused; nothing was sent");
+                return Ok(era::continuation_refused(&id_raw, gone));
+            }
+        };
+        self.metrics.era_parked(&self.channel, -1);
+        let Parked { mut held, asks } = parked;
+        // The call may have ended while parked: its outcome goes to this retry.
+        if let Ok((raw, span, _)) = held.sent.registration.rx.try_recv() {
+            let ended = Ok(Driven::Final(reply_with_id(raw, span, &caller_id)));
+            return ended.map(|ended| self.settle(held, ended, &caller_id))?;
+        }
+        let responses = match &continuation.input_responses {
+            Some(Value::Object(map)) => map.clone(),
+            _ => Map::new(),
+        };
+        let (answered, missing): (Vec<_>, Vec<_>) = asks
+            .into_iter()
+            .partition(|(key, _)| responses.get(key).is_some_and(Value::is_object));
+        for (key, pending) in &answered {
+            let line = response_line(&pending.upstream, &responses[key]);
+            self.write_with(admission, &held, line, limit).await?;
+        }
+        if !missing.is_empty() {
+            // Answers that are missing or malformed are asked for again; the call stays held.
+            return Ok(self.park(held, missing.into_iter().collect(), &caller_id));
+        }
+        self.run_rounds(&mut held, notes, filter, limit, &caller_id)
+            .await
+            .map(|ended| self.settle(held, ended, &caller_id))?
+    }
+
+    /// The parked call `continuation` names, taken out (single use), or why it is gone.
+    fn take_parked(&self, json: &str, mrtr: &Mrtr, continuation: &Continuation) -> Result<Parked, Gone> {
+        let Value::String(token) = &continuation.request_state else {
+            return Err(Gone::Tampered);
+        };
+        let claims = self.signer.verify(token, unix_ms()).map_err(|invalid| match invalid {
+            Invalid::Tampered => Gone::Tampered,
+            Invalid::Restarted => Gone::Restarted,
+            Invalid::Expired => Gone::Expired,
+        })?;
+        if claims.c != self.channel || claims.m != method_of(json) || claims.d != mrtr.digest {
+            return Err(Gone::Mismatch);
+        }
+        let mut parking = self.parking();
+        let Some(parked) = parking.parked.get(&claims.h) else {
+            let ended = parking
+                .ended
+                .iter()
+                .find(|(id, _)| *id == claims.h)
+                .map(|(_, gone)| *gone);
+            return Err(ended.unwrap_or(Gone::Lost));
+        };
+        if parked.held.seq != claims.s {
+            return Err(Gone::Consumed);
+        }
+        if parked.held.sent.child.generation != claims.g || !parked.held.sent.child.is_usable() {
+            let parked = parking.parked.remove(&claims.h).expect("looked up above");
+            remember(&mut parking, claims.h, Gone::Lost);
+            drop(parking);
+            self.metrics.era_parked(&self.channel, -1);
+            self.metrics.era_held_ended(&self.channel, EraHeldEnd::Lost);
+            drop(parked);
+            return Err(Gone::Lost);
+        }
+        let parked = parking.parked.remove(&claims.h).expect("looked up above");
+        remember(&mut parking, claims.h, Gone::Consumed);
+        Ok(parked)
+    }
+
+    /// Drives a held call for one command: its progress and log messages to `notes`,
+    /// until its final answer or the child's next round of requests. Requests the caller
+    /// cannot be asked (not declared, past the last round, `ping`) are answered here and
+    /// the call driven on.
+    async fn run_rounds(
+        self: &Arc<Self>,
+        held: &mut Held,
+        notes: &NotifySink,
+        filter: LogFilter,
+        limit: Instant,
+        caller_id: &str,
+    ) -> Result<Driven, LegFailure> {
+        let limit = limit.min(held.deadline);
+        loop {
+            match drive(held, notes, filter, limit, caller_id).await {
+                Driven::Final(result) => return Ok(Driven::Final(result)),
+                Driven::Asked(asks) => {
+                    let mut askable = Vec::new();
+                    for ask in asks {
+                        match ask.need {
+                            Some(need)
+                                if held.declared.allows(need)
+                                    && held.round < self.settings.input_required.max_rounds =>
+                            {
+                                askable.push(ask)
+                            }
+                            need => self.answer_locally(held, &ask, need),
+                        }
+                    }
+                    if !askable.is_empty() {
+                        return Ok(Driven::Asked(askable));
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a command gets of a driven held call: its final answer (the held call ends),
+    /// or `input_required` (the call parked for a retry).
+    fn settle(self: &Arc<Self>, held: Held, ended: Driven, caller_id: &str) -> Result<Reply, LegFailure> {
+        match ended {
+            Driven::Final(result) => {
+                let end = if result.is_ok() {
+                    EraHeldEnd::Answered
+                } else {
+                    EraHeldEnd::Lost
+                };
+                self.metrics.era_held_ended(&self.channel, end);
+                drop(held);
+                result
+            }
+            Driven::Asked(asks) => {
+                let mut pending = BTreeMap::new();
+                for ask in asks {
+                    let Some(need) = ask.need else { continue };
+                    let key = format!("ir-{}", sanitize_key(&ask.id));
+                    let shown = input_request(&ask);
+                    pending.insert(
+                        key,
+                        Pending {
+                            upstream: ask.id,
+                            need,
+                            shown,
+                        },
+                    );
+                }
+                let mut held = held;
+                held.round += 1;
+                Ok(self.park(held, pending, caller_id))
+            }
+        }
+    }
+
+    /// Parks `held` with its pending `asks` and answers the command `input_required`.
+    fn park(self: &Arc<Self>, mut held: Held, asks: BTreeMap<String, Pending>, caller_id: &str) -> Reply {
+        let requests: Map<String, Value> = asks.iter().map(|(k, p)| (k.clone(), p.shown.clone())).collect();
+        held.seq += 1;
+        let expires = Instant::now() + self.settings.input_required.park_timeout;
+        let token = self.signer.issue(Claims {
+            v: 0,
+            e: String::new(),
+            h: held.id.clone(),
+            s: held.seq,
+            c: self.channel.clone(),
+            g: held.sent.child.generation,
+            m: held.method.clone(),
+            d: held.digest.clone(),
+            r: held.round,
+            x: unix_ms() + u64::try_from(self.settings.input_required.park_timeout.as_millis()).unwrap_or(u64::MAX),
+        });
+        let (id, seq) = (held.id.clone(), held.seq);
+        self.parking().parked.insert(id.clone(), Parked { held, asks });
+        self.metrics.era_parked(&self.channel, 1);
+        self.metrics.era_round(&self.channel);
+        tracing::info!(channel = %self.channel, round = seq, "a held call's server asked for input: answered input_required, the call is parked for the caller's retry");
+        let shared = self.clone();
+        self.supervisor.spawn_untracked(TaskKind::StdioReader, async move {
+            sleep_until(expires).await;
+            shared.expire(&id, seq).await;
+            TaskEnd::Finished
+        });
+        let id_raw = RawValue::from_string(caller_id.to_owned()).expect("a caller id is JSON");
+        era::input_required_reply(&id_raw, requests, &token)
+    }
+
+    /// A park that got no retry in time: the child's pending requests are answered as a
+    /// dismissal (an elicitation `cancel`, an error for the others) and the call is driven
+    /// to its end with nobody to tell; the outcome is logged and counted.
+    async fn expire(self: &Arc<Self>, id: &str, seq: u32) {
+        let parked = {
+            let mut parking = self.parking();
+            match parking.parked.get(id) {
+                Some(p) if p.held.seq == seq => {
+                    let parked = parking.parked.remove(id);
+                    remember(&mut parking, id.to_owned(), Gone::Expired);
+                    parked
+                }
+                _ => None,
+            }
+        };
+        let Some(Parked { mut held, asks }) = parked else {
+            return;
+        };
+        self.metrics.era_parked(&self.channel, -1);
+        tracing::warn!(channel = %self.channel, "a parked call got no retry within park_timeout: its server's requests are dismissed and its result will reach no caller");
+        for pending in asks.values() {
+            self.dismiss(&held, &pending.upstream, pending.need);
+        }
+        let (nobody, _) = mpsc::channel(1);
+        let deadline = held.deadline;
+        loop {
+            match drive(&mut held, &nobody, LogFilter(None), deadline, "null").await {
+                Driven::Final(_) => break,
+                Driven::Asked(asks) => {
+                    for ask in asks {
+                        self.answer_locally(&held, &ask, None);
+                    }
+                }
+            }
+        }
+        self.metrics.era_held_ended(&self.channel, EraHeldEnd::Expired);
+    }
+
+    /// The gateway's answer to a child's request no caller will answer: `ping` gets `{}`,
+    /// anything else an error naming why.
+    fn answer_locally(self: &Arc<Self>, held: &Held, ask: &Ask, need: Option<Need>) {
+        let result = match (ask.method.as_str(), need) {
+            ("ping", _) => Ok(json!({})),
+            (_, Some(need)) if !held.declared.allows(need) => Err(format!(
+                "the caller of this call did not declare the {} capability; the request cannot be answered",
+                need.capability()
+            )),
+            (_, Some(_)) => {
+                Err("the call reached the gateway's limit of input rounds; the request is refused".to_owned())
+            }
+            (method, None) => Err(format!("{method} is not answered through the era bridge")),
+        };
+        let line = match result {
+            Ok(result) => response_line(&ask.id, &result),
+            Err(message) => error_line(&ask.id, &message),
+        };
+        self.write_unadmitted(&held.sent.child, line);
+    }
+
+    /// A pending request of an expired park: an elicitation is cancelled, anything else
+    /// refused.
+    fn dismiss(self: &Arc<Self>, held: &Held, upstream: &str, need: Need) {
+        let line = match need {
+            Need::Elicitation => response_line(upstream, &json!({"action": "cancel"})),
+            Need::Sampling | Need::Roots => error_line(
+                upstream,
+                "the caller did not continue the call in time; the request is refused",
+            ),
+        };
+        self.write_unadmitted(&held.sent.child, line);
+    }
+
+    /// One answer to the child's request, written under the retry's admission.
+    async fn write_with(
+        &self,
+        admission: &Admission,
+        held: &Held,
+        line: Vec<u8>,
+        limit: Instant,
+    ) -> Result<(), LegFailure> {
+        let child = &held.sent.child;
+        let mut writer = self.writer_for(child, limit).await?;
+        admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
+        writer.start(child, line).ok_or(LegFailure::ChildNotRunning)?;
+        self.finish_write(child, &mut writer, limit, false).await
+    }
+}
+
+/// Drives `held` until its final answer, or a round of requests from the child (gathered
+/// for [`ROUND_GATHER`] after the first). Other messages go to `notes` through `filter`.
+///
+/// The final answer carries `caller_id`: the id of the command it answers.
+async fn drive(held: &mut Held, notes: &NotifySink, filter: LogFilter, limit: Instant, caller_id: &str) -> Driven {
+    loop {
+        tokio::select! {
+            biased;
+            // cancel-safe: the registration's receiver is polled by reference.
+            waited = wait_answer(&held.sent.child, &mut held.sent.registration, limit) => {
+                return Driven::Final(match waited {
+                    Waited::Response((raw, span, _)) => reply_with_id(raw, span, caller_id),
+                    Waited::Gone => Err(LegFailure::ChildExited),
+                    Waited::TimedOut => Err(LegFailure::TimeoutAfterWrite),
+                });
+            }
+            // cancel-safe: a message taken is handled in the arm.
+            Some(note) = held.events.recv() => {
+                let Some(first) = ask_of(&note) else {
+                    if filter.admits(&note) {
+                        let _ = notes.send(note).await;
+                    }
+                    continue;
+                };
+                let mut asks = vec![first];
+                let gather = Instant::now() + ROUND_GATHER;
+                while let Ok(Some(note)) = timeout_at(gather, held.events.recv()).await {
+                    match ask_of(&note) {
+                        Some(ask) => asks.push(ask),
+                        None if filter.admits(&note) => { let _ = notes.send(note).await; }
+                        None => {}
+                    }
+                }
+                return Driven::Asked(asks);
+            }
+        }
+    }
+}
+
+/// A child's request (an id and a method), if `note` is one.
+fn ask_of(note: &Notification) -> Option<Ask> {
+    let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(note.resp_json.get()) else {
+        return None;
+    };
+    let id = message.get("id").filter(|id| !id.is_null())?.to_string();
+    let Some(Value::String(method)) = message.remove("method") else {
+        return None;
+    };
+    Some(Ask {
+        id: id.into(),
+        need: Need::of_method(&method),
+        params: message.remove("params").unwrap_or(Value::Null),
+        method,
+    })
+}
+
+/// A child's request as a 2026-07-28 input request: `{method, params}`; a url-mode
+/// elicitation's `elicitationId` (which 2026-07-28 has not) is left out.
+fn input_request(ask: &Ask) -> Value {
+    let mut params = ask.params.clone();
+    if let Value::Object(p) = &mut params {
+        p.remove("elicitationId");
+        p.remove("_meta");
+    }
+    let mut request = json!({"method": ask.method});
+    if !params.is_null() {
+        request["params"] = params;
+    }
+    request
+}
+
+/// An input request key from a child's JSON id: letters, digits, `-` and `_` kept.
+fn sanitize_key(id: &str) -> String {
+    id.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        .collect()
+}
+
+/// `{"jsonrpc":"2.0","id":ID,"result":RESULT}` as one line.
+fn response_line(id: &str, result: &Value) -> Vec<u8> {
+    line::frame(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#))
+}
+
+/// A JSON-RPC error answer (`-32603`) as one line.
+fn error_line(id: &str, message: &str) -> Vec<u8> {
+    let error = json!({"code": -32603, "message": message});
+    line::frame(&format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#))
+}
+
+/// The method of a request's JSON (`tools/call`, ...).
+fn method_of(json: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        method: Option<String>,
+    }
+    serde_json::from_str::<Probe>(json)
+        .ok()
+        .and_then(|p| p.method)
+        .unwrap_or_default()
+}
+
+/// Remembers how a held call ended, for the words of a later refusal.
+fn remember(parking: &mut Parking, id: String, gone: Gone) {
+    if parking.ended.len() == ENDED_CAP {
+        parking.ended.pop_front();
+    }
+    parking.ended.push_back((id, gone));
+}
+
+/// Now, in Unix milliseconds (token expiry is wall-clock: a token may outlive a clock's
+/// monotonic origin only within one process, and the key dies with it).
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
