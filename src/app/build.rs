@@ -273,7 +273,12 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
     let mut by_name = BTreeMap::new();
     for (name, channel) in &config.mcp.channels {
         let transport = match channel {
-            ChannelConfig::Http { url, proxy, socket } => {
+            ChannelConfig::Http {
+                url,
+                proxy,
+                socket,
+                era,
+            } => {
                 let settings = HttpSettings {
                     connect_timeout: config.mcp.connect_timeout,
                     request_timeout: config.mcp.request_timeout,
@@ -289,7 +294,7 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                         channel: name.to_string(),
                         problem: e.to_string(),
                     })?;
-                Transport::Http(transport.with_headers(channel_headers(config, name)))
+                Transport::Http(transport.with_headers(channel_headers(config, name)).with_era(*era))
             }
             ChannelConfig::Stdio {
                 command,

@@ -85,10 +85,6 @@ fn channel_config(
             format!("{key}.input_required"),
             "only applies to stdio channels (command = [...]) in this version: 2026-07-28 callers are not bridged to HTTP servers yet (docs/eras.md)",
         )),
-        (Some(_), None) if raw.era.is_some() => Err(ConfigError::invalid(
-            format!("{key}.era"),
-            "only applies to stdio channels (command = [...]) in this version: on an HTTP channel every caller keeps its own session with the server, and 2026-07-28 callers are not bridged yet (docs/eras.md)",
-        )),
         (Some(_), None) if raw.session.is_some() || raw.initialize.is_some() => {
             let member = if raw.session.is_some() { "session" } else { "initialize" };
             Err(ConfigError::invalid(
@@ -109,6 +105,7 @@ fn channel_config(
                 url: HttpUrl::endpoint(&format!("{key}.url"), &url)?,
                 proxy,
                 socket,
+                era: era_setting(key, raw.era)?,
             }),
         },
         (None, Some(command)) => Ok(ChannelConfig::Stdio {
@@ -193,15 +190,7 @@ fn stdio_session(
             ))
         }
     };
-    let era = match era.as_deref() {
-        None => EraSetting::Auto,
-        Some(text) => EraSetting::parse(text).ok_or_else(|| {
-            ConfigError::invalid(
-                format!("{key}.era"),
-                format!("{text:?} is not an era; use \"auto\" (the gateway's initialize tells), \"legacy\" (a handshake-era server) or \"modern\" (a 2026-07-28 server)"),
-            )
-        })?,
-    };
+    let era = era_setting(key, era)?;
     if owner == SessionOwner::PassThrough && era == EraSetting::Legacy {
         return Err(ConfigError::invalid(
             format!("{key}.era"),
@@ -297,6 +286,19 @@ fn input_required(key: &str, raw: RawInputRequired) -> Result<InputRequired, Con
         call_timeout,
         max_rounds,
     })
+}
+
+/// A channel's `era`: `auto` unless set.
+fn era_setting(key: &str, era: Option<String>) -> Result<EraSetting, ConfigError> {
+    match era.as_deref() {
+        None => Ok(EraSetting::Auto),
+        Some(text) => EraSetting::parse(text).ok_or_else(|| {
+            ConfigError::invalid(
+                format!("{key}.era"),
+                format!("{text:?} is not an era; use \"auto\" (the gateway finds out), \"legacy\" (a handshake-era server) or \"modern\" (a 2026-07-28 server)"),
+            )
+        }),
+    }
 }
 
 /// The session of a stdio channel that configures none.

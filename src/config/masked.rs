@@ -398,13 +398,18 @@ fn tls_view(files: &super::TlsFiles) -> Option<TlsView> {
 
 fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
     match channel {
-        ChannelConfig::Http { url, proxy, socket } => ChannelView {
+        ChannelConfig::Http {
+            url,
+            proxy,
+            socket,
+            era,
+        } => ChannelView {
             url: Some(url.as_str()),
             command: None,
             env: None,
             max_concurrent: None,
             session: None,
-            era: None,
+            era: Some(era.as_str()),
             input_required: None,
             initialize: None,
             proxy: socket.is_none().then(|| proxy.masked()),

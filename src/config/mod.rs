@@ -161,6 +161,8 @@ pub enum ChannelConfig {
         url: HttpUrl,
         proxy: ProxySetting,
         socket: Option<PathBuf>,
+        /// The server's era (`auto`: probed by the era bridge for 2026-07-28 callers).
+        era: EraSetting,
     },
     /// stdio; `command` is a non-empty argv (no shell). `env` is added on top of a
     /// minimal base and never names the API key variable, `TUNNELGATE_*` or

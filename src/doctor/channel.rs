@@ -75,7 +75,7 @@ enum Unresolved {
 pub(super) async fn check(name: &str, channel: &ChannelConfig, probe: &Probe<'_>) -> Check {
     let check_name = format!("channel.{name}");
     match channel {
-        ChannelConfig::Http { url, proxy, socket } => {
+        ChannelConfig::Http { url, proxy, socket, .. } => {
             let egress = HttpEgress {
                 proxy: proxy.clone(),
                 socket: socket.clone(),

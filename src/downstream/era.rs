@@ -644,6 +644,46 @@ pub(crate) fn continuation_refused(id: &RawValue, gone: Gone) -> Reply {
     reply
 }
 
+/// Whether an answer to `server/discover` (or a refusal of it) names a 2026-07-28
+/// revision: a `DiscoverResult` whose `supportedVersions` has one, or a `-32022` whose
+/// `data.supported` has one. A discover answer without one is a handshake-era server's.
+pub(crate) fn names_modern_revision(json: &str) -> bool {
+    let Ok(message) = serde_json::from_str::<Value>(json) else {
+        return false;
+    };
+    let listed = message
+        .pointer("/result/supportedVersions")
+        .or_else(|| message.pointer("/error/data/supported"));
+    listed.and_then(Value::as_array).is_some_and(|versions| {
+        versions
+            .iter()
+            .filter_map(Value::as_str)
+            .any(|v| !is_handshake_revision(v) && McpRevision::parse(v).is_some())
+    })
+}
+
+/// The `InitializeResult` of an answer to the gateway's `initialize`, if it is one.
+pub(crate) fn initialize_result(json: &str) -> Option<Map<String, Value>> {
+    let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(json) else {
+        return None;
+    };
+    match message.remove("result") {
+        Some(Value::Object(result)) if result.get("protocolVersion").is_some_and(Value::is_string) => Some(result),
+        _ => None,
+    }
+}
+
+/// The answer to a bridged request the server refused because it no longer knows the
+/// gateway's session: it ran nothing, and the next request opens a new session.
+pub(crate) fn session_lost_reply(id: &RawValue) -> Reply {
+    let error = json!({
+        "code": code::INTERNAL,
+        "message": "not delivered to the MCP server: it no longer knows the gateway's session (it restarted or expired it) and did not run the request; a new session is opened for the next one; safe to retry",
+        "data": {"tunnel_failure": {"source": "downstream", "transport_error_kind": "session_lost", "upstream_response_received": true}},
+    });
+    json_reply(id, "error", error, 200)
+}
+
 pub(crate) mod state;
 
 #[cfg(test)]

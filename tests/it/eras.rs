@@ -445,15 +445,255 @@ async fn a_bad_era_setting_exits_78_naming_the_key() {
     }
     let http = rig.config(&RigOptions::default_mode()).replace(
         &format!("url = \"{}\"", rig.stub.url()),
-        &format!("url = \"{}\"\nera = \"legacy\"", rig.stub.url()),
+        &format!(
+            "url = \"{}\"\n[mcp.channels.main.input_required]\nmax_rounds = 2",
+            rig.stub.url()
+        ),
     );
     let run = Gateway::cli(&["check"], Some(&http), &[], EXIT).await;
     assert_eq!(run.code, 78, "{}", run.stderr);
     assert!(
-        run.stderr.contains("mcp.channels.main.era") && run.stderr.contains("only applies to stdio channels"),
+        run.stderr.contains("mcp.channels.main.input_required")
+            && run.stderr.contains("only applies to stdio channels"),
         "{}",
         run.stderr
     );
+    for (table, words) in [
+        (
+            "park_timeout = \"11m\"",
+            "must not be longer than mcp.channels.main.input_required.call_timeout",
+        ),
+        ("max_rounds = 0", "must be 1 to 100 (found 0)"),
+        (
+            "park_timeout = \"soon\"",
+            "mcp.channels.main.input_required.park_timeout",
+        ),
+    ] {
+        let channel = format!("[mcp.channels.main.input_required]\n{table}");
+        let config = stdio_config(&rig, &argv, &channel, &RigOptions::default_mode());
+        let run = Gateway::cli(&["check"], Some(&config), &[], EXIT).await;
+        assert_eq!(run.code, 78, "{table}: {}", run.stderr);
+        assert!(run.stderr.contains(words), "{table}: {}", run.stderr);
+    }
+}
+
+/// The Python SDK 1.x legacy server over Streamable HTTP, its side effects in `effects`.
+async fn legacy_py_http(effects: &std::path::Path) -> (crate::harness::ChildGuard, String) {
+    let python = py1();
+    let script = peer_script("era/legacy_server.py");
+    let effects = effects.display().to_string();
+    crate::harness::spawn_http_peer("legacy_server(http)", "/mcp", |port| {
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(&script)
+            .args([
+                "--transport",
+                "http",
+                "--port",
+                &port.to_string(),
+                "--effects",
+                &effects,
+            ])
+            .env("PYTHONUNBUFFERED", "1");
+        cmd
+    })
+    .await
+}
+
+/// The SDK 2.x client pinned to 2026-07-28 against a handshake-era Python HTTP server
+/// through the bridge: discovery, lists, a resource, a prompt, a side effect run once.
+async fn a_pinned_caller_reaches_a_legacy_http_server(o: RigOptions<'_>) {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let (_server, url) = legacy_py_http(&effects).await;
+    let gw = rig.spawn_gateway(&rig.config_to(&url, &o)).await;
+    let out = modern_client(
+        &rig,
+        MODERN,
+        &[
+            "--discover",
+            "--list-tools",
+            "--call",
+            "effect",
+            r#"{"label": "over-http"}"#,
+            "--read-resource",
+            "data://greeting",
+            "--get-prompt",
+            "greet",
+            r#"{"name": "ada"}"#,
+        ],
+    )
+    .await;
+    let results = out["results"].as_array().unwrap();
+    assert_eq!(results[0]["server_name"], "tunnelgate-legacy-peer", "{out}");
+    assert_eq!(results[0]["discover"]["supportedVersions"], json!([MODERN]), "{out}");
+    let call = results.iter().find(|r| r["action"] == "call").unwrap();
+    assert_eq!(call["texts"][0], "effect over-http #1", "{out}");
+    assert!(results
+        .iter()
+        .find(|r| r["action"] == "read_resource")
+        .unwrap()
+        .to_string()
+        .contains("hello from legacy"));
+    assert_eq!(effect_lines(&effects), ["over-http"], "the tool ran once");
+    let status = channel_status(&rig).await;
+    assert_eq!(
+        (&status["era"], &status["era_setting"]),
+        (&json!("legacy"), &json!("auto")),
+        "{status}"
+    );
+    rig.assert_all_bodies_valid();
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn a_caller_pinned_to_2026_07_28_reaches_a_legacy_python_http_server_through_the_bridge() {
+    a_pinned_caller_reaches_a_legacy_http_server(RigOptions::default_mode()).await;
+}
+
+#[tokio::test]
+async fn a_caller_pinned_to_2026_07_28_reaches_a_legacy_python_http_server_through_the_bridge_in_strict_mode() {
+    a_pinned_caller_reaches_a_legacy_http_server(RigOptions::default()).await;
+}
+
+#[tokio::test]
+async fn without_the_gateway_the_pinned_caller_fails_against_the_legacy_http_server_the_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects = dir.path().join("effects.log");
+    let (_server, url) = legacy_py_http(&effects).await;
+    let out = tokio::process::Command::new(python())
+        .arg(peer_script("era/modern_client.py"))
+        .args([
+            "--url",
+            &url,
+            "--mode",
+            MODERN,
+            "--timeout",
+            "20",
+            "--call",
+            "effect",
+            r#"{"label": "direct"}"#,
+        ])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The direct pair fails as the spec's matrix says: the server wants a session.
+    assert!(
+        stdout.contains("-32600") || !out.status.success(),
+        "the direct pair is expected to fail: {stdout}"
+    );
+    assert!(
+        stdout.contains("Missing session ID") || !out.status.success(),
+        "{stdout}"
+    );
+    assert_eq!(effect_lines(&effects), Vec::<String>::new(), "nothing ran");
+}
+
+#[tokio::test]
+async fn a_modern_caller_reaches_server_everything_over_http_and_a_lost_session_is_reopened_for_the_next_request() {
+    let rig = Rig::start("").await;
+    let (mut server, url) = crate::harness::spawn_server_everything_http().await;
+    let gw = rig
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
+        .await;
+    let (status, _, discover) = post(&rig, &modern(1, "server/discover", json!({})), &[]).await;
+    assert_eq!(status, 200, "{discover}");
+    assert_eq!(discover["result"]["supportedVersions"], json!([MODERN]), "{discover}");
+    let echo = |id: u64| {
+        modern(
+            id,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"message": "over http"}}),
+        )
+    };
+    let (status, _, called) = post(
+        &rig,
+        &echo(2),
+        &[("MCP-Protocol-Version", MODERN), ("Mcp-Method", "tools/call")],
+    )
+    .await;
+    assert_eq!(status, 200, "{called}");
+    assert_eq!(called["result"]["content"][0]["text"], "Echo: over http", "{called}");
+    assert_eq!(called["result"]["resultType"], "complete", "{called}");
+    let (_, _, list) = post(&rig, &modern(3, "tools/list", json!({})), &[]).await;
+    assert_eq!(list["result"]["cacheScope"], "private", "{list}");
+
+    // The server restarts on the same port: it no longer knows the gateway's session.
+    let port = url
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    server.kill();
+    let mut restarted = std::process::Command::new(crate::harness::node());
+    restarted
+        .arg(crate::harness::server_everything_entry())
+        .arg("streamableHttp")
+        .env("PORT", &port);
+    let _restarted = crate::harness::ChildGuard::spawn("server-everything (restarted)", restarted);
+    wait_until("the restarted server answers", EXIT, || {
+        crate::harness::http_answers(&url)
+    })
+    .await;
+    let (status, _, lost) = post(&rig, &echo(4), &[]).await;
+    assert_eq!(status, 200, "{lost}");
+    assert_eq!(lost["error"]["code"], -32603, "{lost}");
+    let words = lost["error"]["message"].as_str().unwrap();
+    assert!(
+        words.contains("no longer knows the gateway's session") && words.contains("safe to retry"),
+        "{words}"
+    );
+    let (status, _, again) = post(&rig, &echo(5), &[]).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(
+        again["result"]["content"][0]["text"], "Echo: over http",
+        "a new session: {again}"
+    );
+    stop(gw).await;
+}
+
+/// The TypeScript SDK v2 server that refuses handshake callers (`tests/peers/era/modern_server.mjs`).
+async fn modern_ts_http(effects: &std::path::Path) -> (crate::harness::ChildGuard, String) {
+    let node = crate::harness::node();
+    let script = peer_script("era/modern_server.mjs");
+    let effects = effects.display().to_string();
+    let modules = crate::harness::node_modules().display().to_string();
+    crate::harness::spawn_http_peer("modern_server(http)", "/mcp", |port| {
+        let mut cmd = std::process::Command::new(&node);
+        cmd.arg(&script).args([
+            "--transport",
+            "http",
+            "--port",
+            &port.to_string(),
+            "--effects",
+            &effects,
+            "--node-modules",
+            &modules,
+        ]);
+        cmd
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_http_server_of_2026_07_28_is_found_by_its_discover_answer_and_passed_through() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let (_server, url) = modern_ts_http(&effects).await;
+    let gw = rig
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
+        .await;
+    let out = modern_client(
+        &rig,
+        MODERN,
+        &["--discover", "--call", "effect", r#"{"label": "modern"}"#],
+    )
+    .await;
+    let results = out["results"].as_array().unwrap();
+    assert_eq!(results[1]["texts"][0], "effect modern #1", "{out}");
+    assert_eq!(effect_lines(&effects), ["modern"]);
+    let status = channel_status(&rig).await;
+    assert_eq!(status["era"], "modern", "{status}");
+    stop(gw).await;
 }
 
 /// The pinned SDK 2.x client calls a legacy tool that asks for input mid-call: the caller

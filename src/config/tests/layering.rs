@@ -13,6 +13,7 @@ fn http(url: &str) -> ChannelConfig {
         url: HttpUrl::endpoint("url", url).expect("a valid URL"),
         proxy: ProxySetting::Env(Box::default()),
         socket: None,
+        era: crate::config::EraSetting::Auto,
     }
 }
 

@@ -42,6 +42,7 @@ fn minimal_config_gets_every_default() {
         url: HttpUrl::endpoint("url", "http://127.0.0.1:3001/mcp").expect("a valid URL"),
         proxy: ProxySetting::Env(Box::default()),
         socket: None,
+        era: crate::config::EraSetting::Auto,
     };
     assert_eq!(config.mcp.channels.get("main"), Some(&main));
 }

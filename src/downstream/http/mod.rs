@@ -49,6 +49,7 @@ use url::Url;
 
 use self::classify::reached_server;
 use self::client::{build_clients, ClientError, Clients};
+use super::era::EraSetting;
 use super::identity::Observed;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply};
 use crate::config::{HttpUrl, ProxySetting};
@@ -157,6 +158,12 @@ struct Inner {
     tls_problem: Mutex<Option<String>>,
     /// What callers' `initialize` and `tools/list` answers said (`/status`).
     observed: Observed,
+    /// The server's era as configured (`mcp.channels.NAME.era`).
+    era: EraSetting,
+    /// What the era bridge knows of the server: its era, and the session it owns.
+    verdict: Mutex<bridge::Verdict>,
+    /// Held while the bridge probes the server or opens its session: one at a time.
+    opening: tokio::sync::Mutex<()>,
 }
 
 impl HttpTransport {
@@ -229,6 +236,9 @@ impl HttpTransport {
                 configured: HeaderMap::new(),
                 tls_problem: Mutex::new(None),
                 observed: Observed::default(),
+                era: EraSetting::Auto,
+                verdict: Mutex::new(bridge::Verdict::default()),
+                opening: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -243,6 +253,28 @@ impl HttpTransport {
         self
     }
 
+    /// The server's era as configured (`auto` by default): a 2026-07-28 caller's request to
+    /// a handshake-era server is bridged ([`bridge`]). Call it on a new transport, before
+    /// it is cloned.
+    pub fn with_era(mut self, era: EraSetting) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("a transport gets its era before it is cloned")
+            .era = era;
+        self
+    }
+
+    /// Forwards one JSON-RPC message through the era bridge (a 2026-07-28 caller's request
+    /// to a handshake-era server), or as it is.
+    ///
+    /// # Cancel safety
+    /// As [`HttpTransport::call_plain`].
+    pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
+        match self.plan(req) {
+            super::era::Plan::PassThrough => self.call_plain(admission, req, notes).await,
+            plan => self.bridged(admission, req, notes, plan).await,
+        }
+    }
+
     /// Forwards one JSON-RPC message and reports how the leg ended.
     ///
     /// A request (`method` and `id`) is answered by the server's JSON-RPC response for its
@@ -255,7 +287,7 @@ impl HttpTransport {
     /// Not cancel-safe once sending has begun: dropping the future after the admission
     /// recheck may leave the request on the wire with no response read. A caller that
     /// drops it must treat the leg as `abandoned` (effect unknown), never as `not_sent`.
-    pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
+    async fn call_plain(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
         let expects_response = req.payload.expects_response();
         let result = self.exchange(admission, req, notes, expects_response).await;
         self.record(&result);
@@ -306,6 +338,7 @@ impl HttpTransport {
     /// `/status` view: `up` turns false when a leg fails to connect (DNS, TCP, TLS) and
     /// true again when a leg reaches the server.
     pub fn status(&self) -> ChannelStatus {
+        let (era_setting, era) = self.era_status();
         ChannelStatus {
             channel: self.inner.channel.clone(),
             transport: super::TransportKind::Http,
@@ -316,8 +349,8 @@ impl HttpTransport {
             protocol_version: None,
             tools: None,
             started_at: None,
-            era_setting: None,
-            era: None,
+            era_setting: Some(era_setting),
+            era: Some(era),
         }
         .with_seen(self.inner.observed.seen())
     }
@@ -364,6 +397,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+mod bridge;
 mod classify;
 mod client;
 mod configured;

@@ -1052,7 +1052,9 @@ async fn a_cut_stream_is_resumed_with_last_event_id_and_recovers_the_response() 
 async fn the_2026_07_28_revision_is_never_resumed() {
     let server = Server::start(vec![cut_stream()]).await;
     let h = headers(&[("Mcp-Protocol-Version", &["2026-07-28"]), ("Mcp-Session-Id", &["s-9"])]);
-    let (result, _) = run(&transport(&server.url()), &payload(CALL), &h, None).await;
+    // A 2026-07-28 server's channel: its callers' requests pass untouched.
+    let modern = transport(&server.url()).with_era(crate::downstream::EraSetting::Modern);
+    let (result, _) = run(&modern, &payload(CALL), &h, None).await;
     assert_cut_before_response(&result);
     server.settled().await;
     assert_eq!(server.seen().len(), 1);

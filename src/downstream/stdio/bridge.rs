@@ -45,12 +45,25 @@ impl StdioTransport {
         let shared = &self.shared;
         let id = req.payload.id();
         let count = |handling| shared.metrics.era_request(&shared.channel, handling);
+        if matches!(plan, Plan::PassThrough) {
+            return self.plain_call(admission, req, notes).await;
+        }
+        let limit = shared.limit(req.deadline);
+        if admission.recheck().is_err() {
+            return LegResult::failed(LegFailure::NotAdmitted, id, RespType::JsonrpcResponse);
+        }
+        // The server's era first: a 2026-07-28 server is the judge of its callers' requests.
+        let session = match shared.ensure_open(admission, limit).await {
+            Ok((_, session)) => session,
+            Err(failure) => return LegResult::failed(failure, id, RespType::JsonrpcResponse),
+        };
+        let Some(session) = session else {
+            count(EraHandling::PassedThrough);
+            return self.plain_call(admission, req, notes).await;
+        };
         let forward = match plan {
-            Plan::PassThrough => return self.plain_call(admission, req, notes).await,
+            Plan::PassThrough => None,
             Plan::Local(local) => {
-                if admission.recheck().is_err() {
-                    return LegResult::failed(LegFailure::NotAdmitted, id, RespType::JsonrpcResponse);
-                }
                 count(if local.refused {
                     EraHandling::Refused
                 } else {
@@ -60,19 +73,6 @@ impl StdioTransport {
             }
             Plan::Discover => None,
             Plan::Forward(forward) => Some(forward),
-        };
-        let limit = shared.limit(req.deadline);
-        if admission.recheck().is_err() {
-            return LegResult::failed(LegFailure::NotAdmitted, id, RespType::JsonrpcResponse);
-        }
-        let session = match shared.ensure_open(admission, limit).await {
-            Ok((_, session)) => session,
-            Err(failure) => return LegResult::failed(failure, id, RespType::JsonrpcResponse),
-        };
-        let Some(session) = session else {
-            // No handshake on this child: a 2026-07-28 server answers modern callers itself.
-            count(EraHandling::PassedThrough);
-            return self.plain_call(admission, req, notes).await;
         };
         match (forward, id) {
             (Some(forward), _) => {

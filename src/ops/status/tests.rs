@@ -283,7 +283,7 @@ async fn a_channel_entry_keeps_its_keys_and_adds_the_health_receipt() {
     let entry = |s: &OpsState| serde_json::to_value(&s.status().downstream[0]).unwrap();
     assert_eq!(
         serde_json::to_string(&entry(&s)).unwrap(),
-        r#"{"channel":"main","transport":"http","up":true,"generation":0,"server":null,"protocol_version":null,"tools":null,"started_at":null,"last_command_at":null,"last_success_at":null}"#
+        r#"{"channel":"main","transport":"http","up":true,"generation":0,"server":null,"protocol_version":null,"tools":null,"started_at":null,"era_setting":"auto","era":null,"last_command_at":null,"last_success_at":null}"#
     );
     let at = 1_764_590_400_000;
     s.health.channel_commanded("main", at);

@@ -1,0 +1,345 @@
+//! The era bridge on an HTTP channel: a 2026-07-28 caller's request reaches a
+//! handshake-era Streamable HTTP server through one MCP session the gateway opens and
+//! owns ([`crate::downstream::era`] decides what to do; this room does it over HTTP).
+//!
+//! Invariants:
+//! - the server's era is learned safely and once per session: first a `server/discover`
+//!   with the 2026-07-28 envelope (a handshake-era HTTP server refuses it with a `4xx`
+//!   and runs nothing; a 2026-07-28 one answers it), then, for a handshake-era server,
+//!   the gateway's own `initialize` and `notifications/initialized`; an inconclusive
+//!   probe (no answer, `401`/`403`, `5xx`, a network failure) is never cached;
+//! - every step is a request of the command that needed it, under its admission, through
+//!   the channel's one request path (the fence, the egress client, the bounds);
+//! - a bridged request carries the owned session's `Mcp-Session-Id` and revision instead
+//!   of the caller's 2026-07-28 headers, is sent once, and is never re-sent: a server
+//!   that has lost the session gets a new one for later requests only;
+//! - handshake-era callers on the same channel keep their own sessions, untouched.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use super::HttpTransport;
+use crate::downstream::era::{self, EraSetting, LogFilter, Plan, ServerEra, SessionView};
+use crate::downstream::identity;
+use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Notification, NotifySink};
+use crate::protocol::{JsonRpcPayload, McpRevision, RespType, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::strict::Admission;
+
+/// The session the gateway opened with a handshake-era server.
+#[derive(Debug)]
+pub(super) struct OwnedSession {
+    /// `Mcp-Session-Id` (a stateless server gives none).
+    id: Option<String>,
+    /// The revision the server answered.
+    protocol_version: String,
+    /// Its whole `InitializeResult`.
+    result: Map<String, Value>,
+}
+
+/// What the channel knows of its server's era.
+#[derive(Debug, Default)]
+pub(super) enum Verdict {
+    /// Nothing yet (or the session was lost): the next 2026-07-28 request probes.
+    #[default]
+    Unknown,
+    Legacy(Arc<OwnedSession>),
+    Modern,
+}
+
+/// Command headers a bridged request does not carry: the caller's 2026-07-28 mirrors and
+/// session (the owned session's own are set instead).
+const REPLACED: [&str; 5] = [
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
+    "last-event-id",
+];
+
+impl HttpTransport {
+    /// Whether a caller message is bridged on this channel, and how.
+    pub(super) fn plan(&self, req: &DownstreamRequest<'_>) -> Plan {
+        match self.inner.era {
+            EraSetting::Modern => Plan::PassThrough,
+            EraSetting::Auto | EraSetting::Legacy => era::plan(req.payload, req.headers),
+        }
+    }
+
+    /// A 2026-07-28 caller's request as `plan` says (not [`Plan::PassThrough`]).
+    pub(super) async fn bridged(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+        plan: Plan,
+    ) -> LegResult {
+        let id = req.payload.id();
+        if matches!(plan, Plan::PassThrough) {
+            return self.call_plain(admission, req, notes).await;
+        }
+        if admission.recheck().is_err() {
+            return LegResult::failed(LegFailure::NotAdmitted, id, RespType::JsonrpcResponse);
+        }
+        // The server's era first: a 2026-07-28 server is the judge of its callers' requests.
+        let session = match self.owned_session(admission, req.deadline).await {
+            Ok(Some(session)) => session,
+            Ok(None) => return self.call_plain(admission, req, notes).await,
+            Err(failure) => return LegResult::failed(failure, id, RespType::JsonrpcResponse),
+        };
+        let forward = match plan {
+            Plan::PassThrough | Plan::Discover => None,
+            Plan::Local(local) => return LegResult::answered(local.reply),
+            Plan::Forward(forward) => Some(forward),
+        };
+        let server_info = session.result.get("serverInfo");
+        match (forward, id) {
+            (None, Some(id)) => LegResult::answered(era::discover_reply(
+                id,
+                &SessionView {
+                    result: &session.result,
+                },
+            )),
+            (Some(forward), _) => {
+                let headers = session_headers(req.headers, &session);
+                let inner = DownstreamRequest {
+                    payload: &forward.payload,
+                    headers: &headers,
+                    deadline: req.deadline,
+                };
+                let mut leg = self
+                    .relayed(admission, &inner, notes, LogFilter(forward.shape.log_level))
+                    .await;
+                if session_lost(&leg) {
+                    self.lose_session(&session);
+                    return LegResult::answered(era::session_lost_reply(
+                        req.payload.id().expect("a forwarded request has an id"),
+                    ));
+                }
+                leg.reply = era::shape_reply(leg.reply, &forward.shape, server_info);
+                leg
+            }
+            (None, None) => LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse),
+        }
+    }
+
+    /// `/status`: the configured era and what the channel knows of its server's.
+    pub(super) fn era_status(&self) -> (EraSetting, Option<ServerEra>) {
+        let era = match &*super::lock(&self.inner.verdict) {
+            Verdict::Unknown => None,
+            Verdict::Legacy(_) => Some(ServerEra::Legacy),
+            Verdict::Modern => Some(ServerEra::Modern),
+        };
+        (self.inner.era, era)
+    }
+
+    /// The owned session with a handshake-era server (`None`: the server is of 2026-07-28),
+    /// probing and opening it first if none is known. One handshake at a time.
+    async fn owned_session(
+        &self,
+        admission: &Admission,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Option<Arc<OwnedSession>>, LegFailure> {
+        // cancel-safe: waiting for a lock takes nothing until it resolves.
+        let _opening = self.inner.opening.lock().await;
+        match &*super::lock(&self.inner.verdict) {
+            Verdict::Legacy(session) => return Ok(Some(session.clone())),
+            Verdict::Modern => return Ok(None),
+            Verdict::Unknown => {}
+        }
+        if self.inner.era == EraSetting::Auto && self.probe_is_modern(admission, deadline).await? {
+            tracing::info!(channel = %self.inner.channel, "the MCP server answered server/discover: it is of 2026-07-28, and its callers pass through untouched");
+            *super::lock(&self.inner.verdict) = Verdict::Modern;
+            return Ok(None);
+        }
+        let session = Arc::new(self.open_session(admission, deadline).await?);
+        *super::lock(&self.inner.verdict) = Verdict::Legacy(session.clone());
+        Ok(Some(session))
+    }
+
+    /// `server/discover` with the envelope: `true` for a 2026-07-28 server, `false` for a
+    /// handshake-era one (a `4xx` or an answer that names no 2026-07-28 revision); an
+    /// inconclusive answer is an error (not sent, for the command: nothing of its own was).
+    async fn probe_is_modern(
+        &self,
+        admission: &Admission,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<bool, LegFailure> {
+        let probe = json!({"jsonrpc": "2.0", "id": "tunnelgate-era-probe", "method": "server/discover", "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": McpRevision::V2026_07_28.as_str(),
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "tunnelgate", "version": env!("CARGO_PKG_VERSION")},
+        }}});
+        let headers: WireHeaders = vec![
+            (
+                MCP_PROTOCOL_VERSION.to_owned(),
+                vec![McpRevision::V2026_07_28.as_str().to_owned()],
+            ),
+            ("Mcp-Method".to_owned(), vec!["server/discover".to_owned()]),
+        ];
+        let leg = self.own_request(admission, &probe, &headers, deadline).await;
+        match (&leg.failure, leg.reply.resp_json.as_deref()) {
+            (None, Some(raw)) => Ok(era::names_modern_revision(raw.get())),
+            (Some(LegFailure::HttpStatus(400 | 404 | 405 | 406 | 415)), _) => Ok(false),
+            (Some(failure), _) => {
+                tracing::warn!(channel = %self.inner.channel, reason = failure.kind(), "the era probe (server/discover) of the MCP server got no usable answer; nothing is concluded and the next 2026-07-28 request probes again");
+                Err(LegFailure::SessionNotOpen)
+            }
+            (None, None) => Err(LegFailure::SessionNotOpen),
+        }
+    }
+
+    /// The gateway's `initialize` and `notifications/initialized`: the session it keeps.
+    async fn open_session(
+        &self,
+        admission: &Admission,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<OwnedSession, LegFailure> {
+        let init = json!({"jsonrpc": "2.0", "id": "tunnelgate-initialize", "method": "initialize", "params": {
+            "protocolVersion": McpRevision::LATEST_WITH_INITIALIZE.as_str(),
+            // Nothing declared: the server never asks these callers for input over HTTP.
+            "capabilities": {},
+            "clientInfo": {"name": "tunnelgate", "version": env!("CARGO_PKG_VERSION")},
+        }});
+        let leg = self.own_request(admission, &init, &Vec::new(), deadline).await;
+        let result = match (&leg.failure, leg.reply.resp_json.as_deref()) {
+            (None, Some(raw)) => era::initialize_result(raw.get()),
+            (Some(failure), _) if failure.outcome() == LegOutcome::Abandoned => {
+                tracing::warn!(channel = %self.inner.channel, reason = failure.kind(), "the gateway's initialize to the MCP server got no answer");
+                return Err(LegFailure::InitializeAbandoned);
+            }
+            _ => None,
+        };
+        let Some(result) = result else {
+            tracing::warn!(channel = %self.inner.channel, "the MCP server refused the gateway's initialize or answered it with no InitializeResult; 2026-07-28 callers cannot be bridged to it");
+            return Err(LegFailure::SessionNotOpen);
+        };
+        let protocol_version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or(McpRevision::LATEST_WITH_INITIALIZE.as_str())
+            .to_owned();
+        let id = header(&leg.reply.resp_headers, MCP_SESSION_ID);
+        let session = OwnedSession {
+            id,
+            protocol_version,
+            result,
+        };
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let headers = session_headers(&Vec::new(), &session);
+        let ack = self.own_request(admission, &initialized, &headers, deadline).await;
+        if let Some(failure) = ack.failure {
+            tracing::warn!(channel = %self.inner.channel, reason = failure.kind(), "the MCP server did not take the gateway's notifications/initialized");
+            return Err(LegFailure::SessionNotOpen);
+        }
+        let version = Value::String(session.protocol_version.clone());
+        self.inner
+            .observed
+            .record(identity::initialized(session.result.get("serverInfo"), Some(&version)));
+        tracing::info!(channel = %self.inner.channel, protocol_version = %session.protocol_version, "the gateway opened its own MCP session with the handshake-era server: 2026-07-28 callers are bridged");
+        Ok(session)
+    }
+
+    /// One request of the gateway's own, through the channel's request path.
+    async fn own_request(
+        &self,
+        admission: &Admission,
+        message: &Value,
+        headers: &WireHeaders,
+        deadline: Option<tokio::time::Instant>,
+    ) -> LegResult {
+        let raw = serde_json::value::RawValue::from_string(message.to_string()).expect("JSON");
+        let payload = JsonRpcPayload::from_raw(raw).expect("a JSON-RPC object");
+        let (nobody, _) = mpsc::channel(1);
+        let req = DownstreamRequest {
+            payload: &payload,
+            headers,
+            deadline,
+        };
+        self.call_plain(admission, &req, &nobody).await
+    }
+
+    /// `req` through the request path, its notifications filtered on their way to `notes`.
+    async fn relayed(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+        filter: LogFilter,
+    ) -> LegResult {
+        let (relay, mut relayed) = mpsc::channel::<Notification>(64);
+        let mut call = std::pin::pin!(self.call_plain(admission, req, &relay));
+        let leg = loop {
+            tokio::select! {
+                biased;
+                // cancel-safe: the call is polled by reference and never dropped here.
+                leg = &mut call => break leg,
+                // cancel-safe: a message taken from the channel is handed on in the arm.
+                Some(note) = relayed.recv() => {
+                    if filter.admits(&note) {
+                        let _ = notes.send(note).await;
+                    }
+                }
+            }
+        };
+        relayed.close();
+        while let Ok(note) = relayed.try_recv() {
+            if filter.admits(&note) {
+                let _ = notes.send(note).await;
+            }
+        }
+        leg
+    }
+
+    /// The server no longer knows `session`: the next 2026-07-28 request opens a new one.
+    fn lose_session(&self, session: &Arc<OwnedSession>) {
+        let mut verdict = super::lock(&self.inner.verdict);
+        if matches!(&*verdict, Verdict::Legacy(current) if Arc::ptr_eq(current, session)) {
+            *verdict = Verdict::Unknown;
+            tracing::warn!(channel = %self.inner.channel, "the MCP server no longer knows the gateway's session: the next 2026-07-28 request opens a new one");
+        }
+    }
+}
+
+/// The command's headers for a bridged request: the caller's 2026-07-28 mirrors and
+/// session replaced by the owned session's id and revision.
+fn session_headers(headers: &WireHeaders, session: &OwnedSession) -> WireHeaders {
+    let mut out: WireHeaders = headers
+        .iter()
+        .filter(|(name, _)| {
+            let lower = name.to_ascii_lowercase();
+            !REPLACED.contains(&lower.as_str()) && !lower.starts_with("mcp-param-")
+        })
+        .cloned()
+        .collect();
+    if let Some(id) = &session.id {
+        out.push((MCP_SESSION_ID.to_owned(), vec![id.clone()]));
+    }
+    out.push((MCP_PROTOCOL_VERSION.to_owned(), vec![session.protocol_version.clone()]));
+    out
+}
+
+/// Whether a bridged request's answer says the server no longer knows the session: `404`
+/// (the spec's word), or a `400` whose error names the session (the TypeScript SDK's).
+fn session_lost(leg: &LegResult) -> bool {
+    let status = match (&leg.failure, leg.reply.resp_code) {
+        (Some(LegFailure::HttpStatus(status)), _) => *status,
+        (None, code) => code,
+        _ => return false,
+    };
+    let names_session = leg
+        .reply
+        .resp_json
+        .as_deref()
+        .is_some_and(|raw| raw.get().to_ascii_lowercase().contains("session"));
+    status == 404 || (status == 400 && names_session)
+}
+
+/// The first value of a response header.
+fn header(headers: &std::collections::BTreeMap<String, Vec<String>>, name: &str) -> Option<String> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .and_then(|(_, v)| v.first().cloned())
+}
