@@ -685,6 +685,7 @@ pub(crate) fn session_lost_reply(id: &RawValue) -> Reply {
 }
 
 pub(crate) mod state;
+pub(crate) mod up;
 
 #[cfg(test)]
 mod tests;

@@ -976,3 +976,111 @@ async fn sampling_and_roots_mid_call_reach_a_caller_pinned_to_2026_07_28() {
     assert_eq!(seen.iter().filter(|m| *m == "tools/call").count(), 2, "{seen:?}");
     stop(gw).await;
 }
+
+/// The TypeScript SDK v2 server that refuses handshake callers, over stdio.
+fn modern_ts_stdio(effects: &std::path::Path) -> Vec<String> {
+    vec![
+        crate::harness::node().display().to_string(),
+        peer_script("era/modern_server.mjs").display().to_string(),
+        "--transport".to_owned(),
+        "stdio".to_owned(),
+        "--effects".to_owned(),
+        effects.display().to_string(),
+        "--node-modules".to_owned(),
+        crate::harness::node_modules().display().to_string(),
+    ]
+}
+
+#[tokio::test]
+async fn a_handshake_caller_reaches_a_2026_07_28_only_stdio_server_and_answers_its_input_request() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let gw = bridged_gateway(&rig, "srv", modern_ts_stdio(&effects), "", &RigOptions::default_mode()).await;
+    let status = channel_status(&rig).await;
+    assert_eq!(status["era"], "modern", "{status}");
+    let out = modern_client(
+        &rig,
+        "legacy",
+        &[
+            "--elicit-accept",
+            r#"{"name": "Ada"}"#,
+            "--list-tools",
+            "--call",
+            "effect",
+            r#"{"label": "once"}"#,
+            "--call",
+            "ask",
+            r#"{"question": "who?"}"#,
+        ],
+    )
+    .await;
+    assert_eq!(
+        out["protocol_version"], "2025-11-25",
+        "initialize answered by the gateway: {out}"
+    );
+    let results = out["results"].as_array().unwrap();
+    assert_eq!(results[1]["texts"][0], "effect once #1", "{out}");
+    assert_eq!(results[2]["texts"][0], "hello Ada", "{out}");
+    assert_eq!(
+        results[2]["asked"].as_array().map(Vec::len),
+        Some(1),
+        "the caller was asked once: {out}"
+    );
+    // MRTR re-enters the server's handler by design: the first round and the retry.
+    assert_eq!(effect_lines(&effects), ["once", "ask-start", "ask-start", "ask-end"]);
+    let seen = received(&rig, "srv");
+    let inits: Vec<&Value> = seen.iter().filter(|m| m["method"] == "initialize").collect();
+    assert_eq!(inits.len(), 1, "only the gateway's own probe: {seen:?}");
+    assert_eq!(
+        inits[0]["params"]["clientInfo"]["name"], "tunnelgate",
+        "never the caller's: {seen:?}"
+    );
+    let asks: Vec<&Value> = seen
+        .iter()
+        .filter(|m| m["method"] == "tools/call" && m["params"]["name"] == "ask")
+        .collect();
+    assert_eq!(asks.len(), 2, "{asks:?}");
+    assert!(asks[0]["params"].get("requestState").is_none());
+    assert!(asks[1]["params"]["requestState"].is_string(), "{:?}", asks[1]);
+    assert_eq!(
+        asks[1]["params"]["inputResponses"].as_object().map(|m| m.len()),
+        Some(1)
+    );
+    assert_eq!(
+        asks[1]["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], MODERN,
+        "every request is stamped: {:?}",
+        asks[1]
+    );
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn without_the_gateway_a_handshake_caller_is_refused_by_the_2026_07_28_only_server_the_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects = dir.path().join("effects.log");
+    let argv = modern_ts_stdio(&effects);
+    let out = tokio::process::Command::new(python())
+        .arg(peer_script("era/modern_client.py"))
+        .args([
+            "--stdio",
+            &argv.join(" "),
+            "--mode",
+            "legacy",
+            "--timeout",
+            "20",
+            "--list-tools",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success(), "the direct pair fails");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("32022") || said.contains("Unsupported protocol version"),
+        "{said}"
+    );
+}

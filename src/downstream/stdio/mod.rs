@@ -53,6 +53,7 @@ mod pending;
 mod pipe;
 mod rewrite;
 mod session;
+mod up;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
@@ -156,6 +157,8 @@ struct Shared {
     parking: Mutex<held::Parking>,
     /// Signs and checks the `requestState` of parked calls (a key of this process's own).
     signer: era::state::Signer,
+    /// Replies awaited from handshake-era callers for a 2026-07-28 child's input requests.
+    up_waiters: Mutex<up::Waiters>,
 }
 
 #[derive(Default)]
@@ -174,6 +177,8 @@ struct State {
     /// a child refused the gateway's `initialize` as a 2026-07-28 server does): children
     /// are discovered, not initialized, and their messages pass through untouched.
     discovered: bool,
+    /// The `DiscoverResult` of a 2026-07-28 child, and the generation it came from.
+    discovery: Option<(u64, Arc<serde_json::Map<String, serde_json::Value>>)>,
 }
 
 /// What `start_due` waits for.
@@ -231,6 +236,7 @@ impl StdioTransport {
                 observed: Observed::default(),
                 parking: Mutex::new(held::Parking::default()),
                 signer: era::state::Signer::random(),
+                up_waiters: Mutex::new(up::Waiters::default()),
             }),
         }
     }
@@ -292,10 +298,26 @@ impl StdioTransport {
     /// started it completes whole in its own task and the request is retired: a dropped
     /// call after that point must be treated as abandoned.
     pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
-        if !self.shared.settings.session.configured_pass_through() {
+        let session = &self.shared.settings.session;
+        if session.mode == SessionMode::PassThrough {
+            return self.plain_call(admission, req, notes).await;
+        }
+        if req.payload.is_reply() {
+            if let Some(ack) = self.shared.take_up_reply(req.payload) {
+                return LegResult::answered(ack);
+            }
+        }
+        if session.era != era::EraSetting::Modern {
             match era::plan(req.payload, req.headers) {
                 era::Plan::PassThrough => {}
                 plan => return self.bridged(admission, req, notes, plan).await,
+            }
+        }
+        // A handshake-era caller of a 2026-07-28 child.
+        if self.shared.lock().discovered && session.era != era::EraSetting::Legacy {
+            match era::up::plan(req.payload) {
+                era::up::UpPlan::PassThrough => {}
+                plan => return self.up_bridged(admission, req, notes, plan).await,
             }
         }
         self.plain_call(admission, req, notes).await

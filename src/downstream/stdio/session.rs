@@ -255,6 +255,17 @@ impl Declared {
         }
     }
 
+    /// What it declared, as the `clientCapabilities` of a 2026-07-28 envelope.
+    pub(super) fn capabilities(self) -> Value {
+        Value::Object(
+            Need::ALL
+                .into_iter()
+                .filter(|need| self.allows(*need))
+                .map(|need| (need.capability().to_owned(), Value::Object(Map::new())))
+                .collect(),
+        )
+    }
+
     /// Whether it declared any capability a server may ask for.
     pub(super) fn any(self) -> bool {
         self.sampling || self.elicitation || self.roots
