@@ -152,6 +152,9 @@ pub(super) fn downstream_span(cmd: &Command, transport: &Transport) -> tracing::
         { attrs::NETWORK_PROTOCOL_NAME } = http.then_some("http"),
         { attrs::ERROR_TYPE } = Empty,
         { attrs::RPC_RESPONSE_STATUS_CODE } = Empty,
+        { attrs::ERA_CALLER } = Empty,
+        { attrs::ERA_SERVER } = Empty,
+        { attrs::ERA_STEP } = Empty,
         { attrs::OTEL_STATUS_CODE } = Empty,
     )
 }

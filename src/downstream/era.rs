@@ -449,6 +449,12 @@ pub(crate) fn discover_reply(id: &RawValue, session: &SessionView<'_>) -> Reply 
     json_reply(id, "result", Value::Object(result), 200)
 }
 
+/// [`discover_reply`], its step recorded on the current span.
+pub(crate) fn discover_reply_traced(id: &RawValue, session: &SessionView<'_>) -> Reply {
+    Step::DiscoverAnswered.trace();
+    discover_reply(id, session)
+}
+
 /// The legacy capabilities a modern caller may rely on through the bridge.
 fn advertised(result: &Map<String, Value>) -> Map<String, Value> {
     let Some(Value::Object(caps)) = result.get("capabilities") else {
@@ -604,46 +610,6 @@ fn is_handshake_revision(version: &str) -> bool {
     McpRevision::parse(version).is_some_and(|r| r < McpRevision::V2026_07_28)
 }
 
-/// The interim answer of a held call: the server's pending requests, keyed, and the
-/// token of the continuation (no cache hints: `input_required` is never cached).
-pub(crate) fn input_required_reply(id: &RawValue, requests: Map<String, Value>, request_state: &str) -> Reply {
-    let result = json!({
-        "resultType": "input_required",
-        "inputRequests": requests,
-        "requestState": request_state,
-    });
-    json_reply(id, "result", result, 200)
-}
-
-/// Why a continuation is refused (`data.reason`, and the metric's label).
-pub(crate) use crate::telemetry::ContinuationRefusal as Gone;
-
-/// The refusal's words for each reason.
-fn gone_words(gone: Gone) -> &'static str {
-    match gone {
-        Gone::Expired => "the held call waited longer than the gateway keeps it",
-        Gone::Restarted => "it was issued by another gateway process (restarted, or another replica)",
-        Gone::Consumed => "it was already used to continue the call",
-        Gone::Lost => "the held call is gone (its server session ended, or the call finished)",
-        Gone::Tampered => "it is not a requestState this gateway issued",
-        Gone::Mismatch => "it belongs to a call with another method or other parameters",
-    }
-}
-/// The refusal of a continuation whose held call is gone: nothing was sent.
-pub(crate) fn continuation_refused(id: &RawValue, gone: Gone) -> Reply {
-    let mut refusal = Refusal::new(
-        code::INVALID_PARAMS,
-        format!(
-            "Invalid or expired requestState: {}. The original call's effect is unknown and it was not run again",
-            gone_words(gone)
-        ),
-    );
-    refusal.data = Some(json!({"reason": gone.as_str()}));
-    let mut reply = refusal.answer(id).reply;
-    reply.resp_code = 400;
-    reply
-}
-
 /// Whether an answer to `server/discover` (or a refusal of it) names a 2026-07-28
 /// revision: a `DiscoverResult` whose `supportedVersions` has one, or a `-32022` whose
 /// `data.supported` has one. A discover answer without one is a handshake-era server's.
@@ -683,6 +649,13 @@ pub(crate) fn session_lost_reply(id: &RawValue) -> Reply {
     });
     json_reply(id, "error", error, 200)
 }
+
+pub(crate) mod ask;
+mod continuation;
+mod trace;
+
+pub(crate) use continuation::{continuation_refused, input_required_reply, Gone};
+pub(crate) use trace::Step;
 
 pub(crate) mod state;
 pub(crate) mod up;

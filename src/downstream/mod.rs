@@ -6,6 +6,7 @@
 //! nothing reaches an MCP server without passing the fence. Must not touch the control
 //! plane or the latch: outcomes are reported, the dispatcher decides.
 
+pub(crate) mod caller;
 mod channels;
 pub(crate) mod era;
 pub(crate) mod error_chain;

@@ -15,6 +15,12 @@ pub const CHANNEL: &str = "tunnelgate.channel";
 pub const COMMAND_TYPE: &str = "tunnelgate.command_type";
 /// Whether strict mode is on (`tunnelgate.command`).
 pub const STRICT: &str = "tunnelgate.strict";
+/// The era bridge: the caller's era (`modern`, `legacy`) of a bridged request.
+pub const ERA_CALLER: &str = "tunnelgate.era.caller";
+/// The era bridge: the server's era (`legacy`, `modern`).
+pub const ERA_SERVER: &str = "tunnelgate.era.server";
+/// The era bridge: the translation step taken for the request.
+pub const ERA_STEP: &str = "tunnelgate.era.step";
 /// How the downstream leg ended (`tunnelgate.command`).
 pub const LEG_OUTCOME: &str = "tunnelgate.leg_outcome";
 /// How a delivery ended (`tunnelgate.command`, `tunnelgate.deliver`, the notification event).
@@ -81,6 +87,9 @@ const EXPORTED: &[&str] = &[
     COMMAND_TYPE,
     STRICT,
     LEG_OUTCOME,
+    ERA_CALLER,
+    ERA_SERVER,
+    ERA_STEP,
     DELIVERY_OUTCOME,
     RESP_TYPE,
     ATTEMPTS,

@@ -1084,3 +1084,133 @@ async fn without_the_gateway_a_handshake_caller_is_refused_by_the_2026_07_28_onl
         "{said}"
     );
 }
+
+#[tokio::test]
+async fn a_handshake_caller_reaches_a_2026_07_28_only_http_server_and_answers_its_input_request() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let (_server, url) = modern_ts_http(&effects).await;
+    let gw = rig
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
+        .await;
+    let out = modern_client(
+        &rig,
+        "legacy",
+        &[
+            "--elicit-accept",
+            r#"{"name": "Ada"}"#,
+            "--list-tools",
+            "--call",
+            "effect",
+            r#"{"label": "over-http"}"#,
+            "--call",
+            "ask",
+            r#"{"question": "who?"}"#,
+        ],
+    )
+    .await;
+    assert_eq!(out["protocol_version"], "2025-11-25", "{out}");
+    let results = out["results"].as_array().unwrap();
+    assert!(
+        results[0]["tools"].as_array().unwrap().iter().any(|t| t == "ask"),
+        "{out}"
+    );
+    assert_eq!(results[1]["texts"][0], "effect over-http #1", "{out}");
+    assert_eq!(results[2]["texts"][0], "hello Ada", "{out}");
+    assert_eq!(
+        effect_lines(&effects),
+        ["over-http", "ask-start", "ask-start", "ask-end"]
+    );
+    let status = channel_status(&rig).await;
+    assert_eq!(status["era"], "modern", "{status}");
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn without_the_gateway_a_handshake_caller_is_refused_by_the_2026_07_28_only_http_server_the_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, url) = modern_ts_http(&dir.path().join("effects.log")).await;
+    let out = tokio::process::Command::new(python())
+        .arg(peer_script("era/modern_client.py"))
+        .args(["--url", &url, "--mode", "legacy", "--timeout", "20", "--list-tools"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success(), "the direct pair fails");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("32022") || said.contains("Unsupported protocol version"),
+        "{said}"
+    );
+}
+
+/// The Python SDK 1.9.3 server, which dies of a request it cannot validate.
+fn old_py_server(effects: &std::path::Path) -> Vec<String> {
+    let python = peers_dir().join("venv-py193/bin/python");
+    assert!(
+        python.exists(),
+        "{} missing: run scripts/install-peers",
+        python.display()
+    );
+    vec![
+        python.display().to_string(),
+        peer_script("era/old_server.py").display().to_string(),
+        "--effects".to_owned(),
+        effects.display().to_string(),
+    ]
+}
+
+#[tokio::test]
+async fn era_auto_never_probes_a_stdio_child_with_a_request_that_kills_an_old_python_sdk_server() {
+    // The hazard itself: a `server/discover` probe, written first, kills SDK 1.9.3.
+    let dir = tempfile::tempdir().unwrap();
+    let argv = old_py_server(&dir.path().join("probe.log"));
+    let mut probe = tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let discover = modern(1, "server/discover", json!({}));
+    tokio::io::AsyncWriteExt::write_all(probe.stdin.as_mut().unwrap(), format!("{discover}\n").as_bytes())
+        .await
+        .unwrap();
+    let died = tokio::time::timeout(EXIT, probe.wait())
+        .await
+        .expect("it exits")
+        .unwrap();
+    assert!(!died.success(), "SDK 1.9.3 dies of the probe: {died}");
+
+    // Through the gateway (era auto): its own `initialize` is the probe; the child lives.
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let gw = bridged_gateway(&rig, "srv", old_py_server(&effects), "", &RigOptions::default_mode()).await;
+    let (status, _, found) = post(&rig, &modern(1, "server/discover", json!({})), &[]).await;
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(
+        found["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "tunnelgate-old-peer"
+    );
+    let call = modern(
+        2,
+        "tools/call",
+        json!({"name": "effect", "arguments": {"label": "old"}}),
+    );
+    let (status, _, called) = post(&rig, &call, &[]).await;
+    assert_eq!(status, 200, "{called}");
+    assert_eq!(called["result"]["content"][0]["text"], "effect old #1", "{called}");
+    let status = channel_status(&rig).await;
+    assert_eq!(
+        (&status["generation"], &status["era"]),
+        (&json!(1), &json!("legacy")),
+        "never restarted: {status}"
+    );
+    assert_eq!(effect_lines(&effects), ["old"]);
+    stop(gw).await;
+}

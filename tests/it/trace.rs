@@ -717,6 +717,13 @@ status = 503
             json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
         )),
         rig.sim.enqueue(NewCommand::session_termination(Some(&session))),
+        // A 2026-07-28 caller: bridged to the stub (a handshake-era server).
+        rig.sim.enqueue(rpc(
+            8,
+            "tools/list",
+            json!({"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities":{}}}),
+        )),
     ];
     rig.sim
         .enqueue_raw(json!({"request_id":"req_malformed","shard_token":"s","created_at":"t","jsonrpc":[1]}));

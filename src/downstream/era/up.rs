@@ -29,11 +29,15 @@ pub(crate) enum UpPlan {
 }
 
 /// Decides what to do with a legacy caller's `payload` on a 2026-07-28 server's channel.
-pub(crate) fn plan(payload: &JsonRpcPayload) -> UpPlan {
+/// A message with the envelope, or whose `MCP-Protocol-Version` header names a revision
+/// after the handshake era, is a 2026-07-28 caller's: not this direction's.
+pub(crate) fn plan(payload: &JsonRpcPayload, headers: &crate::protocol::WireHeaders) -> UpPlan {
     let Some(method) = payload.method() else {
         return UpPlan::PassThrough;
     };
-    if payload.raw().get().contains(super::KEY_VERSION) || method == "server/discover" {
+    let modern_header =
+        super::header(headers, "MCP-Protocol-Version").is_some_and(|v| !super::is_handshake_revision(v));
+    if modern_header || payload.raw().get().contains(super::KEY_VERSION) || method == "server/discover" {
         return UpPlan::PassThrough;
     }
     let Some(id) = payload.id() else {
@@ -69,6 +73,40 @@ fn envelope(capabilities: &Value) -> Value {
         "io.modelcontextprotocol/clientCapabilities": capabilities,
         "io.modelcontextprotocol/clientInfo": {"name": "tunnelgate", "version": env!("CARGO_PKG_VERSION")},
     })
+}
+
+/// Whether a `DiscoverResult` names a handshake revision among its `supportedVersions`:
+/// a server of both eras, which handshake-era callers reach untouched.
+pub(crate) fn speaks_handshake(discover: &Map<String, Value>) -> bool {
+    discover
+        .get("supportedVersions")
+        .and_then(Value::as_array)
+        .is_some_and(|versions| {
+            versions
+                .iter()
+                .filter_map(Value::as_str)
+                .any(super::is_handshake_revision)
+        })
+}
+
+/// Whether an answer to a caller's `initialize` is a 2026-07-28-only server's refusal:
+/// `-32022` (its `data.supported` names no handshake revision) or `-32601`.
+pub(crate) fn refused_as_modern(reply: &Reply) -> bool {
+    let Some(message) = reply
+        .resp_json
+        .as_deref()
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+    else {
+        return false;
+    };
+    match message.pointer("/error/code").and_then(Value::as_i64) {
+        Some(-32022) => !message
+            .pointer("/error/data/supported")
+            .and_then(Value::as_array)
+            .is_some_and(|v| v.iter().filter_map(Value::as_str).any(super::is_handshake_revision)),
+        Some(-32601) => true,
+        _ => false,
+    }
 }
 
 /// The `DiscoverResult` in a server's answer to the gateway's `server/discover`.
@@ -248,7 +286,7 @@ mod tests {
             ),
         ];
         for (json, want) in cases {
-            let got = format!("{:?}", plan(&payload(json)));
+            let got = format!("{:?}", plan(&payload(json), &Vec::new()));
             assert!(got.starts_with(want), "{json}: {got}");
         }
     }

@@ -41,11 +41,19 @@ pub(super) struct OwnedSession {
 /// What the channel knows of its server's era.
 #[derive(Debug, Default)]
 pub(super) enum Verdict {
-    /// Nothing yet (or the session was lost): the next 2026-07-28 request probes.
+    /// Nothing yet (or the session was lost): the next request that needs it probes.
     #[default]
     Unknown,
-    Legacy(Arc<OwnedSession>),
-    Modern,
+    /// A handshake-era server, and the gateway's own session once one is open.
+    Legacy(Option<Arc<OwnedSession>>),
+    /// A 2026-07-28 server, and its `DiscoverResult` once one was read.
+    Modern(Option<Arc<Map<String, Value>>>),
+}
+
+/// What the era probe found.
+enum Probe {
+    Legacy,
+    Modern(Option<Map<String, Value>>),
 }
 
 /// Command headers a bridged request does not carry: the caller's 2026-07-28 mirrors and
@@ -90,18 +98,22 @@ impl HttpTransport {
         };
         let forward = match plan {
             Plan::PassThrough | Plan::Discover => None,
-            Plan::Local(local) => return LegResult::answered(local.reply),
+            Plan::Local(local) => {
+                era::Step::AnsweredLocally.trace();
+                return LegResult::answered(local.reply);
+            }
             Plan::Forward(forward) => Some(forward),
         };
         let server_info = session.result.get("serverInfo");
         match (forward, id) {
-            (None, Some(id)) => LegResult::answered(era::discover_reply(
+            (None, Some(id)) => LegResult::answered(era::discover_reply_traced(
                 id,
                 &SessionView {
                     result: &session.result,
                 },
             )),
             (Some(forward), _) => {
+                era::Step::Forwarded.trace();
                 let headers = session_headers(req.headers, &session);
                 let inner = DownstreamRequest {
                     payload: &forward.payload,
@@ -129,7 +141,7 @@ impl HttpTransport {
         let era = match &*super::lock(&self.inner.verdict) {
             Verdict::Unknown => None,
             Verdict::Legacy(_) => Some(ServerEra::Legacy),
-            Verdict::Modern => Some(ServerEra::Modern),
+            Verdict::Modern(_) => Some(ServerEra::Modern),
         };
         (self.inner.era, era)
     }
@@ -141,31 +153,102 @@ impl HttpTransport {
         admission: &Admission,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Option<Arc<OwnedSession>>, LegFailure> {
+        if let Verdict::Legacy(Some(session)) = &*super::lock(&self.inner.verdict) {
+            return Ok(Some(session.clone()));
+        }
         // cancel-safe: waiting for a lock takes nothing until it resolves.
         let _opening = self.inner.opening.lock().await;
-        match &*super::lock(&self.inner.verdict) {
-            Verdict::Legacy(session) => return Ok(Some(session.clone())),
-            Verdict::Modern => return Ok(None),
-            Verdict::Unknown => {}
-        }
-        if self.inner.era == EraSetting::Auto && self.probe_is_modern(admission, deadline).await? {
-            tracing::info!(channel = %self.inner.channel, "the MCP server answered server/discover: it is of 2026-07-28, and its callers pass through untouched");
-            *super::lock(&self.inner.verdict) = Verdict::Modern;
+        if self.known_era(admission, deadline).await? == ServerEra::Modern {
             return Ok(None);
         }
+        if let Verdict::Legacy(Some(session)) = &*super::lock(&self.inner.verdict) {
+            return Ok(Some(session.clone()));
+        }
         let session = Arc::new(self.open_session(admission, deadline).await?);
-        *super::lock(&self.inner.verdict) = Verdict::Legacy(session.clone());
+        *super::lock(&self.inner.verdict) = Verdict::Legacy(Some(session.clone()));
         Ok(Some(session))
     }
 
-    /// `server/discover` with the envelope: `true` for a 2026-07-28 server, `false` for a
-    /// handshake-era one (a `4xx` or an answer that names no 2026-07-28 revision); an
-    /// inconclusive answer is an error (not sent, for the command: nothing of its own was).
-    async fn probe_is_modern(
+    /// A 2026-07-28-only server's `DiscoverResult`, when the channel knows its server is
+    /// one (configured `modern`, or found so), asking for it once if it was not read yet.
+    /// `None` for a handshake-era server, a server that also speaks the handshake era (its
+    /// `supportedVersions` name one), or an era not known yet.
+    pub(super) async fn modern_only(
         &self,
         admission: &Admission,
         deadline: Option<tokio::time::Instant>,
-    ) -> Result<bool, LegFailure> {
+    ) -> Option<Arc<Map<String, Value>>> {
+        let known = match &*super::lock(&self.inner.verdict) {
+            Verdict::Modern(Some(found)) => Some(found.clone()),
+            Verdict::Modern(None) => None,
+            Verdict::Unknown if self.inner.era == EraSetting::Modern => None,
+            Verdict::Unknown | Verdict::Legacy(_) => return None,
+        };
+        let found = match known {
+            Some(found) => found,
+            None => {
+                // cancel-safe: waiting for a lock takes nothing until it resolves.
+                let _opening = self.inner.opening.lock().await;
+                let Ok(Probe::Modern(Some(found))) = self.era_probe(admission, deadline).await else {
+                    return None;
+                };
+                let found = Arc::new(found);
+                *super::lock(&self.inner.verdict) = Verdict::Modern(Some(found.clone()));
+                found
+            }
+        };
+        (!era::up::speaks_handshake(&found)).then_some(found)
+    }
+
+    /// A handshake-era caller's `initialize` was refused as a 2026-07-28-only server
+    /// refuses it: the server is of 2026-07-28.
+    pub(super) fn found_modern(&self) {
+        let mut verdict = super::lock(&self.inner.verdict);
+        if matches!(&*verdict, Verdict::Unknown | Verdict::Legacy(None)) {
+            tracing::info!(channel = %self.inner.channel, "the MCP server refused a caller's initialize as a 2026-07-28 server does: handshake-era callers are bridged to it");
+            *verdict = Verdict::Modern(None);
+        }
+    }
+
+    /// The server's era: configured, known, or probed now (with `opening` held).
+    async fn known_era(
+        &self,
+        admission: &Admission,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<ServerEra, LegFailure> {
+        match &*super::lock(&self.inner.verdict) {
+            Verdict::Legacy(_) => return Ok(ServerEra::Legacy),
+            Verdict::Modern(_) => return Ok(ServerEra::Modern),
+            Verdict::Unknown => {}
+        }
+        let verdict = match self.inner.era {
+            EraSetting::Legacy => Verdict::Legacy(None),
+            EraSetting::Modern => Verdict::Modern(None),
+            EraSetting::Auto => match self.era_probe(admission, deadline).await? {
+                Probe::Legacy => Verdict::Legacy(None),
+                Probe::Modern(found) => {
+                    tracing::info!(channel = %self.inner.channel, "the MCP server answered server/discover: it is of 2026-07-28 (its 2026-07-28 callers pass through, handshake-era callers are bridged)");
+                    Verdict::Modern(found.map(Arc::new))
+                }
+            },
+        };
+        let era = match verdict {
+            Verdict::Modern(_) => ServerEra::Modern,
+            Verdict::Legacy(_) | Verdict::Unknown => ServerEra::Legacy,
+        };
+        *super::lock(&self.inner.verdict) = verdict;
+        Ok(era)
+    }
+
+    /// `server/discover` with the envelope: a 2026-07-28 server answers it (or refuses it
+    /// naming 2026-07-28), a handshake-era one refuses it with a `4xx` or answers without
+    /// naming 2026-07-28; an inconclusive answer is an error (not sent, for the command:
+    /// nothing of its own was).
+    async fn era_probe(
+        &self,
+        admission: &Admission,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Probe, LegFailure> {
         let probe = json!({"jsonrpc": "2.0", "id": "tunnelgate-era-probe", "method": "server/discover", "params": {"_meta": {
             "io.modelcontextprotocol/protocolVersion": McpRevision::V2026_07_28.as_str(),
             "io.modelcontextprotocol/clientCapabilities": {},
@@ -180,11 +263,18 @@ impl HttpTransport {
         ];
         let leg = self.own_request(admission, &probe, &headers, deadline).await;
         match (&leg.failure, leg.reply.resp_json.as_deref()) {
-            (None, Some(raw)) => Ok(era::names_modern_revision(raw.get())),
-            (Some(LegFailure::HttpStatus(400 | 404 | 405 | 406 | 415)), _) => Ok(false),
+            (None, Some(raw)) if era::names_modern_revision(raw.get()) => {
+                Ok(Probe::Modern(era::up::discover_result(raw.get())))
+            }
+            (None, Some(_)) | (Some(LegFailure::HttpStatus(400 | 404 | 405 | 406 | 415)), _) => Ok(Probe::Legacy),
             (Some(failure), _) => {
-                tracing::warn!(channel = %self.inner.channel, reason = failure.kind(), "the era probe (server/discover) of the MCP server got no usable answer; nothing is concluded and the next 2026-07-28 request probes again");
-                Err(LegFailure::SessionNotOpen)
+                tracing::warn!(channel = %self.inner.channel, reason = failure.kind(), "the era probe (server/discover) of the MCP server got no usable answer; nothing is concluded and the next request that needs it probes again");
+                // Not reached at all (connect, TLS, proxy): say so; anything else is a
+                // step of the gateway's whose request did not leave for this command.
+                Err(match failure.outcome() {
+                    LegOutcome::NotSent => failure.clone(),
+                    LegOutcome::Answered | LegOutcome::Abandoned => LegFailure::SessionNotOpen,
+                })
             }
             (None, None) => Err(LegFailure::SessionNotOpen),
         }
@@ -295,7 +385,7 @@ impl HttpTransport {
     /// The server no longer knows `session`: the next 2026-07-28 request opens a new one.
     fn lose_session(&self, session: &Arc<OwnedSession>) {
         let mut verdict = super::lock(&self.inner.verdict);
-        if matches!(&*verdict, Verdict::Legacy(current) if Arc::ptr_eq(current, session)) {
+        if matches!(&*verdict, Verdict::Legacy(Some(current)) if Arc::ptr_eq(current, session)) {
             *verdict = Verdict::Unknown;
             tracing::warn!(channel = %self.inner.channel, "the MCP server no longer knows the gateway's session: the next 2026-07-28 request opens a new one");
         }

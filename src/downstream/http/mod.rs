@@ -164,6 +164,8 @@ struct Inner {
     verdict: Mutex<bridge::Verdict>,
     /// Held while the bridge probes the server or opens its session: one at a time.
     opening: tokio::sync::Mutex<()>,
+    /// Replies awaited from handshake-era callers for a 2026-07-28 server's input requests.
+    up_waiters: super::era::ask::Waiters,
 }
 
 impl HttpTransport {
@@ -239,6 +241,7 @@ impl HttpTransport {
                 era: EraSetting::Auto,
                 verdict: Mutex::new(bridge::Verdict::default()),
                 opening: tokio::sync::Mutex::new(()),
+                up_waiters: super::era::ask::Waiters::default(),
             }),
         })
     }
@@ -269,10 +272,23 @@ impl HttpTransport {
     /// # Cancel safety
     /// As [`HttpTransport::call_plain`].
     pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
-        match self.plan(req) {
-            super::era::Plan::PassThrough => self.call_plain(admission, req, notes).await,
-            plan => self.bridged(admission, req, notes, plan).await,
+        if req.payload.is_reply() {
+            if let Some(ack) = self.inner.up_waiters.take(req.payload) {
+                return LegResult::answered(ack);
+            }
         }
+        match self.plan(req) {
+            super::era::Plan::PassThrough => {}
+            plan => return self.bridged(admission, req, notes, plan).await,
+        }
+        // A handshake-era caller: bridged when the server is of 2026-07-28 only.
+        if self.inner.era != EraSetting::Legacy {
+            let up = super::era::up::plan(req.payload, req.headers);
+            if !matches!(up, super::era::up::UpPlan::PassThrough) {
+                return self.legacy_caller(admission, req, notes, up).await;
+            }
+        }
+        self.call_plain(admission, req, notes).await
     }
 
     /// Forwards one JSON-RPC message and reports how the leg ended.
@@ -407,6 +423,7 @@ mod headers;
 mod request;
 mod send;
 mod stream;
+mod up;
 
 #[cfg(test)]
 mod tests;

@@ -64,6 +64,7 @@ impl StdioTransport {
         let forward = match plan {
             Plan::PassThrough => None,
             Plan::Local(local) => {
+                era::Step::AnsweredLocally.trace();
                 count(if local.refused {
                     EraHandling::Refused
                 } else {
@@ -76,6 +77,7 @@ impl StdioTransport {
         };
         match (forward, id) {
             (Some(forward), _) => {
+                era::Step::Forwarded.trace();
                 count(EraHandling::Forwarded);
                 let mut leg = match &forward.mrtr {
                     Some(mrtr) if mrtr.continuation.is_some() || self.holds(mrtr) => {
@@ -87,6 +89,7 @@ impl StdioTransport {
                 leg
             }
             (None, Some(id)) => {
+                era::Step::DiscoverAnswered.trace();
                 count(EraHandling::AnsweredLocally);
                 LegResult::answered(era::discover_reply(
                     id,
@@ -124,8 +127,14 @@ impl StdioTransport {
             limit,
         };
         let result = match &mrtr.continuation {
-            Some(continuation) => self.shared.continue_held(admission, call, continuation).await,
-            None => self.shared.start_held(admission, call).await,
+            Some(continuation) => {
+                era::Step::Continued.trace();
+                self.shared.continue_held(admission, call, continuation).await
+            }
+            None => {
+                era::Step::Held.trace();
+                self.shared.start_held(admission, call).await
+            }
         };
         match result {
             Ok(reply) => LegResult::answered(reply),

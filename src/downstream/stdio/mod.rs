@@ -158,7 +158,7 @@ struct Shared {
     /// Signs and checks the `requestState` of parked calls (a key of this process's own).
     signer: era::state::Signer,
     /// Replies awaited from handshake-era callers for a 2026-07-28 child's input requests.
-    up_waiters: Mutex<up::Waiters>,
+    up_waiters: era::ask::Waiters,
 }
 
 #[derive(Default)]
@@ -236,7 +236,7 @@ impl StdioTransport {
                 observed: Observed::default(),
                 parking: Mutex::new(held::Parking::default()),
                 signer: era::state::Signer::random(),
-                up_waiters: Mutex::new(up::Waiters::default()),
+                up_waiters: era::ask::Waiters::default(),
             }),
         }
     }
@@ -303,7 +303,7 @@ impl StdioTransport {
             return self.plain_call(admission, req, notes).await;
         }
         if req.payload.is_reply() {
-            if let Some(ack) = self.shared.take_up_reply(req.payload) {
+            if let Some(ack) = self.shared.up_waiters.take(req.payload) {
                 return LegResult::answered(ack);
             }
         }
@@ -315,7 +315,7 @@ impl StdioTransport {
         }
         // A handshake-era caller of a 2026-07-28 child.
         if self.shared.lock().discovered && session.era != era::EraSetting::Legacy {
-            match era::up::plan(req.payload) {
+            match era::up::plan(req.payload, req.headers) {
                 era::up::UpPlan::PassThrough => {}
                 plan => return self.up_bridged(admission, req, notes, plan).await,
             }

@@ -25,6 +25,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+#[cfg(test)]
+use crate::downstream::caller::SESSION_ID_PREFIX;
+pub(super) use crate::downstream::caller::{Declared, Need};
 use crate::downstream::era::EraSetting;
 use crate::protocol::McpRevision;
 
@@ -41,9 +44,6 @@ const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 /// The code of the gateway's refusal of a server request no caller can answer.
 const NO_CALLER: i64 = -32603;
-
-/// Prefix of the `Mcp-Session-Id`s the gateway mints for callers of a stdio channel.
-const SESSION_ID_PREFIX: &str = "tg1.";
 
 /// Who opens a stdio child's MCP session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -196,125 +196,6 @@ pub(super) fn read_init_answer(json: &str) -> InitAnswer {
             _ => InitAnswer::Invalid("the result has no protocolVersion"),
         },
         (_, None) => InitAnswer::Invalid("the result is not an object"),
-    }
-}
-
-/// A client capability a server request needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Need {
-    Sampling,
-    Elicitation,
-    Roots,
-}
-
-impl Need {
-    const ALL: [Self; 3] = [Self::Sampling, Self::Elicitation, Self::Roots];
-
-    /// The capability's name in `initialize`.
-    pub(super) fn capability(self) -> &'static str {
-        match self {
-            Self::Sampling => "sampling",
-            Self::Elicitation => "elicitation",
-            Self::Roots => "roots",
-        }
-    }
-
-    /// The capability a server-to-client request with this method needs, if any.
-    pub(super) fn of_method(method: &str) -> Option<Self> {
-        match method {
-            "sampling/createMessage" => Some(Self::Sampling),
-            "elicitation/create" => Some(Self::Elicitation),
-            "roots/list" => Some(Self::Roots),
-            _ => None,
-        }
-    }
-
-    fn letter(self) -> char {
-        match self {
-            Self::Sampling => 's',
-            Self::Elicitation => 'e',
-            Self::Roots => 'r',
-        }
-    }
-}
-
-/// The client capabilities one caller declared in its own `initialize`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Declared {
-    sampling: bool,
-    elicitation: bool,
-    roots: bool,
-}
-
-impl Declared {
-    fn has_mut(&mut self, need: Need) -> &mut bool {
-        match need {
-            Need::Sampling => &mut self.sampling,
-            Need::Elicitation => &mut self.elicitation,
-            Need::Roots => &mut self.roots,
-        }
-    }
-
-    /// What it declared, as the `clientCapabilities` of a 2026-07-28 envelope.
-    pub(super) fn capabilities(self) -> Value {
-        Value::Object(
-            Need::ALL
-                .into_iter()
-                .filter(|need| self.allows(*need))
-                .map(|need| (need.capability().to_owned(), Value::Object(Map::new())))
-                .collect(),
-        )
-    }
-
-    /// Whether it declared any capability a server may ask for.
-    pub(super) fn any(self) -> bool {
-        self.sampling || self.elicitation || self.roots
-    }
-
-    pub(super) fn allows(self, need: Need) -> bool {
-        match need {
-            Need::Sampling => self.sampling,
-            Need::Elicitation => self.elicitation,
-            Need::Roots => self.roots,
-        }
-    }
-
-    /// What a caller's `params.capabilities` declares (an object member, whatever its value
-    /// but `null`, declares that capability).
-    pub(super) fn of_capabilities(capabilities: Option<&Value>) -> Self {
-        let mut declared = Self::default();
-        if let Some(Value::Object(caps)) = capabilities {
-            for need in Need::ALL {
-                *declared.has_mut(need) = caps.get(need.capability()).is_some_and(|v| !v.is_null());
-            }
-        }
-        declared
-    }
-
-    /// What the caller with this `Mcp-Session-Id` declared: nothing, for an id the
-    /// gateway did not mint (or no id).
-    pub(super) fn of_session_id(id: Option<&str>) -> Self {
-        let mut declared = Self::default();
-        let Some(rest) = id.and_then(|id| id.strip_prefix(SESSION_ID_PREFIX)) else {
-            return declared;
-        };
-        let Some((_, letters)) = rest.split_once('.') else {
-            return declared;
-        };
-        for need in Need::ALL {
-            *declared.has_mut(need) = letters.contains(need.letter());
-        }
-        declared
-    }
-
-    /// A fresh `Mcp-Session-Id` for a caller that declared this: `tg1.<32 hex>.<letters>`.
-    pub(super) fn mint_session_id(self, random_hex: &str) -> String {
-        let letters: String = Need::ALL
-            .into_iter()
-            .filter(|need| self.allows(*need))
-            .map(Need::letter)
-            .collect();
-        format!("{SESSION_ID_PREFIX}{random_hex}.{letters}")
     }
 }
 

@@ -13,35 +13,29 @@
 //!   byte for byte, a new request of the same call, as 2026-07-28 servers are written to
 //!   be re-entered; at most `input_required.max_rounds` rounds, each within the command's
 //!   own bound;
-//! - a caller's reply to such a request is taken here and never written to the child.
+//! - a caller's reply to such a request is taken by [`crate::downstream::era::ask`] and
+//!   never written to the child.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
-use tokio::sync::{mpsc, oneshot};
-use tokio::time::{sleep, timeout_at, Instant};
+use tokio::sync::mpsc;
+use tokio::time::{sleep, Instant};
 
 use super::call::{caller_key, reply_with_id, Outgoing};
 use super::pipe::{wait_answer, Waited};
-use super::session::{Declared, Need};
+use super::session::Declared;
 use super::{rewrite, Shared, StdioTransport};
 use crate::downstream::era::up::{self, UpPlan};
-use crate::downstream::{DownstreamRequest, LegFailure, LegResult, Notification, NotifySink, Reply};
-use crate::protocol::{json_resp_headers, JsonRpcPayload, RespType};
+use crate::downstream::{DownstreamRequest, LegFailure, LegResult, NotifySink, Reply};
+use crate::protocol::{json_resp_headers, RespType};
 use crate::strict::Admission;
 
 /// The pause before a round the server answered with a `requestState` alone.
 const STATE_ONLY_PAUSE: Duration = Duration::from_millis(50);
-
-/// Replies the gateway waits for from handshake-era callers, by the id it gave the
-/// request: the reply's `result`, or its `error` as `Err`.
-#[derive(Default)]
-pub(super) struct Waiters {
-    by_id: HashMap<String, oneshot::Sender<Result<Value, Value>>>,
-}
 
 impl StdioTransport {
     /// A handshake-era caller's message on a channel whose child is of 2026-07-28, as
@@ -68,8 +62,14 @@ impl StdioTransport {
             UpPlan::PassThrough => return self.plain_call(admission, req, notes).await,
             UpPlan::Ack => Ok(acknowledged()),
             UpPlan::Local(reply) => Ok(reply),
-            UpPlan::Initialize => shared.up_initialize(admission, req, limit).await,
-            UpPlan::Stamp => self.up_call(admission, req, notes, limit).await,
+            UpPlan::Initialize => {
+                crate::downstream::era::Step::InitializeAnswered.trace();
+                shared.up_initialize(admission, req, limit).await
+            }
+            UpPlan::Stamp => {
+                crate::downstream::era::Step::Stamped.trace();
+                self.up_call(admission, req, notes, limit).await
+            }
         };
         match result {
             Ok(reply) => LegResult::answered(reply),
@@ -128,7 +128,7 @@ impl StdioTransport {
                 retry = Some((json!({}), state));
                 continue;
             }
-            match shared.ask_caller(&round.requests, declared, notes, limit).await {
+            match shared.up_waiters.ask(&round.requests, declared, notes, limit).await {
                 Ok(responses) => retry = Some((Value::Object(responses), state)),
                 Err(why) => return Ok(up::round_failed(id, &method, &why)),
             }
@@ -199,78 +199,6 @@ impl Shared {
         let found = Arc::new(found);
         self.lock().discovery = Some((sent.child.generation, found.clone()));
         Ok(found)
-    }
-
-    /// Asks the caller each of the server's input `requests` (as requests of the call,
-    /// through `notes`) and waits for every reply until `limit`; the answers keyed as
-    /// asked, or why the round cannot be completed.
-    async fn ask_caller(
-        &self,
-        requests: &Map<String, Value>,
-        declared: Declared,
-        notes: &NotifySink,
-        limit: Instant,
-    ) -> Result<Map<String, Value>, String> {
-        let mut waiting = BTreeMap::new();
-        for (key, request) in requests {
-            let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
-            match Need::of_method(method) {
-                Some(need) if declared.allows(need) => {}
-                Some(need) => {
-                    return Err(format!(
-                        "the MCP server asked for {} input, which this caller did not declare in initialize; the call ended without a result",
-                        need.capability()
-                    ))
-                }
-                None => return Err(format!("the MCP server asked for {method:?}, which the gateway cannot ask a caller")),
-            }
-            let gateway_id = format!("tg-ir-{}", crate::protocol::random_hex(8));
-            let message =
-                up::caller_request(&gateway_id, request).ok_or("the MCP server's input request is malformed")?;
-            let (tx, rx) = oneshot::channel();
-            self.lock_waiters().by_id.insert(gateway_id.clone(), tx);
-            let note = Notification {
-                resp_json: RawValue::from_string(message.to_string()).expect("JSON"),
-                resp_headers: json_resp_headers(),
-            };
-            if notes.send(note).await.is_err() {
-                self.lock_waiters().by_id.remove(&gateway_id);
-                return Err("the caller's request ended before it could be asked for input".to_owned());
-            }
-            waiting.insert(key.clone(), (gateway_id, rx));
-        }
-        let mut answers = Map::new();
-        for (key, (gateway_id, rx)) in waiting {
-            match timeout_at(limit, rx).await {
-                Ok(Ok(Ok(result))) => {
-                    answers.insert(key, result);
-                }
-                Ok(Ok(Err(_))) => return Err("the caller answered the MCP server's request for input with an error; the call ended without a result".to_owned()),
-                _ => {
-                    self.lock_waiters().by_id.remove(&gateway_id);
-                    return Err("the caller did not answer the MCP server's request for input in time; the call ended without a result".to_owned());
-                }
-            }
-        }
-        Ok(answers)
-    }
-
-    /// A caller's reply to a request the gateway asked for a 2026-07-28 server: taken here
-    /// (acknowledged), never written to the child. `None` for any other reply.
-    pub(super) fn take_up_reply(&self, payload: &JsonRpcPayload) -> Option<Reply> {
-        let id: Value = serde_json::from_str(payload.id()?.get()).ok()?;
-        let waiter = self.lock_waiters().by_id.remove(id.as_str()?)?;
-        let message: Value = serde_json::from_str(payload.raw().get()).ok()?;
-        let answer = match (message.get("result"), message.get("error")) {
-            (Some(result), _) => Ok(result.clone()),
-            (None, error) => Err(error.cloned().unwrap_or(Value::Null)),
-        };
-        let _ = waiter.send(answer);
-        Some(acknowledged())
-    }
-
-    fn lock_waiters(&self) -> std::sync::MutexGuard<'_, Waiters> {
-        self.up_waiters.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
