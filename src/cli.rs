@@ -134,8 +134,8 @@ pub enum Tool {
     Status(StatusArgs),
     /// Inspect or clear the persisted strict-mode latch.
     Latch(LatchArgs),
-    /// List the delivery receipts: commands that ended abandoned, not_found, rejected or
-    /// ambiguous.
+    /// List the delivery receipts: commands that ended abandoned, not_found, rejected,
+    /// ambiguous or unanswered (a held call no caller was told of).
     #[command(after_help = receipts::RECEIPTS_HELP)]
     Receipts(ReceiptsArgs),
     /// Write one archive to hand over with a support request: configuration (masked),

@@ -24,6 +24,5 @@ mod record;
 
 pub(crate) use journal::{Journal, Pending};
 pub(crate) use reader::{read, rotated_path, Filter, Listed, ReadError};
-#[cfg(test)]
 pub(crate) use record::Receipt;
 pub(crate) use record::Unclean;

@@ -28,7 +28,7 @@ use crate::downstream::{
 use crate::health::Health;
 use crate::ops::OpsState;
 use crate::protocol::{server_info_header, ServerInfoChannel};
-use crate::receipts::Journal;
+use crate::receipts::{Journal, Receipt};
 use crate::strict::{CommandRef, FatalCategory, Fence, FileIntents};
 use crate::supervisor::{FailureHook, Supervisor, TaskKind};
 use crate::telemetry::{LogRing, Metrics};
@@ -178,6 +178,10 @@ impl Parts {
         signals: &StopSignals,
     ) -> Arc<Dispatcher> {
         let receipts = self.journal(config);
+        for (_, stdio) in self.channels.stdio() {
+            let journal = receipts.clone();
+            stdio.observe_held(Arc::new(move |ended| journal.submit(Receipt::of_held(&ended))));
+        }
         Dispatcher::new(Wiring {
             control,
             fence: self.fence.clone(),

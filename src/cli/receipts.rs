@@ -12,7 +12,8 @@ use crate::receipts::{self, Filter, Listed, Unclean};
 /// What `tunnelgate receipts --help` adds after the options.
 pub(super) const RECEIPTS_HELP: &str = "\
 One receipt per command that did not end cleanly: its downstream leg ended abandoned,
-its terminal response ended not_found, rejected or ambiguous, or it latched strict mode.
+its terminal response ended not_found, rejected or ambiguous, it latched strict mode, or
+a call the era bridge held for it ended with no caller told (unanswered).
 Clean commands leave none. Never a payload, a header value or a token.
 
 Examples:
@@ -36,8 +37,9 @@ pub struct ReceiptsArgs {
     /// Only commands that finished within this long before now, e.g. "30m", "2h", "1day".
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub since: Option<Duration>,
-    /// Only these outcomes: a leg that ended abandoned, or a terminal delivery that
-    /// ended not_found, rejected or ambiguous (repeat, or separate with commas).
+    /// Only these outcomes: a leg that ended abandoned, a terminal delivery that ended
+    /// not_found, rejected or ambiguous, or a held call that ended with no caller told
+    /// (unanswered); repeat, or separate with commas.
     #[arg(long, value_name = "OUTCOME", value_enum, value_delimiter = ',')]
     pub outcome: Vec<OutcomeArg>,
     /// Print the stored JSON lines, one per receipt, instead of a table.
@@ -53,6 +55,7 @@ pub enum OutcomeArg {
     NotFound,
     Rejected,
     Ambiguous,
+    Unanswered,
 }
 
 impl OutcomeArg {
@@ -62,6 +65,7 @@ impl OutcomeArg {
             Self::NotFound => Unclean::NotFound,
             Self::Rejected => Unclean::Rejected,
             Self::Ambiguous => Unclean::Ambiguous,
+            Self::Unanswered => Unclean::Unanswered,
         }
     }
 }

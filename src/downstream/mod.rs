@@ -31,8 +31,8 @@ pub use outcome::{
     SESSION_NOT_OPEN_MESSAGE, SUBSCRIPTION_ENDED_MESSAGE,
 };
 pub use stdio::{
-    guard as stdio_guard, InputRequiredSettings, SessionMode, SessionSettings, SessionState, StdioSettings,
-    StdioTransport, DEFAULT_PROTOCOL_VERSION,
+    guard as stdio_guard, HeldEnded, HeldObserver, InputRequiredSettings, SessionMode, SessionSettings, SessionState,
+    StdioSettings, StdioTransport, DEFAULT_PROTOCOL_VERSION,
 };
 
 // The decoders as the fuzz and property targets drive them (`crate::fuzzing`).

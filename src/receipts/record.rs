@@ -45,6 +45,11 @@ pub(crate) struct Receipt {
     pub strict: bool,
     /// The fatal latch's category, when this command latched it.
     pub fatal_category: Option<String>,
+    /// A call the era bridge held for this command that ended without a caller told:
+    /// `expired` (parked, never continued: its result reached no caller) or `lost` (its
+    /// server ended while parked: effect unknown). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
 }
 
 /// What the lifecycle learned about one command, as it learned it. Copy, allocation
@@ -70,6 +75,8 @@ label_enum! {
         Rejected => "rejected",
         /// Its terminal response got no definitive answer.
         Ambiguous => "ambiguous",
+        /// A call the era bridge held for it ended with no caller told (`held`).
+        Unanswered => "unanswered",
     }
 }
 
@@ -117,7 +124,29 @@ impl Receipt {
             finished_at: rfc3339(finished_at),
             strict,
             fatal_category: outcomes.fatal.map(|c| c.as_str().to_owned()),
+            held: None,
         })
+    }
+
+    /// The receipt of a call the era bridge held for the command `request_id` and that
+    /// ended with no caller told (see [`Receipt::held`]'s field).
+    pub(crate) fn of_held(ended: &crate::downstream::HeldEnded) -> Receipt {
+        Receipt {
+            schema_version: SCHEMA_VERSION,
+            request_id: ended.request_id.as_deref().map_or_else(|| "-".to_owned(), safe_token),
+            channel: safe_token(&ended.channel),
+            command_type: CommandType::JsonRpc.as_str().to_owned(),
+            method: Some(safe_method(&ended.method)),
+            leg_outcome: Some(LegOutcome::Answered.as_str().to_owned()),
+            delivery_outcome: None,
+            message: Some(ended.words().to_owned()),
+            attempts: 0,
+            received_at: rfc3339(ended.parked_at),
+            finished_at: rfc3339(ended.ended_at),
+            strict: false,
+            fatal_category: None,
+            held: Some(ended.end.as_str().to_owned()),
+        }
     }
 
     /// The journal line, without its newline.
@@ -139,6 +168,7 @@ impl Unclean {
             Self::NotFound | Self::Rejected | Self::Ambiguous => {
                 receipt.delivery_outcome.as_deref() == Some(self.as_str())
             }
+            Self::Unanswered => receipt.held.is_some(),
         }
     }
 }

@@ -478,6 +478,11 @@ impl<S: FenceSync> Admission<S> {
     /// Re-checks the fence before a downstream step that sends nothing of the request
     /// itself (spawn, restart, waiting for a child). Refused once latched, and in strict
     /// mode once a stop began while nothing of this request was sent.
+    /// The command this admission is for (names only: ids, channel, method).
+    pub fn command(&self) -> &CommandRef {
+        &self.command
+    }
+
     pub fn recheck(&self) -> Result<(), Refusal> {
         let mut state = self.inner.lock();
         self.inner.check(&mut state, self.is_sent())

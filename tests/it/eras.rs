@@ -13,7 +13,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::harness::{
-    http_client, peer_script, peers_dir, python, server_everything_stdio_argv, wait_until, Gateway, Rig, RigOptions,
+    http_client, peer_script, peers_dir, python, server_everything_stdio_argv, wait_for, wait_until, Gateway, Rig,
+    RigOptions,
 };
 use crate::stdio_sessions::{channel_status, file, lives, recorded, stdio_config, wait_readyz};
 
@@ -870,6 +871,30 @@ async fn a_parked_call_never_continued_expires_its_request_is_cancelled_and_a_la
         .collect();
     assert_eq!(answers.len(), 1, "{answers:?}");
     assert_eq!(answers[0]["result"], json!({"action": "cancel"}));
+    // Its receipt: the command that started it, and that no caller was told.
+    let path = rig.dir.path().join("receipts.jsonl");
+    let path_text = path.display().to_string();
+    let args = [
+        "receipts",
+        "--json",
+        "--outcome",
+        "unanswered",
+        "--path",
+        path_text.as_str(),
+    ];
+    let listed = wait_for("the held call's receipt", EXIT, || async {
+        let run = Gateway::cli(&args, None, &[], EXIT).await;
+        (run.code == 0 && !run.stdout.trim().is_empty()).then_some(run.stdout)
+    })
+    .await;
+    let receipt: Value = serde_json::from_str(listed.lines().next().unwrap()).unwrap();
+    assert_eq!(receipt["held"], "expired", "{receipt}");
+    assert_eq!(receipt["method"], "tools/call", "{receipt}");
+    assert!(receipt["request_id"].as_str().unwrap().starts_with("req_"), "{receipt}");
+    assert!(
+        receipt["message"].as_str().unwrap().contains("reached no caller"),
+        "{receipt}"
+    );
     let (status, _, late) = post(&rig, &ask(2, "who?", Some((&accept(&parked, "Ada"), &state))), &[]).await;
     assert_refused(status, &late, "expired");
     assert_eq!(writes(&rig), (1, 1), "the late retry wrote nothing");

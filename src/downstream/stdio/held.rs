@@ -44,6 +44,32 @@ use crate::strict::Admission;
 use crate::supervisor::TaskEnd;
 use crate::telemetry::{EraHeldEnd, TaskKind};
 
+/// A held call that ended with no caller told: what a delivery receipt keeps of it.
+#[derive(Clone, Debug)]
+pub struct HeldEnded {
+    /// The command that started the call (the first of its rounds).
+    pub request_id: Option<String>,
+    pub channel: String,
+    pub method: String,
+    /// `Expired` (never continued) or `Lost` (its child ended while parked).
+    pub end: EraHeldEnd,
+    pub parked_at: SystemTime,
+    pub ended_at: SystemTime,
+}
+
+impl HeldEnded {
+    /// The gateway's words for it.
+    pub fn words(&self) -> &'static str {
+        match self.end {
+            EraHeldEnd::Expired => "the MCP server asked for input during this call and the caller never continued it within park_timeout: the request was dismissed and the call's result reached no caller",
+            EraHeldEnd::Lost | EraHeldEnd::Answered => "the MCP server asked for input during this call and ended while the call was parked: its effect is unknown",
+        }
+    }
+}
+
+/// Where a channel reports its held calls that ended with no caller told.
+pub type HeldObserver = Arc<dyn Fn(HeldEnded) + Send + Sync>;
+
 /// How the era bridge holds calls on one stdio channel
 /// (`mcp.channels.NAME.input_required`).
 #[derive(Clone, Debug)]
@@ -106,6 +132,9 @@ pub(super) struct Held {
     method: String,
     digest: String,
     declared: Declared,
+    /// The command that started the call, and when it first parked.
+    request_id: Option<String>,
+    parked_at: SystemTime,
 }
 
 /// A held call waiting for its caller's retry.
@@ -191,6 +220,8 @@ impl Shared {
             method: method_of(json),
             digest: mrtr.digest.clone(),
             declared,
+            request_id: admission.command().request_id.clone(),
+            parked_at: SystemTime::now(),
         };
         self.run_rounds(&mut held, notes, filter, limit, &caller_id)
             .await
@@ -282,6 +313,7 @@ impl Shared {
             drop(parking);
             self.metrics.era_parked(&self.channel, -1);
             self.metrics.era_held_ended(&self.channel, EraHeldEnd::Lost);
+            self.held_ended(&parked.held, EraHeldEnd::Lost);
             drop(parked);
             return Err(Gone::Lost);
         }
@@ -431,6 +463,21 @@ impl Shared {
             }
         }
         self.metrics.era_held_ended(&self.channel, EraHeldEnd::Expired);
+        self.held_ended(&held, EraHeldEnd::Expired);
+    }
+
+    /// Tells the observer (the delivery receipts) of a held call that ended untold.
+    fn held_ended(&self, held: &Held, end: EraHeldEnd) {
+        if let Some(observe) = self.held_observer.get() {
+            observe(HeldEnded {
+                request_id: held.request_id.clone(),
+                channel: self.channel.clone(),
+                method: held.method.clone(),
+                end,
+                parked_at: held.parked_at,
+                ended_at: SystemTime::now(),
+            });
+        }
     }
 
     /// The gateway's answer to a child's request no caller will answer: `ping` gets `{}`,

@@ -65,7 +65,7 @@ use tokio::time::{sleep_until, timeout, Instant};
 
 use self::child::Child;
 pub use self::child::SessionState;
-pub use self::held::InputRequiredSettings;
+pub use self::held::{HeldEnded, HeldObserver, InputRequiredSettings};
 use self::pipe::{Writer, EXIT_DRAIN};
 #[cfg(test)]
 use self::session::Session;
@@ -159,6 +159,8 @@ struct Shared {
     signer: era::state::Signer,
     /// Replies awaited from handshake-era callers for a 2026-07-28 child's input requests.
     up_waiters: era::ask::Waiters,
+    /// Told of each held call that ends with no caller told (the delivery receipts).
+    held_observer: std::sync::OnceLock<held::HeldObserver>,
 }
 
 #[derive(Default)]
@@ -237,8 +239,15 @@ impl StdioTransport {
                 parking: Mutex::new(held::Parking::default()),
                 signer: era::state::Signer::random(),
                 up_waiters: era::ask::Waiters::default(),
+                held_observer: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Tells `observer` of each call the era bridge held that ends with no caller told
+    /// (the delivery receipts keep them). Set once; later calls change nothing.
+    pub fn observe_held(&self, observer: held::HeldObserver) {
+        let _ = self.shared.held_observer.set(observer);
     }
 
     /// Has the child's tasks watched by `supervisor` (an unexpected end is reported to

@@ -142,6 +142,6 @@ fn the_outcome_filter_matches_the_leg_or_the_delivery() {
     assert_eq!(matched, [Unclean::NotFound]);
     assert_eq!(
         Unclean::ALL.map(Unclean::as_str),
-        ["abandoned", "not_found", "rejected", "ambiguous"]
+        ["abandoned", "not_found", "rejected", "ambiguous", "unanswered"]
     );
 }
