@@ -116,6 +116,8 @@ pub(crate) enum Plan {
     Discover,
     /// Forwarded with the envelope stripped; its answer shaped by [`shape_reply`].
     Forward(Box<Forward>),
+    /// `subscriptions/listen`: carried onto the server's notifications (default mode).
+    Listen(listen::Wants),
 }
 
 /// A local answer, and why (the `handling` a metric counts).
@@ -211,7 +213,8 @@ fn route(payload: &JsonRpcPayload, parsed: Parsed, id: &RawValue, log_level: Opt
             )
             .answer(id),
         ),
-        m if m == "subscriptions/listen" || m.starts_with("tasks/") => Plan::Local(
+        "subscriptions/listen" => Plan::Listen(listen::Wants::of_request(parsed.params.as_ref())),
+        m if m.starts_with("tasks/") => Plan::Local(
             Refusal::new(
                 code::METHOD_NOT_FOUND,
                 format!(
@@ -420,6 +423,9 @@ fn strip(payload: &JsonRpcPayload, params: Option<Map<String, Value>>) -> Option
 /// What the owned session's `InitializeResult` says, as `server/discover` needs it.
 pub(crate) struct SessionView<'a> {
     pub(crate) result: &'a Map<String, Value>,
+    /// Whether the channel carries `subscriptions/listen` (stdio, default mode): the
+    /// server's `listChanged` and `subscribe` flags are advertised only then.
+    pub(crate) carries_listen: bool,
 }
 
 impl SessionView<'_> {
@@ -437,7 +443,10 @@ pub(crate) fn discover_reply(id: &RawValue, session: &SessionView<'_>) -> Reply 
         "supportedVersions".to_owned(),
         json!(SERVED_MODERN.map(McpRevision::as_str)),
     );
-    result.insert("capabilities".to_owned(), Value::Object(advertised(session.result)));
+    result.insert(
+        "capabilities".to_owned(),
+        Value::Object(advertised(session.result, session.carries_listen)),
+    );
     if let Some(Value::String(instructions)) = session.result.get("instructions") {
         result.insert("instructions".to_owned(), json!(instructions));
     }
@@ -456,12 +465,15 @@ pub(crate) fn discover_reply_traced(id: &RawValue, session: &SessionView<'_>) ->
 }
 
 /// The legacy capabilities a modern caller may rely on through the bridge.
-fn advertised(result: &Map<String, Value>) -> Map<String, Value> {
+fn advertised(result: &Map<String, Value>, carries_listen: bool) -> Map<String, Value> {
     let Some(Value::Object(caps)) = result.get("capabilities") else {
         return Map::new();
     };
     let mut caps = caps.clone();
     caps.remove("tasks");
+    if carries_listen {
+        return caps;
+    }
     for (name, cap) in &mut caps {
         if let Value::Object(cap) = cap {
             cap.remove("listChanged");
@@ -564,8 +576,9 @@ fn json_reply(id: &RawValue, member: &str, value: Value, resp_code: u16) -> Repl
     }
 }
 
-/// Which `notifications/message` a forwarded modern request receives: only at or above
-/// the level it asked for, none when it asked for none. Every other notification passes.
+/// Which notifications a forwarded modern request receives: `notifications/message` only
+/// at or above the level it asked for (none when it asked for none); list and resource
+/// changes never (they belong to listen streams); every other notification passes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LogFilter(pub(crate) Option<LogLevel>);
 
@@ -583,8 +596,11 @@ impl LogFilter {
         let Ok(probe) = serde_json::from_str::<Probe>(note.resp_json.get()) else {
             return true;
         };
-        if probe.method.as_deref() != Some("notifications/message") {
-            return true;
+        match probe.method.as_deref() {
+            Some("notifications/message") => {}
+            // A 2026-07-28 caller gets list and resource changes on a listen stream only.
+            Some(m) if m.ends_with("/list_changed") || m == "notifications/resources/updated" => return false,
+            _ => return true,
         }
         let level = probe.params.and_then(|p| p.level).and_then(|l| LogLevel::parse(&l));
         match (self.0, level) {
@@ -608,6 +624,16 @@ fn header<'a>(headers: &'a WireHeaders, name: &str) -> Option<&'a str> {
 /// A revision of the handshake era (anything before 2026-07-28 that the gateway knows).
 fn is_handshake_revision(version: &str) -> bool {
     McpRevision::parse(version).is_some_and(|r| r < McpRevision::V2026_07_28)
+}
+
+/// The answer to a `subscriptions/listen` on a channel that does not carry it.
+pub(crate) fn listen_not_carried(id: &RawValue) -> Reply {
+    Refusal::new(
+        code::METHOD_NOT_FOUND,
+        "Method not found: subscriptions/listen is not carried to this handshake-era server (not advertised in server/discover)".to_owned(),
+    )
+    .answer(id)
+    .reply
 }
 
 /// Whether an answer to `server/discover` (or a refusal of it) names a 2026-07-28
@@ -652,6 +678,7 @@ pub(crate) fn session_lost_reply(id: &RawValue) -> Reply {
 
 pub(crate) mod ask;
 mod continuation;
+pub(crate) mod listen;
 mod trace;
 
 pub(crate) use continuation::{continuation_refused, input_required_reply, Gone};

@@ -1239,3 +1239,87 @@ async fn era_auto_never_probes_a_stdio_child_with_a_request_that_kills_an_old_py
     assert_eq!(effect_lines(&effects), ["old"]);
     stop(gw).await;
 }
+
+#[tokio::test]
+async fn a_modern_listen_stream_gets_the_legacy_server_s_resource_updates_and_its_subscription_is_ended() {
+    let rig = Rig::start("").await;
+    let gw = bridged_gateway(
+        &rig,
+        "srv",
+        server_everything_stdio_argv(),
+        "",
+        &RigOptions::default_mode(),
+    )
+    .await;
+    let (_, _, discover) = post(&rig, &modern(1, "server/discover", json!({})), &[]).await;
+    assert_eq!(
+        discover["result"]["capabilities"]["resources"]["subscribe"], true,
+        "advertised in default mode: {discover}"
+    );
+    let mut params = json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["demo://watched"]}});
+    params["_meta"] = envelope(None);
+    let stream = rig.sim.enqueue(
+        tunnelgate::internals::sim::NewCommand::jsonrpc(
+            json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": params}),
+        )
+        .header("Accept", "application/json, text/event-stream")
+        .response_timeout("5s"),
+    );
+    let events = |r: &tunnelgate::internals::sim::Record| -> Vec<Value> {
+        r.responses_for(&stream)
+            .filter(|p| p.resp_type.as_deref() == Some("jsonrpc_notify"))
+            .filter_map(|p| p.json.clone())
+            .map(|j| j["resp_json"].clone())
+            .collect()
+    };
+    let record = rig.wait("the acknowledgement", |r| !events(r).is_empty()).await;
+    let ack = &events(&record)[0];
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!(["demo://watched"]),
+        "{ack}"
+    );
+    assert_eq!(ack["params"]["notifications"]["toolsListChanged"], true, "{ack}");
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "listen-1"
+    );
+    // Another caller turns on the server's updates for subscribed resources.
+    let toggle = modern(
+        2,
+        "tools/call",
+        json!({"name": "toggle-subscriber-updates", "arguments": {}}),
+    );
+    let (status, _, _) = post(&rig, &toggle, &[]).await;
+    assert_eq!(status, 200);
+    let record = rig
+        .wait("an update on the listen stream", |r| events(r).len() >= 2)
+        .await;
+    let update = &events(&record)[1];
+    assert_eq!(update["method"], "notifications/resources/updated", "{update}");
+    assert_eq!(update["params"]["uri"], "demo://watched", "{update}");
+    assert_eq!(
+        update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "listen-1"
+    );
+    // At the bound the stream ends, and the gateway unsubscribes the URI it subscribed.
+    wait_until("the listen to end", Duration::from_secs(15), || async {
+        gw.stderr().contains("subscription stream ended")
+    })
+    .await;
+    wait_until("the unsubscribe", EXIT, || async {
+        methods(&received(&rig, "srv"))
+            .iter()
+            .any(|m| m == "resources/unsubscribe")
+    })
+    .await;
+    let seen = methods(&received(&rig, "srv"));
+    assert_eq!(
+        seen.iter().filter(|m| *m == "resources/subscribe").count(),
+        1,
+        "{seen:?}"
+    );
+    assert!(!rig.sim.record().is_completed(&stream), "never a late final response");
+    stop(gw).await;
+}

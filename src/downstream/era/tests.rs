@@ -66,7 +66,6 @@ fn discover_is_answered_here_and_the_removed_methods_are_not_found() {
         "logging/setLevel",
         "resources/subscribe",
         "resources/unsubscribe",
-        "subscriptions/listen",
         "tasks/get",
     ] {
         let (answer, status) = local(plan(&modern(method, ""), &Vec::new()));
@@ -191,7 +190,10 @@ fn discover_is_built_from_the_session_with_only_what_the_bridge_carries() {
     let result = session();
     let reply = discover_reply(
         &RawValue::from_string("\"d\"".into()).unwrap(),
-        &SessionView { result: &result },
+        &SessionView {
+            result: &result,
+            carries_listen: false,
+        },
     );
     assert_eq!(reply.resp_code, 200);
     assert_eq!(reply.resp_headers["Content-Type"], ["application/json"]);
@@ -317,6 +319,13 @@ fn log_messages_reach_only_a_request_that_asked_at_or_above_its_level() {
     assert!(!LogFilter(Some(LogLevel::Warning)).admits(&info));
     assert!(LogFilter(Some(LogLevel::Warning)).admits(&error));
     assert!(LogFilter(Some(LogLevel::Debug)).admits(&info));
+    let changed = note(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
+    let updated = note(r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"a"}}"#);
+    assert!(
+        !LogFilter(Some(LogLevel::Debug)).admits(&changed),
+        "on listen streams only"
+    );
+    assert!(!LogFilter(None).admits(&updated), "on listen streams only");
 }
 
 #[test]

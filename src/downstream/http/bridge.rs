@@ -98,6 +98,11 @@ impl HttpTransport {
         };
         let forward = match plan {
             Plan::PassThrough | Plan::Discover => None,
+            // Not carried over HTTP in this version (not advertised either).
+            Plan::Listen(_) => {
+                era::Step::AnsweredLocally.trace();
+                return LegResult::answered(era::listen_not_carried(id.expect("listen is a request")));
+            }
             Plan::Local(local) => {
                 era::Step::AnsweredLocally.trace();
                 return LegResult::answered(local.reply);
@@ -110,6 +115,7 @@ impl HttpTransport {
                 id,
                 &SessionView {
                     result: &session.result,
+                    carries_listen: false,
                 },
             )),
             (Some(forward), _) => {

@@ -53,8 +53,8 @@ impl StdioTransport {
             return LegResult::failed(LegFailure::NotAdmitted, id, RespType::JsonrpcResponse);
         }
         // The server's era first: a 2026-07-28 server is the judge of its callers' requests.
-        let session = match shared.ensure_open(admission, limit).await {
-            Ok((_, session)) => session,
+        let (child, session) = match shared.ensure_open(admission, limit).await {
+            Ok(open) => open,
             Err(failure) => return LegResult::failed(failure, id, RespType::JsonrpcResponse),
         };
         let Some(session) = session else {
@@ -74,6 +74,11 @@ impl StdioTransport {
             }
             Plan::Discover => None,
             Plan::Forward(forward) => Some(forward),
+            Plan::Listen(wants) => {
+                era::Step::Forwarded.trace();
+                count(EraHandling::Forwarded);
+                return self.listen(admission, req, notes, wants, (child, &session)).await;
+            }
         };
         match (forward, id) {
             (Some(forward), _) => {
@@ -95,6 +100,7 @@ impl StdioTransport {
                     id,
                     &SessionView {
                         result: session.result(),
+                        carries_listen: shared.settings.input_required.parks,
                     },
                 ))
             }

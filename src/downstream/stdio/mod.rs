@@ -49,6 +49,7 @@ mod lifecycle;
 mod line;
 #[cfg(any(test, fuzzing))]
 pub(crate) mod line_probe;
+mod listen;
 mod pending;
 mod pipe;
 mod rewrite;
@@ -161,6 +162,8 @@ struct Shared {
     up_waiters: era::ask::Waiters,
     /// Told of each held call that ends with no caller told (the delivery receipts).
     held_observer: std::sync::OnceLock<held::HeldObserver>,
+    /// 2026-07-28 callers' listen streams, and the URIs subscribed on the child for them.
+    listeners: Mutex<listen::Listeners>,
 }
 
 #[derive(Default)]
@@ -240,6 +243,7 @@ impl StdioTransport {
                 signer: era::state::Signer::random(),
                 up_waiters: era::ask::Waiters::default(),
                 held_observer: std::sync::OnceLock::new(),
+                listeners: Mutex::new(listen::Listeners::default()),
             }),
         }
     }

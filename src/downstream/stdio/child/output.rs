@@ -106,6 +106,9 @@ async fn route_line(shared: &Arc<Shared>, child: &Arc<Child>, line: RawLine) {
             }
         }
         Line::Message { raw, progress, ask } => {
+            if !progress && ask.is_none() {
+                shared.relay_to_listeners(raw.get());
+            }
             let target = if progress {
                 progress_target(child, &raw)
             } else {
