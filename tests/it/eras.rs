@@ -1323,3 +1323,47 @@ async fn a_modern_listen_stream_gets_the_legacy_server_s_resource_updates_and_it
     assert!(!rig.sim.record().is_completed(&stream), "never a late final response");
     stop(gw).await;
 }
+
+#[tokio::test]
+async fn a_retry_that_reaches_another_replica_is_refused_and_nothing_is_written_there() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let config = stdio_config(
+        &rig,
+        &recorded(&rig, "a", legacy_py_server(&effects)),
+        "",
+        &RigOptions::default_mode(),
+    );
+    let a = rig.spawn_gateway(&config).await;
+    wait_readyz(rig.ops_port, 200).await;
+    let parked = parked_ask(&rig, 1).await;
+    let state = parked["requestState"].as_str().unwrap().to_owned();
+    // Replica B on the same tunnel, with a server of its own.
+    let b_port = crate::harness::free_port();
+    let b_config = stdio_config(
+        &rig,
+        &recorded(&rig, "b", legacy_py_server(&effects)),
+        "",
+        &RigOptions::default_mode(),
+    )
+    .replace(&format!("127.0.0.1:{}", rig.ops_port), &format!("127.0.0.1:{b_port}"));
+    let mut b = Gateway::run(&b_config);
+    b.wait_http_ready(&format!("http://127.0.0.1:{b_port}/readyz"), EXIT)
+        .await;
+    // A stops: only B polls now, and the retry reaches it.
+    stop(a).await;
+    let (status, _, refused) = post(&rig, &ask(2, "who?", Some((&accept(&parked, "Ada"), &state))), &[]).await;
+    assert_refused(status, &refused, "restarted");
+    let words = refused["error"]["message"].as_str().unwrap();
+    assert!(words.contains("another replica"), "{words}");
+    assert!(
+        !methods(&received(&rig, "b")).iter().any(|m| m == "tools/call"),
+        "B's server never saw the call"
+    );
+    assert_eq!(
+        effect_lines(&effects),
+        ["ask-start"],
+        "the tool started once, on A, and never again"
+    );
+    stop(b).await;
+}
