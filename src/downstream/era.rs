@@ -62,49 +62,6 @@ pub enum ServerEra {
     Modern,
 }
 
-/// A log level of `notifications/message` (RFC 5424 severities, lowest first).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum LogLevel {
-    Debug,
-    Info,
-    Notice,
-    Warning,
-    Error,
-    Critical,
-    Alert,
-    Emergency,
-}
-
-impl LogLevel {
-    const ALL: [Self; 8] = [
-        Self::Debug,
-        Self::Info,
-        Self::Notice,
-        Self::Warning,
-        Self::Error,
-        Self::Critical,
-        Self::Alert,
-        Self::Emergency,
-    ];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Debug => "debug",
-            Self::Info => "info",
-            Self::Notice => "notice",
-            Self::Warning => "warning",
-            Self::Error => "error",
-            Self::Critical => "critical",
-            Self::Alert => "alert",
-            Self::Emergency => "emergency",
-        }
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|l| l.as_str() == text)
-    }
-}
-
 /// What the bridge does with one caller message.
 #[derive(Debug)]
 pub(crate) enum Plan {
@@ -576,42 +533,6 @@ fn json_reply(id: &RawValue, member: &str, value: Value, resp_code: u16) -> Repl
     }
 }
 
-/// Which notifications a forwarded modern request receives: `notifications/message` only
-/// at or above the level it asked for (none when it asked for none); list and resource
-/// changes never (they belong to listen streams); every other notification passes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LogFilter(pub(crate) Option<LogLevel>);
-
-impl LogFilter {
-    pub(crate) fn admits(self, note: &Notification) -> bool {
-        #[derive(serde::Deserialize)]
-        struct Probe {
-            method: Option<String>,
-            params: Option<LevelProbe>,
-        }
-        #[derive(serde::Deserialize)]
-        struct LevelProbe {
-            level: Option<String>,
-        }
-        let Ok(probe) = serde_json::from_str::<Probe>(note.resp_json.get()) else {
-            return true;
-        };
-        match probe.method.as_deref() {
-            Some("notifications/message") => {}
-            // A 2026-07-28 caller gets list and resource changes on a listen stream only.
-            Some(m) if m.ends_with("/list_changed") || m == "notifications/resources/updated" => return false,
-            _ => return true,
-        }
-        let level = probe.params.and_then(|p| p.level).and_then(|l| LogLevel::parse(&l));
-        match (self.0, level) {
-            (None, _) => false,
-            (Some(min), Some(level)) => level >= min,
-            // A level the server made up: shown only to a caller that asked for everything.
-            (Some(min), None) => min == LogLevel::Debug,
-        }
-    }
-}
-
 /// The first value of header `name` (case-insensitive) in a command's headers.
 fn header<'a>(headers: &'a WireHeaders, name: &str) -> Option<&'a str> {
     headers
@@ -665,19 +586,27 @@ pub(crate) fn initialize_result(json: &str) -> Option<Map<String, Value>> {
     }
 }
 
-/// The answer to a bridged request the server refused because it no longer knows the
-/// gateway's session: it ran nothing, and the next request opens a new session.
-pub(crate) fn session_lost_reply(id: &RawValue) -> Reply {
-    let error = json!({
-        "code": code::INTERNAL,
-        "message": "not delivered to the MCP server: it no longer knows the gateway's session (it restarted or expired it) and did not run the request; a new session is opened for the next one; safe to retry",
-        "data": {"tunnel_failure": {"source": "downstream", "transport_error_kind": "session_lost", "upstream_response_received": true}},
-    });
-    json_reply(id, "error", error, 200)
+/// The answer to a bridged request the server refused (HTTP `status`) because it no
+/// longer knows the gateway's session: it ran nothing, and the next request opens a new
+/// session. Its `tunnel_failure` is the server's HTTP refusal, as the contract names it.
+pub(crate) fn session_lost_reply(id: &RawValue, status: u16) -> Reply {
+    let failure = super::LegFailure::HttpStatus(status).tunnel_failure();
+    let json = crate::protocol::synthesize_error(Some(id), SESSION_LOST_MESSAGE, &failure);
+    Reply {
+        resp_json: Some(json),
+        resp_headers: json_resp_headers(),
+        resp_code: 200,
+        resp_type: RespType::JsonrpcResponse,
+    }
 }
+
+/// What a caller of a bridged request reads when the server lost the gateway's session.
+const SESSION_LOST_MESSAGE: &str = "not delivered to the MCP server: it no longer knows the gateway's session (it restarted or expired it) and did not run the request; a new session is opened for the next one; safe to retry";
 
 pub(crate) mod ask;
 mod continuation;
+mod log;
+pub(crate) use log::{LogFilter, LogLevel};
 pub(crate) mod listen;
 mod trace;
 

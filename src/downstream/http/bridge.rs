@@ -129,10 +129,11 @@ impl HttpTransport {
                 let mut leg = self
                     .relayed(admission, &inner, notes, LogFilter(forward.shape.log_level))
                     .await;
-                if session_lost(&leg) {
+                if let Some(status) = session_lost(&leg) {
                     self.lose_session(&session);
                     return LegResult::answered(era::session_lost_reply(
                         req.payload.id().expect("a forwarded request has an id"),
+                        status,
                     ));
                 }
                 leg.reply = era::shape_reply(leg.reply, &forward.shape, server_info);
@@ -416,20 +417,21 @@ fn session_headers(headers: &WireHeaders, session: &OwnedSession) -> WireHeaders
     out
 }
 
-/// Whether a bridged request's answer says the server no longer knows the session: `404`
-/// (the spec's word), or a `400` whose error names the session (the TypeScript SDK's).
-fn session_lost(leg: &LegResult) -> bool {
+/// The HTTP status of a bridged request's answer that says the server no longer knows
+/// the session: `404` (the spec's word), or a `400` whose error names the session (the
+/// TypeScript SDK's).
+fn session_lost(leg: &LegResult) -> Option<u16> {
     let status = match (&leg.failure, leg.reply.resp_code) {
         (Some(LegFailure::HttpStatus(status)), _) => *status,
         (None, code) => code,
-        _ => return false,
+        _ => return None,
     };
     let names_session = leg
         .reply
         .resp_json
         .as_deref()
         .is_some_and(|raw| raw.get().to_ascii_lowercase().contains("session"));
-    status == 404 || (status == 400 && names_session)
+    (status == 404 || (status == 400 && names_session)).then_some(status)
 }
 
 /// The first value of a response header.

@@ -1,0 +1,83 @@
+//! Per-request logging of the era bridge (pure): the level a 2026-07-28 request asked
+//! for, and which of the server's notifications reach that request.
+
+use super::Notification;
+
+/// A log level of `notifications/message` (RFC 5424 severities, lowest first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    const ALL: [Self; 8] = [
+        Self::Debug,
+        Self::Info,
+        Self::Notice,
+        Self::Warning,
+        Self::Error,
+        Self::Critical,
+        Self::Alert,
+        Self::Emergency,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Notice => "notice",
+            Self::Warning => "warning",
+            Self::Error => "error",
+            Self::Critical => "critical",
+            Self::Alert => "alert",
+            Self::Emergency => "emergency",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.as_str() == text)
+    }
+}
+
+/// Which notifications a forwarded modern request receives: `notifications/message` only
+/// at or above the level it asked for (none when it asked for none); list and resource
+/// changes never (they belong to listen streams); every other notification passes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LogFilter(pub(crate) Option<LogLevel>);
+
+impl LogFilter {
+    pub(crate) fn admits(self, note: &Notification) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Probe {
+            method: Option<String>,
+            params: Option<LevelProbe>,
+        }
+        #[derive(serde::Deserialize)]
+        struct LevelProbe {
+            level: Option<String>,
+        }
+        let Ok(probe) = serde_json::from_str::<Probe>(note.resp_json.get()) else {
+            return true;
+        };
+        match probe.method.as_deref() {
+            Some("notifications/message") => {}
+            // A 2026-07-28 caller gets list and resource changes on a listen stream only.
+            Some(m) if m.ends_with("/list_changed") || m == "notifications/resources/updated" => return false,
+            _ => return true,
+        }
+        let level = probe.params.and_then(|p| p.level).and_then(|l| LogLevel::parse(&l));
+        match (self.0, level) {
+            (None, _) => false,
+            (Some(min), Some(level)) => level >= min,
+            // A level the server made up: shown only to a caller that asked for everything.
+            (Some(min), None) => min == LogLevel::Debug,
+        }
+    }
+}
