@@ -606,7 +606,7 @@ const SESSION_LOST_MESSAGE: &str = "not delivered to the MCP server: it no longe
 pub(crate) mod ask;
 mod continuation;
 mod log;
-pub(crate) use log::{LogFilter, LogLevel};
+pub(crate) use log::{relay, LogFilter, LogLevel, RELAY_BOUND};
 pub(crate) mod listen;
 mod trace;
 

@@ -280,6 +280,18 @@ pub struct Reply {
     pub resp_type: RespType,
 }
 
+impl Reply {
+    /// A message taken without an answer of its own: `notify_ack` with `202`.
+    pub(crate) fn acknowledged() -> Self {
+        Self {
+            resp_json: None,
+            resp_headers: BTreeMap::new(),
+            resp_code: 202,
+            resp_type: RespType::NotifyAck,
+        }
+    }
+}
+
 /// A non-terminal message seen on a response stream, posted as `jsonrpc_notify`.
 #[derive(Debug)]
 pub struct Notification {

@@ -3,13 +3,19 @@
 //! dispatcher registers, so that the caller's reply, a command of its own, comes back to
 //! the same leg), and the reply is taken here instead of being written to the server.
 //!
+//! [`Waiters::rounds`] is the whole exchange with a 2026-07-28 server, whichever
+//! transport carries it: the request stamped, each `input_required` round asked of the
+//! caller, and the request sent again with the answers and the server's `requestState`.
+//!
 //! Invariants:
 //! - a request is registered here before it is handed to the caller, and its reply is
 //!   taken once; an unanswered one is forgotten at the round's bound;
 //! - a caller is asked only for what it declared in its `initialize`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -18,8 +24,11 @@ use tokio::time::{timeout_at, Instant};
 
 use super::up;
 use crate::downstream::caller::{Declared, Need};
-use crate::downstream::{Notification, NotifySink, Reply};
-use crate::protocol::{json_resp_headers, JsonRpcPayload, RespType};
+use crate::downstream::{LegFailure, LegResult, Notification, NotifySink, Reply};
+use crate::protocol::{json_resp_headers, JsonRpcPayload};
+
+/// The pause before a round the server answered with a `requestState` alone.
+const STATE_ONLY_PAUSE: Duration = Duration::from_millis(50);
 
 /// Replies awaited from handshake-era callers, by the id the gateway gave the request:
 /// the reply's `result`, or its `error` as `Err`.
@@ -29,6 +38,60 @@ pub(crate) struct Waiters {
 }
 
 impl Waiters {
+    /// A handshake-era caller's request (`payload`) to a 2026-07-28 server through
+    /// `send`: stamped with the envelope (what the caller `declared`), each
+    /// `input_required` round asked of the caller and sent again, at most `max_rounds`
+    /// rounds, each within `limit`. The server's final answer without the 2026-07-28
+    /// fields, or the call's end in words when a round cannot be completed.
+    pub(crate) async fn rounds<F, Fut>(
+        &self,
+        payload: &JsonRpcPayload,
+        declared: Declared,
+        (notes, limit): (&NotifySink, Instant),
+        max_rounds: u32,
+        mut send: F,
+    ) -> Result<Reply, LegFailure>
+    where
+        F: FnMut(JsonRpcPayload) -> Fut,
+        Fut: Future<Output = LegResult>,
+    {
+        let id = payload.id().ok_or(LegFailure::InternalBeforeSend)?;
+        let method = payload.method().unwrap_or_default();
+        let capabilities = declared.capabilities();
+        let mut retry: Option<(Value, Value)> = None;
+        let mut rounds = 0;
+        loop {
+            let stamped = up::stamp(payload, &capabilities, retry.as_ref().map(|(r, s)| (r, s)))
+                .ok_or(LegFailure::InternalBeforeSend)?;
+            let leg = send(stamped).await;
+            if let Some(failure) = leg.failure {
+                return Err(failure);
+            }
+            let Some(round) = leg
+                .reply
+                .resp_json
+                .as_deref()
+                .and_then(|raw| up::input_required(raw.get()))
+            else {
+                return Ok(up::unshape(leg.reply));
+            };
+            rounds += 1;
+            if rounds > max_rounds {
+                return Ok(up::round_failed(id, method, "the MCP server asked for input more times than the gateway allows for one call; the call ended without a result"));
+            }
+            let state = round.request_state.clone().unwrap_or(Value::Null);
+            if round.requests.is_empty() {
+                tokio::time::sleep(STATE_ONLY_PAUSE).await;
+                retry = Some((Value::Object(Map::new()), state));
+                continue;
+            }
+            match self.ask(&round.requests, declared, notes, limit).await {
+                Ok(answers) => retry = Some((Value::Object(answers), state)),
+                Err(why) => return Ok(up::round_failed(id, method, &why)),
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Result<Value, Value>>>> {
         self.by_id.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -100,11 +163,6 @@ impl Waiters {
             (None, error) => Err(error.cloned().unwrap_or(Value::Null)),
         };
         let _ = waiter.send(answer);
-        Some(Reply {
-            resp_json: None,
-            resp_headers: std::collections::BTreeMap::new(),
-            resp_code: 202,
-            resp_type: RespType::NotifyAck,
-        })
+        Some(Reply::acknowledged())
     }
 }

@@ -1,7 +1,50 @@
-//! Per-request logging of the era bridge (pure): the level a 2026-07-28 request asked
-//! for, and which of the server's notifications reach that request.
+//! Per-request logging of the era bridge: the level a 2026-07-28 request asked for,
+//! which of the server's notifications reach that request (pure), and the relay that
+//! applies it between a forwarded request's leg and the caller ([`relay`]).
+
+use std::future::Future;
+use std::pin::pin;
+
+use tokio::sync::mpsc;
 
 use super::Notification;
+use crate::downstream::{LegResult, NotifySink};
+
+/// Notifications of one bridged request waiting to be filtered (the sink after it is
+/// bounded too: backpressure reaches the server's stream either way).
+pub(crate) const RELAY_BOUND: usize = 64;
+
+/// Drives `call` (a leg whose notifications go to the sender of `relayed`) and hands
+/// each notification to `notes` if `filter` admits it, in order, all before the leg's
+/// end is returned. A caller that is gone drops them, as on the unbridged path.
+pub(crate) async fn relay(
+    call: impl Future<Output = LegResult>,
+    mut relayed: mpsc::Receiver<Notification>,
+    notes: &NotifySink,
+    filter: LogFilter,
+) -> LegResult {
+    let mut call = pin!(call);
+    let leg = loop {
+        tokio::select! {
+            biased;
+            // cancel-safe: the call is polled by reference and never dropped here.
+            leg = &mut call => break leg,
+            // cancel-safe: a message taken from the channel is handed on in the arm.
+            Some(note) = relayed.recv() => pass(filter, note, notes).await,
+        }
+    };
+    relayed.close();
+    while let Ok(note) = relayed.try_recv() {
+        pass(filter, note, notes).await;
+    }
+    leg
+}
+
+async fn pass(filter: LogFilter, note: Notification, notes: &NotifySink) {
+    if filter.admits(&note) {
+        let _ = notes.send(note).await;
+    }
+}
 
 /// A log level of `notifications/message` (RFC 5424 severities, lowest first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

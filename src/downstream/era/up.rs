@@ -10,8 +10,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::{json_reply, ENVELOPE_PREFIX, KEY_SERVER_INFO};
+use crate::downstream::caller::Declared;
 use crate::downstream::Reply;
-use crate::protocol::{JsonRpcPayload, McpRevision};
+use crate::protocol::{JsonRpcPayload, McpRevision, MCP_SESSION_ID};
 
 /// What the gateway does with a legacy caller's message to a 2026-07-28 server.
 #[derive(Debug)]
@@ -120,14 +121,23 @@ pub(crate) fn discover_result(json: &str) -> Option<Map<String, Value>> {
 /// The answer to a legacy caller's `initialize` (its whole text `request`), from the
 /// server's `DiscoverResult`: the caller's revision when it is a handshake revision, else
 /// `2025-11-25`; the capabilities without `extensions`; the server's identity, else the
-/// gateway's; its instructions. `None` when the request has no `params.protocolVersion`.
-pub(crate) fn initialize_answer(id: &RawValue, request: &str, discover: &Map<String, Value>) -> Option<Reply> {
-    let asked = serde_json::from_str::<Value>(request)
-        .ok()?
-        .pointer("/params/protocolVersion")?
-        .as_str()?
-        .to_owned();
-    let version = McpRevision::parse(&asked)
+/// gateway's; its instructions; and an `Mcp-Session-Id` of the gateway's that records
+/// what the caller declared. Without `params.protocolVersion`: `-32602`, as a server
+/// answers bad parameters.
+pub(crate) fn initialize_answer(id: &RawValue, request: &str, discover: &Map<String, Value>) -> Reply {
+    let params = serde_json::from_str::<Value>(request)
+        .ok()
+        .and_then(|r| r.get("params").cloned());
+    let Some(asked) = params
+        .as_ref()
+        .and_then(|p| p.get("protocolVersion"))
+        .and_then(Value::as_str)
+    else {
+        let error =
+            json!({"code": -32602, "message": "Invalid params: initialize needs params.protocolVersion (a string)"});
+        return json_reply(id, "error", error, 200);
+    };
+    let version = McpRevision::parse(asked)
         .filter(|r| *r <= McpRevision::LATEST_WITH_INITIALIZE)
         .unwrap_or(McpRevision::LATEST_WITH_INITIALIZE);
     let mut capabilities = discover.get("capabilities").cloned().unwrap_or_else(|| json!({}));
@@ -147,7 +157,11 @@ pub(crate) fn initialize_answer(id: &RawValue, request: &str, discover: &Map<Str
     if let Some(instructions) = discover.get("instructions").filter(|i| i.is_string()) {
         result["instructions"] = instructions.clone();
     }
-    Some(json_reply(id, "result", result, 200))
+    let mut reply = json_reply(id, "result", result, 200);
+    let declared = Declared::of_capabilities(params.as_ref().and_then(|p| p.get("capabilities")));
+    let session = declared.mint_session_id(&crate::protocol::random_hex(16));
+    reply.resp_headers.insert(MCP_SESSION_ID.to_owned(), vec![session]);
+    reply
 }
 
 /// `payload` with the envelope stamped into `params._meta` (and `inputResponses`,
@@ -304,14 +318,17 @@ mod tests {
         ] {
             let request =
                 format!(r#"{{"jsonrpc":"2.0","id":7,"method":"initialize","params":{{"protocolVersion":"{asked}"}}}}"#);
-            let reply = initialize_answer(&id, &request, discover).unwrap();
+            let reply = initialize_answer(&id, &request, discover);
+            assert!(reply.resp_headers[MCP_SESSION_ID][0].starts_with("tg1."));
             let answer: Value = serde_json::from_str(reply.resp_json.unwrap().get()).unwrap();
             assert_eq!(answer["result"]["protocolVersion"], answered);
             assert_eq!(answer["result"]["capabilities"], json!({"tools": {}}));
             assert_eq!(answer["result"]["serverInfo"]["name"], "modern");
             assert_eq!(answer["result"]["instructions"], "hi");
         }
-        assert!(initialize_answer(&id, r#"{"id":7,"method":"initialize"}"#, discover).is_none());
+        let bad = initialize_answer(&id, r#"{"id":7,"method":"initialize"}"#, discover);
+        let bad: Value = serde_json::from_str(bad.resp_json.unwrap().get()).unwrap();
+        assert_eq!(bad["error"]["code"], -32602);
     }
 
     #[test]

@@ -365,28 +365,8 @@ impl HttpTransport {
         notes: &NotifySink,
         filter: LogFilter,
     ) -> LegResult {
-        let (relay, mut relayed) = mpsc::channel::<Notification>(64);
-        let mut call = std::pin::pin!(self.call_plain(admission, req, &relay));
-        let leg = loop {
-            tokio::select! {
-                biased;
-                // cancel-safe: the call is polled by reference and never dropped here.
-                leg = &mut call => break leg,
-                // cancel-safe: a message taken from the channel is handed on in the arm.
-                Some(note) = relayed.recv() => {
-                    if filter.admits(&note) {
-                        let _ = notes.send(note).await;
-                    }
-                }
-            }
-        };
-        relayed.close();
-        while let Ok(note) = relayed.try_recv() {
-            if filter.admits(&note) {
-                let _ = notes.send(note).await;
-            }
-        }
-        leg
+        let (relay, relayed) = mpsc::channel::<Notification>(era::RELAY_BOUND);
+        era::relay(self.call_plain(admission, req, &relay), relayed, notes, filter).await
     }
 
     /// The server no longer knows `session`: the next 2026-07-28 request opens a new one.

@@ -14,9 +14,8 @@
 //!   `requestState` byte for byte, at most `max_rounds` rounds, within the command's bound.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::HttpTransport;
 use crate::downstream::caller::Declared;
@@ -27,8 +26,6 @@ use crate::strict::Admission;
 
 /// Input rounds per call (as the stdio channels' default `input_required.max_rounds`).
 const MAX_ROUNDS: u32 = 8;
-/// The pause before a round the server answered with a `requestState` alone.
-const STATE_ONLY_PAUSE: Duration = Duration::from_millis(50);
 
 impl HttpTransport {
     /// A handshake-era caller's message (`plan` is not [`UpPlan::PassThrough`]): as it is
@@ -68,16 +65,15 @@ impl HttpTransport {
         let id = req.payload.id();
         let result = match plan {
             UpPlan::PassThrough => return self.call_plain(admission, req, notes).await,
-            UpPlan::Ack => Ok(Reply {
-                resp_json: None,
-                resp_headers: std::collections::BTreeMap::new(),
-                resp_code: 202,
-                resp_type: RespType::NotifyAck,
-            }),
+            UpPlan::Ack => Ok(Reply::acknowledged()),
             UpPlan::Local(reply) => Ok(reply),
             UpPlan::Initialize => {
                 crate::downstream::era::Step::InitializeAnswered.trace();
-                Ok(initialize(req, discover))
+                Ok(up::initialize_answer(
+                    req.payload.id().expect("initialize is a request"),
+                    req.payload.raw().get(),
+                    discover,
+                ))
             }
             UpPlan::Stamp => {
                 crate::downstream::era::Step::Stamped.trace();
@@ -94,89 +90,32 @@ impl HttpTransport {
     }
 
     /// A request stamped with the envelope and the 2026-07-28 headers; each
-    /// `input_required` round asked of the caller and retried.
+    /// `input_required` round asked of the caller and retried
+    /// ([`crate::downstream::era::ask::Waiters::rounds`]).
     async fn up_call(
         &self,
         admission: &Admission,
         req: &DownstreamRequest<'_>,
         notes: &NotifySink,
     ) -> Result<Reply, LegFailure> {
-        let id = req.payload.id().ok_or(LegFailure::InternalBeforeSend)?;
-        let method = req.payload.method().unwrap_or_default().to_owned();
+        let method = req.payload.method().unwrap_or_default();
         let declared = Declared::of_session_id(session_id(req.headers).as_deref());
-        let capabilities = declared.capabilities();
-        let headers = modern_headers(req.headers, &method, req.payload.raw().get());
+        let headers = modern_headers(req.headers, method, req.payload.raw().get());
         let limit = tokio::time::Instant::now() + self.inner.settings.request_timeout;
         let limit = req.deadline.map_or(limit, |d| d.min(limit));
-        let mut retry: Option<(Value, Value)> = None;
-        for _ in 0..=MAX_ROUNDS {
-            let stamped = up::stamp(req.payload, &capabilities, retry.as_ref().map(|(r, s)| (r, s)))
-                .ok_or(LegFailure::InternalBeforeSend)?;
-            let leg = self
-                .call_plain(
-                    admission,
-                    &DownstreamRequest {
-                        payload: &stamped,
-                        headers: &headers,
-                        deadline: req.deadline,
-                    },
-                    notes,
-                )
-                .await;
-            if let Some(failure) = leg.failure {
-                return Err(failure);
-            }
-            let Some(round) = leg
-                .reply
-                .resp_json
-                .as_deref()
-                .and_then(|raw| up::input_required(raw.get()))
-            else {
-                return Ok(up::unshape(leg.reply));
+        let headers = &headers;
+        let send = |stamped: crate::protocol::JsonRpcPayload| async move {
+            let stamped_req = DownstreamRequest {
+                payload: &stamped,
+                headers,
+                deadline: req.deadline,
             };
-            let state = round.request_state.clone().unwrap_or(Value::Null);
-            if round.requests.is_empty() {
-                tokio::time::sleep(STATE_ONLY_PAUSE).await;
-                retry = Some((json!({}), state));
-                continue;
-            }
-            match self.inner.up_waiters.ask(&round.requests, declared, notes, limit).await {
-                Ok(answers) => retry = Some((Value::Object(answers), state)),
-                Err(why) => return Ok(up::round_failed(id, &method, &why)),
-            }
-        }
-        Ok(up::round_failed(
-            id,
-            &method,
-            "the MCP server asked for input more times than the gateway allows for one call; the call ended without a result",
-        ))
-    }
-}
-
-/// The answer to a handshake-era caller's `initialize`, from the server's discovery.
-fn initialize(req: &DownstreamRequest<'_>, discover: &Map<String, Value>) -> Reply {
-    let id = req.payload.id().expect("initialize is a request");
-    let raw = req.payload.raw().get();
-    let Some(mut reply) = up::initialize_answer(id, raw, discover) else {
-        let error =
-            json!({"code": -32602, "message": "Invalid params: initialize needs params.protocolVersion (a string)"});
-        return up_error(id, &error);
-    };
-    let capabilities = serde_json::from_str::<Value>(raw)
-        .ok()
-        .and_then(|v| v.pointer("/params/capabilities").cloned());
-    let session = Declared::of_capabilities(capabilities.as_ref()).mint_session_id(&crate::protocol::random_hex(16));
-    reply.resp_headers.insert(MCP_SESSION_ID.to_owned(), vec![session]);
-    reply
-}
-
-fn up_error(id: &serde_json::value::RawValue, error: &Value) -> Reply {
-    let text = format!(r#"{{"jsonrpc":"2.0","id":{},"error":{error}}}"#, id.get());
-    Reply {
-        resp_json: Some(serde_json::value::RawValue::from_string(text).expect("JSON")),
-        resp_headers: crate::protocol::json_resp_headers(),
-        resp_code: 200,
-        resp_type: RespType::JsonrpcResponse,
+            self.call_plain(admission, &stamped_req, notes).await
+        };
+        self.inner
+            .up_waiters
+            .rounds(req.payload, declared, (notes, limit), MAX_ROUNDS, send)
+            .await
     }
 }
 

@@ -15,8 +15,6 @@
 //!   child printed them, all before its final answer; `notifications/message` only at
 //!   or above the level the request asked for.
 
-use std::pin::pin;
-
 use tokio::sync::mpsc;
 
 use super::held::HeldRequest;
@@ -27,10 +25,6 @@ use crate::downstream::{DownstreamRequest, LegFailure, LegResult, Notification, 
 use crate::protocol::RespType;
 use crate::strict::Admission;
 use crate::telemetry::EraHandling;
-
-/// Notifications of one bridged request waiting to be filtered (the sink after it is
-/// bounded too: backpressure reaches the child's reader either way).
-const RELAY_BOUND: usize = 64;
 
 impl StdioTransport {
     /// A caller's request as `plan` says, on a channel whose child may hold a legacy
@@ -162,30 +156,8 @@ impl StdioTransport {
             headers: req.headers,
             deadline: req.deadline,
         };
-        let filter = LogFilter(forward.shape.log_level);
-        let (relay, mut relayed) = mpsc::channel::<Notification>(RELAY_BOUND);
-        let mut call = pin!(self.plain_call(admission, &inner, &relay));
-        let leg = loop {
-            tokio::select! {
-                biased;
-                // cancel-safe: the call is polled by reference and never dropped here.
-                leg = &mut call => break leg,
-                // cancel-safe: a message taken from the channel is handed on in the arm.
-                Some(note) = relayed.recv() => pass(filter, note, notes).await,
-            }
-        };
-        relayed.close();
-        while let Ok(note) = relayed.try_recv() {
-            pass(filter, note, notes).await;
-        }
-        leg
-    }
-}
-
-/// Hands `note` to the caller's sink if the filter admits it (a caller that is gone
-/// drops it, as on the unbridged path).
-async fn pass(filter: LogFilter, note: Notification, notes: &NotifySink) {
-    if filter.admits(&note) {
-        let _ = notes.send(note).await;
+        let (relay, relayed) = mpsc::channel::<Notification>(era::RELAY_BOUND);
+        let call = self.plain_call(admission, &inner, &relay);
+        era::relay(call, relayed, notes, LogFilter(forward.shape.log_level)).await
     }
 }

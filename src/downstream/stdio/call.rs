@@ -14,7 +14,6 @@
 //! - a caller's cancel reaches only a request of the running child with the same caller
 //!   key and that id, or nothing (acknowledged unwritten): it never starts a child.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
@@ -152,6 +151,30 @@ impl Shared {
         })
     }
 
+    /// One request of the gateway's own (`json`, its id a pipe id like any other's): the
+    /// child's answer, and the generation of the child that gave it.
+    pub(super) async fn own_request(
+        self: &Arc<Self>,
+        admission: &Admission,
+        json: &str,
+        limit: Instant,
+    ) -> Result<(u64, Box<RawValue>), LegFailure> {
+        let spans = rewrite::request_spans(json).ok_or(LegFailure::InternalBeforeSend)?;
+        let (nobody, _) = tokio::sync::mpsc::channel(1);
+        let outgoing = Outgoing {
+            json,
+            spans: &spans,
+            caller: None,
+            is_initialize: false,
+        };
+        let mut sent = self.send(admission, outgoing, nobody, limit).await?;
+        match wait_answer(&sent.child, &mut sent.registration, limit).await {
+            Waited::Response((raw, _, _)) => Ok((sent.child.generation, raw)),
+            Waited::Gone => Err(LegFailure::ChildExited),
+            Waited::TimedOut => Err(LegFailure::TimeoutAfterWrite),
+        }
+    }
+
     /// A notification or a client response: written as is (a caller's cancel with the
     /// pipe id of the request it names), acknowledged `202` once written.
     async fn message(
@@ -164,7 +187,7 @@ impl Shared {
         if req.payload.method() == Some("notifications/initialized") && !self.lock().discovered {
             // The gateway ended the child's handshake itself; a caller's ends nothing.
             admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
-            return Ok(acknowledged());
+            return Ok(Reply::acknowledged());
         }
         let cancel = match req.payload.method() {
             Some("notifications/cancelled") => {
@@ -200,7 +223,7 @@ impl Shared {
         admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
         writer.start(&child, line).ok_or(LegFailure::ChildNotRunning)?;
         self.finish_write(&child, &mut writer, limit, false).await?;
-        Ok(acknowledged())
+        Ok(Reply::acknowledged())
     }
 }
 
@@ -263,19 +286,9 @@ pub(super) fn caller_key(headers: &crate::protocol::WireHeaders) -> Option<Box<s
     Some(values.collect::<Vec<_>>().join("\n").into())
 }
 
-/// A message acknowledged once written.
-fn acknowledged() -> Reply {
-    Reply {
-        resp_json: None,
-        resp_headers: BTreeMap::new(),
-        resp_code: 202,
-        resp_type: RespType::NotifyAck,
-    }
-}
-
 /// A cancel that names no request of the child it would go to: acknowledged without
 /// writing it (there is nothing for it to cancel, and no other request may be hit).
 fn not_forwarded(channel: &str, why: &'static str) -> Reply {
     tracing::debug!(channel, reason = why, "cancel not forwarded to the stdio child");
-    acknowledged()
+    Reply::acknowledged()
 }

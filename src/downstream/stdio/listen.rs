@@ -21,11 +21,9 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
-use super::call::{reply_with_id, Outgoing};
 use super::child::Child;
-use super::pipe::{wait_answer, Waited};
 use super::session::Session;
-use super::{rewrite, Shared, StdioTransport};
+use super::{Shared, StdioTransport};
 use crate::downstream::era::listen::{self, Wants};
 use crate::downstream::{DownstreamRequest, LegFailure, LegResult, Notification, NotifySink};
 use crate::protocol::RespType;
@@ -143,7 +141,7 @@ impl Shared {
             *count += 1;
             return true;
         }
-        if !self.own_request(admission, "resources/subscribe", uri, limit).await {
+        if !self.own_request_for(admission, "resources/subscribe", uri, limit).await {
             return false;
         }
         *self.listeners().subscribed.entry(uri.to_owned()).or_insert(0) += 1;
@@ -167,33 +165,18 @@ impl Shared {
             }
         };
         if last {
-            let _ = self.own_request(admission, "resources/unsubscribe", uri, limit).await;
+            let _ = self
+                .own_request_for(admission, "resources/unsubscribe", uri, limit)
+                .await;
         }
     }
 
     /// The gateway's own `method` with `{"uri": uri}` on the pipe: whether it was answered
     /// with a result.
-    async fn own_request(self: &Arc<Self>, admission: &Admission, method: &str, uri: &str, limit: Instant) -> bool {
+    async fn own_request_for(self: &Arc<Self>, admission: &Admission, method: &str, uri: &str, limit: Instant) -> bool {
         let json = json!({"jsonrpc": "2.0", "id": 0, "method": method, "params": {"uri": uri}}).to_string();
-        let Some(spans) = rewrite::request_spans(&json) else {
-            return false;
-        };
-        let (nobody, _) = mpsc::channel(1);
-        let outgoing = Outgoing {
-            json: &json,
-            spans: &spans,
-            caller: None,
-            is_initialize: false,
-        };
-        let Ok(mut sent) = self.send(admission, outgoing, nobody, limit).await else {
-            return false;
-        };
-        match wait_answer(&sent.child, &mut sent.registration, limit).await {
-            Waited::Response((raw, span, _)) => reply_with_id(raw, span, "0")
-                .ok()
-                .and_then(|reply| reply.resp_json)
-                .is_some_and(|raw| raw.get().contains("\"result\"")),
-            Waited::Gone | Waited::TimedOut => false,
-        }
+        self.own_request(admission, &json, limit)
+            .await
+            .is_ok_and(|(_, answer)| answer.get().contains("\"result\""))
     }
 }

@@ -16,26 +16,18 @@
 //! - a caller's reply to such a request is taken by [`crate::downstream::era::ask`] and
 //!   never written to the child.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
-use tokio::sync::mpsc;
-use tokio::time::{sleep, Instant};
+use serde_json::{Map, Value};
+use tokio::time::Instant;
 
-use super::call::{caller_key, reply_with_id, Outgoing};
-use super::pipe::{wait_answer, Waited};
+use super::call::caller_key;
 use super::session::Declared;
-use super::{rewrite, Shared, StdioTransport};
+use super::{Shared, StdioTransport};
 use crate::downstream::era::up::{self, UpPlan};
 use crate::downstream::{DownstreamRequest, LegFailure, LegResult, NotifySink, Reply};
-use crate::protocol::{json_resp_headers, RespType};
+use crate::protocol::RespType;
 use crate::strict::Admission;
-
-/// The pause before a round the server answered with a `requestState` alone.
-const STATE_ONLY_PAUSE: Duration = Duration::from_millis(50);
 
 impl StdioTransport {
     /// A handshake-era caller's message on a channel whose child is of 2026-07-28, as
@@ -60,7 +52,7 @@ impl StdioTransport {
         let limit = shared.limit(req.deadline);
         let result = match plan {
             UpPlan::PassThrough => return self.plain_call(admission, req, notes).await,
-            UpPlan::Ack => Ok(acknowledged()),
+            UpPlan::Ack => Ok(Reply::acknowledged()),
             UpPlan::Local(reply) => Ok(reply),
             UpPlan::Initialize => {
                 crate::downstream::era::Step::InitializeAnswered.trace();
@@ -78,7 +70,7 @@ impl StdioTransport {
     }
 
     /// A request stamped with the envelope, and each `input_required` round it gets
-    /// asked of the caller and retried.
+    /// asked of the caller and retried ([`crate::downstream::era::ask::Waiters::rounds`]).
     async fn up_call(
         &self,
         admission: &Admission,
@@ -87,52 +79,20 @@ impl StdioTransport {
         limit: Instant,
     ) -> Result<Reply, LegFailure> {
         let shared = &self.shared;
-        let id = req.payload.id().ok_or(LegFailure::InternalBeforeSend)?;
-        let method = req.payload.method().unwrap_or_default().to_owned();
         let declared = Declared::of_session_id(caller_key(req.headers).as_deref());
-        let capabilities = declared.capabilities();
-        let mut retry: Option<(Value, Value)> = None;
-        let mut rounds = 0;
-        loop {
-            let stamped = up::stamp(req.payload, &capabilities, retry.as_ref().map(|(r, s)| (r, s)))
-                .ok_or(LegFailure::InternalBeforeSend)?;
-            let leg = self
-                .plain_call(
-                    admission,
-                    &DownstreamRequest {
-                        payload: &stamped,
-                        headers: req.headers,
-                        deadline: req.deadline,
-                    },
-                    notes,
-                )
-                .await;
-            if let Some(failure) = leg.failure {
-                return Err(failure);
-            }
-            let Some(round) = leg
-                .reply
-                .resp_json
-                .as_deref()
-                .and_then(|raw| up::input_required(raw.get()))
-            else {
-                return Ok(up::unshape(leg.reply));
+        let send = |stamped: crate::protocol::JsonRpcPayload| async move {
+            let stamped_req = DownstreamRequest {
+                payload: &stamped,
+                headers: req.headers,
+                deadline: req.deadline,
             };
-            rounds += 1;
-            if rounds > shared.settings.input_required.max_rounds {
-                return Ok(up::round_failed(id, &method, "the MCP server asked for input more times than the gateway allows for one call; the call ended without a result"));
-            }
-            let state = round.request_state.clone().unwrap_or(Value::Null);
-            if round.requests.is_empty() {
-                sleep(STATE_ONLY_PAUSE).await;
-                retry = Some((json!({}), state));
-                continue;
-            }
-            match shared.up_waiters.ask(&round.requests, declared, notes, limit).await {
-                Ok(responses) => retry = Some((Value::Object(responses), state)),
-                Err(why) => return Ok(up::round_failed(id, &method, &why)),
-            }
-        }
+            self.plain_call(admission, &stamped_req, notes).await
+        };
+        let max_rounds = shared.settings.input_required.max_rounds;
+        shared
+            .up_waiters
+            .rounds(req.payload, declared, (notes, limit), max_rounds, send)
+            .await
     }
 }
 
@@ -148,20 +108,7 @@ impl Shared {
     ) -> Result<Reply, LegFailure> {
         let id = req.payload.id().ok_or(LegFailure::InternalBeforeSend)?;
         let discover = self.discover(admission, limit).await?;
-        let Some(mut reply) = up::initialize_answer(id, req.payload.raw().get(), &discover) else {
-            return Ok(invalid_initialize(id));
-        };
-        let declared = Declared::of_capabilities(
-            serde_json::from_str::<Value>(req.payload.raw().get())
-                .ok()
-                .and_then(|v| v.pointer("/params/capabilities").cloned())
-                .as_ref(),
-        );
-        let session = declared.mint_session_id(&crate::protocol::random_hex(16));
-        reply
-            .resp_headers
-            .insert(crate::protocol::MCP_SESSION_ID.to_owned(), vec![session]);
-        Ok(reply)
+        Ok(up::initialize_answer(id, req.payload.raw().get(), &discover))
     }
 
     /// The running child's `DiscoverResult`, asked of it once per child life.
@@ -176,53 +123,16 @@ impl Shared {
                 return Ok(found.clone());
             }
         }
-        let json = up::discover_request();
-        let spans = rewrite::request_spans(&json).ok_or(LegFailure::InternalBeforeSend)?;
-        let (nobody, _) = mpsc::channel(1);
-        let outgoing = Outgoing {
-            json: &json,
-            spans: &spans,
-            caller: None,
-            is_initialize: false,
-        };
-        let mut sent = self.send(admission, outgoing, nobody, limit).await?;
-        let answer = match wait_answer(&sent.child, &mut sent.registration, limit).await {
-            Waited::Response((raw, span, _)) => reply_with_id(raw, span, "0")?,
-            Waited::Gone => return Err(LegFailure::SessionNotOpen),
-            Waited::TimedOut => return Err(LegFailure::SessionNotOpen),
-        };
-        let found = answer
-            .resp_json
-            .as_deref()
-            .and_then(|raw| up::discover_result(raw.get()))
-            .ok_or(LegFailure::SessionNotOpen)?;
+        let (generation, answer) = self
+            .own_request(admission, &up::discover_request(), limit)
+            .await
+            .map_err(|failure| match failure {
+                LegFailure::ChildExited | LegFailure::TimeoutAfterWrite => LegFailure::SessionNotOpen,
+                other => other,
+            })?;
+        let found = up::discover_result(answer.get()).ok_or(LegFailure::SessionNotOpen)?;
         let found = Arc::new(found);
-        self.lock().discovery = Some((sent.child.generation, found.clone()));
+        self.lock().discovery = Some((generation, found.clone()));
         Ok(found)
-    }
-}
-
-/// The answer to an `initialize` without `params.protocolVersion`: what a server answers
-/// bad parameters with.
-fn invalid_initialize(id: &RawValue) -> Reply {
-    let text = format!(
-        r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":-32602,"message":"Invalid params: initialize needs params.protocolVersion (a string)"}}}}"#,
-        id.get()
-    );
-    Reply {
-        resp_json: Some(RawValue::from_string(text).expect("JSON")),
-        resp_headers: json_resp_headers(),
-        resp_code: 200,
-        resp_type: RespType::JsonrpcResponse,
-    }
-}
-
-/// A message acknowledged without being written.
-fn acknowledged() -> Reply {
-    Reply {
-        resp_json: None,
-        resp_headers: BTreeMap::new(),
-        resp_code: 202,
-        resp_type: RespType::NotifyAck,
     }
 }
