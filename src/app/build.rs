@@ -22,8 +22,9 @@ use crate::control::{random_hex, ControlClient, ControlSettings};
 use crate::coord::Coordinator;
 use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring, WriteAhead};
 use crate::downstream::{
-    Channels, HarpoonSettings, HarpoonTransport, HostClassifier, HttpEgress, HttpSettings, HttpTransport,
-    InputRequiredSettings, SessionMode, SessionSettings, StdioSettings, StdioTransport, Transport, HARPOON_CHANNEL,
+    Channels, EraEvent, EraObserver, HarpoonSettings, HarpoonTransport, HostClassifier, HttpEgress, HttpSettings,
+    HttpTransport, InputRequiredSettings, SessionMode, SessionSettings, StdioSettings, StdioTransport, Transport,
+    HARPOON_CHANNEL,
 };
 use crate::health::Health;
 use crate::ops::OpsState;
@@ -99,6 +100,7 @@ impl Parts {
         let metrics = Arc::new(Metrics::new::<GatewayLabels>(strict, &config.stdio_channel_names()));
         let channel_names: Vec<String> = config.mcp.channels.keys().map(ToString::to_string).collect();
         metrics.channel_receipts_at_zero(&channel_names);
+        metrics.era_channels_at_zero(&config.http_channel_names());
         let permits = config.mcp.max_concurrent.get();
         let fence = Fence::new(strict, if strict { 1 } else { permits });
         {
@@ -181,6 +183,9 @@ impl Parts {
         for (_, stdio) in self.channels.stdio() {
             let journal = receipts.clone();
             stdio.observe_held(Arc::new(move |ended| journal.submit(Receipt::of_held(&ended))));
+        }
+        for (name, http) in self.channels.http() {
+            http.observe_era(era_observer(name, &self.metrics, receipts.clone()));
         }
         Dispatcher::new(Wiring {
             control,
@@ -273,6 +278,20 @@ pub(super) fn task_failure_hook(fence: &Fence, health: &Arc<Health>, metrics: &A
     })
 }
 
+/// What an HTTP channel's era bridge tells, counted as a stdio channel's is counted, and
+/// its held calls that ended untold kept by a receipt.
+fn era_observer(channel: &str, metrics: &Arc<Metrics>, journal: Journal) -> EraObserver {
+    let (channel, metrics) = (channel.to_owned(), metrics.clone());
+    Arc::new(move |event| match event {
+        EraEvent::Request(handling) => metrics.era_request(&channel, handling),
+        EraEvent::Parked(delta) => metrics.era_parked(&channel, delta),
+        EraEvent::Round => metrics.era_round(&channel),
+        EraEvent::Ended(end) => metrics.era_held_ended(&channel, end),
+        EraEvent::Refused(reason) => metrics.era_continuation_refused(&channel, reason),
+        EraEvent::Untold(ended) => journal.submit(Receipt::of_held(&ended)),
+    })
+}
+
 fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervisor) -> Result<Channels, GatewayError> {
     let mut by_name = BTreeMap::new();
     for (name, channel) in &config.mcp.channels {
@@ -282,6 +301,7 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                 proxy,
                 socket,
                 era,
+                input_required,
             } => {
                 let settings = HttpSettings {
                     connect_timeout: config.mcp.connect_timeout,
@@ -298,7 +318,19 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                         channel: name.to_string(),
                         problem: e.to_string(),
                     })?;
-                Transport::Http(transport.with_headers(channel_headers(config, name)).with_era(*era))
+                let input_required = InputRequiredSettings {
+                    // Strict mode never parks (docs/strict-mode.md, "The era bridge").
+                    parks: !config.strict.enabled,
+                    park_timeout: input_required.park_timeout,
+                    call_timeout: input_required.call_timeout,
+                    max_rounds: input_required.max_rounds,
+                };
+                Transport::Http(
+                    transport
+                        .with_headers(channel_headers(config, name))
+                        .with_era(*era)
+                        .with_input_required(input_required, supervisor.clone()),
+                )
             }
             ChannelConfig::Stdio {
                 command,

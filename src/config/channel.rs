@@ -81,10 +81,6 @@ fn channel_config(
             key,
             "sets neither url nor command; add url = \"http://...\" (Streamable HTTP) or command = [\"program\", \"arg\"] (stdio)",
         )),
-        (Some(_), None) if raw.input_required.is_some() => Err(ConfigError::invalid(
-            format!("{key}.input_required"),
-            "only applies to stdio channels (command = [...]) in this version: 2026-07-28 callers are not bridged to HTTP servers yet (docs/eras.md)",
-        )),
         (Some(_), None) if raw.session.is_some() || raw.initialize.is_some() => {
             let member = if raw.session.is_some() { "session" } else { "initialize" };
             Err(ConfigError::invalid(
@@ -106,6 +102,7 @@ fn channel_config(
                 proxy,
                 socket,
                 era: era_setting(key, raw.era)?,
+                input_required: input_required(key, raw.input_required.unwrap_or_default())?,
             }),
         },
         (None, Some(command)) => Ok(ChannelConfig::Stdio {
@@ -392,4 +389,10 @@ fn is_forbidden_child_var(name: &str, api_key_var: Option<&str>) -> bool {
     upper.starts_with("TUNNELGATE_")
         || upper.starts_with("CONTROL_PLANE_")
         || api_key_var.is_some_and(|var| upper == var.to_ascii_uppercase())
+}
+
+/// The bounds a channel that sets no `input_required` table gets.
+#[cfg(test)]
+pub(crate) fn default_input_required() -> InputRequired {
+    input_required("mcp.channels.main", RawInputRequired::default()).expect("the defaults hold")
 }

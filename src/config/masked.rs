@@ -403,6 +403,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
             proxy,
             socket,
             era,
+            input_required,
         } => ChannelView {
             url: Some(url.as_str()),
             command: None,
@@ -410,7 +411,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
             max_concurrent: None,
             session: None,
             era: Some(era.as_str()),
-            input_required: None,
+            input_required: Some(input_required_view(input_required)),
             initialize: None,
             proxy: socket.is_none().then(|| proxy.masked()),
             socket: socket.as_ref().map(|p| p.to_string_lossy()),
@@ -432,11 +433,7 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
                 super::SessionOwner::PassThrough => "pass_through",
             }),
             era: Some(session.era.as_str()),
-            input_required: Some(InputRequiredView {
-                park_timeout: duration(session.input_required.park_timeout),
-                call_timeout: duration(session.input_required.call_timeout),
-                max_rounds: session.input_required.max_rounds,
-            }),
+            input_required: Some(input_required_view(&session.input_required)),
             initialize: Some(InitializeView {
                 protocol_version: &session.protocol_version,
                 client_name: &session.client_name,
@@ -454,4 +451,13 @@ fn channel_view(channel: &ChannelConfig) -> ChannelView<'_> {
 
 fn duration(value: std::time::Duration) -> String {
     humantime::format_duration(value).to_string()
+}
+
+/// `mcp.channels.NAME.input_required` as shown.
+fn input_required_view(bounds: &super::InputRequired) -> InputRequiredView {
+    InputRequiredView {
+        park_timeout: duration(bounds.park_timeout),
+        call_timeout: duration(bounds.call_timeout),
+        max_rounds: bounds.max_rounds,
+    }
 }

@@ -163,6 +163,8 @@ pub enum ChannelConfig {
         socket: Option<PathBuf>,
         /// The server's era (`auto`: probed by the era bridge for 2026-07-28 callers).
         era: EraSetting,
+        /// How the era bridge holds a 2026-07-28 caller's call across input rounds.
+        input_required: InputRequired,
     },
     /// stdio; `command` is a non-empty argv (no shell). `env` is added on top of a
     /// minimal base and never names the API key variable, `TUNNELGATE_*` or
@@ -418,6 +420,16 @@ impl Config {
             .channels
             .iter()
             .filter(|(_, channel)| matches!(channel, ChannelConfig::Stdio { .. }))
+            .map(|(name, _)| name.to_string())
+            .collect()
+    }
+
+    /// Names of the Streamable HTTP channels, sorted.
+    pub fn http_channel_names(&self) -> Vec<String> {
+        self.mcp
+            .channels
+            .iter()
+            .filter(|(_, channel)| matches!(channel, ChannelConfig::Http { .. }))
             .map(|(name, _)| name.to_string())
             .collect()
     }

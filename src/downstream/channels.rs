@@ -181,6 +181,14 @@ impl Channels {
         })
     }
 
+    /// The Streamable HTTP channels, by name.
+    pub fn http(&self) -> impl Iterator<Item = (&str, &HttpTransport)> {
+        self.by_name.iter().filter_map(|(name, t)| match t {
+            Transport::Http(h) => Some((name.as_str(), h)),
+            Transport::Stdio(_) | Transport::Harpoon(_) => None,
+        })
+    }
+
     /// Fatal-latch cleanup: kill stdio groups now, drop HTTP connections. Nothing restarts.
     pub fn kill_all(&self) {
         for t in self.by_name.values() {

@@ -606,8 +606,10 @@ const SESSION_LOST_MESSAGE: &str = "not delivered to the MCP server: it no longe
 pub(crate) mod ask;
 mod continuation;
 mod log;
+pub(crate) mod params;
 pub(crate) use log::{relay, LogFilter, LogLevel, RELAY_BOUND};
 pub(crate) mod listen;
+pub(crate) mod park;
 mod trace;
 
 pub(crate) use continuation::{continuation_refused, input_required_reply, Gone};

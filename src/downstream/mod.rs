@@ -24,7 +24,7 @@ mod watch;
 pub use channels::{Channels, Transport, TransportKind};
 pub use era::{EraSetting, ServerEra};
 pub use harpoon::{HarpoonSettings, HarpoonSetupError, HarpoonTransport, HostClassifier, TargetView, HARPOON_CHANNEL};
-pub use http::{HttpEgress, HttpSettings, HttpSetupError, HttpTransport};
+pub use http::{EraEvent, EraObserver, HttpEgress, HttpSettings, HttpSetupError, HttpTransport};
 pub use identity::{Seen, ServerIdentity, MAX_IDENTITY_CHARS};
 pub use outcome::{
     LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, LOCAL_EXHAUSTION_MESSAGE, REFUSED_MESSAGE,

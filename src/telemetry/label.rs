@@ -185,6 +185,9 @@ label_enum! {
         OpsListener => "ops_listener",
         Warmup => "warmup",
         Coordinator => "coordinator",
+        /// The era bridge's tasks on an HTTP channel: a held call's exchange, its park's
+        /// expiry, the owned session's standalone stream.
+        EraHttp => "era_http",
     }
 }
 

@@ -22,7 +22,7 @@ const EXIT: Duration = Duration::from_secs(20);
 const MODERN: &str = "2026-07-28";
 
 /// The 2026-07-28 envelope, with a log level when given.
-fn envelope(log_level: Option<&str>) -> Value {
+pub(crate) fn envelope(log_level: Option<&str>) -> Value {
     let mut meta = json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -35,14 +35,14 @@ fn envelope(log_level: Option<&str>) -> Value {
 }
 
 /// A modern request: `params` plus the envelope in `_meta`.
-fn modern(id: u64, method: &str, mut params: Value) -> Value {
+pub(crate) fn modern(id: u64, method: &str, mut params: Value) -> Value {
     params["_meta"] = envelope(None);
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 
 /// A raw POST to the simulator's ingress with `headers`; the status, the content type
 /// and the JSON body.
-async fn post(rig: &Rig, body: &Value, headers: &[(&str, &str)]) -> (u16, String, Value) {
+pub(crate) async fn post(rig: &Rig, body: &Value, headers: &[(&str, &str)]) -> (u16, String, Value) {
     let mut request = http_client()
         .post(rig.sim.ingress_url())
         .header("Content-Type", "application/json")
@@ -86,7 +86,7 @@ async fn bridged_gateway(rig: &Rig, tag: &str, server: Vec<String>, channel: &st
     gw
 }
 
-async fn stop(mut gw: Gateway) {
+pub(crate) async fn stop(mut gw: Gateway) {
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
 }
@@ -283,14 +283,14 @@ fn legacy_py_server(effects: &std::path::Path) -> Vec<String> {
 }
 
 /// The Python of the SDK 1.x venv (`scripts/install-peers`).
-fn py1() -> PathBuf {
+pub(crate) fn py1() -> PathBuf {
     let path = peers_dir().join("venv-py1/bin/python");
     assert!(path.exists(), "{} missing: run scripts/install-peers", path.display());
     path
 }
 
 /// The lines of the effects file: one per run of a side-effecting tool.
-fn effect_lines(path: &std::path::Path) -> Vec<String> {
+pub(crate) fn effect_lines(path: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -299,7 +299,7 @@ fn effect_lines(path: &std::path::Path) -> Vec<String> {
 }
 
 /// The Python SDK 2.x client (`tests/peers/era/modern_client.py`) against the ingress.
-async fn modern_client(rig: &Rig, mode: &str, args: &[&str]) -> Value {
+pub(crate) async fn modern_client(rig: &Rig, mode: &str, args: &[&str]) -> Value {
     let mut cmd = tokio::process::Command::new(python());
     cmd.arg(peer_script("era/modern_client.py"))
         .args(["--url", &rig.sim.ingress_url(), "--mode", mode, "--timeout", "30"])
@@ -444,18 +444,22 @@ async fn a_bad_era_setting_exits_78_naming_the_key() {
         assert!(run.stderr.contains("mcp.channels.main.era"), "{}", run.stderr);
         assert!(run.stderr.contains(words), "{channel}: {}", run.stderr);
     }
-    let http = rig.config(&RigOptions::default_mode()).replace(
-        &format!("url = \"{}\"", rig.stub.url()),
-        &format!(
-            "url = \"{}\"\n[mcp.channels.main.input_required]\nmax_rounds = 2",
-            rig.stub.url()
-        ),
-    );
-    let run = Gateway::cli(&["check"], Some(&http), &[], EXIT).await;
+    // An HTTP channel holds calls too: its bounds are checked as a stdio channel's are.
+    let http = |rounds: u32| {
+        rig.config(&RigOptions::default_mode()).replace(
+            &format!("url = \"{}\"", rig.stub.url()),
+            &format!(
+                "url = \"{}\"\n[mcp.channels.main.input_required]\nmax_rounds = {rounds}",
+                rig.stub.url()
+            ),
+        )
+    };
+    let run = Gateway::cli(&["check"], Some(&http(2)), &[], EXIT).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = Gateway::cli(&["check"], Some(&http(0)), &[], EXIT).await;
     assert_eq!(run.code, 78, "{}", run.stderr);
     assert!(
-        run.stderr.contains("mcp.channels.main.input_required")
-            && run.stderr.contains("only applies to stdio channels"),
+        run.stderr.contains("mcp.channels.main.input_required.max_rounds"),
         "{}",
         run.stderr
     );
@@ -479,7 +483,15 @@ async fn a_bad_era_setting_exits_78_naming_the_key() {
 }
 
 /// The Python SDK 1.x legacy server over Streamable HTTP, its side effects in `effects`.
-async fn legacy_py_http(effects: &std::path::Path) -> (crate::harness::ChildGuard, String) {
+pub(crate) async fn legacy_py_http(effects: &std::path::Path) -> (crate::harness::ChildGuard, String) {
+    legacy_py_http_with(effects, &[]).await
+}
+
+/// [`legacy_py_http`] with more arguments for the server (`--json-response`).
+pub(crate) async fn legacy_py_http_with(
+    effects: &std::path::Path,
+    extra: &[&str],
+) -> (crate::harness::ChildGuard, String) {
     let python = py1();
     let script = peer_script("era/legacy_server.py");
     let effects = effects.display().to_string();
@@ -494,6 +506,7 @@ async fn legacy_py_http(effects: &std::path::Path) -> (crate::harness::ChildGuar
                 "--effects",
                 &effects,
             ])
+            .args(extra)
             .env("PYTHONUNBUFFERED", "1");
         cmd
     })
@@ -745,7 +758,7 @@ async fn an_elicitation_mid_call_completes_for_a_caller_pinned_to_2026_07_28_and
 }
 
 /// `ask` as a modern caller that declared elicitation; `question` picks the parameters.
-fn ask(id: u64, question: &str, continuation: Option<(&Value, &str)>) -> Value {
+pub(crate) fn ask(id: u64, question: &str, continuation: Option<(&Value, &str)>) -> Value {
     let mut params = json!({"name": "ask", "arguments": {"question": question}});
     params["_meta"] = envelope(None);
     params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({"elicitation": {}});
@@ -757,7 +770,7 @@ fn ask(id: u64, question: &str, continuation: Option<(&Value, &str)>) -> Value {
 }
 
 /// Starts `ask` and returns its `input_required` result.
-async fn parked_ask(rig: &Rig, id: u64) -> Value {
+pub(crate) async fn parked_ask(rig: &Rig, id: u64) -> Value {
     let (status, _, answer) = post(rig, &ask(id, "who?", None), &[]).await;
     assert_eq!(status, 200, "{answer}");
     let result = answer["result"].clone();
@@ -767,7 +780,7 @@ async fn parked_ask(rig: &Rig, id: u64) -> Value {
 }
 
 /// The only input request's key, and the answer accepting it with `name`.
-fn accept(result: &Value, name: &str) -> Value {
+pub(crate) fn accept(result: &Value, name: &str) -> Value {
     let requests = result["inputRequests"].as_object().unwrap();
     assert_eq!(requests.len(), 1, "{result}");
     let (key, request) = requests.iter().next().unwrap();
@@ -777,7 +790,7 @@ fn accept(result: &Value, name: &str) -> Value {
 
 /// The refusal of a retry: status 400, `-32602`, the reason, and the words that say the
 /// call was not run again.
-fn assert_refused(status: u16, answer: &Value, reason: &str) {
+pub(crate) fn assert_refused(status: u16, answer: &Value, reason: &str) {
     assert_eq!(status, 400, "{answer}");
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
     assert_eq!(answer["error"]["data"]["reason"], reason, "{answer}");
@@ -1366,4 +1379,84 @@ async fn a_retry_that_reaches_another_replica_is_refused_and_nothing_is_written_
         "the tool started once, on A, and never again"
     );
     stop(b).await;
+}
+
+/// `route`'s arguments as a handshake-era caller sends them: `region` and `priority` are
+/// `x-mcp-header` arguments (`Mcp-Param-Region` in the base64 form, it is not ASCII).
+const ROUTE_ARGS: &str = r#"{"region": "Zürich", "priority": 3, "label": "listed"}"#;
+
+#[tokio::test]
+async fn a_handshake_caller_s_tools_call_carries_the_mcp_param_headers_its_tool_declares_and_runs_once() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let (_server, url) = modern_ts_http(&effects).await;
+    let gw = rig
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
+        .await;
+    let out = modern_client(&rig, "legacy", &["--list-tools", "--call", "route", ROUTE_ARGS]).await;
+    let results = out["results"].as_array().unwrap();
+    assert!(
+        results[0]["tools"].as_array().unwrap().iter().any(|t| t == "route"),
+        "{out}"
+    );
+    assert_eq!(results[1]["error"], Value::Null, "{out}");
+    assert_eq!(results[1]["texts"][0], "route Zürich 3 #1", "{out}");
+    assert_eq!(effect_lines(&effects), ["route listed"], "the tool ran once");
+    assert!(
+        !gw.stderr().contains("(-32020)"),
+        "the headers were right the first time: {}",
+        gw.stderr()
+    );
+    stop(gw).await;
+}
+
+#[tokio::test]
+async fn a_tools_call_before_any_listing_is_refused_with_32020_then_the_gateway_lists_and_sends_it_once_more() {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let (_server, url) = modern_ts_http(&effects).await;
+    let gw = rig
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
+        .await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw-legacy", "version": "1"}}});
+    let (status, _, answer) = post(&rig, &init, &[]).await;
+    assert_eq!(
+        (status, &answer["result"]["protocolVersion"]),
+        (200, &json!("2025-06-18")),
+        "{answer}"
+    );
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "route", "arguments": {"region": "eu west", "priority": 7, "label": "unlisted"}}});
+    let (status, _, answer) = post(&rig, &call, &[]).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["content"][0]["text"], "route eu west 7 #1", "{answer}");
+    assert_eq!(
+        effect_lines(&effects),
+        ["route unlisted"],
+        "the refused send ran nothing"
+    );
+    wait_until("the gateway logs the refusal it recovered from", EXIT, || async {
+        gw.stderr().contains("(-32020)")
+    })
+    .await;
+    assert_eq!(gw.stderr().matches("(-32020)").count(), 1, "{}", gw.stderr());
+    let (_, _, again) = post(
+        &rig,
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "route", "arguments": {"region": "ap", "label": "known"}}}),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        again["result"]["content"][0]["text"], "route ap undefined #2",
+        "{again}"
+    );
+    assert_eq!(effect_lines(&effects), ["route unlisted", "route known"]);
+    assert_eq!(
+        gw.stderr().matches("(-32020)").count(),
+        1,
+        "known now: no second refusal"
+    );
+    stop(gw).await;
 }

@@ -14,6 +14,7 @@ mod crash;
 mod docs;
 mod doctor;
 mod eras;
+mod eras_http;
 mod etcd_client;
 mod etcd_peer;
 mod events;

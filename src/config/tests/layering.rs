@@ -14,6 +14,7 @@ fn http(url: &str) -> ChannelConfig {
         proxy: ProxySetting::Env(Box::default()),
         socket: None,
         era: crate::config::EraSetting::Auto,
+        input_required: crate::config::channel::default_input_required(),
     }
 }
 

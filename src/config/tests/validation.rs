@@ -43,6 +43,7 @@ fn minimal_config_gets_every_default() {
         proxy: ProxySetting::Env(Box::default()),
         socket: None,
         era: crate::config::EraSetting::Auto,
+        input_required: crate::config::channel::default_input_required(),
     };
     assert_eq!(config.mcp.channels.get("main"), Some(&main));
 }

@@ -3,12 +3,91 @@
 //! honour (the acknowledgement), and which of the server's notifications a listener gets,
 //! stamped with its `subscriptionId`.
 
+use std::collections::HashMap;
+
 use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
 
 use crate::downstream::Notification;
 use crate::protocol::json_resp_headers;
 
 const KEY_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The listeners of one channel and the URIs subscribed on its server for them.
+#[derive(Default)]
+pub(crate) struct Listeners {
+    next: u64,
+    by_key: HashMap<u64, Listener>,
+    subscribed: HashMap<String, usize>,
+}
+
+struct Listener {
+    listen_id: String,
+    wants: Wants,
+    events: mpsc::Sender<Notification>,
+}
+
+impl Listeners {
+    /// A listener of the listen request `listen_id` (raw JSON), getting what `wants` covers
+    /// on `events`; its key, to remove it.
+    pub(crate) fn add(&mut self, listen_id: &str, wants: Wants, events: mpsc::Sender<Notification>) -> u64 {
+        self.next += 1;
+        self.by_key.insert(
+            self.next,
+            Listener {
+                listen_id: listen_id.to_owned(),
+                wants,
+                events,
+            },
+        );
+        self.next
+    }
+
+    pub(crate) fn remove(&mut self, key: u64) {
+        self.by_key.remove(&key);
+    }
+
+    /// Hands a server's notification to every listener that wants it, never waiting: a
+    /// full listener misses it. How many missed it.
+    pub(crate) fn relay(&self, json: &str) -> usize {
+        if !may_concern_listeners(json) {
+            return 0;
+        }
+        let mut missed = 0;
+        for listener in self.by_key.values() {
+            if let Some(event) = event(json, &listener.listen_id, &listener.wants) {
+                missed += usize::from(listener.events.try_send(event).is_err());
+            }
+        }
+        missed
+    }
+
+    /// One more listener for `uri` if it is subscribed already (true); else the caller
+    /// subscribes it on the server and, if accepted, calls [`Listeners::subscribed`].
+    pub(crate) fn join(&mut self, uri: &str) -> bool {
+        self.subscribed.get_mut(uri).map(|count| *count += 1).is_some()
+    }
+
+    /// The server accepted the subscription of `uri` for one listener.
+    pub(crate) fn subscribed(&mut self, uri: &str) {
+        *self.subscribed.entry(uri.to_owned()).or_insert(0) += 1;
+    }
+
+    /// One listener less for `uri`: whether it was the last (the caller unsubscribes it).
+    pub(crate) fn leave(&mut self, uri: &str) -> bool {
+        match self.subscribed.get_mut(uri) {
+            Some(count) if *count > 1 => {
+                *count -= 1;
+                false
+            }
+            Some(_) => {
+                self.subscribed.remove(uri);
+                true
+            }
+            None => false,
+        }
+    }
+}
 
 /// What a listener asked for, or what is honoured of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

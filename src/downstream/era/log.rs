@@ -3,10 +3,11 @@
 //! applies it between a forwarded request's leg and the caller ([`relay`]).
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 
 use tokio::sync::mpsc;
 
+use super::park::Ask;
 use super::Notification;
 use crate::downstream::{LegResult, NotifySink};
 
@@ -14,14 +15,20 @@ use crate::downstream::{LegResult, NotifySink};
 /// bounded too: backpressure reaches the server's stream either way).
 pub(crate) const RELAY_BOUND: usize = 64;
 
+/// The gateway's answer to a server's request that reached a relayed request's stream
+/// (no caller of that request can be asked): it answers the server and returns.
+pub(crate) type AnswerAsk<'a> = &'a (dyn Fn(Ask) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> + Sync);
+
 /// Drives `call` (a leg whose notifications go to the sender of `relayed`) and hands
 /// each notification to `notes` if `filter` admits it, in order, all before the leg's
-/// end is returned. A caller that is gone drops them, as on the unbridged path.
+/// end is returned. A caller that is gone drops them, as on the unbridged path. With
+/// `answer`, a server's request among them is answered by it and never relayed.
 pub(crate) async fn relay(
     call: impl Future<Output = LegResult>,
     mut relayed: mpsc::Receiver<Notification>,
     notes: &NotifySink,
     filter: LogFilter,
+    answer: Option<AnswerAsk<'_>>,
 ) -> LegResult {
     let mut call = pin!(call);
     let leg = loop {
@@ -30,7 +37,10 @@ pub(crate) async fn relay(
             // cancel-safe: the call is polled by reference and never dropped here.
             leg = &mut call => break leg,
             // cancel-safe: a message taken from the channel is handed on in the arm.
-            Some(note) = relayed.recv() => pass(filter, note, notes).await,
+            Some(note) = relayed.recv() => match (answer, Ask::of(&note)) {
+                (Some(answer), Some(ask)) => answer(ask).await,
+                _ => pass(filter, note, notes).await,
+            },
         }
     };
     relayed.close();

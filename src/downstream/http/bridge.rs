@@ -20,23 +20,15 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
+use super::held::{EraEvent, HeldRequest};
+use super::session::{session_headers, OwnedSession};
 use super::HttpTransport;
 use crate::downstream::era::{self, EraSetting, LogFilter, Plan, ServerEra, SessionView};
 use crate::downstream::identity;
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Notification, NotifySink};
 use crate::protocol::{JsonRpcPayload, McpRevision, RespType, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::strict::Admission;
-
-/// The session the gateway opened with a handshake-era server.
-#[derive(Debug)]
-pub(super) struct OwnedSession {
-    /// `Mcp-Session-Id` (a stateless server gives none).
-    id: Option<String>,
-    /// The revision the server answered.
-    protocol_version: String,
-    /// Its whole `InitializeResult`.
-    result: Map<String, Value>,
-}
+use crate::telemetry::EraHandling;
 
 /// What the channel knows of its server's era.
 #[derive(Debug, Default)]
@@ -55,16 +47,6 @@ enum Probe {
     Legacy,
     Modern(Option<Map<String, Value>>),
 }
-
-/// Command headers a bridged request does not carry: the caller's 2026-07-28 mirrors and
-/// session (the owned session's own are set instead).
-const REPLACED: [&str; 5] = [
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "mcp-method",
-    "mcp-name",
-    "last-event-id",
-];
 
 impl HttpTransport {
     /// Whether a caller message is bridged on this channel, and how.
@@ -96,50 +78,78 @@ impl HttpTransport {
             Ok(None) => return self.call_plain(admission, req, notes).await,
             Err(failure) => return LegResult::failed(failure, id, RespType::JsonrpcResponse),
         };
+        let count = |handling| self.observe(EraEvent::Request(handling));
         let forward = match plan {
             Plan::PassThrough | Plan::Discover => None,
-            // Not carried over HTTP in this version (not advertised either).
+            Plan::Listen(wants) if self.inner.holding.parks() => {
+                era::Step::Forwarded.trace();
+                count(EraHandling::Forwarded);
+                return self.listen(admission, req, notes, wants, &session).await;
+            }
+            // Carried only where the session's standalone stream is read (default mode).
             Plan::Listen(_) => {
                 era::Step::AnsweredLocally.trace();
+                count(EraHandling::AnsweredLocally);
                 return LegResult::answered(era::listen_not_carried(id.expect("listen is a request")));
             }
             Plan::Local(local) => {
                 era::Step::AnsweredLocally.trace();
+                count(if local.refused {
+                    EraHandling::Refused
+                } else {
+                    EraHandling::AnsweredLocally
+                });
                 return LegResult::answered(local.reply);
             }
             Plan::Forward(forward) => Some(forward),
         };
         let server_info = session.result.get("serverInfo");
         match (forward, id) {
-            (None, Some(id)) => LegResult::answered(era::discover_reply_traced(
-                id,
-                &SessionView {
-                    result: &session.result,
-                    carries_listen: false,
-                },
-            )),
-            (Some(forward), _) => {
+            (None, Some(id)) => {
+                count(EraHandling::AnsweredLocally);
+                LegResult::answered(era::discover_reply_traced(
+                    id,
+                    &SessionView {
+                        result: &session.result,
+                        carries_listen: self.inner.holding.parks(),
+                    },
+                ))
+            }
+            (Some(forward), Some(id)) => {
                 era::Step::Forwarded.trace();
+                count(EraHandling::Forwarded);
                 let headers = session_headers(req.headers, &session);
-                let inner = DownstreamRequest {
-                    payload: &forward.payload,
-                    headers: &headers,
-                    deadline: req.deadline,
+                let mut leg = match &forward.mrtr {
+                    Some(mrtr) if mrtr.continuation.is_some() || self.holds(mrtr) => {
+                        let call = HeldRequest {
+                            forward: &forward,
+                            mrtr,
+                            session: &session,
+                            headers: &headers,
+                            notes,
+                            limit: self.leg_deadline(req.deadline),
+                            caller_id: id,
+                        };
+                        self.held(admission, call).await
+                    }
+                    _ => {
+                        let inner = DownstreamRequest {
+                            payload: &forward.payload,
+                            headers: &headers,
+                            deadline: req.deadline,
+                        };
+                        let filter = LogFilter(forward.shape.log_level);
+                        self.relayed(admission, &inner, notes, filter).await
+                    }
                 };
-                let mut leg = self
-                    .relayed(admission, &inner, notes, LogFilter(forward.shape.log_level))
-                    .await;
                 if let Some(status) = session_lost(&leg) {
                     self.lose_session(&session);
-                    return LegResult::answered(era::session_lost_reply(
-                        req.payload.id().expect("a forwarded request has an id"),
-                        status,
-                    ));
+                    return LegResult::answered(era::session_lost_reply(id, status));
                 }
                 leg.reply = era::shape_reply(leg.reply, &forward.shape, server_info);
                 leg
             }
-            (None, None) => LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse),
+            (_, None) => LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse),
         }
     }
 
@@ -173,6 +183,7 @@ impl HttpTransport {
         }
         let session = Arc::new(self.open_session(admission, deadline).await?);
         *super::lock(&self.inner.verdict) = Verdict::Legacy(Some(session.clone()));
+        self.open_standalone(&session);
         Ok(Some(session))
     }
 
@@ -295,8 +306,7 @@ impl HttpTransport {
     ) -> Result<OwnedSession, LegFailure> {
         let init = json!({"jsonrpc": "2.0", "id": "tunnelgate-initialize", "method": "initialize", "params": {
             "protocolVersion": McpRevision::LATEST_WITH_INITIALIZE.as_str(),
-            // Nothing declared: the server never asks these callers for input over HTTP.
-            "capabilities": {},
+            "capabilities": self.owned_capabilities(),
             "clientInfo": {"name": "tunnelgate", "version": env!("CARGO_PKG_VERSION")},
         }});
         let leg = self.own_request(admission, &init, &Vec::new(), deadline).await;
@@ -322,6 +332,7 @@ impl HttpTransport {
             id,
             protocol_version,
             result,
+            lost: tokio_util::sync::CancellationToken::new(),
         };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         let headers = session_headers(&Vec::new(), &session);
@@ -339,7 +350,7 @@ impl HttpTransport {
     }
 
     /// One request of the gateway's own, through the channel's request path.
-    async fn own_request(
+    pub(super) async fn own_request(
         &self,
         admission: &Admission,
         message: &Value,
@@ -357,7 +368,9 @@ impl HttpTransport {
         self.call_plain(admission, &req, &nobody).await
     }
 
-    /// `req` through the request path, its notifications filtered on their way to `notes`.
+    /// `req` through the request path, its notifications filtered on their way to `notes`;
+    /// a request of the server's among them is answered by the gateway (the call is not
+    /// held: its caller is not asked).
     async fn relayed(
         &self,
         admission: &Admission,
@@ -366,35 +379,40 @@ impl HttpTransport {
         filter: LogFilter,
     ) -> LegResult {
         let (relay, relayed) = mpsc::channel::<Notification>(era::RELAY_BOUND);
-        era::relay(self.call_plain(admission, req, &relay), relayed, notes, filter).await
+        let deadline = self.leg_deadline(req.deadline);
+        let answer = |ask| -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+            Box::pin(self.answer_unasked(admission, req.headers, ask, deadline))
+        };
+        era::relay(
+            self.call_plain(admission, req, &relay),
+            relayed,
+            notes,
+            filter,
+            Some(&answer),
+        )
+        .await
+    }
+
+    /// The client capabilities of the gateway's session: what a 2026-07-28 caller may be
+    /// asked for when calls are held (each call's own caller decides what it answers),
+    /// none otherwise (strict mode: the server learns no caller can be asked).
+    fn owned_capabilities(&self) -> Value {
+        if self.inner.holding.parks() {
+            json!({"elicitation": {}, "sampling": {}, "roots": {}})
+        } else {
+            json!({})
+        }
     }
 
     /// The server no longer knows `session`: the next 2026-07-28 request opens a new one.
     fn lose_session(&self, session: &Arc<OwnedSession>) {
         let mut verdict = super::lock(&self.inner.verdict);
+        session.lost.cancel();
         if matches!(&*verdict, Verdict::Legacy(Some(current)) if Arc::ptr_eq(current, session)) {
             *verdict = Verdict::Unknown;
             tracing::warn!(channel = %self.inner.channel, "the MCP server no longer knows the gateway's session: the next 2026-07-28 request opens a new one");
         }
     }
-}
-
-/// The command's headers for a bridged request: the caller's 2026-07-28 mirrors and
-/// session replaced by the owned session's id and revision.
-fn session_headers(headers: &WireHeaders, session: &OwnedSession) -> WireHeaders {
-    let mut out: WireHeaders = headers
-        .iter()
-        .filter(|(name, _)| {
-            let lower = name.to_ascii_lowercase();
-            !REPLACED.contains(&lower.as_str()) && !lower.starts_with("mcp-param-")
-        })
-        .cloned()
-        .collect();
-    if let Some(id) = &session.id {
-        out.push((MCP_SESSION_ID.to_owned(), vec![id.clone()]));
-    }
-    out.push((MCP_PROTOCOL_VERSION.to_owned(), vec![session.protocol_version.clone()]));
-    out
 }
 
 /// The HTTP status of a bridged request's answer that says the server no longer knows

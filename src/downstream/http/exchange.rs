@@ -41,8 +41,8 @@ impl HttpTransport {
         req: &DownstreamRequest<'_>,
         notes: &NotifySink,
         expects_response: bool,
+        deadline: Instant,
     ) -> Result<Reply, LegFailure> {
-        let deadline = self.leg_deadline(req.deadline);
         let clients = self.clients()?;
         let request = self.post_request(&clients, req)?;
         let resp = self.send(admission, request, deadline).await?;
@@ -103,7 +103,7 @@ impl HttpTransport {
     }
 
     /// The end of every wait of a leg started now.
-    fn leg_deadline(&self, command_deadline: Option<Instant>) -> Instant {
+    pub(super) fn leg_deadline(&self, command_deadline: Option<Instant>) -> Instant {
         let own = Instant::now() + self.inner.settings.request_timeout;
         command_deadline.map_or(own, |d| d.min(own))
     }

@@ -51,11 +51,12 @@ use self::classify::reached_server;
 use self::client::{build_clients, ClientError, Clients};
 use super::era::EraSetting;
 use super::identity::Observed;
-use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply};
+use super::{ChannelStatus, DownstreamRequest, InputRequiredSettings, LegFailure, LegResult, NotifySink, Reply};
 use crate::config::{HttpUrl, ProxySetting};
 use crate::egress::proxy::{EgressError, Route};
 use crate::protocol::{RespType, WireHeaders};
 use crate::strict::Admission;
+use crate::supervisor::Supervisor;
 
 /// Bounds for one channel's HTTP legs.
 #[derive(Clone, Debug)]
@@ -166,6 +167,11 @@ struct Inner {
     opening: tokio::sync::Mutex<()>,
     /// Replies awaited from handshake-era callers for a 2026-07-28 server's input requests.
     up_waiters: super::era::ask::Waiters,
+    /// The `x-mcp-header` arguments of the server's tools, from handshake-era callers'
+    /// `tools/list` answers (bounded: [`super::era::params::MAX_TOOLS`]).
+    param_headers: super::era::params::ParamHeaders,
+    /// Calls held across input rounds (2026-07-28 callers of a handshake-era server).
+    holding: held::Holding,
 }
 
 impl HttpTransport {
@@ -242,6 +248,8 @@ impl HttpTransport {
                 verdict: Mutex::new(bridge::Verdict::default()),
                 opening: tokio::sync::Mutex::new(()),
                 up_waiters: super::era::ask::Waiters::default(),
+                param_headers: super::era::params::ParamHeaders::default(),
+                holding: held::Holding::default(),
             }),
         })
     }
@@ -263,6 +271,16 @@ impl HttpTransport {
         Arc::get_mut(&mut self.inner)
             .expect("a transport gets its era before it is cloned")
             .era = era;
+        self
+    }
+
+    /// How the era bridge holds a 2026-07-28 caller's call while a handshake-era server
+    /// asks for input (`parks` off: never, as in strict mode), and the supervisor of the
+    /// tasks that read a held call on. Call it on a new transport, before it is cloned.
+    pub fn with_input_required(mut self, settings: InputRequiredSettings, supervisor: Supervisor) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("a transport gets its input_required settings before it is cloned")
+            .holding = held::Holding::new(settings, Some(supervisor));
         self
     }
 
@@ -304,8 +322,21 @@ impl HttpTransport {
     /// recheck may leave the request on the wire with no response read. A caller that
     /// drops it must treat the leg as `abandoned` (effect unknown), never as `not_sent`.
     async fn call_plain(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
+        self.call_until(admission, req, notes, self.leg_deadline(req.deadline))
+            .await
+    }
+
+    /// [`HttpTransport::call_plain`] with every wait ending by `deadline` (a held call's
+    /// whole life, which outlives any one command's bound).
+    async fn call_until(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+        deadline: Instant,
+    ) -> LegResult {
         let expects_response = req.payload.expects_response();
-        let result = self.exchange(admission, req, notes, expects_response).await;
+        let result = self.exchange(admission, req, notes, expects_response, deadline).await;
         self.record(&result);
         match result {
             Ok(reply) => LegResult::answered(reply),
@@ -420,8 +451,13 @@ mod configured;
 mod discovery;
 mod exchange;
 mod headers;
+mod held;
+mod listen;
+pub use self::held::{EraEvent, EraObserver};
 mod request;
 mod send;
+mod session;
+mod standalone;
 mod stream;
 mod up;
 

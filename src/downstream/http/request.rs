@@ -1,5 +1,5 @@
 //! The requests of a leg, ready for the client that carries them: the POST of the
-//! message, the resume `GET` and the session `DELETE`.
+//! message, the resume `GET`, the session's standalone `GET` and the session `DELETE`.
 //!
 //! Invariants:
 //! - the POST's body is the message's bytes, unchanged, as `application/json`; its
@@ -68,6 +68,15 @@ impl HttpTransport {
         let last_id = HeaderValue::from_str(last_event_id).ok()?;
         headers.insert(LAST_EVENT_ID, last_id);
         Some(outgoing(clients, Method::GET, headers, Bytes::new()))
+    }
+
+    /// The standalone `GET` of an MCP session (the stream where a handshake-era server
+    /// sends what belongs to no request): the session's headers and the configured ones.
+    pub(super) fn standalone_request(&self, clients: &Clients, session_headers: &WireHeaders) -> Outgoing {
+        let mut headers = resume_headers(session_headers);
+        configured::add(&mut headers, &self.inner.configured, session_headers);
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        outgoing(clients, Method::GET, headers, Bytes::new())
     }
 
     /// The session `DELETE`: the command's headers (its `Mcp-Session-Id` among them) and

@@ -7,18 +7,24 @@
 //!   server's `DiscoverResult`, with an `Mcp-Session-Id` of the gateway's that records
 //!   what the caller declared (the server, which has no sessions, never sees it);
 //! - every forwarded request carries the envelope and the 2026-07-28 headers
-//!   (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`), no session id and no
-//!   `Last-Event-ID`;
+//!   (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, and on a `tools/call` the
+//!   `Mcp-Param-*` of its tool's `x-mcp-header` arguments as the channel's last
+//!   `tools/list` answer declared them), no session id and no `Last-Event-ID`;
+//! - a `tools/call` the server refuses with `-32020` (headers and body disagree) is sent
+//!   once more after the gateway lists the tools again, and never a third time;
 //! - an `input_required` answer becomes requests to the caller on the call's reply path
 //!   ([`crate::downstream::era::ask`]), then the call is retried with the answers and the
 //!   `requestState` byte for byte, at most `max_rounds` rounds, within the command's bound.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::HttpTransport;
 use crate::downstream::caller::Declared;
+use crate::downstream::era::params;
 use crate::downstream::era::up::{self, UpPlan};
 use crate::downstream::{DownstreamRequest, LegFailure, LegResult, NotifySink, Reply};
 use crate::protocol::{McpRevision, RespType, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
@@ -91,7 +97,9 @@ impl HttpTransport {
 
     /// A request stamped with the envelope and the 2026-07-28 headers; each
     /// `input_required` round asked of the caller and retried
-    /// ([`crate::downstream::era::ask::Waiters::rounds`]).
+    /// ([`crate::downstream::era::ask::Waiters::rounds`]). A `tools/call` also carries the
+    /// `Mcp-Param-*` headers of its tool's listed `x-mcp-header` arguments; a `tools/list`
+    /// answer is learnt from for later calls.
     async fn up_call(
         &self,
         admission: &Admission,
@@ -99,23 +107,116 @@ impl HttpTransport {
         notes: &NotifySink,
     ) -> Result<Reply, LegFailure> {
         let method = req.payload.method().unwrap_or_default();
+        let body = req.payload.raw().get();
         let declared = Declared::of_session_id(session_id(req.headers).as_deref());
-        let headers = modern_headers(req.headers, method, req.payload.raw().get());
+        let headers = modern_headers(req.headers, method, body);
         let limit = tokio::time::Instant::now() + self.inner.settings.request_timeout;
         let limit = req.deadline.map_or(limit, |d| d.min(limit));
-        let headers = &headers;
+        let relisted = AtomicBool::new(false);
+        let (headers, relisted) = (&headers, &relisted);
         let send = |stamped: crate::protocol::JsonRpcPayload| async move {
-            let stamped_req = DownstreamRequest {
-                payload: &stamped,
-                headers,
-                deadline: req.deadline,
-            };
-            self.call_plain(admission, &stamped_req, notes).await
+            let leg = self.send_stamped(admission, req, notes, &stamped, headers).await;
+            let mismatch = leg
+                .reply
+                .resp_json
+                .as_deref()
+                .is_some_and(|r| params::is_header_mismatch(r.get()));
+            if method != "tools/call" || !mismatch || relisted.swap(true, Ordering::Relaxed) {
+                return leg;
+            }
+            // The server checks the `Mcp-Param-*` headers before it runs anything: the
+            // refused call ran nothing, so the one resend runs the tool at most once.
+            tracing::info!(channel = %self.inner.channel, "the MCP server refused a tools/call's Mcp-Param headers (-32020): the gateway lists the tools again and sends the call once more");
+            if !self.relist(admission, req, declared, &stamped, limit).await {
+                return leg;
+            }
+            self.send_stamped(admission, req, notes, &stamped, headers).await
         };
-        self.inner
+        let reply = self
+            .inner
             .up_waiters
             .rounds(req.payload, declared, (notes, limit), MAX_ROUNDS, send)
-            .await
+            .await?;
+        if method == "tools/list" {
+            if let Some(raw) = reply.resp_json.as_deref() {
+                self.inner.param_headers.learn(raw.get(), params::first_page(body));
+            }
+        }
+        Ok(reply)
+    }
+
+    /// One stamped request with `headers` and, for a `tools/call`, the `Mcp-Param-*`
+    /// headers the channel knows for its tool (values are never logged).
+    async fn send_stamped(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+        stamped: &crate::protocol::JsonRpcPayload,
+        headers: &WireHeaders,
+    ) -> LegResult {
+        let mut headers = headers.clone();
+        if req.payload.method() == Some("tools/call") {
+            let mirrored = self.inner.param_headers.headers(stamped.raw().get());
+            headers.extend(mirrored.into_iter().map(|(name, value)| (name, vec![value])));
+        }
+        let stamped_req = DownstreamRequest {
+            payload: stamped,
+            headers: &headers,
+            deadline: req.deadline,
+        };
+        self.call_plain(admission, &stamped_req, notes).await
+    }
+
+    /// The gateway's own `tools/list`, stamped as the caller's requests are and sent the
+    /// same way, page by page (at most [`params::RELIST_PAGES`], each by `limit`) until
+    /// a page lists the tool `call` names or the listing ends; learnt from as a caller's
+    /// listing is ([`params::ParamHeaders::learn`]). Whether the server answered with a
+    /// listing.
+    async fn relist(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        declared: Declared,
+        call: &crate::protocol::JsonRpcPayload,
+        limit: tokio::time::Instant,
+    ) -> bool {
+        let tool = serde_json::from_str::<Value>(call.raw().get())
+            .ok()
+            .and_then(|c| c.pointer("/params/name").and_then(Value::as_str).map(str::to_owned));
+        let capabilities = declared.capabilities();
+        // The server's messages on this request are not the caller's: nobody reads them.
+        let (notes, _) = tokio::sync::mpsc::channel(1);
+        let mut cursor: Option<String> = None;
+        for _ in 0..params::RELIST_PAGES {
+            let request = params::relist_request(cursor.as_deref());
+            let Some(stamped) = crate::protocol::JsonRpcPayload::from_raw(
+                RawValue::from_string(request).expect("a JSON value is JSON"),
+            )
+            .and_then(|p| up::stamp(&p, &capabilities, None)) else {
+                return false;
+            };
+            let headers = modern_headers(req.headers, "tools/list", stamped.raw().get());
+            let list_req = DownstreamRequest {
+                payload: &stamped,
+                headers: &headers,
+                deadline: Some(limit),
+            };
+            let leg = self.call_plain(admission, &list_req, &notes).await;
+            let Some(page) = leg
+                .reply
+                .resp_json
+                .as_deref()
+                .and_then(|raw| self.inner.param_headers.learn(raw.get(), cursor.is_none()))
+            else {
+                return false;
+            };
+            if page.next_cursor.is_none() || tool.as_ref().is_some_and(|t| page.names.contains(t)) {
+                return true;
+            }
+            cursor = page.next_cursor;
+        }
+        true
     }
 }
 
@@ -127,9 +228,10 @@ fn session_id(headers: &WireHeaders) -> Option<String> {
         .and_then(|(_, v)| v.first().cloned())
 }
 
-/// The command's headers for a 2026-07-28 server: no session id, no `Last-Event-ID`, the
-/// revision and the body's mirrors set (`Mcp-Name` in the base64 form when it is not
-/// plain printable ASCII).
+/// The command's headers for a 2026-07-28 server: no session id, no `Last-Event-ID`, no
+/// `Mcp-Param-*` of the caller's, the revision and the body's mirrors set (`Mcp-Name` in
+/// the base64 form when it is not plain printable ASCII). The `Mcp-Param-*` headers are
+/// added per send ([`HttpTransport::send_stamped`]).
 fn modern_headers(headers: &WireHeaders, method: &str, body: &str) -> WireHeaders {
     const DROPPED: [&str; 5] = [
         "mcp-session-id",
@@ -140,7 +242,10 @@ fn modern_headers(headers: &WireHeaders, method: &str, body: &str) -> WireHeader
     ];
     let mut out: WireHeaders = headers
         .iter()
-        .filter(|(n, _)| !DROPPED.contains(&n.to_ascii_lowercase().as_str()))
+        .filter(|(n, _)| {
+            let n = n.to_ascii_lowercase();
+            !DROPPED.contains(&n.as_str()) && !n.starts_with("mcp-param-")
+        })
         .cloned()
         .collect();
     out.push((
@@ -162,23 +267,9 @@ fn modern_headers(headers: &WireHeaders, method: &str, body: &str) -> WireHeader
             .map(str::to_owned)
     });
     if let Some(name) = named {
-        out.push(("Mcp-Name".to_owned(), vec![name_header(&name)]));
+        out.push(("Mcp-Name".to_owned(), vec![params::encode_header_value(&name)]));
     }
     out
-}
-
-/// An `Mcp-Name` value: as is when it is printable ASCII without surrounding spaces,
-/// else `=?base64?<base64 of its UTF-8>?=`.
-fn name_header(name: &str) -> String {
-    use base64::Engine as _;
-    let plain = name.bytes().all(|b| (0x20..0x7f).contains(&b)) && name.trim() == name && !name.starts_with("=?");
-    if plain {
-        return name.to_owned();
-    }
-    format!(
-        "=?base64?{}?=",
-        base64::engine::general_purpose::STANDARD.encode(name.as_bytes())
-    )
 }
 
 #[cfg(test)]
@@ -186,18 +277,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_name_that_is_not_plain_ascii_travels_in_base64() {
-        assert_eq!(name_header("echo"), "echo");
-        assert_eq!(name_header("héllo wörld"), "=?base64?aMOpbGxvIHfDtnJsZA==?=");
-        assert_eq!(name_header(" padded"), "=?base64?IHBhZGRlZA==?=");
-    }
-
-    #[test]
     fn the_caller_s_session_is_never_sent_and_the_mirrors_are_set() {
         let headers: WireHeaders = vec![
             ("Mcp-Session-Id".into(), vec!["tg1.x.e".into()]),
             ("Last-Event-ID".into(), vec!["7".into()]),
             ("Authorization".into(), vec!["Bearer t".into()]),
+            ("mcp-param-region".into(), vec!["eu".into()]),
         ];
         let out = modern_headers(&headers, "tools/call", r#"{"params":{"name":"echo"}}"#);
         let names: Vec<&str> = out.iter().map(|(n, _)| n.as_str()).collect();

@@ -158,6 +158,6 @@ impl StdioTransport {
         };
         let (relay, relayed) = mpsc::channel::<Notification>(era::RELAY_BOUND);
         let call = self.plain_call(admission, &inner, &relay);
-        era::relay(call, relayed, notes, LogFilter(forward.shape.log_level)).await
+        era::relay(call, relayed, notes, LogFilter(forward.shape.log_level), None).await
     }
 }

@@ -24,12 +24,12 @@
 //!
 //! Strict mode never parks (see `docs/strict-mode.md`, "The era bridge").
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio::sync::{mpsc, OwnedRwLockWriteGuard};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
@@ -37,7 +37,7 @@ use super::call::{reply_with_id, Outgoing, Sent};
 use super::pipe::{wait_answer, Waited};
 use super::session::{Declared, Need};
 use super::{line, rewrite, Shared};
-use crate::downstream::era::state::{Claims, Invalid};
+use crate::downstream::era::park::{self, Ask, Binding, Parked, Pending, Taken, Ticket};
 use crate::downstream::era::{self, Continuation, Gone, LogFilter, Mrtr};
 use crate::downstream::{LegFailure, Notification, NotifySink, Reply};
 use crate::strict::Admission;
@@ -99,15 +99,8 @@ impl Default for InputRequiredSettings {
 const ROUND_GATHER: Duration = Duration::from_millis(20);
 /// Notifications of a held call waiting to be handed on.
 const EVENTS_BOUND: usize = 64;
-/// Ended held calls remembered, to tell a replayed token from a lost call.
-const ENDED_CAP: usize = 256;
-
-/// The held calls of one channel: parked ones by id, and the latest ended ones.
-#[derive(Default)]
-pub(super) struct Parking {
-    parked: BTreeMap<String, Parked>,
-    ended: VecDeque<(String, Gone)>,
-}
+/// The held calls of one channel.
+pub(super) type Parking = park::Parking<Held>;
 
 /// A 2026-07-28 caller's call that may ask, as one command brings it: the stripped
 /// request, what binds it, where its notifications go, and the command's bound.
@@ -137,27 +130,19 @@ pub(super) struct Held {
     parked_at: SystemTime,
 }
 
-/// A held call waiting for its caller's retry.
-struct Parked {
-    held: Held,
-    /// The child's pending requests, by the key the caller was shown.
-    asks: BTreeMap<String, Pending>,
-}
-
-/// One pending request of the child: its JSON id as it sent it, what it needs of the
-/// caller, and the input request the caller was shown.
-struct Pending {
-    upstream: Box<str>,
-    need: Need,
-    shown: Value,
-}
-
-/// A request the child sent during a held call.
-struct Ask {
-    id: Box<str>,
-    need: Option<Need>,
-    method: String,
-    params: Value,
+impl Ticket for Held {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn seq(&self) -> u32 {
+        self.seq
+    }
+    fn generation(&self) -> u64 {
+        self.sent.child.generation
+    }
+    fn usable(&self) -> bool {
+        self.sent.child.is_usable()
+    }
 }
 
 /// How driving a held call for one command ended.
@@ -217,7 +202,7 @@ impl Shared {
             id: crate::protocol::random_hex(16),
             seq: 0,
             round: 0,
-            method: method_of(json),
+            method: park::method_of(json),
             digest: mrtr.digest.clone(),
             declared,
             request_id: admission.command().request_id.clone(),
@@ -262,20 +247,14 @@ impl Shared {
             let ended = Ok(Driven::Final(reply_with_id(raw, span, &caller_id)));
             return ended.map(|ended| self.settle(held, ended, &caller_id))?;
         }
-        let responses = match &continuation.input_responses {
-            Some(Value::Object(map)) => map.clone(),
-            _ => Map::new(),
-        };
-        let (answered, missing): (Vec<_>, Vec<_>) = asks
-            .into_iter()
-            .partition(|(key, _)| responses.get(key).is_some_and(Value::is_object));
-        for (key, pending) in &answered {
-            let line = response_line(&pending.upstream, &responses[key]);
+        let (answered, missing) = park::split_answers(asks, continuation);
+        for (pending, answer) in answered {
+            let line = line::frame(&park::answer_json(&pending.upstream, &Ok(answer)));
             self.write_with(admission, &held, line, limit).await?;
         }
         if !missing.is_empty() {
             // Answers that are missing or malformed are asked for again; the call stays held.
-            return Ok(self.park(held, missing.into_iter().collect(), &caller_id));
+            return Ok(self.park(held, missing, &caller_id));
         }
         self.run_rounds(&mut held, notes, filter, limit, &caller_id)
             .await
@@ -283,43 +262,24 @@ impl Shared {
     }
 
     /// The parked call `continuation` names, taken out (single use), or why it is gone.
-    fn take_parked(&self, json: &str, mrtr: &Mrtr, continuation: &Continuation) -> Result<Parked, Gone> {
-        let Value::String(token) = &continuation.request_state else {
-            return Err(Gone::Tampered);
+    fn take_parked(&self, json: &str, mrtr: &Mrtr, continuation: &Continuation) -> Result<Parked<Held>, Gone> {
+        let method = park::method_of(json);
+        let binding = Binding {
+            channel: &self.channel,
+            method: &method,
+            digest: &mrtr.digest,
         };
-        let claims = self.signer.verify(token, unix_ms()).map_err(|invalid| match invalid {
-            Invalid::Tampered => Gone::Tampered,
-            Invalid::Restarted => Gone::Restarted,
-            Invalid::Expired => Gone::Expired,
-        })?;
-        if claims.c != self.channel || claims.m != method_of(json) || claims.d != mrtr.digest {
-            return Err(Gone::Mismatch);
+        let claims = park::verify(&self.signer, continuation, &binding)?;
+        let taken = self.parking().take(&claims)?;
+        match taken {
+            Taken::Parked(parked) => Ok(parked),
+            Taken::Lost(parked) => {
+                self.metrics.era_parked(&self.channel, -1);
+                self.metrics.era_held_ended(&self.channel, EraHeldEnd::Lost);
+                self.held_ended(&parked.held, EraHeldEnd::Lost);
+                Err(Gone::Lost)
+            }
         }
-        let mut parking = self.parking();
-        let Some(parked) = parking.parked.get(&claims.h) else {
-            let ended = parking
-                .ended
-                .iter()
-                .find(|(id, _)| *id == claims.h)
-                .map(|(_, gone)| *gone);
-            return Err(ended.unwrap_or(Gone::Lost));
-        };
-        if parked.held.seq != claims.s {
-            return Err(Gone::Consumed);
-        }
-        if parked.held.sent.child.generation != claims.g || !parked.held.sent.child.is_usable() {
-            let parked = parking.parked.remove(&claims.h).expect("looked up above");
-            remember(&mut parking, claims.h, Gone::Lost);
-            drop(parking);
-            self.metrics.era_parked(&self.channel, -1);
-            self.metrics.era_held_ended(&self.channel, EraHeldEnd::Lost);
-            self.held_ended(&parked.held, EraHeldEnd::Lost);
-            drop(parked);
-            return Err(Gone::Lost);
-        }
-        let parked = parking.parked.remove(&claims.h).expect("looked up above");
-        remember(&mut parking, claims.h, Gone::Consumed);
-        Ok(parked)
     }
 
     /// Drives a held call for one command: its progress and log messages to `notes`,
@@ -348,7 +308,7 @@ impl Shared {
                             {
                                 askable.push(ask)
                             }
-                            need => self.answer_locally(held, &ask, need),
+                            _ => self.answer_locally(held, &ask),
                         }
                     }
                     if !askable.is_empty() {
@@ -374,23 +334,9 @@ impl Shared {
                 result
             }
             Driven::Asked(asks) => {
-                let mut pending = BTreeMap::new();
-                for ask in asks {
-                    let Some(need) = ask.need else { continue };
-                    let key = format!("ir-{}", sanitize_key(&ask.id));
-                    let shown = input_request(&ask);
-                    pending.insert(
-                        key,
-                        Pending {
-                            upstream: ask.id,
-                            need,
-                            shown,
-                        },
-                    );
-                }
                 let mut held = held;
                 held.round += 1;
-                Ok(self.park(held, pending, caller_id))
+                Ok(self.park(held, Pending::of_round(asks), caller_id))
             }
         }
     }
@@ -400,20 +346,15 @@ impl Shared {
         let requests: Map<String, Value> = asks.iter().map(|(k, p)| (k.clone(), p.shown.clone())).collect();
         held.seq += 1;
         let expires = Instant::now() + self.settings.input_required.park_timeout;
-        let token = self.signer.issue(Claims {
-            v: 0,
-            e: String::new(),
-            h: held.id.clone(),
-            s: held.seq,
-            c: self.channel.clone(),
-            g: held.sent.child.generation,
-            m: held.method.clone(),
-            d: held.digest.clone(),
-            r: held.round,
-            x: unix_ms() + u64::try_from(self.settings.input_required.park_timeout.as_millis()).unwrap_or(u64::MAX),
-        });
+        let binding = Binding {
+            channel: &self.channel,
+            method: &held.method,
+            digest: &held.digest,
+        };
+        let park_ms = u64::try_from(self.settings.input_required.park_timeout.as_millis()).unwrap_or(u64::MAX);
+        let token = park::token(&self.signer, &held, &binding, held.round, park_ms);
         let (id, seq) = (held.id.clone(), held.seq);
-        self.parking().parked.insert(id.clone(), Parked { held, asks });
+        self.parking().park(Parked { held, asks });
         self.metrics.era_parked(&self.channel, 1);
         self.metrics.era_round(&self.channel);
         tracing::info!(channel = %self.channel, round = seq, "a held call's server asked for input: answered input_required, the call is parked for the caller's retry");
@@ -431,17 +372,7 @@ impl Shared {
     /// dismissal (an elicitation `cancel`, an error for the others) and the call is driven
     /// to its end with nobody to tell; the outcome is logged and counted.
     async fn expire(self: &Arc<Self>, id: &str, seq: u32) {
-        let parked = {
-            let mut parking = self.parking();
-            match parking.parked.get(id) {
-                Some(p) if p.held.seq == seq => {
-                    let parked = parking.parked.remove(id);
-                    remember(&mut parking, id.to_owned(), Gone::Expired);
-                    parked
-                }
-                _ => None,
-            }
-        };
+        let parked = self.parking().expire(id, seq);
         let Some(Parked { mut held, asks }) = parked else {
             return;
         };
@@ -457,7 +388,10 @@ impl Shared {
                 Driven::Final(_) => break,
                 Driven::Asked(asks) => {
                     for ask in asks {
-                        self.answer_locally(&held, &ask, None);
+                        match ask.need {
+                            Some(need) => self.dismiss(&held, &ask.id, need),
+                            None => self.answer_locally(&held, &ask),
+                        }
                     }
                 }
             }
@@ -482,35 +416,14 @@ impl Shared {
 
     /// The gateway's answer to a child's request no caller will answer: `ping` gets `{}`,
     /// anything else an error naming why.
-    fn answer_locally(self: &Arc<Self>, held: &Held, ask: &Ask, need: Option<Need>) {
-        let result = match (ask.method.as_str(), need) {
-            ("ping", _) => Ok(json!({})),
-            (_, Some(need)) if !held.declared.allows(need) => Err(format!(
-                "the caller of this call did not declare the {} capability; the request cannot be answered",
-                need.capability()
-            )),
-            (_, Some(_)) => {
-                Err("the call reached the gateway's limit of input rounds; the request is refused".to_owned())
-            }
-            (method, None) => Err(format!("{method} is not answered through the era bridge")),
-        };
-        let line = match result {
-            Ok(result) => response_line(&ask.id, &result),
-            Err(message) => error_line(&ask.id, &message),
-        };
+    fn answer_locally(self: &Arc<Self>, held: &Held, ask: &Ask) {
+        let line = line::frame(&park::answer_json(&ask.id, &ask.local_answer(held.declared)));
         self.write_unadmitted(&held.sent.child, line);
     }
 
-    /// A pending request of an expired park: an elicitation is cancelled, anything else
-    /// refused.
+    /// A pending request of an expired park, answered as a person dismisses it.
     fn dismiss(self: &Arc<Self>, held: &Held, upstream: &str, need: Need) {
-        let line = match need {
-            Need::Elicitation => response_line(upstream, &json!({"action": "cancel"})),
-            Need::Sampling | Need::Roots => error_line(
-                upstream,
-                "the caller did not continue the call in time; the request is refused",
-            ),
-        };
+        let line = line::frame(&park::answer_json(upstream, &park::dismissal(need)));
         self.write_unadmitted(&held.sent.child, line);
     }
 
@@ -548,7 +461,7 @@ async fn drive(held: &mut Held, notes: &NotifySink, filter: LogFilter, limit: In
             }
             // cancel-safe: a message taken is handled in the arm.
             Some(note) = held.events.recv() => {
-                let Some(first) = ask_of(&note) else {
+                let Some(first) = Ask::of(&note) else {
                     if filter.admits(&note) {
                         let _ = notes.send(note).await;
                     }
@@ -557,7 +470,7 @@ async fn drive(held: &mut Held, notes: &NotifySink, filter: LogFilter, limit: In
                 let mut asks = vec![first];
                 let gather = Instant::now() + ROUND_GATHER;
                 while let Ok(Some(note)) = timeout_at(gather, held.events.recv()).await {
-                    match ask_of(&note) {
+                    match Ask::of(&note) {
                         Some(ask) => asks.push(ask),
                         None if filter.admits(&note) => { let _ = notes.send(note).await; }
                         None => {}
@@ -567,82 +480,4 @@ async fn drive(held: &mut Held, notes: &NotifySink, filter: LogFilter, limit: In
             }
         }
     }
-}
-
-/// A child's request (an id and a method), if `note` is one.
-fn ask_of(note: &Notification) -> Option<Ask> {
-    let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(note.resp_json.get()) else {
-        return None;
-    };
-    let id = message.get("id").filter(|id| !id.is_null())?.to_string();
-    let Some(Value::String(method)) = message.remove("method") else {
-        return None;
-    };
-    Some(Ask {
-        id: id.into(),
-        need: Need::of_method(&method),
-        params: message.remove("params").unwrap_or(Value::Null),
-        method,
-    })
-}
-
-/// A child's request as a 2026-07-28 input request: `{method, params}`; a url-mode
-/// elicitation's `elicitationId` (which 2026-07-28 has not) is left out.
-fn input_request(ask: &Ask) -> Value {
-    let mut params = ask.params.clone();
-    if let Value::Object(p) = &mut params {
-        p.remove("elicitationId");
-        p.remove("_meta");
-    }
-    let mut request = json!({"method": ask.method});
-    if !params.is_null() {
-        request["params"] = params;
-    }
-    request
-}
-
-/// An input request key from a child's JSON id: letters, digits, `-` and `_` kept.
-fn sanitize_key(id: &str) -> String {
-    id.chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
-        .collect()
-}
-
-/// `{"jsonrpc":"2.0","id":ID,"result":RESULT}` as one line.
-fn response_line(id: &str, result: &Value) -> Vec<u8> {
-    line::frame(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#))
-}
-
-/// A JSON-RPC error answer (`-32603`) as one line.
-fn error_line(id: &str, message: &str) -> Vec<u8> {
-    let error = json!({"code": -32603, "message": message});
-    line::frame(&format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#))
-}
-
-/// The method of a request's JSON (`tools/call`, ...).
-fn method_of(json: &str) -> String {
-    #[derive(serde::Deserialize)]
-    struct Probe {
-        method: Option<String>,
-    }
-    serde_json::from_str::<Probe>(json)
-        .ok()
-        .and_then(|p| p.method)
-        .unwrap_or_default()
-}
-
-/// Remembers how a held call ended, for the words of a later refusal.
-fn remember(parking: &mut Parking, id: String, gone: Gone) {
-    if parking.ended.len() == ENDED_CAP {
-        parking.ended.pop_front();
-    }
-    parking.ended.push_back((id, gone));
-}
-
-/// Now, in Unix milliseconds (token expiry is wall-clock: a token may outlive a clock's
-/// monotonic origin only within one process, and the key dies with it).
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

@@ -14,7 +14,6 @@
 //! - a listen ends at its command's bound, or when its child ends: a normal end,
 //!   counted `answered` (`subscription_ended`), never ambiguous.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -24,27 +23,13 @@ use tokio::time::{sleep_until, Instant};
 use super::child::Child;
 use super::session::Session;
 use super::{Shared, StdioTransport};
-use crate::downstream::era::listen::{self, Wants};
+use crate::downstream::era::listen::{self, Listeners, Wants};
 use crate::downstream::{DownstreamRequest, LegFailure, LegResult, Notification, NotifySink};
 use crate::protocol::RespType;
 use crate::strict::Admission;
 
 /// Events one listener may have waiting before it misses some.
 const LISTENER_BOUND: usize = 64;
-
-/// The listeners of one channel and the URIs subscribed for them.
-#[derive(Default)]
-pub(super) struct Listeners {
-    next: u64,
-    by_key: HashMap<u64, Listener>,
-    subscribed: HashMap<String, usize>,
-}
-
-struct Listener {
-    listen_id: String,
-    wants: Wants,
-    events: mpsc::Sender<Notification>,
-}
 
 impl StdioTransport {
     /// A 2026-07-28 caller's `subscriptions/listen`, carried onto the child's
@@ -100,70 +85,37 @@ impl Shared {
     }
 
     fn add_listener(&self, listen_id: &str, wants: Wants, events: mpsc::Sender<Notification>) -> u64 {
-        let mut listeners = self.listeners();
-        listeners.next += 1;
-        let key = listeners.next;
-        listeners.by_key.insert(
-            key,
-            Listener {
-                listen_id: listen_id.to_owned(),
-                wants,
-                events,
-            },
-        );
-        key
+        self.listeners().add(listen_id, wants, events)
     }
 
     fn remove_listener(&self, key: u64) {
-        self.listeners().by_key.remove(&key);
+        self.listeners().remove(key);
     }
 
     /// Hands a child's notification to every listener that wants it (never waits: a
     /// full listener misses it). Called by the child's output reader.
     pub(super) fn relay_to_listeners(&self, json: &str) {
-        if !listen::may_concern_listeners(json) {
-            return;
-        }
-        let listeners = self.listeners();
-        for listener in listeners.by_key.values() {
-            if let Some(event) = listen::event(json, &listener.listen_id, &listener.wants) {
-                if listener.events.try_send(event).is_err() {
-                    tracing::debug!(channel = %self.channel, "a listener's queue is full: an event was missed");
-                }
-            }
+        if self.listeners().relay(json) > 0 {
+            tracing::debug!(channel = %self.channel, "a listener's queue is full: an event was missed");
         }
     }
 
     /// Subscribes `uri` on the child for one more listener: `resources/subscribe` when it
     /// is the first; whether the child accepted it.
     async fn subscribe(self: &Arc<Self>, admission: &Admission, uri: &str, limit: Instant) -> bool {
-        if let Some(count) = self.listeners().subscribed.get_mut(uri) {
-            *count += 1;
+        if self.listeners().join(uri) {
             return true;
         }
         if !self.own_request_for(admission, "resources/subscribe", uri, limit).await {
             return false;
         }
-        *self.listeners().subscribed.entry(uri.to_owned()).or_insert(0) += 1;
+        self.listeners().subscribed(uri);
         true
     }
 
     /// One listener less for `uri`: `resources/unsubscribe` when it was the last.
     async fn unsubscribe(self: &Arc<Self>, admission: &Admission, uri: &str, limit: Instant) {
-        let last = {
-            let mut listeners = self.listeners();
-            match listeners.subscribed.get_mut(uri) {
-                Some(count) if *count > 1 => {
-                    *count -= 1;
-                    false
-                }
-                Some(_) => {
-                    listeners.subscribed.remove(uri);
-                    true
-                }
-                None => false,
-            }
-        };
+        let last = self.listeners().leave(uri);
         if last {
             let _ = self
                 .own_request_for(admission, "resources/unsubscribe", uri, limit)

@@ -163,7 +163,7 @@ struct Shared {
     /// Told of each held call that ends with no caller told (the delivery receipts).
     held_observer: std::sync::OnceLock<held::HeldObserver>,
     /// 2026-07-28 callers' listen streams, and the URIs subscribed on the child for them.
-    listeners: Mutex<listen::Listeners>,
+    listeners: Mutex<crate::downstream::era::listen::Listeners>,
 }
 
 #[derive(Default)]
@@ -243,7 +243,7 @@ impl StdioTransport {
                 signer: era::state::Signer::random(),
                 up_waiters: era::ask::Waiters::default(),
                 held_observer: std::sync::OnceLock::new(),
-                listeners: Mutex::new(listen::Listeners::default()),
+                listeners: Mutex::default(),
             }),
         }
     }

@@ -98,6 +98,13 @@ impl StdioFamilies {
             for result in all::<SessionResult>() {
                 self.stdio_sessions.with_label_values(&[ch, result]);
             }
+        }
+        self.era_series_at_zero(stdio_channels);
+    }
+
+    /// The era bridge's series of each channel (stdio or HTTP), at zero.
+    pub(super) fn era_series_at_zero(&self, channels: &[String]) {
+        for ch in channels {
             for handling in all::<EraHandling>() {
                 self.era_requests.with_label_values(&[ch, handling]);
             }
@@ -114,6 +121,12 @@ impl StdioFamilies {
 }
 
 impl Metrics {
+    /// The era bridge's series of the HTTP channels `channels`, at zero (a stdio
+    /// channel's are created with the rest of its series).
+    pub fn era_channels_at_zero(&self, channels: &[String]) {
+        self.stdio.era_series_at_zero(channels);
+    }
+
     pub fn stdio_up(&self, channel: &str, up: bool) {
         self.stdio.stdio_up.with_label_values(&[channel]).set(i64::from(up));
     }

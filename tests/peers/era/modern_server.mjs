@@ -30,6 +30,11 @@
 //                   answers the sampled text
 //   roots()         multi-round-trip: inputRequests {"roots": roots/list}; answers the root
 //                   URIs joined by newlines
+//   route(region, label, priority?)  region and priority are `x-mcp-header` arguments
+//                   (headers Mcp-Param-Region, Mcp-Param-Priority; the SDK refuses a call
+//                   whose headers are missing or disagree with the body: HTTP 400, -32020,
+//                   before the handler runs); appends `route <label>`; answers
+//                   "route <region> <priority> #<n>"
 //   chatty()        log messages at debug, info, warning ("debug line", "info line",
 //                   "warning line"; delivered only to a request whose envelope carries
 //                   io.modelcontextprotocol/logLevel, at or above it), then "logged"
@@ -163,6 +168,23 @@ function build() {
       if (answer.kind === 'roots') return text(answer.roots.map((r) => r.uri).join('\n'));
       return inputRequired({ inputRequests: { roots: inputRequired.listRoots() } });
     },
+  );
+
+  server.registerTool(
+    'route',
+    {
+      description: 'Routed by its region (an x-mcp-header argument): appends label to the effects file',
+      inputSchema: fromJsonSchema({
+        type: 'object',
+        properties: {
+          region: { type: 'string', 'x-mcp-header': 'Region' },
+          priority: { type: 'integer', 'x-mcp-header': 'Priority' },
+          label: { type: 'string' },
+        },
+        required: ['region', 'label'],
+      }),
+    },
+    async ({ region, priority, label }) => text(`route ${region} ${priority} #${appendEffect(`route ${label}`)}`),
   );
 
   server.registerTool(
