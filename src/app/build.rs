@@ -18,7 +18,7 @@ use super::labels::GatewayLabels;
 use super::stop::StopSignals;
 use super::GatewayError;
 use crate::config::{AmbiguityPolicy, ChannelConfig, Config, SessionOwner, StdioSession};
-use crate::control::{random_hex, ControlClient, ControlSettings};
+use crate::control::{random_hex, ControlClient, ControlSettings, ServerInfoSource};
 use crate::coord::Coordinator;
 use crate::dispatch::{Dispatcher, Policy, Propagation, Stops, Wiring, WriteAhead};
 use crate::downstream::{
@@ -393,21 +393,55 @@ pub(crate) fn harpoon_settings(config: &Config) -> HarpoonSettings {
     }
 }
 
-/// `X-Tunnel-MCP-Server-Info` while channel `harpoon` is routable: the configured
-/// channels and `{"name":"harpoon","proc_affinity":true}`, as upstream declares it.
-/// `None` when the poll filter leaves `harpoon` out (the control plane never hands
-/// this replica its commands).
-pub(crate) fn harpoon_server_info(config: &Config) -> Option<String> {
+/// `X-Tunnel-MCP-Server-Info` as it changes while the gateway runs: each configured
+/// channel (stdio channels process-affine; an HTTP channel while its era bridge keeps a
+/// caller's state in this process), and channel `harpoon`, process-affine, while it has a
+/// target, as upstream declares it (never when the poll filter leaves `harpoon` out: the
+/// control plane never hands this replica its commands). `None` when nothing can change.
+pub(crate) fn server_info_source(config: &Config, channels: &Channels) -> Option<ServerInfoSource> {
+    let declared = declared_channels(config);
     let filter = &config.control_plane.poll_channels;
-    if !filter.is_empty() && !filter.iter().any(|c| c.as_str() == HARPOON_CHANNEL) {
+    let harpoon = channels
+        .harpoon()
+        .filter(|_| filter.is_empty() || filter.iter().any(|c| c.as_str() == HARPOON_CHANNEL))
+        .map(HarpoonTransport::routable_flag);
+    // Flag `i` of the source: the HTTP channels' affinity, in `declared` order, then harpoon's.
+    let mut flags = Vec::new();
+    let mut affinity_bit = Vec::new();
+    for channel in &declared {
+        match channels.get(&channel.name) {
+            Some(Transport::Http(http)) if flags.len() < 63 => {
+                affinity_bit.push(Some(flags.len()));
+                flags.push(http.affinity_flag());
+            }
+            _ => affinity_bit.push(None),
+        }
+    }
+    let harpoon_bit = harpoon.map(|flag| {
+        flags.push(flag);
+        flags.len() - 1
+    });
+    if flags.is_empty() {
         return None;
     }
-    let mut declared = declared_channels(config);
-    declared.push(ServerInfoChannel {
-        name: HARPOON_CHANNEL.to_owned(),
-        proc_affinity: true,
-    });
-    server_info_header(&declared)
+    Some(ServerInfoSource::new(flags, move |state| {
+        let set = |bit: usize| state & (1 << bit) != 0;
+        let mut now: Vec<ServerInfoChannel> = declared
+            .iter()
+            .zip(&affinity_bit)
+            .map(|(channel, bit)| ServerInfoChannel {
+                name: channel.name.clone(),
+                proc_affinity: channel.proc_affinity || bit.is_some_and(set),
+            })
+            .collect();
+        if harpoon_bit.is_some_and(set) {
+            now.push(ServerInfoChannel {
+                name: HARPOON_CHANNEL.to_owned(),
+                proc_affinity: true,
+            });
+        }
+        server_info_header(&now)
+    }))
 }
 
 fn declared_channels(config: &Config) -> Vec<ServerInfoChannel> {

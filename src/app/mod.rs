@@ -191,8 +191,8 @@ impl Gateway {
         }
         let parts = Parts::observed(&config).with_channels(&config)?;
         let mut control = build_control(&config, &parts.metrics, &parts.instance_id)?;
-        if let (Some(harpoon), Some(info)) = (parts.channels.harpoon(), build::harpoon_server_info(&config)) {
-            control = control.with_harpoon(&info, harpoon.routable_flag());
+        if let Some(source) = build::server_info_source(&config, &parts.channels) {
+            control = control.with_declaration(source);
         }
         let mut parts = parts.coordinated(&config, &control)?;
         let ops = parts.bind_ops(&config).await?;

@@ -12,10 +12,13 @@
 //! to the control plane's own origin); the API key is sent as a sensitive header value
 //! and never logged; a failed TLS handshake is named in words, never with the URL.
 
+mod declared;
 mod delivery;
 mod poll;
 mod tunnel;
 mod urls;
+
+pub(crate) use self::declared::ServerInfoSource;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -81,9 +84,9 @@ pub(crate) struct ControlClient {
     /// Parsed once: a response POST is sent per command.
     response_uri: http::Uri,
     headers: HeaderMap,
-    /// The headers while channel `harpoon` is routable (its server-info names it too),
-    /// and the flag the channel keeps.
-    harpoon: Option<(HeaderMap, Arc<std::sync::atomic::AtomicBool>)>,
+    /// `X-Tunnel-MCP-Server-Info` as it stands at each request, over the one in
+    /// `headers` (which is what the configuration alone declares).
+    declared: Option<Arc<ServerInfoSource>>,
     settings: Arc<ControlSettings>,
     metrics: Arc<Metrics>,
 }
@@ -156,7 +159,7 @@ impl ControlClient {
             tunnel_uri,
             response_uri,
             headers,
-            harpoon: None,
+            declared: None,
             settings: Arc::new(settings),
             metrics,
         })
@@ -174,24 +177,24 @@ impl ControlClient {
         self
     }
 
-    /// While `routable` is set, every request declares `server_info` (which names channel
-    /// `harpoon`) in `X-Tunnel-MCP-Server-Info` instead of the configured channels alone,
-    /// as upstream recomputes the header per request. Call it after [`Self::with_headers`].
-    pub(crate) fn with_harpoon(mut self, server_info: &str, routable: Arc<std::sync::atomic::AtomicBool>) -> Self {
-        let mut headers = self.headers.clone();
-        if let Ok(info) = HeaderValue::from_str(server_info) {
-            headers.insert(HeaderName::from_static("x-tunnel-mcp-server-info"), info);
-        }
-        self.harpoon = Some((headers, routable));
+    /// Every request declares what `source` renders when it is sent (see
+    /// [`ServerInfoSource`]). Call it after [`Self::with_headers`].
+    pub(crate) fn with_declaration(mut self, source: ServerInfoSource) -> Self {
+        self.declared = Some(Arc::new(source));
         self
     }
 
     /// The headers of a request sent now.
-    fn request_headers(&self) -> &HeaderMap {
-        match &self.harpoon {
-            Some((headers, routable)) if routable.load(std::sync::atomic::Ordering::Acquire) => headers,
-            _ => &self.headers,
+    fn request_headers(&self) -> HeaderMap {
+        let mut headers = self.headers.clone();
+        if let Some(declared) = &self.declared {
+            let name = HeaderName::from_static("x-tunnel-mcp-server-info");
+            match declared.header() {
+                Some(value) => headers.insert(name, value),
+                None => headers.remove(name),
+            };
         }
+        headers
     }
 
     /// Every poll names `channels` (`control_plane.poll_channels`, the official client's

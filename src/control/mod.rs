@@ -26,6 +26,6 @@ pub(crate) use attempt::{AttemptResult, Delivery, PostKind, Refused};
 pub(crate) use client::PollWait;
 pub(crate) use client::{
     random_hex, BuildError, ControlClient, ControlSettings, DeliveryReport, LookupError, PollError, PollErrorKind,
-    Polled,
+    Polled, ServerInfoSource,
 };
 pub(crate) use poller::{PollSink, Poller};

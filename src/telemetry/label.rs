@@ -382,7 +382,8 @@ mod tests {
                 "stdio_stderr",
                 "ops_listener",
                 "warmup",
-                "coordinator"
+                "coordinator",
+                "era_http"
             ]
         );
     }

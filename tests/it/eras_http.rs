@@ -23,6 +23,15 @@ use crate::stdio_sessions::file;
 const EXIT: Duration = Duration::from_secs(20);
 const MODERN: &str = "2026-07-28";
 
+/// The `X-Tunnel-MCP-Server-Info` of the gateway's poll number `at`.
+fn server_info(rig: &Rig, at: usize) -> String {
+    let record = rig.sim.record();
+    record.polls[at]
+        .header("x-tunnel-mcp-server-info")
+        .expect("the poll declares its channels")
+        .to_owned()
+}
+
 /// Asserts each of `lines` is on the gateway's `/metrics`.
 async fn assert_metrics(rig: &Rig, lines: &[&str]) {
     let metrics = rig.metrics().await;
@@ -57,6 +66,14 @@ async fn an_elicitation_mid_call_over_http_completes_for_a_pinned_caller_and_the
         ["ask-start", "ask-end"],
         "the tool ran once: {out}"
     );
+    // The bridge's session and held calls live in this process: the channel is declared
+    // process-affine from the moment it opened them, so a retry is routed back here.
+    assert_eq!(server_info(&rig, 0), r#"{"version":1,"channels":[{"name":"main"}]}"#);
+    let affine = r#"{"version":1,"channels":[{"name":"main","proc_affinity":true}]}"#;
+    rig.wait("a poll that declares the affinity", |r| {
+        r.polls.last().and_then(|p| p.header("x-tunnel-mcp-server-info")) == Some(affine)
+    })
+    .await;
     assert_metrics(
         &rig,
         &[
@@ -224,6 +241,12 @@ async fn over_http_strict_mode_never_parks_the_tool_runs_once_and_nothing_latche
     assert_eq!(effect_lines(&effects), ["ask-start"], "the retry ran nothing");
     let status = rig.status().await;
     assert_eq!(status["fatal"], Value::Null, "no latch: {status}");
+    let last = rig.sim.record().polls.len() - 1;
+    assert_eq!(
+        server_info(&rig, last),
+        r#"{"version":1,"channels":[{"name":"main"}]}"#,
+        "nothing is held in this process: no affinity"
+    );
     stop(gw).await;
 }
 

@@ -125,7 +125,7 @@ impl ControlClient {
 
     /// The headers of every attempt of one delivery: identical bytes each time.
     fn post_headers(&self, shard_token: &ShardToken) -> HeaderMap {
-        let mut headers = self.request_headers().clone();
+        let mut headers = self.request_headers();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Ok(mut v) = HeaderValue::from_str(shard_token.expose()) {
             v.set_sensitive(true);

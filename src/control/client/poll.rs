@@ -126,7 +126,7 @@ impl ControlClient {
         let deadline = Instant::now() + wait + POLL_SLACK;
         let request = self
             .client
-            .send(Method::GET, target, self.request_headers().clone(), bytes::Bytes::new());
+            .send(Method::GET, target, self.request_headers(), bytes::Bytes::new());
         let response = match tokio::time::timeout_at(deadline, request).await {
             Err(_) => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
             Ok(Err(e)) => return Err(PollError::new(poll_send_error_kind(&e), None, None)),

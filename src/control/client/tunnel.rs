@@ -32,7 +32,7 @@ impl ControlClient {
         let request = self.client.send(
             Method::GET,
             &self.tunnel_uri,
-            self.request_headers().clone(),
+            self.request_headers(),
             bytes::Bytes::new(),
         );
         match tokio::time::timeout(timeout, request).await {

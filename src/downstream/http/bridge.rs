@@ -183,6 +183,9 @@ impl HttpTransport {
         }
         let session = Arc::new(self.open_session(admission, deadline).await?);
         *super::lock(&self.inner.verdict) = Verdict::Legacy(Some(session.clone()));
+        if self.inner.holding.parks() {
+            self.set_affine(true);
+        }
         self.open_standalone(&session);
         Ok(Some(session))
     }
@@ -215,7 +218,12 @@ impl HttpTransport {
                 found
             }
         };
-        (!era::up::speaks_handshake(&found)).then_some(found)
+        let only = !era::up::speaks_handshake(&found);
+        if only {
+            // Handshake-era callers are bridged: their answers come back to this process.
+            self.set_affine(true);
+        }
+        only.then_some(found)
     }
 
     /// A handshake-era caller's `initialize` was refused as a 2026-07-28-only server
@@ -410,6 +418,7 @@ impl HttpTransport {
         session.lost.cancel();
         if matches!(&*verdict, Verdict::Legacy(Some(current)) if Arc::ptr_eq(current, session)) {
             *verdict = Verdict::Unknown;
+            self.set_affine(false);
             tracing::warn!(channel = %self.inner.channel, "the MCP server no longer knows the gateway's session: the next 2026-07-28 request opens a new one");
         }
     }

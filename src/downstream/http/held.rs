@@ -92,6 +92,11 @@ pub(super) struct Holding {
     observer: OnceLock<EraObserver>,
     /// The 2026-07-28 callers' `subscriptions/listen` streams ([`super::listen`]).
     pub(super) listeners: Mutex<Listeners>,
+    /// Set while the bridge keeps what a caller's later command must find in this
+    /// process: the owned session its calls are held in (parking on), or the waiters of
+    /// handshake-era callers of a 2026-07-28-only server. Declared as the channel's
+    /// `proc_affinity` in `X-Tunnel-MCP-Server-Info`.
+    pub(super) affine: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for Holding {
@@ -118,6 +123,7 @@ impl Holding {
             fence: Fence::new(false, OWN_ADMISSIONS),
             observer: OnceLock::new(),
             listeners: Mutex::default(),
+            affine: Arc::default(),
         }
     }
 
@@ -201,6 +207,24 @@ pub(super) struct HeldRequest<'a> {
 }
 
 impl HttpTransport {
+    /// The flag that says the era bridge keeps a caller's state in this process (see
+    /// [`Holding`]): the control client declares the channel process-affine while it is set.
+    pub fn affinity_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.inner.holding.affine.clone()
+    }
+
+    /// Sets or clears the channel's affinity (a change is logged once).
+    pub(super) fn set_affine(&self, affine: bool) {
+        let was = self
+            .inner
+            .holding
+            .affine
+            .swap(affine, std::sync::atomic::Ordering::AcqRel);
+        if was != affine {
+            tracing::info!(channel = %self.inner.channel, affine, "the era bridge keeps state in this process: the channel's proc_affinity in X-Tunnel-MCP-Server-Info follows");
+        }
+    }
+
     /// Sets where the era bridge tells what it did (once; later calls are ignored).
     pub fn observe_era(&self, observer: EraObserver) {
         let _ = self.inner.holding.observer.set(observer);
