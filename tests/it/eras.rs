@@ -1253,6 +1253,70 @@ async fn era_auto_never_probes_a_stdio_child_with_a_request_that_kills_an_old_py
     stop(gw).await;
 }
 
+/// A `subscriptions/listen` for the tools' list changes and `demo://watched`, bounded
+/// at 5 s; its request id.
+pub(crate) fn enqueue_listen(rig: &Rig) -> String {
+    let mut params = json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["demo://watched"]}});
+    params["_meta"] = envelope(None);
+    rig.sim.enqueue(
+        tunnelgate::internals::sim::NewCommand::jsonrpc(
+            json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": params}),
+        )
+        .header("Accept", "application/json, text/event-stream")
+        .response_timeout("5s"),
+    )
+}
+
+/// The events of listen stream `stream` (its `jsonrpc_notify` messages), in order.
+fn listen_events(r: &tunnelgate::internals::sim::Record, stream: &str) -> Vec<Value> {
+    r.responses_for(stream)
+        .filter(|p| p.resp_type.as_deref() == Some("jsonrpc_notify"))
+        .filter_map(|p| p.json.clone())
+        .map(|j| j["resp_json"].clone())
+        .collect()
+}
+
+/// server-everything's listen stream: acknowledged with `demo://watched` subscribed, then
+/// (once another caller turns the server's updates on) that resource's update, each
+/// stamped with the listen request's id.
+pub(crate) async fn assert_listen_carries_an_update(rig: &Rig, stream: &str) {
+    let record = rig
+        .wait("the acknowledgement", |r| !listen_events(r, stream).is_empty())
+        .await;
+    let ack = &listen_events(&record, stream)[0];
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!(["demo://watched"]),
+        "the server accepted the gateway's resources/subscribe: {ack}"
+    );
+    assert_eq!(ack["params"]["notifications"]["toolsListChanged"], true, "{ack}");
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "listen-1"
+    );
+    // Another caller turns on the server's updates for subscribed resources.
+    let toggle = modern(
+        2,
+        "tools/call",
+        json!({"name": "toggle-subscriber-updates", "arguments": {}}),
+    );
+    let (status, _, _) = post(rig, &toggle, &[]).await;
+    assert_eq!(status, 200);
+    let record = rig
+        .wait("an update on the listen stream", |r| {
+            listen_events(r, stream).len() >= 2
+        })
+        .await;
+    let update = &listen_events(&record, stream)[1];
+    assert_eq!(update["method"], "notifications/resources/updated", "{update}");
+    assert_eq!(update["params"]["uri"], "demo://watched", "{update}");
+    assert_eq!(
+        update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "listen-1"
+    );
+}
+
 #[tokio::test]
 async fn a_modern_listen_stream_gets_the_legacy_server_s_resource_updates_and_its_subscription_is_ended() {
     let rig = Rig::start("").await;
@@ -1269,53 +1333,8 @@ async fn a_modern_listen_stream_gets_the_legacy_server_s_resource_updates_and_it
         discover["result"]["capabilities"]["resources"]["subscribe"], true,
         "advertised in default mode: {discover}"
     );
-    let mut params = json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["demo://watched"]}});
-    params["_meta"] = envelope(None);
-    let stream = rig.sim.enqueue(
-        tunnelgate::internals::sim::NewCommand::jsonrpc(
-            json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": params}),
-        )
-        .header("Accept", "application/json, text/event-stream")
-        .response_timeout("5s"),
-    );
-    let events = |r: &tunnelgate::internals::sim::Record| -> Vec<Value> {
-        r.responses_for(&stream)
-            .filter(|p| p.resp_type.as_deref() == Some("jsonrpc_notify"))
-            .filter_map(|p| p.json.clone())
-            .map(|j| j["resp_json"].clone())
-            .collect()
-    };
-    let record = rig.wait("the acknowledgement", |r| !events(r).is_empty()).await;
-    let ack = &events(&record)[0];
-    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
-    assert_eq!(
-        ack["params"]["notifications"]["resourceSubscriptions"],
-        json!(["demo://watched"]),
-        "{ack}"
-    );
-    assert_eq!(ack["params"]["notifications"]["toolsListChanged"], true, "{ack}");
-    assert_eq!(
-        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
-        "listen-1"
-    );
-    // Another caller turns on the server's updates for subscribed resources.
-    let toggle = modern(
-        2,
-        "tools/call",
-        json!({"name": "toggle-subscriber-updates", "arguments": {}}),
-    );
-    let (status, _, _) = post(&rig, &toggle, &[]).await;
-    assert_eq!(status, 200);
-    let record = rig
-        .wait("an update on the listen stream", |r| events(r).len() >= 2)
-        .await;
-    let update = &events(&record)[1];
-    assert_eq!(update["method"], "notifications/resources/updated", "{update}");
-    assert_eq!(update["params"]["uri"], "demo://watched", "{update}");
-    assert_eq!(
-        update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
-        "listen-1"
-    );
+    let stream = enqueue_listen(&rig);
+    assert_listen_carries_an_update(&rig, &stream).await;
     // At the bound the stream ends, and the gateway unsubscribes the URI it subscribed.
     wait_until("the listen to end", Duration::from_secs(15), || async {
         gw.stderr().contains("subscription stream ended")

@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::eras::{
-    accept, ask, assert_refused, effect_lines, envelope, legacy_py_http, legacy_py_http_with, modern, modern_client,
-    parked_ask, post, stop,
+    accept, ask, assert_listen_carries_an_update, assert_refused, effect_lines, enqueue_listen, legacy_py_http,
+    legacy_py_http_with, modern, modern_client, parked_ask, post, stop,
 };
 use crate::harness::{wait_for, wait_until, Gateway, Rig, RigOptions};
 use crate::stdio_sessions::file;
@@ -286,49 +286,10 @@ async fn a_modern_listen_stream_gets_an_http_server_s_resource_updates_from_its_
         discover["result"]["capabilities"]["resources"]["subscribe"], true,
         "advertised in default mode: {discover}"
     );
-    let mut params = json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["demo://watched"]}});
-    params["_meta"] = envelope(None);
-    let stream = rig.sim.enqueue(
-        tunnelgate::internals::sim::NewCommand::jsonrpc(
-            json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": params}),
-        )
-        .header("Accept", "application/json, text/event-stream")
-        .response_timeout("5s"),
-    );
-    let events = |r: &tunnelgate::internals::sim::Record| -> Vec<Value> {
-        r.responses_for(&stream)
-            .filter(|p| p.resp_type.as_deref() == Some("jsonrpc_notify"))
-            .filter_map(|p| p.json.clone())
-            .map(|j| j["resp_json"].clone())
-            .collect()
-    };
-    let record = rig.wait("the acknowledgement", |r| !events(r).is_empty()).await;
-    let ack = &events(&record)[0];
-    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
-    assert_eq!(
-        ack["params"]["notifications"]["resourceSubscriptions"],
-        json!(["demo://watched"]),
-        "the server accepted the gateway's resources/subscribe: {ack}"
-    );
-    // Another caller turns on the server's updates; the server sends them on the
-    // session's standalone stream, which names no request.
-    let toggle = modern(
-        2,
-        "tools/call",
-        json!({"name": "toggle-subscriber-updates", "arguments": {}}),
-    );
-    let (status, _, _) = post(&rig, &toggle, &[]).await;
-    assert_eq!(status, 200);
-    let record = rig
-        .wait("an update on the listen stream", |r| events(r).len() >= 2)
-        .await;
-    let update = &events(&record)[1];
-    assert_eq!(update["method"], "notifications/resources/updated", "{update}");
-    assert_eq!(update["params"]["uri"], "demo://watched", "{update}");
-    assert_eq!(
-        update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
-        "listen-1"
-    );
+    // The server sends its updates on the session's standalone stream, which names no
+    // request.
+    let stream = enqueue_listen(&rig);
+    assert_listen_carries_an_update(&rig, &stream).await;
     wait_until("the listen to end", Duration::from_secs(15), || async {
         gw.stderr().contains("subscription stream ended")
     })

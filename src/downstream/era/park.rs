@@ -8,14 +8,94 @@
 //! continued is decided here, once.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 use super::state::{Claims, Invalid, Signer};
-use super::{Continuation, Gone};
+use super::{Continuation, Gone, Mrtr};
 use crate::downstream::caller::{Declared, Need};
 use crate::downstream::Notification;
+use crate::strict::CommandRef;
+use crate::telemetry::EraHeldEnd;
+
+/// A held call that ended with no caller told: what a delivery receipt keeps of it.
+#[derive(Clone, Debug)]
+pub struct HeldEnded {
+    /// The command that started the call (the first of its rounds).
+    pub request_id: Option<String>,
+    pub channel: String,
+    pub method: String,
+    /// `Expired` (never continued) or `Lost` (its server ended it while parked).
+    pub end: EraHeldEnd,
+    pub parked_at: SystemTime,
+    pub ended_at: SystemTime,
+}
+
+impl HeldEnded {
+    /// The gateway's words for it.
+    pub fn words(&self) -> &'static str {
+        match self.end {
+            EraHeldEnd::Expired => "the MCP server asked for input during this call and the caller never continued it within park_timeout: the request was dismissed and the call's result reached no caller",
+            EraHeldEnd::Lost | EraHeldEnd::Answered => "the MCP server asked for input during this call and ended while the call was parked: its effect is unknown",
+        }
+    }
+}
+
+/// What a held call is, whatever carries it: what binds its tokens, its rounds, its
+/// bound, and the command that started it.
+pub(crate) struct Call {
+    /// The end of the call's whole life.
+    pub(crate) deadline: Instant,
+    /// Random 128 bits, hex: what its tokens name.
+    pub(crate) id: String,
+    /// The park it is in: a token is good for one continuation of one park.
+    pub(crate) seq: u32,
+    pub(crate) round: u32,
+    pub(crate) method: String,
+    pub(crate) digest: String,
+    /// What its caller may be asked for.
+    pub(crate) declared: Declared,
+    /// The command that started the call, and when it started.
+    pub(crate) request_id: Option<String>,
+    pub(crate) parked_at: SystemTime,
+}
+
+impl Call {
+    /// The call `json` (stripped) of the command `command`, bound by `call_timeout` from now.
+    pub(crate) fn new(json: &str, mrtr: &Mrtr, command: &CommandRef, call_timeout: Duration) -> Self {
+        Self {
+            deadline: Instant::now() + call_timeout,
+            id: crate::protocol::random_hex(16),
+            seq: 0,
+            round: 0,
+            method: method_of(json),
+            digest: mrtr.digest.clone(),
+            declared: Declared::of_capabilities(Some(&mrtr.capabilities)),
+            request_id: command.request_id.clone(),
+            parked_at: SystemTime::now(),
+        }
+    }
+
+    /// Whether the caller may be asked `ask` now (it declared what it needs, and the
+    /// call has rounds left).
+    pub(crate) fn may_ask(&self, ask: &Ask, max_rounds: u32) -> bool {
+        ask.need.is_some_and(|need| self.declared.allows(need)) && self.round < max_rounds
+    }
+
+    /// The call ended on `channel` as `end`, with no caller told.
+    pub(crate) fn ended(&self, channel: &str, end: EraHeldEnd) -> HeldEnded {
+        HeldEnded {
+            request_id: self.request_id.clone(),
+            channel: channel.to_owned(),
+            method: self.method.clone(),
+            end,
+            parked_at: self.parked_at,
+            ended_at: SystemTime::now(),
+        }
+    }
+}
 
 /// Ended held calls remembered, to tell a replayed token from a lost call.
 const ENDED_CAP: usize = 256;
@@ -140,11 +220,9 @@ impl Pending {
     }
 }
 
-/// What every held call carries for its token: the random id, the park it is in, the
-/// server life it runs in.
+/// A held call as a transport carries it: the [`Call`], and the server life it runs in.
 pub(crate) trait Ticket {
-    fn id(&self) -> &str;
-    fn seq(&self) -> u32;
+    fn call(&self) -> &Call;
     /// The life of the server the call runs in (a stdio child's generation; `0` over HTTP).
     fn generation(&self) -> u64;
     /// Whether that server can still finish the call.
@@ -189,13 +267,13 @@ pub(crate) enum Taken<H> {
 impl<H: Ticket> Parking<H> {
     /// Parks `parked` until its retry (or its expiry).
     pub(crate) fn park(&mut self, parked: Parked<H>) {
-        self.parked.insert(parked.held.id().to_owned(), parked);
+        self.parked.insert(parked.held.call().id.clone(), parked);
     }
 
     /// The park `seq` of call `id`, taken out because it expired (nothing if a retry
     /// took it first).
     pub(crate) fn expire(&mut self, id: &str, seq: u32) -> Option<Parked<H>> {
-        if self.parked.get(id)?.held.seq() != seq {
+        if self.parked.get(id)?.held.call().seq != seq {
             return None;
         }
         self.remember(id.to_owned(), Gone::Expired);
@@ -208,7 +286,7 @@ impl<H: Ticket> Parking<H> {
             let ended = self.ended.iter().find(|(id, _)| *id == claims.h).map(|(_, gone)| *gone);
             return Err(ended.unwrap_or(Gone::Lost));
         };
-        if parked.held.seq() != claims.s {
+        if parked.held.call().seq != claims.s {
             return Err(Gone::Consumed);
         }
         let usable = parked.held.generation() == claims.g && parked.held.usable();
@@ -247,19 +325,20 @@ pub(crate) fn verify(signer: &Signer, continuation: &Continuation, binding: &Bin
     Ok(claims)
 }
 
-/// The token of a call's park: single use (its `seq`), bound to the call, and expiring
-/// with the park (`park_ms` from now).
-pub(crate) fn token<H: Ticket>(signer: &Signer, held: &H, binding: &Binding<'_>, round: u32, park_ms: u64) -> String {
+/// The token of a call's park on `channel`: single use (its `seq`), bound to the call,
+/// and expiring with the park (`park_ms` from now).
+pub(crate) fn token<H: Ticket>(signer: &Signer, held: &H, channel: &str, park_ms: u64) -> String {
+    let call = held.call();
     signer.issue(Claims {
         v: 0,
         e: String::new(),
-        h: held.id().to_owned(),
-        s: held.seq(),
-        c: binding.channel.to_owned(),
+        h: call.id.clone(),
+        s: call.seq,
+        c: channel.to_owned(),
         g: held.generation(),
-        m: binding.method.to_owned(),
-        d: binding.digest.to_owned(),
-        r: round,
+        m: call.method.clone(),
+        d: call.digest.clone(),
+        r: call.round,
         x: unix_ms().saturating_add(park_ms),
     })
 }
@@ -311,18 +390,14 @@ pub(crate) fn unix_ms() -> u64 {
 mod tests {
     use super::*;
 
-    struct Call {
-        id: String,
-        seq: u32,
+    struct Fake {
+        call: Call,
         alive: bool,
     }
 
-    impl Ticket for Call {
-        fn id(&self) -> &str {
-            &self.id
-        }
-        fn seq(&self) -> u32 {
-            self.seq
+    impl Ticket for Fake {
+        fn call(&self) -> &Call {
+            &self.call
         }
         fn generation(&self) -> u64 {
             3
@@ -347,13 +422,16 @@ mod tests {
         }
     }
 
-    fn parked(id: &str, seq: u32, alive: bool) -> Parked<Call> {
+    fn parked(id: &str, seq: u32, alive: bool) -> Parked<Fake> {
+        let mrtr = Mrtr {
+            capabilities: json!({}),
+            digest: String::new(),
+            continuation: None,
+        };
+        let mut call = Call::new("{}", &mrtr, &CommandRef::default(), Duration::from_secs(1));
+        (call.id, call.seq) = (id.to_owned(), seq);
         Parked {
-            held: Call {
-                id: id.to_owned(),
-                seq,
-                alive,
-            },
+            held: Fake { call, alive },
             asks: BTreeMap::new(),
         }
     }

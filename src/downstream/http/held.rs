@@ -26,7 +26,7 @@
 //! Must not touch metrics: what happened is told to the channel's [`EraObserver`].
 
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -37,7 +37,7 @@ use super::session::OwnedSession;
 use super::HttpTransport;
 use crate::downstream::caller::Declared;
 use crate::downstream::era::listen::Listeners;
-use crate::downstream::era::park::{self, Ask, Binding, Parked, Parking, Pending, Taken, Ticket};
+use crate::downstream::era::park::{self, Ask, Binding, Call, Parked, Parking, Pending, Taken, Ticket};
 use crate::downstream::era::state::Signer;
 use crate::downstream::era::{self, Continuation, Forward, Gone, LogFilter, Mrtr};
 use crate::downstream::{
@@ -150,24 +150,12 @@ pub(super) struct HttpHeld {
     session: Arc<OwnedSession>,
     /// The session's headers, for the answers to the server's requests.
     headers: WireHeaders,
-    /// The end of the call's whole life.
-    deadline: Instant,
-    id: String,
-    seq: u32,
-    round: u32,
-    method: String,
-    digest: String,
-    declared: Declared,
-    request_id: Option<String>,
-    parked_at: SystemTime,
+    call: Call,
 }
 
 impl Ticket for HttpHeld {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn seq(&self) -> u32 {
-        self.seq
+    fn call(&self) -> &Call {
+        &self.call
     }
     fn generation(&self) -> u64 {
         0
@@ -279,7 +267,13 @@ impl HttpTransport {
         let (done_tx, done) = oneshot::channel();
         *super::lock(&holding.untied) = Some(events_tx.clone());
         let route = Route(holding.untied.clone());
-        let deadline = Instant::now() + holding.settings.call_timeout;
+        let held_call = Call::new(
+            call.forward.payload.raw().get(),
+            call.mrtr,
+            admission.command(),
+            holding.settings.call_timeout,
+        );
+        let deadline = held_call.deadline;
         let (transport, payload, headers) = (self.clone(), call.forward.payload.clone(), call.headers.clone());
         supervisor.spawn_untracked(TaskKind::EraHttp, async move {
             let req = DownstreamRequest {
@@ -298,15 +292,7 @@ impl HttpTransport {
             _route: route,
             session: call.session.clone(),
             headers: call.headers.clone(),
-            deadline,
-            id: crate::protocol::random_hex(16),
-            seq: 0,
-            round: 0,
-            method: park::method_of(call.forward.payload.raw().get()),
-            digest: call.mrtr.digest.clone(),
-            declared: Declared::of_capabilities(Some(&call.mrtr.capabilities)),
-            request_id: admission.command().request_id.clone(),
-            parked_at: SystemTime::now(),
+            call: held_call,
         };
         let filter = LogFilter(call.forward.shape.log_level);
         let driven = self
@@ -384,7 +370,7 @@ impl HttpTransport {
         filter: LogFilter,
         limit: Instant,
     ) -> Result<Driven, LegFailure> {
-        let limit = limit.min(held.deadline);
+        let limit = limit.min(held.call.deadline);
         let max_rounds = self.inner.holding.settings.max_rounds;
         loop {
             let asks = match drive(held, notes, filter, limit).await {
@@ -393,10 +379,10 @@ impl HttpTransport {
             };
             let mut askable = Vec::new();
             for ask in asks {
-                if ask.need.is_some_and(|need| held.declared.allows(need)) && held.round < max_rounds {
+                if held.call.may_ask(&ask, max_rounds) {
                     askable.push(ask);
                 } else {
-                    let answer = ask.local_answer(held.declared);
+                    let answer = ask.local_answer(held.call.declared);
                     self.answer(admission, &held.headers, &ask.id, &answer, limit).await?;
                 }
             }
@@ -411,7 +397,7 @@ impl HttpTransport {
     fn settle(&self, mut held: HttpHeld, driven: Result<Driven, LegFailure>, caller_id: &RawValue) -> LegResult {
         match driven {
             Ok(Driven::Asked(asks)) => {
-                held.round += 1;
+                held.call.round += 1;
                 self.park(held, Pending::of_round(asks), caller_id)
             }
             Ok(Driven::Final(leg)) => {
@@ -439,16 +425,11 @@ impl HttpTransport {
     ) -> LegResult {
         let holding = &self.inner.holding;
         let requests: Map<String, Value> = asks.iter().map(|(k, p)| (k.clone(), p.shown.clone())).collect();
-        held.seq += 1;
+        held.call.seq += 1;
         let park_timeout = holding.settings.park_timeout;
-        let binding = Binding {
-            channel: &self.inner.channel,
-            method: &held.method,
-            digest: &held.digest,
-        };
         let park_ms = u64::try_from(park_timeout.as_millis()).unwrap_or(u64::MAX);
-        let token = park::token(&holding.signer, &held, &binding, held.round, park_ms);
-        let (id, seq) = (held.id.clone(), held.seq);
+        let token = park::token(&holding.signer, &held, &self.inner.channel, park_ms);
+        let (id, seq) = (held.call.id.clone(), held.call.seq);
         holding.parking().park(Parked { held, asks });
         self.observe(EraEvent::Parked(1));
         self.observe(EraEvent::Round);
@@ -475,12 +456,12 @@ impl HttpTransport {
         self.observe(EraEvent::Parked(-1));
         tracing::warn!(channel = %self.inner.channel, "a parked call got no retry within park_timeout: its server's requests are dismissed and its result will reach no caller");
         let command = CommandRef {
-            request_id: held.request_id.clone(),
+            request_id: held.call.request_id.clone(),
             channel: Some(self.inner.channel.clone()),
-            method: Some(held.method.clone()),
+            method: Some(held.call.method.clone()),
         };
         if let Ok(own) = holding.fence.admit(command).await {
-            let deadline = held.deadline;
+            let deadline = held.call.deadline;
             for pending in asks.values() {
                 let answer = park::dismissal(pending.need);
                 let _ = self
@@ -492,7 +473,7 @@ impl HttpTransport {
                 for ask in asks {
                     let answer = ask
                         .need
-                        .map_or_else(|| ask.local_answer(held.declared), park::dismissal);
+                        .map_or_else(|| ask.local_answer(held.call.declared), park::dismissal);
                     let _ = self.answer(&own, &held.headers, &ask.id, &answer, deadline).await;
                 }
             }
@@ -503,14 +484,7 @@ impl HttpTransport {
     /// A held call that ended with no caller told: counted, and kept by a receipt.
     fn ended_untold(&self, held: &HttpHeld, end: EraHeldEnd) {
         self.observe(EraEvent::Ended(end));
-        self.observe(EraEvent::Untold(HeldEnded {
-            request_id: held.request_id.clone(),
-            channel: self.inner.channel.clone(),
-            method: held.method.clone(),
-            end,
-            parked_at: held.parked_at,
-            ended_at: SystemTime::now(),
-        }));
+        self.observe(EraEvent::Untold(held.call.ended(&self.inner.channel, end)));
     }
 
     /// The gateway's answer to the server's request `upstream`, POSTed in the session

@@ -26,7 +26,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -37,35 +37,14 @@ use super::call::{reply_with_id, Outgoing, Sent};
 use super::pipe::{wait_answer, Waited};
 use super::session::{Declared, Need};
 use super::{line, rewrite, Shared};
-use crate::downstream::era::park::{self, Ask, Binding, Parked, Pending, Taken, Ticket};
+use crate::downstream::era::park::{self, Ask, Binding, Call, Parked, Pending, Taken, Ticket};
 use crate::downstream::era::{self, Continuation, Gone, LogFilter, Mrtr};
 use crate::downstream::{LegFailure, Notification, NotifySink, Reply};
 use crate::strict::Admission;
 use crate::supervisor::TaskEnd;
 use crate::telemetry::{EraHeldEnd, TaskKind};
 
-/// A held call that ended with no caller told: what a delivery receipt keeps of it.
-#[derive(Clone, Debug)]
-pub struct HeldEnded {
-    /// The command that started the call (the first of its rounds).
-    pub request_id: Option<String>,
-    pub channel: String,
-    pub method: String,
-    /// `Expired` (never continued) or `Lost` (its child ended while parked).
-    pub end: EraHeldEnd,
-    pub parked_at: SystemTime,
-    pub ended_at: SystemTime,
-}
-
-impl HeldEnded {
-    /// The gateway's words for it.
-    pub fn words(&self) -> &'static str {
-        match self.end {
-            EraHeldEnd::Expired => "the MCP server asked for input during this call and the caller never continued it within park_timeout: the request was dismissed and the call's result reached no caller",
-            EraHeldEnd::Lost | EraHeldEnd::Answered => "the MCP server asked for input during this call and ended while the call was parked: its effect is unknown",
-        }
-    }
-}
+pub use crate::downstream::era::park::HeldEnded;
 
 /// Where a channel reports its held calls that ended with no caller told.
 pub type HeldObserver = Arc<dyn Fn(HeldEnded) + Send + Sync>;
@@ -117,25 +96,12 @@ pub(super) struct Held {
     sent: Sent,
     events: mpsc::Receiver<Notification>,
     _asking: OwnedRwLockWriteGuard<()>,
-    /// The end of the call's whole life.
-    deadline: Instant,
-    id: String,
-    seq: u32,
-    round: u32,
-    method: String,
-    digest: String,
-    declared: Declared,
-    /// The command that started the call, and when it first parked.
-    request_id: Option<String>,
-    parked_at: SystemTime,
+    call: Call,
 }
 
 impl Ticket for Held {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn seq(&self) -> u32 {
-        self.seq
+    fn call(&self) -> &Call {
+        &self.call
     }
     fn generation(&self) -> u64 {
         self.sent.child.generation
@@ -192,21 +158,17 @@ impl Shared {
             caller: Some(caller.into()),
             is_initialize: false,
         };
-        let started = Instant::now();
         let sent = self.send(admission, outgoing, events_tx, limit).await?;
         let mut held = Held {
             sent,
             events,
             _asking: asking,
-            deadline: started + self.settings.input_required.call_timeout,
-            id: crate::protocol::random_hex(16),
-            seq: 0,
-            round: 0,
-            method: park::method_of(json),
-            digest: mrtr.digest.clone(),
-            declared,
-            request_id: admission.command().request_id.clone(),
-            parked_at: SystemTime::now(),
+            call: Call::new(
+                json,
+                mrtr,
+                admission.command(),
+                self.settings.input_required.call_timeout,
+            ),
         };
         self.run_rounds(&mut held, notes, filter, limit, &caller_id)
             .await
@@ -294,21 +256,17 @@ impl Shared {
         limit: Instant,
         caller_id: &str,
     ) -> Result<Driven, LegFailure> {
-        let limit = limit.min(held.deadline);
+        let limit = limit.min(held.call.deadline);
         loop {
             match drive(held, notes, filter, limit, caller_id).await {
                 Driven::Final(result) => return Ok(Driven::Final(result)),
                 Driven::Asked(asks) => {
                     let mut askable = Vec::new();
                     for ask in asks {
-                        match ask.need {
-                            Some(need)
-                                if held.declared.allows(need)
-                                    && held.round < self.settings.input_required.max_rounds =>
-                            {
-                                askable.push(ask)
-                            }
-                            _ => self.answer_locally(held, &ask),
+                        if held.call.may_ask(&ask, self.settings.input_required.max_rounds) {
+                            askable.push(ask);
+                        } else {
+                            self.answer_locally(held, &ask);
                         }
                     }
                     if !askable.is_empty() {
@@ -335,7 +293,7 @@ impl Shared {
             }
             Driven::Asked(asks) => {
                 let mut held = held;
-                held.round += 1;
+                held.call.round += 1;
                 Ok(self.park(held, Pending::of_round(asks), caller_id))
             }
         }
@@ -344,16 +302,11 @@ impl Shared {
     /// Parks `held` with its pending `asks` and answers the command `input_required`.
     fn park(self: &Arc<Self>, mut held: Held, asks: BTreeMap<String, Pending>, caller_id: &str) -> Reply {
         let requests: Map<String, Value> = asks.iter().map(|(k, p)| (k.clone(), p.shown.clone())).collect();
-        held.seq += 1;
+        held.call.seq += 1;
         let expires = Instant::now() + self.settings.input_required.park_timeout;
-        let binding = Binding {
-            channel: &self.channel,
-            method: &held.method,
-            digest: &held.digest,
-        };
         let park_ms = u64::try_from(self.settings.input_required.park_timeout.as_millis()).unwrap_or(u64::MAX);
-        let token = park::token(&self.signer, &held, &binding, held.round, park_ms);
-        let (id, seq) = (held.id.clone(), held.seq);
+        let token = park::token(&self.signer, &held, &self.channel, park_ms);
+        let (id, seq) = (held.call.id.clone(), held.call.seq);
         self.parking().park(Parked { held, asks });
         self.metrics.era_parked(&self.channel, 1);
         self.metrics.era_round(&self.channel);
@@ -382,7 +335,7 @@ impl Shared {
             self.dismiss(&held, &pending.upstream, pending.need);
         }
         let (nobody, _) = mpsc::channel(1);
-        let deadline = held.deadline;
+        let deadline = held.call.deadline;
         loop {
             match drive(&mut held, &nobody, LogFilter(None), deadline, "null").await {
                 Driven::Final(_) => break,
@@ -403,21 +356,14 @@ impl Shared {
     /// Tells the observer (the delivery receipts) of a held call that ended untold.
     fn held_ended(&self, held: &Held, end: EraHeldEnd) {
         if let Some(observe) = self.held_observer.get() {
-            observe(HeldEnded {
-                request_id: held.request_id.clone(),
-                channel: self.channel.clone(),
-                method: held.method.clone(),
-                end,
-                parked_at: held.parked_at,
-                ended_at: SystemTime::now(),
-            });
+            observe(held.call.ended(&self.channel, end));
         }
     }
 
     /// The gateway's answer to a child's request no caller will answer: `ping` gets `{}`,
     /// anything else an error naming why.
     fn answer_locally(self: &Arc<Self>, held: &Held, ask: &Ask) {
-        let line = line::frame(&park::answer_json(&ask.id, &ask.local_answer(held.declared)));
+        let line = line::frame(&park::answer_json(&ask.id, &ask.local_answer(held.call.declared)));
         self.write_unadmitted(&held.sent.child, line);
     }
 
