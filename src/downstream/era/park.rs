@@ -13,10 +13,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use tokio::sync::mpsc;
+
 use super::state::{Claims, Invalid, Signer};
-use super::{Continuation, Gone, Mrtr};
+use super::{Continuation, Gone, LogFilter, Mrtr};
 use crate::downstream::caller::{Declared, Need};
-use crate::downstream::Notification;
+use crate::downstream::{Notification, NotifySink};
 use crate::strict::CommandRef;
 use crate::telemetry::EraHeldEnd;
 
@@ -170,6 +172,35 @@ impl Ask {
             (method, None) => Err(format!("{method} is not answered through the era bridge")),
         }
     }
+}
+
+/// How long the requests a server sends together are gathered into one round.
+const ROUND_GATHER: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A message of a held call: a server's request is returned; anything else goes to
+/// `notes` if `filter` admits it.
+pub(crate) async fn ask_or_pass(note: Notification, notes: &NotifySink, filter: LogFilter) -> Option<Ask> {
+    let ask = Ask::of(&note);
+    if ask.is_none() && filter.admits(&note) {
+        let _ = notes.send(note).await;
+    }
+    ask
+}
+
+/// A round of the server's requests: `first`, and those that come on `events` within
+/// [`ROUND_GATHER`] after it (other messages handed on as [`ask_or_pass`] does).
+pub(crate) async fn gather(
+    first: Ask,
+    events: &mut mpsc::Receiver<Notification>,
+    notes: &NotifySink,
+    filter: LogFilter,
+) -> Vec<Ask> {
+    let mut asks = vec![first];
+    let until = Instant::now() + ROUND_GATHER;
+    while let Ok(Some(note)) = tokio::time::timeout_at(until, events.recv()).await {
+        asks.extend(ask_or_pass(note, notes, filter).await);
+    }
+    asks
 }
 
 /// A pending request of a parked call that got no retry in time, answered as a person

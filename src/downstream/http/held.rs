@@ -26,7 +26,6 @@
 //! Must not touch metrics: what happened is told to the channel's [`EraObserver`].
 
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -71,8 +70,6 @@ pub type EraObserver = Arc<dyn Fn(EraEvent) + Send + Sync>;
 /// Held calls in flight at once on a channel's own admissions (one may be asked at a
 /// time; the others are exchanges still ending, or the standalone stream).
 const OWN_ADMISSIONS: usize = 16;
-/// How long the requests a server sends together are gathered into one round.
-const ROUND_GATHER: Duration = Duration::from_millis(20);
 /// Messages of a held call waiting to be handed on.
 const EVENTS_BOUND: usize = 64;
 
@@ -528,31 +525,17 @@ impl HttpTransport {
     }
 }
 
-/// Drives `held` until its final answer, or a round of requests from the server
-/// (gathered for [`ROUND_GATHER`] after the first), or `limit`. Other messages go to
-/// `notes` through `filter`.
+/// Drives `held` until its final answer, a round of requests from the server (see
+/// [`park::gather`]), or `limit`. Other messages go to `notes` through `filter`.
 async fn drive(held: &mut HttpHeld, notes: &NotifySink, filter: LogFilter, limit: Instant) -> Driven {
     loop {
         tokio::select! {
             biased;
             // cancel-safe: a message taken is handled in the arm.
             Some(note) = held.events.recv() => {
-                let Some(first) = Ask::of(&note) else {
-                    if filter.admits(&note) {
-                        let _ = notes.send(note).await;
-                    }
-                    continue;
-                };
-                let mut asks = vec![first];
-                let gather = Instant::now() + ROUND_GATHER;
-                while let Ok(Some(note)) = timeout_at(gather, held.events.recv()).await {
-                    match Ask::of(&note) {
-                        Some(ask) => asks.push(ask),
-                        None if filter.admits(&note) => { let _ = notes.send(note).await; }
-                        None => {}
-                    }
+                if let Some(first) = park::ask_or_pass(note, notes, filter).await {
+                    return Driven::Asked(park::gather(first, &mut held.events, notes, filter).await);
                 }
-                return Driven::Asked(asks);
             }
             // cancel-safe: the receiver is polled by reference.
             done = &mut held.done => {

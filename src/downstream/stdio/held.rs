@@ -74,8 +74,6 @@ impl Default for InputRequiredSettings {
     }
 }
 
-/// How long the requests a child sends together are gathered into one round.
-const ROUND_GATHER: Duration = Duration::from_millis(20);
 /// Notifications of a held call waiting to be handed on.
 const EVENTS_BOUND: usize = 64;
 /// The held calls of one channel.
@@ -389,8 +387,8 @@ impl Shared {
     }
 }
 
-/// Drives `held` until its final answer, or a round of requests from the child (gathered
-/// for [`ROUND_GATHER`] after the first). Other messages go to `notes` through `filter`.
+/// Drives `held` until its final answer, or a round of requests from the child (see
+/// [`park::gather`]). Other messages go to `notes` through `filter`.
 ///
 /// The final answer carries `caller_id`: the id of the command it answers.
 async fn drive(held: &mut Held, notes: &NotifySink, filter: LogFilter, limit: Instant, caller_id: &str) -> Driven {
@@ -407,22 +405,9 @@ async fn drive(held: &mut Held, notes: &NotifySink, filter: LogFilter, limit: In
             }
             // cancel-safe: a message taken is handled in the arm.
             Some(note) = held.events.recv() => {
-                let Some(first) = Ask::of(&note) else {
-                    if filter.admits(&note) {
-                        let _ = notes.send(note).await;
-                    }
-                    continue;
-                };
-                let mut asks = vec![first];
-                let gather = Instant::now() + ROUND_GATHER;
-                while let Ok(Some(note)) = timeout_at(gather, held.events.recv()).await {
-                    match Ask::of(&note) {
-                        Some(ask) => asks.push(ask),
-                        None if filter.admits(&note) => { let _ = notes.send(note).await; }
-                        None => {}
-                    }
+                if let Some(first) = park::ask_or_pass(note, notes, filter).await {
+                    return Driven::Asked(park::gather(first, &mut held.events, notes, filter).await);
                 }
-                return Driven::Asked(asks);
             }
         }
     }
