@@ -431,12 +431,17 @@ pub(crate) fn server_info_source(config: &Config, channels: &Channels) -> Option
             .zip(&affinity_bit)
             .map(|(channel, bit)| ServerInfoChannel {
                 name: channel.name.clone(),
+                stateless: false,
                 proc_affinity: channel.proc_affinity || bit.is_some_and(set),
             })
             .collect();
         if harpoon_bit.is_some_and(set) {
+            // Every harpoon request is self-contained (a `tools/call` needs no `initialize`),
+            // and the targets registered by discovery live in this replica: both flags, as
+            // upstream declares it.
             now.push(ServerInfoChannel {
                 name: HARPOON_CHANNEL.to_owned(),
+                stateless: true,
                 proc_affinity: true,
             });
         }
@@ -451,6 +456,10 @@ fn declared_channels(config: &Config) -> Vec<ServerInfoChannel> {
         .iter()
         .map(|(name, c)| ServerInfoChannel {
             name: name.to_string(),
+            // A channel of an MCP server is never declared stateless: an HTTP server of
+            // the handshake era keeps its callers' sessions, and one of 2026-07-28 may
+            // ask a handshake-era caller for input through this process.
+            stateless: false,
             proc_affinity: matches!(c, ChannelConfig::Stdio { .. }),
         })
         .collect()

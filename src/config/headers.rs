@@ -128,6 +128,7 @@ pub(super) fn reserved(name: &str, scope: Scope) -> Option<&'static str> {
             "x-tunnel-client-name"
             | "x-tunnel-client-version"
             | "x-tunnel-client-instance-id"
+            | "x-tunnel-client-wire-protocol-version"
             | "x-tunnel-mcp-server-info",
             _,
         ) => IDENTITY,

@@ -241,6 +241,10 @@ fn base_headers(settings: &ControlSettings, instance_id: &str) -> HeaderMap {
     if let Ok(v) = HeaderValue::from_str(instance_id) {
         headers.insert(HeaderName::from_static("x-tunnel-client-instance-id"), v);
     }
+    headers.insert(
+        HeaderName::from_static("x-tunnel-client-wire-protocol-version"),
+        HeaderValue::from_static(crate::protocol::WIRE_PROTOCOL_VERSION),
+    );
     if let Some(info) = settings
         .server_info
         .as_deref()

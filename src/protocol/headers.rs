@@ -55,11 +55,22 @@ pub fn filter_resp_headers<'a>(
     out
 }
 
-/// One channel in the `X-Tunnel-MCP-Server-Info` v1 declaration.
+/// The control-plane wire contract this gateway speaks, sent on every control-plane
+/// request as `X-Tunnel-Client-Wire-Protocol-Version` (the contract of
+/// `contract/openapi-2026-08-25.json`).
+pub const WIRE_PROTOCOL_VERSION: &str = "2026-08-25";
+
+/// One channel in the `X-Tunnel-MCP-Server-Info` declaration, its keys in the contract's
+/// order (`name`, `stateless`, `proc_affinity`); a `false` is never written.
 #[derive(Debug, Serialize)]
 pub struct ServerInfoChannel {
     pub name: String,
-    /// True only for process-local transports (stdio); omitted otherwise.
+    /// The channel takes self-contained requests: any replica may serve any of them
+    /// (version 2 of the declaration).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stateless: bool,
+    /// A request must reach the process that served the channel's earlier ones (stdio,
+    /// and what the gateway keeps for a caller); omitted otherwise.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub proc_affinity: bool,
 }
@@ -70,19 +81,48 @@ struct ServerInfo<'a> {
     channels: &'a [ServerInfoChannel],
 }
 
-/// Compact JSON for `X-Tunnel-MCP-Server-Info`; `None` when it would break the contract's
-/// limits (more than 32 channels or 4096 bytes), in which case the header is omitted.
+/// Compact JSON for `X-Tunnel-MCP-Server-Info`: version 1 while no channel is stateless,
+/// version 2 as soon as one is; `None` when it would break the contract's limits (more
+/// than 32 channels or 4096 bytes), in which case the header is omitted.
 pub fn server_info_header(channels: &[ServerInfoChannel]) -> Option<String> {
     if channels.len() > 32 {
         return None;
     }
-    let json = serde_json::to_string(&ServerInfo { version: 1, channels }).expect("server info serializes");
+    let version = if channels.iter().any(|c| c.stateless) { 2 } else { 1 };
+    let json = serde_json::to_string(&ServerInfo { version, channels }).expect("server info serializes");
     (json.len() <= 4096).then_some(json)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn channel(name: &str, stateless: bool, proc_affinity: bool) -> ServerInfoChannel {
+        ServerInfoChannel {
+            name: name.to_owned(),
+            stateless,
+            proc_affinity,
+        }
+    }
+
+    #[test]
+    fn server_info_is_v1_until_a_channel_is_stateless_then_v2_byte_for_byte() {
+        // The strings the official client's own tests pin (UPSTREAM-2026 §1.2).
+        assert_eq!(
+            server_info_header(&[channel("main", false, true), channel("harpoon", false, true)]).unwrap(),
+            r#"{"version":1,"channels":[{"name":"main","proc_affinity":true},{"name":"harpoon","proc_affinity":true}]}"#
+        );
+        assert_eq!(
+            server_info_header(&[channel("main", false, true), channel("harpoon", true, true)]).unwrap(),
+            r#"{"version":2,"channels":[{"name":"main","proc_affinity":true},{"name":"harpoon","stateless":true,"proc_affinity":true}]}"#
+        );
+        assert_eq!(
+            server_info_header(&[channel("main", false, false), channel("harpoon", true, false)]).unwrap(),
+            r#"{"version":2,"channels":[{"name":"main"},{"name":"harpoon","stateless":true}]}"#
+        );
+        let many: Vec<_> = (0..33).map(|i| channel(&format!("c{i}"), true, false)).collect();
+        assert_eq!(server_info_header(&many), None, "more than 32 channels: no header");
+    }
 
     #[test]
     fn only_allowlisted_non_empty_headers_survive() {
@@ -125,16 +165,7 @@ mod tests {
 
     #[test]
     fn server_info_is_compact_and_omits_false_affinity() {
-        let chans = [
-            ServerInfoChannel {
-                name: "main".into(),
-                proc_affinity: true,
-            },
-            ServerInfoChannel {
-                name: "web".into(),
-                proc_affinity: false,
-            },
-        ];
+        let chans = [channel("main", false, true), channel("web", false, false)];
         assert_eq!(
             server_info_header(&chans).unwrap(),
             r#"{"version":1,"channels":[{"name":"main","proc_affinity":true},{"name":"web"}]}"#
@@ -143,17 +174,7 @@ mod tests {
 
     #[test]
     fn server_info_respects_the_contract_limits() {
-        let many: Vec<_> = (0..33)
-            .map(|i| ServerInfoChannel {
-                name: format!("c{i}"),
-                proc_affinity: false,
-            })
-            .collect();
-        assert!(server_info_header(&many).is_none());
-        let long = [ServerInfoChannel {
-            name: "x".repeat(5000),
-            proc_affinity: false,
-        }];
+        let long = [channel(&"x".repeat(5000), false, false)];
         assert!(server_info_header(&long).is_none());
     }
 }

@@ -31,7 +31,7 @@ pub use command::{
 pub use failure::{synthesize_error, FailureSource, TooLarge, TunnelFailure, ABANDONED_MESSAGE, NOT_SENT_MESSAGE};
 pub use headers::{
     filter_resp_headers, json_resp_headers, server_info_header, ServerInfoChannel, LAST_EVENT_ID, MCP_PROTOCOL_VERSION,
-    MCP_SESSION_ID, RESP_HEADER_ALLOWLIST,
+    MCP_SESSION_ID, RESP_HEADER_ALLOWLIST, WIRE_PROTOCOL_VERSION,
 };
 pub use id::random_hex;
 pub use oauth::{discovery_error, DiscoveryFailure};

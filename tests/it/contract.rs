@@ -1,7 +1,7 @@
 //! The control-plane wire contract as executable validators.
 //!
-//! Loads `contract/openapi.json` (the vendored, unchanged upstream contract) and validates
-//! bodies against its schemas with the `jsonschema` crate (draft 2020-12, as OpenAPI 3.1
+//! Loads `contract/openapi.json` and `contract/openapi-2026-08-25.json` (the vendored,
+//! unchanged upstream contracts) and validates bodies against the schemas of both with the `jsonschema` crate (draft 2020-12, as OpenAPI 3.1
 //! uses): response POST bodies (`TunnelResponsePayload`, plus the nested
 //! `x-tunnel-failure-schema` for a synthesized `error.data.tunnel_failure`), poll bodies
 //! (`PolledCommandList`) and acks (`TunnelResponseAck`). Every body the gateway sends and
@@ -23,14 +23,31 @@ pub fn contract_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("contract")
 }
 
-/// The parsed `openapi.json`.
-pub fn openapi() -> &'static Value {
-    static OPENAPI: LazyLock<Value> = LazyLock::new(|| {
-        let path = contract_dir().join("openapi.json");
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-        serde_json::from_str(&text).expect("openapi.json is JSON")
+/// The vendored contracts, oldest first: what the service published with the official
+/// client 0.0.13, and the 2026-08-25 one. Every body is checked against both.
+pub const CONTRACTS: [&str; 2] = ["openapi.json", "openapi-2026-08-25.json"];
+
+/// The parsed contract `file` (one of [`CONTRACTS`]).
+pub fn contract(file: &str) -> &'static Value {
+    static PARSED: LazyLock<Vec<(&'static str, Value)>> = LazyLock::new(|| {
+        CONTRACTS
+            .iter()
+            .map(|file| {
+                let path = contract_dir().join(file);
+                let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+                (
+                    *file,
+                    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file} is not JSON: {e}")),
+                )
+            })
+            .collect()
     });
-    &OPENAPI
+    &PARSED.iter().find(|(f, _)| *f == file).expect("a vendored contract").1
+}
+
+/// The parsed `openapi.json` (the 0.0.13 contract).
+pub fn openapi() -> &'static Value {
+    contract(CONTRACTS[0])
 }
 
 /// A fixture from `contract/fixtures/`, as bytes.
@@ -48,26 +65,43 @@ struct Validators {
     tunnel_failure: Validator,
 }
 
-fn validators() -> &'static Validators {
-    static VALIDATORS: LazyLock<Validators> = LazyLock::new(|| {
-        let schemas = &openapi()["components"]["schemas"];
-        let failure = schemas["TunnelResponsePayload"]["properties"]["resp_json"]["x-tunnel-failure-schema"].clone();
-        assert!(failure.is_object(), "openapi.json has no x-tunnel-failure-schema");
-        Validators {
-            response: component_validator("TunnelResponsePayload"),
-            discovery_response: extended_validator("TunnelResponsePayload"),
-            poll: component_validator("PolledCommandList"),
-            ack: component_validator("TunnelResponseAck"),
-            tunnel_failure: build(&failure, "x-tunnel-failure-schema"),
-        }
+/// The validators of each vendored contract, in [`CONTRACTS`] order.
+fn all_validators() -> &'static [(&'static str, Validators)] {
+    static VALIDATORS: LazyLock<Vec<(&'static str, Validators)>> = LazyLock::new(|| {
+        CONTRACTS
+            .iter()
+            .map(|file| {
+                let openapi = contract(file);
+                let schemas = &openapi["components"]["schemas"];
+                let failure =
+                    schemas["TunnelResponsePayload"]["properties"]["resp_json"]["x-tunnel-failure-schema"].clone();
+                assert!(failure.is_object(), "{file} has no x-tunnel-failure-schema");
+                let validators = Validators {
+                    response: component_validator(openapi, "TunnelResponsePayload"),
+                    discovery_response: extended_validator(openapi, "TunnelResponsePayload"),
+                    poll: component_validator(openapi, "PolledCommandList"),
+                    ack: component_validator(openapi, "TunnelResponseAck"),
+                    tunnel_failure: build(&failure, "x-tunnel-failure-schema"),
+                };
+                (*file, validators)
+            })
+            .collect()
     });
     &VALIDATORS
 }
 
+/// `instance` checked by the validator `pick` chooses, in every vendored contract.
+fn check_all(pick: impl Fn(&Validators) -> &Validator, instance: &Value, what: &str) -> Result<(), String> {
+    for (file, validators) in all_validators() {
+        check(pick(validators), instance, what).map_err(|e| format!("{file}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// A validator for `#/components/schemas/{name}`: a root document that refers to it and
 /// carries `components`, so that nested `$ref`s resolve inside the same document.
-fn component_validator(name: &str) -> Validator {
-    let components = &openapi()["components"];
+fn component_validator(openapi: &Value, name: &str) -> Validator {
+    let components = &openapi["components"];
     assert!(
         components["schemas"][name].is_object(),
         "openapi.json has no schema {name}"
@@ -82,8 +116,8 @@ fn component_validator(name: &str) -> Validator {
 
 /// As [`component_validator`], over the schemas with the observed extension applied:
 /// `oauth_discovery_response` added to `ResponsePayloadType`.
-fn extended_validator(name: &str) -> Validator {
-    let mut components = openapi()["components"].clone();
+fn extended_validator(openapi: &Value, name: &str) -> Validator {
+    let mut components = openapi["components"].clone();
     components["schemas"]["ResponsePayloadType"]["enum"]
         .as_array_mut()
         .expect("ResponsePayloadType is an enum")
@@ -138,14 +172,10 @@ fn parse(bytes: &[u8], what: &str) -> Result<Value, String> {
 pub fn validate_response_body(bytes: &[u8]) -> Result<(), String> {
     let body = parse(bytes, "response body")?;
     if body.get("resp_type").and_then(Value::as_str) == Some(OAUTH_DISCOVERY_RESPONSE) {
-        check(
-            &validators().discovery_response,
-            &body,
-            "TunnelResponsePayload (extended)",
-        )?;
+        check_all(|v| &v.discovery_response, &body, "TunnelResponsePayload (extended)")?;
         return validate_discovery_shape(&body);
     }
-    check(&validators().response, &body, "TunnelResponsePayload")?;
+    check_all(|v| &v.response, &body, "TunnelResponsePayload")?;
     if body.get("resp_type").is_none() {
         return Err("TunnelResponsePayload: resp_type is missing".to_owned());
     }
@@ -186,19 +216,19 @@ fn validate_discovery_shape(body: &Value) -> Result<(), String> {
 
 /// Validates `error.data.tunnel_failure` against `x-tunnel-failure-schema`.
 pub fn validate_tunnel_failure(failure: &Value) -> Result<(), String> {
-    check(&validators().tunnel_failure, failure, "tunnel_failure")
+    check_all(|v| &v.tunnel_failure, failure, "tunnel_failure")
 }
 
 /// Validates a `200` poll body against `PolledCommandList`.
 pub fn validate_poll_body(bytes: &[u8]) -> Result<(), String> {
     let body = parse(bytes, "poll body")?;
-    check(&validators().poll, &body, "PolledCommandList")
+    check_all(|v| &v.poll, &body, "PolledCommandList")
 }
 
 /// Validates a response-POST acknowledgement against `TunnelResponseAck`.
 pub fn validate_ack_body(bytes: &[u8]) -> Result<(), String> {
     let body = parse(bytes, "ack body")?;
-    check(&validators().ack, &body, "TunnelResponseAck")
+    check_all(|v| &v.ack, &body, "TunnelResponseAck")
 }
 
 #[test]
@@ -319,7 +349,7 @@ fn target_http_failure_without_upstream_status_is_rejected() {
 
     let err = validate_response_body(&body).unwrap_err();
 
-    assert!(err.starts_with("tunnel_failure"), "{err}");
+    assert!(err.starts_with("openapi.json: tunnel_failure"), "{err}");
 }
 
 #[test]
@@ -350,4 +380,33 @@ fn body_built_by_the_library_with_a_synthesized_error_validates() {
     };
 
     validate_response_body(&body.to_bytes()).unwrap();
+}
+
+#[test]
+fn the_wire_version_the_gateway_sends_is_the_newest_contract_s_on_every_operation() {
+    let newest = contract(CONTRACTS[1]);
+    let mut operations = 0;
+    for (path, item) in newest["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("a path item") {
+            let Some(parameters) = operation["parameters"].as_array() else {
+                continue;
+            };
+            operations += 1;
+            let wire = parameters
+                .iter()
+                .find(|p| p["name"] == "X-Tunnel-Client-Wire-Protocol-Version")
+                .unwrap_or_else(|| panic!("{method} {path} names no wire version"));
+            assert_eq!(wire["in"], "header");
+            assert_eq!(
+                wire["example"],
+                tunnelgate::internals::protocol::WIRE_PROTOCOL_VERSION,
+                "{method} {path}"
+            );
+        }
+    }
+    assert_eq!(operations, 4, "the contract's four operations");
+    assert!(
+        !openapi().to_string().contains("X-Tunnel-Client-Wire-Protocol-Version"),
+        "the 0.0.13 contract has no wire version"
+    );
 }

@@ -159,6 +159,10 @@ async fn doctor_passes_a_healthy_setup_with_an_http_server_and_a_spawned_stdio_s
     assert_eq!(lookup.header("x-tunnel-client-name"), Some("tunnelgate"));
     assert!(lookup.header("x-tunnel-client-instance-id").is_some());
     assert_eq!(
+        lookup.header("x-tunnel-client-wire-protocol-version"),
+        Some("2026-08-25")
+    );
+    assert_eq!(
         lookup.header("x-tunnel-mcp-server-info"),
         Some(r#"{"version":1,"channels":[{"name":"main"},{"name":"tools","proc_affinity":true}]}"#)
     );

@@ -254,6 +254,12 @@ async fn polls_carry_every_contract_header_and_a_limit_within_bounds() {
     assert!(
         rec.polls
             .iter()
+            .all(|p| p.header("x-tunnel-client-wire-protocol-version") == Some("2026-08-25")),
+        "the wire contract's version on every poll"
+    );
+    assert!(
+        rec.polls
+            .iter()
             .all(|p| p.header("x-tunnel-client-instance-id") == Some(instance)),
         "one instance id per process"
     );

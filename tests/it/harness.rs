@@ -924,11 +924,17 @@ log_level = "info"
             .expect("status is JSON")
     }
 
-    /// Every body the gateway posted must satisfy the contract.
+    /// Every response POST the simulator received satisfies both vendored contracts and
+    /// names the wire contract's version.
     pub fn assert_all_bodies_valid(&self) {
         for r in self.sim.record().responses {
             validate_response_body(&r.body)
                 .unwrap_or_else(|e| panic!("posted body violates the contract: {e}\n{:?}", r.body));
+            assert_eq!(
+                r.header("x-tunnel-client-wire-protocol-version"),
+                Some(tunnelgate::internals::protocol::WIRE_PROTOCOL_VERSION),
+                "every response POST names the wire contract's version"
+            );
         }
     }
 }

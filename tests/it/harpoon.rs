@@ -718,7 +718,7 @@ async fn a_configured_target_makes_the_channel_routable_and_advertised_to_the_co
     let server_info = rec.polls.last().unwrap().header("x-tunnel-mcp-server-info").unwrap();
     assert_eq!(
         server_info,
-        r#"{"version":1,"channels":[{"name":"main"},{"name":"harpoon","proc_affinity":true}]}"#
+        r#"{"version":2,"channels":[{"name":"main"},{"name":"harpoon","stateless":true,"proc_affinity":true}]}"#
     );
     // A configured target is never an OAuth token endpoint: the audience lookup refuses.
     let id = rig.sim.enqueue(

@@ -1,21 +1,26 @@
-//! What the simulator writes satisfies the contract's schemas (`openapi.json`).
+//! What the simulator writes satisfies the contracts' schemas (`openapi.json` and
+//! `openapi-2026-08-25.json`).
 
 use serde_json::{json, Value};
 
 use super::*;
 use crate::sim::NewCommand;
 
-fn openapi() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/contract/openapi.json");
-    serde_json::from_str(&std::fs::read_to_string(path).expect("the vendored contract is in contract/")).unwrap()
+/// The vendored contracts: the 0.0.13 one and the 2026-08-25 one.
+fn contracts() -> [Value; 2] {
+    ["openapi.json", "openapi-2026-08-25.json"].map(|file| {
+        let path = format!("{}/contract/{file}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the vendored contract is in contract/")).unwrap()
+    })
 }
 
-/// Validates `instance` against `#/components/schemas/{name}` of the contract.
+/// Validates `instance` against `#/components/schemas/{name}` of each contract.
 fn assert_valid(name: &str, instance: &Value) {
-    let mut schema = openapi();
-    schema["$ref"] = json!(format!("#/components/schemas/{name}"));
-    if let Err(e) = jsonschema::validate(&schema, instance) {
-        panic!("{name}: {e}: {instance}");
+    for mut schema in contracts() {
+        schema["$ref"] = json!(format!("#/components/schemas/{name}"));
+        if let Err(e) = jsonschema::validate(&schema, instance) {
+            panic!("{name}: {e}: {instance}");
+        }
     }
 }
 
