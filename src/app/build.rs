@@ -32,7 +32,7 @@ use crate::protocol::{server_info_header, ServerInfoChannel};
 use crate::receipts::{Journal, Receipt};
 use crate::strict::{CommandRef, FatalCategory, Fence, FileIntents};
 use crate::supervisor::{FailureHook, Supervisor, TaskKind};
-use crate::telemetry::{LogRing, Metrics};
+use crate::telemetry::{LogRing, Metrics, OAuthOriginSource};
 
 /// Largest JSON body, or largest undispatched SSE event, an HTTP channel's leg holds in
 /// memory (`HttpSettings::max_body_bytes`).
@@ -186,6 +186,10 @@ impl Parts {
         }
         for (name, http) in self.channels.http() {
             http.observe_era(era_observer(name, &self.metrics, receipts.clone()));
+            let metrics = self.metrics.clone();
+            http.observe_untrusted_origins(Arc::new(move || {
+                metrics.oauth_untrusted_origin(OAuthOriginSource::ResourceMetadata)
+            }));
         }
         Dispatcher::new(Wiring {
             control,
@@ -329,7 +333,8 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
                     transport
                         .with_headers(channel_headers(config, name))
                         .with_era(*era)
-                        .with_input_required(input_required, supervisor.clone()),
+                        .with_input_required(input_required, supervisor.clone())
+                        .with_trusted_origins(config.mcp.oauth_trusted_origins.clone()),
                 )
             }
             ChannelConfig::Stdio {
@@ -390,6 +395,7 @@ pub(crate) fn harpoon_settings(config: &Config) -> HarpoonSettings {
         proxy: h.proxy.clone(),
         tls: h.tls.clone(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
+        trusted_origins: config.mcp.oauth_trusted_origins.clone(),
     }
 }
 

@@ -303,6 +303,10 @@ fn anchor_scalars(env: &EnvVars) -> Layer {
         let names = super::poll_channels::split_env(value);
         insert(&mut dict, &path(&["control_plane", "poll_channels"]), names.into());
     }
+    if let Some(value) = env.non_blank("MCP_OAUTH_TRUSTED_ORIGINS") {
+        let origins = super::oauth_origins::split_env(value);
+        insert(&mut dict, &path(&["mcp", "oauth_trusted_origins"]), origins.into());
+    }
     if let Some(value) = env.non_blank("HEALTH_LISTEN_ADDR") {
         insert(&mut dict, &path(&["ops", "listen"]), health_listen(value).into());
     }
@@ -430,6 +434,7 @@ fn anchor_var(keys: &[&str]) -> String {
         ["control_plane", "organization_id"] => "CONTROL_PLANE_ORGANIZATION_ID",
         ["control_plane", "poll_channels", ..] => "CONTROL_PLANE_POLL_CHANNELS",
         ["ops", "listen"] => "HEALTH_LISTEN_ADDR",
+        ["mcp", "oauth_trusted_origins", ..] => "MCP_OAUTH_TRUSTED_ORIGINS",
         ["control_plane", "proxy"] => "CONTROL_PLANE_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",
         ["mcp", "proxy"] => "MCP_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",
         ["mcp", "channels", "main", "url"] => "MCP_SERVER_URL",

@@ -106,6 +106,7 @@ struct McpView<'a> {
     channels: BTreeMap<&'a str, ChannelView<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tls: Option<TlsView>,
+    oauth_trusted_origins: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -383,6 +384,7 @@ fn mcp(config: &Config) -> McpView<'_> {
         proxy: config.mcp.proxy.masked(),
         channels,
         tls: tls_view(&config.mcp.tls),
+        oauth_trusted_origins: &config.mcp.oauth_trusted_origins,
     }
 }
 

@@ -37,6 +37,7 @@ mod http_url;
 mod layers;
 mod masked;
 mod number;
+mod oauth_origins;
 mod offline;
 mod poll_channels;
 mod proxy;
@@ -141,6 +142,9 @@ pub struct Mcp {
     /// Each HTTP channel's effective TLS files (its `tls` over `mcp.tls`, key by key);
     /// channels with none are absent.
     pub channel_tls: BTreeMap<ChannelName, TlsFiles>,
+    /// Origins OAuth discovery may read besides the MCP server's own (canonical
+    /// `scheme://host[:port]`, sorted, no duplicates).
+    pub oauth_trusted_origins: Vec<String>,
 }
 
 impl Mcp {

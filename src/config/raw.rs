@@ -51,6 +51,7 @@ pub(super) struct RawMcp {
     pub(super) channels: BTreeMap<String, RawChannel>,
     pub(super) proxy: Option<String>,
     pub(super) tls: Option<RawTls>,
+    pub(super) oauth_trusted_origins: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

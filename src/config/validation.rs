@@ -148,6 +148,7 @@ fn mcp(mut raw: RawMcp, strict: bool, api_key: &Secret, env: &EnvVars) -> Result
         proxy,
         tls,
         channel_tls,
+        oauth_trusted_origins: super::oauth_origins::trusted_origins(raw.oauth_trusted_origins)?,
     })
 }
 

@@ -192,6 +192,18 @@ label_enum! {
 }
 
 label_enum! {
+    /// Where an OAuth metadata URL whose origin was not trusted was named
+    /// (`oauth_untrusted_origins_total{source}`).
+    pub enum OAuthOriginSource {
+        /// The MCP server's `WWW-Authenticate` `resource_metadata` (an `oauth_discovery`).
+        ResourceMetadata => "resource_metadata",
+        /// The protected-resource metadata's first `authorization_servers` entry (channel
+        /// `harpoon`'s registration from a discovery).
+        AuthorizationServer => "authorization_server",
+    }
+}
+
+label_enum! {
     /// How the gateway's own handshake with a stdio child ended
     /// (`stdio_sessions_total{result}`).
     pub enum SessionResult {

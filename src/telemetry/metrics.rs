@@ -19,6 +19,7 @@ mod delivery;
 mod harpoon;
 mod health_receipts;
 mod internals;
+mod oauth;
 mod poll;
 mod receipts;
 mod stdio;
@@ -37,6 +38,7 @@ use self::delivery::DeliveryFamilies;
 use self::harpoon::HarpoonFamilies;
 use self::health_receipts::HealthReceiptFamilies;
 use self::internals::InternalFamilies;
+use self::oauth::OAuthFamilies;
 use self::poll::PollFamilies;
 use self::receipts::ReceiptFamilies;
 use self::stdio::StdioFamilies;
@@ -72,6 +74,7 @@ pub struct Metrics {
     stdio: StdioFamilies,
     internals: InternalFamilies,
     receipts: ReceiptFamilies,
+    oauth: OAuthFamilies,
     health_receipts: HealthReceiptFamilies,
     coordination: CoordinationFamilies,
     harpoon: HarpoonFamilies,
@@ -164,6 +167,7 @@ impl Metrics {
             stdio: StdioFamilies::register(&r),
             internals: InternalFamilies::register(&r),
             receipts: ReceiptFamilies::register(&r),
+            oauth: OAuthFamilies::register(&r),
             health_receipts: HealthReceiptFamilies::register(&r),
             coordination: CoordinationFamilies::register(&r),
             harpoon: HarpoonFamilies::register(&r),
@@ -183,6 +187,7 @@ impl Metrics {
         self.stdio.series_at_zero(stdio_channels);
         self.internals.series_at_zero();
         self.receipts.series_at_zero();
+        self.oauth.series_at_zero();
         self.harpoon.series_at_zero();
     }
 

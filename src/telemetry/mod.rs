@@ -24,8 +24,8 @@ pub(crate) use label::label_enum;
 pub use label::{
     AttemptResultLabel, CommandType, ContinuationRefusal, CoordinationRole, DeliveryKind, DeliveryLabel, DropReason,
     DurationLeg, EraHandling, EraHeldEnd, FatalCategoryLabel, IntentOp, IntentOpResult, LabelSets, LabelValue,
-    LegOutcomeLabel, PollErrorLabel, PollResult, ReceiptDropReason, RenewalResult, SessionResult, TaskKind,
-    TraceContextSource, TransportLabel,
+    LegOutcomeLabel, OAuthOriginSource, PollErrorLabel, PollResult, ReceiptDropReason, RenewalResult, SessionResult,
+    TaskKind, TraceContextSource, TransportLabel,
 };
 pub use metrics::{Accounting, Metrics, OutcomeCounts};
 pub use propagation::{continue_trace, span_trace_context, Extracted, TraceContext};

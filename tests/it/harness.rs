@@ -542,11 +542,18 @@ pub async fn spawn_py_server(mode: PyMode) -> (ChildGuard, String) {
 /// Returns the guard and its MCP URL (`http://127.0.0.1:PORT/mcp`) once it answers; it
 /// logs every request it receives to stderr as `seen METHOD PATH`.
 pub async fn spawn_py_oauth_server(mode: &str) -> (ChildGuard, String) {
+    spawn_py_oauth_server_with(mode, &[]).await
+}
+
+/// [`spawn_py_oauth_server`] with more arguments (`--resource-host`).
+pub async fn spawn_py_oauth_server_with(mode: &str, extra: &[&str]) -> (ChildGuard, String) {
     let python = python();
     let script = peer_script("py_oauth_server.py");
     let (guard, ready) = spawn_http_peer(&format!("py_oauth_server({mode})"), "/ready", |port| {
         let mut cmd = Command::new(&python);
-        cmd.arg(&script).args(["--port", &port.to_string(), "--mode", mode]);
+        cmd.arg(&script)
+            .args(["--port", &port.to_string(), "--mode", mode])
+            .args(extra);
         cmd.env("PYTHONUNBUFFERED", "1");
         cmd
     })

@@ -77,10 +77,26 @@ async fn start(harpoon_extra: &str, log_level: &str) -> Peers {
 
 /// As [`start`], with `telemetry_extra` added beside `log_level` (an OTLP endpoint).
 async fn start_with(harpoon_extra: &str, log_level: &str, telemetry_extra: &str) -> Peers {
+    start_trusting(harpoon_extra, log_level, telemetry_extra, true).await
+}
+
+/// The origin (`scheme://host:port`) of `url`.
+fn origin_of(url: &str) -> String {
+    url.splitn(4, '/').take(3).collect::<Vec<_>>().join("/")
+}
+
+/// As [`start_with`]; with `trust_issuer`, the authorization server's origin (another
+/// loopback port than the MCP server's) is listed in `mcp.oauth_trusted_origins`.
+async fn start_trusting(harpoon_extra: &str, log_level: &str, telemetry_extra: &str, trust_issuer: bool) -> Peers {
     let (auth, issuer) = spawn_oidc_provider(RS_CLIENT_ID, RS_CLIENT_SECRET).await;
     let (mcp, mcp_url) = spawn_py_introspecting_server(&issuer, RS_CLIENT_ID, RS_CLIENT_SECRET).await;
     let rig = Rig::start("").await;
     let extra = format!("{HARPOON}{harpoon_extra}");
+    let trusted = if trust_issuer {
+        format!("[mcp]\noauth_trusted_origins = [\"{}\"]\n", origin_of(&issuer))
+    } else {
+        "[mcp]\n".to_owned()
+    };
     let config = rig
         .config_to(
             &mcp_url,
@@ -92,7 +108,8 @@ async fn start_with(harpoon_extra: &str, log_level: &str, telemetry_extra: &str)
         .replace(
             "log_level = \"info\"",
             &format!("log_level = \"{log_level}\"\n{telemetry_extra}"),
-        );
+        )
+        .replace("[mcp]\n", &trusted);
     let gw = rig.spawn_gateway(&config).await;
     Peers {
         auth,
@@ -667,6 +684,39 @@ async fn discovery_registers_the_url_the_metadata_was_fetched_from() {
     assert!(
         token["tags"].as_array().unwrap().iter().any(|t| *t == group.as_str()),
         "{group} on the authorization server's rows: {token}"
+    );
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn an_authorization_server_on_an_untrusted_origin_is_neither_read_nor_registered_and_is_counted() {
+    let p = start_trusting("", "info", "", false).await;
+    p.discover().await;
+    let listed = p.tool("list_targets", json!({})).await;
+    let labels: Vec<&str> = listed["structuredContent"]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["label"].as_str())
+        .collect();
+    assert!(
+        labels.contains(&"oauth-prmd-resource-0"),
+        "the MCP server's own rows: {labels:?}"
+    );
+    for label in [
+        "oauth-prmd-auth-server-0",
+        "oauth-auth-server-metadata-0",
+        "oauth-token-endpoint-0",
+    ] {
+        assert!(!labels.contains(&label), "{label} not registered: {labels:?}");
+    }
+    let metrics = p.rig.metrics().await;
+    let line = r#"tunnelgate_oauth_untrusted_origins_total{source="authorization_server"} 1"#;
+    assert!(metrics.contains(line), "{line}\n{metrics}");
+    let log = p.gw.stderr();
+    assert!(
+        log.contains("mcp.oauth_trusted_origins does not list") && log.contains(&origin_of(&p.issuer)),
+        "the refusal names the origin and the key: {log}"
     );
     p.stop().await;
 }

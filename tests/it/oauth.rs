@@ -52,6 +52,42 @@ fn header_names(body: &Value) -> Vec<String> {
 }
 
 #[tokio::test]
+async fn a_resource_metadata_url_on_an_untrusted_origin_is_not_read_and_is_counted() {
+    // The server's challenge names its metadata on http://localhost:PORT; the channel
+    // reaches it as http://127.0.0.1:PORT: another origin, which nothing trusts.
+    let (peer, url) = crate::harness::spawn_py_oauth_server_with("sdk", &["--resource-host", "localhost"]).await;
+    let rig = Rig::start("").await;
+    let mut gw = rig
+        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
+        .await;
+    let id = rig.sim.enqueue(NewCommand::oauth_discovery().channel("main"));
+    let rec = rig.wait("discovery answered", |r| r.is_completed(&id)).await;
+    let body = one_answer(&rec, &id);
+    // The named URL was skipped; the server's own well-known URL (same path) answered.
+    assert_eq!(body["resp_code"], 200, "{body}");
+    assert!(body["resp_json"]["resource"]
+        .as_str()
+        .unwrap()
+        .starts_with("http://localhost:"));
+    let metrics = rig.metrics().await;
+    let line = r#"tunnelgate_oauth_untrusted_origins_total{source="resource_metadata"} 1"#;
+    assert!(metrics.contains(line), "{line}\n{metrics}");
+    let port = url.trim_start_matches("http://127.0.0.1:").split('/').next().unwrap();
+    let log = gw.stderr();
+    assert!(
+        log.contains("mcp.oauth_trusted_origins does not list") && log.contains(&format!("http://localhost:{port}")),
+        "the refusal names the origin and the key: {log}"
+    );
+    assert!(
+        !log.contains("/.well-known/oauth-protected-resource"),
+        "never the URL: {log}"
+    );
+    drop(peer);
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0));
+}
+
+#[tokio::test]
 async fn discovery_answers_with_the_metadata_an_oauth_protected_sdk_server_serves() {
     let (peer, url) = spawn_py_oauth_server("sdk").await;
     let rig = Rig::start("").await;

@@ -2,7 +2,8 @@
 receives to stderr as `seen METHOD PATH` and `seen-headers PATH NAMES` (header names,
 never values; no bodies).
 
-    .peers/venv/bin/python tests/peers/py_oauth_server.py --port N --mode sdk|root|slow
+    .peers/venv/bin/python tests/peers/py_oauth_server.py --port N --mode sdk|root|slow \
+        [--resource-host HOST]
     .peers/venv/bin/python tests/peers/py_oauth_server.py --port N --mode introspect \
         --issuer URL --rs-client-id ID --rs-client-secret SECRET
 
@@ -10,7 +11,9 @@ Modes:
 - `sdk`: the Python SDK's own OAuth resource server (MCPServer with AuthSettings and a
   token verifier that accepts no token): `/mcp` answers 401 with a Bearer challenge naming
   `resource_metadata`, and the SDK serves its RFC 9728 metadata at
-  `/.well-known/oauth-protected-resource/mcp`.
+  `/.well-known/oauth-protected-resource/mcp`. With `--resource-host`, its resource URL
+  (and the challenge's `resource_metadata`) names that host instead of 127.0.0.1: another
+  origin than the one it is reached on.
 - `root`: serves protected-resource metadata at the root well-known URL only
   (`/.well-known/oauth-protected-resource`), with no challenge on `/mcp`.
 - `slow`: accepts every request and answers none for 60 s.
@@ -49,8 +52,8 @@ class RejectAll:
         return None
 
 
-def sdk_app(port: int):
-    resource = f"http://127.0.0.1:{port}/mcp"
+def sdk_app(port: int, resource_host: str = "127.0.0.1"):
+    resource = f"http://{resource_host}:{port}/mcp"
     server = MCPServer(
         name="tunnelgate-py-oauth-peer",
         log_level="WARNING",
@@ -226,13 +229,20 @@ def main() -> int:
     parser.add_argument("--issuer", help="introspect: the authorization server's issuer URL")
     parser.add_argument("--rs-client-id", help="introspect: this resource server's client id")
     parser.add_argument("--rs-client-secret", help="introspect: this resource server's client secret")
+    parser.add_argument(
+        "--resource-host",
+        default="127.0.0.1",
+        help="sdk: the host its resource URL (and so its resource_metadata URL) names",
+    )
     args = parser.parse_args()
     if args.mode == "introspect":
         if not (args.issuer and args.rs_client_id and args.rs_client_secret):
             parser.error("--mode introspect needs --issuer, --rs-client-id and --rs-client-secret")
         app = introspect_app(args.port, args.issuer, args.rs_client_id, args.rs_client_secret)
+    elif args.mode == "sdk":
+        app = sdk_app(args.port, args.resource_host)
     else:
-        app = {"sdk": sdk_app, "root": root_app, "slow": slow_app, "redirect": redirect_app}[args.mode](args.port)
+        app = {"root": root_app, "slow": slow_app, "redirect": redirect_app}[args.mode](args.port)
     uvicorn.run(logged(app), host="127.0.0.1", port=args.port, log_level="warning")
     return 0
 

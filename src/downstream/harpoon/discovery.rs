@@ -14,6 +14,8 @@
 //!   `harpoon.register_private_auth_servers` (off by default), an authorization server on
 //!   another origin registers when the host classifier calls its host private: the case
 //!   of a private identity provider, which upstream never registers;
+//! - an authorization server is read and registered only on the MCP server's origin or on
+//!   one `mcp.oauth_trusted_origins` lists (the official client's gate);
 //! - registering is idempotent (keyed on role and group): a second discovery of the same
 //!   server changes nothing.
 
@@ -98,7 +100,8 @@ impl HarpoonTransport {
             .and_then(Value::as_array)
             .and_then(|a| a.first())
             .and_then(Value::as_str)
-            .and_then(http_url);
+            .and_then(http_url)
+            .filter(|issuer| self.trusts(&mcp, issuer));
         let group = group_tag(source.as_ref(), resource.as_ref(), auth_server.as_ref());
         let metadata = match &auth_server {
             Some(issuer) if admission.recheck().is_ok() => self.fetch_metadata(issuer, deadline).await,
@@ -115,6 +118,21 @@ impl HarpoonTransport {
             targets = self.registry().len(),
             "harpoon targets registered from oauth discovery"
         );
+    }
+
+    /// Whether the authorization server `issuer` may be read: it is on the MCP server's
+    /// origin, or on one `mcp.oauth_trusted_origins` lists. One that is not is neither
+    /// fetched nor registered; that is logged (its origin only) and counted.
+    fn trusts(&self, mcp: &Url, issuer: &Url) -> bool {
+        let origin = issuer.origin().ascii_serialization();
+        if issuer.origin() == mcp.origin() || self.inner.settings.trusted_origins.contains(&origin) {
+            return true;
+        }
+        tracing::warn!(component = "harpoon", %origin, "the protected-resource metadata names an authorization server on an origin that mcp.oauth_trusted_origins does not list: it is neither read nor registered; list the origin to trust it");
+        self.inner
+            .metrics
+            .oauth_untrusted_origin(crate::telemetry::OAuthOriginSource::AuthorizationServer);
+        false
     }
 
     fn register_records(&self, records: &[Record], mcp: &Url, auth_server: Option<&Url>, group: &str) -> Tally {

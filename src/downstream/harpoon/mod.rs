@@ -75,6 +75,9 @@ pub struct HarpoonSettings {
     pub tls: TlsFiles,
     /// `serverInfo.version` and the outbound `User-Agent`'s version.
     pub version: String,
+    /// Origins whose authorization-server metadata a discovery may read besides the MCP
+    /// server's own (`mcp.oauth_trusted_origins`, canonical).
+    pub trusted_origins: Vec<String>,
 }
 
 /// Why the channel could not be built.

@@ -15,6 +15,8 @@
 //! - a document is at most [`MAX_DOCUMENT`] bytes; redirects are followed only to the
 //!   same origin, at most [`MAX_REDIRECTS`] times;
 //! - the posted `resp_headers` pass the same allowlist as every MCP response header;
+//! - a `resource_metadata` URL is read only on the MCP server's own origin or on one
+//!   `mcp.oauth_trusted_origins` lists; another is skipped, logged by its origin and told;
 //! - URLs, bodies and header values are never logged.
 //!
 //! Must not touch: the control plane, the latch, metrics.
@@ -47,6 +49,14 @@ const MAX_REDIRECTS: usize = 10;
 /// The well-known path of RFC 9728.
 const WELL_KNOWN: &str = ".well-known/oauth-protected-resource";
 
+/// The origins a discovery may read besides the MCP server's own
+/// (`mcp.oauth_trusted_origins`, canonical), and who is told of each refusal.
+#[derive(Default)]
+pub(super) struct TrustGate {
+    pub(super) trusted: Vec<String>,
+    pub(super) refused: std::sync::OnceLock<std::sync::Arc<dyn Fn() + Send + Sync>>,
+}
+
 /// Why one fetch produced no response.
 enum FetchError {
     /// The fence refused the request: nothing was sent.
@@ -77,7 +87,11 @@ impl HttpTransport {
         let mut candidates = Vec::new();
         let probe_deadline = deadline.min(Instant::now() + PROBE_BOUND);
         if let Some(url) = self.probe(&client, admission, probe_deadline).await? {
-            candidates.push(url);
+            if self.trusts(&url) {
+                candidates.push(url);
+            } else {
+                self.refuse_origin(&url);
+            }
         }
         for url in well_known_urls(&self.inner.url) {
             if !candidates.contains(&url) {
@@ -126,6 +140,28 @@ impl HttpTransport {
         } else {
             DiscoveryFailure::Unreachable
         })
+    }
+
+    /// Whether a metadata URL the server named may be read: it is on the MCP server's own
+    /// origin, or on one `mcp.oauth_trusted_origins` lists.
+    fn trusts(&self, url: &Url) -> bool {
+        url.origin() == self.inner.url.origin()
+            || self
+                .inner
+                .trust
+                .trusted
+                .iter()
+                .any(|origin| *origin == url.origin().ascii_serialization())
+    }
+
+    /// A metadata URL on an untrusted origin: not read, logged (its origin only, never
+    /// the URL) and told.
+    fn refuse_origin(&self, url: &Url) {
+        let origin = url.origin().ascii_serialization();
+        tracing::warn!(channel = %self.inner.channel, %origin, "the MCP server named OAuth metadata on another origin that mcp.oauth_trusted_origins does not list: it was not read (the server's own well-known URLs are tried); list the origin to trust it");
+        if let Some(refused) = self.inner.trust.refused.get() {
+            refused();
+        }
     }
 
     /// The channel's configured headers, for the requests of a discovery that go to the

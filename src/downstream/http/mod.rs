@@ -172,6 +172,8 @@ struct Inner {
     param_headers: super::era::params::ParamHeaders,
     /// Calls held across input rounds (2026-07-28 callers of a handshake-era server).
     holding: held::Holding,
+    /// The origins OAuth discovery may read besides the server's own.
+    trust: discovery::TrustGate,
 }
 
 impl HttpTransport {
@@ -250,6 +252,7 @@ impl HttpTransport {
                 up_waiters: super::era::ask::Waiters::default(),
                 param_headers: super::era::params::ParamHeaders::default(),
                 holding: held::Holding::default(),
+                trust: discovery::TrustGate::default(),
             }),
         })
     }
@@ -282,6 +285,22 @@ impl HttpTransport {
             .expect("a transport gets its input_required settings before it is cloned")
             .holding = held::Holding::new(settings, Some(supervisor));
         self
+    }
+
+    /// The origins OAuth discovery may read besides the server's own
+    /// (`mcp.oauth_trusted_origins`, canonical). Call it on a new transport, before it is
+    /// cloned.
+    pub fn with_trusted_origins(mut self, origins: Vec<String>) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("a transport gets its trusted origins before it is cloned")
+            .trust
+            .trusted = origins;
+        self
+    }
+
+    /// Sets who is told when discovery leaves a metadata URL unread for its origin (once).
+    pub fn observe_untrusted_origins(&self, refused: Arc<dyn Fn() + Send + Sync>) {
+        let _ = self.inner.trust.refused.set(refused);
     }
 
     /// Forwards one JSON-RPC message through the era bridge (a 2026-07-28 caller's request

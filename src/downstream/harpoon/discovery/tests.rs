@@ -21,6 +21,7 @@ fn harpoon(register_private_auth_servers: bool) -> HarpoonTransport {
         proxy: ProxySetting::Off,
         tls: crate::config::TlsFiles::default(),
         version: "test".into(),
+        trusted_origins: Vec::new(),
     };
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(false, &[]));
     HarpoonTransport::new(settings, Arc::default(), metrics).unwrap()
