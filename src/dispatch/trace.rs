@@ -74,8 +74,10 @@ pub(super) fn command_span(
 }
 
 /// The caller's trace context, if the command carries a valid one: `params._meta` first
-/// (the MCP convention: it belongs to this message), else the connector headers. Each
-/// carrier holding a malformed value is counted once; the value itself goes nowhere.
+/// (the MCP convention: it belongs to this message), else the connector headers, else the
+/// polled command's own `trace_context`, which is not read at all when the headers name
+/// `traceparent` or `tracestate` (in any case), as the official client ignores it then.
+/// Each carrier holding a malformed value is counted once; the value itself goes nowhere.
 pub(super) fn caller_context(cmd: &Command, metrics: &Metrics) -> Option<TraceContext> {
     let read = |source: TraceContextSource, fields: TraceFields| {
         let extracted = TraceContext::extract(as_text(&fields.traceparent), as_text(&fields.tracestate));
@@ -93,7 +95,21 @@ pub(super) fn caller_context(cmd: &Command, metrics: &Metrics) -> Option<TraceCo
         _ => None,
     };
     let header = read(TraceContextSource::Header, header_trace_fields(&cmd.headers));
-    meta.or(header)
+    let headers_name_a_context = cmd
+        .headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("traceparent") || name.eq_ignore_ascii_case("tracestate"));
+    let polled = match &cmd.trace_context {
+        Some(polled) if !headers_name_a_context => read(
+            TraceContextSource::Polled,
+            TraceFields {
+                traceparent: Some(Ok(polled.traceparent.clone())),
+                tracestate: polled.tracestate.clone().map(Ok),
+            },
+        ),
+        _ => None,
+    };
+    meta.or(header).or(polled)
 }
 
 /// A carrier field as [`TraceContext::extract`] reads it.

@@ -15,6 +15,43 @@ pub struct Command {
     pub response_timeout: ResponseTimeout,
     pub headers: WireHeaders,
     pub kind: CommandKind,
+    /// The command's `trace_context` (wire 2026-08-25), when it is an object whose
+    /// members have the right types and bounds; anything else is `None` and never makes
+    /// the command invalid. Whether it is a valid W3C context is read later.
+    pub trace_context: Option<PolledTrace>,
+}
+
+/// A polled command's `trace_context` carrier, as sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolledTrace {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+impl PolledTrace {
+    /// Longest `traceparent` read (the W3C version-`00` form is 55 characters).
+    const MAX_TRACEPARENT: usize = 55;
+    /// Longest `tracestate` read.
+    const MAX_TRACESTATE: usize = 512;
+
+    /// The carrier of `value`: an object with a string `traceparent` of at most 55
+    /// characters and, if present and not `null`, a string `tracestate` of at most 512;
+    /// other members are ignored. Anything else carries nothing.
+    fn of(value: Option<&serde_json::Value>) -> Option<Self> {
+        let object = value?.as_object()?;
+        let traceparent = object.get("traceparent")?.as_str()?;
+        let tracestate = match object.get("tracestate") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(state)) => Some(state.clone()),
+            Some(_) => return None,
+        };
+        let within = traceparent.len() <= Self::MAX_TRACEPARENT
+            && tracestate.as_ref().is_none_or(|s| s.len() <= Self::MAX_TRACESTATE);
+        within.then(|| Self {
+            traceparent: traceparent.to_owned(),
+            tracestate,
+        })
+    }
 }
 
 /// What to do, dispatched on `command_type` (never on field presence).
@@ -134,6 +171,7 @@ struct WireCommand {
     response_timeout: Option<serde_json::Value>,
     headers: Option<serde_json::Value>,
     jsonrpc: Option<Box<RawValue>>,
+    trace_context: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -196,6 +234,7 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
             channel,
         ));
     };
+    let trace_context = PolledTrace::of(wire.trace_context.as_ref());
     let (headers, kind) = match decode_body(wire.headers, wire.command_type, wire.jsonrpc) {
         Ok(body) => body,
         Err(reason) => return Err(invalid(reason, Some(request_id), Some(shard_token), channel)),
@@ -207,6 +246,7 @@ fn decode_command(raw: &RawValue) -> Result<Command, InvalidCommand> {
         response_timeout: ResponseTimeout::from_json(wire.response_timeout.as_ref()),
         headers,
         kind,
+        trace_context,
     })
 }
 
@@ -328,6 +368,52 @@ impl JsonRpcPayload {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A `jsonrpc` command with `trace_context` = `carrier` (raw JSON; `None`: absent).
+    fn with_trace(carrier: Option<&str>) -> Command {
+        let field = carrier.map_or(String::new(), |c| format!(r#","trace_context":{c}"#));
+        let raw = format!(
+            r#"{{"request_id":"r","shard_token":"s","command_type":"jsonrpc","created_at":"t","jsonrpc":{{"jsonrpc":"2.0","id":1,"method":"ping"}}{field}}}"#
+        );
+        decode_command(&RawValue::from_string(raw).unwrap()).expect("never invalid for its trace_context")
+    }
+
+    #[test]
+    fn a_polled_trace_context_is_read_only_in_its_documented_shape_and_never_refuses_a_command() {
+        let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            with_trace(Some(&format!(
+                r#"{{"traceparent":"{valid}","tracestate":"vendor=value","x":1}}"#
+            )))
+            .trace_context,
+            Some(PolledTrace {
+                traceparent: valid.to_owned(),
+                tracestate: Some("vendor=value".to_owned()),
+            })
+        );
+        assert_eq!(
+            with_trace(Some(&format!(r#"{{"traceparent":"{valid}","tracestate":null}}"#)))
+                .trace_context
+                .map(|t| t.tracestate),
+            Some(None)
+        );
+        let long_parent = format!("{valid}0");
+        let long_state = "a=".to_owned() + &"b".repeat(511);
+        for carrier in [
+            None,
+            Some("null".to_owned()),
+            Some("\"00-abc\"".to_owned()),
+            Some("[1]".to_owned()),
+            Some("{}".to_owned()),
+            Some(r#"{"tracestate":"a=b"}"#.to_owned()),
+            Some(r#"{"traceparent":42}"#.to_owned()),
+            Some(format!(r#"{{"traceparent":"{valid}","tracestate":7}}"#)),
+            Some(format!(r#"{{"traceparent":"{long_parent}"}}"#)),
+            Some(format!(r#"{{"traceparent":"{valid}","tracestate":"{long_state}"}}"#)),
+        ] {
+            assert_eq!(with_trace(carrier.as_deref()).trace_context, None, "{carrier:?}");
+        }
+    }
 
     fn arb_json() -> impl Strategy<Value = serde_json::Value> {
         let leaf = prop_oneof![

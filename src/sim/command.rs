@@ -27,6 +27,9 @@ pub struct NewCommand {
     pub headers: Vec<(String, Vec<String>)>,
     /// `command_type`, written verbatim (`jsonrpc`, `session_termination`, or anything).
     pub command_type: String,
+    /// `trace_context` (wire 2026-08-25), written verbatim when set: any JSON, so that
+    /// malformed carriers can be sent too.
+    pub trace_context: Option<serde_json::Value>,
 }
 
 /// One element of a future poll's `commands`.
@@ -69,6 +72,8 @@ struct WireCommand<'a> {
     headers: WireHeaders<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     jsonrpc: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_context: Option<&'a serde_json::Value>,
 }
 
 impl NewCommand {
@@ -86,6 +91,7 @@ impl NewCommand {
             response_timeout: None,
             headers: Vec::new(),
             command_type: "jsonrpc".to_owned(),
+            trace_context: None,
         }
     }
 
@@ -97,6 +103,7 @@ impl NewCommand {
             response_timeout: None,
             headers: Vec::new(),
             command_type: "session_termination".to_owned(),
+            trace_context: None,
         };
         match session_id {
             Some(id) => cmd.header(MCP_SESSION_ID, id),
@@ -113,6 +120,7 @@ impl NewCommand {
             response_timeout: None,
             headers: Vec::new(),
             command_type: "oauth_discovery".to_owned(),
+            trace_context: None,
         }
     }
 
@@ -133,6 +141,12 @@ impl NewCommand {
             Some((_, values)) => values.push(value.into()),
             None => self.headers.push((name, vec![value.into()])),
         }
+        self
+    }
+
+    /// Sets the command's `trace_context` to `value`, as written (valid or not).
+    pub fn trace_context(mut self, value: serde_json::Value) -> Self {
+        self.trace_context = Some(value);
         self
     }
 
@@ -226,6 +240,7 @@ impl Queued {
                     response_timeout: c.command.response_timeout.as_deref(),
                     headers: WireHeaders(&c.command.headers),
                     jsonrpc: c.command.jsonrpc.as_deref(),
+                    trace_context: c.command.trace_context.as_ref(),
                 },
             ),
         };

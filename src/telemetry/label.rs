@@ -334,6 +334,8 @@ label_enum! {
         Header => "header",
         /// `params._meta` of the JSON-RPC message.
         Meta => "meta",
+        /// The polled command's own `trace_context` (wire 2026-08-25).
+        Polled => "trace_context",
     }
 }
 
@@ -370,7 +372,7 @@ mod tests {
             labels::<DurationLeg>(),
             ["queue", "fence_wait", "downstream", "deliver", "total"]
         );
-        assert_eq!(labels::<TraceContextSource>(), ["header", "meta"]);
+        assert_eq!(labels::<TraceContextSource>(), ["header", "meta", "trace_context"]);
         assert_eq!(
             labels::<CoordinationRole>(),
             ["active", "standby", "unavailable", "latched"]

@@ -561,6 +561,57 @@ async fn a_malformed_trace_context_is_ignored_counted_and_never_echoed() {
     );
 }
 
+#[tokio::test]
+async fn a_polled_trace_context_is_the_parent_unless_the_headers_carry_one_and_a_malformed_one_is_counted() {
+    let (tap, port) = oteltap().await;
+    let rig = Rig::start("").await;
+    let mut gw = rig.spawn_gateway(&traced(&rig, port, "off", "")).await;
+    let ping = |id: u64| NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":id,"method":"ping"}));
+    let polled = json!({"traceparent": CALLER.traceparent(), "tracestate": CALLER_STATE, "vendor": true});
+    let other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let adopted = rig.sim.enqueue(ping(1).trace_context(polled.clone()));
+    // A `tracestate` header alone (no traceparent) still makes the polled one ignored.
+    let header_named = rig
+        .sim
+        .enqueue(ping(2).trace_context(polled.clone()).header("TraceState", "x=1"));
+    let header_wins = rig
+        .sim
+        .enqueue(ping(3).trace_context(polled).header("traceparent", other));
+    let malformed = rig
+        .sim
+        .enqueue(ping(4).trace_context(json!({"traceparent": "00-zz-not-a-context"})));
+    let ids = [&adopted, &header_named, &header_wins, &malformed];
+    let rec = rig
+        .wait("all answered", |r| ids.iter().all(|id| r.is_completed(id)))
+        .await;
+    for id in ids {
+        assert!(
+            final_json(&rec, id)["resp_json"]["result"].is_object(),
+            "served as usual"
+        );
+    }
+    let metrics = rig.metrics().await;
+    assert!(metrics.contains(&invalid_series("trace_context", 1)), "{metrics}");
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
+    let spans = Spans::wait_for(&tap, &ids.map(String::as_str)).await;
+    let adopted = spans.command(&adopted);
+    assert_eq!(adopted["traceId"], CALLER.trace_id, "{adopted}");
+    assert_eq!(adopted["parentSpanId"], CALLER.span_id, "{adopted}");
+    let named = spans.command(&header_named);
+    assert_ne!(
+        named["traceId"], CALLER.trace_id,
+        "ignored beside a trace header: {named}"
+    );
+    let wins = spans.command(&header_wins);
+    assert_eq!(
+        wins["traceId"], "0af7651916cd43dd8448eb211c80319c",
+        "the header's: {wins}"
+    );
+    let own = spans.command(&malformed);
+    assert_eq!(own["parentSpanId"], "", "a trace of its own: {own}");
+}
+
 // ---------------------------------------------------------------------------------------
 // The table in docs/telemetry.md
 // ---------------------------------------------------------------------------------------
