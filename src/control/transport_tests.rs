@@ -347,7 +347,8 @@ async fn recording_server() -> (String, Arc<Mutex<Vec<String>>>) {
 }
 
 /// The heads of the poll and the response POST, in the order reqwest sent them before
-/// the one client replaced it (each delivery's own request id left out).
+/// the one client replaced it (each delivery's own request id left out), with the wire
+/// contract's version header (2026-08-25) after the instance id.
 const HEADS: [&str; 2] = [POLL_HEAD, POST_HEAD];
 const POLL_HEAD: &str = concat!(
     "GET /v1/tunnels/t/poll?limit=3&timeout_ms=1 HTTP/1.1\r\n",
@@ -358,6 +359,7 @@ const POLL_HEAD: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     "\r\n",
     "x-tunnel-client-instance-id: i\r\n",
+    "x-tunnel-client-wire-protocol-version: 2026-08-25\r\n",
     "x-tunnel-mcp-server-info: srv\r\n",
     "host: 127.0.0.1:PORT",
 );
@@ -370,6 +372,7 @@ const POST_HEAD: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     "\r\n",
     "x-tunnel-client-instance-id: i\r\n",
+    "x-tunnel-client-wire-protocol-version: 2026-08-25\r\n",
     "x-tunnel-mcp-server-info: srv\r\n",
     "content-type: application/json\r\n",
     "x-tunnel-shard-token: s\r\n",

@@ -17,13 +17,13 @@ use super::books::Books;
 use crate::control::{ControlClient, Delivery, DeliveryReport, PostKind, Refused};
 use crate::downstream::Reply;
 use crate::protocol::{
-    discovery_error, json_resp_headers, synthesize_error, ChannelName, Command, CommandKind, DiscoveryFailure,
-    FailureSource, InvalidCommand, RequestId, RespType, ResponseBody, ShardToken, TooLarge, TunnelFailure,
-    NOT_SENT_MESSAGE,
+    discovery_error, has_lone_surrogate, json_resp_headers, synthesize_error, ChannelName, Command, CommandKind,
+    DiscoveryFailure, FailureSource, InvalidCommand, RequestId, RespType, ResponseBody, ShardToken, TooLarge,
+    TunnelFailure, NOT_SENT_MESSAGE,
 };
 use crate::receipts::Pending;
 use crate::strict::Refusal;
-use crate::telemetry::{attrs, DropReason};
+use crate::telemetry::{attrs, DeliveryKind, DropReason};
 
 /// Said to the caller of a command that could not be decoded.
 const MALFORMED_MESSAGE: &str = "not delivered to the MCP server: the tunnel command was malformed";
@@ -61,6 +61,12 @@ impl NotExecuted {
         }
     }
 }
+
+/// What the caller of a request reads when the MCP server's answer carried an unpaired
+/// surrogate escape.
+const UNPAIRED_WORDS: &str = "the MCP server answered, but its answer contains text that is not valid Unicode (an unpaired surrogate escape), which the control plane refuses, so it could not be delivered; the request ran on the MCP server, so a retry would run it again";
+/// The `resp_code` of that answer (the server's answer was unusable: a bad gateway).
+const UNPAIRED_RESP_CODE: u16 = 502;
 
 /// Posts responses to the control plane.
 pub(crate) struct Responder {
@@ -111,12 +117,41 @@ impl Responder {
         deadline: Option<Instant>,
         receipt: &Pending<'_>,
     ) -> DeliveryReport {
-        let report = self.post_terminal(cmd, reply, deadline).await;
+        let report = match self.told_unpaired(cmd, reply, receipt) {
+            Some(told) => self.post_terminal(cmd, &told, deadline).await,
+            None => self.post_terminal(cmd, reply, deadline).await,
+        };
         receipt.delivered(&report);
         if report.refused == Some(Refused::TooLarge) {
             self.books.response_too_large();
         }
         report
+    }
+
+    /// When the MCP server's answer `reply` carries an unpaired surrogate escape (which
+    /// the control plane refuses, finally, as `400 invalid_json_payload`): the answer
+    /// that is posted instead, a `-32603` for the same request id saying what happened
+    /// in words (the request ran). `None` when the answer can go as it is, or when no
+    /// caller waits for a JSON-RPC answer (then the answer goes, and is refused).
+    fn told_unpaired(&self, cmd: &Command, reply: &Reply, receipt: &Pending<'_>) -> Option<Reply> {
+        let answer = reply.resp_json.as_deref()?;
+        if !has_lone_surrogate(answer.get().as_bytes()) {
+            return None;
+        }
+        let CommandKind::JsonRpc(request) = &cmd.kind else {
+            return None;
+        };
+        let id = request.id().filter(|_| request.expects_response())?;
+        self.books.invalid_json_payload(DeliveryKind::Terminal);
+        tracing::warn!("the MCP server's answer carries an unpaired surrogate escape, which the control plane refuses: the caller is told in words instead");
+        receipt.told(UNPAIRED_WORDS);
+        let failure = TunnelFailure::new(FailureSource::Protocol, Some("invalid_json_payload"), true, None);
+        let resp_json = synthesize_error(Some(id), UNPAIRED_WORDS, &failure);
+        Some(error_reply(
+            Some(resp_json),
+            UNPAIRED_RESP_CODE,
+            RespType::JsonrpcResponse,
+        ))
     }
 
     /// Tells the caller of `cmd` that `reply`, the MCP server's answer, was refused by

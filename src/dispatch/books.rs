@@ -118,6 +118,12 @@ impl Books {
         self.metrics.response_too_large();
     }
 
+    /// An MCP server's message of `kind` was not posted: it carries an unpaired surrogate
+    /// escape the control plane refuses.
+    pub(crate) fn invalid_json_payload(&self, kind: crate::telemetry::DeliveryKind) {
+        self.metrics.invalid_json_payload(kind);
+    }
+
     /// The control plane acknowledged a delivery (`last_acked_at`).
     pub(crate) fn delivery_acked(&self) {
         let at = unix_millis_now();

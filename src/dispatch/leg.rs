@@ -299,6 +299,13 @@ async fn post_notifications(
             skipped += 1;
             continue;
         }
+        if crate::protocol::has_lone_surrogate(n.resp_json.get().as_bytes()) {
+            // The control plane refuses it (400 invalid_json_payload, final): never
+            // posted; the notifications after it and the answer still go.
+            d.books.invalid_json_payload(crate::telemetry::DeliveryKind::Notify);
+            tracing::warn!("a notification from the MCP server carries an unpaired surrogate escape, which the control plane refuses: it was dropped");
+            continue;
+        }
         let method = message_method(&n.resp_json).map(|m| crate::telemetry::safe_method(&m));
         let note = Reply {
             resp_json: Some(n.resp_json),

@@ -21,6 +21,7 @@ mod id;
 mod oauth;
 mod response;
 mod revision;
+mod surrogate;
 mod timeout;
 mod trace;
 
@@ -37,6 +38,7 @@ pub use id::random_hex;
 pub use oauth::{discovery_error, DiscoveryFailure};
 pub use response::{RespType, ResponseBody};
 pub use revision::McpRevision;
+pub use surrogate::has_lone_surrogate;
 pub use timeout::ResponseTimeout;
 pub use trace::{
     header_trace_fields, header_value, is_protocol_revision, message_method, reply_facts, with_trace_headers, NotText,

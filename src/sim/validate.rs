@@ -152,6 +152,10 @@ pub(crate) fn is_json_content_type(headers: &HeaderMap) -> bool {
 /// (`additionalProperties: false`, `request_id` and `resp_code` required).
 pub(crate) fn payload(body: &Bytes) -> Result<Payload, ApiError> {
     let bad = |msg: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_json_payload", msg);
+    // As the service: an escaped lone surrogate anywhere is refused, finally.
+    if crate::protocol::has_lone_surrogate(body) {
+        return Err(bad("the body carries an unpaired surrogate escape".to_owned()));
+    }
     let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| bad(format!("body is not JSON: {e}")))?;
     let obj = value
         .as_object()

@@ -48,6 +48,7 @@ mod strict;
 mod strict_ha;
 mod strict_ha_truth;
 mod support_bundle;
+mod surrogates;
 mod tls;
 mod too_large;
 mod trace;

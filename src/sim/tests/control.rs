@@ -424,3 +424,29 @@ async fn tunnel_metadata_checks_the_caller_and_hands_out_no_command() {
     assert!(rec.polls.is_empty());
     assert_eq!(rec.issued(), 0, "a metadata request takes no command");
 }
+
+#[tokio::test]
+async fn a_response_with_an_escaped_lone_surrogate_is_refused_finally_as_the_service_does() {
+    let (sim, c) = start("").await;
+    let id = sim.enqueue(NewCommand::jsonrpc(call(1, "echo")));
+    let polled = c.poll("limit=1&timeout_ms=500").await.json::<Value>().await.unwrap();
+    let (_, shard) = ids(&polled["commands"][0]);
+    let lone = format!(
+        r#"{{"request_id":"{id}","channel":"main","resp_json":{{"jsonrpc":"2.0","id":1,"result":{{"text":"a\ud800"}}}},"resp_headers":{{}},"resp_code":200,"resp_type":"jsonrpc_response"}}"#
+    );
+    let refused = c
+        .respond_bytes(Some(&shard), "application/json", lone.into_bytes())
+        .await;
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_json_payload", "{body}");
+    assert!(!sim.record().is_completed(&id), "nothing was completed");
+    // A valid pair is text like any other.
+    let pair = format!(
+        r#"{{"request_id":"{id}","channel":"main","resp_json":{{"jsonrpc":"2.0","id":1,"result":{{"text":"\ud83d\ude00"}}}},"resp_headers":{{}},"resp_code":200,"resp_type":"jsonrpc_response"}}"#
+    );
+    let accepted = c
+        .respond_bytes(Some(&shard), "application/json", pair.into_bytes())
+        .await;
+    assert_eq!(accepted.status(), 200);
+}

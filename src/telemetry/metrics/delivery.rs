@@ -1,6 +1,7 @@
 //! Downstream legs and response deliveries, the outcomes of truth: legs by transport and
 //! outcome, deliveries by kind and final outcome, POST attempts by kind and result, and
-//! terminal responses the control plane refused as too large.
+//! terminal responses the control plane refused as too large, and the messages never
+//! posted because they carry an unpaired surrogate escape.
 //!
 //! Every pair of label values has its series from startup (at zero); the outcome sets
 //! are the ones upstairs owns (`L`).
@@ -18,6 +19,7 @@ pub(super) struct DeliveryFamilies {
     pub(super) deliveries: IntCounterVec,
     delivery_attempts: IntCounterVec,
     responses_too_large: IntCounter,
+    invalid_json_payloads: IntCounterVec,
 }
 
 impl DeliveryFamilies {
@@ -46,6 +48,12 @@ impl DeliveryFamilies {
                 "responses_too_large_total",
                 "Terminal responses the control plane refused as larger than it accepts (413 request_body_too_large); the caller of a JSON-RPC request is sent a small error instead.",
             ),
+            invalid_json_payloads: counter_vec(
+                r,
+                "invalid_json_payloads_total",
+                "MCP server messages carrying an unpaired surrogate escape, which the control plane refuses (400 invalid_json_payload), never posted: a terminal answer replaced by an error in words, a notification dropped; by kind.",
+                &["kind"],
+            ),
         }
     }
 
@@ -58,6 +66,7 @@ impl DeliveryFamilies {
         at_zero(&self.deliveries, all::<DeliveryKind>(), &deliveries);
         let attempts: Vec<_> = all::<L::AttemptResult>().collect();
         at_zero(&self.delivery_attempts, all::<DeliveryKind>(), &attempts);
+        at_zero(&self.invalid_json_payloads, all::<DeliveryKind>(), &[]);
     }
 }
 
@@ -83,5 +92,12 @@ impl Metrics {
     /// The control plane refused a terminal response as too large.
     pub fn response_too_large(&self) {
         self.delivery.responses_too_large.inc();
+    }
+    /// An MCP server's message of `kind` carried an unpaired surrogate escape and was not posted.
+    pub fn invalid_json_payload(&self, kind: DeliveryKind) {
+        self.delivery
+            .invalid_json_payloads
+            .with_label_values(&[kind.as_label()])
+            .inc();
     }
 }
