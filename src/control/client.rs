@@ -14,6 +14,7 @@
 
 mod declared;
 mod delivery;
+mod learned;
 mod poll;
 mod tunnel;
 mod urls;
@@ -81,6 +82,10 @@ pub(crate) struct ControlClient {
     /// Every poll URL the client can send, parsed once ([`PollUrls`]): a URL parse with its
     /// host check was a measurable share of a poll's cost.
     poll_urls: Arc<PollUrls>,
+    /// The poll filter's query (`&channel=...`), for URLs parsed later.
+    poll_filter: String,
+    /// The wait a proxy lets through, once learned ([`learned`]); shared by clones.
+    learned: Arc<learned::Learned>,
     /// Parsed once: a response POST is sent per command.
     response_uri: http::Uri,
     headers: HeaderMap,
@@ -156,6 +161,8 @@ impl ControlClient {
             client,
             poll_url,
             poll_urls,
+            poll_filter: String::new(),
+            learned: Arc::default(),
             tunnel_uri,
             response_uri,
             headers,
@@ -203,9 +210,10 @@ impl ControlClient {
     /// duplicates). An empty list adds nothing: the control plane then hands out the
     /// commands of every channel.
     pub(crate) fn with_poll_channels<S: AsRef<str>>(mut self, channels: &[S]) -> Result<Self, BuildError> {
+        self.poll_filter = poll_filter(channels);
         self.poll_urls = Arc::new(PollUrls::parse(
             &self.poll_url,
-            &poll_filter(channels),
+            &self.poll_filter,
             self.settings.poll_timeout,
         )?);
         Ok(self)

@@ -797,10 +797,15 @@ impl Default for RigOptions<'_> {
 
 impl Rig {
     pub async fn start(faults: &str) -> Rig {
+        Self::start_holding(faults, Duration::from_millis(500)).await
+    }
+
+    /// [`Rig::start`] with the simulator holding an empty poll up to `max_poll_wait`.
+    pub async fn start_holding(faults: &str, max_poll_wait: Duration) -> Rig {
         let stub = McpStub::start(([127, 0, 0, 1], 0).into()).await.expect("stub starts");
         let mut config = SimConfig::new(TUNNEL, KEY);
         config.faults = FaultScript::from_toml_str(faults).expect("fault script parses");
-        config.max_poll_wait = Duration::from_millis(500);
+        config.max_poll_wait = max_poll_wait;
         config.ingress_timeout = Duration::from_secs(15);
         let sim = Simulator::start(config).await.expect("simulator starts");
         Rig {

@@ -49,6 +49,8 @@ struct TinyproxyOptions<'a> {
     connect_ports: &'a [u16],
     /// `BasicAuth user password`: requests without them get `407`.
     basic_auth: Option<(&'a str, &'a str)>,
+    /// `Timeout` (seconds of silence before tinyproxy closes a connection); 30 if unset.
+    idle_timeout: Option<u32>,
 }
 
 impl Tinyproxy {
@@ -57,9 +59,10 @@ impl Tinyproxy {
         let port = free_port();
         let log = dir.path().join("access.log");
         let mut conf = format!(
-            "Port {port}\nListen 127.0.0.1\nAllow 127.0.0.1\nLogFile \"{}\"\nLogLevel Info\nPidFile \"{}\"\nMaxClients 64\nTimeout 30\n",
+            "Port {port}\nListen 127.0.0.1\nAllow 127.0.0.1\nLogFile \"{}\"\nLogLevel Info\nPidFile \"{}\"\nMaxClients 64\nTimeout {}\n",
             log.display(),
-            dir.path().join("tinyproxy.pid").display()
+            dir.path().join("tinyproxy.pid").display(),
+            options.idle_timeout.unwrap_or(30),
         );
         // Without any ConnectPort line tinyproxy would allow every port: name one no test uses.
         conf.push_str("ConnectPort 1\n");
@@ -318,6 +321,44 @@ async fn answered_echo(rig: &Rig, text: &str) {
 // ---------------------------------------------------------------------------------------
 // Tests
 // ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_proxy_that_closes_long_polls_teaches_the_gateway_a_wait_it_lets_through() {
+    // tinyproxy closes a connection silent for 7 s; the gateway asks for 20 s polls.
+    let proxy = Tinyproxy::start(TinyproxyOptions {
+        idle_timeout: Some(7),
+        ..TinyproxyOptions::default()
+    })
+    .await;
+    let rig = Rig::start_holding("", Duration::from_secs(30)).await;
+    let config = with_proxies(&rig.config(&RigOptions::default_mode()), Some(&proxy.url()), None)
+        .replace("poll_timeout = \"1s\"", "poll_timeout = \"20s\"");
+    let mut gw = rig.spawn_gateway(&config).await;
+    wait_until(
+        "the gateway learned a shorter wait",
+        Duration::from_secs(30),
+        || async { gw.stderr().contains("lowering future poll timeout") },
+    )
+    .await;
+    // Cut after about 7 s of a 20 s poll: margin min(10 s, 3.5 s), learned max(3.5 s, 5 s).
+    assert!(gw.stderr().contains("\"learned_wait_ms\":5000"), "{}", gw.stderr());
+    let rec = rig
+        .wait("a 5 s poll that the proxy let through", |r| {
+            r.polls
+                .iter()
+                .any(|p| p.timeout_ms == Some(5000) && p.status == Some(204))
+        })
+        .await;
+    assert!(
+        rec.polls.iter().filter(|p| p.timeout_ms == Some(20_000)).count() >= 1,
+        "the first long poll asked for 20 s"
+    );
+    // And the polls work: a command is served through the proxy.
+    let id = rig.enqueue_call("echo", json!({"message": "after learning"}));
+    rig.wait("the call answered", |r| r.is_completed(&id)).await;
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(WAIT).await, Some(0), "{}", gw.stderr());
+}
 
 #[tokio::test]
 async fn the_control_plane_and_an_http_mcp_server_are_reached_through_a_real_proxy() {

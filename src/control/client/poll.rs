@@ -122,14 +122,23 @@ impl ControlClient {
     /// [`PollAnswer`], the control plane has handed out whatever the body holds: read it
     /// with [`read_commands`](Self::read_commands), never drop it unread.
     pub(crate) async fn poll(&self, limit: usize, wait: PollWait) -> Result<PollAnswer, PollError> {
-        let (target, wait) = self.poll_urls.target(limit, wait);
-        let deadline = Instant::now() + wait + POLL_SLACK;
+        let long = wait == PollWait::Long;
+        let learned = long.then(|| self.learned.urls()).flatten();
+        let urls = learned.as_deref().unwrap_or(&self.poll_urls);
+        let (target, wait) = urls.target(limit, wait);
+        let sent_at = Instant::now();
+        let deadline = sent_at + wait + POLL_SLACK;
         let request = self
             .client
             .send(Method::GET, target, self.request_headers(), bytes::Bytes::new());
         let response = match tokio::time::timeout_at(deadline, request).await {
             Err(_) => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
-            Ok(Err(e)) => return Err(PollError::new(poll_send_error_kind(&e), None, None)),
+            Ok(Err(e)) => {
+                if long && e.kind() == SendErrorKind::Lost {
+                    self.learn_wait(sent_at.elapsed(), wait);
+                }
+                return Err(PollError::new(poll_send_error_kind(&e), None, None));
+            }
             Ok(Ok(r)) => r,
         };
         let received_at = Instant::now();
@@ -152,6 +161,26 @@ impl ControlClient {
                 retry_after,
             )),
         }
+    }
+
+    /// A long poll of `attempted` whose connection a proxy closed after `elapsed`, before
+    /// any response header: future long polls ask for the wait it lets through
+    /// ([`super::learned`]). Only on a proxied route.
+    fn learn_wait(&self, elapsed: Duration, attempted: Duration) {
+        if self.client.route() == crate::egress::proxy::Route::Direct {
+            return;
+        }
+        let Some(wait) = self.learned.lower(elapsed, attempted, POLL_SLACK) else {
+            return;
+        };
+        let Ok(urls) = super::urls::PollUrls::parse(&self.poll_url, &self.poll_filter, wait) else {
+            return;
+        };
+        self.learned.keep(wait, urls);
+        tracing::warn!(
+            learned_wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            "control-plane proxy closed long poll; lowering future poll timeout"
+        );
     }
 
     /// Reads and decodes an answered poll's body (bounded in size and by the poll's own
