@@ -325,6 +325,11 @@ pub struct SimArgs {
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
     )]
     pub max_response_body: usize,
+    /// Accept `resp_timing` on response POSTs, as a service with the tolerant reader of
+    /// the 2026-08-25 wire does (by default the contract's schema refuses it: 400). Pair
+    /// with the gateway's `control_plane.resp_timing = true`.
+    #[arg(long)]
+    pub accept_resp_timing: bool,
 }
 
 #[derive(Args, Debug)]
@@ -521,6 +526,7 @@ pub async fn sim(args: SimArgs) -> Result<u8, CliError> {
         faults: args.faults,
         with_stub: args.with_stub,
         max_response_body: args.max_response_body,
+        accept_resp_timing: args.accept_resp_timing,
     };
     match crate::sim::run_cli(sim_args).await {
         Ok(()) => Ok(0),

@@ -263,6 +263,7 @@ fn policy(config: &Config) -> Policy {
             headers: config.telemetry.propagate.headers(),
             meta: config.telemetry.propagate.meta(),
         },
+        resp_timing: config.control_plane.resp_timing,
     }
 }
 

@@ -10,6 +10,7 @@ pub(super) const POLL_TIMEOUT: &str = "30s";
 pub(super) const MAX_INFLIGHT: u64 = 20;
 /// `control_plane.http2`: HTTP/1.1 to the control plane unless asked.
 pub(super) const CONTROL_PLANE_HTTP2: bool = false;
+pub(super) const RESP_TIMING: bool = false;
 pub(super) const POST_TIMEOUT: &str = "10s";
 pub(super) const POST_ATTEMPTS: u64 = 3;
 

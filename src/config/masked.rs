@@ -90,6 +90,7 @@ struct ControlPlaneView<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     poll_channels: Vec<&'a str>,
     http2: bool,
+    resp_timing: bool,
     /// Last: a table follows the plain values.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     headers: BTreeMap<&'a str, String>,
@@ -353,6 +354,7 @@ fn control_plane(config: &Config) -> ControlPlaneView<'_> {
         organization_id: cp.organization_id.as_deref(),
         poll_channels: cp.poll_channels.iter().map(|name| name.as_str()).collect(),
         http2: cp.http2,
+        resp_timing: cp.resp_timing,
         headers: headers_view(&cp.headers),
         tls: tls_view(&cp.tls),
     }

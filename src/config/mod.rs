@@ -119,6 +119,10 @@ pub struct ControlPlane {
     /// `control_plane.http2`: offer HTTP/2 by ALPN to a TLS control plane (default false:
     /// HTTP/1.1, which cost less CPU per command below 64 in flight; docs/PERFORMANCE.md).
     pub http2: bool,
+    /// `control_plane.resp_timing`: terminal answers of MCP servers carry `resp_timing`
+    /// (wire 2026-08-25; default false: the published contract's response schema still
+    /// refuses unknown fields).
+    pub resp_timing: bool,
 }
 
 /// `[mcp]`: the downstream MCP servers.

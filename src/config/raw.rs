@@ -40,6 +40,7 @@ pub(super) struct RawControlPlane {
     pub(super) tls: Option<RawTls>,
     pub(super) poll_channels: Option<Vec<String>>,
     pub(super) http2: Option<bool>,
+    pub(super) resp_timing: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

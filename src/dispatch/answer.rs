@@ -18,8 +18,8 @@ use crate::control::{ControlClient, Delivery, DeliveryReport, PostKind, Refused}
 use crate::downstream::Reply;
 use crate::protocol::{
     discovery_error, has_lone_surrogate, json_resp_headers, synthesize_error, ChannelName, Command, CommandKind,
-    DiscoveryFailure, FailureSource, InvalidCommand, RequestId, RespType, ResponseBody, ShardToken, TooLarge,
-    TunnelFailure, NOT_SENT_MESSAGE,
+    DiscoveryFailure, FailureSource, InvalidCommand, RequestId, RespTiming, RespType, ResponseBody, ShardToken,
+    TooLarge, TunnelFailure, NOT_SENT_MESSAGE,
 };
 use crate::receipts::Pending;
 use crate::strict::Refusal;
@@ -77,6 +77,8 @@ pub(crate) struct Responder {
     cleanup_timeout: Duration,
     /// Told of every acknowledged delivery.
     books: Arc<Books>,
+    /// `control_plane.resp_timing`: the MCP server's answers carry `resp_timing`.
+    resp_timing: bool,
 }
 
 impl Responder {
@@ -91,7 +93,14 @@ impl Responder {
             hard_stop,
             cleanup_timeout,
             books,
+            resp_timing: false,
         }
+    }
+
+    /// Answers of MCP servers carry `resp_timing` (`control_plane.resp_timing`).
+    pub(crate) fn with_resp_timing(mut self, on: bool) -> Self {
+        self.resp_timing = on;
+        self
     }
 
     pub(crate) fn control(&self) -> &ControlClient {
@@ -117,9 +126,23 @@ impl Responder {
         deadline: Option<Instant>,
         receipt: &Pending<'_>,
     ) -> DeliveryReport {
+        self.timed_terminal(cmd, reply, None, deadline, receipt).await
+    }
+
+    /// [`Responder::terminal`] for the MCP server's own answer, with its `resp_timing`
+    /// when `control_plane.resp_timing` is on (the same on every retry of the POST).
+    pub(crate) async fn timed_terminal(
+        &self,
+        cmd: &Command,
+        reply: &Reply,
+        timing: Option<RespTiming>,
+        deadline: Option<Instant>,
+        receipt: &Pending<'_>,
+    ) -> DeliveryReport {
+        let timing = timing.filter(|_| self.resp_timing);
         let report = match self.told_unpaired(cmd, reply, receipt) {
-            Some(told) => self.post_terminal(cmd, &told, deadline).await,
-            None => self.post_terminal(cmd, reply, deadline).await,
+            Some(told) => self.post_terminal(cmd, &told, None, deadline).await,
+            None => self.post_terminal(cmd, reply, timing, deadline).await,
         };
         receipt.delivered(&report);
         if report.refused == Some(Refused::TooLarge) {
@@ -180,19 +203,25 @@ impl Responder {
         let resp_json = synthesize_error(Some(id), &kind.message(answer.get().len()), &TooLarge::failure());
         receipt.told(kind.words());
         let small = error_reply(Some(resp_json), TOO_LARGE_RESP_CODE, RespType::JsonrpcResponse);
-        Some(self.post_terminal(cmd, &small, deadline).await)
+        Some(self.post_terminal(cmd, &small, None, deadline).await)
     }
 
     /// Posts `reply` as `cmd`'s terminal response inside a `tunnelgate.deliver` span that
     /// records its outcome and attempts.
-    async fn post_terminal(&self, cmd: &Command, reply: &Reply, deadline: Option<Instant>) -> DeliveryReport {
+    async fn post_terminal(
+        &self,
+        cmd: &Command,
+        reply: &Reply,
+        timing: Option<RespTiming>,
+        deadline: Option<Instant>,
+    ) -> DeliveryReport {
         let span = tracing::debug_span!(
             "tunnelgate.deliver",
             { attrs::RESP_TYPE } = reply.resp_type.as_str(),
             { attrs::DELIVERY_OUTCOME } = tracing::field::Empty,
             { attrs::ATTEMPTS } = tracing::field::Empty,
         );
-        let body = body(&cmd.request_id, &cmd.channel, reply);
+        let body = timed_body(&cmd.request_id, &cmd.channel, reply, timing);
         let report = self
             .post(PostKind::Terminal, body, &cmd.shard_token, deadline)
             .instrument(span.clone())
@@ -346,6 +375,11 @@ impl Responder {
 
 /// The response body of `reply` for the command `request_id` on `channel`.
 pub(crate) fn body(request_id: &RequestId, channel: &ChannelName, reply: &Reply) -> Bytes {
+    timed_body(request_id, channel, reply, None)
+}
+
+/// [`body`], with the MCP server's answer timing (`resp_timing`) when given.
+fn timed_body(request_id: &RequestId, channel: &ChannelName, reply: &Reply, timing: Option<RespTiming>) -> Bytes {
     ResponseBody {
         request_id,
         channel,
@@ -353,6 +387,7 @@ pub(crate) fn body(request_id: &RequestId, channel: &ChannelName, reply: &Reply)
         resp_headers: &reply.resp_headers,
         resp_code: reply.resp_code,
         resp_type: reply.resp_type,
+        resp_timing: timing,
     }
     .to_bytes()
 }

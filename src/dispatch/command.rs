@@ -24,7 +24,7 @@ use super::route::{route, Route};
 use super::Dispatcher;
 use crate::control::DeliveryReport;
 use crate::downstream::{LegFailure, LegOutcome, LegResult, Transport};
-use crate::protocol::{Command, CommandKind, DiscoveryFailure, JsonRpcPayload};
+use crate::protocol::{Command, CommandKind, DiscoveryFailure, JsonRpcPayload, RespTiming};
 use crate::receipts::Pending;
 use crate::strict::{Admission, FatalCategory, FenceLeg, Intent, Refusal};
 
@@ -251,7 +251,10 @@ impl CommandTask<'_> {
         };
         admission.set_leg(FenceLeg::Deliver);
         let since = Instant::now();
-        let report = self.post_terminal(&leg.reply, within_cleanup).await;
+        let timing = leg
+            .target_elapsed
+            .and_then(|elapsed| RespTiming::new(self.transport.resp_timing_transport()?, elapsed));
+        let report = self.post_timed_terminal(&leg.reply, timing, within_cleanup).await;
         self.obs.observe(Step::Delivered {
             report: &report,
             answer: Answer::Leg { leg: &leg, since },
@@ -361,13 +364,25 @@ impl CommandTask<'_> {
     /// Posts `reply` as the terminal response, bounded by the command's deadline (or by
     /// the cleanup time when the gateway is stopping). The caller observes the delivery.
     pub(super) async fn post_terminal(&self, reply: &crate::downstream::Reply, within_cleanup: bool) -> DeliveryReport {
+        self.post_timed_terminal(reply, None, within_cleanup).await
+    }
+
+    /// [`Self::post_terminal`] for the MCP server's own answer, with its timing.
+    async fn post_timed_terminal(
+        &self,
+        reply: &crate::downstream::Reply,
+        timing: Option<RespTiming>,
+        within_cleanup: bool,
+    ) -> DeliveryReport {
         let responder = &self.d.responder;
         let deadline = if within_cleanup {
             responder.cleanup_deadline(self.deadline)
         } else {
             self.deadline
         };
-        responder.terminal(self.cmd, reply, deadline, self.receipt).await
+        responder
+            .timed_terminal(self.cmd, reply, timing, deadline, self.receipt)
+            .await
     }
 
     /// Latches fatal for this admission; the step is observed on the command's span and

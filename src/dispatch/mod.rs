@@ -72,6 +72,8 @@ pub(crate) struct Policy {
     pub max_inflight: usize,
     /// Where the gateway's trace context is handed on to MCP servers.
     pub propagation: Propagation,
+    /// `control_plane.resp_timing`.
+    pub resp_timing: bool,
 }
 
 /// The dispatcher's two stop signals (see the stop order in `app::stop`).
@@ -173,7 +175,8 @@ impl Dispatcher {
                 },
                 write_ahead,
             },
-            responder: Responder::new(control, stops.hard_stop, policy.cleanup_timeout, books.clone()),
+            responder: Responder::new(control, stops.hard_stop, policy.cleanup_timeout, books.clone())
+                .with_resp_timing(policy.resp_timing),
             books,
             legs: Legs::new(stops.cut, policy.propagation),
             supervisor,

@@ -53,6 +53,16 @@ impl Transport {
         }
     }
 
+    /// `resp_timing.transport` of the channel's answers: `stdio` or `streamable_http`;
+    /// `None` for `harpoon`, whose answers are the gateway's own.
+    pub fn resp_timing_transport(&self) -> Option<&'static str> {
+        match self {
+            Self::Http(_) => Some("streamable_http"),
+            Self::Stdio(_) => Some("stdio"),
+            Self::Harpoon(_) => None,
+        }
+    }
+
     /// Forwards one JSON-RPC message; an answer to `initialize` or `tools/list` is also
     /// read for what it says of the server (`/status`).
     pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {

@@ -309,15 +309,36 @@ pub struct LegResult {
     pub outcome: LegOutcome,
     pub failure: Option<LegFailure>,
     pub reply: Reply,
+    /// From just before the request's downstream write (connection setup included) to
+    /// the MCP server's own terminal response for it: set by a transport only when the
+    /// server answered the command's own request (never for an answer the gateway made,
+    /// a synthesized failure, or a bridged exchange).
+    pub target_elapsed: Option<std::time::Duration>,
 }
 
 impl LegResult {
+    /// This leg, timed from `written` when the MCP server's own JSON-RPC response to the
+    /// command's request is what it carries (see [`LegResult::target_elapsed`]).
+    pub(crate) fn timed_from(
+        mut self,
+        written: Option<tokio::time::Instant>,
+        request: &crate::protocol::JsonRpcPayload,
+    ) -> Self {
+        let own_answer = self.failure.is_none()
+            && request.expects_response()
+            && self.reply.resp_type == RespType::JsonrpcResponse
+            && self.reply.resp_json.is_some();
+        self.target_elapsed = written.filter(|_| own_answer).map(|at| at.elapsed());
+        self
+    }
+
     /// A leg that produced the server's own terminal response (including a JSON-RPC error).
     pub fn answered(reply: Reply) -> Self {
         Self {
             outcome: LegOutcome::Answered,
             failure: None,
             reply,
+            target_elapsed: None,
         }
     }
 
@@ -349,6 +370,7 @@ impl LegResult {
                 resp_type,
             },
             failure: Some(failure),
+            target_elapsed: None,
         }
     }
 }

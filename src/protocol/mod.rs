@@ -36,7 +36,7 @@ pub use headers::{
 };
 pub use id::random_hex;
 pub use oauth::{discovery_error, DiscoveryFailure};
-pub use response::{RespType, ResponseBody};
+pub use response::{RespTiming, RespType, ResponseBody};
 pub use revision::McpRevision;
 pub use surrogate::has_lone_surrogate;
 pub use timeout::ResponseTimeout;

@@ -20,6 +20,8 @@ pub struct SimArgs {
     pub with_stub: Option<SocketAddr>,
     /// The largest response POST body accepted, in bytes ([`SimConfig::max_response_body`]).
     pub max_response_body: usize,
+    /// Response POSTs may carry `resp_timing` ([`SimConfig::accept_resp_timing`]).
+    pub accept_resp_timing: bool,
 }
 
 /// Why `tunnelgate sim` could not run.
@@ -54,6 +56,7 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
     config.listen = args.listen;
     config.faults = faults;
     config.max_response_body = args.max_response_body;
+    config.accept_resp_timing = args.accept_resp_timing;
     let sim = Simulator::start(config).await.map_err(|source| SimError::Listen {
         addr: args.listen,
         source,

@@ -301,7 +301,7 @@ fn settle(sim: &Shared, idx: u64, headers: &HeaderMap, body: &Bytes, shard: &str
         );
         return e.into_response();
     }
-    let payload = match validate::payload(body) {
+    let payload = match validate::payload(body, sim.accept_resp_timing) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };

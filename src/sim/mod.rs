@@ -127,6 +127,10 @@ pub struct SimConfig {
     /// is answered `413` with the contract's `request_body_too_large`, and the request
     /// stays pending.
     pub max_response_body: usize,
+    /// Whether a response POST may carry `resp_timing` (wire 2026-08-25's tolerant
+    /// reader); by default it is an unknown field and refused (`400`), as the published
+    /// contract's schema says. Accepted or not, a timing that is not valid is refused.
+    pub accept_resp_timing: bool,
 }
 
 /// A running simulator. Dropping it stops serving; [`Simulator::shutdown`] also waits.
@@ -152,6 +156,7 @@ impl SimConfig {
             record_capacity: DEFAULT_CAPACITY,
             completed_capacity: DEFAULT_CAPACITY,
             max_response_body: DEFAULT_MAX_RESPONSE_BODY,
+            accept_resp_timing: false,
         }
     }
 }
@@ -171,6 +176,7 @@ impl Simulator {
                 record: config.record_capacity,
                 completed: config.completed_capacity,
                 response_body: config.max_response_body,
+                resp_timing: config.accept_resp_timing,
             },
         ));
         let shutdown = CancellationToken::new();

@@ -28,6 +28,8 @@ pub(crate) struct Shared {
     pub(crate) faults: FaultScript,
     /// Response POST bodies above this many bytes get `413 request_body_too_large`.
     pub(crate) max_response_body: usize,
+    /// Response POSTs may carry `resp_timing`.
+    pub(crate) accept_resp_timing: bool,
     inner: Mutex<Inner>,
     queued: Notify,
     recorded: Notify,
@@ -56,6 +58,8 @@ pub(crate) struct Capacity {
     pub(crate) completed: usize,
     /// The largest response POST body accepted, in bytes.
     pub(crate) response_body: usize,
+    /// Whether response POSTs may carry `resp_timing`.
+    pub(crate) resp_timing: bool,
 }
 
 struct Pending {
@@ -122,6 +126,7 @@ impl Shared {
             ingress_timeout,
             faults,
             max_response_body: capacity.response_body,
+            accept_resp_timing: capacity.resp_timing,
             inner: Mutex::new(Inner {
                 queue: VecDeque::new(),
                 pending: HashMap::new(),

@@ -150,7 +150,7 @@ pub(crate) fn is_json_content_type(headers: &HeaderMap) -> bool {
 
 /// Validates a response POST body against `TunnelResponsePayload`
 /// (`additionalProperties: false`, `request_id` and `resp_code` required).
-pub(crate) fn payload(body: &Bytes) -> Result<Payload, ApiError> {
+pub(crate) fn payload(body: &Bytes, accept_resp_timing: bool) -> Result<Payload, ApiError> {
     let bad = |msg: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_json_payload", msg);
     // As the service: an escaped lone surrogate anywhere is refused, finally.
     if crate::protocol::has_lone_surrogate(body) {
@@ -160,8 +160,12 @@ pub(crate) fn payload(body: &Bytes) -> Result<Payload, ApiError> {
     let obj = value
         .as_object()
         .ok_or_else(|| bad("body is not a JSON object".to_owned()))?;
-    if let Some(extra) = obj.keys().find(|k| !PAYLOAD_FIELDS.contains(&k.as_str())) {
+    let known = |k: &String| PAYLOAD_FIELDS.contains(&k.as_str()) || (accept_resp_timing && k == "resp_timing");
+    if let Some(extra) = obj.keys().find(|k| !known(k)) {
         return Err(bad(format!("unknown field `{extra}`")));
+    }
+    if let Some(timing) = obj.get("resp_timing") {
+        resp_timing(timing).map_err(|why| bad(format!("resp_timing {why}")))?;
     }
     let request_id = match obj.get("request_id") {
         Some(serde_json::Value::String(s)) => s.clone(),
@@ -227,4 +231,21 @@ pub(crate) fn payload(body: &Bytes) -> Result<Payload, ApiError> {
             resp_headers,
         },
     })
+}
+
+/// A `resp_timing` as the 2026-08-25 wire writes it: version 1, transport `stdio` or
+/// `streamable_http`, `target_elapsed_us` an integer of 0 to a day in microseconds.
+fn resp_timing(timing: &serde_json::Value) -> Result<(), &'static str> {
+    let obj = timing.as_object().ok_or("is not an object")?;
+    if obj.get("version").and_then(serde_json::Value::as_u64) != Some(1) {
+        return Err("has no version 1");
+    }
+    match obj.get("transport").and_then(serde_json::Value::as_str) {
+        Some("stdio" | "streamable_http") => {}
+        _ => return Err("names no known transport"),
+    }
+    match obj.get("target_elapsed_us").and_then(serde_json::Value::as_u64) {
+        Some(us) if us <= 86_400_000_000 => Ok(()),
+        _ => Err("has no target_elapsed_us of 0 to 86400000000"),
+    }
 }

@@ -377,6 +377,7 @@ fn body_built_by_the_library_with_a_synthesized_error_validates() {
         resp_headers: &headers,
         resp_code: 502,
         resp_type: RespType::JsonrpcResponse,
+        resp_timing: None,
     };
 
     validate_response_body(&body.to_bytes()).unwrap();

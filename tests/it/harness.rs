@@ -802,10 +802,16 @@ impl Rig {
 
     /// [`Rig::start`] with the simulator holding an empty poll up to `max_poll_wait`.
     pub async fn start_holding(faults: &str, max_poll_wait: Duration) -> Rig {
+        Self::start_tuned(faults, |config| config.max_poll_wait = max_poll_wait).await
+    }
+
+    /// [`Rig::start`] with `tune` applied to the simulator's configuration.
+    pub async fn start_tuned(faults: &str, tune: impl FnOnce(&mut SimConfig)) -> Rig {
         let stub = McpStub::start(([127, 0, 0, 1], 0).into()).await.expect("stub starts");
         let mut config = SimConfig::new(TUNNEL, KEY);
         config.faults = FaultScript::from_toml_str(faults).expect("fault script parses");
-        config.max_poll_wait = max_poll_wait;
+        config.max_poll_wait = Duration::from_millis(500);
+        tune(&mut config);
         config.ingress_timeout = Duration::from_secs(15);
         let sim = Simulator::start(config).await.expect("simulator starts");
         Rig {

@@ -37,6 +37,7 @@ mod receipts;
 mod replicas;
 mod replies;
 mod require_ready;
+mod resp_timing;
 mod resume;
 mod series;
 mod signals;

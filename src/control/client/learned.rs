@@ -58,6 +58,21 @@ impl Learned {
         (known == 0 || ms < known).then_some(learned)
     }
 
+    /// Learns from a long poll of `attempted` closed after `elapsed` (as
+    /// [`Learned::lower`] says), with the poll URLs (`poll_url`, `filter`) that ask for
+    /// the new wait; returns it when it changed.
+    pub(super) fn learn(
+        &self,
+        (elapsed, attempted, slack): (Duration, Duration, Duration),
+        poll_url: &str,
+        filter: &str,
+    ) -> Option<Duration> {
+        let wait = self.lower(elapsed, attempted, slack)?;
+        let urls = PollUrls::parse(poll_url, filter, wait).ok()?;
+        self.keep(wait, urls);
+        Some(wait)
+    }
+
     /// Keeps `wait` and the poll URLs that ask for it.
     pub(super) fn keep(&self, wait: Duration, urls: PollUrls) {
         *self.urls.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(urls));

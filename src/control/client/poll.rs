@@ -170,13 +170,12 @@ impl ControlClient {
         if self.client.route() == crate::egress::proxy::Route::Direct {
             return;
         }
-        let Some(wait) = self.learned.lower(elapsed, attempted, POLL_SLACK) else {
+        let learned = self
+            .learned
+            .learn((elapsed, attempted, POLL_SLACK), &self.poll_url, &self.poll_filter);
+        let Some(wait) = learned else {
             return;
         };
-        let Ok(urls) = super::urls::PollUrls::parse(&self.poll_url, &self.poll_filter, wait) else {
-            return;
-        };
-        self.learned.keep(wait, urls);
         tracing::warn!(
             learned_wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
             "control-plane proxy closed long poll; lowering future poll timeout"

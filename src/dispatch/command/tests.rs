@@ -100,6 +100,7 @@ fn wired(
             open_poll_grace: Duration::from_secs(2),
             max_inflight: 4,
             propagation: Propagation::default(),
+            resp_timing: false,
         },
         supervisor: Supervisor::logging_only(),
         stops: Stops {

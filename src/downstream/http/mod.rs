@@ -325,7 +325,10 @@ impl HttpTransport {
                 return self.legacy_caller(admission, req, notes, up).await;
             }
         }
-        self.call_plain(admission, req, notes).await
+        let started = Instant::now();
+        self.call_plain(admission, req, notes)
+            .await
+            .timed_from(Some(started), req.payload)
     }
 
     /// Forwards one JSON-RPC message and reports how the leg ended.

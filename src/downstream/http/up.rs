@@ -48,7 +48,11 @@ impl HttpTransport {
         if let Some(discover) = self.modern_only(admission, req.deadline).await {
             return self.up_bridged(admission, req, notes, plan, &discover).await;
         }
-        let leg = self.call_plain(admission, req, notes).await;
+        let started = tokio::time::Instant::now();
+        let leg = self
+            .call_plain(admission, req, notes)
+            .await
+            .timed_from(Some(started), req.payload);
         if !matches!(plan, UpPlan::Initialize) || !up::refused_as_modern(&leg.reply) {
             return leg;
         }

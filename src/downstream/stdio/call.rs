@@ -37,25 +37,25 @@ impl Shared {
         admission: &Admission,
         req: &DownstreamRequest<'_>,
         notes: &NotifySink,
-    ) -> Result<Reply, LegFailure> {
+    ) -> Result<(Reply, Option<Instant>), LegFailure> {
         let limit = self.limit(req.deadline);
         admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
         if req.payload.expects_response() {
             self.request(admission, req, notes, limit).await
         } else {
-            self.message(admission, req, limit).await
+            Ok((self.message(admission, req, limit).await?, None))
         }
     }
 
     /// A request: a slot, a pipe id, the write, then its answer with the caller's id put
-    /// back.
+    /// back, and when its write began if the child answered it (`None`: the gateway did).
     async fn request(
         self: &Arc<Self>,
         admission: &Admission,
         req: &DownstreamRequest<'_>,
         notes: &NotifySink,
         limit: Instant,
-    ) -> Result<Reply, LegFailure> {
+    ) -> Result<(Reply, Option<Instant>), LegFailure> {
         let json = req.payload.raw().get();
         // A request whose id or token cannot be located exactly (a repeated member) is
         // not rewritten, so not sent.
@@ -66,7 +66,7 @@ impl Shared {
                 .answer_initialize(admission, json, &json[spans.id.clone()], limit)
                 .await?
             {
-                return Ok(reply);
+                return Ok((reply, None));
             }
             // Discovered just now: a 2026-07-28 server answers `initialize` itself.
         }
@@ -89,7 +89,7 @@ impl Shared {
         };
         let mut sent = self.send(admission, outgoing, notes.clone(), limit).await?;
         match wait_answer(&sent.child, &mut sent.registration, limit).await {
-            Waited::Response(answered) => Ok(answered_reply(answered)?),
+            Waited::Response(answered) => Ok((answered_reply(answered)?, Some(sent.written_at))),
             Waited::Gone => Err(LegFailure::ChildExited),
             Waited::TimedOut => {
                 self.retire_timed_out(&sent.child, is_initialize);
@@ -140,6 +140,7 @@ impl Shared {
             .map_err(|_| LegFailure::ChildNotRunning)?;
         // Recheck, mark the request sent and start the write with no `.await` between.
         admission.begin_send().map_err(|_| LegFailure::NotAdmitted)?;
+        let written_at = Instant::now();
         writer.start(&child, line).ok_or(LegFailure::ChildNotRunning)?;
         registration.mark_written();
         self.finish_write(&child, &mut writer, limit, is_initialize).await?;
@@ -147,6 +148,7 @@ impl Shared {
         Ok(Sent {
             child,
             registration,
+            written_at,
             _slot: slot,
         })
     }
@@ -244,6 +246,8 @@ pub(super) struct Outgoing<'a> {
 pub(super) struct Sent {
     pub(super) child: Arc<Child>,
     pub(super) registration: Registration,
+    /// Just before the request's write began.
+    pub(super) written_at: Instant,
     _slot: OwnedSemaphorePermit,
 }
 

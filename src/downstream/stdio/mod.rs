@@ -345,7 +345,7 @@ impl StdioTransport {
             RespType::NotifyAck
         };
         match self.shared.call(admission, req, notes).await {
-            Ok(reply) => LegResult::answered(reply),
+            Ok((reply, written)) => LegResult::answered(reply).timed_from(written, payload),
             Err(failure) => LegResult::failed(failure, payload.id(), final_type),
         }
     }

@@ -450,3 +450,35 @@ async fn a_response_with_an_escaped_lone_surrogate_is_refused_finally_as_the_ser
         .await;
     assert_eq!(accepted.status(), 200);
 }
+
+#[tokio::test]
+async fn resp_timing_is_refused_unless_accepted_and_then_only_in_its_shape() {
+    let timed = |id: &str, timing: Value| {
+        let mut body = final_body(id, 1);
+        body["resp_timing"] = timing;
+        body
+    };
+    let good = json!({"version": 1, "transport": "stdio", "target_elapsed_us": 1234});
+    let (sim, c) = start("").await;
+    let id = sim.enqueue(NewCommand::jsonrpc(call(1, "echo")));
+    let polled = c.poll("limit=1&timeout_ms=500").await.json::<Value>().await.unwrap();
+    let (_, shard) = ids(&polled["commands"][0]);
+    let refused = c.respond(&shard, &timed(&id, good.clone())).await;
+    assert_eq!(refused.status(), 400, "the published contract refuses an unknown field");
+
+    let mut config = SimConfig::new(TUNNEL, KEY);
+    config.accept_resp_timing = true;
+    let (sim, c) = start_with(config).await;
+    let id = sim.enqueue(NewCommand::jsonrpc(call(1, "echo")));
+    let polled = c.poll("limit=1&timeout_ms=500").await.json::<Value>().await.unwrap();
+    let (_, shard) = ids(&polled["commands"][0]);
+    for bad in [
+        json!({"version": 2, "transport": "stdio", "target_elapsed_us": 1}),
+        json!({"version": 1, "transport": "carrier_pigeon", "target_elapsed_us": 1}),
+        json!({"version": 1, "transport": "stdio", "target_elapsed_us": 86_400_000_001_u64}),
+        json!("fast"),
+    ] {
+        assert_eq!(c.respond(&shard, &timed(&id, bad.clone())).await.status(), 400, "{bad}");
+    }
+    assert_eq!(c.respond(&shard, &timed(&id, good)).await.status(), 200);
+}

@@ -79,7 +79,7 @@ fn the_contract_fixture_response_passes_the_simulator_validation() {
         "/contract/fixtures/jsonrpc_notify_response.json"
     );
     let fixture = bytes::Bytes::from(std::fs::read(path).unwrap());
-    let payload = crate::sim::validate::payload(&fixture).unwrap();
+    let payload = crate::sim::validate::payload(&fixture, false).unwrap();
     assert_eq!(payload.request_id, "cmd_fixture_jsonrpc");
     assert!(!payload.reply.resp_type.is_terminal());
     assert_eq!(
