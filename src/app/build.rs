@@ -163,6 +163,9 @@ impl Parts {
                 latch_file: config.strict.latch_file.clone(),
                 coordinated: config.coordination.etcd.is_some(),
             },
+            instance_id: self.instance_id.clone(),
+            started: std::time::SystemTime::now(),
+            health_details: config.ops.health_show_details,
         });
         self.supervisor.spawn_untracked(
             TaskKind::OpsListener,

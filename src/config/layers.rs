@@ -307,6 +307,14 @@ fn anchor_scalars(env: &EnvVars) -> Layer {
         let origins = super::oauth_origins::split_env(value);
         insert(&mut dict, &path(&["mcp", "oauth_trusted_origins"]), origins.into());
     }
+    if let Some(value) = env.non_blank("HEALTH_SHOW_DETAILS") {
+        let typed = match value.to_ascii_lowercase().as_str() {
+            "true" | "1" => Value::from(true),
+            "false" | "0" => Value::from(false),
+            _ => Value::from(value),
+        };
+        insert(&mut dict, &path(&["ops", "health_show_details"]), typed);
+    }
     if let Some(value) = env.non_blank("HEALTH_LISTEN_ADDR") {
         insert(&mut dict, &path(&["ops", "listen"]), health_listen(value).into());
     }
@@ -434,6 +442,7 @@ fn anchor_var(keys: &[&str]) -> String {
         ["control_plane", "organization_id"] => "CONTROL_PLANE_ORGANIZATION_ID",
         ["control_plane", "poll_channels", ..] => "CONTROL_PLANE_POLL_CHANNELS",
         ["ops", "listen"] => "HEALTH_LISTEN_ADDR",
+        ["ops", "health_show_details"] => "HEALTH_SHOW_DETAILS",
         ["mcp", "oauth_trusted_origins", ..] => "MCP_OAUTH_TRUSTED_ORIGINS",
         ["control_plane", "proxy"] => "CONTROL_PLANE_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",
         ["mcp", "proxy"] => "MCP_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",

@@ -182,6 +182,7 @@ struct OpsView {
     listen: String,
     allow_remote: bool,
     log_buffer_events: usize,
+    health_show_details: bool,
 }
 
 #[derive(Serialize)]
@@ -265,6 +266,7 @@ fn view(config: &Config) -> View<'_> {
             listen: config.ops.listen.to_string(),
             allow_remote: config.ops.allow_remote,
             log_buffer_events: config.ops.log_buffer_events,
+            health_show_details: config.ops.health_show_details,
         },
         telemetry: TelemetryView {
             log_format: config.telemetry.log_format.as_str(),

@@ -302,6 +302,8 @@ pub struct Ops {
     /// The log ring's capacity in events (`GET /events`, the support bundle); 0 keeps
     /// none. At most [`MAX_LOG_BUFFER_EVENTS`].
     pub log_buffer_events: usize,
+    /// `ops.health_show_details`: `/health` shows its components unless asked not to.
+    pub health_show_details: bool,
 }
 
 /// `[telemetry]`: logs and traces.

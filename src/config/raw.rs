@@ -107,6 +107,7 @@ pub(super) struct RawOps {
     pub(super) listen: Option<String>,
     pub(super) allow_remote: Option<bool>,
     pub(super) log_buffer_events: Option<u64>,
+    pub(super) health_show_details: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

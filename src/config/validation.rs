@@ -228,6 +228,7 @@ fn ops(raw: RawOps) -> Result<Ops, ConfigError> {
         listen,
         allow_remote,
         log_buffer_events: log_buffer_events(raw.log_buffer_events)?,
+        health_show_details: raw.health_show_details.unwrap_or(false),
     })
 }
 

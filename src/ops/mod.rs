@@ -1,6 +1,7 @@
 //! The local operator listener: `/livez`, `/healthz`, `/readyz`, `/status`, `/metrics`,
-//! `/events` (the log ring, [`events`]), and the operator page `/ui` ([`ui`]: its access
-//! rules and headers).
+//! `/events` (the log ring, [`events`]), the official client's `/health` and
+//! `/health/{component}` ([`health_api`]), and the operator page `/ui` ([`ui`]: its
+//! access rules and headers).
 //!
 //! Read-only: it observes the fence, the health counters, the channels and the metrics,
 //! and never changes any of them. Loopback by default; a non-loopback address needs
@@ -8,6 +9,7 @@
 //! ([`listener`]): a flood of them cannot take the command path's descriptors.
 
 mod events;
+mod health_api;
 mod listener;
 mod status;
 pub mod ui;
@@ -24,7 +26,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{any, get};
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +40,8 @@ pub fn router(state: Arc<OpsState>) -> Router {
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route("/events", get(events::events))
+        .route("/health", any(health_api::aggregate))
+        .route("/health/{component}", any(health_api::one))
         .merge(ui::routes())
         .layer(axum::middleware::from_fn_with_state(state.clone(), ui::guard))
         .with_state(state)

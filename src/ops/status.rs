@@ -34,6 +34,11 @@ pub struct OpsState {
     pub polls_failing_bound: Option<Duration>,
     /// What the operator page needs beyond the status (`/ui`).
     pub page: super::ui::PageSettings,
+    /// `/health`: the process's instance id (as the control plane sees it), its start,
+    /// and whether the components show without `?details=true`.
+    pub instance_id: String,
+    pub started: std::time::SystemTime,
+    pub health_details: bool,
 }
 
 /// Why the gateway is not ready: the first that holds, in this order. Its `Display` is

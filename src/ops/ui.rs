@@ -135,6 +135,11 @@ pub fn is_loopback_host(host: &str) -> bool {
 /// Why a request is refused, when it is: a peer that is not loopback, or (on a page
 /// route) a `Host` that is not loopback. `None` lets it through.
 pub fn refusal(allow_remote: bool, peer: Option<SocketAddr>, path: &str, headers: &HeaderMap) -> Option<&'static str> {
+    let loopback_peer = peer.is_some_and(|p| p.ip().to_canonical().is_loopback());
+    // The official client's health routes answer loopback peers only, whatever else is allowed.
+    if (path == "/health" || path.starts_with("/health/")) && !loopback_peer {
+        return Some("forbidden: /health serves loopback clients only\n");
+    }
     if allow_remote {
         return None;
     }

@@ -24,6 +24,7 @@ mod gateway_stdio_mux;
 mod harness;
 mod harpoon;
 mod headers;
+mod health_api;
 mod health_receipts;
 mod oauth;
 mod offline;

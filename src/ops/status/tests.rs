@@ -16,6 +16,9 @@ fn state(strict: bool) -> OpsState {
             latch_file: "/var/lib/tunnelgate/latch.json".into(),
             coordinated: false,
         },
+        instance_id: "test-instance".to_owned(),
+        started: std::time::SystemTime::now(),
+        health_details: false,
     }
 }
 

@@ -221,3 +221,20 @@ fn with_coordination_the_render_shows_the_role_the_holder_and_a_cluster_wide_lat
     assert!(html.contains("<dd id=\"latch-cluster-by\">gw-&lt;a&gt;</dd>"), "{html}");
     assert!(html.contains("<p id=\"reason\">not ready: standby (the active replica is gw-&lt;a&gt;)</p>"));
 }
+
+#[test]
+fn health_serves_loopback_peers_only_even_with_allow_remote() {
+    let remote: Option<std::net::SocketAddr> = Some("10.1.2.3:5555".parse().unwrap());
+    let local: Option<std::net::SocketAddr> = Some("127.0.0.1:5555".parse().unwrap());
+    for path in ["/health", "/health/mcp"] {
+        assert!(refusal(true, remote, path, &headers(None))
+            .unwrap()
+            .contains("/health serves loopback"));
+        assert_eq!(refusal(true, local, path, &headers(None)), None, "{path}");
+    }
+    assert_eq!(
+        refusal(true, remote, "/status", &headers(None)),
+        None,
+        "others as before"
+    );
+}
