@@ -521,6 +521,7 @@ pub(crate) fn build_control(
         post_attempts: cp.post_attempts.get(),
         server_info: server_info_header(&declared),
         http2: cp.http2,
+        routing_correction: cp.routing_correction,
     };
     let tls = crate::egress::tls::client_config(&cp.tls).map_err(GatewayError::Tls)?;
     ControlClient::with_egress(settings, instance_id, metrics.clone(), &cp.proxy, tls)

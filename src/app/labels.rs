@@ -42,7 +42,8 @@ mod tests {
                 "server_error",
                 "client_error",
                 "decode",
-                "local_exhaustion"
+                "local_exhaustion",
+                "wrong_cluster"
             ]
         );
         assert_eq!(labels::<TransportKind>(), ["http", "stdio", "builtin"]);

@@ -129,6 +129,7 @@ pub(super) fn reserved(name: &str, scope: Scope) -> Option<&'static str> {
             | "x-tunnel-client-version"
             | "x-tunnel-client-instance-id"
             | "x-tunnel-client-wire-protocol-version"
+            | "x-tunnel-client-capabilities"
             | "x-tunnel-mcp-server-info",
             _,
         ) => IDENTITY,

@@ -91,6 +91,7 @@ struct ControlPlaneView<'a> {
     poll_channels: Vec<&'a str>,
     http2: bool,
     resp_timing: bool,
+    routing_correction: bool,
     /// Last: a table follows the plain values.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     headers: BTreeMap<&'a str, String>,
@@ -357,6 +358,7 @@ fn control_plane(config: &Config) -> ControlPlaneView<'_> {
         poll_channels: cp.poll_channels.iter().map(|name| name.as_str()).collect(),
         http2: cp.http2,
         resp_timing: cp.resp_timing,
+        routing_correction: cp.routing_correction,
         headers: headers_view(&cp.headers),
         tls: tls_view(&cp.tls),
     }

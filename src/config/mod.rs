@@ -123,6 +123,10 @@ pub struct ControlPlane {
     /// (wire 2026-08-25; default false: the published contract's response schema still
     /// refuses unknown fields).
     pub resp_timing: bool,
+    /// `control_plane.routing_correction`: advertise `wrong-cluster-v1` and follow a
+    /// poll's `409 wrong_cluster` (wire 2026-08-25; default false: the service has not
+    /// enabled it).
+    pub routing_correction: bool,
 }
 
 /// `[mcp]`: the downstream MCP servers.

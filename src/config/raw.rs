@@ -41,6 +41,7 @@ pub(super) struct RawControlPlane {
     pub(super) poll_channels: Option<Vec<String>>,
     pub(super) http2: Option<bool>,
     pub(super) resp_timing: Option<bool>,
+    pub(super) routing_correction: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -106,6 +106,7 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
         poll_channels: Vec::new(),
         http2: raw.http2.unwrap_or(default::CONTROL_PLANE_HTTP2),
         resp_timing: raw.resp_timing.unwrap_or(default::RESP_TIMING),
+        routing_correction: raw.routing_correction.unwrap_or(false),
     };
     control_plane.headers = headers::control_plane(raw.headers, control_plane.organization_id.as_deref(), env)?;
     Ok(control_plane)

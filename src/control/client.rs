@@ -16,6 +16,7 @@ mod declared;
 mod delivery;
 mod learned;
 mod poll;
+mod routing;
 mod tunnel;
 mod urls;
 
@@ -59,6 +60,9 @@ pub(crate) struct ControlSettings {
     pub http2: bool,
     /// `X-Tunnel-MCP-Server-Info` value, if declared.
     pub server_info: Option<String>,
+    /// `control_plane.routing_correction`: advertise `wrong-cluster-v1` and learn the
+    /// placement token a `409 wrong_cluster` gives.
+    pub routing_correction: bool,
 }
 
 impl std::fmt::Debug for ControlSettings {
@@ -86,6 +90,8 @@ pub(crate) struct ControlClient {
     poll_filter: String,
     /// The wait a proxy lets through, once learned ([`learned`]); shared by clones.
     learned: Arc<learned::Learned>,
+    /// The placement token of `control_plane.routing_correction` ([`routing`]), when on.
+    routing: Option<Arc<routing::Routing>>,
     /// Parsed once: a response POST is sent per command.
     response_uri: http::Uri,
     headers: HeaderMap,
@@ -163,6 +169,7 @@ impl ControlClient {
             poll_urls,
             poll_filter: String::new(),
             learned: Arc::default(),
+            routing: settings.routing_correction.then(Arc::default),
             tunnel_uri,
             response_uri,
             headers,
@@ -253,6 +260,12 @@ fn base_headers(settings: &ControlSettings, instance_id: &str) -> HeaderMap {
         HeaderName::from_static("x-tunnel-client-wire-protocol-version"),
         HeaderValue::from_static(crate::protocol::WIRE_PROTOCOL_VERSION),
     );
+    if settings.routing_correction {
+        headers.insert(
+            HeaderName::from_static("x-tunnel-client-capabilities"),
+            HeaderValue::from_static("wrong-cluster-v1"),
+        );
+    }
     if let Some(info) = settings
         .server_info
         .as_deref()

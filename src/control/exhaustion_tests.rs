@@ -32,6 +32,7 @@ async fn a_post_and_a_poll_with_no_descriptor_left_are_local_exhaustion() {
         post_timeout: Duration::from_secs(2),
         post_attempts: 2,
         server_info: None,
+        routing_correction: false,
         http2: false,
     };
     let client = ControlClient::new(settings, "i", metrics).unwrap();

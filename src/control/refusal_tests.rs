@@ -61,6 +61,7 @@ fn client_for(base_url: &str) -> ControlClient {
         post_timeout: Duration::from_secs(5),
         post_attempts: 3,
         server_info: None,
+        routing_correction: false,
         http2: false,
     };
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(false, &[]));

@@ -43,6 +43,7 @@ async fn client(post_timeout: Duration, post_attempts: u32) -> (ControlClient, A
         post_timeout,
         post_attempts,
         server_info: None,
+        routing_correction: false,
         http2: false,
     };
     (ControlClient::new(settings, "i", metrics.clone()).unwrap(), metrics)

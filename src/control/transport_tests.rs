@@ -28,6 +28,7 @@ fn settings(base_url: String) -> ControlSettings {
         post_timeout: Duration::from_secs(5),
         post_attempts: 1,
         server_info: Some("srv".to_owned()),
+        routing_correction: false,
         http2: true,
     }
 }

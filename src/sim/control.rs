@@ -62,7 +62,18 @@ async fn apply_fault(action: FaultAction, conn: &ConnHandle) -> Option<Response>
             tokio::time::sleep(d).await;
             None
         }
+        FaultAction::WrongCluster { token, revision } => Some(wrong_cluster(&token, revision)),
     }
+}
+
+/// `409 wrong_cluster` naming `token` and `revision`, as the service corrects a poll.
+fn wrong_cluster(token: &str, revision: u64) -> Response {
+    let body = format!(r#"{{"error":{{"code":"wrong_cluster","policy_revision":{revision}}}}}"#);
+    let mut resp = json(StatusCode::CONFLICT, Bytes::from(body));
+    if let Ok(value) = http::HeaderValue::from_str(token) {
+        resp.headers_mut().insert("x-tunnel-shard-token", value);
+    }
+    resp
 }
 
 fn query_param<'a>(query: &'a str, name: &'a str) -> Option<&'a str> {

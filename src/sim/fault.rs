@@ -70,6 +70,9 @@ pub enum FaultAction {
     Status { status: u16, retry_after: Option<String> },
     /// Wait, then handle normally.
     Delay(Duration),
+    /// A poll only: `409 wrong_cluster` with this placement token and policy revision
+    /// (wire 2026-08-25's routing correction).
+    WrongCluster { token: String, revision: u64 },
 }
 
 /// One poll fault. `nth` counts every poll request received, 1-based; absent: every poll.

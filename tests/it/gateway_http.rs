@@ -257,6 +257,11 @@ async fn polls_carry_every_contract_header_and_a_limit_within_bounds() {
             .all(|p| p.header("x-tunnel-client-wire-protocol-version") == Some("2026-08-25")),
         "the wire contract's version on every poll"
     );
+    assert_eq!(
+        first.header("x-tunnel-client-capabilities"),
+        None,
+        "no capability is advertised unless routing_correction is on"
+    );
     assert!(
         rec.polls
             .iter()
@@ -707,4 +712,46 @@ async fn three_waves_of_calls_reuse_at_most_max_concurrent_connections_to_the_mc
     );
     gw.sigterm();
     assert_eq!(gw.wait_exit(Duration::from_secs(20)).await, Some(0), "{}", gw.stderr());
+}
+
+#[tokio::test]
+async fn with_routing_correction_a_wrong_cluster_answer_teaches_the_placement_token_to_later_polls_only() {
+    let faults = "[[poll]]\nnth = 2\nwrong_cluster = { token = \"tok-A7\", revision = 7 }\n";
+    let rig = Rig::start(faults).await;
+    let config = rig.config(&RigOptions::default_mode()).replacen(
+        "[control_plane]\n",
+        "[control_plane]\nrouting_correction = true\n",
+        1,
+    );
+    let mut gw = rig.spawn_gateway(&config).await;
+    let rec = rig
+        .wait("a poll after the correction", |r| {
+            r.polls.len() >= 4 && r.polls.iter().any(|p| p.status == Some(409))
+        })
+        .await;
+    let first = &rec.polls[0];
+    assert_eq!(first.header("x-tunnel-client-capabilities"), Some("wrong-cluster-v1"));
+    assert_eq!(
+        first.header("x-tunnel-shard-token"),
+        None,
+        "the first poll is tokenless"
+    );
+    assert_eq!(rec.polls[1].status, Some(409));
+    assert!(
+        rec.polls[2..]
+            .iter()
+            .all(|p| p.header("x-tunnel-shard-token") == Some("tok-A7")),
+        "later polls carry the token"
+    );
+    let id = rig.enqueue_call("echo", json!({"message": "placed"}));
+    let rec = rig.wait("the call answered", |r| r.is_completed(&id)).await;
+    let shard = crate::harness::shard_token(&rec, &id);
+    assert_ne!(shard, "tok-A7", "a response echoes the command's own shard token");
+    let metrics = rig.metrics().await;
+    assert!(
+        metrics.contains(r#"tunnelgate_poll_errors_total{kind="wrong_cluster"} 1"#),
+        "{metrics}"
+    );
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }

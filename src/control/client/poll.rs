@@ -14,6 +14,7 @@ use std::time::Duration;
 use http::Method;
 use tokio::time::Instant;
 
+use super::routing::PollEnd;
 use super::{read_bounded, retry_after, warn_tls, BodyError, ControlClient};
 use crate::descriptors::{chain_is_exhaustion, EXHAUSTION_WORDS};
 use crate::egress::client::{Answer, SendError, SendErrorKind};
@@ -69,6 +70,8 @@ label_enum! {
         Decode => "decode",
         /// Not sent: the gateway had no descriptor or socket memory for the connection.
         LocalExhaustion => "local_exhaustion",
+        /// `409 wrong_cluster`: a routing correction (`control_plane.routing_correction`).
+        WrongCluster => "wrong_cluster",
     }
 }
 
@@ -128,12 +131,26 @@ impl ControlClient {
         let (target, wait) = urls.target(limit, wait);
         let sent_at = Instant::now();
         let deadline = sent_at + wait + POLL_SLACK;
-        let request = self
-            .client
-            .send(Method::GET, target, self.request_headers(), bytes::Bytes::new());
+        let mut headers = self.request_headers();
+        let routed = self.routing.as_deref().map(|routing| (routing, routing.snapshot()));
+        if let Some((_, (_, Some(token)))) = &routed {
+            if let Ok(value) = http::HeaderValue::from_str(token) {
+                headers.insert(http::HeaderName::from_static("x-tunnel-shard-token"), value);
+            }
+        }
+        let ended = |end| {
+            if let Some((routing, (generation, _))) = &routed {
+                routing.ended(*generation, end);
+            }
+        };
+        let request = self.client.send(Method::GET, target, headers, bytes::Bytes::new());
         let response = match tokio::time::timeout_at(deadline, request).await {
-            Err(_) => return Err(PollError::new(PollErrorKind::Timeout, None, None)),
+            Err(_) => {
+                ended(PollEnd::Failure);
+                return Err(PollError::new(PollErrorKind::Timeout, None, None));
+            }
             Ok(Err(e)) => {
+                ended(PollEnd::Failure);
                 if long && e.kind() == SendErrorKind::Lost {
                     self.learn_wait(sent_at.elapsed(), wait);
                 }
@@ -144,6 +161,20 @@ impl ControlClient {
         let received_at = Instant::now();
         let status = response.status().as_u16();
         let retry_after = retry_after(response.headers());
+        if let (Some((routing, (generation, _))), 409) = (&routed, status) {
+            if let Some(correction) = Self::read_correction(response, deadline).await {
+                routing.corrected(*generation, correction);
+                tracing::info!("the control plane corrected this replica's poll routing (409 wrong_cluster): later polls carry its placement token");
+                return Err(PollError::new(PollErrorKind::WrongCluster, Some(409), retry_after));
+            }
+            ended(PollEnd::Neutral);
+            return Err(PollError::new(PollErrorKind::ClientError, Some(409), retry_after));
+        }
+        ended(match status {
+            200 | 204 => PollEnd::Success,
+            408 | 500..=599 => PollEnd::Failure,
+            _ => PollEnd::Neutral,
+        });
         match status {
             204 => Ok(PollAnswer {
                 received_at,
@@ -161,6 +192,23 @@ impl ControlClient {
                 retry_after,
             )),
         }
+    }
+
+    /// A poll's `409` read as a routing correction (at most 64 KiB of its body, by the poll's
+    /// deadline), if it is a valid one.
+    async fn read_correction(response: Answer, deadline: Instant) -> Option<super::routing::Correction> {
+        let tokens: Vec<Vec<u8>> = response
+            .headers()
+            .get_all("x-tunnel-shard-token")
+            .iter()
+            .map(|v| v.as_bytes().to_vec())
+            .collect();
+        let body = tokio::time::timeout_at(deadline, read_bounded(response, 64 * 1024))
+            .await
+            .ok()?
+            .ok()?;
+        let tokens: Vec<&[u8]> = tokens.iter().map(Vec::as_slice).collect();
+        super::routing::correction(&tokens, &body)
     }
 
     /// A long poll of `attempted` whose connection a proxy closed after `elapsed`, before

@@ -19,6 +19,7 @@ fn poller() -> Poller {
         post_timeout: Duration::from_secs(10),
         post_attempts: 3,
         server_info: None,
+        routing_correction: false,
         http2: false,
     };
     let client = ControlClient::new(settings, "i", metrics.clone()).unwrap();

@@ -76,6 +76,7 @@ fn wired(
         post_timeout: Duration::from_secs(2),
         post_attempts: 1,
         server_info: None,
+        routing_correction: false,
         http2: false,
     };
     let client = ControlClient::new(settings, "i", metrics.clone()).unwrap();

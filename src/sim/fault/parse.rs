@@ -65,6 +65,14 @@ struct RawPoll {
     status: Option<u16>,
     retry_after: Option<String>,
     delay: Option<String>,
+    wrong_cluster: Option<RawWrongCluster>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWrongCluster {
+    token: String,
+    revision: u64,
 }
 
 #[derive(Deserialize)]
@@ -187,9 +195,25 @@ impl RawPoll {
             delay: self.delay,
         }
         .build(entry)?;
+        let action = match (action, self.wrong_cluster) {
+            (None, Some(w)) => Some(FaultAction::WrongCluster {
+                token: w.token,
+                revision: w.revision,
+            }),
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    entry,
+                    "give exactly one of action, status, delay, wrong_cluster",
+                ))
+            }
+            (action, None) => action,
+        };
         let extra_commands = self.extra_commands.unwrap_or(0);
         if action.is_none() && extra_commands == 0 {
-            return Err(invalid(entry, "give an action, status, delay or extra_commands"));
+            return Err(invalid(
+                entry,
+                "give an action, status, delay, wrong_cluster or extra_commands",
+            ));
         }
         Ok(PollFault {
             nth: self.nth,
