@@ -32,6 +32,16 @@ fn server_info(rig: &Rig, at: usize) -> String {
         .to_owned()
 }
 
+/// A rig, the Python SDK 1.x HTTP server (its side effects in `effects.log`) and a
+/// gateway before it with `o`; returns them with the effects file.
+async fn legacy_http_rig(o: &RigOptions<'_>) -> (Rig, crate::harness::ChildGuard, Gateway, std::path::PathBuf) {
+    let rig = Rig::start("").await;
+    let effects = file(&rig, "effects.log");
+    let (server, url) = legacy_py_http(&effects).await;
+    let gw = rig.spawn_gateway(&rig.config_to(&url, o)).await;
+    (rig, server, gw, effects)
+}
+
 /// Asserts each of `lines` is on the gateway's `/metrics`.
 async fn assert_metrics(rig: &Rig, lines: &[&str]) {
     let metrics = rig.metrics().await;
@@ -42,12 +52,7 @@ async fn assert_metrics(rig: &Rig, lines: &[&str]) {
 
 #[tokio::test]
 async fn an_elicitation_mid_call_over_http_completes_for_a_pinned_caller_and_the_tool_runs_once() {
-    let rig = Rig::start("").await;
-    let effects = file(&rig, "effects.log");
-    let (_server, url) = legacy_py_http(&effects).await;
-    let gw = rig
-        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
-        .await;
+    let (rig, _server, gw, effects) = legacy_http_rig(&RigOptions::default_mode()).await;
     let out = modern_client(
         &rig,
         MODERN,
@@ -91,12 +96,7 @@ async fn an_elicitation_mid_call_over_http_completes_for_a_pinned_caller_and_the
 
 #[tokio::test]
 async fn sampling_on_the_call_s_stream_and_roots_on_the_standalone_stream_reach_a_pinned_caller_over_http() {
-    let rig = Rig::start("").await;
-    let effects = file(&rig, "effects.log");
-    let (_server, url) = legacy_py_http(&effects).await;
-    let gw = rig
-        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
-        .await;
+    let (rig, _server, gw, _effects) = legacy_http_rig(&RigOptions::default_mode()).await;
     let out = modern_client(
         &rig,
         MODERN,
@@ -137,12 +137,7 @@ async fn sampling_on_the_call_s_stream_and_roots_on_the_standalone_stream_reach_
 
 #[tokio::test]
 async fn over_http_a_replayed_tampered_or_foreign_request_state_is_refused_and_the_tool_runs_once() {
-    let rig = Rig::start("").await;
-    let effects = file(&rig, "effects.log");
-    let (_server, url) = legacy_py_http(&effects).await;
-    let gw = rig
-        .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
-        .await;
+    let (rig, _server, gw, effects) = legacy_http_rig(&RigOptions::default_mode()).await;
     let parked = parked_ask(&rig, 1).await;
     let state = parked["requestState"].as_str().unwrap().to_owned();
     let responses = accept(&parked, "Ada");
@@ -176,14 +171,13 @@ async fn over_http_a_replayed_tampered_or_foreign_request_state_is_refused_and_t
 
 #[tokio::test]
 async fn over_http_a_parked_call_never_continued_is_cancelled_at_its_park_timeout_and_leaves_a_receipt() {
-    let rig = Rig::start("").await;
-    let effects = file(&rig, "effects.log");
-    let (_server, url) = legacy_py_http(&effects).await;
     let options = RigOptions {
-        extra: "[mcp.channels.main.input_required]\npark_timeout = \"1s\"\n",
+        extra: "[mcp.channels.main.input_required]
+park_timeout = \"1s\"
+",
         ..RigOptions::default_mode()
     };
-    let gw = rig.spawn_gateway(&rig.config_to(&url, &options)).await;
+    let (rig, _server, gw, effects) = legacy_http_rig(&options).await;
     let parked = parked_ask(&rig, 1).await;
     let state = parked["requestState"].as_str().unwrap().to_owned();
     wait_until("the parked call expired and ended", EXIT, || async {
@@ -220,10 +214,7 @@ async fn over_http_a_parked_call_never_continued_is_cancelled_at_its_park_timeou
 
 #[tokio::test]
 async fn over_http_strict_mode_never_parks_the_tool_runs_once_and_nothing_latches() {
-    let rig = Rig::start("").await;
-    let effects = file(&rig, "effects.log");
-    let (_server, url) = legacy_py_http(&effects).await;
-    let gw = rig.spawn_gateway(&rig.config_to(&url, &RigOptions::default())).await;
+    let (rig, _server, gw, effects) = legacy_http_rig(&RigOptions::default()).await;
     let (status, _, answer) = post(&rig, &ask(1, "who?", None), &[]).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(
