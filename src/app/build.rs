@@ -522,6 +522,7 @@ pub(crate) fn build_control(
         server_info: server_info_header(&declared),
         http2: cp.http2,
         routing_correction: cp.routing_correction,
+        initial_poll_timeout: cp.initial_poll_timeout,
     };
     let tls = crate::egress::tls::client_config(&cp.tls).map_err(GatewayError::Tls)?;
     ControlClient::with_egress(settings, instance_id, metrics.clone(), &cp.proxy, tls)

@@ -294,6 +294,7 @@ fn anchor_scalars(env: &EnvVars) -> Layer {
         ("CONTROL_PLANE_TUNNEL_ID", "tunnel_id"),
         ("CONTROL_PLANE_BASE_URL", "base_url"),
         ("CONTROL_PLANE_ORGANIZATION_ID", "organization_id"),
+        ("CONTROL_PLANE_INITIAL_POLL_TIMEOUT", "initial_poll_timeout"),
     ] {
         if let Some(value) = env.non_blank(var) {
             insert(&mut dict, &path(&["control_plane", key]), value.into());
@@ -440,6 +441,7 @@ fn anchor_var(keys: &[&str]) -> String {
         ["control_plane", "tunnel_id"] => "CONTROL_PLANE_TUNNEL_ID",
         ["control_plane", "base_url"] => "CONTROL_PLANE_BASE_URL",
         ["control_plane", "organization_id"] => "CONTROL_PLANE_ORGANIZATION_ID",
+        ["control_plane", "initial_poll_timeout"] => "CONTROL_PLANE_INITIAL_POLL_TIMEOUT",
         ["control_plane", "poll_channels", ..] => "CONTROL_PLANE_POLL_CHANNELS",
         ["ops", "listen"] => "HEALTH_LISTEN_ADDR",
         ["ops", "health_show_details"] => "HEALTH_SHOW_DETAILS",

@@ -92,6 +92,8 @@ struct ControlPlaneView<'a> {
     http2: bool,
     resp_timing: bool,
     routing_correction: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    initial_poll_timeout: Option<String>,
     /// Last: a table follows the plain values.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     headers: BTreeMap<&'a str, String>,
@@ -359,6 +361,7 @@ fn control_plane(config: &Config) -> ControlPlaneView<'_> {
         http2: cp.http2,
         resp_timing: cp.resp_timing,
         routing_correction: cp.routing_correction,
+        initial_poll_timeout: cp.initial_poll_timeout.map(duration),
         headers: headers_view(&cp.headers),
         tls: tls_view(&cp.tls),
     }

@@ -127,6 +127,9 @@ pub struct ControlPlane {
     /// poll's `409 wrong_cluster` (wire 2026-08-25; default false: the service has not
     /// enabled it).
     pub routing_correction: bool,
+    /// `control_plane.initial_poll_timeout`: when set, the very first poll attempt waits
+    /// `min(poll_timeout, this)` instead of asking for no wait.
+    pub initial_poll_timeout: Option<Duration>,
 }
 
 /// `[mcp]`: the downstream MCP servers.

@@ -42,6 +42,7 @@ pub(super) struct RawControlPlane {
     pub(super) http2: Option<bool>,
     pub(super) resp_timing: Option<bool>,
     pub(super) routing_correction: Option<bool>,
+    pub(super) initial_poll_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -107,6 +107,10 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
         http2: raw.http2.unwrap_or(default::CONTROL_PLANE_HTTP2),
         resp_timing: raw.resp_timing.unwrap_or(default::RESP_TIMING),
         routing_correction: raw.routing_correction.unwrap_or(false),
+        initial_poll_timeout: raw
+            .initial_poll_timeout
+            .map(|text| positive_duration("control_plane.initial_poll_timeout", Some(text), "30s"))
+            .transpose()?,
     };
     control_plane.headers = headers::control_plane(raw.headers, control_plane.organization_id.as_deref(), env)?;
     Ok(control_plane)

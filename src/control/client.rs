@@ -63,6 +63,9 @@ pub(crate) struct ControlSettings {
     /// `control_plane.routing_correction`: advertise `wrong-cluster-v1` and learn the
     /// placement token a `409 wrong_cluster` gives.
     pub routing_correction: bool,
+    /// `control_plane.initial_poll_timeout`: the very first poll attempt of the process
+    /// asks for `min(poll_timeout, this)` instead of no wait.
+    pub initial_poll_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for ControlSettings {
@@ -92,6 +95,9 @@ pub(crate) struct ControlClient {
     learned: Arc<learned::Learned>,
     /// The placement token of `control_plane.routing_correction` ([`routing`]), when on.
     routing: Option<Arc<routing::Routing>>,
+    /// The poll URLs of the first attempt's wait (`control_plane.initial_poll_timeout`),
+    /// until that attempt is made; shared by clones.
+    initial: Arc<std::sync::Mutex<Option<Arc<PollUrls>>>>,
     /// Parsed once: a response POST is sent per command.
     response_uri: http::Uri,
     headers: HeaderMap,
@@ -160,6 +166,7 @@ impl ControlClient {
         );
         let headers = base_headers(&settings, instance_id);
         let poll_url = format!("{prefix}/poll");
+        let initial = initial_urls(&poll_url, "", &settings)?;
         let poll_urls = Arc::new(PollUrls::parse(&poll_url, "", settings.poll_timeout)?);
         let response_uri = uri_of(&url::Url::parse(&format!("{prefix}/response")).map_err(|_| BuildError::Url)?)?;
         let tunnel_uri = uri_of(&url::Url::parse(&prefix).map_err(|_| BuildError::Url)?)?;
@@ -170,6 +177,7 @@ impl ControlClient {
             poll_filter: String::new(),
             learned: Arc::default(),
             routing: settings.routing_correction.then(Arc::default),
+            initial: Arc::new(std::sync::Mutex::new(initial)),
             tunnel_uri,
             response_uri,
             headers,
@@ -223,6 +231,11 @@ impl ControlClient {
             &self.poll_filter,
             self.settings.poll_timeout,
         )?);
+        self.initial = Arc::new(std::sync::Mutex::new(initial_urls(
+            &self.poll_url,
+            &self.poll_filter,
+            &self.settings,
+        )?));
         Ok(self)
     }
 
@@ -232,6 +245,19 @@ impl ControlClient {
     pub(crate) fn route(&self) -> &'static str {
         self.client.route().as_str()
     }
+}
+
+/// The poll URLs of the first attempt, when `initial_poll_timeout` is set: their long
+/// wait is `min(poll_timeout, initial_poll_timeout)`.
+fn initial_urls(poll_url: &str, filter: &str, settings: &ControlSettings) -> Result<Option<Arc<PollUrls>>, BuildError> {
+    let Some(initial) = settings.initial_poll_timeout else {
+        return Ok(None);
+    };
+    Ok(Some(Arc::new(PollUrls::parse(
+        poll_url,
+        filter,
+        initial.min(settings.poll_timeout),
+    )?)))
 }
 
 /// The headers of every request, in the order they are sent: `Authorization` (marked

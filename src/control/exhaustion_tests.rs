@@ -33,6 +33,7 @@ async fn a_post_and_a_poll_with_no_descriptor_left_are_local_exhaustion() {
         post_attempts: 2,
         server_info: None,
         routing_correction: false,
+        initial_poll_timeout: None,
         http2: false,
     };
     let client = ControlClient::new(settings, "i", metrics).unwrap();

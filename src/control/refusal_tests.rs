@@ -62,6 +62,7 @@ fn client_for(base_url: &str) -> ControlClient {
         post_attempts: 3,
         server_info: None,
         routing_correction: false,
+        initial_poll_timeout: None,
         http2: false,
     };
     let metrics = Arc::new(Metrics::new::<GatewayLabels>(false, &[]));

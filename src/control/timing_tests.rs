@@ -44,6 +44,7 @@ async fn client(post_timeout: Duration, post_attempts: u32) -> (ControlClient, A
         post_attempts,
         server_info: None,
         routing_correction: false,
+        initial_poll_timeout: None,
         http2: false,
     };
     (ControlClient::new(settings, "i", metrics.clone()).unwrap(), metrics)

@@ -29,6 +29,7 @@ fn settings(base_url: String) -> ControlSettings {
         post_attempts: 1,
         server_info: Some("srv".to_owned()),
         routing_correction: false,
+        initial_poll_timeout: None,
         http2: true,
     }
 }

@@ -755,3 +755,29 @@ async fn with_routing_correction_a_wrong_cluster_answer_teaches_the_placement_to
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }
+
+#[tokio::test]
+async fn the_official_initial_poll_timeout_bounds_the_first_poll_attempt_only() {
+    let rig = Rig::start_holding("", Duration::from_secs(30)).await;
+    let config = rig
+        .config(&RigOptions::default_mode())
+        .replace("poll_timeout = \"1s\"", "poll_timeout = \"3s\"");
+    // The official client's variable, read as `control_plane.initial_poll_timeout`.
+    let mut gw =
+        crate::harness::Gateway::spawn(&["run"], Some(&config), &[("CONTROL_PLANE_INITIAL_POLL_TIMEOUT", "2s")]);
+    gw.wait_http_ready(&format!("http://127.0.0.1:{}/livez", rig.ops_port), EXIT)
+        .await;
+    let rec = rig.wait("three polls", |r| r.polls.len() >= 3).await;
+    assert_eq!(
+        rec.polls[0].timeout_ms,
+        Some(2000),
+        "the first attempt waits min(3 s, 2 s)"
+    );
+    assert!(
+        rec.polls[1..].iter().all(|p| p.timeout_ms == Some(3000)),
+        "every later one the poll timeout: {:?}",
+        rec.polls.iter().map(|p| p.timeout_ms).collect::<Vec<_>>()
+    );
+    gw.sigterm();
+    assert_eq!(gw.wait_exit(EXIT).await, Some(0));
+}

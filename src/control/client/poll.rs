@@ -125,9 +125,15 @@ impl ControlClient {
     /// [`PollAnswer`], the control plane has handed out whatever the body holds: read it
     /// with [`read_commands`](Self::read_commands), never drop it unread.
     pub(crate) async fn poll(&self, limit: usize, wait: PollWait) -> Result<PollAnswer, PollError> {
+        // The very first attempt waits `initial_poll_timeout` when it is set (once).
+        let first = self.initial.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let (wait, first) = match first {
+            Some(urls) => (PollWait::Long, Some(urls)),
+            None => (wait, None),
+        };
         let long = wait == PollWait::Long;
         let learned = long.then(|| self.learned.urls()).flatten();
-        let urls = learned.as_deref().unwrap_or(&self.poll_urls);
+        let urls = first.as_deref().or(learned.as_deref()).unwrap_or(&self.poll_urls);
         let (target, wait) = urls.target(limit, wait);
         let sent_at = Instant::now();
         let deadline = sent_at + wait + POLL_SLACK;

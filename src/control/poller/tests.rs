@@ -20,6 +20,7 @@ fn poller() -> Poller {
         post_attempts: 3,
         server_info: None,
         routing_correction: false,
+        initial_poll_timeout: None,
         http2: false,
     };
     let client = ControlClient::new(settings, "i", metrics.clone()).unwrap();

@@ -77,6 +77,7 @@ fn wired(
         post_attempts: 1,
         server_info: None,
         routing_correction: false,
+        initial_poll_timeout: None,
         http2: false,
     };
     let client = ControlClient::new(settings, "i", metrics.clone()).unwrap();
