@@ -40,7 +40,7 @@ use crate::downstream::era::park::{self, Ask, Binding, Call, Parked, Parking, Pe
 use crate::downstream::era::state::Signer;
 use crate::downstream::era::{self, Continuation, Forward, Gone, LogFilter, Mrtr};
 use crate::downstream::{
-    DownstreamRequest, HeldEnded, InputRequiredSettings, LegFailure, LegResult, Notification, NotifySink,
+    DownstreamRequest, HeldEnded, InputRequiredSettings, LegFailure, LegOutcome, LegResult, Notification, NotifySink,
 };
 use crate::protocol::{JsonRpcPayload, RespType, WireHeaders};
 use crate::strict::{Admission, CommandRef, Fence};
@@ -398,12 +398,15 @@ impl HttpTransport {
                 self.park(held, Pending::of_round(asks), caller_id)
             }
             Ok(Driven::Final(leg)) => {
-                let end = if leg.failure.is_none() {
-                    EraHeldEnd::Answered
-                } else {
-                    EraHeldEnd::Lost
+                let end = match (&leg.failure, leg.outcome) {
+                    (None, _) => Some(EraHeldEnd::Answered),
+                    // The call never reached the server: nothing was held.
+                    (Some(_), LegOutcome::NotSent) => None,
+                    (Some(_), _) => Some(EraHeldEnd::Lost),
                 };
-                self.observe(EraEvent::Ended(end));
+                if let Some(end) = end {
+                    self.observe(EraEvent::Ended(end));
+                }
                 with_id(leg, caller_id)
             }
             Err(failure) => {
