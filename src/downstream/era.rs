@@ -84,6 +84,17 @@ pub(crate) struct Local {
     pub(crate) refused: bool,
 }
 
+impl Local {
+    /// What the bridge did, as `era_requests_total{handling}` counts it.
+    pub(crate) fn handling(&self) -> crate::telemetry::EraHandling {
+        if self.refused {
+            crate::telemetry::EraHandling::Refused
+        } else {
+            crate::telemetry::EraHandling::AnsweredLocally
+        }
+    }
+}
+
 /// A modern request to forward to the legacy server.
 #[derive(Debug)]
 pub(crate) struct Forward {

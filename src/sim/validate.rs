@@ -152,21 +152,8 @@ pub(crate) fn is_json_content_type(headers: &HeaderMap) -> bool {
 /// (`additionalProperties: false`, `request_id` and `resp_code` required).
 pub(crate) fn payload(body: &Bytes, accept_resp_timing: bool) -> Result<Payload, ApiError> {
     let bad = |msg: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_json_payload", msg);
-    // As the service: an escaped lone surrogate anywhere is refused, finally.
-    if crate::protocol::has_lone_surrogate(body) {
-        return Err(bad("the body carries an unpaired surrogate escape".to_owned()));
-    }
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| bad(format!("body is not JSON: {e}")))?;
-    let obj = value
-        .as_object()
-        .ok_or_else(|| bad("body is not a JSON object".to_owned()))?;
-    let known = |k: &String| PAYLOAD_FIELDS.contains(&k.as_str()) || (accept_resp_timing && k == "resp_timing");
-    if let Some(extra) = obj.keys().find(|k| !known(k)) {
-        return Err(bad(format!("unknown field `{extra}`")));
-    }
-    if let Some(timing) = obj.get("resp_timing") {
-        resp_timing(timing).map_err(|why| bad(format!("resp_timing {why}")))?;
-    }
+    let value = members(body, accept_resp_timing).map_err(bad)?;
+    let obj = value.as_object().expect("members returns an object");
     let request_id = match obj.get("request_id") {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(_) => return Err(bad("request_id is not a string".to_owned())),
@@ -231,6 +218,25 @@ pub(crate) fn payload(body: &Bytes, accept_resp_timing: bool) -> Result<Payload,
             resp_headers,
         },
     })
+}
+
+/// The body as a JSON object whose members are all known (`resp_timing` too when
+/// accepted, and then in its shape), or why not; an escaped lone surrogate anywhere is
+/// refused first, as the service refuses it.
+fn members(body: &Bytes, accept_resp_timing: bool) -> Result<serde_json::Value, String> {
+    if crate::protocol::has_lone_surrogate(body) {
+        return Err("the body carries an unpaired surrogate escape".to_owned());
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
+    let obj = value.as_object().ok_or("body is not a JSON object")?;
+    let known = |k: &String| PAYLOAD_FIELDS.contains(&k.as_str()) || (accept_resp_timing && k == "resp_timing");
+    if let Some(extra) = obj.keys().find(|k| !known(k)) {
+        return Err(format!("unknown field `{extra}`"));
+    }
+    if let Some(timing) = obj.get("resp_timing") {
+        resp_timing(timing).map_err(|why| format!("resp_timing {why}"))?;
+    }
+    Ok(value)
 }
 
 /// A `resp_timing` as the 2026-08-25 wire writes it: version 1, transport `stdio` or

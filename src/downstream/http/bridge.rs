@@ -94,16 +94,11 @@ impl HttpTransport {
             }
             Plan::Local(local) => {
                 era::Step::AnsweredLocally.trace();
-                count(if local.refused {
-                    EraHandling::Refused
-                } else {
-                    EraHandling::AnsweredLocally
-                });
+                count(local.handling());
                 return LegResult::answered(local.reply);
             }
             Plan::Forward(forward) => Some(forward),
         };
-        let server_info = session.result.get("serverInfo");
         match (forward, id) {
             (None, Some(id)) => {
                 count(EraHandling::AnsweredLocally);
@@ -118,39 +113,53 @@ impl HttpTransport {
             (Some(forward), Some(id)) => {
                 era::Step::Forwarded.trace();
                 count(EraHandling::Forwarded);
-                let headers = session_headers(req.headers, &session);
-                let mut leg = match &forward.mrtr {
-                    Some(mrtr) if mrtr.continuation.is_some() || self.holds(mrtr) => {
-                        let call = HeldRequest {
-                            forward: &forward,
-                            mrtr,
-                            session: &session,
-                            headers: &headers,
-                            notes,
-                            limit: self.leg_deadline(req.deadline),
-                            caller_id: id,
-                        };
-                        self.held(admission, call).await
-                    }
-                    _ => {
-                        let inner = DownstreamRequest {
-                            payload: &forward.payload,
-                            headers: &headers,
-                            deadline: req.deadline,
-                        };
-                        let filter = LogFilter(forward.shape.log_level);
-                        self.relayed(admission, &inner, notes, filter).await
-                    }
-                };
-                if let Some(status) = session_lost(&leg) {
-                    self.lose_session(&session);
-                    return LegResult::answered(era::session_lost_reply(id, status));
-                }
-                leg.reply = era::shape_reply(leg.reply, &forward.shape, server_info);
-                leg
+                self.forwarded(admission, req, notes, (&forward, id), &session).await
             }
             (_, None) => LegResult::failed(LegFailure::InternalBeforeSend, None, RespType::JsonrpcResponse),
         }
+    }
+
+    /// A 2026-07-28 caller's request `forward` (of JSON-RPC id `id`) in the owned
+    /// `session`: held across input rounds when it may ask (or continues a held one),
+    /// else relayed; its answer shaped for the caller, or a lost session told.
+    async fn forwarded(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+        (forward, id): (&era::Forward, &serde_json::value::RawValue),
+        session: &Arc<OwnedSession>,
+    ) -> LegResult {
+        let headers = session_headers(req.headers, session);
+        let mut leg = match &forward.mrtr {
+            Some(mrtr) if mrtr.continuation.is_some() || self.holds(mrtr) => {
+                let call = HeldRequest {
+                    forward,
+                    mrtr,
+                    session,
+                    headers: &headers,
+                    notes,
+                    limit: self.leg_deadline(req.deadline),
+                    caller_id: id,
+                };
+                self.held(admission, call).await
+            }
+            _ => {
+                let inner = DownstreamRequest {
+                    payload: &forward.payload,
+                    headers: &headers,
+                    deadline: req.deadline,
+                };
+                let filter = LogFilter(forward.shape.log_level);
+                self.relayed(admission, &inner, notes, filter).await
+            }
+        };
+        if let Some(status) = session_lost(&leg) {
+            self.lose_session(session);
+            return LegResult::answered(era::session_lost_reply(id, status));
+        }
+        leg.reply = era::shape_reply(leg.reply, &forward.shape, session.result.get("serverInfo"));
+        leg
     }
 
     /// `/status`: the configured era and what the channel knows of its server's.

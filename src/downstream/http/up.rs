@@ -114,8 +114,7 @@ impl HttpTransport {
         let body = req.payload.raw().get();
         let declared = Declared::of_session_id(session_id(req.headers).as_deref());
         let headers = modern_headers(req.headers, method, body);
-        let limit = tokio::time::Instant::now() + self.inner.settings.request_timeout;
-        let limit = req.deadline.map_or(limit, |d| d.min(limit));
+        let limit = self.leg_deadline(req.deadline);
         let relisted = AtomicBool::new(false);
         let (headers, relisted) = (&headers, &relisted);
         let send = |stamped: crate::protocol::JsonRpcPayload| async move {

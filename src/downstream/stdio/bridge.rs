@@ -59,11 +59,7 @@ impl StdioTransport {
             Plan::PassThrough => None,
             Plan::Local(local) => {
                 era::Step::AnsweredLocally.trace();
-                count(if local.refused {
-                    EraHandling::Refused
-                } else {
-                    EraHandling::AnsweredLocally
-                });
+                count(local.handling());
                 return LegResult::answered(local.reply);
             }
             Plan::Discover => None,
