@@ -106,11 +106,37 @@ pub fn which(program: &str) -> Option<PathBuf> {
 // Sockets and waiting
 // ---------------------------------------------------------------------------------------
 
-/// A port that was free on 127.0.0.1 a moment ago (bind to :0, read it, release it).
-/// Spawners retry with a new port if a peer loses the race for it.
+/// A port that was free on 127.0.0.1 a moment ago, for a process the test starts to bind.
+///
+/// Drawn at random from below the kernel's ephemeral range, never from `bind(:0)`: a port
+/// from the ephemeral range can be taken, between the draw and the child's bind, by any
+/// outgoing connection of the tests running beside this one (a CI run lost a gateway's
+/// `ops.listen` to exactly that). Below the range only another test's draw can collide.
 pub fn free_port() -> u16 {
+    use rand::Rng;
+    let (low, _) = ephemeral_range();
+    let ceiling = low.min(32_768);
+    let floor = ceiling.saturating_sub(12_000).max(1_024);
+    let mut rng = rand::rng();
+    for _ in 0..64 {
+        let port = rng.random_range(floor..ceiling);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     listener.local_addr().expect("bound socket has an address").port()
+}
+
+/// `/proc/sys/net/ipv4/ip_local_port_range`, or Linux's default when unreadable.
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut parts = text.split_whitespace().map(|p| p.parse::<u16>().ok());
+            Some((parts.next()??, parts.next()??))
+        })
+        .unwrap_or((32_768, 60_999))
 }
 
 /// Whether `pid` or one of its descendants holds the socket listening on TCP `port`
