@@ -387,6 +387,7 @@ pub(crate) fn harpoon_settings(config: &Config) -> HarpoonSettings {
             .iter()
             .map(|t| (t.label.clone(), t.url.clone(), t.description.clone()))
             .collect(),
+        templates: h.templates.clone(),
         allow_plaintext_http: h.allow_plaintext_http,
         max_response_bytes: h.max_response_bytes,
         max_redirects: h.max_redirects,

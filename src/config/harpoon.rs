@@ -15,6 +15,7 @@
 use super::error::ConfigError;
 use super::layers::EnvVars;
 use super::raw::{RawHarpoon, RawTarget, RawTargets};
+use super::harpoon_template::{self, HarpoonTemplate};
 use super::{ProxySetting, TlsFiles};
 
 /// Upstream's bound (and default) of `max_response_bytes`.
@@ -26,6 +27,8 @@ pub(super) const MAX_REDIRECTS: u64 = 5;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Harpoon {
     pub targets: Vec<HarpoonTarget>,
+    /// Template targets (`harpoon.targets[i].template`), in the order written.
+    pub templates: Vec<HarpoonTemplate>,
     pub allow_plaintext_http: bool,
     pub max_response_bytes: u64,
     pub max_redirects: u64,
@@ -70,7 +73,7 @@ pub(super) fn harpoon(raw: RawHarpoon, env: &EnvVars) -> Result<Harpoon, ConfigE
         Some(RawTargets::List(list)) => list,
         Some(RawTargets::Text(text)) => parse_text(&text)?,
     };
-    let targets = validate_targets(targets, allow_plaintext_http)?;
+    let (targets, templates) = validate_targets(targets, allow_plaintext_http, env)?;
     let mut hosts_include_suffix = Vec::new();
     for (i, suffix) in raw.hosts_include_suffix.unwrap_or_default().iter().enumerate() {
         let s = suffix.trim().trim_start_matches('.').to_ascii_lowercase();
@@ -84,6 +87,7 @@ pub(super) fn harpoon(raw: RawHarpoon, env: &EnvVars) -> Result<Harpoon, ConfigE
     }
     Ok(Harpoon {
         targets,
+        templates,
         allow_plaintext_http,
         max_response_bytes,
         max_redirects,
@@ -138,8 +142,12 @@ fn parse_text(text: &str) -> Result<Vec<RawTarget>, ConfigError> {
     Ok(out)
 }
 
-fn validate_targets(raw: Vec<RawTarget>, allow_plaintext: bool) -> Result<Vec<HarpoonTarget>, ConfigError> {
+type Targets = (Vec<HarpoonTarget>, Vec<HarpoonTemplate>);
+
+/// Exact targets and templates, each label valid and unique across both.
+fn validate_targets(raw: Vec<RawTarget>, allow_plaintext: bool, env: &EnvVars) -> Result<Targets, ConfigError> {
     let mut out: Vec<HarpoonTarget> = Vec::new();
+    let mut templates: Vec<HarpoonTemplate> = Vec::new();
     for (i, t) in raw.into_iter().enumerate() {
         let key = |field: &str| format!("harpoon.targets[{i}].{field}");
         let label = t.label.unwrap_or_default();
@@ -149,18 +157,32 @@ fn validate_targets(raw: Vec<RawTarget>, allow_plaintext: bool) -> Result<Vec<Ha
                 format!("{label:?} must match ^[a-z0-9][a-z0-9_-]{{0,63}}$"),
             ));
         }
-        if out.iter().any(|o| o.label == label) {
+        if out.iter().any(|o| o.label == label) || templates.iter().any(|o| o.label == label) {
             return Err(ConfigError::invalid(key("label"), format!("{label:?} is given twice")));
         }
-        let url = t.url.unwrap_or_default();
-        check_url(&url, allow_plaintext).map_err(|problem| ConfigError::invalid(key("url"), problem))?;
-        out.push(HarpoonTarget {
-            label,
-            url,
-            description: t.description.unwrap_or_default(),
-        });
+        let description = t.description.unwrap_or_default();
+        match (t.url, t.template) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::invalid(
+                    key("template"),
+                    "a target has a url or a template, not both",
+                ))
+            }
+            (None, Some(template)) => {
+                templates.push(harpoon_template::template(i, label, description, template, allow_plaintext, env)?);
+            }
+            (url, None) => {
+                let url = url.unwrap_or_default();
+                check_url(&url, allow_plaintext).map_err(|problem| ConfigError::invalid(key("url"), problem))?;
+                out.push(HarpoonTarget {
+                    label,
+                    url,
+                    description,
+                });
+            }
+        }
     }
-    Ok(out)
+    Ok((out, templates))
 }
 
 fn valid_label(label: &str) -> bool {

@@ -26,6 +26,8 @@ struct View<'a> {
 #[derive(Serialize)]
 struct HarpoonView<'a> {
     targets: Vec<HarpoonTargetView<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    templates: Vec<TemplateView<'a>>,
     allow_plaintext_http: bool,
     max_response_bytes: u64,
     max_redirects: u64,
@@ -45,6 +47,40 @@ struct HarpoonTargetView<'a> {
     url: String,
     #[serde(skip_serializing_if = "str::is_empty")]
     description: &'a str,
+}
+
+/// A template target: its policy, fixed query values shown as `<fixed>` and fixed
+/// headers by their references only.
+#[derive(Serialize)]
+struct TemplateView<'a> {
+    label: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    version: u32,
+    origin: &'a str,
+    path_template: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    query: BTreeMap<String, String>,
+    parameters: Vec<ParameterView<'a>>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    headers: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    allowed_headers: &'a [String],
+}
+
+#[derive(Serialize)]
+struct ParameterView<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pattern: Option<&'a str>,
+    #[serde(rename = "enum", skip_serializing_if = "Option::is_none")]
+    one_of: Option<&'a [String]>,
+    min_length: usize,
+    max_length: usize,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    reserved_values: &'a [String],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    examples: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -300,6 +336,7 @@ fn harpoon(h: &super::Harpoon) -> HarpoonView<'_> {
                 description: &t.description,
             })
             .collect(),
+        templates: h.templates.iter().map(template).collect(),
         allow_plaintext_http: h.allow_plaintext_http,
         max_response_bytes: h.max_response_bytes,
         max_redirects: h.max_redirects,
@@ -313,6 +350,50 @@ fn harpoon(h: &super::Harpoon) -> HarpoonView<'_> {
 }
 
 /// A target URL as `check` prints it: no userinfo, no fragment, a query as `?<redacted>`.
+fn template(t: &super::HarpoonTemplate) -> TemplateView<'_> {
+    use super::TemplatePart;
+    let part = |p: &TemplatePart, fixed: &str| match p {
+        TemplatePart::Literal(text) => {
+            if fixed.is_empty() {
+                text.clone()
+            } else {
+                fixed.to_owned()
+            }
+        }
+        TemplatePart::Parameter(name) => format!("{{{name}}}"),
+    };
+    let path: Vec<String> = t.path.iter().map(|p| part(p, "")).collect();
+    TemplateView {
+        label: &t.label,
+        description: &t.description,
+        version: t.version,
+        origin: &t.origin,
+        path_template: format!("/{}", path.join("/")),
+        query: t.query.iter().map(|(k, v)| (k.clone(), part(v, "<fixed>"))).collect(),
+        parameters: t
+            .parameters
+            .iter()
+            .map(|p| ParameterView {
+                name: &p.name,
+                pattern: match &p.rule {
+                    super::ValueRule::Pattern(pattern) => Some(pattern.source.as_str()),
+                    super::ValueRule::Enum(_) => None,
+                },
+                one_of: match &p.rule {
+                    super::ValueRule::Enum(values) => Some(values.as_slice()),
+                    super::ValueRule::Pattern(_) => None,
+                },
+                min_length: p.min_length,
+                max_length: p.max_length,
+                reserved_values: &p.reserved_values,
+                examples: &p.examples,
+            })
+            .collect(),
+        headers: t.headers.iter().map(|(name, secret)| (name.clone(), secret.describe())).collect(),
+        allowed_headers: &t.allowed_headers,
+    }
+}
+
 fn shown_url(url: &str) -> String {
     let Ok(mut parsed) = url::Url::parse(url) else {
         return "<invalid url>".to_owned();

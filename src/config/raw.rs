@@ -154,11 +154,38 @@ pub(super) struct RawEtcd {
 }
 
 /// `harpoon.targets` as written: a list of tables, or upstream's text.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub(super) enum RawTargets {
     Text(String),
     List(Vec<RawTarget>),
+}
+
+/// By hand rather than `untagged`, so that a wrong field inside a target's table is
+/// reported as itself (`unknown field ...`), not as "no variant matched".
+impl<'de> Deserialize<'de> for RawTargets {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Targets;
+        impl<'de> serde::de::Visitor<'de> for Targets {
+            type Value = RawTargets;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of target tables, or the official text (label=NAME,url=URL;...)")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawTargets, E> {
+                Ok(RawTargets::Text(v.to_owned()))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<RawTargets, A::Error> {
+                let mut list = Vec::new();
+                while let Some(target) = seq.next_element::<RawTarget>()? {
+                    list.push(target);
+                }
+                Ok(RawTargets::List(list))
+            }
+        }
+        deserializer.deserialize_any(Targets)
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -167,6 +194,40 @@ pub(super) struct RawTarget {
     pub(super) label: Option<String>,
     pub(super) url: Option<String>,
     pub(super) description: Option<String>,
+    /// A parameterized GET target instead of `url` (`docs/private-oauth.md`).
+    pub(super) template: Option<RawTemplate>,
+}
+
+/// `harpoon.targets[i].template` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawTemplate {
+    pub(super) version: Option<i64>,
+    pub(super) origin: Option<String>,
+    pub(super) method: Option<String>,
+    pub(super) path_template: Option<String>,
+    pub(super) query: Option<std::collections::BTreeMap<String, String>>,
+    pub(super) parameters: Option<std::collections::BTreeMap<String, RawParameter>>,
+    pub(super) headers: Option<std::collections::BTreeMap<String, String>>,
+    pub(super) allowed_headers: Option<Vec<String>>,
+    pub(super) follow_redirects: Option<bool>,
+}
+
+/// `harpoon.targets[i].template.parameters.NAME` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawParameter {
+    #[serde(rename = "type")]
+    pub(super) kind: Option<String>,
+    pub(super) required: Option<bool>,
+    pub(super) pattern: Option<String>,
+    #[serde(rename = "enum")]
+    pub(super) one_of: Option<Vec<String>>,
+    pub(super) min_length: Option<i64>,
+    pub(super) max_length: Option<i64>,
+    pub(super) reserved_values: Option<Vec<String>>,
+    pub(super) description: Option<String>,
+    pub(super) examples: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

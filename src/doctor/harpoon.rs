@@ -3,6 +3,10 @@
 //! channel's own client (`harpoon.proxy`, `harpoon.tls`). Any HTTP status passes: the
 //! target is reachable; DNS, a refused connection, TLS or a timeout fails, in words.
 //!
+//! A template target (`call_target_template`) is checked the same way at its origin's
+//! root (`/`): its path and query are never rendered, since nothing but a caller's
+//! parameters may fill them. The line names its parameters.
+//!
 //! Targets registered from discovery do not exist yet when `doctor` runs: only the
 //! configured ones are checked. Shows each target's `scheme://host[:port]` only.
 
@@ -15,7 +19,7 @@ use crate::downstream::HarpoonTransport;
 use crate::telemetry::Metrics;
 
 pub(super) async fn checks(config: &Config, metrics: &Arc<Metrics>, timeout: Duration) -> Vec<Check> {
-    if config.harpoon.targets.is_empty() {
+    if config.harpoon.targets.is_empty() && config.harpoon.templates.is_empty() {
         return Vec::new();
     }
     let settings = crate::app::harpoon_settings(config);
@@ -29,14 +33,23 @@ pub(super) async fn checks(config: &Config, metrics: &Arc<Metrics>, timeout: Dur
         .into_iter()
         .map(|(label, origin, result)| {
             let name = format!("harpoon.{label}");
+            let template = config.harpoon.templates.iter().find(|t| t.label == label);
+            let what = match template {
+                Some(t) => format!(
+                    "template v{} (GET, parameters: {}; no redirects): {origin}/",
+                    t.version,
+                    t.parameters.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                None => origin.clone(),
+            };
             match result {
                 Ok(status) => Check::ok(
                     name,
-                    format!("{origin} answered HTTP {status} (HEAD or GET; nothing changed)"),
+                    format!("{what} answered HTTP {status} (HEAD or GET; nothing changed)"),
                 ),
                 Err(problem) => Check::fail(
                     name,
-                    format!("{origin}: {problem}; check harpoon.targets, harpoon.proxy and harpoon.tls"),
+                    format!("{what}: {problem}; check harpoon.targets, harpoon.proxy and harpoon.tls"),
                 ),
             }
         })

@@ -27,6 +27,7 @@ pub(crate) mod discovery;
 pub(crate) mod registry;
 mod rewrite;
 mod server;
+mod template;
 mod tools;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +65,8 @@ pub struct HostClassifier {
 pub struct HarpoonSettings {
     /// Configured targets: label, URL, description.
     pub targets: Vec<(String, String, String)>,
+    /// Configured template targets (`call_target_template`), validated by the loader.
+    pub templates: Vec<crate::config::HarpoonTemplate>,
     pub allow_plaintext_http: bool,
     pub max_response_bytes: u64,
     pub max_redirects: u64,
@@ -145,8 +148,9 @@ impl HarpoonTransport {
         }
         let connects = ConnectSlot::default();
         let client = build_client(&settings, &connects)?;
-        routable.store(registry.len() > 0, Ordering::Release);
-        metrics.harpoon_targets(registry.len());
+        let templates = settings.templates.len();
+        routable.store(registry.len() + templates > 0, Ordering::Release);
+        metrics.harpoon_targets(registry.len() + templates);
         Ok(Self {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
@@ -181,26 +185,40 @@ impl HarpoonTransport {
 
     /// The targets as `/status` and the page show them: label, category and origin.
     pub fn targets(&self) -> Vec<TargetView> {
-        lock(&self.inner.registry)
+        let exact: Vec<TargetView> = lock(&self.inner.registry)
             .targets()
             .iter()
             .map(|t| TargetView {
                 label: t.label.clone(),
                 category: t.category.clone(),
                 origin: t.origin(),
+                template: None,
             })
-            .collect()
+            .collect();
+        let templates = self.inner.settings.templates.iter().map(|t| TargetView {
+            label: t.label.clone(),
+            category: "config".into(),
+            origin: t.origin.clone(),
+            template: Some(TemplateView {
+                version: t.version,
+                parameters: t.parameters.iter().map(|p| p.name.clone()).collect(),
+            }),
+        });
+        exact.into_iter().chain(templates).collect()
     }
 
     /// `doctor`'s check of every target: each answers a `HEAD` (or `GET`) within
     /// `timeout`. Returns the label, the origin and the status or the problem in words.
     pub async fn probe_targets(&self, timeout: std::time::Duration) -> Vec<(String, String, Result<u16, String>)> {
-        let targets: Vec<(String, String, String)> = self
+        let mut targets: Vec<(String, String, String)> = self
             .registry()
             .targets()
             .iter()
             .map(|t| (t.label.clone(), t.origin(), t.url.clone()))
             .collect();
+        for t in &self.inner.settings.templates {
+            targets.push((t.label.clone(), t.origin.clone(), format!("{}/", t.origin)));
+        }
         let client = &self.inner.client;
         let probes = targets.into_iter().map(|(label, origin, url)| async move {
             let result = call::probe(client, &url, timeout)
@@ -235,6 +253,7 @@ impl HarpoonTransport {
 
     /// After the registry changed: the routable flag and the gauge.
     fn registry_changed(&self, len: usize) {
+        let len = len + self.inner.settings.templates.len();
         self.inner.routable.store(len > 0, Ordering::Release);
         self.inner.metrics.harpoon_targets(len);
     }
@@ -246,6 +265,16 @@ pub struct TargetView {
     pub label: String,
     pub category: String,
     pub origin: String,
+    /// Present for a template target (`call_target_template`); never its path or query.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template: Option<TemplateView>,
+}
+
+/// What `/status` shows of a template: its version and its parameters' names.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TemplateView {
+    pub version: u32,
+    pub parameters: Vec<String>,
 }
 
 /// The outbound client: the gateway's one egress client with `harpoon.proxy` and

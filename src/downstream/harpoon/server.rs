@@ -22,7 +22,7 @@ use serde_json::{json, Map, Value};
 use super::call::{self, CallArgs, CallFailure, Sent};
 use super::registry::Target;
 use super::tools::{self, Limits};
-use super::{rewrite, HarpoonTransport};
+use super::{rewrite, template, HarpoonTransport};
 use crate::downstream::watch::Release;
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Reply};
 use crate::protocol::McpRevision;
@@ -38,6 +38,9 @@ const REVISIONS: [McpRevision; 4] = [
     McpRevision::V2024_11_05,
 ];
 const INSTRUCTIONS: &str = "Harpoon provides a constrained outbound HTTP client. Use list_targets to see allowlisted targets and call_target to make GET/POST/PUT requests with strict size, timeout, and redirect limits. get_oauth_target_audience is a narrow opt-in lookup for OAuth token-endpoint private_key_jwt audiences. Harpoon cannot reach arbitrary hosts or paths outside the configured allowlist.";
+/// With at least one template: upstream's template wording, with the audience sentence
+/// kept beside it as upstream's full client keeps it.
+const TEMPLATE_INSTRUCTIONS: &str = "Harpoon provides a constrained outbound HTTP client. Use list_targets to see allowlisted targets. For exact targets, use call_target to make GET/POST/PUT requests with strict size, timeout, and redirect limits. For entries with template_version and parameters_schema, use call_target_template with the label and all parameters declared by parameters_schema; each value must satisfy that schema. Templates make GET requests to a fixed destination and do not follow redirects. get_oauth_target_audience is a narrow opt-in lookup for OAuth token-endpoint private_key_jwt audiences. Harpoon cannot reach arbitrary hosts or paths outside the configured allowlist.";
 
 /// What one message produced: the JSON-RPC result or error, and the leg's outcome.
 struct Answer {
@@ -82,9 +85,12 @@ pub(super) async fn answer(
     let answer = match method {
         "initialize" => Answer::local(Ok(initialize(harpoon, params.as_ref()))),
         "ping" => Answer::local(Ok(json!({}))),
-        "tools/list" => Answer::local(Ok(tools::list(harpoon.limits()))),
+        "tools/list" => Answer::local(Ok(tools::list(harpoon.limits(), &harpoon.inner.settings.templates))),
         "resources/list" => Answer::local(Ok(json!({"resources": []}))),
-        "tools/call" => tools_call(harpoon, admission, params.as_ref(), req.deadline).await,
+        "tools/call" => {
+            let raw = raw_arguments(payload.raw().get());
+            tools_call(harpoon, admission, params.as_ref(), raw.as_deref(), req.deadline).await
+        }
         other => Answer::local(Err((-32601, format!("method {other:?} not found")))),
     };
     let mut result = reply(payload.id(), answer.body);
@@ -129,7 +135,7 @@ fn initialize(harpoon: &HarpoonTransport, params: Option<&Value>) -> Value {
         .as_str();
     json!({
         "capabilities": {"tools": {}},
-        "instructions": INSTRUCTIONS,
+        "instructions": if harpoon.inner.settings.templates.is_empty() { INSTRUCTIONS } else { TEMPLATE_INSTRUCTIONS },
         "protocolVersion": asked,
         "serverInfo": {"name": "harpoon", "title": "Harpoon (Constrained HTTP Client)", "version": harpoon.inner.settings.version},
     })
@@ -148,12 +154,22 @@ async fn tools_call(
     harpoon: &HarpoonTransport,
     admission: &Admission,
     params: Option<&Value>,
+    raw_arguments: Option<&str>,
     deadline: Option<tokio::time::Instant>,
 ) -> Answer {
     let name = params
         .and_then(|p| p.get("name"))
         .and_then(Value::as_str)
         .unwrap_or_default();
+    if name == "call_target_template" && !harpoon.inner.settings.templates.is_empty() {
+        // Upstream's handler checks its own arguments: refusals are tool errors.
+        let answer = template::call_template(harpoon, admission, raw_arguments, deadline).await;
+        return Answer {
+            body: Ok(answer.result),
+            outcome: answer.outcome,
+            failure: answer.failure,
+        };
+    }
     let arguments = params.and_then(|p| p.get("arguments"));
     let schema = match name {
         "call_target" => tools::call_target_schema(harpoon.limits()),
@@ -172,14 +188,31 @@ async fn tools_call(
     }
 }
 
+/// `params.arguments` of a `tools/call` as it arrived (its bytes, duplicates and all).
+fn raw_arguments(message: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        params: Option<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        arguments: Option<&'a RawValue>,
+    }
+    let message: Message<'_> = serde_json::from_str(message).ok()?;
+    let params: Params<'_> = serde_json::from_str(message.params?.get()).ok()?;
+    params.arguments.map(|a| a.get().to_owned())
+}
+
 /// `{"content":[{"type":"text","text":...}],"structuredContent":...}`; the text is the
 /// compact JSON with empty fields left out and `< > &` escaped, as upstream writes it.
-fn success(structured: Value) -> Value {
+pub(super) fn success(structured: Value) -> Value {
     let text = escape_html(&serde_json::to_string(&omit_empty(structured.clone())).unwrap_or_default());
     json!({"content": [{"type": "text", "text": text}], "structuredContent": structured})
 }
 
-fn tool_error(label: &str, message: &str) -> Value {
+pub(super) fn tool_error(label: &str, message: &str) -> Value {
     let label = if label.trim().is_empty() {
         "unknown"
     } else {
@@ -247,6 +280,17 @@ fn list_targets(harpoon: &HarpoonTransport, args: &Map<String, Value>) -> Value 
                    "source": t.category, "tags": t.tags, "allowed_methods": ["GET", "POST", "PUT"]})
         })
         .collect();
+    let limit = harpoon.inner.settings.max_response_bytes;
+    let templates = harpoon
+        .inner
+        .settings
+        .templates
+        .iter()
+        .filter(|_| categories.is_empty() || categories.iter().any(|c| c == "config"))
+        .filter(|_| sources.is_empty() || sources.iter().any(|c| c == "config"))
+        .filter(|_| tags.is_empty())
+        .map(|t| template::schema::entry(t, limit));
+    let targets: Vec<Value> = targets.into_iter().chain(templates).collect();
     json!({"targets": targets})
 }
 
@@ -283,6 +327,11 @@ async fn call_target(
 ) -> Answer {
     let label = args.get("label").and_then(Value::as_str).unwrap_or_default().to_owned();
     let Some(target) = harpoon.registry().get(&label).cloned() else {
+        if harpoon.inner.settings.templates.iter().any(|t| t.label == label) {
+            harpoon.inner.metrics.harpoon_call(&label, "invalid_input", "none");
+            harpoon.inner.metrics.harpoon_refused("template_requires_template_tool");
+            return Answer::local(Ok(tool_error(&label, "template target requires call_target_template")));
+        }
         harpoon
             .inner
             .metrics
@@ -371,7 +420,18 @@ fn failed(
         "harpoon request failed: {}",
         failure.message()
     );
-    let (outcome, leg_failure) = match failure.sent() {
+    let (outcome, leg_failure) = outcome_of(&failure);
+    Answer {
+        body: Ok(tool_error(label, &failure.message())),
+        outcome,
+        failure: leg_failure,
+    }
+}
+
+/// The leg's outcome of a failed outbound request: whether anything may have reached
+/// the target decides it.
+pub(super) fn outcome_of(failure: &CallFailure) -> (LegOutcome, Option<LegFailure>) {
+    match failure.sent() {
         Sent::No if matches!(failure, CallFailure::Timeout { .. }) => {
             (LegOutcome::NotSent, Some(LegFailure::DeadlineBeforeSend))
         }
@@ -385,11 +445,6 @@ fn failed(
                 LegFailure::ConnectionLost
             }),
         ),
-    };
-    Answer {
-        body: Ok(tool_error(label, &failure.message())),
-        outcome,
-        failure: leg_failure,
     }
 }
 
@@ -423,7 +478,7 @@ fn call_args(args: &Map<String, Value>, deadline: Option<tokio::time::Instant>) 
     }
 }
 
-fn status_class(status: u16) -> &'static str {
+pub(super) fn status_class(status: u16) -> &'static str {
     match status / 100 {
         1 => "1xx",
         2 => "2xx",

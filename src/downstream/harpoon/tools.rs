@@ -21,48 +21,75 @@ pub(crate) struct Limits {
     pub(crate) max_redirects: u64,
 }
 
-/// The three tools, sorted by name.
-pub(crate) fn list(limits: Limits) -> Value {
-    json!({"tools": [
-        {
-            "name": "call_target",
-            "title": "Call Harpoon target",
-            "description": "Call an allowlisted HTTP target by label.",
-            "annotations": {"openWorldHint": true},
-            "inputSchema": call_target_schema(limits),
-            "outputSchema": object_schema(&format!("{ID_BASE}/runtimeharpoon/call-target-response"), json!({
-                "status_code": {"type": "integer"},
-                "headers": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
-                "body_base64": {"type": "string"},
-                "body_size_bytes": {"type": "integer"},
-                "truncated": {"type": "boolean"}
-            }), &["status_code", "body_size_bytes", "truncated"]),
-        },
-        {
-            "name": "get_oauth_target_audience",
-            "title": "Get OAuth target audience",
-            "description": "Resolve the exact private_key_jwt audience for an OAuth token endpoint target.",
-            "annotations": {"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false},
-            "inputSchema": audience_schema(),
-            "outputSchema": object_schema(&format!("{ID_BASE}/harpoon/oauth-target-audience-response"),
-                json!({"audience": {"type": "string"}}), &["audience"]),
-        },
-        {
-            "name": "list_targets",
-            "title": "List Harpoon targets",
-            "description": "List available Harpoon targets by label.",
-            "annotations": {"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false},
-            "inputSchema": list_targets_schema(),
-            "outputSchema": object_schema(&format!("{ID_BASE}/runtimeharpoon/list-targets-response"), json!({
-                "targets": {"type": "array", "items": {"type": "object", "properties": {
-                    "label": {"type": "string"}, "description": {"type": "string"},
-                    "category": {"type": "string"}, "source": {"type": "string"},
-                    "tags": {"type": "array", "items": {"type": "string"}},
-                    "allowed_methods": {"type": "array", "items": {"type": "string"}}
-                }}}
-            }), &["targets"]),
-        },
-    ]})
+/// The tools, sorted by name: `call_target_template` only when `templates` exist, and
+/// then `list_targets` shows their fields; without templates the list is exactly
+/// upstream's three.
+pub(crate) fn list(limits: Limits, templates: &[crate::config::HarpoonTemplate]) -> Value {
+    let call_output = call_output_schema(&format!("{ID_BASE}/runtimeharpoon/call-target-response"), true);
+    let mut entry_properties = json!({
+        "label": {"type": "string"}, "description": {"type": "string"},
+        "category": {"type": "string"}, "source": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "allowed_methods": {"type": "array", "items": {"type": "string"}}
+    });
+    let mut list_description = "List available Harpoon targets by label.";
+    if !templates.is_empty() {
+        if let Some(p) = entry_properties.as_object_mut() {
+            super::template::schema::list_entry_properties(p);
+        }
+        list_description = super::template::schema::LIST_DESCRIPTION;
+    }
+    let mut tools = vec![json!({
+        "name": "call_target",
+        "title": "Call Harpoon target",
+        "description": "Call an allowlisted HTTP target by label.",
+        "annotations": {"openWorldHint": true},
+        "inputSchema": call_target_schema(limits),
+        "outputSchema": call_output,
+    })];
+    if !templates.is_empty() {
+        let output = call_output_schema(&format!("{ID_BASE}/runtimeharpoon/call-target-template-response"), false);
+        tools.push(super::template::schema::tool(limits.max_response_bytes, output));
+    }
+    tools.push(json!({
+        "name": "get_oauth_target_audience",
+        "title": "Get OAuth target audience",
+        "description": "Resolve the exact private_key_jwt audience for an OAuth token endpoint target.",
+        "annotations": {"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false},
+        "inputSchema": audience_schema(),
+        "outputSchema": object_schema(&format!("{ID_BASE}/harpoon/oauth-target-audience-response"),
+            json!({"audience": {"type": "string"}}), &["audience"]),
+    }));
+    tools.push(json!({
+        "name": "list_targets",
+        "title": "List Harpoon targets",
+        "description": list_description,
+        "annotations": {"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false},
+        "inputSchema": list_targets_schema(),
+        "outputSchema": object_schema(&format!("{ID_BASE}/runtimeharpoon/list-targets-response"), json!({
+            "targets": {"type": "array", "items": {"type": "object", "properties": entry_properties}}
+        }), &["targets"]),
+    }));
+    json!({"tools": tools})
+}
+
+/// `call_target`'s result schema; a template's result has no `truncated` (a body over
+/// the limit is an error), so it is not required there.
+fn call_output_schema(id: &str, truncated: bool) -> Value {
+    let mut properties = json!({
+        "status_code": {"type": "integer"},
+        "headers": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+        "body_base64": {"type": "string"},
+        "body_size_bytes": {"type": "integer"},
+        "truncated": {"type": "boolean"}
+    });
+    if truncated {
+        return object_schema(id, properties, &["status_code", "body_size_bytes", "truncated"]);
+    }
+    if let Some(p) = properties.as_object_mut() {
+        p.shift_remove("truncated");
+    }
+    object_schema(id, properties, &["status_code", "body_size_bytes"])
 }
 
 fn object_schema(id: &str, properties: Value, required: &[&str]) -> Value {
@@ -343,10 +370,13 @@ mod tests {
 
     #[test]
     fn the_tools_are_sorted_and_bounded_by_the_configuration() {
-        let tools = list(Limits {
-            max_response_bytes: 1000,
-            max_redirects: 2,
-        });
+        let tools = list(
+            Limits {
+                max_response_bytes: 1000,
+                max_redirects: 2,
+            },
+            &[],
+        );
         let names: Vec<&str> = tools["tools"]
             .as_array()
             .unwrap()

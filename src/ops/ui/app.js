@@ -109,7 +109,9 @@ function coordinationFacts(c) {
 }
 
 function harpoonFacts(h) {
-  const targets = (h.targets || []).map((t) => text(t.label) + " (" + text(t.origin) + ")");
+  const targets = (h.targets || []).map((t) =>
+    text(t.label) + " (" + text(t.origin) +
+    (t.template ? ", template: " + (t.template.parameters || []).map(text).join(" ") : "") + ")");
   return [
     ["routable", "Routable", text(h.routable)],
     ["target-count", "Targets", text(targets.length)],

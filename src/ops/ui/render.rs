@@ -369,13 +369,20 @@ const OUTCOME_GROUPS: [(&str, &str); 4] = [
     ("dropped", "Dropped commands"),
 ];
 
-/// Channel `harpoon`: routable or not, and its targets as `label (origin)`.
+/// Channel `harpoon`: routable or not, and its targets as `label (origin)`, a template
+/// as `label (origin, template: its parameters)`.
 fn harpoon_facts(h: &Value) -> Vec<Fact> {
     let targets: Vec<String> = h["targets"]
         .as_array()
         .into_iter()
         .flatten()
-        .map(|t| format!("{} ({})", text(&t["label"]), text(&t["origin"])))
+        .map(|t| match t["template"]["parameters"].as_array() {
+            Some(params) => {
+                let names: Vec<String> = params.iter().map(text).collect();
+                format!("{} ({}, template: {})", text(&t["label"]), text(&t["origin"]), names.join(" "))
+            }
+            None => format!("{} ({})", text(&t["label"]), text(&t["origin"])),
+        })
         .collect();
     vec![
         fact("routable", "Routable", text(&h["routable"])),

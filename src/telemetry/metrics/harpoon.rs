@@ -22,7 +22,7 @@ pub(super) const HARPOON_STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx"
 /// `result` of `harpoon_registrations_total`.
 pub(super) const HARPOON_REGISTRATION_RESULTS: [&str; 5] = ["added", "replaced", "unchanged", "skipped", "refused"];
 /// `reason` of `harpoon_refusals_total`.
-pub(super) const HARPOON_REFUSAL_REASONS: [&str; 7] = [
+pub(super) const HARPOON_REFUSAL_REASONS: [&str; 9] = [
     "unknown_target",
     "request_too_large",
     "response_too_large",
@@ -30,6 +30,8 @@ pub(super) const HARPOON_REFUSAL_REASONS: [&str; 7] = [
     "redirect_limit",
     "not_a_token_endpoint",
     "audience_unusable",
+    "invalid_template_arguments",
+    "template_requires_template_tool",
 ];
 
 pub(super) struct HarpoonFamilies {
@@ -45,7 +47,7 @@ impl HarpoonFamilies {
             calls: counter_vec(
                 r,
                 "harpoon_calls_total",
-                "call_target calls on channel harpoon that passed the argument check, by target label, outcome and the target's status class.",
+                "call_target and call_target_template calls on channel harpoon that passed the argument check, by target label, outcome and the target's status class.",
                 &["label", "outcome", "status_class"],
             ),
             targets: int_gauge(r, "harpoon_targets", "Targets channel harpoon holds (configured and registered); the channel is routable while above 0."),

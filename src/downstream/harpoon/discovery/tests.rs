@@ -9,6 +9,7 @@ use crate::telemetry::Metrics;
 fn harpoon(register_private_auth_servers: bool) -> HarpoonTransport {
     let settings = HarpoonSettings {
         targets: Vec::new(),
+        templates: Vec::new(),
         allow_plaintext_http: true,
         max_response_bytes: 102_400,
         max_redirects: 5,
