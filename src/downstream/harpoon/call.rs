@@ -70,6 +70,9 @@ const DROPPED: &[&str] = &[
     "x-tunnel-traffic-source",
 ];
 
+/// `timeout_ms` bounds and default, of `call_target` and `call_target_template`.
+pub(crate) const TIMEOUT_MS: (i64, i64, i64) = (100, 120_000, 30_000);
+
 /// One validated call.
 #[derive(Debug)]
 pub(crate) struct CallArgs {

@@ -22,6 +22,7 @@
 //!
 //! Must not touch the control plane or the latch.
 
+mod answer;
 mod call;
 pub(crate) mod discovery;
 pub(crate) mod registry;

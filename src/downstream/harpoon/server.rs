@@ -19,9 +19,10 @@ use http::Method;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::call::{self, CallArgs, CallFailure, Sent};
+use super::call::{self, CallArgs, CallFailure};
 use super::registry::Target;
 use super::tools::{self, Limits};
+use super::answer::{outcome_of, status_class, success, tool_error};
 use super::{rewrite, template, HarpoonTransport};
 use crate::downstream::watch::Release;
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Reply};
@@ -205,52 +206,6 @@ fn raw_arguments(message: &str) -> Option<String> {
     params.arguments.map(|a| a.get().to_owned())
 }
 
-/// `{"content":[{"type":"text","text":...}],"structuredContent":...}`; the text is the
-/// compact JSON with empty fields left out and `< > &` escaped, as upstream writes it.
-pub(super) fn success(structured: Value) -> Value {
-    let text = escape_html(&serde_json::to_string(&omit_empty(structured.clone())).unwrap_or_default());
-    json!({"content": [{"type": "text", "text": text}], "structuredContent": structured})
-}
-
-pub(super) fn tool_error(label: &str, message: &str) -> Value {
-    let label = if label.trim().is_empty() {
-        "unknown"
-    } else {
-        label.trim()
-    };
-    json!({"content": [{"type": "text", "text": format!("label {label}: {message}")}], "isError": true})
-}
-
-fn omit_empty(value: Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .filter(|(_, v)| !is_empty(v))
-                .map(|(k, v)| (k, omit_empty(v)))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.into_iter().map(omit_empty).collect()),
-        other => other,
-    }
-}
-
-fn is_empty(v: &Value) -> bool {
-    match v {
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-        Value::Bool(b) => !b,
-        Value::Null => true,
-        Value::Number(_) => false,
-    }
-}
-
-fn escape_html(s: &str) -> String {
-    s.replace('<', "\\u003c")
-        .replace('>', "\\u003e")
-        .replace('&', "\\u0026")
-}
-
 fn strings(args: &Map<String, Value>, key: &str) -> Vec<String> {
     args.get(key)
         .and_then(Value::as_array)
@@ -428,26 +383,6 @@ fn failed(
     }
 }
 
-/// The leg's outcome of a failed outbound request: whether anything may have reached
-/// the target decides it.
-pub(super) fn outcome_of(failure: &CallFailure) -> (LegOutcome, Option<LegFailure>) {
-    match failure.sent() {
-        Sent::No if matches!(failure, CallFailure::Timeout { .. }) => {
-            (LegOutcome::NotSent, Some(LegFailure::DeadlineBeforeSend))
-        }
-        Sent::No => (LegOutcome::NotSent, Some(LegFailure::ConnectFailed)),
-        Sent::Answered => (LegOutcome::Answered, None),
-        Sent::Maybe => (
-            LegOutcome::Abandoned,
-            Some(if matches!(failure, CallFailure::Timeout { .. }) {
-                LegFailure::TimeoutAfterWrite
-            } else {
-                LegFailure::ConnectionLost
-            }),
-        ),
-    }
-}
-
 fn call_args(args: &Map<String, Value>, deadline: Option<tokio::time::Instant>) -> CallArgs {
     let int = |key: &str| args.get(key).and_then(Value::as_u64).unwrap_or_default();
     let mut timeout = Duration::from_millis(int("timeout_ms"));
@@ -475,16 +410,6 @@ fn call_args(args: &Map<String, Value>, deadline: Option<tokio::time::Instant>) 
         max_bytes: usize::try_from(int("max_response_bytes")).unwrap_or(usize::MAX),
         follow_redirects: args.get("follow_redirects").and_then(Value::as_bool).unwrap_or(true),
         max_redirects: usize::try_from(int("max_redirects")).unwrap_or(0),
-    }
-}
-
-pub(super) fn status_class(status: u16) -> &'static str {
-    match status / 100 {
-        1 => "1xx",
-        2 => "2xx",
-        3 => "3xx",
-        4 => "4xx",
-        _ => "5xx",
     }
 }
 

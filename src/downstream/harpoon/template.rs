@@ -67,7 +67,7 @@ pub(crate) async fn call_template(
         } else {
             "invalid_template_arguments"
         });
-        TemplateAnswer::local(super::server::tool_error(refusal.label.as_deref().unwrap_or_default(), &refusal.message))
+        TemplateAnswer::local(super::answer::tool_error(refusal.label.as_deref().unwrap_or_default(), &refusal.message))
     };
     let arguments = match args::parse(raw) {
         Ok(a) => a,
@@ -102,11 +102,11 @@ async fn send(
     let label = template.label.as_str();
     if !rechecked(&checked.url, &template.origin) {
         harpoon.inner.metrics.harpoon_call(label, "request_error", "none");
-        return TemplateAnswer::local(super::server::tool_error(label, "template request failed"));
+        return TemplateAnswer::local(super::answer::tool_error(label, "template request failed"));
     }
     let Ok(release) = Release::take(&harpoon.inner.connects, admission) else {
         return TemplateAnswer {
-            result: super::server::tool_error(label, "not sent: the gateway is stopping or latched; safe to retry"),
+            result: super::answer::tool_error(label, "not sent: the gateway is stopping or latched; safe to retry"),
             outcome: LegOutcome::NotSent,
             failure: Some(LegFailure::NotAdmitted),
         };
@@ -140,9 +140,9 @@ async fn send(
     match result {
         Ok(answered) => {
             let status = answered.status.as_u16();
-            inner.metrics.harpoon_call(label, "success", super::server::status_class(status));
+            inner.metrics.harpoon_call(label, "success", super::answer::status_class(status));
             tracing::info!(component = "harpoon", label = %label, outcome = "success", status_code = status, latency_ms, "harpoon template request completed");
-            TemplateAnswer::local(super::server::success(result_of(answered)))
+            TemplateAnswer::local(super::answer::success(result_of(answered)))
         }
         Err(failure) => failed(harpoon, label, &failure, latency_ms),
     }
@@ -172,9 +172,9 @@ fn failed(harpoon: &HarpoonTransport, label: &str, failure: &CallFailure, latenc
         other => format!("template request failed: {}", other.message()),
     };
     tracing::warn!(component = "harpoon", label = %label, outcome = failure.kind(), latency_ms, "harpoon template request completed");
-    let (outcome, leg_failure) = super::server::outcome_of(failure);
+    let (outcome, leg_failure) = super::answer::outcome_of(failure);
     TemplateAnswer {
-        result: super::server::tool_error(label, &words),
+        result: super::answer::tool_error(label, &words),
         outcome,
         failure: leg_failure,
     }

@@ -7,12 +7,11 @@
 
 use serde_json::{json, Map, Value};
 
+use super::call::TIMEOUT_MS;
 use super::registry::LABEL_PATTERN;
 
 const ID_BASE: &str = "https://github.com/openai/tunnel-client/pkg";
 const HEADER_NAME_PATTERN: &str = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$";
-/// `timeout_ms` bounds and default.
-pub(crate) const TIMEOUT_MS: (i64, i64, i64) = (100, 120_000, 30_000);
 
 /// The configured limits the schemas are built from.
 #[derive(Clone, Copy, Debug)]

@@ -17,7 +17,7 @@ use crate::config::{
     TEMPLATE_MAX_HEADERS, TEMPLATE_MAX_HEADER_BYTES, TEMPLATE_MAX_URL_BYTES,
 };
 
-use super::super::tools::TIMEOUT_MS;
+use super::super::call::TIMEOUT_MS;
 
 /// The largest `arguments` upstream reads, in bytes.
 const MAX_ARGUMENT_BYTES: usize = 32_768;

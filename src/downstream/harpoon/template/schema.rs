@@ -9,7 +9,7 @@
 use serde_json::{json, Map, Value};
 
 use super::super::registry::LABEL_PATTERN;
-use super::super::tools::TIMEOUT_MS;
+use super::super::call::TIMEOUT_MS;
 use crate::config::{HarpoonTemplate, TemplateParameter, ValueRule, TEMPLATE_MAX_HEADERS};
 
 const INPUT_DESCRIPTION: &str =
