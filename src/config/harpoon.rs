@@ -8,14 +8,14 @@
 //! layer below the file: a `targets` key in the file replaces it, never merges with it.
 //!
 //! Invariants of the result: labels match `^[a-z0-9][a-z0-9_-]{0,63}$` and are unique;
-//! URLs are http(s) with a host and an absolute path, `https` unless
+//! URLs are http(s) with a host (no path is `/`), `https` unless
 //! `allow_plaintext_http`; `max_response_bytes` is 1 to 102400 and `max_redirects` 0 to 5
 //! (upstream's bounds); suffixes are lower-case with a leading `.`.
 
 use super::error::ConfigError;
+use super::harpoon_template::{self, HarpoonTemplate};
 use super::layers::EnvVars;
 use super::raw::{RawHarpoon, RawTarget, RawTargets};
-use super::harpoon_template::{self, HarpoonTemplate};
 use super::{ProxySetting, TlsFiles};
 
 /// Upstream's bound (and default) of `max_response_bytes`.
@@ -169,7 +169,14 @@ fn validate_targets(raw: Vec<RawTarget>, allow_plaintext: bool, env: &EnvVars) -
                 ))
             }
             (None, Some(template)) => {
-                templates.push(harpoon_template::template(i, label, description, template, allow_plaintext, env)?);
+                templates.push(harpoon_template::template(
+                    i,
+                    label,
+                    description,
+                    template,
+                    allow_plaintext,
+                    env,
+                )?);
             }
             (url, None) => {
                 let url = url.unwrap_or_default();
@@ -208,10 +215,6 @@ fn check_url(url: &str, allow_plaintext: bool) -> Result<(), String> {
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err("has no host".into());
     }
-    let after = url.split_once("://").map(|(_, r)| r).unwrap_or_default();
-    let tail = after.find(['/', '?', '#']).map(|i| &after[i..]).unwrap_or_default();
-    if !tail.starts_with('/') {
-        return Err("needs an absolute path (at least `/`)".into());
-    }
+    // A URL without a path is its root (`https://h` is `https://h/`), as upstream reads it.
     Ok(())
 }

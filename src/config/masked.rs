@@ -389,7 +389,11 @@ fn template(t: &super::HarpoonTemplate) -> TemplateView<'_> {
                 examples: &p.examples,
             })
             .collect(),
-        headers: t.headers.iter().map(|(name, secret)| (name.clone(), secret.describe())).collect(),
+        headers: t
+            .headers
+            .iter()
+            .map(|(name, secret)| (name.clone(), secret.describe()))
+            .collect(),
         allowed_headers: &t.allowed_headers,
     }
 }

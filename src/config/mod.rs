@@ -65,9 +65,9 @@ pub use error::ConfigError;
 pub use harpoon::{Harpoon, HarpoonTarget};
 pub(crate) use harpoon_template::{canonical_header, is_header_token, is_routing_or_identity, names_a_credential};
 pub use harpoon_template::{
-    reserved_pattern,
-    HarpoonTemplate, Part as TemplatePart, TemplateParameter, ValueProblem, ValueRule, MAX_HEADERS as TEMPLATE_MAX_HEADERS,
-    MAX_HEADER_BYTES as TEMPLATE_MAX_HEADER_BYTES, MAX_URL_BYTES as TEMPLATE_MAX_URL_BYTES,
+    reserved_pattern, HarpoonTemplate, Part as TemplatePart, TemplateParameter, ValueProblem, ValueRule,
+    MAX_HEADERS as TEMPLATE_MAX_HEADERS, MAX_HEADER_BYTES as TEMPLATE_MAX_HEADER_BYTES,
+    MAX_URL_BYTES as TEMPLATE_MAX_URL_BYTES,
 };
 pub use headers::{HeaderSet, ORGANIZATION_HEADER};
 pub use http_url::HttpUrl;

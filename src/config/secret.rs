@@ -148,6 +148,23 @@ impl Secret {
     }
 
     /// Rejects values that cannot be sent as a header value.
+    /// The secret when its value can be sent as a bearer credential: every byte an HTTP
+    /// token character or one of token68's `/` and `=` (no space, no control character,
+    /// no delimiter), as the official client refuses a malformed API key at start. The
+    /// error names the reference, never the value. An unresolved secret passes (an
+    /// offline load has no value to check).
+    pub(super) fn header_token(self, key: &str) -> Result<Secret, ConfigError> {
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~/=".contains(&b);
+        if self.unresolved.is_some() || self.value.bytes().all(token) {
+            return Ok(self);
+        }
+        let what = self.describe();
+        let problem = format!(
+            "{what} is not a valid HTTP header token: it holds a space, a control character or a delimiter such as `\"` `,` `;` `:` (the value is not shown); copy the key again without surrounding text"
+        );
+        Err(secret_error(key, problem))
+    }
+
     fn checked(self, key: &str) -> Result<Secret, ConfigError> {
         let what = self.describe();
         if self.value.chars().any(char::is_control) {

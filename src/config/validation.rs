@@ -88,7 +88,7 @@ fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, Co
         base_url: HttpUrl::base("control_plane.base_url", base_url)?,
         url_path: url_path(raw.url_path.as_deref().unwrap_or(default::URL_PATH))?,
         tunnel_id: TunnelId::parse(raw.tunnel_id)?,
-        api_key: Secret::resolve("control_plane.api_key", api_key, env)?,
+        api_key: Secret::resolve("control_plane.api_key", api_key, env)?.header_token("control_plane.api_key")?,
         poll_timeout: positive_duration("control_plane.poll_timeout", raw.poll_timeout, default::POLL_TIMEOUT)?,
         max_inflight: count(
             "control_plane.max_inflight",

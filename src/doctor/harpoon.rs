@@ -38,7 +38,11 @@ pub(super) async fn checks(config: &Config, metrics: &Arc<Metrics>, timeout: Dur
                 Some(t) => format!(
                     "template v{} (GET, parameters: {}; no redirects): {origin}/",
                     t.version,
-                    t.parameters.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                    t.parameters
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 None => origin.clone(),
             };

@@ -281,12 +281,15 @@ pub struct Reply {
 }
 
 impl Reply {
-    /// A message taken without an answer of its own: `notify_ack` with `202`.
+    /// A message taken without an answer of its own (no HTTP exchange: a stdio write, a
+    /// local answer): `notify_ack` with `200`, as the official client acknowledges it
+    /// (its scenarios accept only 200 or 204 there). A notification that had an HTTP
+    /// exchange keeps the server's own status instead.
     pub(crate) fn acknowledged() -> Self {
         Self {
             resp_json: None,
             resp_headers: BTreeMap::new(),
-            resp_code: 202,
+            resp_code: 200,
             resp_type: RespType::NotifyAck,
         }
     }

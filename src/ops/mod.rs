@@ -35,7 +35,7 @@ use crate::supervisor::TaskEnd;
 pub fn router(state: Arc<OpsState>) -> Router {
     Router::new()
         .route("/livez", get(livez))
-        .route("/healthz", get(livez))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
@@ -71,6 +71,11 @@ async fn livez() -> &'static str {
     "ok\n"
 }
 
+/// The official client's liveness probe, byte for byte: `live`, no newline.
+async fn healthz() -> &'static str {
+    "live"
+}
+
 async fn readyz(State(s): State<Arc<OpsState>>) -> Response {
     match s.readiness() {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
@@ -83,6 +88,7 @@ async fn status(State(s): State<Arc<OpsState>>) -> Response {
 }
 
 async fn metrics(State(s): State<Arc<OpsState>>) -> Response {
+    s.metrics.set_readiness(s.readiness().is_ok());
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         s.metrics.render(),

@@ -21,6 +21,7 @@ mod health_receipts;
 mod internals;
 mod oauth;
 mod poll;
+mod probes;
 mod receipts;
 mod stdio;
 mod strict;
@@ -40,6 +41,7 @@ use self::health_receipts::HealthReceiptFamilies;
 use self::internals::InternalFamilies;
 use self::oauth::OAuthFamilies;
 use self::poll::PollFamilies;
+use self::probes::ProbeFamilies;
 use self::receipts::ReceiptFamilies;
 use self::stdio::StdioFamilies;
 use self::strict::StrictFamilies;
@@ -78,6 +80,7 @@ pub struct Metrics {
     health_receipts: HealthReceiptFamilies,
     coordination: CoordinationFamilies,
     harpoon: HarpoonFamilies,
+    probes: ProbeFamilies,
 }
 
 /// `metric`, registered in `r` (each metric once).
@@ -171,6 +174,7 @@ impl Metrics {
             health_receipts: HealthReceiptFamilies::register(&r),
             coordination: CoordinationFamilies::register(&r),
             harpoon: HarpoonFamilies::register(&r),
+            probes: ProbeFamilies::register(&r),
             registry: r,
         }
     }

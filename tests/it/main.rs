@@ -23,6 +23,7 @@ mod gateway_stdio;
 mod gateway_stdio_mux;
 mod harness;
 mod harpoon;
+mod harpoon_templates;
 mod headers;
 mod health_api;
 mod health_receipts;

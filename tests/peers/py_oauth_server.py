@@ -17,7 +17,8 @@ Modes:
 - `root`: serves protected-resource metadata at the root well-known URL only
   (`/.well-known/oauth-protected-resource`), with no challenge on `/mcp`.
 - `slow`: accepts every request and answers none for 60 s.
-- `redirect`: redirects and bodies for Harpoon's outbound rules (see `redirect_app`).
+- `redirect`: redirects and bodies for Harpoon's outbound rules, and a path for its target
+  templates that echoes what it was sent (see `redirect_app`).
 - `introspect`: the SDK's OAuth resource server again (stateless, JSON answers, tool
   `echo`), whose metadata names `--issuer` as its authorization server, and whose token
   verifier asks that server's RFC 7662 introspection endpoint (found in its RFC 8414
@@ -176,7 +177,10 @@ def slow_app(port: int):
 def redirect_app(port: int):
     """Harpoon's redirect and size rules: `/hop` redirects (302) to `/landing`, `/away`
     to `/elsewhere`, `/loop` to itself, `/insecure` to the https form of `/landing`;
-    `/big` answers 150000 bytes, `/landing` and `/elsewhere` a short JSON document."""
+    `/big` answers 150000 bytes, `/landing` and `/elsewhere` a short JSON document;
+    `/casestatus/ID` (a template's path) answers a JSON document echoing the request's
+    method, its raw path and query as they arrived, and the headers a template may send
+    (`authorization`, `x-request-tag`, `accept`, `user-agent`; null when absent)."""
     base = f"http://127.0.0.1:{port}"
 
     def to(location: str):
@@ -187,6 +191,16 @@ def redirect_app(port: int):
 
     async def landing(request: Request) -> Response:
         return JSONResponse({"landed": request.url.path, "method": request.method})
+
+    async def case_status(request: Request) -> Response:
+        echo = {
+            "method": request.method,
+            "path": request.scope["raw_path"].decode("latin-1"),
+            "query": request.scope["query_string"].decode("latin-1"),
+        }
+        for name in ["authorization", "x-request-tag", "accept", "user-agent"]:
+            echo[name] = request.headers.get(name)
+        return JSONResponse(echo)
 
     async def big(request: Request) -> Response:
         return PlainTextResponse("x" * 150000)
@@ -204,6 +218,7 @@ def redirect_app(port: int):
             Route("/landing", landing, methods=every),
             Route("/elsewhere", landing, methods=every),
             Route("/big", big, methods=every),
+            Route("/casestatus/{case_id}", case_status, methods=every),
             Route("/ready", ready, methods=["GET"]),
         ]
     )

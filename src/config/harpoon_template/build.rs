@@ -52,12 +52,20 @@ pub(in crate::config) fn template(
         return Err(keys.bad("method", format!("templates make GET requests only (found {method:?})")));
     }
     if raw.follow_redirects == Some(true) {
-        return Err(keys.bad("follow_redirects", "templates never follow redirects; leave it out or set false"));
+        return Err(keys.bad(
+            "follow_redirects",
+            "templates never follow redirects; leave it out or set false",
+        ));
     }
     let origin = origin(&keys, raw.origin.as_deref(), allow_plaintext)?;
     let parameters = parameters(&keys, raw.parameters.unwrap_or_default())?;
     let mut used = BTreeSet::new();
-    let path = path(&keys, raw.path_template.as_deref().unwrap_or_default(), &parameters, &mut used)?;
+    let path = path(
+        &keys,
+        raw.path_template.as_deref().unwrap_or_default(),
+        &parameters,
+        &mut used,
+    )?;
     let query = query(&keys, raw.query.unwrap_or_default(), &parameters, &mut used)?;
     if let Some(unused) = parameters.iter().find(|p| !used.contains(&p.name)) {
         return Err(keys.bad(
@@ -106,8 +114,14 @@ fn origin(keys: &Keys, raw: Option<&str>, allow_plaintext: bool) -> Result<Strin
     if !url.username().is_empty() || url.password().is_some() {
         return Err(bad("must not carry credentials"));
     }
-    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() || raw.trim_end_matches('/').ends_with(['?', '#']) {
-        return Err(bad("must not carry a path, query or fragment (put them in path_template and query)"));
+    if url.path() != "/"
+        || url.query().is_some()
+        || url.fragment().is_some()
+        || raw.trim_end_matches('/').ends_with(['?', '#'])
+    {
+        return Err(bad(
+            "must not carry a path, query or fragment (put them in path_template and query)",
+        ));
     }
     if raw.ends_with(':') || url.port() == Some(0) {
         return Err(bad("has an empty or zero port"));
@@ -120,23 +134,30 @@ fn origin(keys: &Keys, raw: Option<&str>, allow_plaintext: bool) -> Result<Strin
 
 fn parameters(keys: &Keys, raw: BTreeMap<String, RawParameter>) -> Result<Vec<TemplateParameter>, ConfigError> {
     if raw.is_empty() || raw.len() > MAX_PARAMETERS {
-        return Err(keys.bad("parameters", format!("must declare 1 to {MAX_PARAMETERS} parameters (found {})", raw.len())));
+        return Err(keys.bad(
+            "parameters",
+            format!("must declare 1 to {MAX_PARAMETERS} parameters (found {})", raw.len()),
+        ));
     }
-    raw.into_iter()
-        .map(|(name, p)| parameter(keys, name, p))
-        .collect()
+    raw.into_iter().map(|(name, p)| parameter(keys, name, p)).collect()
 }
 
 fn parameter(keys: &Keys, name: String, raw: RawParameter) -> Result<TemplateParameter, ConfigError> {
     let field = |f: &str| format!("parameters.{name}.{f}");
     if !is_parameter_name(&name) {
-        return Err(keys.bad(&format!("parameters.{name}"), "the name must match ^[A-Za-z][A-Za-z0-9_]{0,63}$"));
+        return Err(keys.bad(
+            &format!("parameters.{name}"),
+            "the name must match ^[A-Za-z][A-Za-z0-9_]{0,63}$",
+        ));
     }
     if raw.kind.as_deref() != Some("string") {
         return Err(keys.bad(&field("type"), "must be \"string\" (the only type a template takes)"));
     }
     if raw.required != Some(true) {
-        return Err(keys.bad(&field("required"), "must be true (every template parameter is required)"));
+        return Err(keys.bad(
+            &field("required"),
+            "must be true (every template parameter is required)",
+        ));
     }
     let Some(max_length) = raw.max_length.filter(|m| (1..=256).contains(m)) else {
         return Err(keys.bad(&field("max_length"), "is required, 1 to 256"));
@@ -164,7 +185,10 @@ fn parameter(keys: &Keys, name: String, raw: RawParameter) -> Result<TemplatePar
     }
     let examples = raw.examples.unwrap_or_default();
     if examples.len() > MAX_EXAMPLES || examples.iter().collect::<BTreeSet<_>>().len() != examples.len() {
-        return Err(keys.bad(&field("examples"), format!("takes at most {MAX_EXAMPLES} distinct values")));
+        return Err(keys.bad(
+            &field("examples"),
+            format!("takes at most {MAX_EXAMPLES} distinct values"),
+        ));
     }
     Ok(TemplateParameter {
         name,
@@ -177,7 +201,12 @@ fn parameter(keys: &Keys, name: String, raw: RawParameter) -> Result<TemplatePar
     })
 }
 
-fn rule(keys: &Keys, name: &str, pattern: Option<String>, one_of: Option<Vec<String>>) -> Result<ValueRule, ConfigError> {
+fn rule(
+    keys: &Keys,
+    name: &str,
+    pattern: Option<String>,
+    one_of: Option<Vec<String>>,
+) -> Result<ValueRule, ConfigError> {
     match (pattern, one_of) {
         (Some(source), None) => {
             let field = format!("parameters.{name}.pattern");
@@ -215,16 +244,18 @@ fn path(
     used: &mut BTreeSet<String>,
 ) -> Result<Vec<Part>, ConfigError> {
     let Some(rest) = raw.strip_prefix('/') else {
-        return Err(keys.bad("path_template", "must start with `/` (for example \"/casestatus/{case_id}\")"));
+        return Err(keys.bad(
+            "path_template",
+            "must start with `/` (for example \"/casestatus/{case_id}\")",
+        ));
     };
     if rest.is_empty() {
         return Ok(Vec::new());
     }
     rest.split('/')
         .map(|segment| {
-            let part = placeholder_or_literal(segment, parameters, used).map_err(|problem| {
-                keys.bad("path_template", format!("the segment {segment:?} {problem}"))
-            })?;
+            let part = placeholder_or_literal(segment, parameters, used)
+                .map_err(|problem| keys.bad("path_template", format!("the segment {segment:?} {problem}")))?;
             if matches!(&part, Part::Literal(l) if l.is_empty() || l == "." || l == "..") {
                 return Err(keys.bad("path_template", "has an empty, `.` or `..` segment"));
             }
@@ -233,7 +264,11 @@ fn path(
         .collect()
 }
 
-fn placeholder_or_literal(text: &str, parameters: &[TemplateParameter], used: &mut BTreeSet<String>) -> Result<Part, String> {
+fn placeholder_or_literal(
+    text: &str,
+    parameters: &[TemplateParameter],
+    used: &mut BTreeSet<String>,
+) -> Result<Part, String> {
     if let Some(name) = text.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
         if !parameters.iter().any(|p| p.name == name) {
             return Err(format!("names {{{name}}}, which is not a declared parameter"));
@@ -268,7 +303,10 @@ fn query(
                 placeholder_or_literal(&value, parameters, used).map_err(|p| keys.bad(&field, p))?
             } else {
                 if value.len() > 256 || value.chars().any(char::is_control) || value.contains(['{', '}']) {
-                    return Err(keys.bad(&field, "a fixed value is at most 256 bytes, without control characters or braces"));
+                    return Err(keys.bad(
+                        &field,
+                        "a fixed value is at most 256 bytes, without control characters or braces",
+                    ));
                 }
                 Part::Literal(value)
             };
@@ -291,10 +329,16 @@ fn headers(
     for (name, reference) in fixed {
         let key = keys.at(&format!("headers.{name}"));
         if !rules::is_header_token(&name) || rules::is_routing_or_identity(&name) {
-            return Err(ConfigError::invalid(key, "is not a header name a template may send (routing, forwarding and identity headers are refused)"));
+            return Err(ConfigError::invalid(
+                key,
+                "is not a header name a template may send (routing, forwarding and identity headers are refused)",
+            ));
         }
         if !names.insert(name.to_ascii_lowercase()) {
-            return Err(ConfigError::invalid(key, "is given twice (names compare without regard to case)"));
+            return Err(ConfigError::invalid(
+                key,
+                "is given twice (names compare without regard to case)",
+            ));
         }
         let secret = Secret::resolve(&key, &reference, env)?;
         bytes += name.len() + secret.expose().len();
@@ -304,7 +348,12 @@ fn headers(
     for (i, name) in allowed.unwrap_or_default().into_iter().enumerate() {
         let key = format!("allowed_headers[{i}]");
         if !rules::is_header_token(&name) || rules::is_routing_or_identity(&name) || rules::names_a_credential(&name) {
-            return Err(keys.bad(&key, format!("{name:?} may not come from a caller: routing, identity and credential headers belong in headers")));
+            return Err(keys.bad(
+                &key,
+                format!(
+                    "{name:?} may not come from a caller: routing, identity and credential headers belong in headers"
+                ),
+            ));
         }
         if !names.insert(name.to_ascii_lowercase()) {
             return Err(keys.bad(&key, format!("{name:?} is named twice, or is also a fixed header")));
@@ -313,10 +362,16 @@ fn headers(
     }
     allowed_headers.sort();
     if names.len() > MAX_HEADERS {
-        return Err(keys.bad("headers", format!("fixed and allowed headers together are at most {MAX_HEADERS}")));
+        return Err(keys.bad(
+            "headers",
+            format!("fixed and allowed headers together are at most {MAX_HEADERS}"),
+        ));
     }
     if bytes > MAX_HEADER_BYTES {
-        return Err(keys.bad("headers", format!("the fixed headers are over {MAX_HEADER_BYTES} bytes with the User-Agent")));
+        return Err(keys.bad(
+            "headers",
+            format!("the fixed headers are over {MAX_HEADER_BYTES} bytes with the User-Agent"),
+        ));
     }
     Ok((resolved, allowed_headers))
 }

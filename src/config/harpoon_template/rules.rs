@@ -55,7 +55,9 @@ pub(crate) fn pattern_problem(pattern: &str) -> Option<String> {
                 continue;
             }
             b'(' if bytes.get(i + 1) == Some(&b'?') && bytes.get(i + 2) != Some(&b':') => {
-                return Some("uses an inline flag, a lookaround or a named group `(?...)`; only `(?:...)` is allowed".into());
+                return Some(
+                    "uses an inline flag, a lookaround or a named group `(?...)`; only `(?:...)` is allowed".into(),
+                );
             }
             _ => {}
         }

@@ -63,16 +63,14 @@ fn bad_targets_name_the_entry_and_never_echo_the_url() {
             "is plaintext http",
         ),
         (
-            r#"[{ label = "a", url = "https://h" }]"#,
-            "harpoon.targets[0].url",
-            "absolute path",
-        ),
-        (
             r#"[{ label = "a", url = "ftp://h/x" }]"#,
             "harpoon.targets[0].url",
             "http(s)",
         ),
     ];
+    // No path is the root, as the official client reads it.
+    let rootless = with(&[("harpoon.targets", r#"[{ label = "a", url = "https://h" }]"#)], &[]).unwrap();
+    assert_eq!(rootless.harpoon.targets[0].url, "https://h");
     for (targets, key, words) in cases {
         let error = with(&[("harpoon.targets", targets)], &[]).unwrap_err();
         assert_eq!(error.key(), key, "{error}");

@@ -3,6 +3,7 @@
 
 mod example;
 mod harpoon;
+mod harpoon_template;
 mod headers;
 mod http_url;
 mod layering;

@@ -152,7 +152,7 @@ impl Waiters {
         Ok(answers)
     }
 
-    /// A caller's reply to a request asked here: taken (acknowledged `202`), never
+    /// A caller's reply to a request asked here: taken (acknowledged `200`), never
     /// forwarded. `None` for any other reply.
     pub(crate) fn take(&self, payload: &JsonRpcPayload) -> Option<Reply> {
         let id: Value = serde_json::from_str(payload.id()?.get()).ok()?;

@@ -2,7 +2,8 @@
 //!
 //! Invariants:
 //! - a label matches [`LABEL_PATTERN`] and is unique; at most [`MAX_TARGETS`] targets;
-//! - a stored URL is `http(s)` with a host, an absolute path with no `.`/`..` segment,
+//! - a stored URL is `http(s)` with a host, an absolute path (`/` when it had none, as
+//!   upstream reads it) with no `.`/`..` segment,
 //!   its scheme and host lower-cased and everything else kept byte for byte (as
 //!   upstream); the spelling it was registered with is kept for the audience lookup;
 //! - an auto-registered target is keyed on its role and group: registering the same key
@@ -108,9 +109,12 @@ pub(crate) fn normalize(url: &str, allow_plaintext: bool) -> Result<String, Refu
     };
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
-    if !tail.starts_with('/') {
-        return Err(Refusal::Url("needs an absolute path (at least `/`)"));
-    }
+    // No path is the root, as the official client reads it (`https://h` is `https://h/`).
+    let tail = if tail.starts_with('/') {
+        tail.to_owned()
+    } else {
+        format!("/{tail}")
+    };
     let path = tail.split(['?', '#']).next().unwrap_or_default();
     if path.split('/').any(is_dot_segment) {
         return Err(Refusal::Url("has a `.` or `..` path segment"));
@@ -126,7 +130,7 @@ pub(crate) fn normalize(url: &str, allow_plaintext: bool) -> Result<String, Refu
         out.push('@');
     }
     out.push_str(&host.to_ascii_lowercase());
-    out.push_str(tail);
+    out.push_str(&tail);
     Ok(out)
 }
 
@@ -294,7 +298,9 @@ mod tests {
         );
         assert_eq!(normalize("http://h/x", false), Err(Refusal::Plaintext));
         assert!(normalize("http://h/x", true).is_ok());
-        assert!(matches!(normalize("https://h", false), Err(Refusal::Url(_))));
+        assert_eq!(normalize("https://H", false).unwrap(), "https://h/");
+        assert_eq!(normalize("https://h?x=1", false).unwrap(), "https://h/?x=1");
+        assert_eq!(normalize("https://h:8443", false).unwrap(), "https://h:8443/");
         assert!(matches!(normalize("https://h/a/../b", false), Err(Refusal::Url(_))));
         assert!(matches!(normalize("https://h/a/%2e%2e/b", false), Err(Refusal::Url(_))));
         assert!(matches!(normalize("ftp://h/a", false), Err(Refusal::Url(_))));

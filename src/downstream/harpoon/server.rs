@@ -19,10 +19,10 @@ use http::Method;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use super::answer::{outcome_of, status_class, success, tool_error};
 use super::call::{self, CallArgs, CallFailure};
 use super::registry::Target;
 use super::tools::{self, Limits};
-use super::answer::{outcome_of, status_class, success, tool_error};
 use super::{rewrite, template, HarpoonTransport};
 use crate::downstream::watch::Release;
 use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Reply};

@@ -60,14 +60,27 @@ pub(crate) async fn call_template(
     let settings = &harpoon.inner.settings;
     let user_agent = format!("tunnelgate/{}", settings.version);
     let refused = |refusal: args::Refusal, known: bool| {
-        let metric_label = refusal.label.clone().filter(|_| known).unwrap_or_else(|| "__unknown__".into());
-        harpoon.inner.metrics.harpoon_call(&metric_label, "invalid_input", "none");
-        harpoon.inner.metrics.harpoon_refused(if refusal.message == "unknown template target" {
-            "unknown_target"
-        } else {
-            "invalid_template_arguments"
-        });
-        TemplateAnswer::local(super::answer::tool_error(refusal.label.as_deref().unwrap_or_default(), &refusal.message))
+        let metric_label = refusal
+            .label
+            .clone()
+            .filter(|_| known)
+            .unwrap_or_else(|| "__unknown__".into());
+        harpoon
+            .inner
+            .metrics
+            .harpoon_call(&metric_label, "invalid_input", "none");
+        harpoon
+            .inner
+            .metrics
+            .harpoon_refused(if refusal.message == "unknown template target" {
+                "unknown_target"
+            } else {
+                "invalid_template_arguments"
+            });
+        TemplateAnswer::local(super::answer::tool_error(
+            refusal.label.as_deref().unwrap_or_default(),
+            &refusal.message,
+        ))
     };
     let arguments = match args::parse(raw) {
         Ok(a) => a,
@@ -135,12 +148,23 @@ async fn send(
     };
     let started = Instant::now();
     let inner = &harpoon.inner;
-    let result = call::call(&inner.client, &inner.registry, &target, call_args, user_agent, true, release).await;
+    let result = call::call(
+        &inner.client,
+        &inner.registry,
+        &target,
+        call_args,
+        user_agent,
+        true,
+        release,
+    )
+    .await;
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     match result {
         Ok(answered) => {
             let status = answered.status.as_u16();
-            inner.metrics.harpoon_call(label, "success", super::answer::status_class(status));
+            inner
+                .metrics
+                .harpoon_call(label, "success", super::answer::status_class(status));
             tracing::info!(component = "harpoon", label = %label, outcome = "success", status_code = status, latency_ms, "harpoon template request completed");
             TemplateAnswer::local(super::answer::success(result_of(answered)))
         }
@@ -186,7 +210,10 @@ fn result_of(answered: call::Answered) -> Value {
     let mut headers: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, value) in &answered.headers {
         let text = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        headers.entry(crate::config::canonical_header(name.as_str())).or_default().push(text);
+        headers
+            .entry(crate::config::canonical_header(name.as_str()))
+            .or_default()
+            .push(text);
     }
     let mut result = json!({"status_code": answered.status.as_u16()});
     if !headers.is_empty() {

@@ -47,7 +47,10 @@ pub(crate) fn list(limits: Limits, templates: &[crate::config::HarpoonTemplate])
         "outputSchema": call_output,
     })];
     if !templates.is_empty() {
-        let output = call_output_schema(&format!("{ID_BASE}/runtimeharpoon/call-target-template-response"), false);
+        let output = call_output_schema(
+            &format!("{ID_BASE}/runtimeharpoon/call-target-template-response"),
+            false,
+        );
         tools.push(super::template::schema::tool(limits.max_response_bytes, output));
     }
     tools.push(json!({

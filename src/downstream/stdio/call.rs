@@ -178,7 +178,7 @@ impl Shared {
     }
 
     /// A notification or a client response: written as is (a caller's cancel with the
-    /// pipe id of the request it names), acknowledged `202` once written.
+    /// pipe id of the request it names), acknowledged `200` once written.
     async fn message(
         self: &Arc<Self>,
         admission: &Admission,

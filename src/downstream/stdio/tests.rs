@@ -320,7 +320,7 @@ async fn progress_notifications_reach_the_sink_before_the_response() {
 }
 
 #[tokio::test]
-async fn notifications_are_acknowledged_with_202_once_written() {
+async fn notifications_are_acknowledged_with_200_once_written() {
     bounded(async {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("received.log");
@@ -330,7 +330,7 @@ async fn notifications_are_acknowledged_with_202_once_written() {
         let (result, _) = send(&t, &adm, note, ANSWER_WITHIN).await;
         assert_eq!(result.outcome, LegOutcome::Answered);
         assert_eq!(result.reply.resp_type, RespType::NotifyAck);
-        assert_eq!(result.reply.resp_code, 202);
+        assert_eq!(result.reply.resp_code, 200);
         assert!(result.reply.resp_json.is_none());
         // The child took the line: the next request is answered after it, in order.
         let (list, _) = send(&t, &adm, TOOLS_LIST, ANSWER_WITHIN).await;
@@ -369,7 +369,7 @@ async fn a_notification_reaches_the_child_while_a_request_is_in_flight() {
         let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
         let started = Instant::now();
         let (ack, _) = send(&t, &admit(&fence).await, cancel, ANSWER_WITHIN).await;
-        assert_eq!((ack.outcome, ack.reply.resp_code), (LegOutcome::Answered, 202));
+        assert_eq!((ack.outcome, ack.reply.resp_code), (LegOutcome::Answered, 200));
         assert!(
             started.elapsed() < Duration::from_millis(1000),
             "not queued behind the request: {:?}",

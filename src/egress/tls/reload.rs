@@ -36,6 +36,10 @@ struct Roots {
     /// The stamp of the last set that failed to load (warned about once).
     failed: Option<Stamp>,
     verifier: Arc<dyn ServerCertVerifier>,
+    /// The certificates of `ca_file`, byte for byte: a server presenting exactly one of
+    /// them is accepted even where a chain cannot be built (a self-signed certificate
+    /// marked `CA:TRUE`, which the official client's Go TLS accepts).
+    pinned: Vec<CertificateDer<'static>>,
 }
 
 /// The client certificate resolver of a scope.
@@ -64,7 +68,7 @@ impl RootsWatch {
         now: SystemTime,
     ) -> Result<Self, TlsError> {
         let stamp = ca.as_ref().and_then(stamp);
-        let verifier = build_verifier(ca.as_ref(), ca_only, &provider, now)?;
+        let (verifier, pinned) = build_verifier(ca.as_ref(), ca_only, &provider, now)?;
         Ok(Self {
             ca,
             ca_only,
@@ -73,19 +77,22 @@ impl RootsWatch {
                 stamp,
                 failed: None,
                 verifier,
+                pinned,
             }),
         })
     }
 
-    /// The verifier for a new handshake: reloaded first if `ca_file` changed.
-    fn current(&self) -> Arc<dyn ServerCertVerifier> {
+    /// The verifier for a new handshake and the pinned certificates: reloaded first if
+    /// `ca_file` changed.
+    fn current(&self) -> (Arc<dyn ServerCertVerifier>, Vec<CertificateDer<'static>>) {
         let mut roots = lock(&self.current);
         if let Some(ca) = &self.ca {
             let now = stamp(ca);
             if now != roots.stamp && Some(now) != roots.failed {
                 match build_verifier(Some(ca), self.ca_only, &self.provider, SystemTime::now()) {
-                    Ok(verifier) => {
+                    Ok((verifier, pinned)) => {
                         roots.verifier = verifier;
+                        roots.pinned = pinned;
                         roots.stamp = now;
                         roots.failed = None;
                         tracing::info!(key = %ca.key, "CA file changed; new connections trust the new file");
@@ -97,20 +104,31 @@ impl RootsWatch {
                 }
             }
         }
-        roots.verifier.clone()
+        (roots.verifier.clone(), roots.pinned.clone())
     }
 }
+
+type Built = (Arc<dyn ServerCertVerifier>, Vec<CertificateDer<'static>>);
 
 fn build_verifier(
     ca: Option<&TlsFile>,
     ca_only: bool,
     provider: &Arc<CryptoProvider>,
     now: SystemTime,
-) -> Result<Arc<dyn ServerCertVerifier>, TlsError> {
+) -> Result<Built, TlsError> {
     let extra = match ca {
         Some(ca) => Some((ca, files::roots(ca, now)?.0)),
         None => None,
     };
+    let pinned = extra.as_ref().map(|(_, certs)| certs.clone()).unwrap_or_default();
+    Ok((chain_verifier(extra, ca_only, provider)?, pinned))
+}
+
+fn chain_verifier(
+    extra: Option<(&TlsFile, Vec<CertificateDer<'static>>)>,
+    ca_only: bool,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn ServerCertVerifier>, TlsError> {
     let bad = |ca: Option<&TlsFile>, reason: String| TlsError {
         key: ca.map_or_else(|| "tls".to_owned(), |c| c.key.clone()),
         problem: TlsProblem::BadRoots {
@@ -143,6 +161,20 @@ fn build_verifier(
     }
 }
 
+/// A pinned certificate is still checked for everything but its chain: it is within
+/// its validity period and names the server.
+fn pinned_is_usable(end_entity: &CertificateDer<'_>, server_name: &ServerName<'_>, now: UnixTime) -> bool {
+    let Some(validity) = super::x509::validity(end_entity) else {
+        return false;
+    };
+    let now = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(now.as_secs());
+    if now < validity.not_before || now > validity.not_after {
+        return false;
+    }
+    webpki::EndEntityCert::try_from(end_entity)
+        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(server_name).is_ok())
+}
+
 impl std::fmt::Debug for RootsWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RootsWatch")
@@ -161,8 +193,15 @@ impl ServerCertVerifier for RootsWatch {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        self.current()
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        let (verifier, pinned) = self.current();
+        let refused = match verifier.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Ok(verified) => return Ok(verified),
+            Err(refused) => refused,
+        };
+        if pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) && pinned_is_usable(end_entity, server_name, now) {
+            return Ok(ServerCertVerified::assertion());
+        }
+        Err(refused)
     }
 
     fn verify_tls12_signature(

@@ -379,7 +379,12 @@ fn harpoon_facts(h: &Value) -> Vec<Fact> {
         .map(|t| match t["template"]["parameters"].as_array() {
             Some(params) => {
                 let names: Vec<String> = params.iter().map(text).collect();
-                format!("{} ({}, template: {})", text(&t["label"]), text(&t["origin"]), names.join(" "))
+                format!(
+                    "{} ({}, template: {})",
+                    text(&t["label"]),
+                    text(&t["origin"]),
+                    names.join(" ")
+                )
             }
             None => format!("{} ({})", text(&t["label"]), text(&t["origin"])),
         })

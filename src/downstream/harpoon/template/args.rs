@@ -127,15 +127,25 @@ pub(crate) fn check(
 
 fn parameters(template: &HarpoonTemplate, args: &Map<String, Value>) -> Result<BTreeMap<String, String>, Refusal> {
     let label = template.label.as_str();
-    let given = args.get("parameters").and_then(Value::as_object).cloned().unwrap_or_default();
+    let given = args
+        .get("parameters")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     let declared: BTreeSet<&str> = template.parameters.iter().map(|p| p.name.as_str()).collect();
     if given.len() != declared.len() || given.keys().any(|k| !declared.contains(k.as_str())) {
-        return Err(Refusal::of(label, "template parameter keys must match the declared schema"));
+        return Err(Refusal::of(
+            label,
+            "template parameter keys must match the declared schema",
+        ));
     }
     let mut values = BTreeMap::new();
     for p in &template.parameters {
         let Some(value) = given.get(&p.name).and_then(Value::as_str) else {
-            return Err(Refusal::of(label, format!("template parameter {} must be a string", p.name)));
+            return Err(Refusal::of(
+                label,
+                format!("template parameter {} must be a string", p.name),
+            ));
         };
         p.check(value)
             .map_err(|problem| Refusal::of(label, format!("template parameter {}: {}", p.name, problem.words())))?;
@@ -144,9 +154,17 @@ fn parameters(template: &HarpoonTemplate, args: &Map<String, Value>) -> Result<B
     Ok(values)
 }
 
-fn headers(template: &HarpoonTemplate, args: &Map<String, Value>, user_agent: &str) -> Result<Vec<(String, String)>, Refusal> {
+fn headers(
+    template: &HarpoonTemplate,
+    args: &Map<String, Value>,
+    user_agent: &str,
+) -> Result<Vec<(String, String)>, Refusal> {
     let label = template.label.as_str();
-    let given = args.get("headers").and_then(Value::as_object).cloned().unwrap_or_default();
+    let given = args
+        .get("headers")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     let mut bytes = "User-Agent".len() + user_agent.len();
@@ -156,7 +174,10 @@ fn headers(template: &HarpoonTemplate, args: &Map<String, Value>, user_agent: &s
             return Err(Refusal::of(label, "invalid or forbidden template header name"));
         }
         if is_routing_or_identity(name) {
-            return Err(Refusal::of(label, "routing and identity headers are forbidden for templates"));
+            return Err(Refusal::of(
+                label,
+                "routing and identity headers are forbidden for templates",
+            ));
         }
         let canonical = canonical_header(name);
         if !template.allowed_headers.contains(&canonical) {
@@ -186,7 +207,10 @@ fn headers(template: &HarpoonTemplate, args: &Map<String, Value>, user_agent: &s
 
 fn limits(label: &str, args: &Map<String, Value>, limit: u64) -> Result<(Duration, u64), Refusal> {
     let (min_t, max_t, default_t) = TIMEOUT_MS;
-    let timeout = args.get("timeout_ms").and_then(Value::as_i64).unwrap_or(default_t);
+    // An integer beyond i64 (parse let only integers through) is over the bound.
+    let timeout = args
+        .get("timeout_ms")
+        .map_or(default_t, |v| v.as_i64().unwrap_or(i64::MAX));
     if timeout <= 0 {
         return Err(Refusal::of(label, "timeout must be positive"));
     }
@@ -204,7 +228,10 @@ fn limits(label: &str, args: &Map<String, Value>, limit: u64) -> Result<(Duratio
         return Err(Refusal::of(label, "max_response_bytes must be positive"));
     }
     if max_bytes > i128::from(limit) {
-        return Err(Refusal::of(label, format!("max_response_bytes must be less than or equal to {limit}")));
+        return Err(Refusal::of(
+            label,
+            format!("max_response_bytes must be less than or equal to {limit}"),
+        ));
     }
     let timeout = Duration::from_millis(u64::try_from(timeout).unwrap_or_default());
     Ok((timeout, u64::try_from(max_bytes).unwrap_or(limit)))

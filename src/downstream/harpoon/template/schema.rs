@@ -8,8 +8,8 @@
 
 use serde_json::{json, Map, Value};
 
-use super::super::registry::LABEL_PATTERN;
 use super::super::call::TIMEOUT_MS;
+use super::super::registry::LABEL_PATTERN;
 use crate::config::{HarpoonTemplate, TemplateParameter, ValueRule, TEMPLATE_MAX_HEADERS};
 
 const INPUT_DESCRIPTION: &str =
