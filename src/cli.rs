@@ -1,5 +1,5 @@
 //! Command-line surface (names are API): `run`, `check`, `doctor`, `status`,
-//! `latch show|clear`, `receipts`, `support-bundle`, `sim`, `demo`. Parsing lives here so `main.rs` stays a thin exit-code mapper.
+//! `latch show|clear`, `receipts`, `support-bundle`, `profile convert`, `sim`, `demo`. Parsing lives here so `main.rs` stays a thin exit-code mapper.
 //! What `run` does on each signal (stop, reload, status dump, ignore) is in `signals`.
 
 use std::net::SocketAddr;
@@ -11,8 +11,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use crate::app::{Gateway, GatewayError};
-use crate::config::{Config, ConfigError, LogFormat, Overrides};
+use crate::app::{Gateway, GatewayError, RunFile};
+use crate::config::{Config, ConfigError, ConfigOrigin, LogFormat, Overrides, ProfileFlags};
 use crate::egress::client::{local_get, Client, LocalGetError, SendErrorKind};
 use crate::sim::SimError;
 use crate::strict::latch_file::LatchFileError;
@@ -21,12 +21,14 @@ use crate::telemetry::{logging, LogRing};
 
 mod bundle;
 mod latch;
+mod profile;
 mod readiness;
 mod receipts;
 mod signals;
 
 pub use bundle::{support_bundle, SupportBundleArgs};
 pub use latch::{latch_clear, latch_show, Cluster};
+pub use profile::{profile, ProfileAction, ProfileArgs};
 pub use receipts::{receipts, OutcomeArg, ReceiptsArgs};
 
 const EXAMPLES: &str = "\
@@ -41,6 +43,8 @@ Examples:
   tunnelgate latch show --config config.toml
   tunnelgate receipts --config config.toml --since 1h --outcome ambiguous
   tunnelgate support-bundle --config config.toml   # an archive that is safe to share
+  tunnelgate profile convert ~/.config/tunnel-client/prod.yaml > config.toml
+  TUNNEL_CLIENT_PROFILE=prod tunnelgate run        # the official client's profile, read directly
   tunnelgate sim --listen 127.0.0.1:8080 --tunnel-id tunnel_local --api-key dev-key
 
 Exit codes: 0 clean, 1 unexpected error, 2 usage, 3 not ready (status --require-ready),
@@ -143,6 +147,9 @@ pub enum Tool {
     /// before anything is written.
     #[command(after_help = bundle::SUPPORT_BUNDLE_HELP)]
     SupportBundle(SupportBundleArgs),
+    /// Read the official client's YAML profiles: `convert` prints one as tunnelgate's TOML.
+    #[command(after_help = profile::PROFILE_HELP)]
+    Profile(ProfileArgs),
     /// Run the control-plane simulator (poll/response endpoints, MCP ingress, faults).
     #[command(after_help = SIM_HELP)]
     Sim(SimArgs),
@@ -155,6 +162,18 @@ pub struct ConfigArgs {
     /// TOML configuration file (layered over defaults, under TUNNELGATE_* variables).
     #[arg(long, short)]
     pub config: Option<PathBuf>,
+    /// The official client's profile file (YAML, ending in .yaml), read in place of a
+    /// --config file; as TUNNEL_CLIENT_PROFILE_FILE.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["config", "profile"])]
+    pub profile_file: Option<PathBuf>,
+    /// A named official profile, NAME.yaml in the profile directory, read in place of a
+    /// --config file; as TUNNEL_CLIENT_PROFILE.
+    #[arg(long, value_name = "NAME", conflicts_with = "config")]
+    pub profile: Option<String>,
+    /// The directory of named profiles; as TUNNEL_CLIENT_PROFILE_DIR (default
+    /// $XDG_CONFIG_HOME/tunnel-client, else ~/.config/tunnel-client).
+    #[arg(long, value_name = "DIR")]
+    pub profile_dir: Option<PathBuf>,
     /// Enable strict mode (overrides strict.enabled).
     #[arg(long)]
     pub strict: bool,
@@ -180,9 +199,15 @@ pub struct ConfigSource {
 }
 
 impl ConfigSource {
-    /// Loads every layer: the file, the process environment, the flags.
+    /// Loads every layer: the file (or the official profile), the process environment,
+    /// the flags.
     pub fn load(&self) -> Result<Config, ConfigError> {
         Config::load(self.path.as_deref(), &self.overrides)
+    }
+
+    /// Like [`ConfigSource::load`], and where the file layer came from.
+    pub fn load_with_origin(&self) -> Result<(Config, ConfigOrigin), ConfigError> {
+        Config::load_with_origin(self.path.as_deref(), &self.overrides)
     }
 }
 
@@ -202,6 +227,11 @@ impl ConfigArgs {
             log_level: self.log_level.clone(),
             log_format: self.log_format.clone(),
             latch_file: self.latch_file.clone(),
+            profile: ProfileFlags {
+                profile: self.profile.clone(),
+                profile_file: self.profile_file.clone(),
+                profile_dir: self.profile_dir.clone(),
+            },
         }
     }
 }
@@ -330,6 +360,11 @@ pub struct SimArgs {
     /// with the gateway's `control_plane.resp_timing = true`.
     #[arg(long)]
     pub accept_resp_timing: bool,
+    /// The longest an empty poll is held before it is answered `204` (a poll asking for
+    /// less is held for that). A shorter hold leaves no poll open at a partition's start
+    /// for a command to be handed to (scripts/drill-step-down).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub max_poll_wait: std::time::Duration,
 }
 
 #[derive(Args, Debug)]
@@ -346,9 +381,10 @@ pub fn defer_signals() {
     signals::defer();
 }
 
-/// `tunnelgate run`: signals, logs, the gateway; returns the exit code. `source` is how
-/// `config` was loaded, for SIGHUP to load it again.
-pub async fn run(config: Config, source: ConfigSource) -> Result<u8, CliError> {
+/// `tunnelgate run`: signals, logs, the PID file, the gateway; returns the exit code.
+/// `source` is how `config` was loaded, for SIGHUP to load it again; `origin` says
+/// where its file layer came from, for the log.
+pub async fn run(config: Config, source: ConfigSource, origin: ConfigOrigin) -> Result<u8, CliError> {
     // First of all: the handlers, which also ends what `defer_signals` began.
     let handlers = signals::Signals::install();
     let format = match config.telemetry.log_format {
@@ -363,6 +399,16 @@ pub async fn run(config: Config, source: ConfigSource) -> Result<u8, CliError> {
         &log_ring,
     )
     .await;
+    log_origin(&origin);
+    // Written before the first poll; removed when this function returns, whatever the end.
+    let _pid_file = match config.runtime.pid_file.as_deref().map(RunFile::pid).transpose() {
+        Ok(file) => file,
+        Err(e) => {
+            crate::stderr::line(format_args!("{e}"));
+            telemetry.shutdown().await;
+            return Ok(78);
+        }
+    };
     crate::descriptors::prepare_for_run();
     let signals = Supervisor::logging_only();
     let reload = signals::Reload {
@@ -386,12 +432,38 @@ pub async fn run(config: Config, source: ConfigSource) -> Result<u8, CliError> {
     let _ = tokio::time::timeout(SIGNAL_WATCH_JOIN, watcher).await;
     // Exported spans are flushed before the exit code is returned, within FLUSH_BOUND.
     telemetry.shutdown().await;
-    if let Err(e @ (GatewayError::Tls(_) | GatewayError::Coordination(_))) = &outcome {
-        // An unusable TLS file is a configuration error, exit 78 as the key's other checks.
+    if let Err(e @ (GatewayError::Tls(_) | GatewayError::Coordination(_) | GatewayError::RunFile(_))) = &outcome {
+        // An unusable TLS file (or run file) is a configuration error, exit 78 as the
+        // key's other checks.
         crate::stderr::line(format_args!("{e}"));
         return Ok(78);
     }
     Ok(outcome.map_err(CliError::Gateway)?.exit_code())
+}
+
+/// One log line for the official profile read, one warning for the selectors a
+/// `--config` file outranked.
+fn log_origin(origin: &ConfigOrigin) {
+    if let Some((path, by)) = &origin.profile {
+        tracing::info!(
+            path = %path.display(),
+            selector = %by,
+            "configuration read from the official client's profile, converted to tunnelgate's keys"
+        );
+    }
+    if let Some(warning) = ignored_selectors(origin) {
+        tracing::warn!("{warning}");
+    }
+}
+
+/// The warning for official selectors that a `--config` file outranked, if any were set.
+pub fn ignored_selectors(origin: &ConfigOrigin) -> Option<String> {
+    (!origin.ignored_selectors.is_empty()).then(|| {
+        format!(
+            "--config is given, so the official profile named by {} is not read",
+            origin.ignored_selectors.join(" and ")
+        )
+    })
 }
 
 /// How long the end of `tunnelgate run` waits for the signal watcher to end.
@@ -527,6 +599,7 @@ pub async fn sim(args: SimArgs) -> Result<u8, CliError> {
         with_stub: args.with_stub,
         max_response_body: args.max_response_body,
         accept_resp_timing: args.accept_resp_timing,
+        max_poll_wait: args.max_poll_wait,
     };
     match crate::sim::run_cli(sim_args).await {
         Ok(()) => Ok(0),

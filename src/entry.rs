@@ -1,7 +1,8 @@
 //! The binary's logic behind `src/main.rs`: parse the command line, load configuration,
 //! build the runtime, run the command, and map the outcome to an exit code (0 clean, 1
 //! unexpected, 2 usage, 3 not ready for `status --require-ready`, 4 refused by
-//! `support-bundle`'s secret scan, 78 configuration, 80-91 fatal categories).
+//! `support-bundle`'s secret scan, 78 configuration (a refused official profile
+//! included), 80-91 fatal categories).
 //!
 //! It is here, not in `src/main.rs`, so that the commands (`cli`, `demo`, `doctor`, the
 //! simulator) stay private to the library: the binary reaches them through this one
@@ -13,7 +14,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Cluster, Command, ConfigSource, LatchAction, Tool};
-use crate::config::{Config, ConfigError, OfflineConfig};
+use crate::config::{Config, ConfigError, ConfigOrigin, OfflineConfig};
 
 /// Any command's failure: every error of the crate names its cause in its own message.
 type Failure = Box<dyn std::error::Error + Send + Sync>;
@@ -31,10 +32,10 @@ pub fn binary_main() -> ExitCode {
         Command::Run(args) => {
             crate::cli::defer_signals();
             let source = args.source();
-            match source.load() {
-                Ok(config) => {
+            match source.load_with_origin() {
+                Ok((config, origin)) => {
                     let threads = config.runtime.worker_threads.get();
-                    (Ready::Run(Box::new(config), source), Some(threads))
+                    (Ready::Run(Box::new(config), source, origin), Some(threads))
                 }
                 Err(e) => return ExitCode::from(config_error(&e)),
             }
@@ -66,19 +67,27 @@ pub fn binary_main() -> ExitCode {
 /// A command ready to run: `run` with its loaded configuration (and where from, for a
 /// reload), or any other.
 enum Ready {
-    Run(Box<Config>, ConfigSource),
+    Run(Box<Config>, ConfigSource, ConfigOrigin),
     Tool(Tool),
 }
 
 async fn dispatch(command: Ready) -> u8 {
     let tool = match command {
-        Ready::Run(config, source) => return finish(crate::cli::run(*config, source).await.map_err(Into::into)),
+        Ready::Run(config, source, origin) => {
+            return finish(crate::cli::run(*config, source, origin).await.map_err(Into::into))
+        }
         Ready::Tool(tool) => tool,
     };
     let result: Result<u8, Failure> = match tool {
-        Tool::Check(args) => match load(args.config.as_deref(), &args.overrides()) {
-            Ok(config) => {
+        Tool::Check(args) => match Config::load_with_origin(args.config.as_deref(), &args.overrides()) {
+            Ok((config, origin)) => {
+                if let Some(warning) = crate::cli::ignored_selectors(&origin) {
+                    crate::stderr::line(format_args!("warning: {warning}"));
+                }
                 println!("# configuration is valid; effective values (secrets masked):");
+                if let Some((path, by)) = &origin.profile {
+                    println!("# read from the official client's profile {} ({by})", path.display());
+                }
                 print!("{}", config.masked());
                 Ok(0)
             }
@@ -115,6 +124,7 @@ async fn dispatch(command: Ready) -> u8 {
             Ok(config) => crate::cli::support_bundle(&args, config).await.map_err(Into::into),
             Err(e) => return config_error(&e),
         },
+        Tool::Profile(args) => Ok(crate::cli::profile(&args)),
         Tool::Sim(args) => crate::cli::sim(args).await.map_err(Into::into),
         Tool::Demo(args) => crate::demo::run(args.keep_dir).await.map_err(Into::into),
     };

@@ -22,6 +22,13 @@ pub struct Health {
     /// When the polls began failing: the first failure since the last success (or since
     /// start); `None` while the last poll succeeded.
     polls_failing_since: Mutex<Option<Instant>>,
+    /// With coordination, the active's own reach check (`coord::reach`): when a check
+    /// first failed since the last answered check or poll; `None` while reachable.
+    reach_failing_since: Mutex<Option<Instant>>,
+    /// The last control-plane exchange that was answered: a poll, an acknowledged
+    /// delivery or a reach check. A quiet long poll is no answer: the active checks its
+    /// reach when this is old, whatever `poll_timeout` is.
+    last_exchange: Mutex<Option<Instant>>,
     consecutive_poll_errors: AtomicU64,
     last_poll_error_kind: Mutex<Option<&'static str>>,
     draining: AtomicBool,
@@ -60,8 +67,11 @@ pub struct CoordinationView {
     /// While a replica that stepped down holds off campaigning: seconds left.
     pub holding_off_seconds: Option<f64>,
     /// This replica's last look at the control plane: a standby's check, the active's
-    /// polls. `null` before the first.
+    /// polls and its own reach checks. `null` before the first.
     pub control_plane_reachable: Option<bool>,
+    /// Seconds since the control plane last answered this replica (a poll, an
+    /// acknowledged delivery, a reach check); `null` before it did.
+    pub last_exchange_age_seconds: Option<f64>,
     /// The cluster-wide latch, when one is set.
     pub latch: Option<ClusterLatch>,
 }
@@ -148,17 +158,22 @@ impl Health {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(view);
     }
 
-    /// This replica's coordination view; `None` without coordination.
+    /// This replica's coordination view, with the age of the last answered exchange as
+    /// of now; `None` without coordination.
     pub fn coordination(&self) -> Option<CoordinationView> {
-        self.coordination
+        let mut view = self
+            .coordination
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+            .clone()?;
+        view.last_exchange_age_seconds = self.last_exchange_age().map(|d| d.as_secs_f64());
+        Some(view)
     }
 
     pub fn poll_succeeded(&self) {
         *self.last_successful_poll.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         *self.polls_failing_since.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.reach_succeeded();
         self.consecutive_poll_errors.store(0, Ordering::Relaxed);
         self.times
             .last_successful_poll
@@ -178,6 +193,40 @@ impl Health {
     /// `None` while the last poll succeeded, and before any poll ended.
     pub fn polls_failing_since(&self) -> Option<Instant> {
         *self.polls_failing_since.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The control plane answered (a poll, an acknowledged delivery, a reach check): a
+    /// failed reach check is forgotten.
+    pub fn reach_succeeded(&self) {
+        *self.last_exchange.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        *self.reach_failing_since.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// A reach check begun `at` got no answer (refused, an error, or none in time).
+    pub fn reach_failed(&self, at: Instant) {
+        self.reach_failing_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(at);
+    }
+
+    /// How long ago the control plane last answered this process; `None` before it did.
+    pub fn last_exchange_age(&self) -> Option<Duration> {
+        self.last_exchange
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|t| t.elapsed())
+    }
+
+    /// Since when the control plane has not been reached: the earlier of the first poll
+    /// failure and the first reach-check failure since the last answer; `None` while
+    /// neither fails.
+    pub fn unreachable_since(&self) -> Option<Instant> {
+        let reach = *self.reach_failing_since.lock().unwrap_or_else(|p| p.into_inner());
+        match (self.polls_failing_since(), reach) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub fn poll_health(&self) -> PollHealth {

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::labels::GatewayLabels;
+use super::run_file::RunFile;
 use super::stop::StopSignals;
 use super::GatewayError;
 use crate::config::{AmbiguityPolicy, ChannelConfig, Config, SessionOwner, StdioSession};
@@ -88,6 +89,17 @@ impl OpsListener {
         if let Some(tx) = to {
             let _ = tx.send(self.addr);
         }
+    }
+
+    /// Writes `ops.url_file`, when set, with this listener's base URL; the guard removes
+    /// it when dropped (every end of the run).
+    pub(super) fn url_file(&self, config: &Config) -> Result<Option<RunFile>, GatewayError> {
+        let Some(path) = &config.ops.url_file else {
+            return Ok(None);
+        };
+        let file = RunFile::url(path, config.ops.listen, self.addr).map_err(GatewayError::RunFile)?;
+        tracing::info!(path = %file.path().display(), "ops listener URL written to ops.url_file");
+        Ok(Some(file))
     }
 }
 

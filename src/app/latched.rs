@@ -121,11 +121,13 @@ pub(super) async fn hold(
         parts.metrics.fatal_info(cause);
     }
     let ops = parts.bind_ops(config).await?;
+    let url_file = ops.url_file(config)?;
     ops.report(ops_addr_tx);
     tracing::warn!(addr = %ops.addr, "holding in the fatal state (strict.latched_start = \"hold\"): serving the ops listener only until stopped");
     status.publish(parts.serve_ops(config, ops, log_ring));
     let _ = stop_rx.recv().await;
     let fatal = parts.fence.fatal().unwrap_or(previous);
     parts.finish().await;
+    drop(url_file);
     Ok(RunOutcome::Fatal(fatal))
 }

@@ -10,10 +10,13 @@ mod build;
 mod coordinated;
 mod labels;
 mod latched;
+mod run_file;
 mod stop;
 
 pub(crate) use build::{build_control, channel_headers, harpoon_settings, session_settings};
 pub(crate) use labels::GatewayLabels;
+pub(crate) use run_file::RunFile;
+pub(crate) use run_file::RunFileError;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -61,6 +64,9 @@ pub enum GatewayError {
     /// The etcd client of `coordination.etcd` cannot be built (a TLS file): exit 78.
     #[error("invalid configuration: coordination.etcd: {0}")]
     Coordination(#[source] crate::coord::etcd::EtcdError),
+    /// `ops.url_file` cannot be written: a configuration error (exit 78).
+    #[error(transparent)]
+    RunFile(RunFileError),
 }
 
 impl GatewayError {
@@ -71,6 +77,7 @@ impl GatewayError {
             Self::OpsListen { .. } => "ops_listen",
             Self::Tls(_) => "tls",
             Self::Coordination(_) => "coordination",
+            Self::RunFile(_) => "run_file",
         }
     }
 }
@@ -197,6 +204,7 @@ impl Gateway {
         let mut parts = parts.coordinated(&config, &control)?;
         let ops = parts.bind_ops(&config).await?;
         tracing::info!(addr = %ops.addr, "ops listener ready");
+        let url_file = ops.url_file(&config)?; // removed below, before a hold writes its own
         ops.report(ops_addr_tx);
         status.publish(parts.serve_ops(&config, ops, &log_ring));
 
@@ -224,6 +232,7 @@ impl Gateway {
         log_accounting(&parts.metrics);
         signals.end();
         parts.finish().await;
+        drop(url_file);
         // A coordinated replica that latched during its run (on a predecessor's unsettled
         // intent, say) holds as `strict.latched_start = "hold"` asks, as its next start
         // would: on the latch file just persisted, serving only the ops listener.

@@ -24,6 +24,8 @@ pub(super) enum ErrorKind {
     Secret,
     UnreadableFile,
     Syntax,
+    /// An official profile that cannot be read, or with settings tunnelgate cannot take.
+    Profile,
 }
 
 impl ConfigError {
@@ -51,7 +53,7 @@ impl ConfigError {
     }
 
     /// A stable label: `missing`, `unknown_key`, `invalid_type`, `invalid_value`,
-    /// `secret`, `unreadable_file` or `syntax`.
+    /// `secret`, `unreadable_file`, `syntax` or `profile`.
     pub fn kind(&self) -> &'static str {
         match self.kind {
             ErrorKind::Missing => "missing",
@@ -61,6 +63,7 @@ impl ConfigError {
             ErrorKind::Secret => "secret",
             ErrorKind::UnreadableFile => "unreadable_file",
             ErrorKind::Syntax => "syntax",
+            ErrorKind::Profile => "profile",
         }
     }
 

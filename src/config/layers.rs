@@ -1,7 +1,9 @@
 //! The configuration layers as figment providers, and their order.
 //!
 //! Lowest first: the anchor client's variables < the TOML file < `TUNNELGATE_`
-//! variables < command-line overrides (defaults are applied later, in `validation`).
+//! variables < command-line overrides (defaults are applied later, in `validation`). An
+//! official profile read in place of the TOML file (`profile`) sits below the anchor
+//! client's variables instead, as the official client reads its environment over it.
 //! The anchor's `MCP_SERVER_URL` / `MCP_COMMAND` become channel `main` only when no
 //! other layer configures a channel: a channel is one unit, never half from each.
 //!
@@ -33,6 +35,7 @@ use super::error::{io_words, ConfigError, ErrorKind};
 use super::Overrides;
 
 const FILE: &str = "config file";
+const PROFILE: &str = "official profile";
 const PREFIXED_ENV: &str = "TUNNELGATE_ environment variables";
 const ANCHOR: &str = "anchor client variables";
 const FLAGS: &str = "command-line overrides";
@@ -65,8 +68,18 @@ struct Layer {
 /// Merges every layer in order. Fails only on an `MCP_COMMAND` that cannot be split,
 /// when it is used.
 pub(super) fn figment(file: Option<FileLayer>, overrides: &Overrides, env: &EnvVars) -> Result<Figment, ConfigError> {
-    let mut figment = Figment::new().merge(anchor_scalars(env));
-    if let Some(FileLayer(file)) = file {
+    // An official profile sits below the official variables, as upstream reads its
+    // environment over its profile; tunnelgate's own file sits above them.
+    let (profile, file) = match file {
+        Some(FileLayer(layer)) if layer.name == PROFILE => (Some(layer), None),
+        other => (None, other.map(|FileLayer(layer)| layer)),
+    };
+    let mut figment = Figment::new();
+    if let Some(profile) = profile {
+        figment = figment.merge(profile);
+    }
+    figment = figment.merge(anchor_scalars(env));
+    if let Some(file) = file {
         figment = figment.merge(file);
     }
     figment = figment.merge(prefixed_env(env)).merge(flags(overrides));
@@ -219,6 +232,17 @@ impl FileLayer {
         FileLayer::parse("configuration", toml)
     }
 
+    /// The TOML an official profile converts to: layered below the official variables,
+    /// its keys said to be set by the profile.
+    pub(super) fn profile(shown: &str, toml: &str) -> Result<FileLayer, ConfigError> {
+        let FileLayer(layer) = FileLayer::parse(shown, toml)?;
+        Ok(FileLayer(Layer {
+            name: PROFILE,
+            source: Some(|_| "the official profile".to_owned()),
+            ..layer
+        }))
+    }
+
     fn parse(shown: &str, contents: &str) -> Result<FileLayer, ConfigError> {
         let dict: Dict = toml::from_str(contents).map_err(|e| syntax_error(shown, contents, &e))?;
         Ok(FileLayer(Layer {
@@ -318,6 +342,14 @@ fn anchor_scalars(env: &EnvVars) -> Layer {
     }
     if let Some(value) = env.non_blank("HEALTH_LISTEN_ADDR") {
         insert(&mut dict, &path(&["ops", "listen"]), health_listen(value).into());
+    }
+    for (var, keys) in [
+        ("HEALTH_URL_FILE", ["ops", "url_file"]),
+        ("PID_FILE", ["runtime", "pid_file"]),
+    ] {
+        if let Some(value) = env.non_blank(var) {
+            insert(&mut dict, &path(&keys), value.into());
+        }
     }
     // The official client's proxies: explicit settings (never environment proxies); the
     // global one applies to each scope that has none of its own.
@@ -445,6 +477,8 @@ fn anchor_var(keys: &[&str]) -> String {
         ["control_plane", "poll_channels", ..] => "CONTROL_PLANE_POLL_CHANNELS",
         ["ops", "listen"] => "HEALTH_LISTEN_ADDR",
         ["ops", "health_show_details"] => "HEALTH_SHOW_DETAILS",
+        ["ops", "url_file"] => "HEALTH_URL_FILE",
+        ["runtime", "pid_file"] => "PID_FILE",
         ["mcp", "oauth_trusted_origins", ..] => "MCP_OAUTH_TRUSTED_ORIGINS",
         ["control_plane", "proxy"] => "CONTROL_PLANE_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",
         ["mcp", "proxy"] => "MCP_HTTP_PROXY or TUNNEL_CLIENT_HTTP_PROXY",

@@ -15,9 +15,9 @@ struct View<'a> {
     control_plane: ControlPlaneView<'a>,
     mcp: McpView<'a>,
     strict: StrictView<'a>,
-    ops: OpsView,
+    ops: OpsView<'a>,
     telemetry: TelemetryView<'a>,
-    runtime: RuntimeView,
+    runtime: RuntimeView<'a>,
     receipts: ReceiptsView<'a>,
     coordination: CoordinationView<'a>,
     harpoon: HarpoonView<'a>,
@@ -217,16 +217,20 @@ struct StrictView<'a> {
 }
 
 #[derive(Serialize)]
-struct OpsView {
+struct OpsView<'a> {
     listen: String,
     allow_remote: bool,
     log_buffer_events: usize,
     health_show_details: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url_file: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(Serialize)]
-struct RuntimeView {
+struct RuntimeView<'a> {
     worker_threads: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid_file: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(Serialize)]
@@ -306,6 +310,7 @@ fn view(config: &Config) -> View<'_> {
             allow_remote: config.ops.allow_remote,
             log_buffer_events: config.ops.log_buffer_events,
             health_show_details: config.ops.health_show_details,
+            url_file: config.ops.url_file.as_deref().map(std::path::Path::to_string_lossy),
         },
         telemetry: TelemetryView {
             log_format: config.telemetry.log_format.as_str(),
@@ -315,6 +320,7 @@ fn view(config: &Config) -> View<'_> {
         },
         runtime: RuntimeView {
             worker_threads: config.runtime.worker_threads.get(),
+            pid_file: config.runtime.pid_file.as_deref().map(std::path::Path::to_string_lossy),
         },
         receipts: ReceiptsView {
             enabled: config.receipts.enabled,

@@ -17,7 +17,15 @@
 //! [`ChannelName`]; secrets are resolved once at load and never printed (`Debug`,
 //! `Display` and [`Config::masked`] show only their reference); errors name the dotted key and never echo secret values
 //! or URLs. This module performs no network I/O and never mutates the process
-//! environment; the only I/O is reading the config file and `file:` secrets.
+//! environment; the only I/O is reading the config file (or the official profile the
+//! selectors name, and the `file:` values upstream resolves in it: `profile`), `file:`
+//! secrets, and checking that the directories of `runtime.pid_file` and `ops.url_file`
+//! exist.
+//!
+//! Without `--config`, an official client profile (YAML) named by `--profile`,
+//! `--profile-file`, `TUNNEL_CLIENT_CONFIG`, `TUNNEL_CLIENT_PROFILE` or
+//! `TUNNEL_CLIENT_PROFILE_FILE` is converted and read in its place, below the anchor
+//! client's variables (`profile`).
 //!
 //! [`Config::load_offline`] is the one other mode, for the commands that read only local
 //! files (`latch show|clear`, `receipts`, `support-bundle`): every key is validated as
@@ -41,6 +49,7 @@ mod number;
 mod oauth_origins;
 mod offline;
 mod poll_channels;
+mod profile;
 mod proxy;
 mod raw;
 mod secret;
@@ -72,6 +81,7 @@ pub use harpoon_template::{
 pub use headers::{HeaderSet, ORGANIZATION_HEADER};
 pub use http_url::HttpUrl;
 pub use offline::OfflineConfig;
+pub use profile::{convert_profile, ConfigOrigin, ProfileError, ProfileFlags, Refusal};
 pub use proxy::{EnvProxies, ProxySetting, ProxyUrl};
 pub use secret::Secret;
 pub use tls::{ClientIdentity, TlsFile, TlsFiles};
@@ -318,6 +328,9 @@ pub struct Ops {
     pub log_buffer_events: usize,
     /// `ops.health_show_details`: `/health` shows its components unless asked not to.
     pub health_show_details: bool,
+    /// `ops.url_file`: where the listener's base URL (`http://host:port`) is written once
+    /// it is bound, removed when the run ends; its directory existed at load.
+    pub url_file: Option<PathBuf>,
 }
 
 /// `[telemetry]`: logs and traces.
@@ -332,14 +345,18 @@ pub struct Telemetry {
     pub propagate: Propagate,
 }
 
-/// `[runtime]`: the async runtime the `tunnelgate` binary builds for `run`. An embedder
-/// runs [`Gateway`](crate::Gateway) on its own runtime; these values do not apply there.
+/// `[runtime]`: the process `tunnelgate run` is (its async runtime, its PID file). An
+/// embedder runs [`Gateway`](crate::Gateway) on its own runtime in its own process; these
+/// values do not apply there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Runtime {
     /// 1 (the default): one thread runs every task, a scheduler without cross-thread
     /// wake-ups. More: a work-stealing scheduler with this many worker threads.
     /// At most 256.
     pub worker_threads: NonZeroUsize,
+    /// `runtime.pid_file`: where `tunnelgate run` writes its process id at start, removed
+    /// when the run ends; its directory existed at load.
+    pub pid_file: Option<PathBuf>,
 }
 
 /// `[receipts]`: the local journal of commands that did not end cleanly (docs/operations.md,
@@ -370,7 +387,8 @@ pub enum LogFormat {
     Text,
 }
 
-/// Values given on the command line; they override every other layer.
+/// Values given on the command line; they override every other layer. `profile` names
+/// an official profile to read when no `--config` file is given.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overrides {
     pub strict: Option<bool>,
@@ -378,36 +396,48 @@ pub struct Overrides {
     pub log_level: Option<String>,
     pub log_format: Option<String>,
     pub latch_file: Option<PathBuf>,
+    pub profile: ProfileFlags,
 }
 
 impl Config {
-    /// Loads every layer, reading the process environment.
+    /// Loads every layer, reading the process environment. Without `path`, the official
+    /// profile the selectors name (flags in `overrides.profile`, else the variables) is
+    /// the file layer, if any.
     pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
-        let env: Vec<(String, String)> = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .collect();
-        Config::load_with_env(path, overrides, &env)
+        Config::load_with_env(path, overrides, &process_env())
+    }
+
+    /// Like [`Config::load`], and where its file layer came from (for the run's log).
+    pub fn load_with_origin(path: Option<&Path>, overrides: &Overrides) -> Result<(Config, ConfigOrigin), ConfigError> {
+        Config::traced(path, overrides, &process_env())
     }
 
     /// Like [`Config::load`], with `env` standing in for the process environment
-    /// (for layering, anchor variables and `env:` secrets alike).
+    /// (for layering, anchor variables, the profile selectors and `env:` secrets alike).
     pub fn load_with_env(
         path: Option<&Path>,
         overrides: &Overrides,
         env: &[(String, String)],
     ) -> Result<Config, ConfigError> {
-        let file = path.map(FileLayer::read).transpose()?;
-        Config::from_layers(file, overrides, env)
+        Config::traced(path, overrides, env).map(|(config, _)| config)
+    }
+
+    fn traced(
+        path: Option<&Path>,
+        overrides: &Overrides,
+        env: &[(String, String)],
+    ) -> Result<(Config, ConfigOrigin), ConfigError> {
+        let env = EnvVars::new(env);
+        let (file, origin) = profile::file_layer(path, &overrides.profile, &env)?;
+        let (config, _) = Config::build(file, overrides, &env)?;
+        Ok((config, origin))
     }
 
     /// Like [`Config::load`] for a command that reads only local files: a secret whose
     /// variable or file gives no value here is kept unresolved (see `OfflineConfig`);
     /// every other problem is the same error as for [`Config::load`].
     pub fn load_offline(path: Option<&Path>, overrides: &Overrides) -> Result<OfflineConfig, ConfigError> {
-        let env: Vec<(String, String)> = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .collect();
-        Config::load_offline_with_env(path, overrides, &env)
+        Config::load_offline_with_env(path, overrides, &process_env())
     }
 
     /// Like [`Config::load_offline`], with `env` standing in for the process environment.
@@ -416,8 +446,9 @@ impl Config {
         overrides: &Overrides,
         env: &[(String, String)],
     ) -> Result<OfflineConfig, ConfigError> {
-        let file = path.map(FileLayer::read).transpose()?;
-        let (config, unresolved) = Config::build(file, overrides, &EnvVars::offline(env))?;
+        let env = EnvVars::offline(env);
+        let (file, _) = profile::file_layer(path, &overrides.profile, &env)?;
+        let (config, unresolved) = Config::build(file, overrides, &env)?;
         Ok(OfflineConfig::new(config, unresolved))
     }
 
@@ -486,6 +517,13 @@ impl Config {
             .collect();
         Ok((config, unresolved))
     }
+}
+
+/// The process environment, as the pairs that are valid UTF-8.
+fn process_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
 }
 
 impl LatchedStart {

@@ -110,6 +110,7 @@ pub(super) struct RawOps {
     pub(super) allow_remote: Option<bool>,
     pub(super) log_buffer_events: Option<u64>,
     pub(super) health_show_details: Option<bool>,
+    pub(super) url_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -125,6 +126,7 @@ pub(super) struct RawTelemetry {
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawRuntime {
     pub(super) worker_threads: Option<u64>,
+    pub(super) pid_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

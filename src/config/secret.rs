@@ -147,7 +147,6 @@ impl Secret {
         }
     }
 
-    /// Rejects values that cannot be sent as a header value.
     /// The secret when its value can be sent as a bearer credential: every byte an HTTP
     /// token character or one of token68's `/` and `=` (no space, no control character,
     /// no delimiter), as the official client refuses a malformed API key at start. The
@@ -165,6 +164,7 @@ impl Secret {
         Err(secret_error(key, problem))
     }
 
+    /// Rejects values that cannot be sent as a header value.
     fn checked(self, key: &str) -> Result<Secret, ConfigError> {
         let what = self.describe();
         if self.value.chars().any(char::is_control) {

@@ -2,7 +2,9 @@
 //! into its type, resolves secrets, and checks the rules that span keys.
 //!
 //! Each error names the full dotted key. Checks run in key order, section by section,
-//! so the first problem reported is the first one in the file's natural order.
+//! so the first problem reported is the first one in the file's natural order. The one
+//! look at the file system here: the directory of `runtime.pid_file` and `ops.url_file`
+//! must exist.
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -78,7 +80,41 @@ fn runtime(raw: RawRuntime) -> Result<Runtime, ConfigError> {
     }
     Ok(Runtime {
         worker_threads: count(KEY, value)?,
+        pid_file: run_file("runtime.pid_file", raw.pid_file)?,
     })
+}
+
+/// A file the run writes and removes (`runtime.pid_file`, `ops.url_file`): a path whose
+/// directory exists (the file itself is created, its directory never is).
+fn run_file(key: &str, value: Option<String>) -> Result<Option<PathBuf>, ConfigError> {
+    let Some(text) = value else { return Ok(None) };
+    if text.trim().is_empty() {
+        return Err(ConfigError::invalid(
+            key,
+            "is empty; give a file path, or remove the key",
+        ));
+    }
+    let path = PathBuf::from(&text);
+    if text.ends_with('/') || path.is_dir() {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{text:?} names a directory; give a file path in it"),
+        ));
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(ConfigError::invalid(
+            key,
+            format!(
+                "the directory {} does not exist (the file is created in it; the directory never is)",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(Some(path))
 }
 
 fn control_plane(raw: RawControlPlane, env: &EnvVars) -> Result<ControlPlane, ConfigError> {
@@ -234,6 +270,7 @@ fn ops(raw: RawOps) -> Result<Ops, ConfigError> {
         allow_remote,
         log_buffer_events: log_buffer_events(raw.log_buffer_events)?,
         health_show_details: raw.health_show_details.unwrap_or(false),
+        url_file: run_file("ops.url_file", raw.url_file)?,
     })
 }
 

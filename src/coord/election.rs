@@ -50,6 +50,7 @@ pub(super) async fn run(c: &Coordinator, stop: &CancellationToken) {
 /// standby takes over at the next step instead of after the TTL. Best effort, each
 /// request bounded by the request timeout.
 pub(super) async fn resign(c: &Coordinator) {
+    super::intents::pending_to_unsettled(c);
     if !c.lock().unsettled.is_empty() {
         super::intents::settle_unsettled(c).await;
     }

@@ -5,6 +5,20 @@
 //! cluster-wide latch; settled (deleted) under the first condition. Before any etcd
 //! request the replica checks that it may admit at all (active, renew deadline not
 //! passed, no cluster latch), so a standby or an overdue active never even asks.
+//!
+//! One transaction per command: an acknowledged command's settle is not written on its
+//! own at once. Its delete rides the next command's record transaction (same term, same
+//! conditions, atomically with the new record), or, when no command follows within
+//! [`IDLE_SETTLE`], the settle loop writes it alone. The recovery rules:
+//! - a successor that finds an intent latches on it, whichever command it names: an
+//!   acknowledged command's intent not yet deleted (its replica killed within
+//!   `IDLE_SETTLE` of the acknowledgement, before a next record) latches exactly as a
+//!   kill between the acknowledgement and an immediate settle always did;
+//! - a record refused or unanswered leaves the pending delete to the settle loop, under
+//!   the term it was recorded in (a delete is idempotent: one that did commit is
+//!   harmless to repeat);
+//! - a step-down waits for no pending delete, and a graceful stop writes it before it
+//!   gives the lease back: a handover never leaves an acknowledged command's intent.
 
 use std::time::Duration;
 
@@ -27,24 +41,41 @@ impl EtcdIntents {
 
     async fn record_now(&self, intent: &Intent) -> Result<(), IntentError> {
         let c = &self.coordinator;
-        let (term, _recording) = Recording::begin(c).map_err(|why| refused(c, IntentOp::Record, why))?;
+        let (term, _recording, folded) = Recording::begin(c).map_err(|why| refused(c, IntentOp::Record, why))?;
         let keys = &c.shared.keys;
-        let key = keys.intent(&intent.request_id);
+        let mut success = vec![Op::Put {
+            key: keys.intent(&intent.request_id),
+            value: serde_json::to_vec(intent).expect("an intent serializes"),
+            lease: None,
+        }];
+        if let Some((request_id, _)) = &folded {
+            success.push(Op::Delete {
+                key: keys.intent(request_id),
+                prefix: false,
+            });
+        }
         let txn = Txn {
             compare: vec![
                 Compare::CreateRevision(keys.leader.clone(), CmpOp::Equal, term.revision),
                 Compare::CreateRevision(keys.latch.clone(), CmpOp::Equal, 0),
             ],
-            success: vec![Op::Put {
-                key,
-                value: serde_json::to_vec(intent).expect("an intent serializes"),
-                lease: None,
-            }],
+            success,
             failure: vec![],
         };
-        match c.shared.etcd.txn(txn).await {
+        let answer = c.shared.etcd.txn(txn).await;
+        if !matches!(answer, Ok(ref r) if r.succeeded) {
+            // The folded delete is the settle loop's again, under its own term.
+            if let Some((request_id, revision)) = folded.clone() {
+                c.lock().unsettled.insert(request_id, revision);
+                c.shared.settle_wake.notify_one();
+            }
+        }
+        match answer {
             Ok(r) if r.succeeded => {
                 c.shared.metrics.intent_op(IntentOp::Record, IntentOpResult::Ok);
+                if folded.is_some() {
+                    c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Ok);
+                }
                 c.lock().outstanding = Some((intent.request_id.clone(), term.revision));
                 Ok(())
             }
@@ -62,32 +93,56 @@ impl EtcdIntents {
         }
     }
 
-    /// Settles the outstanding intent under the term it was recorded in (whether or not
-    /// this replica's clock still counts itself the active: the transaction's condition
-    /// is what proves no successor read it). One etcd does not confirm joins the
-    /// unsettled set, retried while the term lasts.
+    /// Settles the outstanding intent: its delete waits for the next record's
+    /// transaction, or for the settle loop after [`IDLE_SETTLE`] (under the term it was
+    /// recorded in, whether or not this replica's clock still counts itself the active:
+    /// the transaction's condition is what proves no successor read it). A delete etcd
+    /// does not confirm joins the unsettled set, retried while the term lasts.
     async fn settle_now(&self) -> Result<(), IntentError> {
         let c = &self.coordinator;
-        let Some((request_id, revision)) = c.lock().outstanding.take() else {
+        let mut state = c.lock();
+        let Some(settled) = state.outstanding.take() else {
             return Ok(());
         };
-        match c.shared.etcd.txn(settle_txn(c, &request_id, revision)).await {
-            Ok(r) if r.succeeded => {
-                c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Ok);
-                Ok(())
-            }
-            Ok(_) => Err(refused(
-                c,
-                IntentOp::Settle,
-                "etcd refused the settle: this replica's term is over (another replica holds, or will hold, the coordination lease); the intent stays and the next active latches on it",
-            )),
-            Err(e) => {
-                c.lock().unsettled.insert(request_id, revision);
-                c.publish();
-                c.shared.settle_wake.notify_one();
-                Err(unavailable(c, IntentOp::Settle, &e))
-            }
+        if let Some((request_id, revision)) = state.pending_settle.replace(settled) {
+            // Never two pending: the older one goes to the retried set.
+            state.unsettled.insert(request_id, revision);
         }
+        drop(state);
+        c.shared.settle_wake.notify_one();
+        Ok(())
+    }
+}
+
+/// How long an acknowledged command's delete waits for a next record to ride before the
+/// settle loop writes it alone: short enough that an idle active leaves nothing behind
+/// for long, long enough that back-to-back commands need one transaction each.
+pub(super) const IDLE_SETTLE: Duration = Duration::from_millis(50);
+
+/// Writes the pending delete alone (no record took it within [`IDLE_SETTLE`]).
+async fn settle_pending(c: &Coordinator) {
+    let Some((request_id, revision)) = c.lock().pending_settle.take() else {
+        return;
+    };
+    match c.shared.etcd.txn(settle_txn(c, &request_id, revision)).await {
+        Ok(r) if r.succeeded => c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Ok),
+        Ok(_) => {
+            c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Refused);
+            tracing::error!(request_id = %request_id, "the write-ahead intent of an acknowledged command could not be settled before its term ended; it stays in etcd and the next active latches on it");
+        }
+        Err(_) => {
+            c.shared.metrics.intent_op(IntentOp::Settle, IntentOpResult::Failed);
+            c.lock().unsettled.insert(request_id, revision);
+            c.publish();
+        }
+    }
+}
+
+/// Moves the pending delete to the retried set (a stop or the end of the term is near).
+pub(super) fn pending_to_unsettled(c: &Coordinator) {
+    let mut state = c.lock();
+    if let Some((request_id, revision)) = state.pending_settle.take() {
+        state.unsettled.insert(request_id, revision);
     }
 }
 
@@ -95,12 +150,25 @@ impl EtcdIntents {
 /// until etcd answers, so that a step-down never races it.
 struct Recording<'a>(&'a Coordinator);
 
+/// A pending delete to fold into a record: its request id and term.
+type Folded = Option<(String, i64)>;
+
 impl<'a> Recording<'a> {
-    fn begin(c: &'a Coordinator) -> Result<(super::Term, Self), &'static str> {
+    /// The term, the recording guard, and the pending delete this record folds in (one
+    /// of this term; an older term's goes to the retried set).
+    fn begin(c: &'a Coordinator) -> Result<(super::Term, Self, Folded), &'static str> {
         let mut state = c.lock();
         let term = c.admitting_term_of(&state)?;
         state.recording += 1;
-        Ok((term, Self(c)))
+        let folded = match state.pending_settle.take() {
+            Some((request_id, revision)) if revision == term.revision => Some((request_id, revision)),
+            Some((request_id, revision)) => {
+                state.unsettled.insert(request_id, revision);
+                None
+            }
+            None => None,
+        };
+        Ok((term, Self(c), folded))
     }
 }
 
@@ -120,15 +188,29 @@ const SETTLE_RETRY_FIRST: Duration = Duration::from_millis(100);
 pub(super) async fn settle_loop(c: &Coordinator, stop: &CancellationToken) {
     let mut delay = SETTLE_RETRY_FIRST;
     loop {
-        let pending = !c.lock().unsettled.is_empty();
-        let wait = if pending { delay } else { Duration::MAX };
-        tokio::select! {
+        let (retry, pending) = {
+            let state = c.lock();
+            (!state.unsettled.is_empty(), state.pending_settle.is_some())
+        };
+        let wait = match (retry, pending) {
+            (_, true) => IDLE_SETTLE.min(if retry { delay } else { Duration::MAX }),
+            (true, false) => delay,
+            (false, false) => Duration::MAX,
+        };
+        let slept = tokio::select! {
             // cancel-safe: waiting only.
             () = stop.cancelled() => return,
             // cancel-safe: a lost wakeup is covered by the backoff.
-            () = c.shared.settle_wake.notified() => {}
+            () = c.shared.settle_wake.notified() => false,
             // cancel-safe: a sleep.
-            () = sleep_at_most(wait) => {}
+            () = sleep_at_most(wait) => true,
+        };
+        // A pending delete is written alone only once it waited IDLE_SETTLE for a record.
+        if pending && slept {
+            settle_pending(c).await;
+        }
+        if c.lock().unsettled.is_empty() {
+            continue;
         }
         delay = match settle_unsettled(c).await {
             Round::Done => SETTLE_RETRY_FIRST,
@@ -185,6 +267,7 @@ pub(super) async fn settle_unsettled(c: &Coordinator) -> Round {
 /// The term is over for certain (the lease is gone or was given up): what is still
 /// unsettled stays in etcd, logged once each.
 pub(super) fn term_ended(c: &Coordinator) {
+    pending_to_unsettled(c);
     let left = std::mem::take(&mut c.lock().unsettled);
     for request_id in left.keys() {
         tracing::error!(request_id = %request_id, "the write-ahead intent of an acknowledged command could not be settled before this replica's term ended; it stays in etcd and the next active latches on it");

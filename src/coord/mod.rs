@@ -126,6 +126,10 @@ struct State {
     /// The intent recorded and not yet settled: its request id and the term (election
     /// key revision) it was recorded under.
     outstanding: Option<(String, i64)>,
+    /// The intent of the last acknowledged command, whose delete waits to ride the next
+    /// record's transaction (one transaction per command), or [`intents::IDLE_SETTLE`]
+    /// without one, when the settle loop writes it alone.
+    pending_settle: Option<(String, i64)>,
     /// Intent records in flight (between the admission check and etcd's answer): a
     /// step-down waits for none.
     recording: usize,
@@ -312,6 +316,8 @@ impl Coordinator {
                     .map(|t| t.saturating_duration_since(Instant::now()).as_secs_f64())
                     .filter(|left| *left > 0.0),
                 control_plane_reachable: state.control_plane_reachable,
+                // Read live by `Health::coordination`.
+                last_exchange_age_seconds: None,
                 latch: state.latch.as_ref().map(ClusterRecord::view),
             };
             (view, role == ReplicaRole::Active)

@@ -1,12 +1,21 @@
 //! Who can reach the control plane: each standby checks it (the run's [`ReachProbe`], an
 //! authenticated request that takes no command) at a bounded rate and publishes the
 //! result under `<prefix>/reach/<instance id>`, bound to its own lease so that a report
-//! dies with its replica. The active reads the reports only while its polls fail: once
-//! every poll has failed for `coordination.step_down_after` (counted from the first
-//! failure, never from before its term), and a standby's report that the control plane
-//! is reachable was written since then (at a later etcd revision than one read after the
-//! polls began failing), it gives up its lease (revokes it) and becomes a standby that
-//! holds off campaigning for `step_down_after`. A standby takes over at its next step.
+//! dies with its replica.
+//!
+//! The active measures its own reach with the same check, whenever the control plane has
+//! been quiet for most of a check interval: no answered poll, acknowledged delivery or
+//! check. A long poll may legitimately stay open for `poll_timeout`, so poll failures
+//! alone notice a link that drops packets silently only after that (and the slack); the
+//! check notices it within one interval, whatever `poll_timeout` is, and costs nothing
+//! while commands flow. The control plane is unreachable since the earlier of the first
+//! failed poll and the first failed check after the last answer.
+//!
+//! Once it has been unreachable for `coordination.step_down_after` (never counted from
+//! before the term), and a standby's report that the control plane is reachable was
+//! written since then (at a later etcd revision than one read after the failure began),
+//! the active gives up its lease (revokes it) and becomes a standby that holds off
+//! campaigning for `step_down_after`. A standby takes over at its next step.
 //!
 //! It steps down only with nothing in flight: no intent being recorded, none outstanding
 //! and none unsettled, so that its successor never latches on a command this replica
@@ -31,6 +40,8 @@ pub type ReachProbe = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), Str
 
 /// The fastest a standby checks the control plane.
 const MIN_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// The shortest tick of the check loop.
+const MIN_TICK: Duration = Duration::from_millis(250);
 
 /// A standby's report under `<prefix>/reach/<instance id>` (schema_version 1).
 #[derive(Debug, Serialize, Deserialize)]
@@ -46,34 +57,96 @@ fn check_interval(c: &Coordinator) -> Duration {
     (c.shared.step_down_after / 4).max(MIN_CHECK_INTERVAL)
 }
 
-/// While this replica is a standby with a lease (and no cluster latch is set): checks the
-/// control plane every [`check_interval`] and publishes the result, until `stop`.
+/// How often the loop looks: a quarter of the check interval, at least every 250 ms.
+fn tick(interval: Duration) -> Duration {
+    (interval / 4).max(MIN_TICK)
+}
+
+/// What this replica checks at a tick.
+enum Duty {
+    /// A standby with a lease: check and publish, every [`check_interval`].
+    Standby(i64),
+    /// The active: check its own reach when the control plane has been quiet for three
+    /// quarters of a [`check_interval`] (a long poll open and unanswered is quiet).
+    Active,
+    Nothing,
+}
+
+/// Until `stop`: a standby with a lease (and no cluster latch) checks the control plane
+/// every [`check_interval`] and publishes the result; the active checks its own reach
+/// whenever the control plane has been quiet for most of an interval, so that a link that
+/// drops packets silently is noticed within one interval of the cut, whatever
+/// `poll_timeout` is. Busy, the active never checks (every answered poll and
+/// acknowledged delivery is an answer).
 pub(super) async fn check_loop(c: &Coordinator, stop: &CancellationToken) {
     let interval = check_interval(c);
+    let mut last_standby_check = Instant::now();
     loop {
         tokio::select! {
             // cancel-safe: waiting only.
             () = stop.cancelled() => return,
             // cancel-safe: a sleep.
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep(tick(interval)) => {}
         }
-        let lease = {
+        let duty = {
             let state = c.lock();
-            let standby = state.active.is_none() && state.latch.is_none();
-            state.lease.filter(|_| standby)
+            match (state.active.is_some(), state.latch.is_some(), state.lease) {
+                (false, false, Some(lease)) => Duty::Standby(lease),
+                (true, false, Some(_)) => Duty::Active,
+                _ => Duty::Nothing,
+            }
         };
-        let Some(lease) = lease else { continue };
-        let checked = tokio::select! {
-            // cancel-safe: the check takes no command; dropping it loses nothing.
-            () = stop.cancelled() => return,
-            r = tokio::time::timeout(interval, (c.shared.probe)()) => r,
-        };
-        let reachable = matches!(checked, Ok(Ok(())));
-        if let Ok(Err(why)) | Err(why) = checked.map_err(|_| "no answer within the check interval".to_owned()) {
-            tracing::debug!(reason = %why, "standby check: the control plane cannot be reached from this replica");
+        match duty {
+            Duty::Standby(lease) if last_standby_check.elapsed() >= interval => {
+                last_standby_check = Instant::now();
+                let Some(reachable) = check(c, interval, stop).await else {
+                    return;
+                };
+                if reachable {
+                    // An answer to this replica: the age of its last exchange, and no
+                    // failure of an earlier term of its own left standing.
+                    c.shared.health.reach_succeeded();
+                }
+                publish_report(c, lease, reachable).await;
+            }
+            Duty::Active if quiet(c, interval) => {
+                let started = Instant::now();
+                let Some(reachable) = check(c, interval, stop).await else {
+                    return;
+                };
+                if reachable {
+                    c.shared.health.reach_succeeded();
+                } else {
+                    c.shared.health.reach_failed(started);
+                }
+            }
+            _ => {}
         }
-        publish_report(c, lease, reachable).await;
     }
+}
+
+/// Whether the control plane has not answered this replica for three quarters of
+/// `interval` (or never has).
+fn quiet(c: &Coordinator, interval: Duration) -> bool {
+    c.shared
+        .health
+        .last_exchange_age()
+        .is_none_or(|age| age >= interval * 3 / 4)
+}
+
+/// One check, bounded by `interval`: whether the control plane answered; `None` on
+/// `stop`.
+async fn check(c: &Coordinator, interval: Duration, stop: &CancellationToken) -> Option<bool> {
+    let checked = tokio::select! {
+        // cancel-safe: the check takes no command; dropping it loses nothing.
+        () = stop.cancelled() => return None,
+        r = tokio::time::timeout(interval, (c.shared.probe)()) => r,
+    };
+    let reachable = matches!(checked, Ok(Ok(())));
+    if let Ok(Err(why)) | Err(why) = checked.map_err(|_| "no answer within the check interval".to_owned()) {
+        tracing::debug!(reason = %why, "reach check: the control plane cannot be reached from this replica");
+    }
+    Some(reachable)
 }
 
 async fn publish_report(c: &Coordinator, lease: i64, reachable: bool) {
@@ -148,17 +221,18 @@ pub(super) async fn consider_step_down(c: &Coordinator) {
             if c.lock().told.replace(Waiting::NoStandby) != Some(Waiting::NoStandby) {
                 tracing::error!(
                     failing_for_s = since.elapsed().as_secs(),
-                    "every poll has failed for coordination.step_down_after, but no standby reports the control plane reachable: keeping the lease"
+                    "the control plane has not been reached (every poll or reach check failed) for coordination.step_down_after, but no standby reports it reachable: keeping the lease"
                 );
             }
         }
     }
 }
 
-/// While this replica is the active and its polls fail: when they began failing (never
-/// before the term began). `None` (and the failure forgotten) while they succeed.
+/// While this replica is the active and the control plane cannot be reached (its polls
+/// fail, or its own reach checks do): since when (never before the term began). `None`
+/// (and the failure forgotten) while it is reached.
 fn failing_since(c: &Coordinator) -> Option<Instant> {
-    let failing = c.shared.health.polls_failing_since();
+    let failing = c.shared.health.unreachable_since();
     let mut state = c.lock();
     let term = state.active?;
     state.control_plane_reachable = Some(failing.is_none());
@@ -195,11 +269,12 @@ fn reachable_standby(c: &Coordinator, reports: &[KeyValue], baseline: i64) -> Op
 async fn step_down(c: &Coordinator, standby: &str, failing: Duration) {
     let lease = {
         let mut state = c.lock();
-        if state.recording > 0 || state.outstanding.is_some() || !state.unsettled.is_empty() {
+        let pending = state.pending_settle.is_some();
+        if state.recording > 0 || state.outstanding.is_some() || pending || !state.unsettled.is_empty() {
             if state.told.replace(Waiting::InFlight) != Some(Waiting::InFlight) {
                 tracing::warn!(
                     standby,
-                    "every poll has failed for coordination.step_down_after, but a command's intent is in flight: stepping down once it is settled"
+                    "the control plane has not been reached for coordination.step_down_after, but a command's intent is in flight: stepping down once it is settled"
                 );
             }
             return;
@@ -219,7 +294,7 @@ async fn step_down(c: &Coordinator, standby: &str, failing: Duration) {
         standby,
         failing_for_s = failing.as_secs(),
         hold_off_s = c.shared.step_down_after.as_secs(),
-        "every poll has failed for coordination.step_down_after while a standby reports the control plane reachable: giving up the coordination lease"
+        "the control plane has not been reached (every poll or reach check failed) for coordination.step_down_after while a standby reports it reachable: giving up the coordination lease"
     );
     if let Some(lease) = lease {
         if let Err(e) = c.shared.etcd.revoke(lease).await {

@@ -228,6 +228,9 @@ fn describe(error: &rustls::Error) -> String {
         E::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
             "the server's certificate is not valid for its host name".into()
         }
+        E::InvalidCertificate(C::Other(other)) if other.to_string().contains("CaUsedAsEndEntity") => {
+            "the server presents a CA certificate as its own (a self-signed CA:TRUE certificate): trust it by putting exactly that certificate in ca_file".into()
+        }
         other => format!("TLS error: {other}"),
     }
 }

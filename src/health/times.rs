@@ -94,6 +94,7 @@ impl Health {
     /// The control plane acknowledged a delivery (`acked`) at `at`.
     pub fn delivery_acked(&self, at: UnixMillis) {
         self.times.last_acked.store(at, Ordering::Relaxed);
+        self.reach_succeeded();
     }
 
     /// `channel`'s times (all `null` for a channel the table does not hold).

@@ -75,6 +75,14 @@ pub enum NotReady {
         failing: Duration,
         last_error: Option<&'static str>,
     },
+    /// With coordination: the active's own reach checks have had no answer for at least
+    /// `coordination.step_down_after` (a link that drops packets silently leaves a long
+    /// poll open and unanswered; the checks notice within their timeout).
+    #[error("the control plane has not answered a reach check for {}s (last poll error: {})", .failing.as_secs(), .last_error.unwrap_or("none"))]
+    Unreachable {
+        failing: Duration,
+        last_error: Option<&'static str>,
+    },
     /// The first channel seen down.
     #[error("downstream channel {} ({}) is {}", .0.channel, .0.transport, .0.condition())]
     ChannelDown(Box<ChannelStatus>),
@@ -258,19 +266,27 @@ impl OpsState {
 }
 
 impl OpsState {
-    /// `Err` once every poll has failed for [`OpsState::polls_failing_bound`].
+    /// `Err` once the control plane has not been reached for
+    /// [`OpsState::polls_failing_bound`]: every poll failed, or the reach checks did.
     fn polls_failing(&self) -> Result<(), NotReady> {
-        let (Some(bound), Some(since)) = (self.polls_failing_bound, self.health.polls_failing_since()) else {
+        let (Some(bound), Some(since)) = (self.polls_failing_bound, self.health.unreachable_since()) else {
             return Ok(());
         };
         let failing = since.elapsed();
         if failing < bound {
             return Ok(());
         }
-        Err(NotReady::PollsFailing {
-            failing,
-            last_error: self.health.poll_health().last_poll_error_kind,
-        })
+        let last_error = self.health.poll_health().last_poll_error_kind;
+        if let Some(failing) = self
+            .health
+            .polls_failing_since()
+            .map(|p| p.elapsed())
+            .filter(|f| *f >= bound)
+        {
+            Err(NotReady::PollsFailing { failing, last_error })
+        } else {
+            Err(NotReady::Unreachable { failing, last_error })
+        }
     }
 
     /// The latch file's cause, read only while the run honours an earlier run's latch.

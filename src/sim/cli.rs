@@ -22,6 +22,8 @@ pub struct SimArgs {
     pub max_response_body: usize,
     /// Response POSTs may carry `resp_timing` ([`SimConfig::accept_resp_timing`]).
     pub accept_resp_timing: bool,
+    /// The longest an empty poll is held ([`SimConfig::max_poll_wait`]).
+    pub max_poll_wait: std::time::Duration,
 }
 
 /// Why `tunnelgate sim` could not run.
@@ -57,6 +59,7 @@ pub async fn run_cli(args: SimArgs) -> Result<(), SimError> {
     config.faults = faults;
     config.max_response_body = args.max_response_body;
     config.accept_resp_timing = args.accept_resp_timing;
+    config.max_poll_wait = args.max_poll_wait;
     let sim = Simulator::start(config).await.map_err(|source| SimError::Listen {
         addr: args.listen,
         source,

@@ -634,6 +634,8 @@ fn is_ambient_config_var(name: &str) -> bool {
         "CONTROL_PLANE_EXTRA_HEADERS",
         "MCP_EXTRA_HEADERS",
         "HEALTH_LISTEN_ADDR",
+        "HEALTH_URL_FILE",
+        "PID_FILE",
         "RUST_LOG",
         "HTTP_PROXY",
         "HTTPS_PROXY",
@@ -642,7 +644,11 @@ fn is_ambient_config_var(name: &str) -> bool {
         "https_proxy",
         "all_proxy",
     ];
-    EXACT.contains(&name) || name.starts_with("TUNNELGATE_") || name.starts_with("OTEL_")
+    // `TUNNEL_CLIENT_*`: the official client's profile selectors, read without --config.
+    EXACT.contains(&name)
+        || name.starts_with("TUNNELGATE_")
+        || name.starts_with("OTEL_")
+        || name.starts_with("TUNNEL_CLIENT_")
 }
 
 /// The real `tunnelgate` binary, spawned with a config written to a temp file.
@@ -675,8 +681,8 @@ impl Gateway {
     }
 
     /// `tunnelgate ARGS... [--config <tempfile>]` with `envs` set on top of the test's
-    /// environment, minus ambient `TUNNELGATE_*`, `CONTROL_PLANE_*`, `OTEL_*`, `RUST_LOG`
-    /// and proxy variables.
+    /// environment, minus ambient `TUNNELGATE_*`, `CONTROL_PLANE_*`, `OTEL_*`,
+    /// `TUNNEL_CLIENT_*`, `RUST_LOG` and proxy variables.
     pub fn spawn(args: &[&str], config_toml: Option<&str>, envs: &[(&str, &str)]) -> Gateway {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tunnelgate"));
         for (name, _) in std::env::vars_os() {

@@ -35,8 +35,9 @@ const PROXY_BASIC: &str = "Z2F0ZXdheTpQcjB4eUNhbmFyeS05ZjM=";
 // tinyproxy
 // ---------------------------------------------------------------------------------------
 
-/// A tinyproxy of the test's own, in the foreground, on a loopback port.
-struct Tinyproxy {
+/// A tinyproxy of the test's own, in the foreground, on a loopback port (also used by
+/// `profiles`).
+pub struct Tinyproxy {
     port: u16,
     log: PathBuf,
     _process: ChildGuard,
@@ -44,17 +45,17 @@ struct Tinyproxy {
 }
 
 #[derive(Default)]
-struct TinyproxyOptions<'a> {
+pub struct TinyproxyOptions<'a> {
     /// Ports `CONNECT` may reach (none: every `CONNECT` to a test port is refused, 403).
-    connect_ports: &'a [u16],
+    pub connect_ports: &'a [u16],
     /// `BasicAuth user password`: requests without them get `407`.
-    basic_auth: Option<(&'a str, &'a str)>,
+    pub basic_auth: Option<(&'a str, &'a str)>,
     /// `Timeout` (seconds of silence before tinyproxy closes a connection); 30 if unset.
-    idle_timeout: Option<u32>,
+    pub idle_timeout: Option<u32>,
 }
 
 impl Tinyproxy {
-    async fn start(options: TinyproxyOptions<'_>) -> Tinyproxy {
+    pub async fn start(options: TinyproxyOptions<'_>) -> Tinyproxy {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let log = dir.path().join("access.log");
@@ -90,7 +91,7 @@ impl Tinyproxy {
         proxy
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
@@ -99,7 +100,7 @@ impl Tinyproxy {
     }
 
     /// The request lines tinyproxy read, in order (`POST http://host:port/path HTTP/1.1`).
-    fn requests(&self) -> Vec<String> {
+    pub fn requests(&self) -> Vec<String> {
         self.log_text()
             .lines()
             .filter_map(|l| l.split_once("): ").filter(|_| l.contains("Request (file descriptor")))

@@ -27,10 +27,12 @@ On a unix socket the server accepts only requests whose `Host` is `--allowed-hos
 (421 otherwise): a test reads from that which host its client sent.
 
 With --certfile/--keyfile/--ca-certs it serves HTTPS and REQUIRES a client certificate
-issued by a CA in --ca-certs; once bound it prints `listening on 127.0.0.1:PORT` to
+issued by a CA in --ca-certs (with --certfile/--keyfile and no --ca-certs it serves HTTPS
+asking for no client certificate); once bound it prints `listening on 127.0.0.1:PORT` to
 stderr, and each accepted connection prints one stderr line
-`peer certificate: CN=<subject common name>` (the server's view of what was presented),
-and every response closes its connection (so each request makes a new handshake).
+`peer certificate: CN=<subject common name>` (the server's view of what was presented:
+`CN=` when none was), and every response closes its connection (so each request makes a
+new handshake).
 
 Modes: `json` answers requests with application/json; `sse` (the SDK default) answers
 with text/event-stream; `stateless` answers with JSON and issues no session id; `stdio`
@@ -214,7 +216,9 @@ def main() -> int:
     parser.add_argument("--mode", choices=["json", "sse", "stateless", "stdio", "stdio-modern"], default="json")
     parser.add_argument("--certfile", help="server certificate (PEM): serve HTTPS")
     parser.add_argument("--keyfile", help="the server certificate's key (PEM)")
-    parser.add_argument("--ca-certs", help="CAs a client certificate must chain to (required)")
+    parser.add_argument(
+        "--ca-certs", help="CAs a client certificate must chain to (then required; without it none is asked for)"
+    )
     parser.add_argument("--record", help="adds the tool record_marker, which appends each marker to this file")
     args = parser.parse_args()
 
@@ -244,8 +248,9 @@ def main() -> int:
 
 
 def serve_tls(server: MCPServer, args: argparse.Namespace) -> None:
-    """HTTPS with client certificates required (uvicorn's ssl options), logging the
-    subject of each connection's client certificate."""
+    """HTTPS with client certificates required when --ca-certs is given, none asked for
+    otherwise (uvicorn's ssl options), logging the subject of each connection's client
+    certificate."""
     import ssl
 
     import uvicorn
@@ -300,7 +305,7 @@ def serve_tls(server: MCPServer, args: argparse.Namespace) -> None:
         ssl_certfile=args.certfile,
         ssl_keyfile=args.keyfile,
         ssl_ca_certs=args.ca_certs,
-        ssl_cert_reqs=ssl.CERT_REQUIRED,
+        ssl_cert_reqs=ssl.CERT_REQUIRED if args.ca_certs else ssl.CERT_NONE,
     )
     anyio.run(uvicorn.Server(config).serve, [sock])
 

@@ -69,6 +69,9 @@ pub(crate) fn pattern_problem(pattern: &str) -> Option<String> {
 fn escape_problem(escaped: u8) -> Option<String> {
     match escaped {
         b'd' | b'D' | b'w' | b'W' | b's' | b'S' | b'b' | b'B' => None,
+        // Character escapes RE2 and this engine read alike (`\x41`, `\x{41}`, `\t`, ...).
+        b'a' | b'f' | b't' | b'n' | b'r' | b'v' | b'x' => None,
+        c if c.is_ascii_digit() => Some("uses an octal or back-reference escape; write \\x41 for a byte".into()),
         b'A' | b'z' => Some("uses `\\A` or `\\z`; the pattern is anchored for you".into()),
         b'p' | b'P' => Some("uses a Unicode class `\\p`; write the characters out".into()),
         c if c.is_ascii_punctuation() => None,
@@ -179,10 +182,15 @@ pub(crate) fn case_folded_alternatives(values: &[String]) -> String {
         .map(|v| {
             v.chars()
                 .map(|c| {
+                    // Values are of the unreserved set: only `.` is a metacharacter, and
+                    // `-`, `~` stay bare (an ECMAScript `u`-mode parser, as JSON Schema
+                    // validators use, refuses `\-` and `\~`).
                     if c.is_ascii_alphabetic() {
                         format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase())
+                    } else if c == '.' {
+                        "\\.".to_owned()
                     } else {
-                        regex::escape(&c.to_string())
+                        c.to_string()
                     }
                 })
                 .collect()

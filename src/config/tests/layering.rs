@@ -39,6 +39,7 @@ fn every_override_reaches_its_key() {
         log_level: Some("debug".to_owned()),
         log_format: Some("text".to_owned()),
         latch_file: Some(PathBuf::from("/tmp/latch.json")),
+        profile: crate::config::ProfileFlags::default(),
     };
     let config = load(MINIMAL, &flags, &[]).expect("valid");
     assert!(config.strict.enabled);

@@ -12,6 +12,7 @@ mod offline;
 mod poll_channels;
 mod proxy;
 mod receipts;
+mod run_files;
 mod secrets;
 mod validation;
 

@@ -157,7 +157,7 @@ impl Shared {
                 tracing::info!(channel = %self.channel, generation = child.generation, status = %s, lived_ms, "stdio child exited")
             }
             Ok(s) => {
-                tracing::warn!(channel = %self.channel, generation = child.generation, status = %s, lived_ms, ?retry_in_ms, "stdio child exited; the next call restarts it")
+                tracing::warn!(channel = %self.channel, generation = child.generation, status = %s, lived_ms, ?retry_in_ms, "stdio child exited; a new one starts after the restart backoff")
             }
             Err(e) => {
                 tracing::warn!(channel = %self.channel, generation = child.generation, error = %e, "waiting for the stdio child failed; treating it as exited")

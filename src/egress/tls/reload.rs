@@ -162,17 +162,30 @@ fn chain_verifier(
 }
 
 /// A pinned certificate is still checked for everything but its chain: it is within
-/// its validity period and names the server.
-fn pinned_is_usable(end_entity: &CertificateDer<'_>, server_name: &ServerName<'_>, now: UnixTime) -> bool {
+/// its validity period and names the server; the refusal says which, as the chain
+/// check's would.
+fn pinned_is_usable(
+    end_entity: &CertificateDer<'_>,
+    server_name: &ServerName<'_>,
+    now: UnixTime,
+) -> Result<(), rustls::Error> {
+    use rustls::CertificateError;
+    let bad = |e: CertificateError| Err(rustls::Error::InvalidCertificate(e));
     let Some(validity) = super::x509::validity(end_entity) else {
-        return false;
+        return bad(CertificateError::BadEncoding);
     };
-    let now = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(now.as_secs());
-    if now < validity.not_before || now > validity.not_after {
-        return false;
+    let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(now.as_secs());
+    if at < validity.not_before {
+        return bad(CertificateError::NotValidYet);
     }
-    webpki::EndEntityCert::try_from(end_entity)
-        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(server_name).is_ok())
+    if at > validity.not_after {
+        return bad(CertificateError::Expired);
+    }
+    match webpki::EndEntityCert::try_from(end_entity) {
+        Ok(cert) if cert.verify_is_valid_for_subject_name(server_name).is_ok() => Ok(()),
+        Ok(_) => bad(CertificateError::NotValidForName),
+        Err(_) => bad(CertificateError::BadEncoding),
+    }
 }
 
 impl std::fmt::Debug for RootsWatch {
@@ -194,14 +207,13 @@ impl ServerCertVerifier for RootsWatch {
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
         let (verifier, pinned) = self.current();
-        let refused = match verifier.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
-            Ok(verified) => return Ok(verified),
-            Err(refused) => refused,
-        };
-        if pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) && pinned_is_usable(end_entity, server_name, now) {
-            return Ok(ServerCertVerified::assertion());
+        // A pinned certificate is judged here, before the chain check: the chain check
+        // would refuse one marked `CA:TRUE` (and its platform verifier logs each refusal
+        // as an error), while the operator trusted exactly these bytes.
+        if pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) {
+            return pinned_is_usable(end_entity, server_name, now).map(|()| ServerCertVerified::assertion());
         }
-        Err(refused)
+        verifier.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
     }
 
     fn verify_tls12_signature(

@@ -116,6 +116,7 @@ fn coordinated(role: ReplicaRole) -> crate::health::CoordinationView {
         step_downs: 0,
         holding_off_seconds: None,
         control_plane_reachable: None,
+        last_exchange_age_seconds: None,
         latch,
     }
 }

@@ -186,7 +186,8 @@ fn headers(
         if !seen.insert(canonical.clone()) {
             return Err(Refusal::of(label, "duplicate caller header name"));
         }
-        if value.len() > MAX_HEADER_VALUE || value.chars().any(|c| c.is_control()) {
+        // The schema's rule exactly: no C0 control character and no DEL.
+        if value.len() > MAX_HEADER_VALUE || value.chars().any(|c| c < ' ' || c == '\u{7f}') {
             return Err(Refusal::of(label, "invalid caller header value"));
         }
         bytes += canonical.len() + value.len();
