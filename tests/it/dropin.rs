@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tunnelgate::internals::sim::NewCommand;
 
+use crate::harness::seen;
 use crate::harness::{
     final_json, free_port, http_client, peer_script, python, spawn_py_oauth_server, spawn_py_server, wait_for,
     wait_until, ChildGuard, Gateway, PyMode, Rig, RigOptions,
@@ -328,15 +329,6 @@ async fn a_notification_to_a_stdio_channel_is_acknowledged_200_and_over_http_kee
 // ---------------------------------------------------------------------------------------
 // A Harpoon target URL without a path
 // ---------------------------------------------------------------------------------------
-
-/// The requests the peer logged, `METHOD PATH`.
-fn seen(peer: &ChildGuard) -> Vec<String> {
-    peer.stderr()
-        .lines()
-        .filter_map(|l| l.strip_prefix("seen "))
-        .map(str::to_owned)
-        .collect()
-}
 
 #[tokio::test]
 async fn a_harpoon_target_url_without_a_path_is_its_root() {

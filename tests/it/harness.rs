@@ -1093,3 +1093,21 @@ pub async fn spawn_py_introspecting_server(
     let url = ready.replace("/ready", "/mcp");
     (guard, url)
 }
+
+/// The requests a peer logged on its stderr as `seen METHOD PATH`, as `METHOD PATH`.
+pub fn seen(peer: &ChildGuard) -> Vec<String> {
+    peer.stderr()
+        .lines()
+        .filter_map(|l| l.strip_prefix("seen "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// [`seen`], once the peer has logged `n` requests (its stderr is read by a thread).
+pub async fn seen_n(peer: &ChildGuard, n: usize) -> Vec<String> {
+    wait_until("the peer's request log", Duration::from_secs(10), || async {
+        seen(peer).len() >= n
+    })
+    .await;
+    seen(peer)
+}

@@ -18,6 +18,7 @@ use crate::harness::{
     final_json, http_client, spawn_oidc_provider, spawn_py_introspecting_server, wait_until, ChildGuard, Gateway, Rig,
     RigOptions,
 };
+use crate::harness::{seen, seen_n};
 
 const EXIT: Duration = Duration::from_secs(20);
 /// The resource server's own client at the authorization server (it introspects).
@@ -38,24 +39,6 @@ fn unpacked(path: &std::path::Path) -> String {
         all.push_str(&body);
     }
     all
-}
-
-/// The requests a peer logged, as `METHOD PATH`.
-fn seen(peer: &ChildGuard) -> Vec<String> {
-    peer.stderr()
-        .lines()
-        .filter_map(|l| l.strip_prefix("seen "))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The requests a peer logged, once it has logged `n` (its stderr is read by a thread).
-async fn seen_n(peer: &ChildGuard, n: usize) -> Vec<String> {
-    wait_until("the peer's request log", Duration::from_secs(10), || async {
-        seen(peer).len() >= n
-    })
-    .await;
-    seen(peer)
 }
 
 /// The authorization server, the MCP server that trusts it, and a gateway whose `main`

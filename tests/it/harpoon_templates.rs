@@ -13,7 +13,8 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use tunnelgate::internals::sim::NewCommand;
 
-use crate::harness::{final_json, spawn_py_oauth_server, wait_until, ChildGuard, Gateway, Rig, RigOptions};
+use crate::harness::seen_n;
+use crate::harness::{final_json, spawn_py_oauth_server, ChildGuard, Gateway, Rig, RigOptions};
 
 const EXIT: Duration = Duration::from_secs(20);
 const LABEL: &str = "get_case_status";
@@ -175,24 +176,6 @@ impl Case {
         self.gw.sigterm();
         assert_eq!(self.gw.wait_exit(EXIT).await, Some(0), "{}", self.gw.stderr());
     }
-}
-
-/// The requests the peer logged, as `METHOD PATH`.
-fn seen(peer: &ChildGuard) -> Vec<String> {
-    peer.stderr()
-        .lines()
-        .filter_map(|l| l.strip_prefix("seen "))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The requests the peer logged, once it has logged `n`.
-async fn seen_n(peer: &ChildGuard, n: usize) -> Vec<String> {
-    wait_until("the peer's request log", Duration::from_secs(10), || async {
-        seen(peer).len() >= n
-    })
-    .await;
-    seen(peer)
 }
 
 /// A refused call's text (an `isError` result with no structured content).

@@ -10,30 +10,13 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 use tunnelgate::internals::sim::{NewCommand, Record};
 
+use crate::harness::seen_n;
 use crate::harness::{
-    final_json, http_client, peer_script, python, spawn_py_oauth_server, spawn_py_server, wait_until, ChildGuard,
-    PyMode, Rig, RigOptions,
+    final_json, http_client, peer_script, python, spawn_py_oauth_server, spawn_py_server, wait_until, PyMode, Rig,
+    RigOptions,
 };
 
 const EXIT: Duration = Duration::from_secs(20);
-
-/// The requests a `py_oauth_server.py` peer logged, as `METHOD PATH`.
-fn seen(peer: &ChildGuard) -> Vec<String> {
-    peer.stderr()
-        .lines()
-        .filter_map(|l| l.strip_prefix("seen "))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The requests a peer logged, once it has logged `n` (its stderr is read by a thread).
-async fn seen_n(peer: &ChildGuard, n: usize) -> Vec<String> {
-    wait_until("the peer's request log", Duration::from_secs(10), || async {
-        seen(peer).len() >= n
-    })
-    .await;
-    seen(peer)
-}
 
 /// The POSTs the gateway made for `id`: exactly one, whose body is returned.
 fn one_answer(rec: &Record, id: &str) -> Value {

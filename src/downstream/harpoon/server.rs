@@ -425,7 +425,10 @@ fn result_of(harpoon: &HarpoonTransport, answered: call::Answered) -> Value {
         } else {
             text
         };
-        headers.entry(canonical(name.as_str())).or_default().push(text);
+        headers
+            .entry(crate::config::canonical_header(name.as_str()))
+            .or_default()
+            .push(text);
     }
     let body = rewrite::body(&registry, &answered.body).unwrap_or_else(|| answered.body.clone());
     json!({
@@ -437,29 +440,14 @@ fn result_of(harpoon: &HarpoonTransport, answered: call::Answered) -> Value {
     })
 }
 
-/// `www-authenticate` as `Www-Authenticate`.
-fn canonical(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut upper = true;
-    for c in name.chars() {
-        out.push(if upper {
-            c.to_ascii_uppercase()
-        } else {
-            c.to_ascii_lowercase()
-        });
-        upper = c == '-';
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn header_names_are_written_as_go_writes_them() {
-        assert_eq!(canonical("www-authenticate"), "Www-Authenticate");
-        assert_eq!(canonical("content-type"), "Content-Type");
+        assert_eq!(crate::config::canonical_header("www-authenticate"), "Www-Authenticate");
+        assert_eq!(crate::config::canonical_header("content-type"), "Content-Type");
     }
 
     #[test]
