@@ -17,8 +17,11 @@
 //! - a record refused or unanswered leaves the pending delete to the settle loop, under
 //!   the term it was recorded in (a delete is idempotent: one that did commit is
 //!   harmless to repeat);
-//! - a step-down waits for no pending delete, and a graceful stop writes it before it
-//!   gives the lease back: a handover never leaves an acknowledged command's intent.
+//! - a step-down waits until the pending delete is written, and a graceful stop writes
+//!   it before it gives the lease back: a handover never leaves an acknowledged command's
+//!   intent;
+//! - a record of the same request id as the pending delete folds nothing: it overwrites
+//!   that key, and its own settle removes it.
 
 use std::time::Duration;
 
@@ -41,7 +44,8 @@ impl EtcdIntents {
 
     async fn record_now(&self, intent: &Intent) -> Result<(), IntentError> {
         let c = &self.coordinator;
-        let (term, _recording, folded) = Recording::begin(c).map_err(|why| refused(c, IntentOp::Record, why))?;
+        let (term, _recording, folded) =
+            Recording::begin(c, &intent.request_id).map_err(|why| refused(c, IntentOp::Record, why))?;
         let keys = &c.shared.keys;
         let mut success = vec![Op::Put {
             key: keys.intent(&intent.request_id),
@@ -139,6 +143,7 @@ async fn settle_pending(c: &Coordinator) {
 }
 
 /// Moves the pending delete to the retried set (a stop or the end of the term is near).
+/// A step-down waits until it is written.
 pub(super) fn pending_to_unsettled(c: &Coordinator) {
     let mut state = c.lock();
     if let Some((request_id, revision)) = state.pending_settle.take() {
@@ -156,11 +161,14 @@ type Folded = Option<(String, i64)>;
 impl<'a> Recording<'a> {
     /// The term, the recording guard, and the pending delete this record folds in (one
     /// of this term; an older term's goes to the retried set).
-    fn begin(c: &'a Coordinator) -> Result<(super::Term, Self, Folded), &'static str> {
+    fn begin(c: &'a Coordinator, request_id: &str) -> Result<(super::Term, Self, Folded), &'static str> {
         let mut state = c.lock();
         let term = c.admitting_term_of(&state)?;
         state.recording += 1;
         let folded = match state.pending_settle.take() {
+            // The same request id again: this record overwrites that key (etcd refuses a
+            // transaction that writes and deletes one key), and its own settle removes it.
+            Some((pending, _)) if pending == request_id => None,
             Some((request_id, revision)) if revision == term.revision => Some((request_id, revision)),
             Some((request_id, revision)) => {
                 state.unsettled.insert(request_id, revision);

@@ -51,6 +51,7 @@ mod stdio_sessions;
 mod stop;
 mod strict;
 mod strict_ha;
+mod strict_ha_fold;
 mod strict_ha_silent;
 mod strict_ha_truth;
 mod support_bundle;
