@@ -324,13 +324,15 @@ fn rows(args: &Args) -> Vec<Row> {
         }
     }
     for log_level in ["warn", "info"] {
-        rows.push(Row {
-            path: Path::Http,
-            concurrency: 1,
-            strict: true,
-            log_level,
-            cp_tls: None,
-        });
+        for &path in &paths {
+            rows.push(Row {
+                path,
+                concurrency: 1,
+                strict: true,
+                log_level,
+                cp_tls: None,
+            });
+        }
     }
     rows
 }
@@ -346,6 +348,7 @@ pub(crate) async fn run(args: &Args) -> Result<u8, String> {
         "| path | concurrency | log level | commands/s | p50 | gateway CPU / command (median) | gateway CPU / command, each run | polls / command | control-plane connections / command | MCP connections / command | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let pki = if args.cp_tls { Some(Pki::new()?) } else { None };
+    let mut rates: Vec<(Row, f64)> = Vec::new();
     for row in rows(args) {
         let mut runs = Vec::new();
         for n in 1..=args.runs {
@@ -353,9 +356,60 @@ pub(crate) async fn run(args: &Args) -> Result<u8, String> {
             runs.push(run_once(args, &client, row, secs, pki.as_ref()).await?);
         }
         out.push_str(&table_row(row, &runs));
+        rates.push((row, median(runs.iter().map(|r| r.per_second).collect())));
+    }
+    if !args.cp_tls {
+        out.push_str(&floors(&rates)?);
     }
     println!("{out}");
     Ok(0)
+}
+
+/// Strict mode's floor on one machine, per transport at one command in flight: the same
+/// run's default-mode time per command plus one measured flush (an in-place 4 KiB
+/// `pwrite` + `fdatasync` in the directory the gateway's latch file lives in), and
+/// strict's rate against it.
+fn floors(rates: &[(Row, f64)]) -> Result<String, String> {
+    let flush_us = flush_latency_us(200)?;
+    let mut out = String::from(
+        "\n| path | log level | one flush (median of 200) | default commands/s | strict floor | strict commands/s | strict / floor |\n|---|---|---|---|---|---|---|\n",
+    );
+    for &(row, strict_rate) in rates.iter().filter(|(r, _)| r.strict) {
+        let default = rates
+            .iter()
+            .find(|(r, _)| !r.strict && r.path == row.path && r.concurrency == 1 && r.log_level == row.log_level)
+            .map(|(_, rate)| *rate);
+        let Some(default) = default.filter(|d| *d > 0.0) else {
+            continue;
+        };
+        let floor = 1.0 / (1.0 / default + flush_us / 1e6);
+        let path = if row.path == Path::Http { "HTTP" } else { "stdio" };
+        out.push_str(&format!(
+            "| {path} | `{}` | {flush_us:.0} us | {default:.0} | {floor:.0} | {strict_rate:.0} | {:.2} |\n",
+            row.log_level,
+            strict_rate / floor
+        ));
+    }
+    Ok(out)
+}
+
+/// The median time of `samples` in-place 4 KiB `pwrite` + `fdatasync`s of one file in
+/// the temporary directory (where the gateway's latch file is), in microseconds.
+fn flush_latency_us(samples: usize) -> Result<f64, String> {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let file = std::fs::File::create(dir.path().join("flush.probe")).map_err(|e| e.to_string())?;
+    let block = vec![b' '; 4096];
+    file.write_all_at(&block, 0).map_err(|e| e.to_string())?;
+    file.sync_all().map_err(|e| e.to_string())?;
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let started = tokio::time::Instant::now();
+        file.write_all_at(&block, 0).map_err(|e| e.to_string())?;
+        file.sync_data().map_err(|e| e.to_string())?;
+        times.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(median(times))
 }
 
 /// The row's first three cells. A TLS row names the protocol the polls and POSTs
@@ -374,7 +428,8 @@ fn label(row: Row, http2_share: Option<f64>) -> String {
         }
         (Path::Http, false, None) => "HTTP".to_owned(),
         (Path::Http, true, None) => "HTTP, strict".to_owned(),
-        (Path::Stdio, _, _) => "stdio".to_owned(),
+        (Path::Stdio, false, _) => "stdio".to_owned(),
+        (Path::Stdio, true, _) => "stdio, strict".to_owned(),
     };
     format!("{path} | {} | `{}`", row.concurrency, row.log_level)
 }
