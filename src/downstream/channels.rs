@@ -69,7 +69,9 @@ impl Transport {
         let leg = match self {
             Self::Http(t) => t.call(admission, req, notes).await,
             Self::Stdio(t) => t.call(admission, req, notes).await,
-            Self::Harpoon(t) => t.call(admission, req).await,
+            // Boxed: channel harpoon's state (an outbound call with its redirects) would
+            // otherwise size every other channel's call future.
+            Self::Harpoon(t) => Box::pin(t.call(admission, req)).await,
         };
         if let Some(method) = req.payload.method() {
             self.observed().answered(method, &leg);

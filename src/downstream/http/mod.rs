@@ -316,13 +316,16 @@ impl HttpTransport {
         }
         match self.plan(req) {
             super::era::Plan::PassThrough => {}
-            plan => return self.bridged(admission, req, notes, plan).await,
+            // Boxed, as the other bridge below: the bridge's state is large and rare, and
+            // inline it would make every plain call's future that large, copied whole at
+            // each level that moves it (measured: about 20k instructions per command).
+            plan => return Box::pin(self.bridged(admission, req, notes, plan)).await,
         }
         // A handshake-era caller: bridged when the server is of 2026-07-28 only.
         if self.inner.era != EraSetting::Legacy {
             let up = super::era::up::plan(req.payload, req.headers);
             if !matches!(up, super::era::up::UpPlan::PassThrough) {
-                return self.legacy_caller(admission, req, notes, up).await;
+                return Box::pin(self.legacy_caller(admission, req, notes, up)).await;
             }
         }
         let started = Instant::now();

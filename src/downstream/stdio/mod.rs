@@ -323,14 +323,15 @@ impl StdioTransport {
         if session.era != era::EraSetting::Modern {
             match era::plan(req.payload, req.headers) {
                 era::Plan::PassThrough => {}
-                plan => return self.bridged(admission, req, notes, plan).await,
+                // Boxed: the bridge's large, rare state stays off every plain call's future.
+                plan => return Box::pin(self.bridged(admission, req, notes, plan)).await,
             }
         }
         // A handshake-era caller of a 2026-07-28 child.
         if self.shared.lock().discovered && session.era != era::EraSetting::Legacy {
             match era::up::plan(req.payload, req.headers) {
                 era::up::UpPlan::PassThrough => {}
-                plan => return self.up_bridged(admission, req, notes, plan).await,
+                plan => return Box::pin(self.up_bridged(admission, req, notes, plan)).await,
             }
         }
         self.plain_call(admission, req, notes).await
