@@ -360,9 +360,65 @@ pub(crate) async fn run(args: &Args) -> Result<u8, String> {
     }
     if !args.cp_tls {
         out.push_str(&floors(&rates)?);
+        if let Some(server) = args.stdio_server.clone() {
+            let direct = tokio::task::spawn_blocking(move || direct_stdio_rate(&server, secs))
+                .await
+                .map_err(|e| e.to_string())??;
+            out.push_str(&format!(
+                "\nThe same stdio server driven directly by a client that owns its pipes (one `tools/call echo` at a time, no gateway): {direct:.0} commands/s.\n"
+            ));
+        }
     }
     println!("{out}");
     Ok(0)
+}
+
+/// The stdio baseline: `server --serve-stdio` as a child whose pipes this process owns,
+/// initialized once, then one `tools/call echo` at a time for `secs`; each answer is read
+/// whole and checked. Commands per second.
+fn direct_stdio_rate(server: &str, secs: Duration) -> Result<f64, String> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = std::process::Command::new(server)
+        .arg("--serve-stdio")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{server}: {e}"))?;
+    let (Some(mut input), Some(output)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err("the stdio server's pipes".to_owned());
+    };
+    let mut output = BufReader::new(output);
+    let mut line = String::new();
+    let mut exchange = |id: u64, body: &str, line: &mut String| -> Result<(), String> {
+        writeln!(input, "{body}")
+            .and_then(|()| input.flush())
+            .map_err(|e| e.to_string())?;
+        line.clear();
+        output.read_line(line).map_err(|e| e.to_string())?;
+        let answer: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        if answer["id"] != id {
+            return Err(format!("the stdio server answered {line:?} to request {id}"));
+        }
+        Ok(())
+    };
+    exchange(
+        0,
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#,
+        &mut line,
+    )?;
+    let started = tokio::time::Instant::now();
+    let mut done = 0u64;
+    while started.elapsed() < secs {
+        done += 1;
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":{done},"method":"tools/call","params":{{"name":"echo","arguments":{{"message":"hi"}}}}}}"#
+        );
+        exchange(done, &call, &mut line)?;
+    }
+    let rate = done as f64 / started.elapsed().as_secs_f64();
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(rate)
 }
 
 /// Strict mode's floor on one machine, per transport at one command in flight: the same
