@@ -59,24 +59,16 @@ pub(crate) async fn call_template(
 ) -> TemplateAnswer {
     let settings = &harpoon.inner.settings;
     let user_agent = format!("tunnelgate/{}", settings.version);
-    let refused = |refusal: args::Refusal, known: bool| {
-        let metric_label = refusal
-            .label
-            .clone()
-            .filter(|_| known)
-            .unwrap_or_else(|| "__unknown__".into());
-        harpoon
-            .inner
-            .metrics
-            .harpoon_call(&metric_label, "invalid_input", "none");
-        harpoon
-            .inner
-            .metrics
-            .harpoon_refused(if refusal.message == "unknown template target" {
-                "unknown_target"
-            } else {
-                "invalid_template_arguments"
-            });
+    // A refusal names a template's label only once its label is a template's (the
+    // metric's label set stays bounded); counted by why it was refused.
+    let refused = |refusal: args::Refusal, reason: &'static str| {
+        let metrics = &harpoon.inner.metrics;
+        metrics.harpoon_call(
+            refusal.label.as_deref().unwrap_or("__unknown__"),
+            "invalid_input",
+            "none",
+        );
+        metrics.harpoon_refused(reason);
         TemplateAnswer::local(super::answer::tool_error(
             refusal.label.as_deref().unwrap_or_default(),
             &refusal.message,
@@ -84,22 +76,20 @@ pub(crate) async fn call_template(
     };
     let arguments = match args::parse(raw) {
         Ok(a) => a,
-        Err(refusal) => return refused(refusal, false),
+        Err(refusal) => return refused(refusal, "invalid_template_arguments"),
     };
     let label = arguments.get("label").and_then(Value::as_str).unwrap_or_default();
     let Some(index) = settings.templates.iter().position(|t| t.label == label) else {
-        return refused(
-            args::Refusal {
-                label: None,
-                message: "unknown template target".into(),
-            },
-            false,
-        );
+        let refusal = args::Refusal {
+            label: None,
+            message: "unknown template target".into(),
+        };
+        return refused(refusal, "unknown_target");
     };
     let template = &settings.templates[index];
     let checked = match args::check(index, template, &arguments, settings.max_response_bytes, &user_agent) {
         Ok(c) => c,
-        Err(refusal) => return refused(refusal, true),
+        Err(refusal) => return refused(refusal, "invalid_template_arguments"),
     };
     send(harpoon, admission, checked, deadline, &user_agent).await
 }
