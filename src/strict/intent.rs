@@ -52,6 +52,9 @@ struct IntentDocument {
     intent: Option<Intent>,
 }
 
+/// A record's flush this slow is logged (the gateway's thread waited for it).
+pub const SLOW_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Records are padded to a multiple of this, so that an overwrite keeps the file's size.
 const RECORD_BLOCK: usize = 4096;
 
@@ -66,8 +69,6 @@ pub enum IntentError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("the intent record {path} exists but is not a tunnelgate intent (treated as unsettled): {reason}")]
     Corrupt { path: PathBuf, reason: String },
-    #[error("the intent store stopped before finishing")]
-    Interrupted,
     /// A shared store refused the record: this replica does not hold the lease (or a
     /// cluster-wide latch is set). Nothing was dispatched.
     #[error("the write-ahead intent was refused: {reason}")]
@@ -84,7 +85,6 @@ impl IntentError {
             Self::Remove { .. } => "remove",
             Self::Read { .. } => "read",
             Self::Corrupt { .. } => "corrupt",
-            Self::Interrupted => "interrupted",
             Self::Refused { .. } => "refused",
             Self::Unavailable { .. } => "unavailable",
         }
@@ -136,7 +136,14 @@ pub trait IntentStore: Send + Sync {
 #[derive(Clone, Debug)]
 pub struct FileIntents {
     path: PathBuf,
-    file: std::sync::Arc<std::sync::Mutex<Option<std::fs::File>>>,
+    file: std::sync::Arc<std::sync::Mutex<Option<OpenRecord>>>,
+}
+
+/// The record file, open, and the length last written to it.
+#[derive(Debug)]
+struct OpenRecord {
+    file: std::fs::File,
+    len: u64,
 }
 
 impl FileIntents {
@@ -157,42 +164,51 @@ impl FileIntents {
     }
 
     /// Writes `intent` (or the settled document) in place; flushed with `fdatasync` when
-    /// `flush`. The first write creates the file durably.
+    /// `flush`. The first write creates the file durably. A record (flushed) first makes
+    /// sure the open file is still the one at the path; a settle need not: a settle
+    /// written to a file removed behind the gateway's back leaves no record at the path,
+    /// which reads as settled too.
     fn write_now(&self, intent: Option<&Intent>, flush: bool) -> Result<(), IntentError> {
         let err = |source| IntentError::Write {
             path: self.path.clone(),
             source,
         };
-        let bytes = document(intent);
-        // Only the blocking pool takes this lock, never across an await.
+        let bytes: std::borrow::Cow<'_, [u8]> = match intent {
+            Some(intent) => document(Some(intent)).into(),
+            None => SETTLED.as_slice().into(),
+        };
+        // Never held across an await.
         let mut open = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if open.is_none() {
-            match std::fs::OpenOptions::new().write(true).open(&self.path) {
-                Ok(f) => *open = Some(f),
+        let record = match open.as_mut() {
+            Some(record) if flush && links(&record.file).map_err(err)? == 0 => {
+                // Removed behind the gateway's back: a write to it would be lost. Create
+                // the record again, durably, and open that one next time.
+                *open = None;
+                return write_durably(&self.path, &bytes).map_err(err);
+            }
+            Some(record) => record,
+            None => match std::fs::OpenOptions::new().write(true).open(&self.path) {
+                Ok(file) => {
+                    let len = length(&file).map_err(err)?;
+                    open.insert(OpenRecord { file, len })
+                }
                 // Created once, with the directory entry made durable too; opened by the
                 // next write.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     return write_durably(&self.path, &bytes).map_err(err)
                 }
                 Err(e) => return Err(err(e)),
-            }
-        }
-        let file = open.as_ref().expect("opened above");
-        use std::os::unix::fs::{FileExt, MetadataExt};
-        let meta = file.metadata().map_err(err)?;
-        if meta.nlink() == 0 {
-            // Removed behind the gateway's back: a write to it would be lost. Create the
-            // record again, durably, and open that one next time.
-            *open = None;
-            return write_durably(&self.path, &bytes).map_err(err);
-        }
-        file.write_all_at(&bytes, 0).map_err(err)?;
+            },
+        };
+        use std::os::unix::fs::FileExt;
+        record.file.write_all_at(&bytes, 0).map_err(err)?;
         let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-        if meta.len() != len {
-            file.set_len(len).map_err(err)?;
+        if record.len != len {
+            record.file.set_len(len).map_err(err)?;
+            record.len = len;
         }
         if flush {
-            file.sync_data().map_err(err)?;
+            record.file.sync_data().map_err(err)?;
         }
         Ok(())
     }
@@ -235,24 +251,31 @@ impl FileIntents {
 }
 
 impl IntentStore for FileIntents {
+    /// Written and flushed on the calling thread, not handed to the blocking pool: the
+    /// two hand-offs there and back cost as much as the flush itself (a fifth of strict
+    /// mode's rate, docs/PERFORMANCE.md). The price: while the disk does not answer, the
+    /// runtime thread waits for it, polls and the ops listener with it. A flush that
+    /// takes [`SLOW_FLUSH`] or longer says so once it returns.
     fn record<'a>(&'a self, intent: &'a Intent) -> IntentFuture<'a, Result<(), IntentError>> {
-        let (this, intent) = (self.clone(), intent.clone());
         Box::pin(async move {
-            // The fsyncs block: off the runtime, so polls and the ops listener go on.
-            tokio::task::spawn_blocking(move || this.write_now(Some(&intent), true))
-                .await
-                .unwrap_or(Err(IntentError::Interrupted))
+            let started = tokio::time::Instant::now();
+            let written = self.write_now(Some(intent), true);
+            let took = started.elapsed();
+            if took >= SLOW_FLUSH {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    took_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+                    "the write-ahead intent's flush was slow: the gateway waited for its disk, and so did its polls and ops listener"
+                );
+            }
+            written
         })
     }
 
+    /// Not flushed (a settle lost to a crash errs on the safe side), so a page-cache
+    /// write on the calling thread.
     fn settle(&self) -> IntentFuture<'_, Result<(), IntentError>> {
-        let this = self.clone();
-        Box::pin(async move {
-            // Not flushed: a settle lost to a crash errs on the safe side.
-            tokio::task::spawn_blocking(move || this.write_now(None, false))
-                .await
-                .unwrap_or(Err(IntentError::Interrupted))
-        })
+        Box::pin(async move { self.write_now(None, false) })
     }
 
     fn unsettled(&self) -> Unsettled {
@@ -263,6 +286,9 @@ impl IntentStore for FileIntents {
         "the record stays, and the next start latches interrupted_before_ack on it"
     }
 }
+
+/// The settled document, the same for every settle.
+static SETTLED: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| document(None));
 
 /// The document for `intent` (null: settled), padded with spaces to whole blocks.
 fn document(intent: Option<&Intent>) -> Vec<u8> {
@@ -276,6 +302,37 @@ fn document(intent: Option<&Intent>) -> Vec<u8> {
     let padded = bytes.len().div_ceil(RECORD_BLOCK) * RECORD_BLOCK;
     bytes.resize(padded, b' ');
     bytes
+}
+
+/// The file's link count, asked without its times. On Linux 6.13 and later (multigrain
+/// timestamps) a stat that reads a file's times makes its next write take a fine-grained
+/// timestamp, so the `fdatasync` after it writes the inode too: 47 us more per flush on
+/// the benchmark machine (docs/PERFORMANCE.md).
+#[cfg(target_os = "linux")]
+fn links(file: &std::fs::File) -> std::io::Result<u64> {
+    let stat = statx(file, rustix::fs::StatxFlags::NLINK)?;
+    Ok(u64::from(stat.stx_nlink))
+}
+
+/// The file's length, asked without its times (see [`links`]).
+#[cfg(target_os = "linux")]
+fn length(file: &std::fs::File) -> std::io::Result<u64> {
+    Ok(statx(file, rustix::fs::StatxFlags::SIZE)?.stx_size)
+}
+
+#[cfg(target_os = "linux")]
+fn statx(file: &std::fs::File, mask: rustix::fs::StatxFlags) -> std::io::Result<rustix::fs::Statx> {
+    rustix::fs::statx(file, "", rustix::fs::AtFlags::EMPTY_PATH, mask).map_err(std::io::Error::from)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn links(file: &std::fs::File) -> std::io::Result<u64> {
+    Ok(std::os::unix::fs::MetadataExt::nlink(&file.metadata()?))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn length(file: &std::fs::File) -> std::io::Result<u64> {
+    Ok(file.metadata()?.len())
 }
 
 /// `latch.json` -> `latch.intent.json` (any extension is replaced; none is added to).

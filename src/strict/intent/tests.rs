@@ -93,6 +93,46 @@ async fn a_record_removed_behind_the_gateways_back_is_written_again() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+#[tokio::test]
+async fn the_file_takes_the_length_of_each_document_the_open_file_remembers_it() {
+    let d = dir();
+    let store = FileIntents::beside(&d.join("latch.json"));
+    let len = || std::fs::metadata(store.path()).unwrap().len();
+    store.record(&Intent::now("first", "main", None, "i")).await.unwrap();
+    // Opened and kept by this settle; its length is asked once, at the open.
+    store.settle().await.unwrap();
+    assert_eq!(len(), 4096);
+    // A record longer than one block grows the file; the next, shorter one shrinks it
+    // again, with no stale bytes after the document.
+    let long = Intent::now(&"r".repeat(5000), "main", None, "i");
+    store.record(&long).await.unwrap();
+    assert_eq!(len(), 2 * 4096);
+    assert!(matches!(store.unsettled(), Unsettled::Intent(i) if i == long));
+    let short = Intent::now("short", "main", None, "i");
+    store.record(&short).await.unwrap();
+    assert_eq!(len(), 4096);
+    assert!(matches!(store.unsettled(), Unsettled::Intent(i) if i == short));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[tokio::test]
+async fn a_settle_after_the_file_was_removed_leaves_nothing_unsettled() {
+    let d = dir();
+    let store = FileIntents::beside(&d.join("latch.json"));
+    store.record(&Intent::now("first", "main", None, "i")).await.unwrap();
+    store.settle().await.unwrap();
+    store.record(&Intent::now("second", "main", None, "i")).await.unwrap();
+    std::fs::remove_file(store.path()).unwrap();
+    // Written to the removed file: no record is left at the path, which reads as settled.
+    store.settle().await.unwrap();
+    assert!(matches!(store.unsettled(), Unsettled::None));
+    // The next record is at the path again.
+    let third = Intent::now("third", "main", None, "i");
+    store.record(&third).await.unwrap();
+    assert!(matches!(store.unsettled(), Unsettled::Intent(i) if i == third));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 #[test]
 fn a_fifo_where_the_record_should_be_fails_closed_at_once() {
     let d = dir();
