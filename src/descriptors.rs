@@ -108,29 +108,10 @@ pub fn is_exhaustion(error: &std::io::Error) -> bool {
         )
 }
 
-/// Whether any `io::Error` in the cause chain (also inside wrapped ones) says so.
-pub fn chain_is_exhaustion(error: &(dyn std::error::Error + 'static)) -> bool {
-    io_errors(error).into_iter().any(is_exhaustion)
-}
-
-/// Every `io::Error` in the cause chain of `error`, including errors wrapped inside
-/// `io::Error`s, outermost first.
-pub fn io_errors<'a>(error: &'a (dyn std::error::Error + 'static)) -> Vec<&'a std::io::Error> {
-    let mut found = Vec::new();
-    let mut pending: Vec<&(dyn std::error::Error + 'static)> = vec![error];
-    while let Some(err) = pending.pop() {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            found.push(io);
-            if let Some(inner) = io.get_ref() {
-                pending.push(inner);
-                continue;
-            }
-        }
-        if let Some(next) = err.source() {
-            pending.push(next);
-        }
-    }
-    found
+/// Whether any of these I/O errors says so: the `io::Error`s of a cause chain, as a send
+/// error gives them (`SendError::io_errors`, also inside wrapped ones).
+pub fn any_is_exhaustion<'a>(errors: impl IntoIterator<Item = &'a std::io::Error>) -> bool {
+    errors.into_iter().any(is_exhaustion)
 }
 
 #[cfg(test)]
@@ -139,18 +120,21 @@ pub(crate) mod exhausted;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::egress::error::io_errors;
 
     #[test]
     fn each_exhaustion_errno_is_recognised_and_nothing_else() {
         for errno in [libc::EMFILE, libc::ENFILE, libc::ENOMEM, libc::ENOBUFS] {
             let e = std::io::Error::from_raw_os_error(errno);
             assert!(is_exhaustion(&e), "{e}");
-            assert!(chain_is_exhaustion(&std::io::Error::other(e)), "wrapped {errno}");
+            let wrapped = std::io::Error::other(e);
+            assert!(any_is_exhaustion(io_errors(&wrapped)), "wrapped {errno}");
         }
         for errno in [libc::ECONNREFUSED, libc::ECONNRESET, libc::ETIMEDOUT, libc::EACCES] {
             let e = std::io::Error::from_raw_os_error(errno);
             assert!(!is_exhaustion(&e), "{e}");
-            assert!(!chain_is_exhaustion(&std::io::Error::other(e)), "wrapped {errno}");
+            let wrapped = std::io::Error::other(e);
+            assert!(!any_is_exhaustion(io_errors(&wrapped)), "wrapped {errno}");
         }
     }
 

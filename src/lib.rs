@@ -109,8 +109,9 @@ mod health;
 pub mod internals;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod ops;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
-mod protocol;
+/// The wire protocol, a crate of its own (`crates/protocol`), under the name the modules
+/// use for it.
+use tunnelgate_protocol as protocol;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod receipts;
 /// A scripted HTTP peer for the crate's own tests.

@@ -288,7 +288,7 @@ pub struct InputRequired {
     pub max_rounds: u32,
 }
 
-/// `[strict]`: the fail-closed mode (DESIGN.md section 3).
+/// `[strict]`: the fail-closed mode (docs/strict-mode.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Strict {
     pub enabled: bool,

@@ -28,7 +28,7 @@ label_enum! {
 }
 
 label_enum! {
-    /// How a delivery ended (DESIGN §2; `deliveries_total{outcome}`).
+    /// How a delivery ended (docs/outcomes.md, "Response POSTs"; `deliveries_total{outcome}`).
     pub(crate) enum Delivery {
         Acked => "acked",
         NotFound => "not_found",

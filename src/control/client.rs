@@ -154,8 +154,8 @@ impl ControlClient {
             socket: None,
             connect_timeout: settings.post_timeout.min(Duration::from_secs(10)),
             idle: IDLE_TIMEOUT,
-            // reqwest's default resend of a stream an HTTP/2 server refused.
-            retries: NackRetries::ReqwestDefault,
+            // Up to two resends of a request an HTTP/2 server refused unprocessed.
+            retries: NackRetries::UpToTwo,
         };
         let client = Arc::new(Client::new(egress, &target)?);
         let prefix = format!(

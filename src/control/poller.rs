@@ -40,7 +40,8 @@ pub(crate) trait PollSink {
 /// How often a closed poll gate is looked at again.
 const GATE_RECHECK: Duration = Duration::from_millis(20);
 
-/// The poller of one run.
+/// The poller of one run. Built once, with its client and bounds; each run of the loop
+/// starts from a [`fresh`](Self::fresh) one.
 pub(crate) struct Poller {
     client: ControlClient,
     metrics: Arc<Metrics>,
@@ -76,6 +77,17 @@ impl Poller {
             open_poll_grace,
             succeeded: false,
         }
+    }
+
+    /// A poller with this one's client and bounds, as [`Poller::new`] built it: no poll
+    /// has succeeded yet and the backoff has seen no failure (a run of the loop starts
+    /// from one, as a replica does each time it becomes the active).
+    pub(crate) fn fresh(&self) -> Self {
+        Self::new(
+            self.client.clone(),
+            self.metrics.clone(),
+            (self.cleanup_timeout, self.open_poll_grace),
+        )
     }
 
     /// Runs until `stop` or `latched` is cancelled.

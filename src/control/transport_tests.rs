@@ -348,8 +348,8 @@ async fn recording_server() -> (String, Arc<Mutex<Vec<String>>>) {
     (url, heads)
 }
 
-/// The heads of the poll and the response POST, in the order reqwest sent them before
-/// the one client replaced it (each delivery's own request id left out), with the wire
+/// The heads of the poll and the response POST, header by header in the order the
+/// client must send them (each delivery's own request id left out), with the wire
 /// contract's version header (2026-08-25) after the instance id.
 const HEADS: [&str; 2] = [POLL_HEAD, POST_HEAD];
 const POLL_HEAD: &str = concat!(
@@ -383,7 +383,7 @@ const POST_HEAD: &str = concat!(
 );
 
 #[tokio::test]
-async fn the_poll_and_the_response_post_send_the_bytes_reqwest_sent() {
+async fn the_poll_and_the_response_post_send_the_bytes_pinned_here() {
     let (url, heads) = recording_server().await;
     let client = client_for(&url);
     let answer = client.poll(3, PollWait::Quick).await.unwrap();

@@ -138,7 +138,7 @@ impl Etcd {
             socket: None,
             connect_timeout: settings.request_timeout,
             idle: Duration::from_secs(50),
-            retries: NackRetries::ReqwestDefault,
+            retries: NackRetries::UpToTwo,
         };
         let first = url::Url::parse(settings.endpoints[0].as_str()).map_err(|e| setup(e.to_string()))?;
         let http = Client::new(egress, &first).map_err(|e| setup(e.to_string()))?;
@@ -324,7 +324,7 @@ impl Etcd {
         let body = serde_json::to_vec(body).expect("a JSON value serializes");
         let body = &body;
         self.on_endpoints(move |at| async move {
-            // The bound spans the request and its answer's body, as reqwest's did.
+            // The bound spans the request and its answer's body.
             let exchange = async {
                 let response = self.request(at, path, body.clone()).await?;
                 let status = response.status();

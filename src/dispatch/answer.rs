@@ -3,6 +3,9 @@
 //! malformed), and the small error that replaces an answer the control plane refused as
 //! too large. The answers of commands that never reach an MCP server never latch: nothing
 //! was sent.
+//!
+//! Posts only: what each post did is told as a step, to the command's `Observer` (or, for
+//! a command that could not be decoded, which has none, as an `Aside`); see `observe`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,16 +17,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::books::Books;
-use crate::control::{ControlClient, Delivery, DeliveryReport, PostKind, Refused};
+use super::observe::{observe_aside, Aside, NotExecuted, Observer, Step};
+use crate::control::{ControlClient, DeliveryReport, PostKind};
 use crate::downstream::Reply;
 use crate::protocol::{
     discovery_error, has_lone_surrogate, json_resp_headers, synthesize_error, ChannelName, Command, CommandKind,
     DiscoveryFailure, FailureSource, InvalidCommand, RequestId, RespTiming, RespType, ResponseBody, ShardToken,
     TooLarge, TunnelFailure, NOT_SENT_MESSAGE,
 };
-use crate::receipts::Pending;
-use crate::strict::Refusal;
-use crate::telemetry::{attrs, DeliveryKind, DropReason};
+use crate::telemetry::attrs;
 
 /// Said to the caller of a command that could not be decoded.
 const MALFORMED_MESSAGE: &str = "not delivered to the MCP server: the tunnel command was malformed";
@@ -31,36 +33,6 @@ const MALFORMED_MESSAGE: &str = "not delivered to the MCP server: the tunnel com
 /// The `resp_code` of the error that replaces an answer too large for the tunnel: the
 /// gateway could not carry what the MCP server sent, as for any body it cannot carry.
 const TOO_LARGE_RESP_CODE: u16 = 502;
-
-/// Why a command is answered "not executed": it never reached an MCP server, and never
-/// will. Counted as the drop of [`NotExecuted::dropped`]; logged as [`NotExecuted::as_str`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum NotExecuted {
-    /// No channel of that name is configured.
-    Unroutable,
-    /// The fence refused the admission, or the admitter is gone (the gateway is
-    /// stopping: [`Refusal::Stopping`]).
-    Refused(Refusal),
-}
-
-impl NotExecuted {
-    /// The `reason` of the not-executed log line: a refusal's own word.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Unroutable => "unroutable",
-            Self::Refused(refusal) => refusal.kind(),
-        }
-    }
-
-    /// The `commands_dropped_total{reason}` it counts.
-    pub(crate) fn dropped(self) -> DropReason {
-        match self {
-            Self::Unroutable => DropReason::Unroutable,
-            Self::Refused(Refusal::Latched) => DropReason::Fatal,
-            Self::Refused(Refusal::Stopping) => DropReason::Shutdown,
-        }
-    }
-}
 
 /// What the caller of a request reads when the MCP server's answer carried an unpaired
 /// surrogate escape.
@@ -75,7 +47,8 @@ pub(crate) struct Responder {
     hard_stop: CancellationToken,
     /// Bound on best-effort error responses after a latch or at shutdown.
     cleanup_timeout: Duration,
-    /// Told of every acknowledged delivery.
+    /// Where the steps of a command that could not be decoded are told (it has no
+    /// observer).
     books: Arc<Books>,
     /// `control_plane.resp_timing`: the MCP server's answers carry `resp_timing`.
     resp_timing: bool,
@@ -103,14 +76,6 @@ impl Responder {
         self
     }
 
-    pub(crate) fn control(&self) -> &ControlClient {
-        &self.control
-    }
-
-    pub(crate) fn cleanup_timeout(&self) -> Duration {
-        self.cleanup_timeout
-    }
-
     /// The cleanup bound from now, never past `deadline`.
     pub(crate) fn cleanup_deadline(&self, deadline: Option<Instant>) -> Option<Instant> {
         let end = Instant::now() + self.cleanup_timeout;
@@ -118,15 +83,15 @@ impl Responder {
     }
 
     /// Posts `reply` as `cmd`'s terminal response, in a `tunnelgate.deliver` span; the
-    /// delivery's outcome goes to the command's receipt.
+    /// delivery's outcome is told to `obs` ([`Step::Answered`]).
     pub(crate) async fn terminal(
         &self,
         cmd: &Command,
         reply: &Reply,
         deadline: Option<Instant>,
-        receipt: &Pending<'_>,
+        obs: &Observer<'_>,
     ) -> DeliveryReport {
-        self.timed_terminal(cmd, reply, None, deadline, receipt).await
+        self.timed_terminal(cmd, reply, None, deadline, obs).await
     }
 
     /// [`Responder::terminal`] for the MCP server's own answer, with its `resp_timing`
@@ -137,17 +102,14 @@ impl Responder {
         reply: &Reply,
         timing: Option<RespTiming>,
         deadline: Option<Instant>,
-        receipt: &Pending<'_>,
+        obs: &Observer<'_>,
     ) -> DeliveryReport {
         let timing = timing.filter(|_| self.resp_timing);
-        let report = match self.told_unpaired(cmd, reply, receipt) {
-            Some(told) => self.post_terminal(cmd, &told, None, deadline).await,
-            None => self.post_terminal(cmd, reply, timing, deadline).await,
+        let report = match self.told_unpaired(cmd, reply, obs) {
+            Some(told) => self.post_terminal(cmd, &told, None, deadline, obs).await,
+            None => self.post_terminal(cmd, reply, timing, deadline, obs).await,
         };
-        receipt.delivered(&report);
-        if report.refused == Some(Refused::TooLarge) {
-            self.books.response_too_large();
-        }
+        obs.observe(Step::Answered(&report));
         report
     }
 
@@ -156,7 +118,7 @@ impl Responder {
     /// that is posted instead, a `-32603` for the same request id saying what happened
     /// in words (the request ran). `None` when the answer can go as it is, or when no
     /// caller waits for a JSON-RPC answer (then the answer goes, and is refused).
-    fn told_unpaired(&self, cmd: &Command, reply: &Reply, receipt: &Pending<'_>) -> Option<Reply> {
+    fn told_unpaired(&self, cmd: &Command, reply: &Reply, obs: &Observer<'_>) -> Option<Reply> {
         let answer = reply.resp_json.as_deref()?;
         if !has_lone_surrogate(answer.get().as_bytes()) {
             return None;
@@ -165,9 +127,8 @@ impl Responder {
             return None;
         };
         let id = request.id().filter(|_| request.expects_response())?;
-        self.books.invalid_json_payload(DeliveryKind::Terminal);
-        tracing::warn!("the MCP server's answer carries an unpaired surrogate escape, which the control plane refuses: the caller is told in words instead");
-        receipt.told(UNPAIRED_WORDS);
+        obs.observe(Step::UnpairedAnswer);
+        obs.observe(Step::Told(UNPAIRED_WORDS));
         let failure = TunnelFailure::new(FailureSource::Protocol, Some("invalid_json_payload"), true, None);
         let resp_json = synthesize_error(Some(id), UNPAIRED_WORDS, &failure);
         Some(error_reply(
@@ -189,7 +150,7 @@ impl Responder {
         cmd: &Command,
         reply: &Reply,
         deadline: Option<Instant>,
-        receipt: &Pending<'_>,
+        obs: &Observer<'_>,
     ) -> Option<DeliveryReport> {
         let CommandKind::JsonRpc(request) = &cmd.kind else {
             return None;
@@ -201,19 +162,20 @@ impl Responder {
             .filter(|_| reply.resp_type == RespType::JsonrpcResponse)?;
         let kind = TooLarge::of_method(request.method());
         let resp_json = synthesize_error(Some(id), &kind.message(answer.get().len()), &TooLarge::failure());
-        receipt.told(kind.words());
+        obs.observe(Step::Told(kind.words()));
         let small = error_reply(Some(resp_json), TOO_LARGE_RESP_CODE, RespType::JsonrpcResponse);
-        Some(self.post_terminal(cmd, &small, None, deadline).await)
+        Some(self.post_terminal(cmd, &small, None, deadline, obs).await)
     }
 
     /// Posts `reply` as `cmd`'s terminal response inside a `tunnelgate.deliver` span that
-    /// records its outcome and attempts.
+    /// records its outcome and attempts; the post is told to `obs` ([`Step::Posted`]).
     async fn post_terminal(
         &self,
         cmd: &Command,
         reply: &Reply,
         timing: Option<RespTiming>,
         deadline: Option<Instant>,
+        obs: &Observer<'_>,
     ) -> DeliveryReport {
         let span = tracing::debug_span!(
             "tunnelgate.deliver",
@@ -226,13 +188,15 @@ impl Responder {
             .post(PostKind::Terminal, body, &cmd.shard_token, deadline)
             .instrument(span.clone())
             .await;
+        obs.observe(Step::Posted(&report));
         span.record(attrs::DELIVERY_OUTCOME, report.delivery.as_str());
         span.record(attrs::ATTEMPTS, i64::from(report.attempts));
         report
     }
 
     /// Posts one response body of `kind`, retried per the control client's rules. Every
-    /// post goes through here, so each `acked` one is in the books.
+    /// post goes through here; its caller tells the post as a step (an `acked` one is in
+    /// the books).
     pub(crate) async fn post(
         &self,
         kind: PostKind,
@@ -240,26 +204,20 @@ impl Responder {
         shard_token: &ShardToken,
         deadline: Option<Instant>,
     ) -> DeliveryReport {
-        let report = self
-            .control
+        self.control
             .deliver(kind, body, shard_token, deadline, &self.hard_stop)
-            .await;
-        if report.delivery == Delivery::Acked {
-            self.books.delivery_acked();
-        }
-        report
+            .await
     }
 
     /// Answers a command that will never reach an MCP server, best effort, bounded by the
     /// cleanup timeout (its drop is counted where it is observed, as `reason` says).
-    pub(crate) async fn not_executed(&self, cmd: &Command, reason: NotExecuted, receipt: &Pending<'_>) {
-        let report = self.refused(cmd, NOT_SENT_MESSAGE, 503, receipt).await;
+    pub(crate) async fn not_executed(&self, cmd: &Command, reason: NotExecuted, obs: &Observer<'_>) {
+        let report = self.refused(cmd, NOT_SENT_MESSAGE, 503, obs).await;
         if let Some(report) = report {
-            tracing::info!(
-                reason = reason.as_str(),
-                delivery = report.delivery.as_str(),
-                "not-executed response"
-            );
+            obs.observe(Step::NotExecutedAnswered {
+                reason,
+                report: &report,
+            });
         }
     }
 
@@ -271,14 +229,14 @@ impl Responder {
         cmd: &Command,
         message: &'static str,
         code: u16,
-        receipt: &Pending<'_>,
+        obs: &Observer<'_>,
     ) -> Option<DeliveryReport> {
         let (id, resp_type) = match &cmd.kind {
             CommandKind::JsonRpc(p) if p.expects_response() => (p.id(), RespType::JsonrpcResponse),
             CommandKind::JsonRpc(_) => (None, RespType::NotifyAck),
             CommandKind::SessionTermination => (None, RespType::SessionTerminationResponse),
             CommandKind::OAuthDiscovery => {
-                return Some(self.discovery_failed(cmd, DiscoveryFailure::NotExecuted, receipt).await);
+                return Some(self.discovery_failed(cmd, DiscoveryFailure::NotExecuted, obs).await);
             }
             // Only a request's caller waits for an answer.
             CommandKind::Unknown(u) => match u.request() {
@@ -288,12 +246,12 @@ impl Responder {
         };
         let failure = TunnelFailure::new(FailureSource::ClientInternal, None, false, None);
         let resp_json = (resp_type == RespType::JsonrpcResponse).then(|| {
-            receipt.told(message);
+            obs.observe(Step::Told(message));
             synthesize_error(id, message, &failure)
         });
         let reply = error_reply(resp_json, code, resp_type);
         let deadline = Instant::now() + self.cleanup_timeout;
-        Some(self.terminal(cmd, &reply, Some(deadline), receipt).await)
+        Some(self.terminal(cmd, &reply, Some(deadline), obs).await)
     }
 
     /// Answers a command on a channel that serves nothing now (`harpoon` without a
@@ -301,12 +259,12 @@ impl Responder {
     /// \"NAME\"" for a request and for a notification (then without an id, and as a
     /// `jsonrpc_response`), a bare `400` `session_termination_response`; never a
     /// `resp_headers`.
-    pub(crate) async fn channel_unsupported(&self, cmd: &Command, receipt: &Pending<'_>) {
+    pub(crate) async fn channel_unsupported(&self, cmd: &Command, obs: &Observer<'_>) {
         let channel = cmd.channel.as_str();
         let (resp_json, resp_type) = match &cmd.kind {
             CommandKind::JsonRpc(p) => {
                 let message = format!("Bad Request: unsupported channel {channel:?}");
-                receipt.told("unsupported channel");
+                obs.observe(Step::Told("unsupported channel"));
                 let id: serde_json::Value = p
                     .id()
                     .and_then(|raw| serde_json::from_str(raw.get()).ok())
@@ -320,7 +278,7 @@ impl Responder {
             }
             CommandKind::SessionTermination => (None, RespType::SessionTerminationResponse),
             CommandKind::OAuthDiscovery | CommandKind::Unknown(_) => {
-                self.discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel, receipt)
+                self.discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel, obs)
                     .await;
                 return;
             }
@@ -332,7 +290,7 @@ impl Responder {
             resp_type,
         };
         let deadline = Instant::now() + self.cleanup_timeout;
-        self.terminal(cmd, &reply, Some(deadline), receipt).await;
+        self.terminal(cmd, &reply, Some(deadline), obs).await;
     }
 
     /// Answers an `oauth_discovery` that produced no document with its error, bounded by
@@ -341,35 +299,34 @@ impl Responder {
         &self,
         cmd: &Command,
         failure: DiscoveryFailure,
-        receipt: &Pending<'_>,
+        obs: &Observer<'_>,
     ) -> DeliveryReport {
         let reply = discovery_failed_reply(cmd, failure);
-        receipt.told(failure.message());
+        obs.observe(Step::Told(failure.message()));
         let deadline = Instant::now() + self.cleanup_timeout;
-        self.terminal(cmd, &reply, Some(deadline), receipt).await
+        self.terminal(cmd, &reply, Some(deadline), obs).await
     }
 
-    /// A command that could not be decoded: answered when it carries what a response
-    /// needs, otherwise skipped (it is counted by the caller).
+    /// A command that could not be decoded: dropped, and answered when it carries what a
+    /// response needs, otherwise skipped. It has no observer: its steps are told as
+    /// [`Aside`]s.
     pub(crate) async fn invalid(&self, invalid: InvalidCommand) {
-        let (Some(request_id), Some(shard_token)) = (invalid.request_id, invalid.shard_token) else {
-            tracing::warn!(
-                reason = invalid.reason.as_str(),
-                "malformed command without request id or shard token; skipped"
-            );
+        let answer_to = invalid.request_id.zip(invalid.shard_token);
+        let malformed = Aside::Malformed {
+            reason: invalid.reason.as_str(),
+            answered: answer_to.is_some(),
+        };
+        observe_aside(&self.books, malformed);
+        let Some((request_id, shard_token)) = answer_to else {
             return;
         };
-        tracing::warn!(
-            reason = invalid.reason.as_str(),
-            "malformed command; answered with an error"
-        );
         let failure = TunnelFailure::new(FailureSource::Protocol, Some("invalid_protocol_response"), false, None);
         let resp_json = synthesize_error(None, MALFORMED_MESSAGE, &failure);
         let reply = error_reply(Some(resp_json), 400, RespType::JsonrpcResponse);
         let deadline = Instant::now() + self.cleanup_timeout;
         let body = body(&request_id, &invalid.channel, &reply);
         let report = self.post(PostKind::Terminal, body, &shard_token, Some(deadline)).await;
-        tracing::info!(delivery = report.delivery.as_str(), "malformed-command response");
+        observe_aside(&self.books, Aside::MalformedAnswered(&report));
     }
 }
 
@@ -418,22 +375,11 @@ fn error_reply(resp_json: Option<Box<serde_json::value::RawValue>>, code: u16, r
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
-    fn each_not_executed_reason_is_logged_and_counted_as_its_row_says() {
-        let rows = [
-            (NotExecuted::Unroutable, "unroutable", DropReason::Unroutable),
-            (NotExecuted::Refused(Refusal::Latched), "latched", DropReason::Fatal),
-            (
-                NotExecuted::Refused(Refusal::Stopping),
-                "stopping",
-                DropReason::Shutdown,
-            ),
-        ];
-        for (reason, word, dropped) in rows {
-            assert_eq!(reason.as_str(), word, "{reason:?}");
-            assert_eq!(reason.dropped(), dropped, "{reason:?}");
-        }
+    fn the_answers_are_logged_under_this_modules_own_target() {
+        assert_eq!(
+            Some(super::super::observe::LOG_ANSWER),
+            module_path!().strip_suffix("::tests")
+        );
     }
 }

@@ -1,13 +1,13 @@
 //! One command, from its route to its last delivery.
 //!
-//! [`run`] routes the command and handles the routes that never reach the fence; an
-//! admitted command becomes a [`CommandTask`], which owns its deadline, its transport,
-//! its admission once granted and its observer, and walks the states of `decide`: each
-//! transition says what to do, and this file only does it (the I/O). Latches are taken
-//! here, while the permit is held, never from the spans. What each step did is told to
-//! the books, the span, the receipt and the log once, through the command's
-//! `Observer` (`observe.rs`). An admitted `oauth_discovery` walks the same states with
-//! its own downstream step (`discover.rs`).
+//! [`run`] takes the command as it was [`Received`] (routed once, at receipt) and handles
+//! the routes that never reach the fence; an admitted command becomes a [`CommandTask`],
+//! which owns its deadline, its transport, its admission once granted and its observer,
+//! and walks the states of `decide`: each transition says what to do, and this file only
+//! does it (the I/O). Latches are taken here, while the permit is held, never from the
+//! spans. What each step did is told to the books, the span, the receipt and the log
+//! once, through the command's `Observer` (`observe.rs`). An admitted `oauth_discovery`
+//! walks the same states with its own downstream step (`discover.rs`).
 
 use std::sync::Arc;
 
@@ -15,17 +15,15 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::admission::{is_expired, Admitted, Place};
-use super::answer::NotExecuted;
 use super::decide::{AfterDelivery, AfterLeg, BeforeDispatch, Running, Start};
 use super::leg::{failed_leg, Leg};
-use super::observe::{Answer, Dropped, LegOf, Observer, Stage, Step, UNMATCHED_REPLY_MESSAGE};
+use super::observe::{Answer, Dropped, LegOf, NotExecuted, Observer, Stage, Step, UNMATCHED_REPLY_MESSAGE};
 use super::replies::{ReplyJob, ReplyKey};
-use super::route::{route, Route};
-use super::Dispatcher;
+use super::route::Routed;
+use super::{Dispatcher, Gate};
 use crate::control::DeliveryReport;
 use crate::downstream::{LegFailure, LegOutcome, LegResult, Transport};
 use crate::protocol::{Command, CommandKind, DiscoveryFailure, JsonRpcPayload, RespTiming};
-use crate::receipts::Pending;
 use crate::strict::{Admission, FatalCategory, FenceLeg, Intent, Refusal};
 
 /// Said when strict mode refuses a long-lived subscription stream.
@@ -41,9 +39,7 @@ pub(super) struct CommandTask<'a> {
     pub(super) cmd: &'a Command,
     pub(super) transport: &'a Transport,
     pub(super) deadline: Option<Instant>,
-    /// What the command's delivery receipt will say, if it does not end cleanly.
-    pub(super) receipt: &'a Pending<'a>,
-    /// Tells the books, the command's span, the receipt and the log of each step.
+    /// Tells the books, the command's span, its receipt and the log of each step.
     pub(super) obs: &'a Observer<'a>,
     work: Work,
 }
@@ -57,96 +53,92 @@ pub(super) enum Work {
     Discovery,
 }
 
-/// Runs one decoded command. `place` is its place in the admission line, if the poller
-/// took one; `queue` is its queue span, closed when the task starts on it.
-pub(super) async fn run(
-    d: &Arc<Dispatcher>,
-    cmd: Command,
-    received_at: Instant,
-    place: Option<Place>,
-    queue: tracing::Span,
-) {
+/// A decoded command as the poller handed it on: routed once, at its receipt, a route
+/// into the admission line holding its place there (taken in receipt order).
+pub(super) struct Received {
+    pub(super) cmd: Command,
+    pub(super) received_at: Instant,
+    pub(super) route: Routed<Place>,
+}
+
+/// Runs one decoded command, as it was received; `queue` is its queue span, closed when
+/// the task starts on it.
+pub(super) async fn run(d: &Arc<Dispatcher>, received: Received, queue: tracing::Span) {
+    let Received {
+        cmd,
+        received_at,
+        route,
+    } = received;
     let gate = &d.gate;
     // Handed to the journal when this returns, however the command ended.
     let receipt = d.receipts.pending(&cmd, received_at, gate.rules.strict);
     let obs = Observer::new(&d.books, tracing::Span::current(), &receipt, &cmd);
-    let (transport, method, deadline, work) = match route(
-        &cmd,
-        received_at,
-        |c| gate.channels.get(c),
-        gate.rules.strict,
-        Instant::now(),
-    ) {
-        Route::Admit {
-            channel,
-            method,
-            deadline,
-        } => (channel, method, deadline, Work::Leg),
-        Route::Discover { channel, deadline } => (channel, None, deadline, Work::Discovery),
-        other => return answer_unadmitted(d, &cmd, other, &receipt, &obs).await,
+    // The deadline may have passed while the command was queued.
+    let (work, deadline, place) = match route.unless_expired(&cmd, received_at, Instant::now()) {
+        Routed::Admit { deadline, place } => (Work::Leg, deadline, place),
+        Routed::Discover { deadline, place } => (Work::Discovery, deadline, place),
+        other => return answer_unadmitted(d, &cmd, other, &obs).await,
     };
     obs.observe(Step::Dequeued { received_at });
     drop(queue);
-    let place = place.unwrap_or_else(|| gate.line.join(&cmd, method, deadline));
     let task = CommandTask {
         d,
         cmd: &cmd,
-        transport,
+        transport: routed_channel(gate, &cmd),
         deadline,
-        receipt: &receipt,
         obs: &obs,
         work,
     };
     task.run(place, received_at).await;
 }
 
+/// The transport of the channel `cmd` was routed to at receipt.
+fn routed_channel<'a>(gate: &'a Gate, cmd: &Command) -> &'a Transport {
+    gate.channels
+        .get(cmd.channel.as_str())
+        .expect("a command routed to a channel at receipt finds it: the channels never change")
+}
+
 /// The routes that never reach the fence: each is answered or skipped, and counted.
-async fn answer_unadmitted(
-    d: &Arc<Dispatcher>,
-    cmd: &Command,
-    route: Route<'_, &Transport>,
-    receipt: &Pending<'_>,
-    obs: &Observer<'_>,
-) {
+async fn answer_unadmitted(d: &Arc<Dispatcher>, cmd: &Command, route: Routed<Place>, obs: &Observer<'_>) {
     let responder = &d.responder;
     match route {
-        Route::UnknownType(t) => obs.observe(Step::Dropped(Dropped::UnknownType(t))),
-        Route::UnknownRequest(t) => {
-            obs.observe(Step::Dropped(Dropped::UnknownRequest(t)));
-            responder.refused(cmd, UNKNOWN_TYPE_MESSAGE, 501, receipt).await;
+        Routed::UnknownType(t) => obs.observe(Step::Dropped(Dropped::UnknownType(&t))),
+        Routed::UnknownRequest(t) => {
+            obs.observe(Step::Dropped(Dropped::UnknownRequest(&t)));
+            responder.refused(cmd, UNKNOWN_TYPE_MESSAGE, 501, obs).await;
         }
-        Route::DiscoveryUnsupported => {
+        Routed::DiscoveryUnsupported => {
             obs.observe(Step::Dropped(Dropped::DiscoveryUnsupported));
             responder
-                .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel, receipt)
+                .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel, obs)
                 .await;
         }
-        Route::Unroutable if matches!(cmd.kind, CommandKind::OAuthDiscovery) => {
+        Routed::Unroutable if matches!(cmd.kind, CommandKind::OAuthDiscovery) => {
             obs.observe(Step::Dropped(Dropped::DiscoveryUnroutable));
             responder
-                .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel, receipt)
+                .discovery_failed(cmd, DiscoveryFailure::UnsupportedChannel, obs)
                 .await;
         }
-        Route::Expired => obs.observe(Step::Dropped(Dropped::ExpiredAtReceipt)),
-        Route::ChannelUnsupported => {
+        Routed::Expired => obs.observe(Step::Dropped(Dropped::ExpiredAtReceipt)),
+        Routed::ChannelUnsupported => {
             obs.observe(Step::Dropped(Dropped::ChannelUnsupported));
-            responder.channel_unsupported(cmd, receipt).await;
+            responder.channel_unsupported(cmd, obs).await;
         }
-        Route::Unroutable => {
+        Routed::Unroutable => {
             obs.observe(Step::Dropped(Dropped::Unroutable));
-            responder.not_executed(cmd, NotExecuted::Unroutable, receipt).await;
+            responder.not_executed(cmd, NotExecuted::Unroutable, obs).await;
         }
-        Route::Reply {
-            payload,
-            channel,
-            deadline,
-        } => run_reply(d, cmd, payload, channel, deadline, receipt, obs).await,
-        Route::LongLivedRefused => {
+        Routed::Reply { payload, deadline } => {
+            let transport = routed_channel(&d.gate, cmd);
+            run_reply(d, cmd, payload, transport, deadline, obs).await
+        }
+        Routed::LongLivedRefused => {
             obs.observe(Step::Dropped(Dropped::LongLivedRefused));
-            responder.refused(cmd, LISTEN_REFUSED_MESSAGE, 501, receipt).await;
+            responder.refused(cmd, LISTEN_REFUSED_MESSAGE, 501, obs).await;
         }
         // Run by the caller; never handed here.
-        Route::Admit { .. } | Route::Discover { .. } => {}
+        Routed::Admit { .. } | Routed::Discover { .. } => {}
     }
 }
 
@@ -189,7 +181,7 @@ impl CommandTask<'_> {
         self.obs.observe(Step::Dropped(dropped));
         self.d
             .responder
-            .not_executed(self.cmd, NotExecuted::Refused(refusal), self.receipt)
+            .not_executed(self.cmd, NotExecuted::Refused(refusal), self.obs)
             .await;
         None
     }
@@ -240,7 +232,7 @@ impl CommandTask<'_> {
                 let report = self
                     .d
                     .responder
-                    .terminal(self.cmd, &leg.reply, deadline, self.receipt)
+                    .terminal(self.cmd, &leg.reply, deadline, self.obs)
                     .await;
                 self.obs.observe(Step::Delivered {
                     report: &report,
@@ -299,7 +291,7 @@ impl CommandTask<'_> {
     async fn tell_too_large(&self, leg: &LegResult, deadline: Option<Instant>) {
         let bytes = leg.reply.resp_json.as_deref().map_or(0, |j| j.get().len());
         let responder = &self.d.responder;
-        let report = responder.too_large(self.cmd, &leg.reply, deadline, self.receipt).await;
+        let report = responder.too_large(self.cmd, &leg.reply, deadline, self.obs).await;
         self.obs.observe(Step::ToldTooLarge {
             bytes,
             report: report.as_ref(),
@@ -381,7 +373,7 @@ impl CommandTask<'_> {
             self.deadline
         };
         responder
-            .timed_terminal(self.cmd, reply, timing, deadline, self.receipt)
+            .timed_terminal(self.cmd, reply, timing, deadline, self.obs)
             .await
     }
 
@@ -398,10 +390,9 @@ impl CommandTask<'_> {
 async fn run_reply(
     d: &Arc<Dispatcher>,
     cmd: &Command,
-    payload: &JsonRpcPayload,
+    payload: JsonRpcPayload,
     transport: &Transport,
     deadline: Option<Instant>,
-    receipt: &Pending<'_>,
     obs: &Observer<'_>,
 ) {
     let jobs = payload
@@ -410,7 +401,7 @@ async fn run_reply(
         .and_then(|key| d.legs.requests.take(&key));
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let job = ReplyJob {
-        payload: payload.clone(),
+        payload,
         headers: cmd.headers.clone(),
         deadline,
         done: done_tx,
@@ -430,7 +421,7 @@ async fn run_reply(
     };
     let Some(leg) = leg else {
         obs.observe(Step::Dropped(Dropped::UnmatchedReply));
-        d.responder.refused(cmd, UNMATCHED_REPLY_MESSAGE, 409, receipt).await;
+        d.responder.refused(cmd, UNMATCHED_REPLY_MESSAGE, 409, obs).await;
         return;
     };
     obs.observe(Step::LegEnded {
@@ -442,7 +433,7 @@ async fn run_reply(
     if is_expired(deadline) {
         return;
     }
-    let report = d.responder.terminal(cmd, &leg.reply, deadline, receipt).await;
+    let report = d.responder.terminal(cmd, &leg.reply, deadline, obs).await;
     obs.observe(Step::Delivered {
         report: &report,
         answer: Answer::Reply,

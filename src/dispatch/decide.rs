@@ -1,11 +1,16 @@
-//! What a command's lifecycle does next, as one pure function: the strict-mode latch
-//! decisions and the default-mode reports, with no I/O, no clock and no state.
+//! What a command's lifecycle does next: the states an admitted command walks and the
+//! one transition each allows, which hold the strict-mode latch decisions and the
+//! default-mode reports. No I/O, no clock and no state beyond the rules fixed at
+//! startup: every transition is a pure function of its state and its inputs.
 //!
 //! An admitted command walks three states: [`BeforeDispatch`], [`Running`]
 //! (its downstream leg), [`Delivering`] (its terminal response). Each state is consumed
-//! by its one transition, which says what the driver (`command.rs`) does next; the
-//! driver performs that and nothing else. [`decide`] flattens the two decision points
-//! into one table, and the table test lists every combination of the inputs.
+//! by its one transition, which says what the driver (`command.rs`, `discover.rs`) does
+//! next; the driver performs that and nothing else. Beside them: the [`Rules`] they
+//! decide by (which also say what a stdio keeper's own abandoned step latches), and
+//! [`fatal_category`], what a dispatched command's unacknowledged answer latches. For the
+//! tests only (`cfg(test)`), `decide` flattens the two decision points into one function
+//! of a `Situation`, and the table test lists every combination of its inputs.
 
 use crate::control::{AttemptResult, Delivery, Refused};
 use crate::downstream::LegOutcome;

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::answer::body;
-use super::observe::{LegOf, Observer, Step};
+use super::observe::{observe_aside, Aside, LegOf, Observer, Step};
 use super::replies::{server_request, ReplyJob, ReplyKey, ServerRequests};
 use super::{trace, Dispatcher, Propagation};
 use crate::control::{Delivery, PostKind};
@@ -149,7 +149,7 @@ impl Leg<'_> {
                 // only marks it finished.
                 () = &mut notifier, if !notifier_done => notifier_done = true,
                 // cancel-safe: a timer.
-                () = long_wait_tick(&mut check_waits, &d.legs.requests, owner) => warn_long_waits(&d.legs.requests, owner),
+                () = long_wait_tick(&mut check_waits, &d.legs.requests, owner) => self.warn_long_waits(owner),
             }
         };
         // The leg is over: nobody can carry a reply to this server any more. Replies
@@ -196,6 +196,17 @@ impl Leg<'_> {
         trace::record_downstream(&span, cmd, &leg);
         leg
     }
+
+    /// Tells of each of `owner`'s server requests that has waited long for the caller's
+    /// reply, once.
+    fn warn_long_waits(&self, owner: u64) {
+        for w in self.d.legs.requests.long_waits(owner, SERVER_REQUEST_WARN_AFTER) {
+            self.obs.observe(Step::ServerRequestWaiting {
+                method: &w.method,
+                waited: w.waited,
+            });
+        }
+    }
 }
 
 /// Ticks every [`SERVER_REQUEST_CHECK_EVERY`] once `owner`'s leg has a server request
@@ -223,16 +234,6 @@ fn long_wait_tick<'a>(
             None => std::task::Poll::Pending,
         }
     })
-}
-
-fn warn_long_waits(requests: &ServerRequests, owner: u64) {
-    for w in requests.long_waits(owner, SERVER_REQUEST_WARN_AFTER) {
-        tracing::warn!(
-            method = %crate::telemetry::safe_method(&w.method),
-            waited_s = w.waited.as_secs(),
-            "the MCP server is waiting for the caller's reply to its request; the call cannot finish until the caller answers"
-        );
-    }
 }
 
 /// Runs one reply on the leg that owns the question, with that leg's admission: in strict
@@ -273,7 +274,8 @@ impl Ids {
 }
 
 /// Posts `jsonrpc_notify` messages in order; after one fails, skips the rest for this
-/// command (the terminal response is still delivered).
+/// command (the terminal response is still delivered). A task of its own, which cannot
+/// borrow the command's observer: its steps are told as [`Aside`]s.
 async fn post_notifications(
     d: Arc<Dispatcher>,
     mut rx: mpsc::Receiver<Notification>,
@@ -292,7 +294,7 @@ async fn post_notifications(
                     .register(key, questions.owner, &method, questions.jobs.clone())
             });
             if !registered {
-                tracing::warn!("a server request could not be registered; the caller's reply will not reach it");
+                observe_aside(&d.books, Aside::QuestionUnregistered);
             }
         }
         if failed {
@@ -302,8 +304,7 @@ async fn post_notifications(
         if crate::protocol::has_lone_surrogate(n.resp_json.get().as_bytes()) {
             // The control plane refuses it (400 invalid_json_payload, final): never
             // posted; the notifications after it and the answer still go.
-            d.books.invalid_json_payload(crate::telemetry::DeliveryKind::Notify);
-            tracing::warn!("a notification from the MCP server carries an unpaired surrogate escape, which the control plane refuses: it was dropped");
+            observe_aside(&d.books, Aside::UnpairedNotification);
             continue;
         }
         let method = message_method(&n.resp_json).map(|m| crate::telemetry::safe_method(&m));
@@ -318,17 +319,17 @@ async fn post_notifications(
             .responder
             .post(PostKind::Notify, body, &ids.shard_token, deadline)
             .await;
-        crate::telemetry::events::notification_forwarded(method, report.delivery.as_str());
-        if report.delivery != Delivery::Acked {
-            failed = true;
-            tracing::warn!(
-                delivery = report.delivery.as_str(),
-                "notification not acknowledged; later notifications of this command are skipped"
-            );
-        }
+        failed = report.delivery != Delivery::Acked;
+        observe_aside(
+            &d.books,
+            Aside::NotificationPosted {
+                method,
+                report: &report,
+            },
+        );
     }
     if skipped > 0 {
-        tracing::warn!(skipped, "notifications skipped after an earlier one failed");
+        observe_aside(&d.books, Aside::NotificationsSkipped(skipped));
     }
     TaskEnd::Finished
 }

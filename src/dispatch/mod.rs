@@ -9,11 +9,11 @@
 //! Every command runs in its own task on the gateway's task tracker, inside a
 //! `tunnelgate.command` span created where the task is spawned (a child of the caller's
 //! span when the command carries W3C trace context; see `trace`). Its path:
-//! [`route`](route::route) says where a command goes; the admission line (`admission`)
-//! grants the fence in receipt order; a `CommandTask` (`command`) drives an admitted
-//! command through the states of `decide`; `leg` runs the downstream leg with its
-//! notifications and replies; `answer` posts every response; `observe` tells each step
-//! of a command to the books, its span, its receipt and the log, once.
+//! [`route`](route::route) says where a command goes, once, at receipt; the admission
+//! line (`admission`) grants the fence in receipt order; a `CommandTask` (`command`)
+//! drives an admitted command through the states of `decide`; `leg` runs the downstream
+//! leg with its notifications and replies; `answer` posts every response; `observe`
+//! tells each step of a command to the books, its span, its receipt and the log, once.
 //!
 //! The parts the tasks share, each a concern of its own: the [`Gate`] (fence, admission
 //! line, channels, rules), the `Responder` (the control plane's side), the `Books`
@@ -55,8 +55,10 @@ use crate::telemetry::{CommandType, Metrics};
 use admission::AdmissionLine;
 use answer::Responder;
 use books::Books;
+use command::Received;
 use decide::Rules;
 use leg::Legs;
+use observe::{observe_aside, Aside};
 
 /// What the lifecycle needs to decide, fixed at startup.
 #[derive(Clone, Debug)]
@@ -120,19 +122,23 @@ pub(crate) struct Gate {
 }
 
 impl Gate {
-    /// The command's place in the admission line, taken now (in receipt order); `None`
-    /// for a command that will never be admitted, which its task handles on its own.
-    fn join_if_admitted(&self, cmd: &Command, received_at: Instant) -> Option<admission::Place> {
-        match route::route(
-            cmd,
+    /// `cmd`, received at `received_at`, routed: once, now, by the receipt's clock (the
+    /// route's `now` is `received_at`: whether the deadline passed while the command was
+    /// queued is its task's to ask). A route into the admission line takes its place
+    /// there now, in receipt order.
+    fn receive(&self, cmd: Command, received_at: Instant) -> Received {
+        let route = route::route(
+            &cmd,
             received_at,
             |c| self.channels.get(c),
             self.rules.strict,
-            Instant::now(),
-        ) {
-            route::Route::Admit { method, deadline, .. } => Some(self.line.join(cmd, method, deadline)),
-            route::Route::Discover { deadline, .. } => Some(self.line.join(cmd, None, deadline)),
-            _ => None,
+            received_at,
+        )
+        .owned(|method, deadline| self.line.join(&cmd, method, deadline));
+        Received {
+            cmd,
+            received_at,
+            route,
         }
     }
 }
@@ -145,7 +151,8 @@ pub(crate) struct Dispatcher {
     legs: Legs,
     supervisor: Supervisor,
     receipts: Journal,
-    open_poll_grace: Duration,
+    /// The poll loop, as built; each run of [`Dispatcher::poll_loop`] starts it afresh.
+    poller: Poller,
 }
 
 impl Dispatcher {
@@ -163,6 +170,11 @@ impl Dispatcher {
             receipts,
         } = wiring;
         let line = AdmissionLine::start(&supervisor, fence.clone(), stops.hard_stop.clone());
+        let poller = Poller::new(
+            control.clone(),
+            metrics.clone(),
+            (policy.cleanup_timeout, policy.open_poll_grace),
+        );
         let books = Arc::new(Books::new(metrics, health, policy.max_inflight));
         Arc::new(Self {
             gate: Gate {
@@ -181,7 +193,7 @@ impl Dispatcher {
             legs: Legs::new(stops.cut, policy.propagation),
             supervisor,
             receipts,
-            open_poll_grace: policy.open_poll_grace,
+            poller,
         })
     }
 
@@ -209,53 +221,37 @@ impl Dispatcher {
         );
     }
 
-    /// The poll loop: `control`'s [`Poller`] feeding this dispatcher, until `stop` is
-    /// cancelled or the fence latches.
+    /// The poll loop: `control`'s [`Poller`], built with this dispatcher, feeding it
+    /// until `stop` is cancelled or the fence latches. Each run starts the poller afresh
+    /// (quick polls until one succeeds, no backoff): a replica runs it once per term as
+    /// the active.
     pub(crate) async fn poll_loop(self: Arc<Self>, stop: CancellationToken) -> TaskEnd {
         let latched = self.gate.fence.latched_token();
-        let poller = Poller::new(
-            self.responder.control().clone(),
-            self.books.metrics().clone(),
-            (self.responder.cleanup_timeout(), self.open_poll_grace),
-        );
-        poller.run(&self, &stop, &latched).await;
+        self.poller.fresh().run(&self, &stop, &latched).await;
         TaskEnd::Finished
     }
 
     fn spawn_command(self: &Arc<Self>, command: Result<Command, InvalidCommand>, received_at: Instant) {
-        let command_type = match &command {
-            Ok(c) => match &c.kind {
-                CommandKind::JsonRpc(_) => CommandType::JsonRpc,
-                CommandKind::SessionTermination => CommandType::SessionTermination,
-                CommandKind::OAuthDiscovery => CommandType::OauthDiscovery,
-                CommandKind::Unknown(_) => CommandType::Unknown,
-            },
-            Err(_) => CommandType::Unknown,
-        };
-        let metrics = self.books.metrics();
-        metrics.command_received(command_type);
+        let command_type = command_type(&command);
+        observe_aside(&self.books, Aside::Received(command_type));
         let span = trace::command_span(&command, command_type, self.gate.rules.strict);
-        if let Some(parent) = command.as_ref().ok().and_then(|c| trace::caller_context(c, metrics)) {
+        let malformed = |source| observe_aside(&self.books, Aside::TraceContextInvalid(source));
+        if let Some(parent) = command.as_ref().ok().and_then(|c| trace::caller_context(c, malformed)) {
             crate::telemetry::continue_trace(&span, &parent);
         }
         // Until the command's task starts on it (closed in `command::run`).
         let queue = tracing::debug_span!(parent: &span, "tunnelgate.queue");
-        self.books.command_started();
-        // The place in the admission line is taken now, in receipt order.
-        let place = command
-            .as_ref()
-            .ok()
-            .and_then(|c| self.gate.join_if_admitted(c, received_at));
+        // Routed now, and its place in the admission line taken now, in receipt order.
+        let command = command.map(|c| self.gate.receive(c, received_at));
         let this = self.clone();
         self.supervisor.spawn(
             TaskKind::Command,
             async move {
                 let _done = FinishGuard(&this.books);
                 match command {
-                    Ok(c) => command::run(&this, c, received_at, place, queue).await,
+                    Ok(received) => command::run(&this, received, queue).await,
                     Err(invalid) => {
                         drop(queue);
-                        this.books.dropped(crate::telemetry::DropReason::Invalid);
                         this.responder.invalid(invalid).await
                     }
                 }
@@ -263,6 +259,19 @@ impl Dispatcher {
             }
             .instrument(span),
         );
+    }
+}
+
+/// The `command_type` a command is counted and traced under.
+fn command_type(command: &Result<Command, InvalidCommand>) -> CommandType {
+    match command {
+        Ok(c) => match &c.kind {
+            CommandKind::JsonRpc(_) => CommandType::JsonRpc,
+            CommandKind::SessionTermination => CommandType::SessionTermination,
+            CommandKind::OAuthDiscovery => CommandType::OauthDiscovery,
+            CommandKind::Unknown(_) => CommandType::Unknown,
+        },
+        Err(_) => CommandType::Unknown,
     }
 }
 
@@ -299,6 +308,6 @@ struct FinishGuard<'a>(&'a Books);
 
 impl Drop for FinishGuard<'_> {
     fn drop(&mut self) {
-        self.0.command_finished();
+        observe_aside(self.0, Aside::Finished);
     }
 }

@@ -1,24 +1,46 @@
 //! One observation per step of a command's lifecycle: a [`Step`] says what happened,
 //! with its typed facts, and [`Observer::observe`] hands it to every sink that keeps it:
 //! the books (metrics and the health `/status` shows), the command's span, its delivery
-//! receipt and the log. The lifecycle's drivers (`command`, `discover`, `leg`) call
-//! `observe` once per transition and touch none of those sinks themselves.
+//! receipt and the log. The lifecycle's drivers (`command`, `discover`, `leg`) and the
+//! responder that posts its answers (`answer`) call `observe` once per step and touch
+//! none of those sinks themselves.
+//!
+//! What holds, exactly, in the dispatcher: every update of the books, of a command's
+//! receipt and of its `tunnelgate.command` span, and every log line the dispatcher writes
+//! about a command, is made in this module, from a typed step. A command's steps are
+//! [`Step`]s, told by its [`Observer`] in its task. Where that observer cannot be, the
+//! step is an [`Aside`], told by [`observe_aside`] to the books and the log (and, for a
+//! posted notification, to the current span, the command's), never to a receipt: at
+//! receipt, before the command's task (and its receipt) exists; for a command that could
+//! not be decoded, which never gets either; and on a command's notifier, a task of its
+//! own that cannot borrow the observer. Outside the rule, by design: the command span is
+//! made, and its parent set, where the task is spawned (`trace`); the spans of the steps'
+//! own I/O (`tunnelgate.queue`, `tunnelgate.fence_wait`, the downstream span,
+//! `tunnelgate.reply`, `tunnelgate.deliver`) are made and filled in where that I/O runs;
+//! the polls' counts and the room in the queue are the poller's, told through the
+//! `PollSink`; the stdio keepers (`keeper`) log their own steps, which are no command's;
+//! the transports and the control client log their own I/O.
 //!
 //! Observes only: nothing here decides, waits or talks to a peer. The latch is taken by
 //! the driver, while the permit is held; its step is told here afterwards. Each log line
 //! keeps the target of the module whose step it tells ([`LOG_COMMAND`], [`LOG_LEG`],
-//! [`LOG_DISCOVER`]), which operators' log filters name.
+//! [`LOG_DISCOVER`], [`LOG_ANSWER`], [`LOG_TRACE`]), which operators' log filters name.
+
+mod aside;
+
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::answer::NotExecuted;
 use super::books::Books;
-use crate::control::{Delivery, DeliveryReport};
+use crate::control::{Delivery, DeliveryReport, Refused};
 use crate::downstream::{LegFailure, LegOutcome, LegResult, TransportKind};
 use crate::protocol::{Command, DiscoveryFailure};
 use crate::receipts::Pending;
 use crate::strict::{IntentError, Latched, Refusal};
-use crate::telemetry::{attrs, events, safe_method, safe_token, DropReason, DurationLeg};
+use crate::telemetry::{attrs, events, safe_method, safe_token, DeliveryKind, DropReason, DurationLeg};
+
+pub(super) use aside::{observe_aside, Aside};
 
 /// The log target of a command's own steps (its route, fence, delivery and latch).
 pub(super) const LOG_COMMAND: &str = "tunnelgate::dispatch::command";
@@ -26,6 +48,10 @@ pub(super) const LOG_COMMAND: &str = "tunnelgate::dispatch::command";
 pub(super) const LOG_LEG: &str = "tunnelgate::dispatch::leg";
 /// The log target of an admitted discovery's steps.
 pub(super) const LOG_DISCOVER: &str = "tunnelgate::dispatch::discover";
+/// The log target of the responder's steps (its answers, and malformed commands).
+pub(super) const LOG_ANSWER: &str = "tunnelgate::dispatch::answer";
+/// The log target of the caller's trace context, read at receipt.
+pub(super) const LOG_TRACE: &str = "tunnelgate::dispatch::trace";
 
 /// Said (in the log and by the status) when a reply matches no waiting server request.
 pub(super) const UNMATCHED_REPLY_MESSAGE: &str =
@@ -54,11 +80,32 @@ pub(super) enum Step<'a> {
         result: Result<u16, DiscoveryFailure>,
         since: Instant,
     },
-    /// A terminal response was posted.
+    /// A terminal response the lifecycle chose was posted, as `answer` says: its time,
+    /// the span's delivery outcome, the channel's success (the responder told the post
+    /// itself: [`Step::Posted`], [`Step::Answered`]).
     Delivered {
         report: &'a DeliveryReport,
         answer: Answer<'a>,
     },
+    /// One of the command's posts (its terminal response, or the small error replacing
+    /// one too large) ended as `report` says: an acknowledged one is in the books.
+    Posted(&'a DeliveryReport),
+    /// The delivery of the command's terminal response ended as `report` says: its
+    /// outcome is the receipt's, and a refusal as too large is counted.
+    Answered(&'a DeliveryReport),
+    /// The caller is told these words in the gateway's own error; the receipt keeps them.
+    Told(&'static str),
+    /// The MCP server's answer carries an unpaired surrogate escape, which the control
+    /// plane refuses: an error saying so is posted instead.
+    UnpairedAnswer,
+    /// A command that never reaches an MCP server was answered "not executed".
+    NotExecutedAnswered {
+        reason: NotExecuted,
+        report: &'a DeliveryReport,
+    },
+    /// A server request of `method` on the command's leg has waited `waited` for the
+    /// caller's reply (told once per request).
+    ServerRequestWaiting { method: &'a str, waited: Duration },
     /// `decide` says the terminal response was not acknowledged, and is only reported.
     NotAcknowledged { report: &'a DeliveryReport, stage: Stage },
     /// The control plane refused an answer of `bytes` as too large; the small error
@@ -77,6 +124,36 @@ pub(super) enum Step<'a> {
     IntentNotWritten(&'a IntentError),
     /// The write-ahead intent could not be settled; `then` says what follows from it.
     IntentNotSettled { error: &'a IntentError, then: &'a str },
+}
+
+/// Why a command is answered "not executed": it never reached an MCP server, and never
+/// will. Counted as the drop of [`NotExecuted::dropped`]; logged as [`NotExecuted::as_str`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NotExecuted {
+    /// No channel of that name is configured.
+    Unroutable,
+    /// The fence refused the admission, or the admitter is gone (the gateway is
+    /// stopping: [`Refusal::Stopping`]).
+    Refused(Refusal),
+}
+
+impl NotExecuted {
+    /// The `reason` of the not-executed log line: a refusal's own word.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Unroutable => "unroutable",
+            Self::Refused(refusal) => refusal.kind(),
+        }
+    }
+
+    /// The `commands_dropped_total{reason}` it counts.
+    pub(crate) fn dropped(self) -> DropReason {
+        match self {
+            Self::Unroutable => DropReason::Unroutable,
+            Self::Refused(Refusal::Latched) => DropReason::Fatal,
+            Self::Refused(Refusal::Stopping) => DropReason::Shutdown,
+        }
+    }
 }
 
 /// Whose leg ended.
@@ -261,6 +338,12 @@ impl<'a> Observer<'a> {
             } => self.leg_ended(leg, transport, since, of),
             Step::Discovered { result, since } => self.discovered(result, since),
             Step::Delivered { report, answer } => self.delivered(report, answer),
+            Step::Posted(report) => acked(books, report),
+            Step::Answered(report) => self.answered(report),
+            Step::Told(words) => self.receipt.told(words),
+            Step::UnpairedAnswer => unpaired_answer(books),
+            Step::NotExecutedAnswered { reason, report } => not_executed_answered(reason, report),
+            Step::ServerRequestWaiting { method, waited } => server_request_waiting(method, waited),
             Step::NotAcknowledged { report, stage } => not_acknowledged(report, stage),
             Step::ToldTooLarge { bytes, report } => told_too_large(bytes, report),
             Step::Silent(stage) => silent(stage),
@@ -362,6 +445,14 @@ impl<'a> Observer<'a> {
         }
     }
 
+    /// The terminal response's delivery in the receipt, and a refusal as too large counted.
+    fn answered(&self, report: &DeliveryReport) {
+        self.receipt.delivered(report);
+        if report.refused == Some(Refused::TooLarge) {
+            self.books.response_too_large();
+        }
+    }
+
     /// The latch on the command's span, and in its receipt when the latch's cause is this
     /// command.
     fn latched(&self, latched: &Latched) {
@@ -370,6 +461,39 @@ impl<'a> Observer<'a> {
         if ours {
             self.receipt.latched(latched.fatal.category);
         }
+    }
+}
+
+/// The MCP server's answer, refused for an unpaired surrogate escape, counted and logged.
+fn unpaired_answer(books: &Books) {
+    books.invalid_json_payload(DeliveryKind::Terminal);
+    tracing::warn!(target: LOG_ANSWER, "the MCP server's answer carries an unpaired surrogate escape, which the control plane refuses: the caller is told in words instead");
+}
+
+/// The "not executed" answer, as it went.
+fn not_executed_answered(reason: NotExecuted, report: &DeliveryReport) {
+    tracing::info!(
+        target: LOG_ANSWER,
+        reason = reason.as_str(),
+        delivery = report.delivery.as_str(),
+        "not-executed response"
+    );
+}
+
+/// A server request still waiting for the caller's reply.
+fn server_request_waiting(method: &str, waited: Duration) {
+    tracing::warn!(
+        target: LOG_LEG,
+        method = %safe_method(method),
+        waited_s = waited.as_secs(),
+        "the MCP server is waiting for the caller's reply to its request; the call cannot finish until the caller answers"
+    );
+}
+
+/// An acknowledged post is in the books (`last_acked_at`).
+fn acked(books: &Books, report: &DeliveryReport) {
+    if report.delivery == Delivery::Acked {
+        books.delivery_acked();
     }
 }
 

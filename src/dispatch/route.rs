@@ -7,9 +7,11 @@
 //! JSON-RPC request is answered with an error (its caller waits for one); any other
 //! unknown type is skipped.
 //!
-//! Asked twice per command, with the same rules: by the poller as it hands the command
-//! on (to take its place in the admission line in receipt order), and by the command's
-//! task when it starts (the deadline may have passed in between).
+//! Asked once per command, at its receipt, with the receipt's clock: by the poller's hand
+//! as it hands the command on, so that a route into the admission line takes its place
+//! there in receipt order. The route crosses into the command's task as a [`Routed`],
+//! which borrows nothing; the task then asks only whether the deadline passed while the
+//! command was queued ([`Routed::unless_expired`]), as `route` itself checks it.
 
 use tokio::time::Instant;
 
@@ -70,6 +72,88 @@ pub(super) enum Route<'a, T> {
         method: Option<&'a str>,
         deadline: Option<Instant>,
     },
+}
+
+/// A [`Route`] as it crosses from the receipt into the command's task: it borrows neither
+/// the command nor the channels. What a route borrowed of the command is owned here (an
+/// unknown type's name, a reply's payload); the transport a route resolved is not kept,
+/// and is looked up again by the channel's name (the channels never change). A route into
+/// the admission line holds its place there, `P`; every deadline is the route's own.
+#[derive(Debug)]
+pub(super) enum Routed<P> {
+    UnknownType(String),
+    UnknownRequest(String),
+    DiscoveryUnsupported,
+    Discover {
+        deadline: Option<Instant>,
+        place: P,
+    },
+    Expired,
+    Unroutable,
+    ChannelUnsupported,
+    Reply {
+        payload: JsonRpcPayload,
+        deadline: Option<Instant>,
+    },
+    LongLivedRefused,
+    Admit {
+        deadline: Option<Instant>,
+        place: P,
+    },
+}
+
+impl<T> Route<'_, T> {
+    /// This route as a [`Routed`]; `join` takes the place of a route into the admission
+    /// line, given its method and deadline (a discovery has no method).
+    pub(super) fn owned<P>(self, join: impl FnOnce(Option<&str>, Option<Instant>) -> P) -> Routed<P> {
+        // A resolved channel (`_channel`) stays behind: it borrows the channels.
+        match self {
+            Route::UnknownType(t) => Routed::UnknownType(t.to_owned()),
+            Route::UnknownRequest(t) => Routed::UnknownRequest(t.to_owned()),
+            Route::DiscoveryUnsupported => Routed::DiscoveryUnsupported,
+            Route::Discover {
+                channel: _channel,
+                deadline,
+            } => Routed::Discover {
+                deadline,
+                place: join(None, deadline),
+            },
+            Route::Expired => Routed::Expired,
+            Route::Unroutable => Routed::Unroutable,
+            Route::ChannelUnsupported => Routed::ChannelUnsupported,
+            Route::Reply {
+                payload,
+                channel: _channel,
+                deadline,
+            } => Routed::Reply {
+                payload: payload.clone(),
+                deadline,
+            },
+            Route::LongLivedRefused => Routed::LongLivedRefused,
+            Route::Admit {
+                channel: _channel,
+                method,
+                deadline,
+            } => Routed::Admit {
+                deadline,
+                place: join(method, deadline),
+            },
+        }
+    }
+}
+
+impl<P> Routed<P> {
+    /// This route, or [`Routed::Expired`] when `cmd`'s deadline (from `received_at`) has
+    /// passed by `now`, checked as [`route`] checks it: before anything but an unknown
+    /// type carrying no request. The one part of a route that time changes; a place in
+    /// the admission line is let go with the route it belonged to.
+    pub(super) fn unless_expired(self, cmd: &Command, received_at: Instant, now: Instant) -> Self {
+        match self {
+            Routed::UnknownType(_) | Routed::Expired => self,
+            _ if deadline(cmd, received_at).is_some_and(|d| now >= d) => Routed::Expired,
+            _ => self,
+        }
+    }
 }
 
 /// The command's deadline: its `response_timeout` from the poll's receipt.

@@ -21,7 +21,7 @@ use crate::protocol::{
     MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
 use crate::telemetry::{
-    attrs, hashed_session_id, safe_method, safe_token, span_trace_context, CommandType, Metrics, TraceContext,
+    attrs, hashed_session_id, safe_method, safe_token, span_trace_context, CommandType, TraceContext,
     TraceContextSource,
 };
 
@@ -77,13 +77,13 @@ pub(super) fn command_span(
 /// (the MCP convention: it belongs to this message), else the connector headers, else the
 /// polled command's own `trace_context`, which is not read at all when the headers name
 /// `traceparent` or `tracestate` (in any case), as the official client ignores it then.
-/// Each carrier holding a malformed value is counted once; the value itself goes nowhere.
-pub(super) fn caller_context(cmd: &Command, metrics: &Metrics) -> Option<TraceContext> {
+/// Each carrier holding a malformed value is handed to `malformed` once (to be counted);
+/// the value itself goes nowhere.
+pub(super) fn caller_context(cmd: &Command, malformed: impl Fn(TraceContextSource)) -> Option<TraceContext> {
     let read = |source: TraceContextSource, fields: TraceFields| {
         let extracted = TraceContext::extract(as_text(&fields.traceparent), as_text(&fields.tracestate));
         if extracted.malformed {
-            tracing::debug!(source = source.as_str(), "malformed trace context ignored");
-            metrics.trace_context_invalid(source);
+            malformed(source);
         }
         extracted.context
     };
@@ -253,5 +253,16 @@ fn json_rpc_id(raw: &serde_json::value::RawValue) -> String {
         Ok(serde_json::Value::String(s)) => safe_token(&s),
         Ok(serde_json::Value::Number(n)) => n.to_string(),
         _ => "<unprintable>".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_malformed_trace_context_is_logged_under_this_modules_own_target() {
+        assert_eq!(
+            Some(super::super::observe::LOG_TRACE),
+            module_path!().strip_suffix("::tests")
+        );
     }
 }

@@ -24,7 +24,7 @@ impl SendFacts {
         let connecting = error.is_connect() || kind == SendErrorKind::Dns;
         Self {
             kind,
-            exhausted: connecting && crate::descriptors::chain_is_exhaustion(error.chain()),
+            exhausted: connecting && crate::descriptors::any_is_exhaustion(error.io_errors()),
         }
     }
 

@@ -15,7 +15,8 @@ use crate::protocol::{
 use crate::telemetry::{label_enum, LegOutcomeLabel};
 
 label_enum! {
-    /// How a downstream leg ended (DESIGN §2); its label is used in metrics, logs and spans.
+    /// How a downstream leg ended (docs/outcomes.md, "Downstream legs"); its label is used
+    /// in metrics, logs and spans.
     #[derive(Hash)]
     pub enum LegOutcome {
         /// The MCP server cannot have seen the request.

@@ -2,18 +2,16 @@
 //! ([`super::connect`]), used by every request the gateway makes to the control plane
 //! and to HTTP MCP servers, directly, through a proxy or over a unix socket.
 //!
-//! It is hyper-util's client driven directly, not `reqwest`: `reqwest` wraps hyper's
-//! client in a redirect layer (even with redirects off) and a retry layer that parse
-//! the URL again on every request and every response, about a quarter of the gateway's
-//! own instructions per command. [`Client`] sends what `reqwest` sent before it, byte
-//! for byte (the same headers in the same order, `reqwest`'s default `Accept: */*`
-//! where a request names none, the same `Host`, the same bodies, `Proxy-Authorization`
-//! appended to a request a proxy forwards), over connections set up the same way
-//! (TCP_NODELAY, keepalive, `TCP_USER_TIMEOUT`, one connect timeout over TCP, `CONNECT`
-//! and TLS, the caller's rustls configuration with its ALPN, the caller's idle timeout,
-//! any number of idle connections, none kept to a forwarding proxy), and it resends
-//! only what the caller's [`NackRetries`] allows (see [`Client::send`]). It follows no
-//! redirect.
+//! It is hyper-util's client driven directly, with no redirect or retry layer around it
+//! (a layer that would parse the URL again on every request and every response).
+//! [`Client`] sends the caller's headers in their map's order, with `Accept: */*`
+//! appended where a request names none and `Proxy-Authorization` appended to a request
+//! a proxy forwards, the `Host` of the request's URI and the caller's body, over
+//! connections set up one way (TCP_NODELAY, keepalive, `TCP_USER_TIMEOUT`, one connect
+//! timeout over TCP, `CONNECT` and TLS, the caller's rustls configuration with its ALPN,
+//! the caller's idle timeout, any number of idle connections, none kept to a forwarding
+//! proxy), and it resends only what the caller's [`NackRetries`] allows (see
+//! [`Client::send`]). It follows no redirect.
 //!
 //! Invariants: [`SendError`] (`egress::error`) is the one error of a request that got no
 //! response headers, with a stable [`SendErrorKind`] that says whether anything may have
@@ -40,13 +38,13 @@ use crate::config::ProxySetting;
 
 pub(crate) use super::error::{SendError, SendErrorKind};
 
-/// What `reqwest` resent after an HTTP/2 refusal that proves a request was not
-/// processed (`REFUSED_STREAM`, `GOAWAY` with `NO_ERROR`), kept per caller.
+/// How often a request is resent after an HTTP/2 refusal that proves it was not
+/// processed (`REFUSED_STREAM`, `GOAWAY` with `NO_ERROR`), chosen per caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum NackRetries {
-    /// `reqwest`'s default retry policy: up to two more sends (the control client).
-    ReqwestDefault,
-    /// `reqwest::retry::never()`: every request is sent once (an HTTP channel).
+    /// Up to two more sends (the control client, etcd, the local ops client).
+    UpToTwo,
+    /// Every request is sent once (an HTTP channel, harpoon).
     Never,
 }
 
@@ -94,9 +92,8 @@ impl<C> Client<C>
 where
     C: Connect + Clone + Send + Sync + 'static,
 {
-    /// [`Client::new`] with `layer` around the connector, as `reqwest`'s
-    /// `connector_layer` put it (outside the connect timeout, which bounds the TCP
-    /// connect, the `CONNECT` and the handshake).
+    /// [`Client::new`] with `layer` around the connector, outside the connect timeout
+    /// (which bounds the TCP connect, the `CONNECT` and the handshake).
     ///
     /// A forwarding proxy may close its side after each response without saying so
     /// (tinyproxy does); a request written on a connection it is closing would end
@@ -113,9 +110,9 @@ where
         let connector = Connector::new(egress.tls, &egress.proxy, egress.socket, egress.connect_timeout)?;
         let timed = connector.clone().timed(egress.connect_timeout);
         let max_idle = if route == Route::Forward { 0 } else { usize::MAX };
-        // `retry_canceled_requests` stays on (hyper-util's default, and reqwest's): hyper
-        // hands a request back for another connection only when the pooled connection it
-        // was queued on closed before the request was taken for writing
+        // `retry_canceled_requests` stays on (hyper-util's default): hyper hands a request
+        // back for another connection only when the pooled connection it was queued on
+        // closed before the request was taken for writing
         // (`TrySendError::take_message` is `Some` only then), so not a byte of it was
         // written; a request whose bytes may have left is never resent.
         let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
@@ -125,7 +122,7 @@ where
             .pool_max_idle_per_host(max_idle)
             .build(layer.layer(timed));
         let retries = match egress.retries {
-            NackRetries::ReqwestDefault => 2,
+            NackRetries::UpToTwo => 2,
             NackRetries::Never => 0,
         };
         Ok(Self {
@@ -141,12 +138,12 @@ where
         self.route
     }
 
-    /// Sends one request with `reqwest`'s default `Accept: */*` appended when `headers`
-    /// name no `Accept` (and a forwarding proxy's `Proxy-Authorization` after it), up to
-    /// its response headers. It is resent (only when the client was built with
-    /// [`NackRetries::ReqwestDefault`]) only when an HTTP/2 server refused its stream
-    /// (`REFUSED_STREAM`) or closed the connection gracefully (`GOAWAY` with `NO_ERROR`)
-    /// before processing it: what RFC 9113 section 8.7 says was not processed.
+    /// Sends one request with `Accept: */*` appended when `headers` name no `Accept` (and
+    /// a forwarding proxy's `Proxy-Authorization` after it), up to its response headers.
+    /// It is resent (only when the client was built with [`NackRetries::UpToTwo`])
+    /// only when an HTTP/2 server refused its stream (`REFUSED_STREAM`) or closed the
+    /// connection gracefully (`GOAWAY` with `NO_ERROR`) before processing it: what RFC
+    /// 9113 section 8.7 says was not processed.
     ///
     /// # Cancel safety
     /// Not cancel-safe once polled: the request may be on the wire when it is dropped.
@@ -242,7 +239,7 @@ pub(crate) fn local(target: &url::Url, timeout: Duration) -> Result<Client, Stri
         socket: None,
         connect_timeout: timeout,
         idle: timeout,
-        retries: NackRetries::ReqwestDefault,
+        retries: NackRetries::UpToTwo,
     };
     Client::new(egress, target).map_err(|e| e.to_string())
 }
@@ -291,10 +288,9 @@ pub(crate) async fn local_get(
     }
 }
 
-/// The rustls configuration `reqwest` built for a client given no TLS configuration,
-/// kept for a scope with no TLS setting: the process's default crypto provider (or
-/// aws-lc-rs), TLS 1.3 and 1.2, the platform's verifier, no client certificate, SNI,
-/// ALPN `h2` then `http/1.1`, rustls' default session resumption.
+/// The rustls configuration of a scope with no TLS setting: the process's default
+/// crypto provider (or aws-lc-rs), TLS 1.3 and 1.2, the platform's verifier, no client
+/// certificate, SNI, ALPN `h2` then `http/1.1`, rustls' default session resumption.
 pub(crate) fn platform_config() -> Result<rustls::ClientConfig, rustls::Error> {
     let provider = rustls::crypto::CryptoProvider::get_default()
         .cloned()

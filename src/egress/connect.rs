@@ -40,8 +40,8 @@ use crate::config::{ProxySetting, ProxyUrl};
 /// A connector's error, as hyper-util boxes them.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// `reqwest`'s TCP keepalive defaults (idle time, interval, probes) and its
-/// `TCP_USER_TIMEOUT` on Linux, kept since the client replaced it.
+/// Every TCP connection's keepalive (idle time, interval, probes) and, on Linux, its
+/// `TCP_USER_TIMEOUT`.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 const KEEPALIVE_RETRIES: u32 = 3;
 const USER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -229,8 +229,7 @@ fn with_auth<C>(tunnel: Tunnel<C>, proxy: &Proxy) -> Tunnel<C> {
     }
 }
 
-/// The proxy's address and its `Basic` credentials (userinfo percent-decoded, as
-/// `reqwest` read them).
+/// The proxy's address and its `Basic` credentials (userinfo percent-decoded).
 fn parse_proxy(url: &ProxyUrl) -> Result<Proxy, EgressError> {
     let invalid = || EgressError::InvalidProxyUrl {
         shown: url.shown().to_owned(),

@@ -149,9 +149,15 @@ impl SendError {
         self.error.is_connect()
     }
 
-    /// The error with its cause chain, for the exhaustion and TLS readers.
+    /// The error with its cause chain, for the TLS readers.
     pub(crate) fn chain(&self) -> &(dyn std::error::Error + 'static) {
         &self.error
+    }
+
+    /// Every `io::Error` of the cause chain (see [`io_errors`]), for the exhaustion
+    /// reader (`descriptors::any_is_exhaustion`).
+    pub(crate) fn io_errors(&self) -> Vec<&std::io::Error> {
+        io_errors(self.chain())
     }
 
     fn facts(&self) -> ChainFacts {
@@ -218,9 +224,9 @@ fn mentions(error: &(dyn std::error::Error + 'static), needles: &[&str]) -> bool
     })
 }
 
-/// Every `io::Error` in the chain, including errors wrapped inside `io::Error`s (as
-/// `descriptors::io_errors` reads them; `egress` imports only `config`).
-fn io_errors<'a>(error: &'a (dyn std::error::Error + 'static)) -> Vec<&'a std::io::Error> {
+/// Every `io::Error` in the cause chain of `error`, including errors wrapped inside
+/// `io::Error`s, outermost first.
+pub(crate) fn io_errors<'a>(error: &'a (dyn std::error::Error + 'static)) -> Vec<&'a std::io::Error> {
     let mut found = Vec::new();
     let mut pending: Vec<&(dyn std::error::Error + 'static)> = vec![error];
     while let Some(err) = pending.pop() {

@@ -122,8 +122,8 @@ pub(crate) fn client_config(files: &TlsFiles) -> Result<Option<rustls::ClientCon
         }
         None => builder.with_no_client_auth(),
     };
-    // What reqwest offered itself with HTTP/2 enabled, kept since the one client
-    // replaced it.
+    // `h2`, then `http/1.1`, as the platform configuration offers
+    // (`egress::client::platform_config`); a caller may narrow it.
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     // A resumed session skips the client certificate and the server's chain: a new
     // connection must make a full handshake, so that rotated files take effect on it.

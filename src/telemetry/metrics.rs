@@ -7,10 +7,12 @@
 //!
 //! One room per family of metrics, each declaring its metrics (name, help, labels),
 //! creating its series at zero and offering the intent-named methods that move them:
-//! `poll`, `commands`, `delivery`, `strict`, `stdio`, `internals`,
-//! `receipts`, `health_receipts`, `coordination`; `accounting` reads the
-//! counters back. This module holds the registry, the registration helpers every room
-//! uses, and the order of registration and zero series.
+//! `poll`, `commands`, `delivery`, `strict`, `stdio`, `internals`, `receipts`,
+//! `health_receipts`, `coordination`, `harpoon` (channel `harpoon`'s calls, refusals and
+//! registrations), `oauth` (discovery's trust gate for metadata origins) and `probes`
+//! (liveness and readiness); `accounting` reads the counters back. This module holds the
+//! registry, the registration helpers every room uses, and the order of registration and
+//! zero series.
 
 mod accounting;
 mod commands;
@@ -37,6 +39,9 @@ use self::commands::CommandFamilies;
 use self::coordination::CoordinationFamilies;
 use self::delivery::DeliveryFamilies;
 use self::harpoon::HarpoonFamilies;
+pub use self::harpoon::{
+    HarpoonCallOutcome, HarpoonRefusalReason, HarpoonRegistrationResult, HarpoonStatusClass, HARPOON_UNKNOWN_LABEL,
+};
 use self::health_receipts::HealthReceiptFamilies;
 use self::internals::InternalFamilies;
 use self::oauth::OAuthFamilies;

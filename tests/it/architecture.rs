@@ -49,6 +49,29 @@ fn modules() -> BTreeMap<Module, PathBuf> {
     out
 }
 
+/// The non-test source files of the workspace's other crates (`crates/*/src`).
+fn workspace_crate_files() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
+    let mut stack: Vec<PathBuf> = std::fs::read_dir(&crates)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("src"))
+        .collect();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if path.is_dir() {
+                stack.push(path);
+            } else if name.ends_with(".rs") && name != "tests.rs" && !name.ends_with("_tests.rs") {
+                out.push(path);
+            }
+        }
+    }
+    assert!(!out.is_empty(), "the walk found the crates' source files");
+    out
+}
+
 /// The source without comments, string literals and inline test modules.
 fn code_of(text: &str) -> String {
     let mut out = String::new();
@@ -230,8 +253,8 @@ enum Rule {
 
 /// Every rule the architecture states, as its "Dependency rules" list says it.
 const RULES: &[Rule] = &[
-    // The ground floor, and the three other modules that import nothing.
-    Rule::Only("protocol", &[]),
+    // The ground floor, and the three other modules that import nothing. The wire
+    // protocol, a crate of its own, imports nothing of the gateway by the crate graph.
     Rule::Only("config", &[]),
     Rule::Only("telemetry", &[]),
     Rule::Only("health", &[]),
@@ -239,7 +262,7 @@ const RULES: &[Rule] = &[
     Rule::Only("stderr", &[]),
     Rule::Only("supervisor", &["telemetry"]),
     Rule::Only("egress", &["config"]),
-    Rule::Only("sim", &["protocol", "config"]),
+    Rule::Only("sim", &["config"]),
     Rule::Never("downstream", "control"),
     Rule::Never("control", "downstream"),
     Rule::Never("control", "strict"),
@@ -339,9 +362,10 @@ const MAX_FILE_LINES: usize = 700;
 #[test]
 fn no_non_test_source_file_is_longer_than_the_limit() {
     let mut long: Vec<String> = modules()
-        .values()
+        .into_values()
+        .chain(workspace_crate_files())
         .filter_map(|path| {
-            let lines = std::fs::read_to_string(path).unwrap().lines().count();
+            let lines = std::fs::read_to_string(&path).unwrap().lines().count();
             (lines > MAX_FILE_LINES).then(|| format!("{} ({lines} lines)", path.display()))
         })
         .collect();

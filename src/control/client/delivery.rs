@@ -26,7 +26,7 @@ use super::{read_bounded, retry_after, warn_tls, ControlClient};
 use crate::control::attempt::{AttemptResult, Delivery, PostKind, Refused};
 use crate::control::backoff::Backoff;
 use crate::control::retry::{next_try, AfterAttempt, RetryPolicy};
-use crate::descriptors::{chain_is_exhaustion, EXHAUSTION_WORDS};
+use crate::descriptors::{any_is_exhaustion, EXHAUSTION_WORDS};
 use crate::egress::client::{SendError, SendErrorKind};
 use crate::protocol::{random_hex, ShardToken};
 use crate::telemetry::DeliveryKind;
@@ -232,7 +232,7 @@ impl ControlClient {
 fn post_send_error_result(e: &SendError) -> AttemptResult {
     warn_tls(e, "response POST");
     let kind = e.kind();
-    if kind.wrote_nothing() && chain_is_exhaustion(e.chain()) {
+    if kind.wrote_nothing() && any_is_exhaustion(e.io_errors()) {
         tracing::warn!(
             attempt_result = AttemptResult::LocalExhaustion.as_str(),
             "response POST not sent: {EXHAUSTION_WORDS} (no descriptor or socket memory for the connection); the control plane is not at fault"

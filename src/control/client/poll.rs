@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::routing::PollEnd;
 use super::{read_bounded, retry_after, warn_tls, BodyError, ControlClient};
-use crate::descriptors::{chain_is_exhaustion, EXHAUSTION_WORDS};
+use crate::descriptors::{any_is_exhaustion, EXHAUSTION_WORDS};
 use crate::egress::client::{Answer, SendError, SendErrorKind};
 use crate::protocol::{decode_poll, Command, InvalidCommand};
 use crate::telemetry::{label_enum, PollErrorLabel};
@@ -271,7 +271,7 @@ impl ControlClient {
 fn poll_send_error_kind(e: &SendError) -> PollErrorKind {
     warn_tls(e, "poll");
     let kind = e.kind();
-    if kind.wrote_nothing() && chain_is_exhaustion(e.chain()) {
+    if kind.wrote_nothing() && any_is_exhaustion(e.io_errors()) {
         return PollErrorKind::LocalExhaustion;
     }
     match kind {

@@ -51,7 +51,7 @@ impl PollUrls {
     }
 }
 
-/// hyper's `Uri` of a parsed URL, from its serialisation (as `reqwest` made it).
+/// hyper's `Uri` of a parsed URL, parsed from its serialisation.
 pub(super) fn uri_of(url: &url::Url) -> Result<http::Uri, BuildError> {
     http::Uri::try_from(url.as_str()).map_err(|_| BuildError::Url)
 }

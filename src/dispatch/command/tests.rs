@@ -131,9 +131,12 @@ fn request(channel: &str, method: &str) -> Command {
 }
 
 async fn run_one(d: &Arc<Dispatcher>, cmd: Command) {
-    tokio::time::timeout(TEST_BOUND, run(d, cmd, Instant::now(), None, tracing::Span::none()))
-        .await
-        .expect("the command finished within the test bound");
+    tokio::time::timeout(
+        TEST_BOUND,
+        run(d, d.gate.receive(cmd, Instant::now()), tracing::Span::none()),
+    )
+    .await
+    .expect("the command finished within the test bound");
 }
 
 #[tokio::test]

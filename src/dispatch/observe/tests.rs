@@ -187,3 +187,20 @@ fn only_an_answered_leg_whose_answer_was_acknowledged_is_the_channels_success() 
     });
     assert!(value(&text, LAST_SUCCESS) > 0.0);
 }
+
+#[test]
+fn each_not_executed_reason_is_logged_and_counted_as_its_row_says() {
+    let rows = [
+        (NotExecuted::Unroutable, "unroutable", DropReason::Unroutable),
+        (NotExecuted::Refused(Refusal::Latched), "latched", DropReason::Fatal),
+        (
+            NotExecuted::Refused(Refusal::Stopping),
+            "stopping",
+            DropReason::Shutdown,
+        ),
+    ];
+    for (reason, word, dropped) in rows {
+        assert_eq!(reason.as_str(), word, "{reason:?}");
+        assert_eq!(reason.dropped(), dropped, "{reason:?}");
+    }
+}

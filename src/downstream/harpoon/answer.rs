@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::call::{CallFailure, Sent};
 use crate::downstream::{LegFailure, LegOutcome};
+use crate::telemetry::metrics::HarpoonStatusClass;
 
 /// `{"content":[{"type":"text","text":...}],"structuredContent":...}`; the text is the
 /// compact JSON with empty fields left out and `< > &` escaped, as upstream writes it.
@@ -75,12 +76,12 @@ pub(crate) fn outcome_of(failure: &CallFailure) -> (LegOutcome, Option<LegFailur
     }
 }
 
-pub(crate) fn status_class(status: u16) -> &'static str {
+pub(crate) fn status_class(status: u16) -> HarpoonStatusClass {
     match status / 100 {
-        1 => "1xx",
-        2 => "2xx",
-        3 => "3xx",
-        4 => "4xx",
-        _ => "5xx",
+        1 => HarpoonStatusClass::Informational,
+        2 => HarpoonStatusClass::Successful,
+        3 => HarpoonStatusClass::Redirection,
+        4 => HarpoonStatusClass::ClientError,
+        _ => HarpoonStatusClass::ServerError,
     }
 }

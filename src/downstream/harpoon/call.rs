@@ -30,6 +30,7 @@ use super::registry::{Registry, Target};
 use super::OutboundClient as Client;
 use crate::downstream::watch::Release;
 use crate::egress::client::{Answer, SendErrorKind};
+use crate::telemetry::metrics::{HarpoonCallOutcome, HarpoonRefusalReason};
 
 /// Request headers never forwarded (upstream's list), compared without regard to case.
 const DROPPED: &[&str] = &[
@@ -188,11 +189,11 @@ impl CallFailure {
     }
 
     /// Upstream's `outcome` label of the call metric.
-    pub(crate) fn metric_outcome(&self) -> &'static str {
+    pub(crate) fn metric_outcome(&self) -> HarpoonCallOutcome {
         match self {
-            Self::RequestTooLarge => "invalid_input",
-            Self::ResponseReadFailed => "response_read_error",
-            Self::ResponseTooLarge => "response_too_large",
+            Self::RequestTooLarge => HarpoonCallOutcome::InvalidInput,
+            Self::ResponseReadFailed => HarpoonCallOutcome::ResponseReadError,
+            Self::ResponseTooLarge => HarpoonCallOutcome::ResponseTooLarge,
             Self::Dns
             | Self::Refused
             | Self::Tls
@@ -202,7 +203,27 @@ impl CallFailure {
             | Self::Timeout { .. }
             | Self::Lost
             | Self::RedirectLimit
-            | Self::RedirectBlocked { .. } => "request_error",
+            | Self::RedirectBlocked { .. } => HarpoonCallOutcome::RequestError,
+        }
+    }
+
+    /// The refusal `call_target` counts for a failure after the target answered (a
+    /// blocked redirect, too many redirects, a body over the limit); `None` for the others.
+    pub(crate) fn refusal(&self) -> Option<HarpoonRefusalReason> {
+        match self {
+            Self::RedirectBlocked { .. } => Some(HarpoonRefusalReason::RedirectBlocked),
+            Self::RedirectLimit => Some(HarpoonRefusalReason::RedirectLimit),
+            Self::ResponseTooLarge => Some(HarpoonRefusalReason::ResponseTooLarge),
+            Self::RequestTooLarge
+            | Self::Dns
+            | Self::Refused
+            | Self::Tls
+            | Self::ConnectTimeout
+            | Self::ConnectFailed
+            | Self::ProxyRefused
+            | Self::Timeout { .. }
+            | Self::Lost
+            | Self::ResponseReadFailed => None,
         }
     }
 

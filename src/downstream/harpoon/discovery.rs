@@ -30,37 +30,83 @@ use url::Url;
 use super::registry::Registered;
 use super::{HarpoonTransport, HostClassifier};
 use crate::strict::Admission;
+use crate::telemetry::metrics::HarpoonRegistrationResult;
 
 /// Largest authorization-server metadata document read.
 const MAX_METADATA: usize = 1 << 20;
 
+/// What a record of the bundle is: the first half of its registration key, written in
+/// its label (`oauth-<role>-0`), its logs and, for a row of the authorization server's
+/// metadata, among its tags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The protected-resource metadata's `resource`.
+    PrmdResource,
+    /// The protected-resource metadata's first `authorization_servers` entry.
+    PrmdAuthServer,
+    /// The URL the protected-resource metadata was fetched from.
+    PrmdSource,
+    /// The URL that served the authorization server's metadata.
+    AuthServerMetadata,
+    Issuer,
+    TokenEndpoint,
+    JwksUri,
+    IntrospectionEndpoint,
+    RegistrationEndpoint,
+    RevocationEndpoint,
+}
+
+impl Role {
+    /// The role as registry keys, labels, tags and logs write it.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::PrmdResource => "prmd-resource",
+            Self::PrmdAuthServer => "prmd-auth-server",
+            Self::PrmdSource => "prmd-source",
+            Self::AuthServerMetadata => "auth-server-metadata",
+            Self::Issuer => "issuer",
+            Self::TokenEndpoint => "token-endpoint",
+            Self::JwksUri => "jwks-uri",
+            Self::IntrospectionEndpoint => "introspection-endpoint",
+            Self::RegistrationEndpoint => "registration-endpoint",
+            Self::RevocationEndpoint => "revocation-endpoint",
+        }
+    }
+
+    /// A row of the protected-resource metadata (`prmd-*`); the others are rows of the
+    /// authorization server's metadata.
+    fn is_protected_resource(self) -> bool {
+        matches!(self, Self::PrmdResource | Self::PrmdAuthServer | Self::PrmdSource)
+    }
+}
+
 /// One record of the bundle.
 #[derive(Debug, Clone)]
 struct Record {
-    role: &'static str,
+    role: Role,
     url: Url,
     description: &'static str,
     tags: Vec<String>,
 }
 
 /// The rows that come from the authorization server's metadata: field, role, words.
-const METADATA_ROWS: [(&str, &str, &str); 6] = [
-    ("issuer", "issuer", "Auth server issuer"),
-    ("token_endpoint", "token-endpoint", "Auth server token endpoint"),
-    ("jwks_uri", "jwks-uri", "Auth server JWKS URI"),
+const METADATA_ROWS: [(&str, Role, &str); 6] = [
+    ("issuer", Role::Issuer, "Auth server issuer"),
+    ("token_endpoint", Role::TokenEndpoint, "Auth server token endpoint"),
+    ("jwks_uri", Role::JwksUri, "Auth server JWKS URI"),
     (
         "introspection_endpoint",
-        "introspection-endpoint",
+        Role::IntrospectionEndpoint,
         "Auth server introspection endpoint",
     ),
     (
         "registration_endpoint",
-        "registration-endpoint",
+        Role::RegistrationEndpoint,
         "Auth server registration endpoint",
     ),
     (
         "revocation_endpoint",
-        "revocation-endpoint",
+        Role::RevocationEndpoint,
         "Auth server revocation endpoint",
     ),
 ];
@@ -137,6 +183,7 @@ impl HarpoonTransport {
 
     fn register_records(&self, records: &[Record], mcp: &Url, auth_server: Option<&Url>, group: &str) -> Tally {
         let settings = &self.inner.settings;
+        let metrics = &self.inner.metrics;
         let rules = Rules {
             mcp_origin: origin(mcp),
             seeds: seeds(records, mcp),
@@ -146,18 +193,18 @@ impl HarpoonTransport {
         };
         let auth_row_allowed = records
             .iter()
-            .find(|r| r.role == "prmd-auth-server")
+            .find(|r| r.role == Role::PrmdAuthServer)
             .is_some_and(|r| rules.allowed(r, false).is_some());
         let mut tally = Tally::default();
         let mut registry = self.registry();
         for record in records {
             let Some(reason) = rules.allowed(record, auth_row_allowed) else {
                 tally.skipped += 1;
-                self.inner.metrics.harpoon_registration("skipped");
-                tracing::debug!(component = "harpoon", role = record.role, url = %origin_text(&record.url), "harpoon host auto-registration skipped: not allowed");
+                metrics.harpoon_registration(HarpoonRegistrationResult::Skipped);
+                tracing::debug!(component = "harpoon", role = record.role.as_str(), url = %origin_text(&record.url), "harpoon host auto-registration skipped: not allowed");
                 continue;
             };
-            let key = (record.role.to_owned(), group.to_owned());
+            let key = (record.role.as_str().to_owned(), group.to_owned());
             match registry.register(
                 key,
                 record.url.as_str(),
@@ -169,26 +216,26 @@ impl HarpoonTransport {
                     let result = match done {
                         Registered::Added => {
                             tally.added += 1;
-                            "added"
+                            HarpoonRegistrationResult::Added
                         }
                         Registered::Replaced => {
                             tally.replaced += 1;
-                            "replaced"
+                            HarpoonRegistrationResult::Replaced
                         }
                         Registered::Unchanged => {
                             tally.unchanged += 1;
-                            "unchanged"
+                            HarpoonRegistrationResult::Unchanged
                         }
                     };
-                    self.inner.metrics.harpoon_registration(result);
+                    metrics.harpoon_registration(result);
                     if done != Registered::Unchanged {
-                        tracing::info!(component = "harpoon", label = %label, url = %origin_text(&record.url), role = record.role, inclusion_reason = %reason, result, "harpoon host auto-registered");
+                        tracing::info!(component = "harpoon", label = %label, url = %origin_text(&record.url), role = record.role.as_str(), inclusion_reason = %reason, result = result.as_str(), "harpoon host auto-registered");
                     }
                 }
                 Err(refusal) => {
                     tally.skipped += 1;
-                    self.inner.metrics.harpoon_registration("refused");
-                    tracing::warn!(component = "harpoon", role = record.role, url = %origin_text(&record.url), "harpoon host auto-registration failed: the URL {}", refusal.words());
+                    metrics.harpoon_registration(HarpoonRegistrationResult::Refused);
+                    tracing::warn!(component = "harpoon", role = record.role.as_str(), url = %origin_text(&record.url), "harpoon host auto-registration failed: the URL {}", refusal.words());
                 }
             }
         }
@@ -294,19 +341,19 @@ fn bundle(
         }
     };
     push(
-        "prmd-resource",
+        Role::PrmdResource,
         resource,
         "PRMD resource",
         tags(&["protected-resource-metadata", "resource"], None),
     );
     push(
-        "prmd-auth-server",
+        Role::PrmdAuthServer,
         auth_server,
         "PRMD authorization server",
         tags(&["authorization-server", "protected-resource-metadata"], Some(group)),
     );
     push(
-        "prmd-source",
+        Role::PrmdSource,
         source,
         "PRMD source URL",
         tags(&["protected-resource-metadata", "source-url"], None),
@@ -315,7 +362,7 @@ fn bundle(
         return records;
     };
     push(
-        "auth-server-metadata",
+        Role::AuthServerMetadata,
         Some(metadata_url),
         "Auth server metadata URL",
         tags(&["auth-server-metadata"], Some(group)),
@@ -326,7 +373,7 @@ fn bundle(
             role,
             url,
             description,
-            tags(&["auth-server-metadata", role], Some(group)),
+            tags(&["auth-server-metadata", role.as_str()], Some(group)),
         );
     }
     records
@@ -366,7 +413,7 @@ fn seeds(records: &[Record], mcp: &Url) -> Seeds {
     };
     for r in records
         .iter()
-        .filter(|r| matches!(r.role, "prmd-resource" | "prmd-source"))
+        .filter(|r| matches!(r.role, Role::PrmdResource | Role::PrmdSource))
     {
         if origin(&r.url) != mcp_origin {
             continue;
@@ -401,11 +448,11 @@ impl Rules<'_> {
     fn allowed(&self, record: &Record, auth_row_allowed: bool) -> Option<String> {
         let record_origin = origin(&record.url);
         let private = classify(self.classifier, &record.url);
-        let disallowed = if record.role.starts_with("prmd-") {
+        let disallowed = if record.role.is_protected_resource() {
             let off_origin = record_origin != self.mcp_origin;
             // Ours, opt-in: a private authorization server on another origin.
             let private_as =
-                record.role == "prmd-auth-server" && self.register_private_auth_servers && private.is_some();
+                record.role == Role::PrmdAuthServer && self.register_private_auth_servers && private.is_some();
             off_origin && !private_as
         } else {
             !auth_row_allowed || self.auth_server.as_ref().is_none_or(|a| origin(a) != record_origin)

@@ -29,6 +29,7 @@ use crate::downstream::{DownstreamRequest, LegFailure, LegOutcome, LegResult, Re
 use crate::protocol::McpRevision;
 use crate::protocol::{json_resp_headers, RespType};
 use crate::strict::Admission;
+use crate::telemetry::metrics::{HarpoonCallOutcome, HarpoonRefusalReason, HarpoonStatusClass, HARPOON_UNKNOWN_LABEL};
 
 /// Protocol revisions `initialize` echoes (the official client's list, in its order);
 /// anything else gets the first.
@@ -251,13 +252,14 @@ fn list_targets(harpoon: &HarpoonTransport, args: &Map<String, Value>) -> Value 
 
 fn audience(harpoon: &HarpoonTransport, args: &Map<String, Value>) -> Value {
     let label = args.get("label").and_then(Value::as_str).unwrap_or_default();
+    let metrics = &harpoon.inner.metrics;
     let registry = harpoon.registry();
     let Some(target) = registry.get(label) else {
-        harpoon.inner.metrics.harpoon_refused("unknown_target");
+        metrics.harpoon_refused(HarpoonRefusalReason::UnknownTarget);
         return tool_error(label, "unknown target");
     };
     if target.category != "oauth" || !target.has_tag("auth-server-metadata") || !target.has_tag("token-endpoint") {
-        harpoon.inner.metrics.harpoon_refused("not_a_token_endpoint");
+        metrics.harpoon_refused(HarpoonRefusalReason::NotATokenEndpoint);
         return tool_error(label, "target is not an OAuth token endpoint");
     }
     let usable = url::Url::parse(&target.original).is_ok_and(|u| {
@@ -268,7 +270,7 @@ fn audience(harpoon: &HarpoonTransport, args: &Map<String, Value>) -> Value {
             && u.fragment().is_none()
     });
     if !usable {
-        harpoon.inner.metrics.harpoon_refused("audience_unusable");
+        metrics.harpoon_refused(HarpoonRefusalReason::AudienceUnusable);
         return tool_error(label, "target URL cannot be used as an OAuth audience");
     }
     success(json!({"audience": target.original}))
@@ -283,21 +285,15 @@ async fn call_target(
     let label = args.get("label").and_then(Value::as_str).unwrap_or_default().to_owned();
     let Some(target) = harpoon.registry().get(&label).cloned() else {
         if harpoon.inner.settings.templates.iter().any(|t| t.label == label) {
-            harpoon.inner.metrics.harpoon_call(&label, "invalid_input", "none");
-            harpoon.inner.metrics.harpoon_refused("template_requires_template_tool");
+            refused_before_sending(harpoon, &label, HarpoonRefusalReason::TemplateRequiresTemplateTool);
             return Answer::local(Ok(tool_error(&label, "template target requires call_target_template")));
         }
-        harpoon
-            .inner
-            .metrics
-            .harpoon_call("__unknown__", "invalid_input", "none");
-        harpoon.inner.metrics.harpoon_refused("unknown_target");
+        refused_before_sending(harpoon, HARPOON_UNKNOWN_LABEL, HarpoonRefusalReason::UnknownTarget);
         return Answer::local(Ok(tool_error(&label, "unknown target")));
     };
     let call_args = call_args(args, deadline);
     if call_args.body.len() > call_args.max_bytes {
-        harpoon.inner.metrics.harpoon_call(&label, "invalid_input", "none");
-        harpoon.inner.metrics.harpoon_refused("request_too_large");
+        refused_before_sending(harpoon, &label, HarpoonRefusalReason::RequestTooLarge);
         return Answer::local(Ok(tool_error(&label, &CallFailure::RequestTooLarge.message())));
     }
     // In strict mode the hand-over is watched: a deadline during the connect sent nothing.
@@ -329,7 +325,10 @@ async fn call_target(
     match result {
         Ok(answered) => {
             let class = status_class(answered.status.as_u16());
-            harpoon.inner.metrics.harpoon_call(&label, "success", class);
+            harpoon
+                .inner
+                .metrics
+                .harpoon_call(&label, HarpoonCallOutcome::Success, class);
             tracing::info!(
                 component = "harpoon",
                 label = %label,
@@ -347,6 +346,13 @@ async fn call_target(
     }
 }
 
+/// Counts a call refused before anything was sent: `invalid_input` on `label`, and `reason`.
+fn refused_before_sending(harpoon: &HarpoonTransport, label: &str, reason: HarpoonRefusalReason) {
+    let metrics = &harpoon.inner.metrics;
+    metrics.harpoon_call(label, HarpoonCallOutcome::InvalidInput, HarpoonStatusClass::NoStatus);
+    metrics.harpoon_refused(reason);
+}
+
 fn failed(
     harpoon: &HarpoonTransport,
     label: &str,
@@ -355,15 +361,10 @@ fn failed(
     failure: CallFailure,
     latency: Duration,
 ) -> Answer {
-    harpoon
-        .inner
-        .metrics
-        .harpoon_call(label, failure.metric_outcome(), "none");
-    if matches!(
-        failure,
-        CallFailure::RedirectBlocked { .. } | CallFailure::RedirectLimit | CallFailure::ResponseTooLarge
-    ) {
-        harpoon.inner.metrics.harpoon_refused(failure.kind());
+    let metrics = &harpoon.inner.metrics;
+    metrics.harpoon_call(label, failure.metric_outcome(), HarpoonStatusClass::NoStatus);
+    if let Some(reason) = failure.refusal() {
+        metrics.harpoon_refused(reason);
     }
     tracing::warn!(
         component = "harpoon",

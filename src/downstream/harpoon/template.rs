@@ -32,6 +32,7 @@ use super::HarpoonTransport;
 use crate::downstream::watch::Release;
 use crate::downstream::{LegFailure, LegOutcome};
 use crate::strict::Admission;
+use crate::telemetry::metrics::{HarpoonCallOutcome, HarpoonRefusalReason, HarpoonStatusClass, HARPOON_UNKNOWN_LABEL};
 
 /// What `call_target_template` produced, as the server's answer takes it.
 pub(crate) struct TemplateAnswer {
@@ -61,12 +62,12 @@ pub(crate) async fn call_template(
     let user_agent = format!("tunnelgate/{}", settings.version);
     // A refusal names a template's label only once its label is a template's (the
     // metric's label set stays bounded); counted by why it was refused.
-    let refused = |refusal: args::Refusal, reason: &'static str| {
+    let refused = |refusal: args::Refusal, reason: HarpoonRefusalReason| {
         let metrics = &harpoon.inner.metrics;
         metrics.harpoon_call(
-            refusal.label.as_deref().unwrap_or("__unknown__"),
-            "invalid_input",
-            "none",
+            refusal.label.as_deref().unwrap_or(HARPOON_UNKNOWN_LABEL),
+            HarpoonCallOutcome::InvalidInput,
+            HarpoonStatusClass::NoStatus,
         );
         metrics.harpoon_refused(reason);
         TemplateAnswer::local(super::answer::tool_error(
@@ -76,7 +77,7 @@ pub(crate) async fn call_template(
     };
     let arguments = match args::parse(raw) {
         Ok(a) => a,
-        Err(refusal) => return refused(refusal, "invalid_template_arguments"),
+        Err(refusal) => return refused(refusal, HarpoonRefusalReason::InvalidTemplateArguments),
     };
     let label = arguments.get("label").and_then(Value::as_str).unwrap_or_default();
     let Some(index) = settings.templates.iter().position(|t| t.label == label) else {
@@ -84,12 +85,12 @@ pub(crate) async fn call_template(
             label: None,
             message: "unknown template target".into(),
         };
-        return refused(refusal, "unknown_target");
+        return refused(refusal, HarpoonRefusalReason::UnknownTarget);
     };
     let template = &settings.templates[index];
     let checked = match args::check(index, template, &arguments, settings.max_response_bytes, &user_agent) {
         Ok(c) => c,
-        Err(refusal) => return refused(refusal, "invalid_template_arguments"),
+        Err(refusal) => return refused(refusal, HarpoonRefusalReason::InvalidTemplateArguments),
     };
     send(harpoon, admission, checked, deadline, &user_agent).await
 }
@@ -104,7 +105,10 @@ async fn send(
     let template = &harpoon.inner.settings.templates[checked.index];
     let label = template.label.as_str();
     if !rechecked(&checked.url, &template.origin) {
-        harpoon.inner.metrics.harpoon_call(label, "request_error", "none");
+        harpoon
+            .inner
+            .metrics
+            .harpoon_call(label, HarpoonCallOutcome::RequestError, HarpoonStatusClass::NoStatus);
         return TemplateAnswer::local(super::answer::tool_error(label, "template request failed"));
     }
     let Ok(release) = Release::take(&harpoon.inner.connects, admission) else {
@@ -154,7 +158,7 @@ async fn send(
             let status = answered.status.as_u16();
             inner
                 .metrics
-                .harpoon_call(label, "success", super::answer::status_class(status));
+                .harpoon_call(label, HarpoonCallOutcome::Success, super::answer::status_class(status));
             tracing::info!(component = "harpoon", label = %label, outcome = "success", status_code = status, latency_ms, "harpoon template request completed");
             TemplateAnswer::local(super::answer::success(result_of(answered)))
         }
@@ -176,11 +180,11 @@ fn rechecked(url: &str, origin: &str) -> bool {
 
 fn failed(harpoon: &HarpoonTransport, label: &str, failure: &CallFailure, latency_ms: u64) -> TemplateAnswer {
     let metrics = &harpoon.inner.metrics;
-    metrics.harpoon_call(label, failure.metric_outcome(), "none");
+    metrics.harpoon_call(label, failure.metric_outcome(), HarpoonStatusClass::NoStatus);
     let words = match failure {
         CallFailure::ResponseReadFailed => "response read failed".to_owned(),
         CallFailure::ResponseTooLarge => {
-            metrics.harpoon_refused("response_too_large");
+            metrics.harpoon_refused(HarpoonRefusalReason::ResponseTooLarge);
             "response exceeds size limit".to_owned()
         }
         other => format!("template request failed: {}", other.message()),

@@ -47,15 +47,15 @@ pub(super) enum ClientError {
 
 /// The channel's client: its TLS configuration (or the platform one), its proxy or
 /// socket, its connect timeout over TCP, `CONNECT` and TLS, the pool's idle timeout,
-/// the strict-mode watch as the connector layer, no retries of any kind (reqwest's
-/// `retry::never()` before it), no redirects (hyper follows none).
+/// the strict-mode watch as the connector layer, no retries of any kind
+/// (`NackRetries::Never`), no redirects (hyper follows none).
 pub(super) fn build_clients(
     url: &Url,
     settings: &HttpSettings,
     egress: &HttpEgress,
     connects: &watch::ConnectSlot,
 ) -> Result<Clients, ClientError> {
-    // reqwest's own conversion (`try_uri`), kept.
+    // hyper's `Uri` of the URL's serialisation; a URL it refuses is `ClientError::Url`.
     let uri = url.as_str().parse::<http::Uri>().map_err(|_| ClientError::Url)?;
     let tls = match &egress.tls {
         Some(tls) => tls.clone(),

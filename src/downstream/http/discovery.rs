@@ -237,9 +237,8 @@ async fn fetch(
 }
 
 /// Sends one discovery request (its method, URL and headers; no body) on the channel's
-/// client after a fresh fence check, bounded by `deadline`. A URL hyper cannot send
-/// (reqwest's `try_uri` before it refused the same) is a transport failure: nothing is
-/// sent.
+/// client after a fresh fence check, bounded by `deadline`. A URL hyper's `Uri` does not
+/// accept is a transport failure: nothing is sent.
 async fn send(
     client: &Clients,
     admission: &Admission,

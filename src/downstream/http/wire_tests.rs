@@ -311,8 +311,8 @@ async fn recording_server() -> (String, Arc<Mutex<Vec<Vec<u8>>>>) {
     (url, raw)
 }
 
-/// The POST and the DELETE of a leg, as reqwest sent them before the one client
-/// replaced it (`PORT` for the server's port).
+/// The POST and the DELETE of a leg, byte for byte as the client must send them
+/// (`PORT` for the server's port).
 const WIRE: [&str; 2] = [
     concat!(
         "POST /mcp?x=1 HTTP/1.1\r\n",
@@ -344,7 +344,7 @@ const WIRE: [&str; 2] = [
 ];
 
 #[tokio::test]
-async fn the_post_and_the_delete_send_the_bytes_reqwest_sent() {
+async fn the_post_and_the_delete_send_the_bytes_pinned_here() {
     let (url, raw) = recording_server().await;
     let configured: HeaderMap = [
         ("x-team", "blue"),

@@ -2,37 +2,79 @@
 //! targets registered from discovery, and the calls and lookups it refused.
 //!
 //! The outcome, status class, registration result and refusal reason are closed sets
-//! (below), each created at zero; `label` takes only registered target labels (bounded
-//! by the registry's limit) and `__unknown__`.
+//! (the label enums below), each created at zero; `label` takes only registered target
+//! labels (bounded by the registry's limit) and [`HARPOON_UNKNOWN_LABEL`].
 
 use prometheus::{IntCounterVec, IntGauge, Registry};
 
-use super::{counter_vec, int_gauge, Metrics};
+use super::{all, at_zero, counter_vec, int_gauge, Metrics};
+use crate::telemetry::label::LabelValue;
+use crate::telemetry::label_enum;
 
-/// `outcome` of `harpoon_calls_total` (upstream's set).
-pub(super) const HARPOON_CALL_OUTCOMES: [&str; 5] = [
-    "success",
-    "invalid_input",
-    "request_error",
-    "response_read_error",
-    "response_too_large",
-];
-/// `status_class` of `harpoon_calls_total`.
-pub(super) const HARPOON_STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "none"];
-/// `result` of `harpoon_registrations_total`.
-pub(super) const HARPOON_REGISTRATION_RESULTS: [&str; 5] = ["added", "replaced", "unchanged", "skipped", "refused"];
-/// `reason` of `harpoon_refusals_total`.
-pub(super) const HARPOON_REFUSAL_REASONS: [&str; 9] = [
-    "unknown_target",
-    "request_too_large",
-    "response_too_large",
-    "redirect_blocked",
-    "redirect_limit",
-    "not_a_token_endpoint",
-    "audience_unusable",
-    "invalid_template_arguments",
-    "template_requires_template_tool",
-];
+/// `label` of `harpoon_calls_total` for a call whose label names no target.
+pub const HARPOON_UNKNOWN_LABEL: &str = "__unknown__";
+
+label_enum! {
+    /// `outcome` of `harpoon_calls_total` (upstream's set).
+    pub enum HarpoonCallOutcome {
+        /// The target answered (any status).
+        Success => "success",
+        /// Refused before sending: the arguments, an unknown label, a body over the limit.
+        InvalidInput => "invalid_input",
+        /// The request failed or was refused on its way (connect, timeout, redirect).
+        RequestError => "request_error",
+        /// The answer's body could not be read.
+        ResponseReadError => "response_read_error",
+        /// The answer's body was over the limit.
+        ResponseTooLarge => "response_too_large",
+    }
+}
+
+label_enum! {
+    /// `status_class` of `harpoon_calls_total`: the target's status by its hundreds, or
+    /// `none` when there was no answer.
+    pub enum HarpoonStatusClass {
+        Informational => "1xx",
+        Successful => "2xx",
+        Redirection => "3xx",
+        ClientError => "4xx",
+        ServerError => "5xx",
+        /// Every outcome but `success`: no status is counted, even when one arrived (a
+        /// body unread or over the limit).
+        NoStatus => "none",
+    }
+}
+
+label_enum! {
+    /// `result` of `harpoon_registrations_total`: what registering one discovered record did.
+    pub enum HarpoonRegistrationResult {
+        Added => "added",
+        Replaced => "replaced",
+        Unchanged => "unchanged",
+        /// Not allowed by the registration rules.
+        Skipped => "skipped",
+        /// Allowed, and refused by the registry: its URL, or the registry is full.
+        Refused => "refused",
+    }
+}
+
+label_enum! {
+    /// `reason` of `harpoon_refusals_total`.
+    pub enum HarpoonRefusalReason {
+        UnknownTarget => "unknown_target",
+        RequestTooLarge => "request_too_large",
+        ResponseTooLarge => "response_too_large",
+        RedirectBlocked => "redirect_blocked",
+        RedirectLimit => "redirect_limit",
+        NotATokenEndpoint => "not_a_token_endpoint",
+        AudienceUnusable => "audience_unusable",
+        /// A `call_target_template` refused before sending: its arguments, parameters,
+        /// headers or limits.
+        InvalidTemplateArguments => "invalid_template_arguments",
+        /// `call_target` on a template's label.
+        TemplateRequiresTemplateTool => "template_requires_template_tool",
+    }
+}
 
 pub(super) struct HarpoonFamilies {
     calls: IntCounterVec,
@@ -66,15 +108,17 @@ impl HarpoonFamilies {
         }
     }
 
+    /// Every registration result and refusal reason, and every call outcome of the
+    /// unknown label with no status, at zero.
     pub(super) fn series_at_zero(&self) {
-        for r in HARPOON_REGISTRATION_RESULTS {
-            self.registrations.with_label_values(&[r]);
-        }
-        for r in HARPOON_REFUSAL_REASONS {
-            self.refusals.with_label_values(&[r]);
-        }
-        for o in HARPOON_CALL_OUTCOMES {
-            self.calls.with_label_values(&["__unknown__", o, "none"]);
+        at_zero(&self.registrations, all::<HarpoonRegistrationResult>(), &[]);
+        at_zero(&self.refusals, all::<HarpoonRefusalReason>(), &[]);
+        for outcome in HarpoonCallOutcome::ALL {
+            self.calls.with_label_values(&[
+                HARPOON_UNKNOWN_LABEL,
+                outcome.as_label(),
+                HarpoonStatusClass::NoStatus.as_label(),
+            ]);
         }
     }
 }
@@ -84,21 +128,64 @@ impl Metrics {
         self.harpoon.targets.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    pub fn harpoon_call(&self, label: &str, outcome: &'static str, status_class: &'static str) {
-        debug_assert!(HARPOON_CALL_OUTCOMES.contains(&outcome) && HARPOON_STATUS_CLASSES.contains(&status_class));
+    /// A call on the target `label` (or [`HARPOON_UNKNOWN_LABEL`]) ended with `outcome`.
+    pub fn harpoon_call(&self, label: &str, outcome: HarpoonCallOutcome, status_class: HarpoonStatusClass) {
         self.harpoon
             .calls
-            .with_label_values(&[label, outcome, status_class])
+            .with_label_values(&[label, outcome.as_label(), status_class.as_label()])
             .inc();
     }
 
-    pub fn harpoon_registration(&self, result: &'static str) {
-        debug_assert!(HARPOON_REGISTRATION_RESULTS.contains(&result));
-        self.harpoon.registrations.with_label_values(&[result]).inc();
+    pub fn harpoon_registration(&self, result: HarpoonRegistrationResult) {
+        self.harpoon.registrations.with_label_values(&[result.as_label()]).inc();
     }
 
-    pub fn harpoon_refused(&self, reason: &'static str) {
-        debug_assert!(HARPOON_REFUSAL_REASONS.contains(&reason), "{reason}");
-        self.harpoon.refusals.with_label_values(&[reason]).inc();
+    pub fn harpoon_refused(&self, reason: HarpoonRefusalReason) {
+        self.harpoon.refusals.with_label_values(&[reason.as_label()]).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels<T: LabelValue>() -> Vec<&'static str> {
+        all::<T>().collect()
+    }
+
+    #[test]
+    fn harpoon_label_values_are_the_documented_ones() {
+        assert_eq!(
+            labels::<HarpoonCallOutcome>(),
+            [
+                "success",
+                "invalid_input",
+                "request_error",
+                "response_read_error",
+                "response_too_large"
+            ]
+        );
+        assert_eq!(
+            labels::<HarpoonStatusClass>(),
+            ["1xx", "2xx", "3xx", "4xx", "5xx", "none"]
+        );
+        assert_eq!(
+            labels::<HarpoonRegistrationResult>(),
+            ["added", "replaced", "unchanged", "skipped", "refused"]
+        );
+        assert_eq!(
+            labels::<HarpoonRefusalReason>(),
+            [
+                "unknown_target",
+                "request_too_large",
+                "response_too_large",
+                "redirect_blocked",
+                "redirect_limit",
+                "not_a_token_endpoint",
+                "audience_unusable",
+                "invalid_template_arguments",
+                "template_requires_template_tool"
+            ]
+        );
     }
 }

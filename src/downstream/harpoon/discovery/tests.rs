@@ -172,3 +172,44 @@ fn metadata_urls_insert_the_issuers_path_as_rfc_8414_says() {
         ]
     );
 }
+
+/// The roles are upstream's words in registry keys, labels, tags and logs: every one is
+/// pinned here, including the four no discovery test above reaches by its label.
+#[test]
+fn each_role_is_written_as_upstream_writes_it() {
+    let written: Vec<&str> = [
+        Role::PrmdResource,
+        Role::PrmdAuthServer,
+        Role::PrmdSource,
+        Role::AuthServerMetadata,
+        Role::Issuer,
+        Role::TokenEndpoint,
+        Role::JwksUri,
+        Role::IntrospectionEndpoint,
+        Role::RegistrationEndpoint,
+        Role::RevocationEndpoint,
+    ]
+    .into_iter()
+    .map(Role::as_str)
+    .collect();
+    assert_eq!(
+        written,
+        [
+            "prmd-resource",
+            "prmd-auth-server",
+            "prmd-source",
+            "auth-server-metadata",
+            "issuer",
+            "token-endpoint",
+            "jwks-uri",
+            "introspection-endpoint",
+            "registration-endpoint",
+            "revocation-endpoint",
+        ]
+    );
+    let protected: Vec<bool> = [Role::PrmdResource, Role::PrmdAuthServer, Role::PrmdSource, Role::Issuer]
+        .into_iter()
+        .map(Role::is_protected_resource)
+        .collect();
+    assert_eq!(protected, [true, true, true, false]);
+}

@@ -482,7 +482,7 @@ mod tests {
     fn the_contract_fixture_decodes() {
         let body = std::fs::read(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/contract/fixtures/poll_command_envelope.json"
+            "/../../contract/fixtures/poll_command_envelope.json"
         ))
         .expect("the vendored contract is in contract/");
         let cmds = decode_poll(&body).unwrap();

@@ -14,6 +14,8 @@
 //! Must not touch: sockets, clocks, metrics. Everything here is pure and unit tested, but
 //! for `random_hex` (fresh ids, from the thread RNG).
 
+#![deny(unreachable_pub)]
+
 mod command;
 mod failure;
 mod headers;

@@ -110,7 +110,7 @@ mod tests {
             r#"{"z":1,"jsonrpc":"2.0","id":"a","result":{"b":2,"a":1},"x-vendor":[1.50]}"#.into(),
         )
         .unwrap();
-        let headers = crate::protocol::json_resp_headers();
+        let headers = crate::json_resp_headers();
         let body = ResponseBody {
             request_id: &RequestId::new("req_1"),
             channel: &ChannelName::main(),
