@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tunnelgate::internals::sim::{McpStub, NewCommand, SimConfig, Simulator};
+use tunnelgate_sim::{McpStub, NewCommand, SimConfig, Simulator};
 
 const TUNNEL: &str = "tunnel_bench";
 const KEY: &str = "bench-key";

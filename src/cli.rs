@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
+use tunnelgate_sim::SimError;
 
 use crate::app::{Gateway, GatewayError, RunFile};
 use crate::config::{Config, ConfigError, ConfigOrigin, LogFormat, Overrides, ProfileFlags};
 use crate::egress::client::{local_get, Client, LocalGetError, SendErrorKind};
-use crate::sim::SimError;
 use crate::strict::latch_file::LatchFileError;
 use crate::supervisor::Supervisor;
 use crate::telemetry::{logging, LogRing};
@@ -351,7 +351,7 @@ pub struct SimArgs {
     #[arg(
         long,
         value_name = "BYTES",
-        default_value_t = crate::sim::DEFAULT_MAX_RESPONSE_BODY,
+        default_value_t = tunnelgate_sim::DEFAULT_MAX_RESPONSE_BODY,
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
     )]
     pub max_response_body: usize,
@@ -591,7 +591,7 @@ fn unreachable(url: &str, failed: &LocalGetError) -> CliError {
 
 /// `tunnelgate sim`.
 pub async fn sim(args: SimArgs) -> Result<u8, CliError> {
-    let sim_args = crate::sim::SimArgs {
+    let sim_args = tunnelgate_sim::SimArgs {
         listen: args.listen,
         tunnel_id: args.tunnel_id,
         api_key: args.api_key,
@@ -601,7 +601,7 @@ pub async fn sim(args: SimArgs) -> Result<u8, CliError> {
         accept_resp_timing: args.accept_resp_timing,
         max_poll_wait: args.max_poll_wait,
     };
-    match crate::sim::run_cli(sim_args).await {
+    match tunnelgate_sim::run_cli(sim_args).await {
         Ok(()) => Ok(0),
         // A bad fault script is bad configuration: the same 78 as the gateway's.
         Err(e @ SimError::Faults(_)) => {

@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tunnelgate_sim::{FaultScript, FaultScriptError, McpStub, SimConfig, Simulator};
 
 use crate::app::{Gateway, GatewayError, RunOutcome};
 use crate::config::{Config, ConfigError};
 use crate::protocol::McpRevision;
-use crate::sim::{FaultScript, FaultScriptError, McpStub, SimConfig, Simulator};
 use crate::strict::latch_file::{self, LatchFileError};
 use crate::telemetry::logging;
 

@@ -47,10 +47,6 @@ pub mod ops {
 pub mod protocol {
     pub use crate::protocol::*;
 }
-/// The control-plane simulator and the MCP stub.
-pub mod sim {
-    pub use crate::sim::*;
-}
 /// The gateway's own stderr lines.
 pub mod stderr {
     pub use crate::stderr::*;

@@ -14,7 +14,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tunnelgate::internals::sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
+//! use tunnelgate_sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
 //! use tunnelgate::{Config, FatalCategory, Gateway, RunOutcome};
 //!
 //! #[tokio::main]
@@ -117,8 +117,6 @@ mod receipts;
 /// A scripted HTTP peer for the crate's own tests.
 #[cfg(test)]
 mod scripted_peer;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
-mod sim;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod stderr;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]

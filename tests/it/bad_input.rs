@@ -15,7 +15,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{final_json, free_port, wait_until, Gateway, Rig, RigOptions};
 
@@ -132,7 +132,7 @@ async fn polls_that_are_not_commands_are_counted_as_decode_errors_and_polling_go
         polls.push_back((200, serde_json::to_vec(&json!({"commands":[command]})).unwrap()));
     }
     let base = start_plane(plane.clone()).await;
-    let stub = tunnelgate::internals::sim::McpStub::start(([127, 0, 0, 1], 0).into())
+    let stub = tunnelgate_sim::McpStub::start(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
     let ops = free_port();
@@ -158,17 +158,16 @@ async fn polls_that_are_not_commands_are_counted_as_decode_errors_and_polling_go
 #[tokio::test]
 async fn a_poll_of_ten_thousand_commands_is_answered_command_by_command_within_the_memory_bound() {
     const N: usize = 10_000;
-    let stub = tunnelgate::internals::sim::McpStub::start(([127, 0, 0, 1], 0).into())
+    let stub = tunnelgate_sim::McpStub::start(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
-    let mut config = tunnelgate::internals::sim::SimConfig::new(crate::harness::TUNNEL, crate::harness::KEY);
+    let mut config = tunnelgate_sim::SimConfig::new(crate::harness::TUNNEL, crate::harness::KEY);
     config.faults =
-        tunnelgate::internals::sim::FaultScript::from_toml_str(&format!("[[poll]]\nnth = 1\nextra_commands = {N}\n"))
-            .unwrap();
+        tunnelgate_sim::FaultScript::from_toml_str(&format!("[[poll]]\nnth = 1\nextra_commands = {N}\n")).unwrap();
     config.record_capacity = 2 * N;
     config.completed_capacity = 2 * N;
     let rig = Rig {
-        sim: tunnelgate::internals::sim::Simulator::start(config).await.unwrap(),
+        sim: tunnelgate_sim::Simulator::start(config).await.unwrap(),
         stub,
         dir: tempfile::tempdir().unwrap(),
         ops_port: free_port(),

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::seen;
 use crate::harness::{

@@ -1259,7 +1259,7 @@ pub(crate) fn enqueue_listen(rig: &Rig) -> String {
     let mut params = json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["demo://watched"]}});
     params["_meta"] = envelope(None);
     rig.sim.enqueue(
-        tunnelgate::internals::sim::NewCommand::jsonrpc(
+        tunnelgate_sim::NewCommand::jsonrpc(
             json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": params}),
         )
         .header("Accept", "application/json, text/event-stream")
@@ -1268,7 +1268,7 @@ pub(crate) fn enqueue_listen(rig: &Rig) -> String {
 }
 
 /// The events of listen stream `stream` (its `jsonrpc_notify` messages), in order.
-fn listen_events(r: &tunnelgate::internals::sim::Record, stream: &str) -> Vec<Value> {
+fn listen_events(r: &tunnelgate_sim::Record, stream: &str) -> Vec<Value> {
     r.responses_for(stream)
         .filter(|p| p.resp_type.as_deref() == Some("jsonrpc_notify"))
         .filter_map(|p| p.json.clone())

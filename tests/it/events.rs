@@ -49,7 +49,7 @@ async fn events_hold_what_the_log_printed_with_the_command_span_and_no_secret() 
     let mut gw = rig.spawn_gateway(&config).await;
     let call = |channel: &str| {
         rig.sim.enqueue(
-            tunnelgate::internals::sim::NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":"rpc-e","method":"tools/call",
+            tunnelgate_sim::NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":"rpc-e","method":"tools/call",
                 "params":{"name":"echo","arguments":{"message": PAYLOAD_CANARY}}}))
             .channel(channel)
             .header("Authorization", format!("Bearer {HEADER_CANARY}")),

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::{NewCommand, Record};
+use tunnelgate_sim::{NewCommand, Record};
 
 use crate::harness::{
     final_json, run_py_client, spawn_py_server, spawn_server_everything_http, PyMode, Rig, RigOptions, KEY,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{final_json, python, server_everything_stdio_argv, wait_until, Gateway, Rig, RigOptions};
 
@@ -158,8 +158,7 @@ async fn server_everything_serves_overlapping_calls_with_colliding_ids_and_token
     }
     // Overlap: every call's first progress (after 1 s) came before any call's answer
     // (after 3 s at the earliest); one at a time, the first answer would come first.
-    let position =
-        |pred: &dyn Fn(&tunnelgate::internals::sim::ResponseRecord) -> bool| rec.responses.iter().position(pred);
+    let position = |pred: &dyn Fn(&tunnelgate_sim::ResponseRecord) -> bool| rec.responses.iter().position(pred);
     let last_first_progress = commands
         .iter()
         .map(|(c, _)| {

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tunnelgate::internals::sim::{FaultScript, McpStub, NewCommand, Record, SimConfig, Simulator};
+use tunnelgate_sim::{FaultScript, McpStub, NewCommand, Record, SimConfig, Simulator};
 
 use crate::contract::validate_response_body;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{json, Value};
 use sha2::Digest as _;
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{
     final_json, http_client, spawn_oidc_provider, spawn_py_introspecting_server, wait_until, ChildGuard, Gateway, Rig,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::seen_n;
 use crate::harness::{final_json, spawn_py_oauth_server, ChildGuard, Gateway, Rig, RigOptions};

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::{NewCommand, Record};
+use tunnelgate_sim::{NewCommand, Record};
 
 use crate::harness::{final_json, free_port, peer_script, python, spawn_py_server, Gateway, PyMode, Rig, RigOptions};
 

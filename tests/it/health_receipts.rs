@@ -9,7 +9,7 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{final_json, spawn_py_server, wait_for, Gateway, PyMode, Rig, RigOptions};
 use crate::stdio_sessions::{initialize_caller, py_stdio, stdio_config};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tunnelgate::internals::sim::{NewCommand, Record};
+use tunnelgate_sim::{NewCommand, Record};
 
 use crate::harness::seen_n;
 use crate::harness::{

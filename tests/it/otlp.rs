@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{free_port, python, wait_until, ChildGuard, Rig, RigOptions, KEY};
 

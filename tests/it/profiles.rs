@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{
     final_json, http_client, server_everything_stdio_argv, wait_for, Gateway, Rig, RigOptions, KEY, TUNNEL,

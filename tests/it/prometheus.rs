@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{
     free_port, http_client, repo_root, server_everything_stdio_argv, which, ChildGuard, Rig, RigOptions,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tunnelgate::internals::sim::{McpStub, SimConfig, Simulator};
+use tunnelgate_sim::{McpStub, SimConfig, Simulator};
 
 use crate::harness::{free_port, wait_until, Rig, RigOptions, KEY, TUNNEL};
 

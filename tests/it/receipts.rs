@@ -114,7 +114,7 @@ async fn receipts_list_exactly_the_commands_that_did_not_end_cleanly_with_their_
     let mut gw = rig.spawn_gateway(&config).await;
     let call = |tool: &str, channel: &str| {
         rig.sim.enqueue(
-            tunnelgate::internals::sim::NewCommand::jsonrpc(json!({
+            tunnelgate_sim::NewCommand::jsonrpc(json!({
                 "jsonrpc": "2.0", "id": format!("rpc-{tool}"), "method": "tools/call",
                 "params": {"name": tool, "arguments": {"message": PAYLOAD_CANARY, "a": 1, "b": 2}}
             }))

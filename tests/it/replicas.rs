@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tunnelgate::internals::sim::{Dropped, NewCommand, Record, ResponseRecord, SimConfig, Simulator};
+use tunnelgate_sim::{Dropped, NewCommand, Record, ResponseRecord, SimConfig, Simulator};
 
 use crate::harness::{
     free_port, http_client, peer_script, python, server_everything_stdio_argv, spawn_http_peer, wait_for, ChildGuard,

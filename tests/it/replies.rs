@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{
     run_py_client, spawn_py_server, spawn_server_everything_http, wait_until, PyMode, Rig, RigOptions,
@@ -177,7 +177,7 @@ async fn a_listen_stream_forwards_each_event_as_it_comes_and_its_deadline_is_a_n
         .spawn_gateway(&rig.config_to(&url, &RigOptions::default_mode()))
         .await;
     let stream = rig.sim.enqueue(listen("listen-1", "4s"));
-    let notes = |r: &tunnelgate::internals::sim::Record| {
+    let notes = |r: &tunnelgate_sim::Record| {
         r.responses_for(&stream)
             .filter(|p| p.resp_type.as_deref() == Some("jsonrpc_notify"))
             .count()

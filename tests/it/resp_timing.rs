@@ -6,7 +6,7 @@
 //! Off by default, and then every body satisfies the published contracts.
 
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::{NewCommand, Record};
+use tunnelgate_sim::{NewCommand, Record};
 
 use crate::harness::{final_json, peer_script, python, Rig, RigOptions};
 use crate::stdio_sessions::stdio_config;

@@ -10,7 +10,7 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use futures_util::StreamExt;
 use serde_json::json;
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{final_json, spawn_server_everything_http, Rig, RigOptions};
 

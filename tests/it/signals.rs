@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{
     final_json, node, server_everything_entry, server_everything_stdio_argv, wait_until, Gateway, Rig, RigOptions,

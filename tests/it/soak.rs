@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::time::Instant;
-use tunnelgate::internals::sim::{FaultAction, FaultScript, Record, ResponseRecord, SimConfig, Simulator};
+use tunnelgate_sim::{FaultAction, FaultScript, Record, ResponseRecord, SimConfig, Simulator};
 
 use self::mcp::{Event, McpServer, StdioLog};
 use self::plan::{Cmd, Kind, Mcp, Plan, Queued, Route};
@@ -981,7 +981,7 @@ fn check_default(
     });
 
     // 5. Polls: every poll before the last has ended for the gateway (one poll at a time).
-    let failed = |p: &tunnelgate::internals::sim::PollRecord, kind: &str| match &p.fault {
+    let failed = |p: &tunnelgate_sim::PollRecord, kind: &str| match &p.fault {
         Some(FaultAction::Hold) => kind == "timeout",
         Some(FaultAction::Close) => kind == "transport",
         Some(FaultAction::Status { status, .. }) => match *status {

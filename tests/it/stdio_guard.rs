@@ -20,7 +20,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{final_json, python, wait_for, wait_until, which, Gateway, Rig, RigOptions};
 

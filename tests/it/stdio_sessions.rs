@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{
     final_json, free_port, http_client, peer_script, python, run_py_client, server_everything_stdio_argv,

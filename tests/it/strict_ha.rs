@@ -298,7 +298,7 @@ impl Pair {
 }
 
 pub fn call(rig: &Rig, tool: &str, marker: &str, ms: u64) -> String {
-    rig.sim.enqueue(tunnelgate::internals::sim::NewCommand::jsonrpc(json!({
+    rig.sim.enqueue(tunnelgate_sim::NewCommand::jsonrpc(json!({
         "jsonrpc": "2.0", "id": format!("rpc-{marker}"), "method": "tools/call",
         "params": {"name": tool, "arguments": {"marker": marker, "ms": ms}}
     })))

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tunnelgate::internals::bundle::Canaries;
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{http_client, wait_until, CliRun, Gateway, Rig, RigOptions, KEY};
 use crate::tls::pki::Pki;

@@ -9,7 +9,7 @@
 //! `json.dumps` writes a lone surrogate as the escape the service refuses.
 
 use serde_json::Value;
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{final_json, peer_script, python, Rig, RigOptions};
 use crate::stdio_sessions::stdio_config;

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{final_json, free_port, peer_script, python, wait_until, ChildGuard, Gateway, Rig, RigOptions};
 use pki::{Pair, Pki};

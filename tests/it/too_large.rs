@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tunnelgate::internals::sim::{FaultScript, McpStub, Record, SimConfig, Simulator};
+use tunnelgate_sim::{FaultScript, McpStub, Record, SimConfig, Simulator};
 
 use crate::contract::validate_response_body;
 use crate::harness::{free_port, http_client, spawn_py_server, PyMode, Rig, RigOptions, KEY, TUNNEL};

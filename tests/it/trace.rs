@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 use crate::harness::{
     self, final_json, python, spawn_py_server, spawn_server_everything_http, wait_until, ChildGuard, PyMode, Rig,

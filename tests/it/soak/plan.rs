@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use tunnelgate::internals::sim::NewCommand;
+use tunnelgate_sim::NewCommand;
 
 /// Channel names in the gateway's configuration.
 pub const HTTP: &str = "main";

@@ -32,10 +32,10 @@ pub struct Record {
 /// Entries dropped from the record, oldest first, per list.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Dropped {
-    pub polls: u64,
-    pub responses: u64,
-    pub commands: u64,
-    pub lookups: u64,
+    pub(crate) polls: u64,
+    pub(crate) responses: u64,
+    pub(crate) commands: u64,
+    pub(crate) lookups: u64,
 }
 
 /// The record as the simulator keeps it: three bounded lists, each entry addressed by
@@ -57,13 +57,11 @@ pub(crate) struct Bounded<T> {
 }
 
 /// Request headers: names lowercased, values as received (lossy UTF-8), in order.
-pub type RecordedHeaders = Vec<(String, String)>;
+pub(crate) type RecordedHeaders = Vec<(String, String)>;
 
 /// One poll request.
 #[derive(Clone, Debug, Default)]
 pub struct PollRecord {
-    /// 1-based index among all poll requests received (the `nth` of poll faults).
-    pub nth: u64,
     /// The raw query string.
     pub query: String,
     /// `limit` and `timeout_ms` when present and numeric.
@@ -96,9 +94,9 @@ pub struct ResponseRecord {
     pub request_id: Option<String>,
     pub resp_type: Option<String>,
     /// Order of the command this POST refers to, when known.
-    pub order: Option<u64>,
+    pub(crate) order: Option<u64>,
     /// 1-based attempt among POSTs with the same request id and `resp_type`.
-    pub attempt: u32,
+    pub(crate) attempt: u32,
     /// `None` until answered (and for good when held, closed or abandoned).
     pub status: Option<u16>,
     pub fault: Option<FaultAction>,
@@ -110,8 +108,6 @@ pub struct ResponseRecord {
 /// poll and hands out nothing.
 #[derive(Clone, Debug, Default)]
 pub struct LookupRecord {
-    /// The tunnel id in the path, as received.
-    pub tunnel_id: String,
     pub headers: RecordedHeaders,
     pub status: u16,
 }
@@ -119,14 +115,8 @@ pub struct LookupRecord {
 /// One queued command.
 #[derive(Clone, Debug, Default)]
 pub struct CommandRecord {
-    /// 1-based queue order (the `order` of fault selectors).
-    pub order: u64,
     pub request_id: Option<String>,
-    pub command_type: Option<String>,
-    /// The channel it is routed by (`main` when absent or empty).
-    pub channel: String,
     pub method: Option<String>,
-    pub tool: Option<String>,
     /// Whether a poll has handed it out.
     pub issued: bool,
 }

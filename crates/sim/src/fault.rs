@@ -1,6 +1,6 @@
 //! Fault scripts: which response POSTs and polls misbehave, and how; commands fed in.
 //!
-//! Pure: parsing (TOML, see the module header of `sim` for the format) and matching.
+//! Pure: parsing (TOML, see the crate header, `lib.rs`, for the format) and matching.
 //! Applying an action (holding a connection, closing it) is the server's job.
 
 use std::path::Path;
@@ -15,37 +15,37 @@ mod parse;
 #[derive(Clone, Debug, Default)]
 pub struct FaultScript {
     /// Response-POST faults; the first matching rule applies.
-    pub rules: Vec<FaultRule>,
+    pub(crate) rules: Vec<FaultRule>,
     /// Poll faults; the first matching rule with an action applies.
-    pub polls: Vec<PollFault>,
+    pub(crate) polls: Vec<PollFault>,
     /// Commands queued at start (or after a given command's first response POST).
-    pub feed: Vec<FeedEntry>,
+    pub(crate) feed: Vec<FeedEntry>,
 }
 
 /// One response-POST fault.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FaultRule {
-    pub select: Selector,
-    pub attempts: Attempts,
-    pub action: FaultAction,
+pub(crate) struct FaultRule {
+    pub(crate) select: Selector,
+    pub(crate) attempts: Attempts,
+    pub(crate) action: FaultAction,
 }
 
 /// Which commands a rule applies to; every field that is set must match.
 /// A selector with no command field (`order`, `method`, `tool`) also matches POSTs
 /// for unknown request ids.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Selector {
+pub(crate) struct Selector {
     /// 1-based order in which commands were queued (raw ones included).
-    pub order: Option<u64>,
-    pub method: Option<String>,
+    pub(crate) order: Option<u64>,
+    pub(crate) method: Option<String>,
     /// `params.name` of a `tools/call`.
-    pub tool: Option<String>,
-    pub resp_type: Option<RespTypeSelector>,
+    pub(crate) tool: Option<String>,
+    pub(crate) resp_type: Option<RespTypeSelector>,
 }
 
 /// The `resp_type` of the POST a rule applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RespTypeSelector {
+pub(crate) enum RespTypeSelector {
     Exactly(RespType),
     /// Any final type (everything but `jsonrpc_notify`).
     Terminal,
@@ -54,7 +54,7 @@ pub enum RespTypeSelector {
 /// Which POST attempts a rule applies to. Attempt `n` is the `n`-th POST received for the
 /// same request id with the same `resp_type`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Attempts {
+pub(crate) enum Attempts {
     All,
     Only(Vec<u32>),
 }
@@ -77,24 +77,24 @@ pub enum FaultAction {
 
 /// One poll fault. `nth` counts every poll request received, 1-based; absent: every poll.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct PollFault {
-    pub nth: Option<u64>,
-    pub action: Option<FaultAction>,
+pub(crate) struct PollFault {
+    pub(crate) nth: Option<u64>,
+    pub(crate) action: Option<FaultAction>,
     /// Hand out up to `limit + extra_commands` commands (the limit is only a hint).
-    pub extra_commands: usize,
+    pub(crate) extra_commands: usize,
 }
 
 /// A command fed into the queue by the script.
 #[derive(Clone, Debug)]
-pub struct FeedEntry {
-    pub command: FeedCommand,
+pub(crate) struct FeedEntry {
+    pub(crate) command: FeedCommand,
     /// Queue it when the first response POST for the command of this order arrives;
     /// absent: queue at start.
-    pub after_order: Option<u64>,
+    pub(crate) after_order: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
-pub enum FeedCommand {
+pub(crate) enum FeedCommand {
     /// Verbatim JSON, one element of `commands` (malformed envelopes, unknown types).
     Raw(serde_json::Value),
     /// A well-formed command with fresh ids.
@@ -130,13 +130,13 @@ pub(crate) struct PostView<'a> {
 }
 
 impl FaultScript {
-    /// Parses the TOML format documented in the `sim` module header.
+    /// Parses the TOML format documented in the crate header (`lib.rs`).
     pub fn from_toml_str(text: &str) -> Result<Self, FaultScriptError> {
         parse::script(text)
     }
 
     /// Reads and parses a fault script file.
-    pub fn from_file(path: &Path) -> Result<Self, FaultScriptError> {
+    pub(crate) fn from_file(path: &Path) -> Result<Self, FaultScriptError> {
         let text = std::fs::read_to_string(path).map_err(|source| FaultScriptError::Read {
             path: path.display().to_string(),
             source,
@@ -161,17 +161,6 @@ impl FaultScript {
                 .map(|p| p.extra_commands)
                 .max()
                 .unwrap_or(0),
-        }
-    }
-}
-
-impl FaultScriptError {
-    /// Stable label for logs.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Read { .. } => "read",
-            Self::Syntax(_) => "syntax",
-            Self::Invalid { .. } => "invalid",
         }
     }
 }

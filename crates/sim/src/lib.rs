@@ -1,12 +1,14 @@
-//! `tunnelgate sim`: a faithful local control plane, an MCP ingress and fault scripts;
-//! usable as a library by the CLI, the demo and the integration tests.
+//! tunnelgate-sim: a faithful local control plane (`tunnelgate sim`), an MCP ingress,
+//! fault scripts and an embedded MCP stub; the library behind the gateway's `sim` and
+//! `demo` commands and its integration tests. Test support, not part of the gateway's API.
 //!
 //! Owns: the poll and response endpoints of the contract (bearer and shard-token checks,
 //! `204` on empty polls, `404` for unknown or completed requests, `TunnelResponsePayload`
 //! validation), the MCP ingress (`ingress`), fault scripts (`fault`), the record of
 //! what it received (`record`, bounded) and an embedded MCP server for the demo (`stub`).
-//! Must not touch: the gateway's modules (`control`, `dispatch`, `strict`, ...); the
-//! simulator only speaks the wire contract, so it can catch a gateway that does not.
+//! Depends on the wire protocol crate (`tunnelgate-protocol`) only, never on the gateway
+//! (the crate graph holds it: this crate does not depend on `tunnelgate`); the simulator
+//! only speaks the wire contract, so it can catch a gateway that does not.
 //!
 //! A poll that names channels (`channel=NAME`, repeated: the official client's poll
 //! filter) is handed only those channels' commands (a command without a channel is
@@ -64,6 +66,9 @@
 //! after_order = 1
 //! ```
 
+// Nothing `pub` but what the gateway, its tests and examples use.
+#![deny(unreachable_pub)]
+
 mod cli;
 mod command;
 mod control;
@@ -73,11 +78,14 @@ mod record;
 mod routes;
 mod server;
 mod state;
-pub mod stub;
+mod stub;
 mod validate;
 
 #[cfg(test)]
 mod tests;
+
+/// The wire protocol crate, under the name the modules use for it (`crate::protocol`).
+use tunnelgate_protocol as protocol;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -89,11 +97,8 @@ use tokio_util::task::TaskTracker;
 
 pub use cli::{run_cli, SimArgs, SimError};
 pub use command::NewCommand;
-pub use fault::{
-    Attempts, FaultAction, FaultRule, FaultScript, FaultScriptError, FeedCommand, FeedEntry, PollFault,
-    RespTypeSelector, Selector,
-};
-pub use record::{CommandRecord, Dropped, LookupRecord, PollRecord, Record, RecordedHeaders, ResponseRecord};
+pub use fault::{FaultAction, FaultScript, FaultScriptError};
+pub use record::{CommandRecord, Dropped, LookupRecord, PollRecord, Record, ResponseRecord};
 pub use stub::McpStub;
 
 use state::Shared;
@@ -108,8 +113,8 @@ pub const DEFAULT_MAX_RESPONSE_BODY: usize = 8 * 1024 * 1024;
 /// How a simulator runs.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    pub listen: SocketAddr,
-    pub tunnel_id: String,
+    pub(crate) listen: SocketAddr,
+    pub(crate) tunnel_id: String,
     pub api_key: String,
     pub faults: FaultScript,
     /// How long the MCP ingress waits for the gateway's final response (default 60 s);

@@ -387,12 +387,8 @@ impl Inner {
             });
         }
         self.record.commands.push(CommandRecord {
-            order,
             request_id: facts.request_id,
-            command_type: facts.command_type,
-            channel: queued.channel().to_owned(),
             method: facts.method,
-            tool: facts.tool,
             issued: false,
         });
         self.queue.push_back((order, queued));

@@ -18,18 +18,18 @@ use crate::protocol::{JsonRpcPayload, MCP_SESSION_ID};
 #[derive(Clone, Debug)]
 pub struct NewCommand {
     /// The JSON-RPC message, sent byte for byte; `None` for session termination.
-    pub jsonrpc: Option<Box<RawValue>>,
+    pub(crate) jsonrpc: Option<Box<RawValue>>,
     /// Channel; `None` writes the default `main`.
-    pub channel: Option<String>,
+    pub(crate) channel: Option<String>,
     /// `response_timeout`, written verbatim (it need not follow the grammar).
-    pub response_timeout: Option<String>,
+    pub(crate) response_timeout: Option<String>,
     /// Multi-valued headers, in order.
-    pub headers: Vec<(String, Vec<String>)>,
+    pub(crate) headers: Vec<(String, Vec<String>)>,
     /// `command_type`, written verbatim (`jsonrpc`, `session_termination`, or anything).
-    pub command_type: String,
+    pub(crate) command_type: String,
     /// `trace_context` (wire 2026-08-25), written verbatim when set: any JSON, so that
     /// malformed carriers can be sent too.
-    pub trace_context: Option<serde_json::Value>,
+    pub(crate) trace_context: Option<serde_json::Value>,
 }
 
 /// One element of a future poll's `commands`.
@@ -53,7 +53,6 @@ pub(crate) struct Issued {
 pub(crate) struct CommandFacts {
     pub(crate) request_id: Option<String>,
     pub(crate) shard_token: Option<String>,
-    pub(crate) command_type: Option<String>,
     pub(crate) method: Option<String>,
     pub(crate) tool: Option<String>,
 }
@@ -194,7 +193,7 @@ impl Queued {
         }
     }
 
-    /// Ids, type, method and tool, as far as the queued JSON carries them.
+    /// Ids, method and tool, as far as the queued JSON carries them.
     pub(crate) fn facts(&self) -> CommandFacts {
         match self {
             Self::Command(c) => {
@@ -202,7 +201,6 @@ impl Queued {
                 CommandFacts {
                     request_id: Some(c.request_id.clone()),
                     shard_token: Some(c.shard_token.clone()),
-                    command_type: Some(c.command.command_type.clone()),
                     method,
                     tool,
                 }
@@ -217,7 +215,6 @@ impl Queued {
                 CommandFacts {
                     request_id: text(v.get("request_id")),
                     shard_token: text(v.get("shard_token")),
-                    command_type: text(v.get("command_type")),
                     method: text(rpc.and_then(|r| r.get("method"))),
                     tool,
                 }

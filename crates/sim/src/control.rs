@@ -122,7 +122,6 @@ pub(crate) async fn tunnel(State(sim): State<Arc<Shared>>, Path(tunnel): Path<St
         Err(e) => e.into_response(),
     };
     sim.record_lookup(LookupRecord {
-        tunnel_id: tunnel,
         headers: record_headers(&headers),
         status: resp.status().as_u16(),
     });
@@ -143,7 +142,6 @@ pub(crate) async fn poll(
     let nth = sim.next_poll();
     let channels: Vec<String> = query_params(&query, "channel").map(str::to_owned).collect();
     let idx = sim.record_poll(PollRecord {
-        nth,
         limit: query_param(&query, "limit").and_then(|v| v.parse().ok()),
         timeout_ms: query_param(&query, "timeout_ms").and_then(|v| v.parse().ok()),
         channels: channels.clone(),

@@ -4,12 +4,12 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::sim::NewCommand;
+use crate::NewCommand;
 
 /// The vendored contracts: the 0.0.13 one and the 2026-08-25 one.
 fn contracts() -> [Value; 2] {
     ["openapi.json", "openapi-2026-08-25.json"].map(|file| {
-        let path = format!("{}/contract/{file}", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/../../contract/{file}", env!("CARGO_MANIFEST_DIR"));
         serde_json::from_str(&std::fs::read_to_string(path).expect("the vendored contract is in contract/")).unwrap()
     })
 }
@@ -76,10 +76,10 @@ async fn tunnel_metadata_satisfies_the_contract() {
 fn the_contract_fixture_response_passes_the_simulator_validation() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/contract/fixtures/jsonrpc_notify_response.json"
+        "/../../contract/fixtures/jsonrpc_notify_response.json"
     );
     let fixture = bytes::Bytes::from(std::fs::read(path).unwrap());
-    let payload = crate::sim::validate::payload(&fixture, false).unwrap();
+    let payload = crate::validate::payload(&fixture, false).unwrap();
     assert_eq!(payload.request_id, "cmd_fixture_jsonrpc");
     assert!(!payload.reply.resp_type.is_terminal());
     assert_eq!(

@@ -76,10 +76,6 @@ impl McpStub {
         })
     }
 
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
     /// `http://IP:PORT/mcp`.
     pub fn url(&self) -> String {
         format!("http://{}/mcp", self.addr)
@@ -88,11 +84,6 @@ impl McpStub {
     /// How many messages (and session ends) the stub has received.
     pub fn received(&self) -> usize {
         self.lock().len()
-    }
-
-    /// The method of every message received, in order.
-    pub fn received_methods(&self) -> Vec<String> {
-        self.lock().clone()
     }
 
     /// How many TCP connections the stub has accepted (a client's connection reuse shows

@@ -14,7 +14,7 @@ pub struct SimArgs {
     pub listen: SocketAddr,
     pub tunnel_id: String,
     pub api_key: String,
-    /// A fault script (TOML, format in the `sim` module header).
+    /// A fault script (TOML, format in the crate header, `lib.rs`).
     pub faults: Option<PathBuf>,
     /// Also start the embedded MCP stub on this address.
     pub with_stub: Option<SocketAddr>,
@@ -35,17 +35,6 @@ pub enum SimError {
     Listen { addr: SocketAddr, source: std::io::Error },
     #[error("cannot wait for a stop signal: {0}")]
     Signal(std::io::Error),
-}
-
-impl SimError {
-    /// Stable label for logs.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Faults(_) => "faults",
-            Self::Listen { .. } => "listen",
-            Self::Signal(_) => "signal",
-        }
-    }
 }
 
 /// Runs the simulator until Ctrl-C (SIGINT) or SIGTERM.

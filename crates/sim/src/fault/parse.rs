@@ -1,4 +1,4 @@
-//! The TOML form of fault scripts (format in the `sim` module header): raw serde
+//! The TOML form of fault scripts (format in the crate header, `lib.rs`): raw serde
 //! shapes, then validation that names the entry (`rule 2`, `poll 1`, `feed 3`) and the
 //! problem.
 
@@ -8,7 +8,7 @@ use super::{
     parse_resp_type, Attempts, FaultAction, FaultRule, FaultScript, FaultScriptError, FeedCommand, FeedEntry,
     PollFault, RespTypeSelector, Selector,
 };
-use crate::sim::command::NewCommand;
+use crate::command::NewCommand;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::sim::NewCommand;
+use crate::NewCommand;
 
 fn bounded(record: usize, completed: usize) -> SimConfig {
     let mut config = SimConfig::new(TUNNEL, KEY);
@@ -33,8 +33,8 @@ async fn the_record_and_the_completed_requests_stay_at_their_bound() {
     assert_eq!(rec.commands.len(), 3);
     assert_eq!(rec.dropped.commands, 2);
     assert_eq!(
-        rec.commands.iter().map(|c| c.order).collect::<Vec<_>>(),
-        [3, 4, 5],
+        rec.commands.iter().map(|c| c.request_id.as_deref()).collect::<Vec<_>>(),
+        request_ids[2..].iter().map(|id| Some(id.as_str())).collect::<Vec<_>>(),
         "the oldest entries are dropped first"
     );
     assert!(rec.commands.iter().all(|c| c.issued));
