@@ -25,7 +25,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::routing::get;
 use tokio::io::AsyncBufReadExt;
-use tunnelgate::internals::sim::McpStub;
+use tunnelgate_sim::McpStub;
 
 use super::loadcp::Window;
 use super::{http_channel_url, stdio_channel, Args, GatewayProcess};
@@ -49,7 +49,7 @@ struct Row {
 }
 
 /// One run's figures.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Run {
     per_second: f64,
     p50_us: f64,
@@ -61,6 +61,21 @@ struct Run {
     peak_rss_kib: u64,
     /// The share of polls and POSTs that arrived over HTTP/2.
     http2_share: f64,
+    /// The mean time of each of [`LEGS`] per command in the measured window, by the
+    /// gateway's own `command_duration_seconds{leg}` (0 for a leg that did not occur).
+    legs_us: Vec<f64>,
+}
+
+/// The legs of `command_duration_seconds` the bench reads, in table order.
+const LEGS: [&str; 6] = ["queue", "fence_wait", "intent", "downstream", "deliver", "total"];
+
+/// Each of [`LEGS`]' `_sum` and `_count`, now.
+async fn leg_times(gw: &GatewayProcess, client: &reqwest::Client) -> Result<Vec<(f64, f64)>, String> {
+    let mut times = Vec::with_capacity(LEGS.len());
+    for leg in LEGS {
+        times.push(gw.leg_time(client, leg).await?);
+    }
+    Ok(times)
 }
 
 /// A peer process started as `bench FLAG 127.0.0.1:0`, killed on drop.
@@ -186,8 +201,21 @@ async fn run_once(
         None => None,
     };
     let cpu_before = gw.cpu_us();
+    let before = leg_times(&gw, client).await?;
     let w: Window = cp.get(client, &load(secs.as_millis())).await?;
     let cpu = gw.cpu_us().saturating_sub(cpu_before);
+    let after = leg_times(&gw, client).await?;
+    let legs_us: Vec<f64> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| {
+            if a.1 > b.1 {
+                (a.0 - b.0) / (a.1 - b.1) * 1e6
+            } else {
+                0.0
+            }
+        })
+        .collect();
     let done = w.load.done.max(1) as f64;
     let mcp_connections = match (&stub, stub_before) {
         (Some(s), Some(before)) => Some(s.get::<StubCounts>(client, "/counts").await?.connections - before),
@@ -203,6 +231,7 @@ async fn run_once(
         mcp_connections_per_command: mcp_connections.map(|c| c as f64 / done),
         peak_rss_kib: gw.rss_kib("VmHWM:"),
         http2_share: w.http2_requests as f64 / w.requests.max(1) as f64,
+        legs_us,
     })
 }
 
@@ -350,7 +379,7 @@ pub(crate) async fn run(args: &Args) -> Result<u8, String> {
         "| path | concurrency | log level | commands/s | p50 | p99 | gateway CPU / command (median) | gateway CPU / command, each run | polls / command | control-plane connections / command | MCP connections / command | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let pki = if args.cp_tls { Some(Pki::new()?) } else { None };
-    let mut rates: Vec<(Row, f64)> = Vec::new();
+    let mut rates: Vec<Measured> = Vec::new();
     for row in rows(args) {
         let mut runs = Vec::new();
         for n in 1..=args.runs {
@@ -358,7 +387,13 @@ pub(crate) async fn run(args: &Args) -> Result<u8, String> {
             runs.push(run_once(args, &client, row, secs, pki.as_ref()).await?);
         }
         out.push_str(&table_row(row, &runs));
-        rates.push((row, median(runs.iter().map(|r| r.per_second).collect())));
+        rates.push(Measured {
+            row,
+            per_second: median(runs.iter().map(|r| r.per_second).collect()),
+            legs_us: (0..LEGS.len())
+                .map(|i| median(runs.iter().map(|r| r.legs_us.get(i).copied().unwrap_or(0.0)).collect()))
+                .collect(),
+        });
     }
     if !args.cp_tls {
         out.push_str(&floors(&rates)?);
@@ -423,45 +458,95 @@ fn direct_stdio_rate(server: &str, secs: Duration) -> Result<f64, String> {
     Ok(rate)
 }
 
+/// A row's medians, for the floors table.
+struct Measured {
+    row: Row,
+    per_second: f64,
+    /// Per leg of [`LEGS`], the median over runs of its mean time per command.
+    legs_us: Vec<f64>,
+}
+
+impl Measured {
+    /// The write-ahead intent's mean record time, when the row recorded any.
+    fn intent_us(&self) -> Option<f64> {
+        self.legs_us.get(2).copied().filter(|us| *us > 0.0)
+    }
+}
+
 /// The floors strict mode is measured against, per strict row: the same run's
-/// default-mode time per command plus one measured flush (an in-place 4 KiB `pwrite` +
-/// `fdatasync` in the directory the gateway's latch file lives in), and strict's rate
-/// against each. Two flushes are measured: back to back (the fastest a flush gets: the
-/// headline floor), and one every default command's time, the pace strict pays it at
-/// (the disk and the CPU idle in between, and the file's coarse modification time moves
-/// more often, each move adding the inode's write to the flush).
-fn floors(rates: &[(Row, f64)]) -> Result<String, String> {
-    let flush_us = flush_latency_us(200, None)?;
+/// default-mode time per command plus one flush, and strict's rate against it. The
+/// headline flush is strict's own, measured where it is paid: the mean time of the
+/// write-ahead intent's record in the gateway (`leg="intent"`: the document, its write and
+/// its `fdatasync`), over the same window strict's rate is. Beside it, a probe: an
+/// in-place 4 KiB `pwrite` + `fdatasync` in the directory the gateway's latch file lives
+/// in, 1,000 back to back, median and mean. A floor is a rate, so its flush is a mean:
+/// when flushes have a tail the median understates what they cost a run.
+fn floors(rates: &[Measured]) -> Result<String, String> {
+    let probe = flush_latency_us(1000)?;
     let mut out = String::from(
-        "\n| path | log level | one flush, back to back | default commands/s | strict floor | strict commands/s | strict / floor | one flush at default's pace | floor at that pace | strict / paced floor |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "\n| path | log level | default commands/s | strict commands/s | strict's record, in the gateway (mean) | strict floor: default + that record | strict / floor | strict's time beyond default + its record | probe flush, median / mean | floor with the probe's mean | strict / that floor |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
-    for &(row, strict_rate) in rates.iter().filter(|(r, _)| r.strict) {
+    for strict in rates.iter().filter(|m| m.row.strict) {
+        let row = strict.row;
         let default = rates
             .iter()
-            .find(|(r, _)| !r.strict && r.path == row.path && r.concurrency == 1 && r.log_level == row.log_level)
-            .map(|(_, rate)| *rate);
-        let Some(default) = default.filter(|d| *d > 0.0) else {
+            .find(|m| {
+                !m.row.strict && m.row.path == row.path && m.row.concurrency == 1 && m.row.log_level == row.log_level
+            })
+            .map(|m| m.per_second);
+        let (Some(default), Some(record_us)) = (default.filter(|d| *d > 0.0), strict.intent_us()) else {
             continue;
         };
         let floor = |flush_us: f64| 1.0 / (1.0 / default + flush_us / 1e6);
-        let paced_us = flush_latency_us(200, Some(Duration::from_secs_f64(1.0 / default)))?;
+        let rate = strict.per_second;
+        let beyond_us = (1.0 / rate - 1.0 / default) * 1e6 - record_us;
         let path = if row.path == Path::Http { "HTTP" } else { "stdio" };
         out.push_str(&format!(
-            "| {path} | `{}` | {flush_us:.0} us | {default:.0} | {:.0} | {strict_rate:.0} | {:.2} | {paced_us:.0} us | {:.0} | {:.2} |\n",
+            "| {path} | `{}` | {default:.0} | {rate:.0} | {record_us:.0} us | {:.0} | {:.2} | {beyond_us:.0} us | {:.0} / {:.0} us | {:.0} | {:.2} |\n",
             row.log_level,
-            floor(flush_us),
-            strict_rate / floor(flush_us),
-            floor(paced_us),
-            strict_rate / floor(paced_us),
+            floor(record_us),
+            rate / floor(record_us),
+            probe.median,
+            probe.mean,
+            floor(probe.mean),
+            rate / floor(probe.mean),
         ));
     }
+    out.push_str(&legs_table(rates));
     Ok(out)
 }
 
-/// The median time of `samples` in-place 4 KiB `pwrite` + `fdatasync`s of one file in
-/// the temporary directory (where the gateway's latch file is), in microseconds: back to
-/// back, or each after sleeping `pace`.
-fn flush_latency_us(samples: usize, pace: Option<Duration>) -> Result<f64, String> {
+/// Where the time of a command at one in flight goes, default against strict: each
+/// leg's mean per command, by the gateway's own `command_duration_seconds{leg}` (the
+/// legs are not disjoint: `total` spans the others, and the poll's own time is in none).
+fn legs_table(rates: &[Measured]) -> String {
+    let mut out = format!(
+        "\n| path | mode | log level | {} |\n|---|---|---|{}\n",
+        LEGS.join(" | "),
+        "---|".repeat(LEGS.len())
+    );
+    for m in rates.iter().filter(|m| m.row.concurrency == 1) {
+        let path = if m.row.path == Path::Http { "HTTP" } else { "stdio" };
+        let mode = if m.row.strict { "strict" } else { "default" };
+        let cells: Vec<String> = m.legs_us.iter().map(|us| format!("{us:.0} us")).collect();
+        out.push_str(&format!(
+            "| {path} | {mode} | `{}` | {} |\n",
+            m.row.log_level,
+            cells.join(" | ")
+        ));
+    }
+    out
+}
+
+/// A flush probe's figures, in microseconds.
+struct Flushes {
+    median: f64,
+    mean: f64,
+}
+
+/// `samples` in-place 4 KiB `pwrite` + `fdatasync`s of one file in the temporary
+/// directory (where the gateway's latch file is), back to back.
+fn flush_latency_us(samples: usize) -> Result<Flushes, String> {
     use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let file = std::fs::File::create(dir.path().join("flush.probe")).map_err(|e| e.to_string())?;
@@ -470,17 +555,16 @@ fn flush_latency_us(samples: usize, pace: Option<Duration>) -> Result<f64, Strin
     file.sync_all().map_err(|e| e.to_string())?;
     let mut times = Vec::with_capacity(samples);
     for _ in 0..samples {
-        if let Some(pace) = pace {
-            // The probe is the only thing running: a blocking sleep is the idle gap.
-            #[allow(clippy::disallowed_methods)]
-            std::thread::sleep(pace);
-        }
         let started = tokio::time::Instant::now();
         file.write_all_at(&block, 0).map_err(|e| e.to_string())?;
         file.sync_data().map_err(|e| e.to_string())?;
         times.push(started.elapsed().as_secs_f64() * 1e6);
     }
-    Ok(median(times))
+    let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+    Ok(Flushes {
+        median: median(times),
+        mean,
+    })
 }
 
 /// The row's first three cells. A TLS row names the protocol the polls and POSTs

@@ -38,7 +38,7 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use serde_json::json;
 use tokio::time::Instant;
-use tunnelgate::internals::sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
+use tunnelgate_sim::{FaultScript, McpStub, NewCommand, SimConfig, Simulator};
 
 mod external;
 mod loadcp;
@@ -445,6 +445,8 @@ fn summarize(mut latencies: Vec<u64>, elapsed: Duration) -> Load {
 struct GatewayProcess {
     child: tokio::process::Child,
     _dir: tempfile::TempDir,
+    /// Its ops listener (`/readyz`, `/metrics`).
+    ops: SocketAddr,
 }
 
 impl GatewayProcess {
@@ -502,7 +504,7 @@ log_level = "{log_level}"
                     args.gateway
                 )
             })?;
-        let gw = Self { child, _dir: dir };
+        let gw = Self { child, _dir: dir, ops };
         let client = reqwest::Client::new();
         loop {
             let ready = client
@@ -523,6 +525,28 @@ log_level = "{log_level}"
 
     fn pid(&self) -> u32 {
         self.child.id().unwrap_or(0)
+    }
+
+    /// `tunnelgate_command_duration_seconds{leg}`'s `_sum` (seconds) and `_count`, read
+    /// from the gateway's own `/metrics`; zeros when it has no such series (a gateway
+    /// built before that leg existed).
+    async fn leg_time(&self, client: &reqwest::Client, leg: &str) -> Result<(f64, f64), String> {
+        let text = client
+            .get(format!("http://{}/metrics", self.ops))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .text()
+            .await
+            .map_err(|e| e.to_string())?;
+        let value = |series: &str| {
+            let prefix = format!("tunnelgate_command_duration_seconds_{series}{{leg=\"{leg}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        Ok((value("sum"), value("count")))
     }
 
     /// utime + stime, in microseconds.

@@ -337,7 +337,10 @@ impl CommandTask<'_> {
             method,
             &w.instance_id,
         );
-        w.store.record(&intent).await
+        let since = Instant::now();
+        w.store.record(&intent).await?;
+        self.obs.observe(Step::IntentRecorded { since });
+        Ok(())
     }
 
     /// Settles the write-ahead intent. A record left behind makes the next start (file

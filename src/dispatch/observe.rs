@@ -63,6 +63,8 @@ pub(super) enum Step<'a> {
     Dequeued { received_at: Instant },
     /// The wait at the fence, begun at `since`, ended (admitted or not).
     FenceWaited { since: Instant },
+    /// The write-ahead intent, begun at `since`, is durable (strict mode).
+    IntentRecorded { since: Instant },
     /// The command passed the fence; `fence_held`: that holds the fence (strict mode).
     Admitted { fence_held: bool },
     /// The admission was let go; `fence_held` is the fence's state now.
@@ -322,6 +324,7 @@ impl<'a> Observer<'a> {
         match step {
             Step::Dequeued { received_at } => books.leg_took(DurationLeg::Queue, received_at),
             Step::FenceWaited { since } => books.leg_took(DurationLeg::FenceWait, since),
+            Step::IntentRecorded { since } => books.leg_took(DurationLeg::Intent, since),
             Step::Admitted { fence_held } => books.admitted(fence_held),
             Step::Released {
                 fence_held,

@@ -166,6 +166,9 @@ label_enum! {
     pub enum DurationLeg {
         Queue => "queue",
         FenceWait => "fence_wait",
+        /// Strict mode's write-ahead intent, recorded durably before the first downstream
+        /// byte: its write and flush (a file), or its transaction (etcd).
+        Intent => "intent",
         Downstream => "downstream",
         Deliver => "deliver",
         Total => "total",

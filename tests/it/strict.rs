@@ -15,6 +15,15 @@ fn hold_echo_terminal(action: &str) -> String {
     format!("[[rule]]\nmatch = {{ tool = \"echo\", resp_type = \"terminal\" }}\n{action}\n")
 }
 
+/// How many write-ahead records `command_duration_seconds{leg="intent"}` has timed.
+fn intent_records(metrics: &str) -> u64 {
+    let series = "tunnelgate_command_duration_seconds_count{leg=\"intent\"} ";
+    let count = metrics.lines().find_map(|l| l.strip_prefix(series));
+    count
+        .and_then(|c| c.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series}in {metrics}"))
+}
+
 #[tokio::test]
 async fn acknowledged_terminal_post_releases_the_fence_for_the_next_command() {
     let rig = Rig::start("").await;
@@ -31,6 +40,8 @@ async fn acknowledged_terminal_post_releases_the_fence_for_the_next_command() {
     assert_eq!(rig.stub.count("tools/call"), 2);
     assert!(!gw.has_exited());
     rig.assert_all_bodies_valid();
+    // Each command's write-ahead record is timed as the `intent` leg.
+    assert_eq!(intent_records(&rig.metrics().await), 2);
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0), "{}", gw.stderr());
 }
@@ -53,7 +64,7 @@ async fn ambiguous_then_acked(action: &str) {
         attempts.windows(2).all(|w| w[0].body == w[1].body),
         "every attempt carries identical bytes"
     );
-    let token = |r: &tunnelgate::internals::sim::ResponseRecord| r.header("x-tunnel-shard-token").map(str::to_owned);
+    let token = |r: &tunnelgate_sim::ResponseRecord| r.header("x-tunnel-shard-token").map(str::to_owned);
     assert!(
         attempts.windows(2).all(|w| token(w[0]) == token(w[1])),
         "identical headers"
@@ -177,7 +188,7 @@ async fn the_latch_fires_and_the_process_exits_within_cleanup_timeout_plus_one_s
 #[tokio::test]
 async fn another_channel_and_command_type_are_blocked_by_the_same_fence() {
     let rig = Rig::start(&hold_echo_terminal("action = \"hold\"")).await;
-    let side = tunnelgate::internals::sim::McpStub::start(([127, 0, 0, 1], 0).into())
+    let side = tunnelgate_sim::McpStub::start(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
     let extra = format!("[mcp.channels.side]\nurl = \"{}\"\n", side.url());
@@ -192,10 +203,9 @@ async fn another_channel_and_command_type_are_blocked_by_the_same_fence() {
     rig.wait("the held POST", |r| r.responses_for(&a).next().is_some())
         .await;
     rig.sim
-        .enqueue(tunnelgate::internals::sim::NewCommand::session_termination(Some("sess-1")).channel("side"));
+        .enqueue(tunnelgate_sim::NewCommand::session_termination(Some("sess-1")).channel("side"));
     rig.sim.enqueue(
-        tunnelgate::internals::sim::NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":7,"method":"tools/list"}))
-            .channel("side"),
+        tunnelgate_sim::NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":7,"method":"tools/list"})).channel("side"),
     );
     assert_eq!(gw.wait_exit(EXIT).await, Some(80), "{}", gw.stderr());
     assert_eq!(
@@ -224,7 +234,7 @@ async fn a_failed_progress_notification_keeps_the_fence_and_the_terminal_ack_dec
     let faults = "[[rule]]\nmatch = { resp_type = \"jsonrpc_notify\" }\nstatus = 500\n";
     let rig = Rig::start(faults).await;
     let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
-    let a = rig.sim.enqueue(tunnelgate::internals::sim::NewCommand::jsonrpc(json!({
+    let a = rig.sim.enqueue(tunnelgate_sim::NewCommand::jsonrpc(json!({
         "jsonrpc":"2.0","id":1,"method":"tools/call",
         "params":{"name":"slow","arguments":{"ms":200},"_meta":{"progressToken":"p"}}})));
     let rec = rig.wait("terminal delivered", |r| r.is_completed(&a)).await;
@@ -279,7 +289,7 @@ async fn response_timeout_passing_after_dispatch_exits_85() {
     let rig = Rig::start("").await;
     let mut gw = rig.spawn_gateway(&rig.config(&RigOptions::default())).await;
     rig.sim.enqueue(
-        tunnelgate::internals::sim::NewCommand::jsonrpc(
+        tunnelgate_sim::NewCommand::jsonrpc(
             json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1500}}}),
         )
         .response_timeout("400ms"),
@@ -308,6 +318,7 @@ async fn strict_disabled_keeps_running_and_dispatches_the_next_command() {
         metrics.contains("tunnelgate_deliveries_total{kind=\"terminal\",outcome=\"not_found\"} 1"),
         "{metrics}"
     );
+    assert_eq!(intent_records(&metrics), 0, "default mode writes no intent");
     gw.sigterm();
     assert_eq!(gw.wait_exit(EXIT).await, Some(0));
 }
@@ -393,7 +404,7 @@ async fn no_canary_appears_in_logs_spans_metrics_status_check_doctor_or_the_latc
     let payload_canary = "PAYLOAD-CANARY-7731";
     let header_canary = "HEADER-CANARY-9124";
     let a = rig.sim.enqueue(
-        tunnelgate::internals::sim::NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":"rpc-c","method":"tools/call",
+        tunnelgate_sim::NewCommand::jsonrpc(json!({"jsonrpc":"2.0","id":"rpc-c","method":"tools/call",
             "params":{"name":"echo","arguments":{"message": payload_canary}}}))
         .header("Authorization", format!("Bearer {header_canary}"))
         .header("X-Custom", header_canary),

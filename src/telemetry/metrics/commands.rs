@@ -10,8 +10,8 @@ use super::{all, at_zero, counter_vec, histogram_vec, int_gauge, Metrics};
 use crate::telemetry::label::{CommandType, DropReason, DurationLeg, LabelValue};
 
 /// Buckets of `command_duration_seconds`, in seconds.
-pub(super) const DURATION_BUCKETS: [f64; 16] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+pub(super) const DURATION_BUCKETS: [f64; 18] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
 /// What happens to commands: received, dropped, timed per leg, in flight, queued.
