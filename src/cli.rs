@@ -26,10 +26,10 @@ mod readiness;
 mod receipts;
 mod signals;
 
-pub use bundle::{support_bundle, SupportBundleArgs};
-pub use latch::{latch_clear, latch_show, Cluster};
-pub use profile::{profile, ProfileAction, ProfileArgs};
-pub use receipts::{receipts, OutcomeArg, ReceiptsArgs};
+pub(crate) use bundle::{support_bundle, SupportBundleArgs};
+pub(crate) use latch::{latch_clear, latch_show, Cluster};
+pub(crate) use profile::{profile, ProfileArgs};
+pub(crate) use receipts::{receipts, ReceiptsArgs};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -53,7 +53,7 @@ strict-mode fatal categories (see docs/strict-mode.md).";
 
 /// Why a subcommand could not do its work (exit 1, or 78 for a bad fault script).
 #[derive(Debug, thiserror::Error)]
-pub enum CliError {
+pub(crate) enum CliError {
     #[error("the gateway could not start: {0}")]
     Gateway(#[source] GatewayError),
     #[error("cannot build the HTTP client: {0}")]
@@ -87,37 +87,16 @@ pub enum CliError {
     },
 }
 
-impl CliError {
-    /// Stable label for logs.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Gateway(_) => "gateway",
-            Self::HttpClient(_) => "http_client",
-            Self::StatusBadUrl { .. } => "status_bad_url",
-            Self::StatusNotListening { .. } => "status_not_listening",
-            Self::StatusUnreachable { .. } => "status_unreachable",
-            Self::StatusNotJson { .. } => "status_not_json",
-            Self::LatchFile(_) => "latch_file",
-            Self::Intent(_) => "intent",
-            Self::ClearNotConfirmed { .. } => "clear_not_confirmed",
-            Self::Terminal(_) => "terminal",
-            Self::Cluster { .. } => "cluster",
-            Self::Sim(_) => "sim",
-            Self::Receipts(e) => e.kind(),
-        }
-    }
-}
-
 #[derive(Parser, Debug)]
 #[command(name = "tunnelgate", version, about = "Secure MCP Tunnel client that tells the truth about delivery", after_help = EXAMPLES)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 /// `run`, which builds its runtime from its configuration, or any other command.
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Poll the control plane and forward commands to the configured MCP servers.
     Run(ConfigArgs),
     #[command(flatten)]
@@ -126,7 +105,7 @@ pub enum Command {
 
 /// Every command but `run` (listed with it, in this order, in `--help`).
 #[derive(Subcommand, Debug)]
-pub enum Tool {
+pub(crate) enum Tool {
     /// Validate the configuration and print the effective values with secrets masked.
     Check(ConfigArgs),
     /// Preflight every endpoint the runtime will use: config, control plane, MCP channels,
@@ -158,7 +137,7 @@ pub enum Tool {
 }
 
 #[derive(Args, Debug)]
-pub struct ConfigArgs {
+pub(crate) struct ConfigArgs {
     /// TOML configuration file (layered over defaults, under TUNNELGATE_* variables).
     #[arg(long, short)]
     pub config: Option<PathBuf>,
@@ -193,7 +172,7 @@ pub struct ConfigArgs {
 
 /// Where `run` loads its configuration from, kept to load it again the same way (SIGHUP).
 #[derive(Clone, Debug)]
-pub struct ConfigSource {
+pub(crate) struct ConfigSource {
     pub path: Option<PathBuf>,
     pub overrides: Overrides,
 }
@@ -201,26 +180,26 @@ pub struct ConfigSource {
 impl ConfigSource {
     /// Loads every layer: the file (or the official profile), the process environment,
     /// the flags.
-    pub fn load(&self) -> Result<Config, ConfigError> {
+    pub(crate) fn load(&self) -> Result<Config, ConfigError> {
         Config::load(self.path.as_deref(), &self.overrides)
     }
 
     /// Like [`ConfigSource::load`], and where the file layer came from.
-    pub fn load_with_origin(&self) -> Result<(Config, ConfigOrigin), ConfigError> {
+    pub(crate) fn load_with_origin(&self) -> Result<(Config, ConfigOrigin), ConfigError> {
         Config::load_with_origin(self.path.as_deref(), &self.overrides)
     }
 }
 
 impl ConfigArgs {
     /// The file and flags of this command line.
-    pub fn source(&self) -> ConfigSource {
+    pub(crate) fn source(&self) -> ConfigSource {
         ConfigSource {
             path: self.config.clone(),
             overrides: self.overrides(),
         }
     }
 
-    pub fn overrides(&self) -> Overrides {
+    pub(crate) fn overrides(&self) -> Overrides {
         Overrides {
             strict: self.strict.then_some(true),
             ops_listen: self.ops_listen.clone(),
@@ -260,7 +239,7 @@ Exit codes: 0 every check passed (warnings allowed), 1 a check failed,
 78 invalid configuration, 2 usage error.";
 
 #[derive(Args, Debug)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
     /// Bound of each network check, e.g. "5s" or "500ms".
@@ -275,7 +254,7 @@ pub struct DoctorArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Base URL of the gateway's operator listener.
     #[arg(long, default_value = "http://127.0.0.1:9464")]
     pub url: String,
@@ -286,7 +265,7 @@ pub struct StatusArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct LatchArgs {
+pub(crate) struct LatchArgs {
     #[command(subcommand)]
     pub action: LatchAction,
     /// Configuration file naming strict.latch_file (its secrets need not resolve here).
@@ -298,7 +277,7 @@ pub struct LatchArgs {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum LatchAction {
+pub(crate) enum LatchAction {
     /// Print the persisted cause (and, with coordination.backend = "etcd", the
     /// cluster-wide latch and unsettled intents on etcd).
     Show,
@@ -325,7 +304,7 @@ Examples:
   tunnelgate sim --listen 127.0.0.1:8080 --faults drills/ack-404.toml";
 
 #[derive(Args, Debug)]
-pub struct SimArgs {
+pub(crate) struct SimArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
@@ -368,7 +347,7 @@ pub struct SimArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Keep the demo's working directory (latch file) instead of removing it.
     #[arg(long)]
     pub keep_dir: bool,
@@ -377,14 +356,14 @@ pub struct DemoArgs {
 /// Call first thing for `tunnelgate run`, before loading its configuration: a signal that
 /// arrives before [`run`] installs its handlers then waits instead of taking its default
 /// action (see `signals`).
-pub fn defer_signals() {
+pub(crate) fn defer_signals() {
     signals::defer();
 }
 
 /// `tunnelgate run`: signals, logs, the PID file, the gateway; returns the exit code.
 /// `source` is how `config` was loaded, for SIGHUP to load it again; `origin` says
 /// where its file layer came from, for the log.
-pub async fn run(config: Config, source: ConfigSource, origin: ConfigOrigin) -> Result<u8, CliError> {
+pub(crate) async fn run(config: Config, source: ConfigSource, origin: ConfigOrigin) -> Result<u8, CliError> {
     // First of all: the handlers, which also ends what `defer_signals` began.
     let handlers = signals::Signals::install();
     let format = match config.telemetry.log_format {
@@ -457,7 +436,7 @@ fn log_origin(origin: &ConfigOrigin) {
 }
 
 /// The warning for official selectors that a `--config` file outranked, if any were set.
-pub fn ignored_selectors(origin: &ConfigOrigin) -> Option<String> {
+pub(crate) fn ignored_selectors(origin: &ConfigOrigin) -> Option<String> {
     (!origin.ignored_selectors.is_empty()).then(|| {
         format!(
             "--config is given, so the official profile named by {} is not read",
@@ -471,7 +450,7 @@ const SIGNAL_WATCH_JOIN: Duration = Duration::from_secs(1);
 
 /// `tunnelgate doctor`: prints the report and returns its exit code (78 when the
 /// configuration is invalid: the report says why, and stderr too, as `check` does).
-pub async fn doctor(args: &DoctorArgs, config: Result<Config, ConfigError>) -> Result<u8, CliError> {
+pub(crate) async fn doctor(args: &DoctorArgs, config: Result<Config, ConfigError>) -> Result<u8, CliError> {
     let options = crate::doctor::Options {
         timeout: args.timeout,
         spawn_stdio: args.spawn_stdio,
@@ -497,7 +476,7 @@ pub async fn doctor(args: &DoctorArgs, config: Result<Config, ConfigError>) -> R
 }
 
 /// `tunnelgate status [--require-ready]`.
-pub async fn status(args: &StatusArgs) -> Result<u8, CliError> {
+pub(crate) async fn status(args: &StatusArgs) -> Result<u8, CliError> {
     let url = status_url(&args.url)?;
     let client = crate::egress::client::local(&url, STATUS_TIMEOUT).map_err(CliError::HttpClient)?;
     let shown = url.to_string();
@@ -590,7 +569,7 @@ fn unreachable(url: &str, failed: &LocalGetError) -> CliError {
 }
 
 /// `tunnelgate sim`.
-pub async fn sim(args: SimArgs) -> Result<u8, CliError> {
+pub(crate) async fn sim(args: SimArgs) -> Result<u8, CliError> {
     let sim_args = tunnelgate_sim::SimArgs {
         listen: args.listen,
         tunnel_id: args.tunnel_id,

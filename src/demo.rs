@@ -31,7 +31,7 @@ const STOP_BOUND: Duration = Duration::from_secs(15);
 
 /// Why the demo could not finish. Each message names the step that failed.
 #[derive(Debug, thiserror::Error)]
-pub enum DemoError {
+pub(crate) enum DemoError {
     #[error("cannot create the demo directory {path}: {source}")]
     WorkDir { path: PathBuf, source: std::io::Error },
     #[error("cannot start the embedded MCP stub: {0}")]
@@ -66,30 +66,6 @@ pub enum DemoError {
     ClearLatch(#[source] LatchFileError),
 }
 
-impl DemoError {
-    /// Stable label for logs.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::WorkDir { .. } => "work_dir",
-            Self::Stub(_) => "stub",
-            Self::Simulator(_) => "simulator",
-            Self::Faults(_) => "faults",
-            Self::Config(_) => "config",
-            Self::Gateway(_) => "gateway",
-            Self::GatewayNotStarted => "gateway_not_started",
-            Self::GatewayNotStopped => "gateway_not_stopped",
-            Self::GatewayTask(_) => "gateway_task",
-            Self::NotLatched => "not_latched",
-            Self::HttpClient(_) => "http_client",
-            Self::Ingress(_) => "ingress",
-            Self::ReplyNotJson(_) => "reply_not_json",
-            Self::Status(_) => "status",
-            Self::ReadLatch { .. } => "read_latch",
-            Self::ClearLatch(_) => "clear_latch",
-        }
-    }
-}
-
 const DRILL_FAULTS: &str = r#"
 # The drill: hold every acknowledgement of the `add` call's terminal response.
 [[rule]]
@@ -103,7 +79,7 @@ match = { method = "ping" }
 delay = "600ms"
 "#;
 
-pub async fn run(keep_dir: bool) -> Result<u8, DemoError> {
+pub(crate) async fn run(keep_dir: bool) -> Result<u8, DemoError> {
     // Quiet by default; `RUST_LOG=info tunnelgate demo` shows the gateway's own log.
     let telemetry = match std::env::var("RUST_LOG") {
         Ok(filter) => Some(logging::init(logging::Format::Text, &filter, None, &Default::default()).await),

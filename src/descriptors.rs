@@ -24,7 +24,7 @@ static RESERVED: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
 
 /// The start of `tunnelgate run`: raises the soft `RLIMIT_NOFILE` to the hard limit (and
 /// logs both), then holds the reserve. Called once.
-pub fn prepare_for_run() {
+pub(crate) fn prepare_for_run() {
     raise_nofile_and_log();
     let mut reserved = RESERVED.lock().unwrap_or_else(|p| p.into_inner());
     while reserved.len() < RESERVE {
@@ -41,16 +41,16 @@ pub fn prepare_for_run() {
 /// Frees the reserve, so that what follows (the latch file's write) finds descriptors
 /// even when the process ran out of them. Called just before the latch file is written;
 /// idempotent, and a no-op when nothing was reserved.
-pub fn release_reserve() {
+pub(crate) fn release_reserve() {
     RESERVED.lock().unwrap_or_else(|p| p.into_inner()).clear();
 }
 
 /// The words every failure of this kind carries, in logs, errors and caller messages.
-pub const EXHAUSTION_WORDS: &str = "too many open files in the gateway";
+pub(crate) const EXHAUSTION_WORDS: &str = "too many open files in the gateway";
 
 /// The descriptor limits around the raise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NofileLimits {
+pub(crate) struct NofileLimits {
     /// The soft limit the process started with.
     pub inherited_soft: u64,
     /// The soft limit now.
@@ -80,7 +80,7 @@ fn raise_nofile_and_log() {
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit. On failure, the error and the
 /// limits as they stand (when they could be read).
-pub fn raise_nofile() -> Result<NofileLimits, (nix::Error, Option<NofileLimits>)> {
+pub(crate) fn raise_nofile() -> Result<NofileLimits, (nix::Error, Option<NofileLimits>)> {
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| (e, None))?;
     let unchanged = NofileLimits {
         inherited_soft: soft,
@@ -100,7 +100,7 @@ pub fn raise_nofile() -> Result<NofileLimits, (nix::Error, Option<NofileLimits>)
 /// the process (`EMFILE`) or of the system (`ENFILE`), or kernel memory for a socket
 /// (`ENOMEM`, `ENOBUFS`). std gives `EMFILE` and `ENFILE` no `ErrorKind` of their own
 /// (they are `Uncategorized`), so the raw errno is read.
-pub fn is_exhaustion(error: &std::io::Error) -> bool {
+pub(crate) fn is_exhaustion(error: &std::io::Error) -> bool {
     error.kind() == std::io::ErrorKind::OutOfMemory
         || matches!(
             error.raw_os_error(),
@@ -110,7 +110,7 @@ pub fn is_exhaustion(error: &std::io::Error) -> bool {
 
 /// Whether any of these I/O errors says so: the `io::Error`s of a cause chain, as a send
 /// error gives them (`SendError::io_errors`, also inside wrapped ones).
-pub fn any_is_exhaustion<'a>(errors: impl IntoIterator<Item = &'a std::io::Error>) -> bool {
+pub(crate) fn any_is_exhaustion<'a>(errors: impl IntoIterator<Item = &'a std::io::Error>) -> bool {
     errors.into_iter().any(is_exhaustion)
 }
 

@@ -1,6 +1,7 @@
 //! Fuzz and property targets for the decoders that take outside input: the poll envelope,
 //! the SSE parser, the `response_timeout` grammar, the stdio line reader and the config
-//! loader. Compiled only for tests and fuzz builds (`--cfg fuzzing`); not part of the API.
+//! loader. Compiled only for tests and fuzz builds (`--cfg fuzzing`, set by `cargo fuzz`
+//! alone: no feature turns it on); not part of the API.
 //!
 //! Each target takes arbitrary bytes, must never panic, and asserts the decoder's contract
 //! and its size bound (the "bounded memory" half: what a decoder keeps is bounded by its
@@ -20,10 +21,13 @@ use crate::downstream::{SseEvent, SseParser};
 use crate::protocol::{decode_poll, CommandKind, ResponseTimeout};
 
 /// A target: takes any bytes, panics only when a property is broken.
-pub type Target = fn(&[u8]);
+#[cfg(test)]
+pub(crate) type Target = fn(&[u8]);
 
-/// Every target, by the name its corpus directory and fuzz binary carry.
-pub const TARGETS: [(&str, Target); 5] = [
+/// Every target, by the name its corpus directory and fuzz binary carry (for the suite;
+/// the fuzz binaries name their target themselves).
+#[cfg(test)]
+pub(crate) const TARGETS: [(&str, Target); 5] = [
     ("poll_envelope", poll_envelope),
     ("sse_stream", sse_stream),
     ("response_timeout", response_timeout),

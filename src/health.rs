@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 /// Poll health and command counts.
 #[derive(Default)]
-pub struct Health {
+pub(crate) struct Health {
     last_successful_poll: Mutex<Option<Instant>>,
     /// When the polls began failing: the first failure since the last success (or since
     /// start); `None` while the last poll succeeded.
@@ -151,7 +151,7 @@ impl serde::Serialize for ReplicaRole {
 
 impl Health {
     /// Replaces this replica's coordination view (`coord` only).
-    pub fn set_coordination(&self, view: CoordinationView) {
+    pub(crate) fn set_coordination(&self, view: CoordinationView) {
         *self
             .coordination
             .lock()
@@ -160,7 +160,7 @@ impl Health {
 
     /// This replica's coordination view, with the age of the last answered exchange as
     /// of now; `None` without coordination.
-    pub fn coordination(&self) -> Option<CoordinationView> {
+    pub(crate) fn coordination(&self) -> Option<CoordinationView> {
         let mut view = self
             .coordination
             .lock()
@@ -170,7 +170,7 @@ impl Health {
         Some(view)
     }
 
-    pub fn poll_succeeded(&self) {
+    pub(crate) fn poll_succeeded(&self) {
         *self.last_successful_poll.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         *self.polls_failing_since.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.reach_succeeded();
@@ -180,7 +180,7 @@ impl Health {
             .store(unix_millis_now(), Ordering::Relaxed);
     }
 
-    pub fn poll_failed(&self, kind: &'static str) {
+    pub(crate) fn poll_failed(&self, kind: &'static str) {
         self.consecutive_poll_errors.fetch_add(1, Ordering::Relaxed);
         *self.last_poll_error_kind.lock().unwrap_or_else(|p| p.into_inner()) = Some(kind);
         self.polls_failing_since
@@ -191,19 +191,19 @@ impl Health {
 
     /// When every poll since then has failed (the first failure after the last success);
     /// `None` while the last poll succeeded, and before any poll ended.
-    pub fn polls_failing_since(&self) -> Option<Instant> {
+    pub(crate) fn polls_failing_since(&self) -> Option<Instant> {
         *self.polls_failing_since.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The control plane answered (a poll, an acknowledged delivery, a reach check): a
     /// failed reach check is forgotten.
-    pub fn reach_succeeded(&self) {
+    pub(crate) fn reach_succeeded(&self) {
         *self.last_exchange.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         *self.reach_failing_since.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// A reach check begun `at` got no answer (refused, an error, or none in time).
-    pub fn reach_failed(&self, at: Instant) {
+    pub(crate) fn reach_failed(&self, at: Instant) {
         self.reach_failing_since
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -211,7 +211,7 @@ impl Health {
     }
 
     /// How long ago the control plane last answered this process; `None` before it did.
-    pub fn last_exchange_age(&self) -> Option<Duration> {
+    pub(crate) fn last_exchange_age(&self) -> Option<Duration> {
         self.last_exchange
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -221,7 +221,7 @@ impl Health {
     /// Since when the control plane has not been reached: the earlier of the first poll
     /// failure and the first reach-check failure since the last answer; `None` while
     /// neither fails.
-    pub fn unreachable_since(&self) -> Option<Instant> {
+    pub(crate) fn unreachable_since(&self) -> Option<Instant> {
         let reach = *self.reach_failing_since.lock().unwrap_or_else(|p| p.into_inner());
         match (self.polls_failing_since(), reach) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -229,7 +229,7 @@ impl Health {
         }
     }
 
-    pub fn poll_health(&self) -> PollHealth {
+    pub(crate) fn poll_health(&self) -> PollHealth {
         PollHealth {
             last_successful_poll_age_seconds: self.last_poll_age().map(|d| d.as_secs_f64()),
             consecutive_poll_errors: self.consecutive_poll_errors.load(Ordering::Relaxed),
@@ -239,7 +239,7 @@ impl Health {
         }
     }
 
-    pub fn last_poll_age(&self) -> Option<Duration> {
+    pub(crate) fn last_poll_age(&self) -> Option<Duration> {
         self.last_successful_poll
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -247,7 +247,7 @@ impl Health {
     }
 
     /// A supervised task ended unexpectedly: the gateway is not ready from now on.
-    pub fn task_failed(&self, task: &'static str, why: &'static str) {
+    pub(crate) fn task_failed(&self, task: &'static str, why: &'static str) {
         self.task_failure
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -255,33 +255,33 @@ impl Health {
     }
 
     /// The first task failure, as `(task, reason)`.
-    pub fn task_failure(&self) -> Option<(&'static str, &'static str)> {
+    pub(crate) fn task_failure(&self) -> Option<(&'static str, &'static str)> {
         *self.task_failure.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn set_draining(&self) {
+    pub(crate) fn set_draining(&self) {
         self.draining.store(true, Ordering::SeqCst);
     }
 
-    pub fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
     }
 
-    pub fn alive(&self) -> usize {
+    pub(crate) fn alive(&self) -> usize {
         self.alive.load(Ordering::SeqCst)
     }
 
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
     }
 
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.alive().saturating_sub(self.in_flight())
     }
 
     /// A delivery receipt (its journal line, JSON) was handed to the journal: kept among
     /// the last [`RECENT_RECEIPTS`], the oldest forgotten. A line that is not JSON is not kept.
-    pub fn receipt_recorded(&self, line: String) {
+    pub(crate) fn receipt_recorded(&self, line: String) {
         let Ok(line) = serde_json::value::RawValue::from_string(line) else {
             return;
         };
@@ -293,7 +293,7 @@ impl Health {
     }
 
     /// The last delivery receipts, newest first.
-    pub fn recent_receipts(&self) -> Vec<Box<serde_json::value::RawValue>> {
+    pub(crate) fn recent_receipts(&self) -> Vec<Box<serde_json::value::RawValue>> {
         let recent = self.recent_receipts.lock().unwrap_or_else(|p| p.into_inner());
         recent.iter().rev().cloned().collect()
     }

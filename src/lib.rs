@@ -67,63 +67,50 @@
 //! The crate root is the whole API: [`Gateway`] (with [`StopHandle`] and
 //! [`GatewayError`]), [`RunOutcome`], [`Config`] (with [`ConfigError`] and the
 //! [`Overrides`] of [`Config::load`]), [`Fatal`] and [`FatalCategory`]; the other types
-//! their signatures and fields name are reachable through them, not by path. Every module is private. Two hidden items serve the
-//! crate's own targets and are not an API: `binary_main`, the binary's entry point, and,
-//! with the `internals` feature only (the crate's integration tests, fuzz targets,
-//! examples and doc tests turn it on), the `internals` module of re-exports.
+//! their signatures and fields name are reachable through them, not by path. Every module
+//! is private, and there is no feature that opens one. One hidden item serves the crate's
+//! own binary and is not an API: `binary_main`, its entry point. The integration tests,
+//! examples and doc tests use the crate as any embedder does (and the wire protocol as
+//! `tunnelgate_protocol`); what they cannot reach is tested by the unit tests beside it.
+//! Only a `cargo fuzz` build (`--cfg fuzzing`) sees one more hidden module, `fuzzing`.
 
-// Nothing `pub` beyond the surface above. The modules the `internals` surface re-exports,
-// or names in its signatures, have no outside path without that feature, so there they
-// allow the lint (and dead code and unused re-exports: what only the tests use); every
-// `--all-targets` build compiles the feature and holds them to all three.
+// Nothing `pub` beyond the surface above: the compiler holds every other item to
+// `pub(crate)` or less.
 #![deny(unreachable_pub)]
 
 mod app;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod bundle;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod cli;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod config;
 mod control;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod coord;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod demo;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod descriptors;
 mod dispatch;
 mod doctor;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod downstream;
 mod egress;
 mod entry;
-/// Fuzz and property targets (test and `--cfg fuzzing` builds only; not an API).
+/// Fuzz and property targets (not an API). `--cfg fuzzing` is a cfg only `cargo fuzz` sets
+/// (never a feature a user can turn on): there this module is public, for the targets of
+/// `fuzz/` (`tunnelgate::fuzzing::config`, ...). The unit and property tests compile it
+/// too; a test build is the crate's own test binary, which no other crate links, so
+/// `pub` reaches no one there. Every other build leaves it out.
 #[cfg(any(test, fuzzing))]
-mod fuzzing;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
-mod health;
-/// The crate's internals for its own tests, fuzz targets and examples (not an API).
-#[cfg(feature = "internals")]
 #[doc(hidden)]
-pub mod internals;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
+pub mod fuzzing;
+mod health;
 mod ops;
 /// The wire protocol, a crate of its own (`crates/protocol`), under the name the modules
 /// use for it.
 use tunnelgate_protocol as protocol;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod receipts;
 /// A scripted HTTP peer for the crate's own tests.
 #[cfg(test)]
 mod scripted_peer;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod stderr;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod strict;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod supervisor;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code, unused_imports))]
 mod telemetry;
 
 pub use app::{Gateway, GatewayError, RunOutcome, StopHandle};

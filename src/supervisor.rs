@@ -32,7 +32,7 @@ pub(crate) use crate::telemetry::TaskKind;
 
 /// How a supervised task ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskEnd {
+pub(crate) enum TaskEnd {
     /// Its work is done (or it was asked to stop).
     Finished,
     /// It ended while it was still needed; the reason is a fixed phrase.
@@ -44,7 +44,7 @@ pub(crate) type FailureHook = Arc<dyn Fn(TaskKind, &'static str) + Send + Sync>;
 
 /// Spawns, watches and joins tasks. Cheap to clone; clones share the task sets.
 #[derive(Clone)]
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     /// Drained by the stop order.
     drained: TaskTracker,
     /// Joined last, with a bound.
@@ -53,7 +53,7 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    pub fn new(on_failure: FailureHook) -> Self {
+    pub(crate) fn new(on_failure: FailureHook) -> Self {
         Self {
             drained: TaskTracker::new(),
             background: TaskTracker::new(),
@@ -62,12 +62,12 @@ impl Supervisor {
     }
 
     /// A supervisor whose failures are only logged (tests, stand-alone transports).
-    pub fn logging_only() -> Self {
+    pub(crate) fn logging_only() -> Self {
         Self::new(Arc::new(|_, _| {}))
     }
 
     /// Spawns `task` among the drained tasks (the stop order waits for it).
-    pub fn spawn<F>(&self, kind: TaskKind, task: F) -> JoinHandle<()>
+    pub(crate) fn spawn<F>(&self, kind: TaskKind, task: F) -> JoinHandle<()>
     where
         F: Future<Output = TaskEnd> + Send + 'static,
     {
@@ -77,7 +77,7 @@ impl Supervisor {
     /// Spawns `task` among the background tasks: for tasks that idle until the very end
     /// and must not hold up a drain. Still watched, and joined by
     /// [`join_background`](Self::join_background).
-    pub fn spawn_untracked<F>(&self, kind: TaskKind, task: F) -> JoinHandle<()>
+    pub(crate) fn spawn_untracked<F>(&self, kind: TaskKind, task: F) -> JoinHandle<()>
     where
         F: Future<Output = TaskEnd> + Send + 'static,
     {
@@ -87,7 +87,7 @@ impl Supervisor {
     /// Spawns `task` among the background tasks for a caller that awaits its handle: the
     /// result, or a panic as a `JoinError`, is the caller's to act on (nothing is handed
     /// to the failure hook). Joined by [`join_background`](Self::join_background) too.
-    pub fn spawn_joined<F>(&self, task: F) -> JoinHandle<F::Output>
+    pub(crate) fn spawn_joined<F>(&self, task: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
@@ -97,7 +97,7 @@ impl Supervisor {
 
     /// Runs the blocking `work` off the runtime's workers, among the background tasks; as
     /// for [`spawn_joined`](Self::spawn_joined), the caller awaits the handle.
-    pub fn spawn_blocking<F, T>(&self, work: F) -> JoinHandle<T>
+    pub(crate) fn spawn_blocking<F, T>(&self, work: F) -> JoinHandle<T>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
@@ -107,7 +107,7 @@ impl Supervisor {
 
     /// Closes the drained set: [`drained`](Self::drained) completes once it is empty.
     /// Tasks may still be spawned into it (a command's own follow-ups).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.drained.close();
     }
 
@@ -116,13 +116,13 @@ impl Supervisor {
     /// # Cancel safety
     ///
     /// Waiting only: dropping the future changes nothing.
-    pub fn drained(&self) -> impl Future<Output = ()> + Send + '_ {
+    pub(crate) fn drained(&self) -> impl Future<Output = ()> + Send + '_ {
         self.drained.wait()
     }
 
     /// The last join of a run: closes the background set and waits up to `bound` for it
     /// to empty. `true` when every background task ended in time.
-    pub async fn join_background(&self, bound: Duration) -> bool {
+    pub(crate) async fn join_background(&self, bound: Duration) -> bool {
         self.background.close();
         tokio::time::timeout(bound, self.background.wait()).await.is_ok()
     }
@@ -131,7 +131,7 @@ impl Supervisor {
     /// spawn where the work belongs to one command anyway). A panic or an unexpected end is
     /// logged and reported as `kind`'s, exactly as for a spawned task, and the returned
     /// future completes either way.
-    pub fn watched<F>(&self, kind: TaskKind, task: F) -> impl Future<Output = ()> + Send + 'static
+    pub(crate) fn watched<F>(&self, kind: TaskKind, task: F) -> impl Future<Output = ()> + Send + 'static
     where
         F: Future<Output = TaskEnd> + Send + 'static,
     {

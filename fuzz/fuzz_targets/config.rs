@@ -1,3 +1,3 @@
 #![no_main]
-// The target's body and its properties: tunnelgate::internals::fuzzing::config.
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tunnelgate::internals::fuzzing::config(data));
+// The target's body and its properties: tunnelgate::fuzzing::config.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tunnelgate::fuzzing::config(data));

@@ -1,3 +1,3 @@
 #![no_main]
-// The target's body and its properties: tunnelgate::internals::fuzzing::response_timeout.
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tunnelgate::internals::fuzzing::response_timeout(data));
+// The target's body and its properties: tunnelgate::fuzzing::response_timeout.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tunnelgate::fuzzing::response_timeout(data));

@@ -1,3 +1,3 @@
 #![no_main]
-// The target's body and its properties: tunnelgate::internals::fuzzing::sse_stream.
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tunnelgate::internals::fuzzing::sse_stream(data));
+// The target's body and its properties: tunnelgate::fuzzing::sse_stream.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tunnelgate::fuzzing::sse_stream(data));

@@ -24,7 +24,7 @@ impl LabelSets for GatewayLabels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::{DeliveryKind, LabelValue, Metrics};
+    use crate::telemetry::{DeliveryKind, LabelValue, LegOutcomeLabel, Metrics, TransportLabel};
 
     fn labels<T: LabelValue>() -> Vec<&'static str> {
         T::ALL.iter().map(|v| v.as_label()).collect()
@@ -80,6 +80,47 @@ mod tests {
                 "local_exhaustion"
             ]
         );
+    }
+
+    /// Whether `T` carries a marker trait, asked of a concrete type: the inherent
+    /// constant applies only where its bound holds; elsewhere the trait's `false` does.
+    struct Probe<T>(std::marker::PhantomData<T>);
+    trait Otherwise {
+        const TRANSPORT: bool = false;
+        const LEG_OUTCOME: bool = false;
+    }
+    impl<T> Otherwise for Probe<T> {}
+    impl<T: TransportLabel> Probe<T> {
+        const TRANSPORT: bool = true;
+    }
+    impl<T: LegOutcomeLabel> Probe<T> {
+        const LEG_OUTCOME: bool = true;
+    }
+
+    /// [`Metrics::downstream_finished`] takes the transport, then the leg's outcome: the
+    /// coercion below builds only while its signature takes them in that order, and the
+    /// swapped call does not build because neither enum carries the other's marker. Both
+    /// are checked as the test builds (the marker checks in a `const` block).
+    #[test]
+    fn downstream_finished_takes_the_transport_then_the_outcome_and_not_the_other_way_round() {
+        let in_order: fn(&Metrics, TransportKind, LegOutcome) = Metrics::downstream_finished;
+        let m = Metrics::new::<GatewayLabels>(false, &[]);
+        in_order(&m, TransportKind::Http, LegOutcome::Answered);
+        assert!(m
+            .render()
+            .contains("tunnelgate_downstream_requests_total{outcome=\"answered\",transport=\"http\"} 1"));
+
+        const {
+            assert!(Probe::<TransportKind>::TRANSPORT && Probe::<LegOutcome>::LEG_OUTCOME);
+            assert!(
+                !Probe::<LegOutcome>::TRANSPORT,
+                "LegOutcome is a transport label: a swapped downstream_finished builds"
+            );
+            assert!(
+                !Probe::<TransportKind>::LEG_OUTCOME,
+                "TransportKind is a leg outcome label: a swapped downstream_finished builds"
+            );
+        }
     }
 
     #[test]

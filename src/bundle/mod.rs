@@ -23,22 +23,22 @@
 
 mod archive;
 mod parts;
-pub mod scan;
+pub(crate) mod scan;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
 
-pub use parts::{collect, ops_url};
-pub use scan::{Canaries, Leak};
+pub(crate) use parts::{collect, ops_url};
+pub(crate) use scan::{Canaries, Leak};
 
 /// Exit code of a bundle refused by the scan (nothing written).
-pub const REFUSED_EXIT: u8 = 4;
+pub(crate) const REFUSED_EXIT: u8 = 4;
 
 /// One file of the archive.
 #[derive(Clone, Debug)]
-pub struct Part {
+pub(crate) struct Part {
     /// The file's name in the archive (e.g. `status.json`).
     pub name: &'static str,
     pub body: Vec<u8>,
@@ -47,7 +47,7 @@ pub struct Part {
 
 /// Where a part came from (API: the manifest's `source` words).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// Fetched from the running gateway.
     Ops { url: String },
     /// Read from a file.
@@ -60,7 +60,7 @@ pub enum Source {
 
 /// What the parts are collected with.
 #[derive(Clone, Debug)]
-pub struct Options {
+pub(crate) struct Options {
     /// The ops listener's base URL, e.g. `http://127.0.0.1:9464/`.
     pub ops_url: String,
     /// Bound of each request to the ops listener and of each doctor check.
@@ -71,7 +71,7 @@ pub struct Options {
 
 /// Every part, collected and not yet scanned.
 #[derive(Debug)]
-pub struct Collected {
+pub(crate) struct Collected {
     pub parts: Vec<Part>,
     /// Why the gateway's own parts are absent, when it did not answer.
     pub gateway_down: Option<String>,
@@ -79,7 +79,7 @@ pub struct Collected {
 
 /// Why no bundle was written.
 #[derive(Debug, thiserror::Error)]
-pub enum BundleError {
+pub(crate) enum BundleError {
     #[error("--out {}: the file exists; pass --force to replace it", .0.display())]
     Exists(PathBuf),
     #[error("--out {}: {problem}", path.display())]
@@ -113,7 +113,8 @@ struct ManifestEntry<'a> {
 
 impl BundleError {
     /// Stable label for logs.
-    pub fn kind(&self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Exists(_) => "exists",
             Self::Destination { .. } => "destination",
@@ -123,7 +124,7 @@ impl BundleError {
     }
 
     /// The command's exit code: [`REFUSED_EXIT`] for a refusal, 1 otherwise.
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Self::Refused { .. } => REFUSED_EXIT,
             Self::Exists(_) | Self::Destination { .. } | Self::Write { .. } => 1,
@@ -134,7 +135,7 @@ impl BundleError {
 impl Source {
     /// The manifest's and the progress line's words: `ops listener URL`, `disk PATH`,
     /// `in process (FROM)`, `absent`.
-    pub fn words(&self) -> String {
+    pub(crate) fn words(&self) -> String {
         match self {
             Self::Ops { url } => format!("ops listener {url}"),
             Self::Disk { path } => format!("disk {}", path.display()),
@@ -143,7 +144,7 @@ impl Source {
         }
     }
 
-    pub fn reason(&self) -> Option<&str> {
+    pub(crate) fn reason(&self) -> Option<&str> {
         match self {
             Self::Absent { reason } => Some(reason),
             _ => None,
@@ -155,7 +156,7 @@ impl Collected {
     /// Runs the scan over every part, then adds `MANIFEST.json` (scanned too): the parts
     /// to write, the absent ones left out (the manifest names them). The first part with
     /// a hit refuses the bundle.
-    pub fn scanned(mut self, canaries: &Canaries) -> Result<Vec<Part>, BundleError> {
+    pub(crate) fn scanned(mut self, canaries: &Canaries) -> Result<Vec<Part>, BundleError> {
         for part in &self.parts {
             refuse_leaks(part, canaries)?;
         }
@@ -227,17 +228,17 @@ fn kinds(leaks: &[Leak]) -> String {
 
 /// Checks `out` can be a new bundle before any part is collected: its folder exists,
 /// it is not a folder, and it does not exist unless `force`.
-pub fn check_destination(out: &Path, force: bool) -> Result<(), BundleError> {
+pub(crate) fn check_destination(out: &Path, force: bool) -> Result<(), BundleError> {
     archive::check_destination(out, force)
 }
 
 /// Writes `parts` as one `.tar.gz` at `out`, whole or not at all; returns its size.
-pub fn write(out: &Path, parts: &[Part], force: bool) -> Result<u64, BundleError> {
+pub(crate) fn write(out: &Path, parts: &[Part], force: bool) -> Result<u64, BundleError> {
     archive::write(out, parts, force)
 }
 
 /// The default `--out`: `tunnelgate-support-YYYYMMDDTHHMMSSZ.tar.gz` in the current folder.
-pub fn default_out() -> PathBuf {
+pub(crate) fn default_out() -> PathBuf {
     let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let stamp: String = stamp.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
     PathBuf::from(format!("tunnelgate-support-{stamp}.tar.gz"))

@@ -13,7 +13,7 @@ use crate::config::{OfflineConfig, Receipts};
 use crate::egress::client::{local_get, Client, LocalGetError};
 
 /// The ops listener's base URL for `listen`: a wildcard address is reached on loopback.
-pub fn ops_url(listen: SocketAddr) -> String {
+pub(crate) fn ops_url(listen: SocketAddr) -> String {
     let ip = match listen.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
@@ -24,7 +24,7 @@ pub fn ops_url(listen: SocketAddr) -> String {
 
 /// Every part but the manifest, in the archive's order; `progress` sees each as it is
 /// made.
-pub async fn collect(config: &OfflineConfig, options: &Options, progress: &mut dyn FnMut(&Part)) -> Collected {
+pub(crate) async fn collect(config: &OfflineConfig, options: &Options, progress: &mut dyn FnMut(&Part)) -> Collected {
     let mut parts = Vec::new();
     let mut keep = |part: Part, parts: &mut Vec<Part>| {
         progress(&part);

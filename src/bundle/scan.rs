@@ -1,6 +1,6 @@
 //! The canary scan: does a text carry a secret? Run over every part of a support bundle
-//! before anything is written, and by the integration tests over what the gateway serves
-//! and writes.
+//! before anything is written (the integration tests check what the gateway serves and
+//! writes by their own reading of the same rule, `tests/it/harness.rs`).
 //!
 //! Two kinds of hit: a secret value the configuration resolves ([`Canaries::of_config`]:
 //! the API key, configured header values, proxy credentials, client key material, the
@@ -17,7 +17,7 @@ use std::path::Path;
 use crate::config::{ChannelConfig, Config, ProxySetting, ProxyUrl, TlsFiles};
 
 /// The shortest value searched for.
-pub const MIN_SECRET_BYTES: usize = 6;
+pub(crate) const MIN_SECRET_BYTES: usize = 6;
 
 /// The shortest PEM body line searched for (a full base64 line is 64 characters).
 const MIN_PEM_LINE: usize = 32;
@@ -27,30 +27,31 @@ const MIN_CREDENTIAL_TOKEN: usize = 12;
 
 /// The secrets to look for.
 #[derive(Clone, Debug, Default)]
-pub struct Canaries {
+pub(crate) struct Canaries {
     secrets: Vec<(String, String)>,
 }
 
 /// One kind of secret found in a text (never the secret itself).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Leak {
+pub(crate) struct Leak {
     /// E.g. `the API key (control_plane.api_key)` or `a PEM private key`.
     pub kind: String,
 }
 
 impl Canaries {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Adds `value`, reported as `kind` when found (skipped when too short to mean
     /// anything; also searched for as JSON escapes it).
-    pub fn with(mut self, kind: impl Into<String>, value: &str) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with(mut self, kind: impl Into<String>, value: &str) -> Self {
         self.add(kind, value);
         self
     }
 
-    pub fn add(&mut self, kind: impl Into<String>, value: &str) {
+    pub(crate) fn add(&mut self, kind: impl Into<String>, value: &str) {
         if value.len() < MIN_SECRET_BYTES {
             return;
         }
@@ -64,19 +65,15 @@ impl Canaries {
     }
 
     /// How many values are searched for.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.secrets.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.secrets.is_empty()
     }
 
     /// Every secret `config` resolves: the API key, each configured header value, the
     /// credentials of every proxy URL (explicit or from the environment), the contents of
     /// each client key file, and the etcd password. A key file that cannot be read adds
     /// nothing (the PEM shape is still found by [`Canaries::find`]).
-    pub fn of_config(config: &Config) -> Self {
+    pub(crate) fn of_config(config: &Config) -> Self {
         let mut c = Self::new();
         c.add(
             "the API key (control_plane.api_key)",
@@ -159,7 +156,7 @@ impl Canaries {
 
     /// Every kind of secret `text` carries, each once, in a stable order; empty when
     /// it is clean.
-    pub fn find(&self, text: &str) -> Vec<Leak> {
+    pub(crate) fn find(&self, text: &str) -> Vec<Leak> {
         let mut found = BTreeSet::new();
         for (kind, value) in &self.secrets {
             if text.contains(value.as_str()) {

@@ -43,7 +43,7 @@ written; a bad --url), 4 refused by the secret scan (nothing written), 78 invali
 configuration, 2 usage error.";
 
 #[derive(Args, Debug)]
-pub struct SupportBundleArgs {
+pub(crate) struct SupportBundleArgs {
     #[command(flatten)]
     pub config: super::ConfigArgs,
     /// The archive to write [default: tunnelgate-support-<UTC time>.tar.gz here].
@@ -62,7 +62,7 @@ pub struct SupportBundleArgs {
 
 /// `tunnelgate support-bundle`: returns the exit code (the errors it can name itself are
 /// printed here).
-pub async fn support_bundle(args: &SupportBundleArgs, config: OfflineConfig) -> Result<u8, CliError> {
+pub(crate) async fn support_bundle(args: &SupportBundleArgs, config: OfflineConfig) -> Result<u8, CliError> {
     let out = args.out.clone().unwrap_or_else(bundle::default_out);
     let ops_url = match &args.url {
         Some(url) => super::status_url(url)?.as_str().trim_end_matches("status").to_owned(),

@@ -23,7 +23,7 @@ const UNRESOLVED_EXIT: u8 = 78;
 
 /// The cluster-wide latch these commands read beside the latch file.
 #[derive(Debug)]
-pub enum Cluster {
+pub(crate) enum Cluster {
     /// `coordination.backend = "none"`, or no configuration was read.
     None,
     Etcd(Box<EtcdConfig>),
@@ -36,7 +36,7 @@ pub enum Cluster {
 
 impl Cluster {
     /// What `config` says about the cluster-wide latch.
-    pub fn of(config: &OfflineConfig) -> Cluster {
+    pub(crate) fn of(config: &OfflineConfig) -> Cluster {
         match config.etcd() {
             Ok(None) => Cluster::None,
             Ok(Some(etcd)) => Cluster::Etcd(Box::new(etcd.clone())),
@@ -70,7 +70,7 @@ fn unresolved(prefix: &str, error: &ConfigError, outcome: &str) -> u8 {
 }
 
 /// `tunnelgate latch show`.
-pub async fn latch_show(path: &Path, cluster: &Cluster) -> Result<u8, CliError> {
+pub(crate) async fn latch_show(path: &Path, cluster: &Cluster) -> Result<u8, CliError> {
     match latch_file::read(path)? {
         None => println!("no latch at {}", path.display()),
         Some(f) => {
@@ -97,7 +97,7 @@ pub async fn latch_show(path: &Path, cluster: &Cluster) -> Result<u8, CliError> 
 }
 
 /// `tunnelgate latch clear`.
-pub async fn latch_clear(path: &Path, cluster: &Cluster, yes: bool) -> Result<u8, CliError> {
+pub(crate) async fn latch_clear(path: &Path, cluster: &Cluster, yes: bool) -> Result<u8, CliError> {
     // The cluster first, as below: what cannot be read there leaves everything as it is.
     if let Cluster::Unresolved { prefix, error } = cluster {
         return Ok(unresolved(prefix, error, "nothing was cleared"));

@@ -32,13 +32,13 @@ Exit codes: 0 converted (the TOML on stdout), 78 the profile cannot be read or h
 settings without a tunnelgate equivalent (each on stderr), 2 usage error.";
 
 #[derive(Args, Debug)]
-pub struct ProfileArgs {
+pub(crate) struct ProfileArgs {
     #[command(subcommand)]
     pub action: ProfileAction,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum ProfileAction {
+pub(crate) enum ProfileAction {
     /// Print the official profile FILE as tunnelgate's TOML configuration.
     Convert {
         /// The profile (YAML).
@@ -48,7 +48,7 @@ pub enum ProfileAction {
 }
 
 /// `tunnelgate profile ...`; returns the exit code.
-pub fn profile(args: &ProfileArgs) -> u8 {
+pub(crate) fn profile(args: &ProfileArgs) -> u8 {
     let ProfileAction::Convert { file } = &args.action;
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))

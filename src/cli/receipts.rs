@@ -26,7 +26,7 @@ Exit codes: 0 listed (perhaps nothing), 1 the journal is missing or unreadable, 
 78 invalid configuration.";
 
 #[derive(Args, Debug)]
-pub struct ReceiptsArgs {
+pub(crate) struct ReceiptsArgs {
     /// Configuration file naming receipts.path (by default beside strict.latch_file); its
     /// secrets need not resolve here.
     #[arg(long, short)]
@@ -49,7 +49,7 @@ pub struct ReceiptsArgs {
 
 /// `--outcome` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OutcomeArg {
+pub(crate) enum OutcomeArg {
     Abandoned,
     #[value(name = "not_found")]
     NotFound,
@@ -71,7 +71,7 @@ impl OutcomeArg {
 }
 
 /// `tunnelgate receipts` over the journal at `path`.
-pub fn receipts(path: &Path, args: &ReceiptsArgs) -> Result<u8, CliError> {
+pub(crate) fn receipts(path: &Path, args: &ReceiptsArgs) -> Result<u8, CliError> {
     let listing = receipts::read(path)?;
     let filter = Filter {
         since: args

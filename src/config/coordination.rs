@@ -17,7 +17,7 @@ use super::{HttpUrl, Secret, TlsFiles, TunnelId};
 
 /// The shortest `coordination.lease_ttl`: a renewal every third of it must still fit a
 /// round trip to etcd with room.
-pub const MIN_LEASE_TTL: Duration = Duration::from_secs(2);
+pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_secs(2);
 
 const DEFAULT_LEASE_TTL: &str = "10s";
 const DEFAULT_STEP_DOWN_AFTER: &str = "10s";

@@ -26,7 +26,7 @@ pub(super) const STDIO_SESSION: &str = "owned";
 /// `initialize` handshake (a 2026-07-28 server is discovered, not initialized). Written
 /// out because `config` imports nothing of the crate; a test keeps it equal to
 /// `protocol::McpRevision::LATEST_WITH_INITIALIZE`.
-pub const STDIO_PROTOCOL_VERSION: &str = "2025-11-25";
+pub(crate) const STDIO_PROTOCOL_VERSION: &str = "2025-11-25";
 /// `mcp.channels.NAME.initialize.client_name`.
 pub(super) const STDIO_CLIENT_NAME: &str = "tunnelgate";
 /// `mcp.channels.NAME.initialize.timeout`.
@@ -54,7 +54,7 @@ pub(super) const ALLOW_REMOTE: bool = false;
 pub(super) const LOG_BUFFER_EVENTS: u64 = 2_000;
 /// The most `ops.log_buffer_events` accepts: the ring's worst case stays a few hundred
 /// MiB (docs/PERFORMANCE.md).
-pub const MAX_LOG_BUFFER_EVENTS: u64 = 100_000;
+pub(crate) const MAX_LOG_BUFFER_EVENTS: u64 = 100_000;
 
 pub(super) const LOG_FORMAT: &str = "json";
 pub(super) const LOG_LEVEL: &str = "info";

@@ -26,12 +26,12 @@ pub(crate) use rules::{canonical_header, is_header_token, is_routing_or_identity
 use super::secret::Secret;
 
 /// The longest URL a template may render (upstream's bound, checked at load).
-pub const MAX_URL_BYTES: usize = 4096;
+pub(crate) const MAX_URL_BYTES: usize = 4096;
 /// The most bytes of header names and values a template request carries: fixed,
 /// caller and the managed `User-Agent` together.
-pub const MAX_HEADER_BYTES: usize = 8192;
+pub(crate) const MAX_HEADER_BYTES: usize = 8192;
 /// The most headers, fixed and caller-allowed together.
-pub const MAX_HEADERS: usize = 32;
+pub(crate) const MAX_HEADERS: usize = 32;
 /// The most parameters of one template.
 pub(super) const MAX_PARAMETERS: usize = 16;
 /// The template grammar's version.
@@ -212,7 +212,7 @@ impl HarpoonTemplate {
 }
 
 /// `^(?:...)$` of every reserved value, case-folded, for the schema's `not.pattern`.
-pub fn reserved_pattern(values: &[String]) -> String {
+pub(crate) fn reserved_pattern(values: &[String]) -> String {
     rules::case_folded_alternatives(values)
 }
 

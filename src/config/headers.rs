@@ -32,7 +32,7 @@ pub(super) const CONTROL_PLANE_VAR: &str = "CONTROL_PLANE_EXTRA_HEADERS";
 /// The official client's variable for headers to every HTTP MCP server.
 pub(super) const MCP_VAR: &str = "MCP_EXTRA_HEADERS";
 /// The header that carries `control_plane.organization_id`.
-pub const ORGANIZATION_HEADER: &str = "OpenAI-Organization";
+pub(crate) const ORGANIZATION_HEADER: &str = "OpenAI-Organization";
 
 /// Headers configured for one scope (the control plane, or one HTTP channel): names as
 /// written, values resolved. `Debug` shows names only.

@@ -67,25 +67,26 @@ use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use channel_name::ChannelName;
-pub use coordination::{Coordination, EtcdConfig, MIN_LEASE_TTL};
-pub use defaults::{MAX_LOG_BUFFER_EVENTS, STDIO_PROTOCOL_VERSION};
+pub(crate) use channel_name::ChannelName;
+pub(crate) use coordination::{Coordination, EtcdConfig};
 pub use error::ConfigError;
-pub use harpoon::{Harpoon, HarpoonTarget};
+pub(crate) use harpoon::Harpoon;
 pub(crate) use harpoon_template::{canonical_header, is_header_token, is_routing_or_identity, names_a_credential};
-pub use harpoon_template::{
-    reserved_pattern, HarpoonTemplate, Part as TemplatePart, TemplateParameter, ValueProblem, ValueRule,
+pub(crate) use harpoon_template::{
+    reserved_pattern, HarpoonTemplate, Part as TemplatePart, TemplateParameter, ValueRule,
     MAX_HEADERS as TEMPLATE_MAX_HEADERS, MAX_HEADER_BYTES as TEMPLATE_MAX_HEADER_BYTES,
     MAX_URL_BYTES as TEMPLATE_MAX_URL_BYTES,
 };
-pub use headers::{HeaderSet, ORGANIZATION_HEADER};
-pub use http_url::HttpUrl;
-pub use offline::OfflineConfig;
-pub use profile::{convert_profile, ConfigOrigin, ProfileError, ProfileFlags, Refusal};
-pub use proxy::{EnvProxies, ProxySetting, ProxyUrl};
-pub use secret::Secret;
-pub use tls::{ClientIdentity, TlsFile, TlsFiles};
-pub use tunnel_id::TunnelId;
+pub(crate) use headers::HeaderSet;
+pub(crate) use http_url::HttpUrl;
+pub(crate) use offline::OfflineConfig;
+pub(crate) use profile::{convert_profile, ConfigOrigin, ProfileError, ProfileFlags};
+#[cfg(test)]
+pub(crate) use proxy::EnvProxies;
+pub(crate) use proxy::{ProxySetting, ProxyUrl};
+pub(crate) use secret::Secret;
+pub(crate) use tls::{ClientIdentity, TlsFile, TlsFiles};
+pub(crate) use tunnel_id::TunnelId;
 
 use layers::{EnvVars, FileLayer};
 

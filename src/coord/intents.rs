@@ -29,11 +29,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::etcd::{CmpOp, Compare, Op, Txn};
 use super::Coordinator;
-use crate::strict::{Intent, IntentError, IntentFuture, IntentStore, Unsettled};
+use crate::strict::{Intent, IntentError, IntentFuture, IntentStore};
 use crate::telemetry::{IntentOp, IntentOpResult};
 
 /// The intent store of one replica on etcd.
-pub struct EtcdIntents {
+pub(crate) struct EtcdIntents {
     coordinator: Coordinator,
 }
 
@@ -317,11 +317,5 @@ impl IntentStore for EtcdIntents {
 
     fn may_admit(&self) -> bool {
         self.coordinator.may_admit()
-    }
-
-    /// Unsettled intents on etcd are read by the election, in the transaction that makes
-    /// a replica the active: nothing is read at start.
-    fn unsettled(&self) -> Unsettled {
-        Unsettled::None
     }
 }

@@ -23,14 +23,14 @@
 //! Never touches an MCP server or the control plane.
 
 mod election;
-pub mod etcd;
+pub(crate) mod etcd;
 mod intents;
 mod latch;
 mod reach;
 
-pub use intents::EtcdIntents;
-pub use latch::{clear_cluster, read_cluster, ClusterRecord};
-pub use reach::ReachProbe;
+pub(crate) use intents::EtcdIntents;
+pub(crate) use latch::{clear_cluster, read_cluster, ClusterRecord};
+pub(crate) use reach::ReachProbe;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -49,11 +49,11 @@ use etcd::{Etcd, EtcdError, EtcdSettings};
 /// The share of `lease_ttl`, counted from the send of the last acknowledged renewal, after
 /// which the active admits nothing more: two thirds, so one renewal (every third) may
 /// fail and the margin to the lease's end stays a third.
-pub const RENEW_DEADLINE_SHARE: f64 = 2.0 / 3.0;
+pub(crate) const RENEW_DEADLINE_SHARE: f64 = 2.0 / 3.0;
 
 /// The keys of one tunnel under `coordination.etcd.prefix`.
 #[derive(Clone, Debug)]
-pub struct Keys {
+pub(crate) struct Keys {
     pub leader: String,
     pub intents: String,
     pub latch: String,
@@ -63,7 +63,7 @@ pub struct Keys {
 }
 
 impl Keys {
-    pub fn under(prefix: &str) -> Self {
+    pub(crate) fn under(prefix: &str) -> Self {
         Self {
             leader: format!("{prefix}/leader"),
             intents: format!("{prefix}/intents/"),
@@ -78,7 +78,7 @@ impl Keys {
 }
 
 /// The etcd client of `coordination.etcd`, each request bounded by `timeout`.
-pub fn client(config: &EtcdConfig, timeout: Duration) -> Result<Etcd, EtcdError> {
+pub(crate) fn client(config: &EtcdConfig, timeout: Duration) -> Result<Etcd, EtcdError> {
     let (username, password) = match &config.credentials {
         Some((u, p)) => (Some(u.expose().to_owned()), Some(p.expose().to_owned())),
         None => (None, None),
@@ -103,7 +103,7 @@ struct Term {
 
 /// The timing of one replica's coordination (`[coordination]`).
 #[derive(Clone, Copy, Debug)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// `coordination.lease_ttl`.
     pub lease_ttl: Duration,
     /// `coordination.step_down_after`.
@@ -156,7 +156,7 @@ struct State {
 /// One replica's coordination: the election, its intents and the cluster latch. Cheap to
 /// clone.
 #[derive(Clone)]
-pub struct Coordinator {
+pub(crate) struct Coordinator {
     shared: Arc<Shared>,
 }
 
@@ -179,7 +179,7 @@ struct Shared {
 }
 
 impl Coordinator {
-    pub fn new(
+    pub(crate) fn new(
         config: &EtcdConfig,
         timing: Timing,
         instance_id: &str,
@@ -215,19 +215,19 @@ impl Coordinator {
     }
 
     /// The renewal interval: a third of `lease_ttl`.
-    pub fn renew_interval(&self) -> Duration {
+    pub(crate) fn renew_interval(&self) -> Duration {
         self.shared.lease_ttl / 3
     }
 
     /// The write-ahead intent store of this replica.
-    pub fn intents(&self) -> EtcdIntents {
+    pub(crate) fn intents(&self) -> EtcdIntents {
         EtcdIntents::new(self.clone())
     }
 
     /// Runs the election, the latch watch, the settle retries and (while standby) the
     /// control-plane checks until `stop`; on stop, unsettled intents are tried once more
     /// and a held lease is revoked so that a standby takes over at once.
-    pub async fn run(self, stop: CancellationToken) {
+    pub(crate) async fn run(self, stop: CancellationToken) {
         // One task for all, so that a panic in any reaches the supervisor.
         tokio::join!(
             election::run(&self, &stop),
@@ -240,19 +240,19 @@ impl Coordinator {
 
     /// Whether this replica may admit (and so poll) now: the gate every intent record
     /// asks first, by this replica's own clock.
-    pub fn may_admit(&self) -> bool {
+    pub(crate) fn may_admit(&self) -> bool {
         self.admitting_term().is_ok()
     }
 
     /// Whether this replica may poll, as a watch: `true` only while it is the active and
     /// no cluster latch is set.
-    pub fn may_poll(&self) -> watch::Receiver<bool> {
+    pub(crate) fn may_poll(&self) -> watch::Receiver<bool> {
         self.shared.may_poll.subscribe()
     }
 
     /// Writes `fatal` as the cluster-wide latch, unless one is set already (the first
     /// latch wins). Bounded by the request timeout.
-    pub async fn publish_latch(&self, fatal: &crate::strict::Fatal) -> Result<bool, EtcdError> {
+    pub(crate) async fn publish_latch(&self, fatal: &crate::strict::Fatal) -> Result<bool, EtcdError> {
         latch::publish(self, fatal).await
     }
 

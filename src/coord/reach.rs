@@ -36,7 +36,7 @@ use super::Coordinator;
 
 /// Checks once that the control plane answers this replica's credentials; `Err` says why
 /// not in words. Never takes a command.
-pub type ReachProbe = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+pub(crate) type ReachProbe = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
 /// The fastest a standby checks the control plane.
 const MIN_CHECK_INTERVAL: Duration = Duration::from_secs(1);

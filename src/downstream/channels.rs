@@ -14,7 +14,7 @@ use crate::strict::Admission;
 use crate::telemetry::{label_enum, TransportLabel};
 
 /// One channel's transport.
-pub enum Transport {
+pub(crate) enum Transport {
     Http(HttpTransport),
     Stdio(StdioTransport),
     /// Channel `harpoon`, served by the gateway itself.
@@ -37,7 +37,7 @@ impl TransportLabel for TransportKind {}
 
 impl Transport {
     /// The `transport` label for metrics.
-    pub fn kind(&self) -> TransportKind {
+    pub(crate) fn kind(&self) -> TransportKind {
         match self {
             Self::Http(_) => TransportKind::Http,
             Self::Stdio(_) => TransportKind::Stdio,
@@ -46,7 +46,7 @@ impl Transport {
     }
 
     /// OpenTelemetry `network.transport`.
-    pub fn network_transport(&self) -> &'static str {
+    pub(crate) fn network_transport(&self) -> &'static str {
         match self {
             Self::Http(_) | Self::Harpoon(_) => "tcp",
             Self::Stdio(_) => "pipe",
@@ -55,7 +55,7 @@ impl Transport {
 
     /// `resp_timing.transport` of the channel's answers: `stdio` or `streamable_http`;
     /// `None` for `harpoon`, whose answers are the gateway's own.
-    pub fn resp_timing_transport(&self) -> Option<&'static str> {
+    pub(crate) fn resp_timing_transport(&self) -> Option<&'static str> {
         match self {
             Self::Http(_) => Some("streamable_http"),
             Self::Stdio(_) => Some("stdio"),
@@ -65,7 +65,12 @@ impl Transport {
 
     /// Forwards one JSON-RPC message; an answer to `initialize` or `tools/list` is also
     /// read for what it says of the server (`/status`).
-    pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
+    pub(crate) async fn call(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+    ) -> LegResult {
         let leg = match self {
             Self::Http(t) => t.call(admission, req, notes).await,
             Self::Stdio(t) => t.call(admission, req, notes).await,
@@ -87,7 +92,7 @@ impl Transport {
         }
     }
 
-    pub async fn terminate_session(
+    pub(crate) async fn terminate_session(
         &self,
         admission: &Admission,
         headers: &WireHeaders,
@@ -108,7 +113,7 @@ impl Transport {
 
     /// OAuth discovery (`oauth_discovery`), ending by `deadline`. Only an HTTP channel has
     /// a URL to discover from; a stdio channel is an unsupported channel.
-    pub async fn discover(
+    pub(crate) async fn discover(
         &self,
         admission: &Admission,
         deadline: tokio::time::Instant,
@@ -120,7 +125,7 @@ impl Transport {
     }
 
     /// An HTTP channel's MCP URL.
-    pub fn url(&self) -> Option<&str> {
+    pub(crate) fn url(&self) -> Option<&str> {
         match self {
             Self::Http(t) => Some(t.url()),
             Self::Stdio(_) | Self::Harpoon(_) => None,
@@ -128,20 +133,20 @@ impl Transport {
     }
 
     /// Whether `oauth_discovery` can run on this channel (HTTP only).
-    pub fn serves_discovery(&self) -> bool {
+    pub(crate) fn serves_discovery(&self) -> bool {
         matches!(self, Self::Http(_))
     }
 
     /// Whether commands are served on this channel now: always, but for `harpoon`
     /// without a target (answered "unsupported channel", as upstream).
-    pub fn is_routable(&self) -> bool {
+    pub(crate) fn is_routable(&self) -> bool {
         match self {
             Self::Harpoon(h) => h.is_routable(),
             Self::Http(_) | Self::Stdio(_) => true,
         }
     }
 
-    pub fn status(&self) -> ChannelStatus {
+    pub(crate) fn status(&self) -> ChannelStatus {
         match self {
             Self::Http(t) => t.status(),
             Self::Stdio(t) => t.status(),
@@ -152,24 +157,24 @@ impl Transport {
 
 /// All channels, by name. Unknown names are never routed to `main`.
 #[derive(Clone, Default)]
-pub struct Channels {
+pub(crate) struct Channels {
     by_name: Arc<BTreeMap<String, Transport>>,
 }
 
 impl Channels {
-    pub fn new(by_name: BTreeMap<String, Transport>) -> Self {
+    pub(crate) fn new(by_name: BTreeMap<String, Transport>) -> Self {
         Self {
             by_name: Arc::new(by_name),
         }
     }
 
-    pub fn get(&self, name: &str) -> Option<&Transport> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Transport> {
         self.by_name.get(name)
     }
 
     /// The configured channels' status (`harpoon` is shown on its own: see
     /// [`HarpoonTransport::targets`]; it is never "down", only without targets).
-    pub fn status(&self) -> Vec<ChannelStatus> {
+    pub(crate) fn status(&self) -> Vec<ChannelStatus> {
         self.by_name
             .values()
             .filter(|t| !matches!(t, Transport::Harpoon(_)))
@@ -178,7 +183,7 @@ impl Channels {
     }
 
     /// Channel `harpoon`, when the gateway serves it.
-    pub fn harpoon(&self) -> Option<&HarpoonTransport> {
+    pub(crate) fn harpoon(&self) -> Option<&HarpoonTransport> {
         match self.by_name.get(super::HARPOON_CHANNEL) {
             Some(Transport::Harpoon(h)) => Some(h),
             _ => None,
@@ -186,7 +191,7 @@ impl Channels {
     }
 
     /// The stdio channels, by name (each has its session kept open by the dispatcher).
-    pub fn stdio(&self) -> impl Iterator<Item = (&str, &StdioTransport)> {
+    pub(crate) fn stdio(&self) -> impl Iterator<Item = (&str, &StdioTransport)> {
         self.by_name.iter().filter_map(|(name, t)| match t {
             Transport::Stdio(s) => Some((name.as_str(), s)),
             Transport::Http(_) | Transport::Harpoon(_) => None,
@@ -194,7 +199,7 @@ impl Channels {
     }
 
     /// The Streamable HTTP channels, by name.
-    pub fn http(&self) -> impl Iterator<Item = (&str, &HttpTransport)> {
+    pub(crate) fn http(&self) -> impl Iterator<Item = (&str, &HttpTransport)> {
         self.by_name.iter().filter_map(|(name, t)| match t {
             Transport::Http(h) => Some((name.as_str(), h)),
             Transport::Stdio(_) | Transport::Harpoon(_) => None,
@@ -202,7 +207,7 @@ impl Channels {
     }
 
     /// Fatal-latch cleanup: kill stdio groups now, drop HTTP connections. Nothing restarts.
-    pub fn kill_all(&self) {
+    pub(crate) fn kill_all(&self) {
         for t in self.by_name.values() {
             match t {
                 Transport::Http(h) => h.close_connections(),
@@ -213,7 +218,7 @@ impl Channels {
     }
 
     /// Graceful stop of every stdio child (bounded inside each transport).
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         let stops = self.by_name.values().filter_map(|t| match t {
             Transport::Stdio(s) => Some(s.shutdown()),
             Transport::Http(h) => {

@@ -28,7 +28,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::{Notification, Reply};
-pub use crate::config::EraSetting;
+pub(crate) use crate::config::EraSetting;
 use crate::protocol::{json_resp_headers, JsonRpcPayload, McpRevision, RespType, WireHeaders};
 
 /// The `_meta` keys of the 2026-07-28 envelope all start with this.

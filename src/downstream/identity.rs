@@ -25,7 +25,7 @@ use super::redact::redact_line;
 use super::{LegOutcome, LegResult};
 
 /// Longest server name, version or protocol revision kept, in characters.
-pub const MAX_IDENTITY_CHARS: usize = 64;
+pub(crate) const MAX_IDENTITY_CHARS: usize = 64;
 
 /// Characters of a server string the redactor reads at most: it sees more than is kept
 /// (a secret straddling the cut is redacted whole), never an unbounded string.
@@ -44,7 +44,7 @@ pub struct ServerIdentity {
 
 /// What was last seen of one channel's server.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// From the last `initialize` answer with a result.
     pub server: Option<ServerIdentity>,
     pub protocol_version: Option<String>,

@@ -21,18 +21,17 @@ mod stdio;
 mod test_support;
 mod watch;
 
-pub use channels::{Channels, Transport, TransportKind};
-pub use era::{EraSetting, ServerEra};
-pub use harpoon::{HarpoonSettings, HarpoonSetupError, HarpoonTransport, HostClassifier, TargetView, HARPOON_CHANNEL};
-pub use http::{EraEvent, EraObserver, HttpEgress, HttpSettings, HttpSetupError, HttpTransport};
-pub use identity::{Seen, ServerIdentity, MAX_IDENTITY_CHARS};
-pub use outcome::{
-    LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply, LOCAL_EXHAUSTION_MESSAGE, REFUSED_MESSAGE,
-    SESSION_NOT_OPEN_MESSAGE, SUBSCRIPTION_ENDED_MESSAGE,
-};
-pub use stdio::{
-    guard as stdio_guard, HeldEnded, HeldObserver, InputRequiredSettings, SessionMode, SessionSettings, SessionState,
-    StdioSettings, StdioTransport, DEFAULT_PROTOCOL_VERSION,
+pub(crate) use channels::{Channels, Transport, TransportKind};
+pub(crate) use era::{EraSetting, ServerEra};
+pub(crate) use harpoon::{HarpoonSettings, HarpoonTransport, HostClassifier, TargetView, HARPOON_CHANNEL};
+pub(crate) use http::{EraEvent, EraObserver, HttpEgress, HttpSettings, HttpTransport};
+#[cfg(test)]
+pub(crate) use identity::MAX_IDENTITY_CHARS;
+pub(crate) use identity::{Seen, ServerIdentity};
+pub(crate) use outcome::{LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply};
+pub(crate) use stdio::{
+    guard as stdio_guard, HeldEnded, InputRequiredSettings, SessionMode, SessionSettings, SessionState, StdioSettings,
+    StdioTransport,
 };
 
 // The decoders as the fuzz and property targets drive them (`crate::fuzzing`).
@@ -45,7 +44,7 @@ use crate::protocol::{JsonRpcPayload, WireHeaders};
 
 /// One JSON-RPC message to forward, as received from the control plane.
 #[derive(Debug)]
-pub struct DownstreamRequest<'a> {
+pub(crate) struct DownstreamRequest<'a> {
     /// Forwarded byte for byte.
     pub payload: &'a JsonRpcPayload,
     /// Connector headers from the command (multi-valued), forwarded as given.
@@ -57,7 +56,7 @@ pub struct DownstreamRequest<'a> {
 
 /// What a discovery found: the answer to post, and the URL its document came from.
 #[derive(Debug)]
-pub struct Discovered {
+pub(crate) struct Discovered {
     pub reply: Reply,
     pub source: String,
 }

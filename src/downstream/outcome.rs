@@ -18,7 +18,7 @@ label_enum! {
     /// How a downstream leg ended (docs/outcomes.md, "Downstream legs"); its label is used
     /// in metrics, logs and spans.
     #[derive(Hash)]
-    pub enum LegOutcome {
+    pub(crate) enum LegOutcome {
         /// The MCP server cannot have seen the request.
         NotSent => "not_sent",
         /// A terminal response for this request arrived whole.
@@ -32,20 +32,21 @@ label_enum! {
 impl LegOutcomeLabel for LegOutcome {}
 
 /// Words a caller can act on, carried in synthesized error messages.
-pub const SUBSCRIPTION_ENDED_MESSAGE: &str =
+pub(crate) const SUBSCRIPTION_ENDED_MESSAGE: &str =
     "the subscription stream ended (the MCP server closed it, it was cancelled, or it reached its time bound); listen again to go on receiving";
-pub const REFUSED_MESSAGE: &str = "the MCP server refused the request with an HTTP error and no JSON-RPC response";
+pub(crate) const REFUSED_MESSAGE: &str =
+    "the MCP server refused the request with an HTTP error and no JSON-RPC response";
 /// The gateway itself had no descriptor (or no socket memory) for the request.
-pub const LOCAL_EXHAUSTION_MESSAGE: &str =
+pub(crate) const LOCAL_EXHAUSTION_MESSAGE: &str =
     "not delivered to the MCP server: too many open files in the gateway; safe to retry";
 
 /// A stdio child's session could not be opened before the request was written.
-pub const SESSION_NOT_OPEN_MESSAGE: &str =
+pub(crate) const SESSION_NOT_OPEN_MESSAGE: &str =
     "not delivered to the MCP server: the stdio server's session could not be opened (it exited, refused or did not answer initialize); safe to retry";
 
 /// Every way a downstream leg can fail, named where it happens.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LegFailure {
+pub(crate) enum LegFailure {
     // --- before any byte of the request could reach the server ---
     /// Name resolution failed.
     Dns,
@@ -114,7 +115,7 @@ pub enum LegFailure {
 
 impl LegFailure {
     /// The outcome this failure implies.
-    pub fn outcome(&self) -> LegOutcome {
+    pub(crate) fn outcome(&self) -> LegOutcome {
         match self {
             Self::Dns
             | Self::ConnectRefused
@@ -153,7 +154,7 @@ impl LegFailure {
     }
 
     /// Stable label (`error.type` in spans, `reason` in logs).
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Dns => "dns",
             Self::ConnectRefused => "connection_refused",
@@ -184,7 +185,7 @@ impl LegFailure {
     }
 
     /// The contract's `tunnel_failure` provenance (closed-set values only).
-    pub fn tunnel_failure(&self) -> TunnelFailure {
+    pub(crate) fn tunnel_failure(&self) -> TunnelFailure {
         use FailureSource as S;
         let (source, kind, received, status) = match self {
             Self::Dns => (S::Dns, Some("dns"), false, None),
@@ -218,12 +219,12 @@ impl LegFailure {
     /// Whether a downstream step the gateway took on its own under this leg's admission
     /// (its `initialize` of a restarted stdio child) was written and never answered,
     /// while the caller's own request was not sent: strict mode latches on it.
-    pub fn gateway_step_abandoned(&self) -> bool {
+    pub(crate) fn gateway_step_abandoned(&self) -> bool {
         *self == Self::InitializeAbandoned
     }
 
     /// The sentence the caller reads in the synthesized error.
-    pub fn caller_message(&self) -> &'static str {
+    pub(crate) fn caller_message(&self) -> &'static str {
         if *self == Self::SubscriptionEnded {
             return SUBSCRIPTION_ENDED_MESSAGE;
         }
@@ -242,7 +243,7 @@ impl LegFailure {
 
     /// The HTTP-style `resp_code` posted with a synthesized error: the server's own
     /// status when it sent one, 504 for timeouts, 502 otherwise.
-    pub fn resp_code(&self) -> u16 {
+    pub(crate) fn resp_code(&self) -> u16 {
         match self {
             Self::HttpStatus(code) => *code,
             Self::SubscriptionEnded => 200,
@@ -274,7 +275,7 @@ impl LegFailure {
 
 /// The terminal response a leg produced, ready to post.
 #[derive(Debug)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub resp_json: Option<Box<RawValue>>,
     pub resp_headers: BTreeMap<String, Vec<String>>,
     pub resp_code: u16,
@@ -298,18 +299,18 @@ impl Reply {
 
 /// A non-terminal message seen on a response stream, posted as `jsonrpc_notify`.
 #[derive(Debug)]
-pub struct Notification {
+pub(crate) struct Notification {
     pub resp_json: Box<RawValue>,
     pub resp_headers: BTreeMap<String, Vec<String>>,
 }
 
 /// Where transports hand notifications, in order. Bounded: a slow control plane slows
 /// the reading of the stream instead of buffering without limit.
-pub type NotifySink = tokio::sync::mpsc::Sender<Notification>;
+pub(crate) type NotifySink = tokio::sync::mpsc::Sender<Notification>;
 
 /// What a leg returns: its outcome, the failure if any, and the reply to post.
 #[derive(Debug)]
-pub struct LegResult {
+pub(crate) struct LegResult {
     pub outcome: LegOutcome,
     pub failure: Option<LegFailure>,
     pub reply: Reply,
@@ -337,7 +338,7 @@ impl LegResult {
     }
 
     /// A leg that produced the server's own terminal response (including a JSON-RPC error).
-    pub fn answered(reply: Reply) -> Self {
+    pub(crate) fn answered(reply: Reply) -> Self {
         Self {
             outcome: LegOutcome::Answered,
             failure: None,
@@ -351,7 +352,7 @@ impl LegResult {
     /// `resp_type` is the final type the command calls for: a JSON-RPC request gets a
     /// `-32603` error echoing `rpc_id`; a notification gets `notify_ack`; a session
     /// termination gets `session_termination_response`, each with the failure's code.
-    pub fn failed(failure: LegFailure, rpc_id: Option<&RawValue>, resp_type: RespType) -> Self {
+    pub(crate) fn failed(failure: LegFailure, rpc_id: Option<&RawValue>, resp_type: RespType) -> Self {
         let resp_json = match resp_type {
             RespType::JsonrpcResponse | RespType::JsonrpcNotify => Some(synthesize_error(
                 rpc_id,

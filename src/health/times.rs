@@ -64,7 +64,7 @@ impl Times {
 
 impl Health {
     /// Health with a table of times for each of `channels` (the configured ones).
-    pub fn with_channels(channels: impl IntoIterator<Item = String>) -> Self {
+    pub(crate) fn with_channels(channels: impl IntoIterator<Item = String>) -> Self {
         Self {
             times: Times::of(channels),
             ..Self::default()
@@ -73,7 +73,7 @@ impl Health {
 
     /// A leg ended on `channel` at `at`; false (nothing recorded) for a channel the
     /// table does not hold.
-    pub fn channel_commanded(&self, channel: &str, at: UnixMillis) -> bool {
+    pub(crate) fn channel_commanded(&self, channel: &str, at: UnixMillis) -> bool {
         self.times
             .channels
             .get(channel)
@@ -83,7 +83,7 @@ impl Health {
 
     /// A leg on `channel` was answered and its response acknowledged at `at`; false for
     /// a channel the table does not hold.
-    pub fn channel_succeeded(&self, channel: &str, at: UnixMillis) -> bool {
+    pub(crate) fn channel_succeeded(&self, channel: &str, at: UnixMillis) -> bool {
         self.times
             .channels
             .get(channel)
@@ -92,13 +92,13 @@ impl Health {
     }
 
     /// The control plane acknowledged a delivery (`acked`) at `at`.
-    pub fn delivery_acked(&self, at: UnixMillis) {
+    pub(crate) fn delivery_acked(&self, at: UnixMillis) {
         self.times.last_acked.store(at, Ordering::Relaxed);
         self.reach_succeeded();
     }
 
     /// `channel`'s times (all `null` for a channel the table does not hold).
-    pub fn channel_receipt(&self, channel: &str) -> ChannelReceipt {
+    pub(crate) fn channel_receipt(&self, channel: &str) -> ChannelReceipt {
         let Some(t) = self.times.channels.get(channel) else {
             return ChannelReceipt::default();
         };

@@ -19,7 +19,7 @@ use crate::telemetry::{LogEvent, RingStats};
 
 /// The `/events` document.
 #[derive(Serialize)]
-pub struct EventsDocument {
+pub(crate) struct EventsDocument {
     #[serde(flatten)]
     pub stats: RingStats,
     pub events: Vec<LogEvent>,
@@ -27,7 +27,7 @@ pub struct EventsDocument {
 
 impl OpsState {
     /// The newest `limit` events held (at most the ring's capacity) and the ring's counts.
-    pub fn events(&self, limit: usize) -> EventsDocument {
+    pub(crate) fn events(&self, limit: usize) -> EventsDocument {
         let ring = &self.log_ring;
         EventsDocument {
             events: ring.snapshot(limit.min(ring.capacity())),

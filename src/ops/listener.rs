@@ -30,28 +30,28 @@ use tokio_util::sync::CancellationToken;
 /// Connections served at once. Probes, a scraper and an operator's `curl` need a handful;
 /// one beyond this is accepted and closed at once, so it holds a descriptor only for the
 /// moment of the accept.
-pub const MAX_CONNECTIONS: usize = 32;
+pub(crate) const MAX_CONNECTIONS: usize = 32;
 
 /// How long a connection may take to send a whole request head. hyper starts this timer
 /// whenever it waits for a head, on a new connection and between requests on a kept-alive
 /// one, so it is also the keep-alive idle timeout: an idle or half-open connection is
 /// closed after it.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The longest any one connection lives, however busy (a client reading a response
 /// slowly, or one request after another): then it is closed.
-pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+pub(crate) const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 
 /// The request head's size bound (hyper's read buffer; its minimum is 8 KiB). A longer
 /// head is answered `431` and the connection closed.
-pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// The number of request headers allowed.
-pub const MAX_HEADERS: usize = 64;
+pub(crate) const MAX_HEADERS: usize = 64;
 
 /// The request body bound: none. A request that declares one is answered `413` and the
 /// connection closed, unread.
-pub const MAX_BODY_BYTES: u64 = 0;
+pub(crate) const MAX_BODY_BYTES: u64 = 0;
 
 /// The pause after an accept failed for want of descriptors (`EMFILE`, `ENFILE`), so the
 /// loop does not spin while the process is exhausted.

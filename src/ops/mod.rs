@@ -12,13 +12,9 @@ mod events;
 mod health_api;
 mod listener;
 mod status;
-pub mod ui;
+pub(crate) mod ui;
 
-pub use events::EventsDocument;
-pub use listener::{
-    CONNECTION_LIFETIME, HEADER_READ_TIMEOUT, MAX_BODY_BYTES, MAX_CONNECTIONS, MAX_HEADERS, MAX_HEAD_BYTES,
-};
-pub use status::{ChannelReport, Commands, GatewayState, Mode, NotReady, OpsState, StatusDocument};
+pub(crate) use status::{GatewayState, Mode, OpsState, StatusDocument};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::supervisor::TaskEnd;
 
-pub fn router(state: Arc<OpsState>) -> Router {
+pub(crate) fn router(state: Arc<OpsState>) -> Router {
     Router::new()
         .route("/livez", get(livez))
         .route("/healthz", get(healthz))
@@ -48,13 +44,13 @@ pub fn router(state: Arc<OpsState>) -> Router {
 }
 
 /// Binds the listener (errors name the address) and serves until `stop`.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await
 }
 
 /// Serves until `stop`, within the listener's bounds; ending any other way is unexpected
 /// (its supervisor reports it).
-pub async fn serve(listener: tokio::net::TcpListener, state: Arc<OpsState>, stop: CancellationToken) -> TaskEnd {
+pub(crate) async fn serve(listener: tokio::net::TcpListener, state: Arc<OpsState>, stop: CancellationToken) -> TaskEnd {
     let stopped = stop.clone();
     let result = listener::serve(listener, router(state), stop).await;
     match result {

@@ -17,10 +17,10 @@ use crate::telemetry::{LogRing, Metrics};
 
 mod receipt;
 
-pub use receipt::ChannelReport;
+pub(crate) use receipt::ChannelReport;
 
 /// What the listener observes.
-pub struct OpsState {
+pub(crate) struct OpsState {
     pub fence: Fence,
     pub health: Arc<Health>,
     pub channels: Channels,
@@ -44,7 +44,7 @@ pub struct OpsState {
 /// Why the gateway is not ready: the first that holds, in this order. Its `Display` is
 /// the one-line reason `/readyz` prints after `not ready: `.
 #[derive(Clone, Debug, thiserror::Error)]
-pub enum NotReady {
+pub(crate) enum NotReady {
     #[error("fatal latch set ({})", .0.as_str())]
     Fatal(FatalCategory),
     /// Another replica set the cluster-wide latch (strict mode on etcd).
@@ -195,7 +195,7 @@ impl GatewayState {
 
 impl OpsState {
     /// `Ok(())` when ready, else why not.
-    pub fn readiness(&self) -> Result<(), NotReady> {
+    pub(crate) fn readiness(&self) -> Result<(), NotReady> {
         if let Some(f) = self.fence.fatal() {
             return Err(NotReady::Fatal(f.category));
         }
@@ -223,7 +223,7 @@ impl OpsState {
         Ok(())
     }
 
-    pub fn status(&self) -> StatusDocument {
+    pub(crate) fn status(&self) -> StatusDocument {
         let fatal = self.fence.fatal();
         let readiness = self.readiness();
         let coordination = self.health.coordination();

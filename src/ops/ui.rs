@@ -14,7 +14,7 @@
 //!
 //! Its recent-events panel reads the log ring (`/events`), as the log printed it.
 //!
-//! Text from the gateway's peers (server names, reasons) is escaped by [`escape`] in the
+//! Text from the gateway's peers (server names, reasons) is escaped by [`render::escape`] in the
 //! server render, and set with `textContent` by the script.
 
 use std::net::{IpAddr, SocketAddr};
@@ -33,12 +33,10 @@ use super::OpsState;
 
 mod render;
 
-pub use render::escape;
-
 /// What the page needs beyond the `/status` document: who may read it, and the latch file
 /// its clear command names.
 #[derive(Clone, Debug)]
-pub struct PageSettings {
+pub(crate) struct PageSettings {
     /// `ops.allow_remote`: when false, only loopback peers and loopback `Host`s.
     pub allow_remote: bool,
     /// `strict.latch_file`, for the `tunnelgate latch clear` command the page shows.
@@ -48,23 +46,24 @@ pub struct PageSettings {
 }
 
 /// The policy on every page route: the page's own origin only, no inline script or style.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+pub(crate) const CONTENT_SECURITY_POLICY: &str =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
      connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The log events the page shows, newest first (`app.js` asks `/events` for as many).
-pub const EVENTS_SHOWN: usize = 50;
+pub(crate) const EVENTS_SHOWN: usize = 50;
 
 const APP_JS: &str = include_str!("ui/app.js");
 const STYLE_CSS: &str = include_str!("ui/style.css");
 
 impl PageSettings {
     /// The exact command that clears the latch, for the operator to copy.
-    pub fn clear_command(&self) -> String {
+    pub(crate) fn clear_command(&self) -> String {
         self.latch_command("clear")
     }
 
     /// The command that prints the persisted cause (`latch show`).
-    pub fn show_command(&self) -> String {
+    pub(crate) fn show_command(&self) -> String {
         self.latch_command("show")
     }
 
@@ -110,13 +109,13 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 /// Whether a browser page could read this route: the page, its assets, `/status`, `/events`.
-pub fn is_page_route(path: &str) -> bool {
+pub(crate) fn is_page_route(path: &str) -> bool {
     matches!(path, "/ui" | "/status" | "/events") || path.starts_with("/ui/")
 }
 
 /// Whether `host` (a `Host` header's value) names this machine's loopback: `localhost`,
 /// an address in 127.0.0.0/8 or `[::1]`, with or without a port.
-pub fn is_loopback_host(host: &str) -> bool {
+pub(crate) fn is_loopback_host(host: &str) -> bool {
     let valid_port = |p: &str| p.is_empty() || p.strip_prefix(':').is_some_and(|n| n.parse::<u16>().is_ok());
     let name = match host.strip_prefix('[') {
         Some(rest) => match rest.split_once(']') {
@@ -134,7 +133,12 @@ pub fn is_loopback_host(host: &str) -> bool {
 
 /// Why a request is refused, when it is: a peer that is not loopback, or (on a page
 /// route) a `Host` that is not loopback. `None` lets it through.
-pub fn refusal(allow_remote: bool, peer: Option<SocketAddr>, path: &str, headers: &HeaderMap) -> Option<&'static str> {
+pub(crate) fn refusal(
+    allow_remote: bool,
+    peer: Option<SocketAddr>,
+    path: &str,
+    headers: &HeaderMap,
+) -> Option<&'static str> {
     let loopback_peer = peer.is_some_and(|p| p.ip().to_canonical().is_loopback());
     // The official client's health routes answer loopback peers only, whatever else is allowed.
     if (path == "/health" || path.starts_with("/health/")) && !loopback_peer {

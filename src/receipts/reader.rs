@@ -34,7 +34,7 @@ pub(crate) struct Filter {
 
 /// Why the journal could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     #[error(
         "no receipts journal at {} (nor {}): nothing was written there yet, or receipts.path points elsewhere, or receipts.enabled is false",
         path.display(),
@@ -47,7 +47,8 @@ pub enum ReadError {
 
 impl ReadError {
     /// Stable label for logs.
-    pub fn kind(&self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Missing { .. } => "missing",
             Self::Unreadable { .. } => "unreadable",

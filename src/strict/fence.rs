@@ -30,11 +30,11 @@ use super::{CommandRef, Fatal, FatalCategory};
 
 mod sync;
 
-pub use sync::{FenceSync, TokioSync};
+pub(crate) use sync::{FenceSync, TokioSync};
 
 /// Why the fence refused (or withdrew) an admission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error("the fatal latch is set: no further downstream action")]
     Latched,
     #[error("the gateway is stopping: no new downstream action")]
@@ -42,7 +42,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         match self {
             Self::Latched => "latched",
             Self::Stopping => "stopping",
@@ -80,17 +80,17 @@ pub struct FenceSnapshot {
 
 /// The result of a latch: the cause in force, and whether this call set it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Latched {
+pub(crate) struct Latched {
     pub fatal: Fatal,
     pub first: bool,
 }
 
 /// Told once, with the winning cause, when the latch is first set (metrics).
-pub type LatchObserver = Box<dyn Fn(&Fatal) + Send + Sync>;
+pub(crate) type LatchObserver = Box<dyn Fn(&Fatal) + Send + Sync>;
 
 /// The fence. `S` is what it is made of: production always uses [`TokioSync`]; the model
 /// checks run the same code on shuttle's primitives (see [`FenceSync`]).
-pub struct Fence<S: FenceSync = TokioSync> {
+pub(crate) struct Fence<S: FenceSync = TokioSync> {
     inner: Arc<Inner<S>>,
 }
 
@@ -203,7 +203,7 @@ impl WireState {
 }
 
 /// Proof of admission through the fence. Dropping it releases the permit.
-pub struct Admission<S: FenceSync = TokioSync> {
+pub(crate) struct Admission<S: FenceSync = TokioSync> {
     inner: Arc<Inner<S>>,
     ticket: u64,
     command: CommandRef,
@@ -214,7 +214,7 @@ pub struct Admission<S: FenceSync = TokioSync> {
 /// A connector's view of one admission: it can report that a connection is being made
 /// and, atomically with the fence's checks, that the request may now leave. It cannot
 /// admit anything.
-pub struct Wire<S: FenceSync = TokioSync> {
+pub(crate) struct Wire<S: FenceSync = TokioSync> {
     inner: Arc<Inner<S>>,
     wire: Arc<S::Cell>,
 }
@@ -238,7 +238,7 @@ impl<S: FenceSync> Clone for Wire<S> {
 
 impl Fence {
     /// A fence admitting `permits` commands at once; strict fences must have one.
-    pub fn new(strict: bool, permits: usize) -> Self {
+    pub(crate) fn new(strict: bool, permits: usize) -> Self {
         Self::with_sync(strict, permits)
     }
 }
@@ -269,11 +269,11 @@ impl<S: FenceSync> Fence<S> {
     }
 
     /// Sets what is told of the first latch (once; later calls are ignored).
-    pub fn observe_latches(&self, observer: LatchObserver) {
+    pub(crate) fn observe_latches(&self, observer: LatchObserver) {
         let _ = self.inner.observer.set(observer);
     }
 
-    pub fn is_strict(&self) -> bool {
+    pub(crate) fn is_strict(&self) -> bool {
         self.inner.strict
     }
 
@@ -281,7 +281,7 @@ impl<S: FenceSync> Fence<S> {
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future before it resolves takes no permit.
-    pub async fn admit(&self, command: CommandRef) -> Result<Admission<S>, Refusal> {
+    pub(crate) async fn admit(&self, command: CommandRef) -> Result<Admission<S>, Refusal> {
         self.inner.refusal()?;
         let Some(permit) = S::acquire(self.inner.permits.clone()).await else {
             return Err(self.inner.refusal().err().unwrap_or(Refusal::Stopping));
@@ -324,7 +324,7 @@ impl<S: FenceSync> Fence<S> {
     }
 
     /// Latches fatal (first cause wins) and closes the fence.
-    pub fn latch(&self, category: FatalCategory, command: &CommandRef) -> Latched {
+    pub(crate) fn latch(&self, category: FatalCategory, command: &CommandRef) -> Latched {
         self.inner.latch(category, command)
     }
 
@@ -332,7 +332,7 @@ impl<S: FenceSync> Fence<S> {
     /// have reached an MCP server; otherwise (nothing held, or nothing sent) the stop is
     /// clean. Decided under the fence's lock: with stopping set, an admission that has
     /// sent nothing can no longer start, so a "clean" answer stays true.
-    pub fn latch_if_sent_on_stop(&self) -> Option<Latched> {
+    pub(crate) fn latch_if_sent_on_stop(&self) -> Option<Latched> {
         let command = {
             let state = self.inner.lock();
             let held = state.held.as_ref()?;
@@ -345,7 +345,7 @@ impl<S: FenceSync> Fence<S> {
     }
 
     /// Marks the current cause as persisted to the latch file.
-    pub fn mark_persisted(&self) {
+    pub(crate) fn mark_persisted(&self) {
         if let Some(f) = self.inner.lock().fatal.as_mut() {
             f.persisted = true;
         }
@@ -353,7 +353,7 @@ impl<S: FenceSync> Fence<S> {
 
     /// A latch restored from the latch file at start: marks the cause in force persisted,
     /// with the persisted latch's own time (`latched_at`, RFC 3339) instead of now.
-    pub fn mark_restored(&self, latched_at: &str) {
+    pub(crate) fn mark_restored(&self, latched_at: &str) {
         if let Some(f) = self.inner.lock().fatal.as_mut() {
             f.persisted = true;
             latched_at.clone_into(&mut f.latched_at);
@@ -361,23 +361,23 @@ impl<S: FenceSync> Fence<S> {
     }
 
     /// Refuses all further admissions (graceful stop); admitted commands go on.
-    pub fn stop_admitting(&self) {
+    pub(crate) fn stop_admitting(&self) {
         let mut state = self.inner.lock();
         state.stopping = true;
         #[cfg(test)]
         state.history.push(Decision::Stopping);
     }
 
-    pub fn fatal(&self) -> Option<Fatal> {
+    pub(crate) fn fatal(&self) -> Option<Fatal> {
         self.inner.lock().fatal.clone()
     }
 
     /// Cancelled the moment the latch fires.
-    pub fn latched_token(&self) -> CancellationToken {
+    pub(crate) fn latched_token(&self) -> CancellationToken {
         self.inner.latched.clone()
     }
 
-    pub fn snapshot(&self) -> FenceSnapshot {
+    pub(crate) fn snapshot(&self) -> FenceSnapshot {
         let state = self.inner.lock();
         match &state.held {
             Some(h) => FenceSnapshot {
@@ -479,11 +479,11 @@ impl<S: FenceSync> Admission<S> {
     /// itself (spawn, restart, waiting for a child). Refused once latched, and in strict
     /// mode once a stop began while nothing of this request was sent.
     /// The command this admission is for (names only: ids, channel, method).
-    pub fn command(&self) -> &CommandRef {
+    pub(crate) fn command(&self) -> &CommandRef {
         &self.command
     }
 
-    pub fn recheck(&self) -> Result<(), Refusal> {
+    pub(crate) fn recheck(&self) -> Result<(), Refusal> {
         let mut state = self.inner.lock();
         self.inner.check(&mut state, self.is_sent())
     }
@@ -492,7 +492,7 @@ impl<S: FenceSync> Admission<S> {
     /// in one step under the fence's lock. Call it right before bytes of the request may
     /// leave (a write to a child, an HTTP request on a connection), with no `.await` in
     /// between.
-    pub fn begin_send(&self) -> Result<(), Refusal> {
+    pub(crate) fn begin_send(&self) -> Result<(), Refusal> {
         let mut state = self.inner.lock();
         self.inner.check(&mut state, self.is_sent())?;
         WireState::Sent.store::<S>(&self.wire);
@@ -505,24 +505,24 @@ impl<S: FenceSync> Admission<S> {
     /// as after a refused connect). Decided under the fence's lock. A transport calls it
     /// only for the answer to the leg's first request, never once an earlier request of
     /// the leg may have reached a server.
-    pub fn not_forwarded(&self) {
+    pub(crate) fn not_forwarded(&self) {
         let _state = self.inner.lock();
         WireState::None.store::<S>(&self.wire);
     }
 
     /// Whether bytes of this request may have reached an MCP server.
-    pub fn is_sent(&self) -> bool {
+    pub(crate) fn is_sent(&self) -> bool {
         WireState::load::<S>(&self.wire).may_have_left()
     }
 
     /// Whether a connector may report the send late through a [`Wire`] (strict mode:
     /// one admission at a time, so a connection belongs to exactly one request).
-    pub fn tracks_connects(&self) -> bool {
+    pub(crate) fn tracks_connects(&self) -> bool {
         self.inner.strict
     }
 
     /// The connector's handle for this admission.
-    pub fn wire(&self) -> Wire<S> {
+    pub(crate) fn wire(&self) -> Wire<S> {
         Wire {
             inner: self.inner.clone(),
             wire: self.wire.clone(),
@@ -530,7 +530,7 @@ impl<S: FenceSync> Admission<S> {
     }
 
     /// Records which leg holds the fence (for `/status`).
-    pub fn set_leg(&self, leg: FenceLeg) {
+    pub(crate) fn set_leg(&self, leg: FenceLeg) {
         let mut state = self.inner.lock();
         if let Some(h) = state.held.as_mut().filter(|h| h.ticket == self.ticket) {
             h.leg = leg;
@@ -538,7 +538,7 @@ impl<S: FenceSync> Admission<S> {
     }
 
     /// Latches fatal while this admission still holds the permit.
-    pub fn latch(&self, category: FatalCategory) -> Latched {
+    pub(crate) fn latch(&self, category: FatalCategory) -> Latched {
         self.inner.latch(category, &self.command)
     }
 }
@@ -551,7 +551,7 @@ impl<S: FenceSync> Wire<S> {
     /// for it first ([`Wire::connecting`]), which nothing leaves before [`Wire::connected`].
     /// Without this step, a stop between a `recheck` and the hand-over would find nothing
     /// sent and end clean while the pooled connection writes the request.
-    pub fn hand_over(&self) -> Result<(), Refusal> {
+    pub(crate) fn hand_over(&self) -> Result<(), Refusal> {
         let mut state = self.inner.lock();
         let wire = WireState::load::<S>(&self.wire);
         self.inner.check(&mut state, wire.may_have_left())?;
@@ -563,7 +563,7 @@ impl<S: FenceSync> Wire<S> {
 
     /// A connection for the request is being made: nothing of it has left yet (unless an
     /// earlier exchange of the same leg already sent it; that stays sent).
-    pub fn connecting(&self) {
+    pub(crate) fn connecting(&self) {
         WireState::advance::<S>(&self.wire, WireState::Handing, WireState::Connecting);
         WireState::advance::<S>(&self.wire, WireState::None, WireState::Connecting);
     }
@@ -571,7 +571,7 @@ impl<S: FenceSync> Wire<S> {
     /// The connection is up and the request is about to be written: allowed only if the
     /// fence still allows this admission, decided atomically with marking it sent. A
     /// refusal means the connection must be dropped unused.
-    pub fn connected(&self) -> Result<(), Refusal> {
+    pub(crate) fn connected(&self) -> Result<(), Refusal> {
         let mut state = self.inner.lock();
         let sent = WireState::load::<S>(&self.wire).may_have_left();
         self.inner.check(&mut state, sent)?;
@@ -581,7 +581,7 @@ impl<S: FenceSync> Wire<S> {
 
     /// After the request was handed to the client: if no connection was started for it,
     /// it went out on a pooled connection and may have reached the server.
-    pub fn handed_over(&self) {
+    pub(crate) fn handed_over(&self) {
         WireState::advance::<S>(&self.wire, WireState::Handing, WireState::Sent);
         WireState::advance::<S>(&self.wire, WireState::None, WireState::Sent);
     }

@@ -33,7 +33,7 @@ use super::latch_file::{write_durably, ClassifyName};
 
 /// One command that may have reached an MCP server and is not yet acknowledged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Intent {
+pub(crate) struct Intent {
     pub request_id: String,
     pub channel: String,
     pub method: Option<String>,
@@ -53,14 +53,14 @@ struct IntentDocument {
 }
 
 /// A record's flush this slow is logged (the gateway's thread waited for it).
-pub const SLOW_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const SLOW_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Records are padded to a multiple of this, so that an overwrite keeps the file's size.
 const RECORD_BLOCK: usize = 4096;
 
 /// Why the intent store failed. Messages name the path and the problem, never a payload.
 #[derive(Debug, thiserror::Error)]
-pub enum IntentError {
+pub(crate) enum IntentError {
     #[error("cannot write the intent record {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
     #[error("cannot remove the intent record {path}: {source}")]
@@ -79,7 +79,7 @@ pub enum IntentError {
 }
 
 impl IntentError {
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Write { .. } => "write",
             Self::Remove { .. } => "remove",
@@ -93,7 +93,7 @@ impl IntentError {
 
 /// What a start finds.
 #[derive(Debug)]
-pub enum Unsettled {
+pub(crate) enum Unsettled {
     /// No record: the last run ended with nothing outstanding.
     None,
     /// A readable record.
@@ -104,16 +104,14 @@ pub enum Unsettled {
 }
 
 /// A boxed future of the store: the trait stays usable behind `dyn`.
-pub type IntentFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type IntentFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Where intents are kept.
-pub trait IntentStore: Send + Sync {
+pub(crate) trait IntentStore: Send + Sync {
     /// Records `intent` durably; returns once it would survive a crash.
     fn record<'a>(&'a self, intent: &'a Intent) -> IntentFuture<'a, Result<(), IntentError>>;
     /// Settles the outstanding record, if any.
     fn settle(&self) -> IntentFuture<'_, Result<(), IntentError>>;
-    /// What an earlier run left.
-    fn unsettled(&self) -> Unsettled;
     /// What becomes of a record whose settle failed, for the log line that says so. The
     /// default is a shared store's: tried again while this replica's term lasts, and
     /// otherwise read by the next replica to become active. The file backend's is read
@@ -134,7 +132,7 @@ pub trait IntentStore: Send + Sync {
 /// which is kept from the first record on, so that a gateway short of descriptors can
 /// still record and settle.
 #[derive(Clone, Debug)]
-pub struct FileIntents {
+pub(crate) struct FileIntents {
     path: PathBuf,
     file: std::sync::Arc<std::sync::Mutex<Option<OpenRecord>>>,
 }
@@ -147,7 +145,7 @@ struct OpenRecord {
 }
 
 impl FileIntents {
-    pub fn new(path: PathBuf) -> Self {
+    pub(crate) fn new(path: PathBuf) -> Self {
         Self {
             path,
             file: Default::default(),
@@ -155,11 +153,11 @@ impl FileIntents {
     }
 
     /// The record beside `latch_file`: `latch.json` -> `latch.intent.json`.
-    pub fn beside(latch_file: &Path) -> Self {
+    pub(crate) fn beside(latch_file: &Path) -> Self {
         Self::new(intent_path(latch_file))
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -214,7 +212,7 @@ impl FileIntents {
     }
 
     /// Reads the record now (blocking).
-    pub fn read(&self) -> Unsettled {
+    pub(crate) fn read(&self) -> Unsettled {
         let bytes = match super::latch_file::read_regular(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Unsettled::None,
@@ -237,7 +235,7 @@ impl FileIntents {
 
     /// Removes the record now (blocking): `tunnelgate latch clear` and a start that has
     /// latched on it. `Ok(false)` when there was none.
-    pub fn clear(&self) -> Result<bool, IntentError> {
+    pub(crate) fn clear(&self) -> Result<bool, IntentError> {
         let unsettled = !matches!(self.read(), Unsettled::None);
         match std::fs::remove_file(&self.path) {
             Ok(()) => Ok(unsettled),
@@ -276,10 +274,6 @@ impl IntentStore for FileIntents {
     /// write on the calling thread.
     fn settle(&self) -> IntentFuture<'_, Result<(), IntentError>> {
         Box::pin(async move { self.write_now(None, false) })
-    }
-
-    fn unsettled(&self) -> Unsettled {
-        self.read()
     }
 
     fn after_failed_settle(&self) -> &'static str {
@@ -336,7 +330,7 @@ fn length(file: &std::fs::File) -> std::io::Result<u64> {
 }
 
 /// `latch.json` -> `latch.intent.json` (any extension is replaced; none is added to).
-pub fn intent_path(latch_file: &Path) -> PathBuf {
+pub(crate) fn intent_path(latch_file: &Path) -> PathBuf {
     let stem = latch_file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -346,7 +340,7 @@ pub fn intent_path(latch_file: &Path) -> PathBuf {
 
 impl Intent {
     /// An intent for the command, written now by `instance_id`.
-    pub fn now(request_id: &str, channel: &str, method: Option<&str>, instance_id: &str) -> Self {
+    pub(crate) fn now(request_id: &str, channel: &str, method: Option<&str>, instance_id: &str) -> Self {
         Self {
             request_id: request_id.to_owned(),
             channel: channel.to_owned(),

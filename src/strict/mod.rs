@@ -8,15 +8,14 @@
 mod category;
 mod fatal;
 mod fence;
-pub mod intent;
-pub mod latch_file;
+pub(crate) mod intent;
+pub(crate) mod latch_file;
 
 pub use category::FatalCategory;
-pub use fatal::{CommandRef, Fatal};
-pub use fence::{
-    Admission, Fence, FenceLeg, FenceSnapshot, FenceSync, LatchObserver, Latched, Refusal, TokioSync, Wire,
-};
-pub use intent::{FileIntents, Intent, IntentError, IntentFuture, IntentStore, Unsettled};
+pub(crate) use fatal::CommandRef;
+pub use fatal::Fatal;
+pub(crate) use fence::{Admission, Fence, FenceLeg, FenceSnapshot, Latched, Refusal, Wire};
+pub(crate) use intent::{FileIntents, Intent, IntentError, IntentFuture, IntentStore, Unsettled};
 
 /// The model checks' explorer (shuttle), shared with the admission line's model check.
 #[cfg(test)]

@@ -8,75 +8,75 @@
 //! is a breaking change for dashboards and trace queries.
 
 /// The control plane's request id (`tunnelgate.command`).
-pub const REQUEST_ID: &str = "tunnelgate.request_id";
+pub(crate) const REQUEST_ID: &str = "tunnelgate.request_id";
 /// The command's channel (`tunnelgate.command`).
-pub const CHANNEL: &str = "tunnelgate.channel";
+pub(crate) const CHANNEL: &str = "tunnelgate.channel";
 /// The command's `command_type` (`tunnelgate.command`).
-pub const COMMAND_TYPE: &str = "tunnelgate.command_type";
+pub(crate) const COMMAND_TYPE: &str = "tunnelgate.command_type";
 /// Whether strict mode is on (`tunnelgate.command`).
-pub const STRICT: &str = "tunnelgate.strict";
+pub(crate) const STRICT: &str = "tunnelgate.strict";
 /// The era bridge: the caller's era (`modern`, `legacy`) of a bridged request.
-pub const ERA_CALLER: &str = "tunnelgate.era.caller";
+pub(crate) const ERA_CALLER: &str = "tunnelgate.era.caller";
 /// The era bridge: the server's era (`legacy`, `modern`).
-pub const ERA_SERVER: &str = "tunnelgate.era.server";
+pub(crate) const ERA_SERVER: &str = "tunnelgate.era.server";
 /// The era bridge: the translation step taken for the request.
-pub const ERA_STEP: &str = "tunnelgate.era.step";
+pub(crate) const ERA_STEP: &str = "tunnelgate.era.step";
 /// How the downstream leg ended (`tunnelgate.command`).
-pub const LEG_OUTCOME: &str = "tunnelgate.leg_outcome";
+pub(crate) const LEG_OUTCOME: &str = "tunnelgate.leg_outcome";
 /// How a delivery ended (`tunnelgate.command`, `tunnelgate.deliver`, the notification event).
-pub const DELIVERY_OUTCOME: &str = "tunnelgate.delivery_outcome";
+pub(crate) const DELIVERY_OUTCOME: &str = "tunnelgate.delivery_outcome";
 /// The posted `resp_type` (`tunnelgate.deliver`).
-pub const RESP_TYPE: &str = "tunnelgate.resp_type";
+pub(crate) const RESP_TYPE: &str = "tunnelgate.resp_type";
 /// POST attempts made (`tunnelgate.deliver`).
-pub const ATTEMPTS: &str = "tunnelgate.attempts";
+pub(crate) const ATTEMPTS: &str = "tunnelgate.attempts";
 /// One POST attempt's result (`tunnelgate.deliver.attempt`).
-pub const ATTEMPT_RESULT: &str = "tunnelgate.attempt_result";
+pub(crate) const ATTEMPT_RESULT: &str = "tunnelgate.attempt_result";
 /// The latch's category (the latch event).
-pub const FATAL_CATEGORY: &str = "tunnelgate.fatal.category";
+pub(crate) const FATAL_CATEGORY: &str = "tunnelgate.fatal.category";
 /// The latch's exit code (the latch event).
-pub const FATAL_EXIT_CODE: &str = "tunnelgate.fatal.exit_code";
+pub(crate) const FATAL_EXIT_CODE: &str = "tunnelgate.fatal.exit_code";
 
 /// What failed: a leg's failure kind, a JSON-RPC error code, `tool_error`, a delivery's
 /// last attempt, or why a command was malformed.
-pub const ERROR_TYPE: &str = "error.type";
+pub(crate) const ERROR_TYPE: &str = "error.type";
 /// The MCP method (`tunnelgate.command`, the downstream span, the notification event).
-pub const MCP_METHOD_NAME: &str = "mcp.method.name";
+pub(crate) const MCP_METHOD_NAME: &str = "mcp.method.name";
 /// The MCP protocol revision (downstream span).
-pub const MCP_PROTOCOL_VERSION: &str = "mcp.protocol.version";
+pub(crate) const MCP_PROTOCOL_VERSION: &str = "mcp.protocol.version";
 /// The MCP session id, hashed (downstream span).
-pub const MCP_SESSION_ID: &str = "mcp.session.id";
+pub(crate) const MCP_SESSION_ID: &str = "mcp.session.id";
 /// The server's JSON-RPC error code (downstream span).
-pub const RPC_RESPONSE_STATUS_CODE: &str = "rpc.response.status_code";
+pub(crate) const RPC_RESPONSE_STATUS_CODE: &str = "rpc.response.status_code";
 /// The JSON-RPC request id (downstream span).
-pub const JSONRPC_REQUEST_ID: &str = "jsonrpc.request.id";
+pub(crate) const JSONRPC_REQUEST_ID: &str = "jsonrpc.request.id";
 /// `tcp` or `pipe` (downstream span, `tunnelgate.reply`).
-pub const NETWORK_TRANSPORT: &str = "network.transport";
+pub(crate) const NETWORK_TRANSPORT: &str = "network.transport";
 /// `http` for HTTP channels (downstream span).
-pub const NETWORK_PROTOCOL_NAME: &str = "network.protocol.name";
+pub(crate) const NETWORK_PROTOCOL_NAME: &str = "network.protocol.name";
 /// The tool of a `tools/call` (downstream span).
-pub const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
+pub(crate) const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
 /// The prompt of a `prompts/get` (downstream span).
-pub const GEN_AI_PROMPT_NAME: &str = "gen_ai.prompt.name";
+pub(crate) const GEN_AI_PROMPT_NAME: &str = "gen_ai.prompt.name";
 /// `execute_tool` for a `tools/call` (downstream span).
-pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
+pub(crate) const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
 /// `POST` (`tunnelgate.deliver.attempt`).
-pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
+pub(crate) const HTTP_REQUEST_METHOD: &str = "http.request.method";
 /// 0 for the first attempt (`tunnelgate.deliver.attempt`).
-pub const HTTP_REQUEST_RESEND_COUNT: &str = "http.request.resend_count";
+pub(crate) const HTTP_REQUEST_RESEND_COUNT: &str = "http.request.resend_count";
 /// The status that arrived (`tunnelgate.deliver.attempt`).
-pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+pub(crate) const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
 
 /// A notification from the MCP server was posted (event on `tunnelgate.command`).
-pub const NOTIFICATION_EVENT: &str = "tunnelgate.notification";
+pub(crate) const NOTIFICATION_EVENT: &str = "tunnelgate.notification";
 /// The fatal latch stopped this command (event on `tunnelgate.command`).
-pub const LATCH_EVENT: &str = "tunnelgate.latch";
+pub(crate) const LATCH_EVENT: &str = "tunnelgate.latch";
 
 /// The tracing bridge's span name field: the exported span's name.
-pub const OTEL_NAME: &str = "otel.name";
+pub(crate) const OTEL_NAME: &str = "otel.name";
 /// The tracing bridge's span kind field (`client`; internal when absent).
-pub const OTEL_KIND: &str = "otel.kind";
+pub(crate) const OTEL_KIND: &str = "otel.kind";
 /// The tracing bridge's span status field (`ERROR`, set with `error.type`).
-pub const OTEL_STATUS_CODE: &str = "otel.status_code";
+pub(crate) const OTEL_STATUS_CODE: &str = "otel.status_code";
 
 /// Every exported attribute and event name above (the bridge's `otel.*` fields are not
 /// exported as attributes).

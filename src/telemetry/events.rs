@@ -12,7 +12,7 @@ use super::attrs;
 
 /// A JSON-RPC notification from the MCP server was posted to the control plane
 /// (`method` already made safe; `delivery` is the delivery's outcome label).
-pub fn notification_forwarded(method: Option<String>, delivery: &'static str) {
+pub(crate) fn notification_forwarded(method: Option<String>, delivery: &'static str) {
     let mut attributes = vec![KeyValue::new(attrs::DELIVERY_OUTCOME, delivery)];
     if let Some(method) = method {
         attributes.push(KeyValue::new(attrs::MCP_METHOD_NAME, method));
@@ -21,7 +21,7 @@ pub fn notification_forwarded(method: Option<String>, delivery: &'static str) {
 }
 
 /// The fatal latch stopped this command (`category` and `exit_code` of the latch's cause).
-pub fn fatal_latched(category: &'static str, exit_code: u8) {
+pub(crate) fn fatal_latched(category: &'static str, exit_code: u8) {
     tracing::Span::current().add_event(
         attrs::LATCH_EVENT,
         vec![

@@ -12,7 +12,7 @@
 
 /// A closed set of label values, declared by the enum that owns them (with `label_enum!`,
 /// which writes the list once).
-pub trait LabelValue: Copy + 'static {
+pub(crate) trait LabelValue: Copy + 'static {
     /// Every value: the series created at zero at startup.
     const ALL: &'static [Self];
     /// The exported label value (API).
@@ -24,22 +24,22 @@ pub trait LabelValue: Copy + 'static {
 // [`Metrics`](super::Metrics) take it, so a value of another label set does not compile.
 
 /// `poll_errors_total{kind}`: implemented by `control::PollErrorKind`.
-pub trait PollErrorLabel: LabelValue {}
+pub(crate) trait PollErrorLabel: LabelValue {}
 /// `downstream_requests_total{transport}`: implemented by `downstream::TransportKind`.
-pub trait TransportLabel: LabelValue {}
+pub(crate) trait TransportLabel: LabelValue {}
 /// `downstream_requests_total{outcome}`: implemented by `downstream::LegOutcome`.
-pub trait LegOutcomeLabel: LabelValue {}
+pub(crate) trait LegOutcomeLabel: LabelValue {}
 /// `deliveries_total{outcome}`: implemented by `control::Delivery`.
-pub trait DeliveryLabel: LabelValue {}
+pub(crate) trait DeliveryLabel: LabelValue {}
 /// `delivery_attempts_total{result}`: implemented by `control::AttemptResult`.
-pub trait AttemptResultLabel: LabelValue {}
+pub(crate) trait AttemptResultLabel: LabelValue {}
 /// `fatal_latches_total{category}`, `fatal_info{category}`: implemented by
 /// `strict::FatalCategory`.
-pub trait FatalCategoryLabel: LabelValue {}
+pub(crate) trait FatalCategoryLabel: LabelValue {}
 
 /// Which upstairs enum fills each label whose values telemetry does not own, so that
 /// [`Metrics::new`](super::Metrics::new) can create their series at zero.
-pub trait LabelSets {
+pub(crate) trait LabelSets {
     /// `poll_errors_total{kind}`.
     type PollErrorKind: PollErrorLabel;
     /// `downstream_requests_total{transport}`.
@@ -119,7 +119,7 @@ pub(crate) use label_enum;
 
 label_enum! {
     /// `polls_total{result}`.
-    pub enum PollResult {
+    pub(crate) enum PollResult {
         Commands => "commands",
         Empty => "empty",
         Error => "error",
@@ -129,7 +129,7 @@ label_enum! {
 label_enum! {
     /// `commands_received_total{command_type}`: the wire's open `command_type` folded into a
     /// closed set (a type this client does not know, and an undecodable command, are `unknown`).
-    pub enum CommandType {
+    pub(crate) enum CommandType {
         JsonRpc => "jsonrpc",
         SessionTermination => "session_termination",
         OauthDiscovery => "oauth_discovery",
@@ -139,7 +139,7 @@ label_enum! {
 
 label_enum! {
     /// Which response POST a delivery metric is about.
-    pub enum DeliveryKind {
+    pub(crate) enum DeliveryKind {
         Terminal => "terminal",
         Notify => "notify",
     }
@@ -147,7 +147,7 @@ label_enum! {
 
 label_enum! {
     /// Why a command never reached downstream (`commands_dropped_total{reason}`).
-    pub enum DropReason {
+    pub(crate) enum DropReason {
         Expired => "expired",
         Invalid => "invalid",
         UnknownType => "unknown_type",
@@ -163,7 +163,7 @@ label_enum! {
 
 label_enum! {
     /// `command_duration_seconds{leg}`.
-    pub enum DurationLeg {
+    pub(crate) enum DurationLeg {
         Queue => "queue",
         FenceWait => "fence_wait",
         /// Strict mode's write-ahead intent, recorded durably before the first downstream
@@ -177,7 +177,7 @@ label_enum! {
 
 label_enum! {
     /// A gateway task whose unexpected end is counted (`task_failures_total{task}`).
-    pub enum TaskKind {
+    pub(crate) enum TaskKind {
         Admitter => "admitter",
         Poller => "poller",
         Notifier => "notifier",
@@ -197,7 +197,7 @@ label_enum! {
 label_enum! {
     /// Where an OAuth metadata URL whose origin was not trusted was named
     /// (`oauth_untrusted_origins_total{source}`).
-    pub enum OAuthOriginSource {
+    pub(crate) enum OAuthOriginSource {
         /// The MCP server's `WWW-Authenticate` `resource_metadata` (an `oauth_discovery`).
         ResourceMetadata => "resource_metadata",
         /// The protected-resource metadata's first `authorization_servers` entry (channel
@@ -209,7 +209,7 @@ label_enum! {
 label_enum! {
     /// How the gateway's own handshake with a stdio child ended
     /// (`stdio_sessions_total{result}`).
-    pub enum SessionResult {
+    pub(crate) enum SessionResult {
         /// The child answered `initialize`: callers are answered from its session.
         Initialized => "initialized",
         /// The child refused `initialize` as a 2026-07-28 server does: passed through.
@@ -224,7 +224,7 @@ label_enum! {
 label_enum! {
     /// What the era bridge did with a 2026-07-28 caller's request on a channel whose
     /// server may be of the handshake era (`era_requests_total{handling}`).
-    pub enum EraHandling {
+    pub(crate) enum EraHandling {
         /// Forwarded to the legacy server with the envelope stripped, its answer shaped.
         Forwarded => "forwarded",
         /// Answered by the gateway from the owned session (`server/discover`).
@@ -240,7 +240,7 @@ label_enum! {
 label_enum! {
     /// Why the era bridge refused a caller's retry of a held call: nothing was sent
     /// (`era_continuations_refused_total{reason}`, and `data.reason` of the refusal).
-    pub enum ContinuationRefusal {
+    pub(crate) enum ContinuationRefusal {
         /// Past its expiry (parked longer than `park_timeout`, or an old token).
         Expired => "expired",
         /// Issued by another process: the gateway restarted, or another replica.
@@ -259,7 +259,7 @@ label_enum! {
 label_enum! {
     /// How a call the era bridge held across input rounds ended
     /// (`era_held_calls_total{end}`).
-    pub enum EraHeldEnd {
+    pub(crate) enum EraHeldEnd {
         /// Its final answer reached a caller (the first command, or a retry).
         Answered => "answered",
         /// Parked and never continued within `park_timeout`: the server's requests were
@@ -274,7 +274,7 @@ label_enum! {
 label_enum! {
     /// Why a delivery receipt was not written (`receipts_dropped_total{reason}`); the
     /// command itself is never held up or failed by it.
-    pub enum ReceiptDropReason {
+    pub(crate) enum ReceiptDropReason {
         /// The writer's queue was full: the journal does not keep up.
         QueueFull => "queue_full",
         /// The disk or the quota is full (`ENOSPC`, `EDQUOT`).
@@ -289,7 +289,7 @@ label_enum! {
 label_enum! {
     /// A replica's place among the replicas of a strict tunnel on etcd
     /// (`coordination_role{role}`).
-    pub enum CoordinationRole {
+    pub(crate) enum CoordinationRole {
         /// Holds the lease: polls and admits.
         Active => "active",
         /// Another replica holds the lease: never polls.
@@ -303,7 +303,7 @@ label_enum! {
 
 label_enum! {
     /// How one lease renewal ended (`coordination_lease_renewals_total{result}`).
-    pub enum RenewalResult {
+    pub(crate) enum RenewalResult {
         Ok => "ok",
         /// etcd did not answer, or the lease was gone.
         Failed => "failed",
@@ -312,7 +312,7 @@ label_enum! {
 
 label_enum! {
     /// The write-ahead intent's two operations on etcd (`coordination_intent_ops_total{op}`).
-    pub enum IntentOp {
+    pub(crate) enum IntentOp {
         Record => "record",
         Settle => "settle",
     }
@@ -320,7 +320,7 @@ label_enum! {
 
 label_enum! {
     /// How an intent operation on etcd ended (`coordination_intent_ops_total{result}`).
-    pub enum IntentOpResult {
+    pub(crate) enum IntentOpResult {
         Ok => "ok",
         /// The transaction's condition failed: this replica no longer holds the lease, or a
         /// cluster-wide latch is set. Nothing was dispatched.
@@ -332,7 +332,7 @@ label_enum! {
 
 label_enum! {
     /// Where a malformed trace context was found (`trace_context_invalid_total{source}`).
-    pub enum TraceContextSource {
+    pub(crate) enum TraceContextSource {
         /// The command's connector headers.
         Header => "header",
         /// `params._meta` of the JSON-RPC message.
@@ -373,7 +373,7 @@ mod tests {
         );
         assert_eq!(
             labels::<DurationLeg>(),
-            ["queue", "fence_wait", "downstream", "deliver", "total"]
+            ["queue", "fence_wait", "intent", "downstream", "deliver", "total"]
         );
         assert_eq!(labels::<TraceContextSource>(), ["header", "meta", "trace_context"]);
         assert_eq!(

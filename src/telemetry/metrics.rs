@@ -34,12 +34,12 @@ use prometheus::{
     TextEncoder,
 };
 
-pub use self::accounting::{Accounting, OutcomeCounts};
+pub(crate) use self::accounting::{Accounting, OutcomeCounts};
 use self::commands::CommandFamilies;
 use self::coordination::CoordinationFamilies;
 use self::delivery::DeliveryFamilies;
 use self::harpoon::HarpoonFamilies;
-pub use self::harpoon::{
+pub(crate) use self::harpoon::{
     HarpoonCallOutcome, HarpoonRefusalReason, HarpoonRegistrationResult, HarpoonStatusClass, HARPOON_UNKNOWN_LABEL,
 };
 use self::health_receipts::HealthReceiptFamilies;
@@ -55,24 +55,12 @@ use super::label::{LabelSets, LabelValue};
 /// The metric set. Cheap to clone handles live inside; share it behind an `Arc`.
 ///
 /// Each label takes the one enum that owns it, checked by the compiler: swapped
-/// arguments do not build.
-///
-/// ```compile_fail,E0277
-/// use tunnelgate::internals::downstream::{LegOutcome, TransportKind};
-///
-/// fn swapped(metrics: &tunnelgate::internals::telemetry::Metrics) {
-///     metrics.downstream_finished(LegOutcome::Answered, TransportKind::Http);
-/// }
-/// ```
-///
-/// ```
-/// use tunnelgate::internals::downstream::{LegOutcome, TransportKind};
-///
-/// fn in_order(metrics: &tunnelgate::internals::telemetry::Metrics) {
-///     metrics.downstream_finished(TransportKind::Http, LegOutcome::Answered);
-/// }
-/// ```
-pub struct Metrics {
+/// arguments do not build. `metrics.downstream_finished(TransportKind::Http,
+/// LegOutcome::Answered)` builds and `metrics.downstream_finished(LegOutcome::Answered,
+/// TransportKind::Http)` does not (E0277); the tests of `app::labels` hold both with the
+/// real enums (the method coerced to `fn(&Metrics, TransportKind, LegOutcome)`, and
+/// neither enum carrying the other's marker trait).
+pub(crate) struct Metrics {
     registry: Registry,
     poll: PollFamilies,
     commands: CommandFamilies,
@@ -155,7 +143,7 @@ impl Metrics {
     /// Registers every metric and creates the alerting series at zero: every value of
     /// every closed label set (`L` names the upstairs ones), and each configured stdio
     /// channel.
-    pub fn new<L: LabelSets>(strict: bool, stdio_channels: &[String]) -> Self {
+    pub(crate) fn new<L: LabelSets>(strict: bool, stdio_channels: &[String]) -> Self {
         let metrics = Self::register(Registry::new(), strict);
         metrics.create_series_at_zero::<L>(stdio_channels);
         metrics
@@ -201,7 +189,7 @@ impl Metrics {
     }
 
     /// Prometheus text exposition.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut buf = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut buf)

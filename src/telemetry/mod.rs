@@ -10,24 +10,24 @@
 //! the metrics through the [`LabelValue`] trait and one marker trait per label, implemented
 //! next to each enum (declared with `label_enum!`).
 
-pub mod attrs;
-pub mod events;
+pub(crate) mod attrs;
+pub(crate) mod events;
 mod label;
-pub mod logging;
-pub mod metrics;
-pub mod otlp;
+pub(crate) mod logging;
+pub(crate) mod metrics;
+pub(crate) mod otlp;
 mod propagation;
 mod redact;
-pub mod ring;
+pub(crate) mod ring;
 
 pub(crate) use label::label_enum;
-pub use label::{
+pub(crate) use label::{
     AttemptResultLabel, CommandType, ContinuationRefusal, CoordinationRole, DeliveryKind, DeliveryLabel, DropReason,
     DurationLeg, EraHandling, EraHeldEnd, FatalCategoryLabel, IntentOp, IntentOpResult, LabelSets, LabelValue,
     LegOutcomeLabel, OAuthOriginSource, PollErrorLabel, PollResult, ReceiptDropReason, RenewalResult, SessionResult,
     TaskKind, TraceContextSource, TransportLabel,
 };
-pub use metrics::{Accounting, Metrics, OutcomeCounts};
-pub use propagation::{continue_trace, span_trace_context, Extracted, TraceContext};
-pub use redact::{hashed_session_id, safe_method, safe_token};
-pub use ring::{LogEvent, LogField, LogRing, RingStats};
+pub(crate) use metrics::{Accounting, Metrics, OutcomeCounts};
+pub(crate) use propagation::{continue_trace, span_trace_context, TraceContext};
+pub(crate) use redact::{hashed_session_id, safe_method, safe_token};
+pub(crate) use ring::{LogEvent, LogRing, RingStats};

@@ -17,29 +17,23 @@ use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 
 /// The longest exit may wait for spans to be flushed.
-pub const FLUSH_BOUND: Duration = Duration::from_secs(2);
+pub(crate) const FLUSH_BOUND: Duration = Duration::from_secs(2);
 /// One export request's bound.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
 #[error("OTLP exporter: {0}")]
-pub struct OtlpError(String);
-
-impl OtlpError {
-    pub fn kind(&self) -> &'static str {
-        "otlp"
-    }
-}
+pub(crate) struct OtlpError(String);
 
 /// The traces URL from the configured base, else the standard variable's base.
-pub fn traces_url(configured: Option<&str>, env_base: Option<&str>) -> Option<String> {
+pub(crate) fn traces_url(configured: Option<&str>, env_base: Option<&str>) -> Option<String> {
     let base = configured.or(env_base.filter(|e| !e.trim().is_empty()))?;
     Some(format!("{}/v1/traces", base.trim().trim_end_matches('/')))
 }
 
 /// Builds the provider on a thread of its own (the blocking HTTP client it creates must
 /// not be built or dropped on an async worker); the caller awaits it without blocking.
-pub async fn provider(traces_url: String) -> Result<SdkTracerProvider, OtlpError> {
+pub(crate) async fn provider(traces_url: String) -> Result<SdkTracerProvider, OtlpError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("tunnelgate-otlp-setup".to_owned())
@@ -70,7 +64,7 @@ fn build_provider(traces_url: String) -> Result<SdkTracerProvider, OtlpError> {
 }
 
 /// The tracer the `tracing` layer records into.
-pub fn tracer(provider: &SdkTracerProvider) -> opentelemetry_sdk::trace::Tracer {
+pub(crate) fn tracer(provider: &SdkTracerProvider) -> opentelemetry_sdk::trace::Tracer {
     provider.tracer("tunnelgate")
 }
 
@@ -79,7 +73,7 @@ pub fn tracer(provider: &SdkTracerProvider) -> opentelemetry_sdk::trace::Tracer 
 ///
 /// # Cancel safety
 /// Cancel-safe: the flush goes on in its thread; only the wait is dropped.
-pub async fn shutdown(provider: SdkTracerProvider) {
+pub(crate) async fn shutdown(provider: SdkTracerProvider) {
     let (tx, rx) = tokio::sync::oneshot::channel();
     if spawn_shutdown(provider, move || {
         let _ = tx.send(());
@@ -89,7 +83,7 @@ pub async fn shutdown(provider: SdkTracerProvider) {
 }
 
 /// Flushes and stops the provider on a thread of its own without waiting for it.
-pub fn shutdown_detached(provider: SdkTracerProvider) {
+pub(crate) fn shutdown_detached(provider: SdkTracerProvider) {
     spawn_shutdown(provider, || {});
 }
 

@@ -18,7 +18,7 @@ const MAX_TRACESTATE: usize = 512;
 
 /// A valid W3C trace context: the caller's, or a span's to hand on.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TraceContext {
+pub(crate) struct TraceContext {
     trace_id: [u8; 16],
     span_id: [u8; 8],
     flags: u8,
@@ -28,7 +28,7 @@ pub struct TraceContext {
 
 /// What one carrier held.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Extracted {
+pub(crate) struct Extracted {
     /// The context to continue, when its `traceparent` is valid.
     pub context: Option<TraceContext>,
     /// A value was present and unusable (the `traceparent`, or the `tracestate` beside a
@@ -39,7 +39,7 @@ pub struct Extracted {
 impl TraceContext {
     /// Reads one carrier: for each field, `None` when absent, `Some(None)` when present but
     /// not text (which is malformed whatever it says).
-    pub fn extract(traceparent: Option<Option<&str>>, tracestate: Option<Option<&str>>) -> Extracted {
+    pub(crate) fn extract(traceparent: Option<Option<&str>>, tracestate: Option<Option<&str>>) -> Extracted {
         let Some(traceparent) = traceparent else {
             // W3C: no traceparent, no trace context; a lone tracestate is not read.
             return Extracted::default();
@@ -69,12 +69,12 @@ impl TraceContext {
     }
 
     /// The `traceparent` value (version `00`).
-    pub fn traceparent(&self) -> String {
+    pub(crate) fn traceparent(&self) -> String {
         format!("00-{}-{}-{:02x}", hex(&self.trace_id), hex(&self.span_id), self.flags)
     }
 
     /// The `tracestate` value, if there is one.
-    pub fn tracestate(&self) -> Option<&str> {
+    pub(crate) fn tracestate(&self) -> Option<&str> {
         self.state.as_deref()
     }
 
@@ -97,7 +97,7 @@ impl TraceContext {
 /// Makes `parent` (a remote caller's context) the parent of `span`. Must be called before
 /// the span is first entered or given children; later calls, and calls without span
 /// export, change nothing.
-pub fn continue_trace(span: &tracing::Span, parent: &TraceContext) {
+pub(crate) fn continue_trace(span: &tracing::Span, parent: &TraceContext) {
     let cx = opentelemetry::Context::new().with_remote_span_context(parent.span_context());
     // Without the OpenTelemetry layer there is no span to parent: nothing to do.
     let _ = span.set_parent(cx);
@@ -105,7 +105,7 @@ pub fn continue_trace(span: &tracing::Span, parent: &TraceContext) {
 
 /// `span`'s own context, to hand on as the parent of what it calls: `None` without span
 /// export. Starts the span if it has not started yet.
-pub fn span_trace_context(span: &tracing::Span) -> Option<TraceContext> {
+pub(crate) fn span_trace_context(span: &tracing::Span) -> Option<TraceContext> {
     let cx = span.context();
     let sc = cx.span().span_context().clone();
     if !sc.is_valid() {

@@ -7,7 +7,7 @@
 use sha2::{Digest, Sha256};
 
 /// An opaque identifier (request id, channel), or `<unprintable>`.
-pub fn safe_token(s: &str) -> String {
+pub(crate) fn safe_token(s: &str) -> String {
     if !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b)) {
         s.to_owned()
     } else {
@@ -16,7 +16,7 @@ pub fn safe_token(s: &str) -> String {
 }
 
 /// A JSON-RPC method or tool name, or `<other>`.
-pub fn safe_method(s: &str) -> String {
+pub(crate) fn safe_method(s: &str) -> String {
     if !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b)) {
         s.to_owned()
     } else {
@@ -27,7 +27,7 @@ pub fn safe_method(s: &str) -> String {
 /// An MCP session id as spans may carry it: `sha256:` and the first 16 hex digits of its
 /// SHA-256, the same for the same id (so a session's calls can be grouped) and useless to
 /// resume it.
-pub fn hashed_session_id(id: &str) -> String {
+pub(crate) fn hashed_session_id(id: &str) -> String {
     let digest = Sha256::digest(id.as_bytes());
     let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")

@@ -32,13 +32,13 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
 /// The most of an event's message kept, in bytes (before [`TRUNCATED`]).
-pub const MAX_MESSAGE_BYTES: usize = 512;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 512;
 /// The most of one field's value kept, in bytes (before [`TRUNCATED`]).
-pub const MAX_VALUE_BYTES: usize = 128;
+pub(crate) const MAX_VALUE_BYTES: usize = 128;
 /// The most fields kept per event (the event's own first, then the command span's).
-pub const MAX_FIELDS: usize = 16;
+pub(crate) const MAX_FIELDS: usize = 16;
 /// Ends a message or value that was cut.
-pub const TRUNCATED: &str = "…[truncated]";
+pub(crate) const TRUNCATED: &str = "…[truncated]";
 
 /// The ring. Shared: the layer writes it, the ops listener reads it.
 pub struct LogRing {

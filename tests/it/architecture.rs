@@ -5,7 +5,9 @@
 //! forbids), the one maker of an `Admission`, no module circles, no non-test file over
 //! [`MAX_FILE_LINES`], and the crate root's
 //! public surface (docs/ARCHITECTURE.md, "Public API": the embedding API, the binary's
-//! hidden entry point and the feature-gated hidden `internals`, every module private).
+//! hidden entry point and the fuzz targets' hidden module, every other module private),
+//! held by the compiler alone: no feature opens the internals, and no target allows the
+//! unreachable-`pub` lint.
 //!
 //! Every `crate::` and `super::` path in the non-test code of `src/` is resolved to the
 //! module it names (a file module: `src/a/b.rs` or `src/a/b/mod.rs` is `a::b`). Test
@@ -280,7 +282,7 @@ const RULES: &[Rule] = &[
     // Coordination across replicas talks to etcd only: never to an MCP server or the
     // control plane, and it decides nothing of a command's lifecycle.
     Rule::Only("coord", &["config", "health", "strict", "telemetry", "egress"]),
-    Rule::ImportedOnlyBy("coord", &["app", "cli", "doctor", "internals"]),
+    Rule::ImportedOnlyBy("coord", &["app", "cli", "doctor"]),
     Rule::Never("dispatch", "coord"),
     Rule::Never("strict", "coord"),
 ];
@@ -450,7 +452,7 @@ fn only_the_fence_makes_an_admission_and_it_cannot_be_cloned() {
         }
         if module == ["strict", "fence"] {
             let declared = squeezed
-                .find("pub struct Admission<")
+                .find("pub(crate) struct Admission<")
                 .expect("strict::fence declares Admission");
             let attributes = squeezed[..declared].rsplit(';').next().unwrap_or_default();
             let attributes = attributes.rsplit('}').next().unwrap_or_default();
@@ -565,10 +567,7 @@ const PUBLIC_SURFACE: &[(&[&str], &str)] = &[
     (&[], "pub use config::{Config, ConfigError, Overrides};"),
     (&[], "pub use strict::{Fatal, FatalCategory};"),
     (&["#[doc(hidden)]"], "pub use entry::binary_main;"),
-    (
-        &["#[cfg(feature = \"internals\")]", "#[doc(hidden)]"],
-        "pub mod internals;",
-    ),
+    (&["#[cfg(any(test, fuzzing))]", "#[doc(hidden)]"], "pub mod fuzzing;"),
 ];
 
 #[test]
@@ -606,4 +605,88 @@ fn the_crate_root_exposes_the_embedding_api_and_only_the_hidden_surfaces_beside_
     let mut expected: Vec<(Vec<&str>, &str)> = PUBLIC_SURFACE.iter().map(|(a, l)| (a.to_vec(), *l)).collect();
     expected.sort();
     assert_eq!(public, expected, "the public lines of src/lib.rs");
+}
+
+/// The `.rs` files of the workspace's targets: `src/`, `crates/`, `tests/`, `examples/`
+/// and the fuzz targets.
+fn every_rust_file() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut stack: Vec<PathBuf> = ["src", "crates", "tests", "examples", "fuzz/fuzz_targets"]
+        .iter()
+        .map(|d| root.join(d))
+        .collect();
+    let mut out = Vec::new();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "target") {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `text` has a lint attribute `allow(...)` (plain or inside a `cfg_attr`) that
+/// names `lint`.
+fn allows(text: &str, lint: &str) -> bool {
+    text.match_indices("allow").any(|(at, word)| {
+        let rest = text[at + word.len()..].trim_start();
+        let boundary = !text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        boundary
+            && rest.starts_with('(')
+            && rest[..rest.find(')').unwrap_or(rest.len())]
+                .split([',', '(', ' ', '\n'])
+                .any(|name| name.trim() == lint)
+    })
+}
+
+#[test]
+fn visibility_is_held_by_the_compiler_with_no_internals_feature_and_no_unreachable_pub_waiver() {
+    // Spelled in two halves, so that this file does not name it where the scan looks.
+    let lint = ["unreachable", "_pub"].concat();
+    assert!(allows("#![allow(dead_code, X)]", "X") && allows("#[cfg_attr(a, allow(Y))]", "Y"));
+    assert!(!allows("#![deny(X)]", "X") && !allows("allowed(X)", "X"));
+    let files = every_rust_file();
+    assert!(files.len() > 100, "the walk found the workspace's sources");
+    let waived: Vec<String> = files
+        .iter()
+        .filter(|path| allows(&std::fs::read_to_string(path).unwrap(), &lint))
+        .map(|path| path.display().to_string())
+        .collect();
+    assert!(
+        waived.is_empty(),
+        "these allow {lint}: make the items pub(crate) instead: {waived:?}"
+    );
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest: toml::Table = std::fs::read_to_string(root.join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let features = manifest["features"].as_table().unwrap();
+    assert!(
+        features.keys().all(|f| f == "default" || f == "mimalloc"),
+        "Cargo.toml's features are the allocator's only: {features:?}"
+    );
+    let dev = manifest["dev-dependencies"].as_table().unwrap();
+    assert!(!dev.contains_key("tunnelgate"), "no dev-dependency on the crate itself");
+    let level = &manifest["workspace"]["lints"]["rust"][&lint];
+    assert!(
+        level.as_str().is_some_and(|l| l != "allow"),
+        "the workspace does not allow {lint}: {level}"
+    );
+    let fuzz: toml::Table = std::fs::read_to_string(root.join("fuzz/Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let gateway = &fuzz["dependencies"]["tunnelgate"];
+    assert!(
+        gateway.get("features").is_none(),
+        "fuzz/ builds the gateway with `--cfg fuzzing`, never a feature: {gateway}"
+    );
 }

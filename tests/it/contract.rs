@@ -16,19 +16,19 @@ use std::sync::LazyLock;
 
 use jsonschema::Validator;
 use serde_json::{json, Value};
-use tunnelgate::internals::protocol::{decode_poll, CommandKind};
+use tunnelgate_protocol::{decode_poll, CommandKind};
 
 /// The vendored `contract/` folder of the repository.
-pub fn contract_dir() -> PathBuf {
+pub(crate) fn contract_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("contract")
 }
 
 /// The vendored contracts, oldest first: what the service published with the official
 /// client 0.0.13, and the 2026-08-25 one. Every body is checked against both.
-pub const CONTRACTS: [&str; 2] = ["openapi.json", "openapi-2026-08-25.json"];
+pub(crate) const CONTRACTS: [&str; 2] = ["openapi.json", "openapi-2026-08-25.json"];
 
 /// The parsed contract `file` (one of [`CONTRACTS`]).
-pub fn contract(file: &str) -> &'static Value {
+pub(crate) fn contract(file: &str) -> &'static Value {
     static PARSED: LazyLock<Vec<(&'static str, Value)>> = LazyLock::new(|| {
         CONTRACTS
             .iter()
@@ -46,12 +46,12 @@ pub fn contract(file: &str) -> &'static Value {
 }
 
 /// The parsed `openapi.json` (the 0.0.13 contract).
-pub fn openapi() -> &'static Value {
+pub(crate) fn openapi() -> &'static Value {
     contract(CONTRACTS[0])
 }
 
 /// A fixture from `contract/fixtures/`, as bytes.
-pub fn fixture(name: &str) -> Vec<u8> {
+pub(crate) fn fixture(name: &str) -> Vec<u8> {
     let path = contract_dir().join("fixtures").join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
@@ -131,10 +131,10 @@ fn extended_validator(openapi: &Value, name: &str) -> Validator {
 }
 
 /// The observed extension's response type (`contract/README.md`).
-pub const OAUTH_DISCOVERY_RESPONSE: &str = "oauth_discovery_response";
+pub(crate) const OAUTH_DISCOVERY_RESPONSE: &str = "oauth_discovery_response";
 
 /// The `error.code` values of a failed discovery's answer (`contract/README.md`).
-pub const DISCOVERY_ERROR_CODES: [&str; 6] = [
+pub(crate) const DISCOVERY_ERROR_CODES: [&str; 6] = [
     "unsupported_channel",
     "metadata_not_found",
     "invalid_metadata",
@@ -169,7 +169,7 @@ fn parse(bytes: &[u8], what: &str) -> Result<Value, String> {
 /// `resp_type` to the `ResponsePayloadType` enum and forbids extra fields), `resp_type`
 /// present (the gateway always states it, though the schema has a default), and, when
 /// `resp_json.error.data.tunnel_failure` exists, the published `x-tunnel-failure-schema`.
-pub fn validate_response_body(bytes: &[u8]) -> Result<(), String> {
+pub(crate) fn validate_response_body(bytes: &[u8]) -> Result<(), String> {
     let body = parse(bytes, "response body")?;
     if body.get("resp_type").and_then(Value::as_str) == Some(OAUTH_DISCOVERY_RESPONSE) {
         check_all(|v| &v.discovery_response, &body, "TunnelResponsePayload (extended)")?;
@@ -215,18 +215,18 @@ fn validate_discovery_shape(body: &Value) -> Result<(), String> {
 }
 
 /// Validates `error.data.tunnel_failure` against `x-tunnel-failure-schema`.
-pub fn validate_tunnel_failure(failure: &Value) -> Result<(), String> {
+pub(crate) fn validate_tunnel_failure(failure: &Value) -> Result<(), String> {
     check_all(|v| &v.tunnel_failure, failure, "tunnel_failure")
 }
 
 /// Validates a `200` poll body against `PolledCommandList`.
-pub fn validate_poll_body(bytes: &[u8]) -> Result<(), String> {
+pub(crate) fn validate_poll_body(bytes: &[u8]) -> Result<(), String> {
     let body = parse(bytes, "poll body")?;
     check_all(|v| &v.poll, &body, "PolledCommandList")
 }
 
 /// Validates a response-POST acknowledgement against `TunnelResponseAck`.
-pub fn validate_ack_body(bytes: &[u8]) -> Result<(), String> {
+pub(crate) fn validate_ack_body(bytes: &[u8]) -> Result<(), String> {
     let body = parse(bytes, "ack body")?;
     check_all(|v| &v.ack, &body, "TunnelResponseAck")
 }
@@ -303,7 +303,7 @@ fn discovery_answers_validate_only_in_their_documented_shapes() {
 
 #[test]
 fn the_library_error_codes_are_the_documented_ones() {
-    use tunnelgate::internals::protocol::DiscoveryFailure;
+    use tunnelgate_protocol::DiscoveryFailure;
     let codes: Vec<_> = DiscoveryFailure::ALL.iter().map(|f| f.code()).collect();
     assert_eq!(codes.len(), DISCOVERY_ERROR_CODES.len());
     for code in codes {
@@ -362,7 +362,7 @@ fn transport_closed_failure_claiming_a_response_is_rejected() {
 #[test]
 fn body_built_by_the_library_with_a_synthesized_error_validates() {
     use std::collections::BTreeMap;
-    use tunnelgate::internals::protocol::{
+    use tunnelgate_protocol::{
         synthesize_error, ChannelName, FailureSource, RequestId, RespType, ResponseBody, TunnelFailure,
     };
 
@@ -400,7 +400,7 @@ fn the_wire_version_the_gateway_sends_is_the_newest_contract_s_on_every_operatio
             assert_eq!(wire["in"], "header");
             assert_eq!(
                 wire["example"],
-                tunnelgate::internals::protocol::WIRE_PROTOCOL_VERSION,
+                tunnelgate_protocol::WIRE_PROTOCOL_VERSION,
                 "{method} {path}"
             );
         }

@@ -98,6 +98,100 @@ command = ["node", "server.js"]
     assert!(compared >= 30, "only {compared} defaults were compared");
 }
 
+/// The effective configuration `tunnelgate check` prints is a view kept by hand
+/// (`src/config/masked.rs`: it rebuilds the key shape from the typed configuration, which
+/// is shaped for the gateway, and masks every secret). This holds it complete: every key
+/// the binary accepts is printed, by one of two configurations (the defaults, and one
+/// setting every table and optional value).
+#[tokio::test]
+async fn check_prints_every_key_the_binary_accepts() {
+    const BASE: &str = "[control_plane]\ntunnel_id = \"tunnel_docs\"\n[mcp.channels.web]\nurl = \"http://127.0.0.1:9/mcp\"\n[mcp.channels.pipe]\ncommand = [\"node\", \"server.js\"]\n";
+    // Every table and optional value set (paths are printed, not read, by `check`).
+    const SET: &str = r#"
+[control_plane]
+tunnel_id = "tunnel_docs"
+organization_id = "org"
+initial_poll_timeout = "2s"
+poll_channels = ["web"]
+[control_plane.headers]
+X-Cp = "literal"
+[control_plane.tls]
+ca_file = "/etc/tunnelgate/ca.pem"
+client_cert = "/etc/tunnelgate/client.pem"
+client_key = "/etc/tunnelgate/client.key"
+ca_only = true
+[mcp.tls]
+ca_file = "/etc/tunnelgate/ca.pem"
+client_cert = "/etc/tunnelgate/client.pem"
+client_key = "/etc/tunnelgate/client.key"
+ca_only = true
+[mcp.channels.web]
+url = "https://127.0.0.1:9/mcp"
+[mcp.channels.web.headers]
+X-Web = "literal"
+[mcp.channels.web.tls]
+ca_file = "/etc/tunnelgate/ca.pem"
+client_cert = "/etc/tunnelgate/client.pem"
+client_key = "/etc/tunnelgate/client.key"
+ca_only = true
+[mcp.channels.sock]
+url = "http://localhost/mcp"
+socket = "/run/mcp.sock"
+[mcp.channels.pipe]
+command = ["node", "server.js"]
+env = { A = "1" }
+[harpoon.tls]
+ca_file = "/etc/tunnelgate/ca.pem"
+client_cert = "/etc/tunnelgate/client.pem"
+client_key = "/etc/tunnelgate/client.key"
+ca_only = true
+[ops]
+url_file = "/tmp/tunnelgate-docs.url"
+[runtime]
+pid_file = "/tmp/tunnelgate-docs.pid"
+[strict]
+enabled = true
+[coordination]
+backend = "etcd"
+[coordination.etcd]
+username = "literal-user"
+password = "literal-password"
+[coordination.etcd.tls]
+ca_file = "/etc/tunnelgate/ca.pem"
+client_cert = "/etc/tunnelgate/client.pem"
+client_key = "/etc/tunnelgate/client.key"
+ca_only = true
+"#;
+    let configurations = [BASE, SET];
+    let mut printed = BTreeSet::new();
+    for toml in configurations {
+        key_paths(&effective(toml).await, &mut Vec::new(), &mut printed);
+    }
+    let accepted = accepted_keys().await;
+    let missing: Vec<&String> = accepted.iter().filter(|k| !printed.contains(*k)).collect();
+    assert!(
+        missing.is_empty(),
+        "accepted by the loader but never printed by `tunnelgate check` (src/config/masked.rs): {missing:?}"
+    );
+}
+
+/// Every key path of `table`, a channel's name written `NAME`.
+fn key_paths(table: &toml::Table, path: &mut Vec<String>, into: &mut BTreeSet<String>) {
+    for (key, value) in table {
+        let name = if path.len() == 2 && path[0] == "mcp" && path[1] == "channels" {
+            NAME.to_owned()
+        } else {
+            key.clone()
+        };
+        path.push(name);
+        into.insert(path.join("."));
+        if let toml::Value::Table(inner) = value {
+            key_paths(inner, path, into);
+        }
+        path.pop();
+    }
+}
+
 #[test]
 fn every_official_client_variable_the_loader_reads_is_in_the_reference() {
     let reference = read(REFERENCE);

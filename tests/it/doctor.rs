@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
-use tunnelgate::internals::strict::{latch_file, CommandRef, Fatal, FatalCategory};
+use serde_json::{json, Value};
+use tunnelgate::{Fatal, FatalCategory};
 
 use crate::harness::{free_port, python, spawn_server_everything_http, CliRun, Gateway, Rig, RigOptions, KEY, TUNNEL};
 
@@ -399,11 +399,20 @@ async fn doctor_fails_the_ops_address_while_a_running_gateway_holds_it() {
 #[tokio::test]
 async fn doctor_fails_on_a_persisted_latch_with_its_cause_and_how_to_clear_it() {
     let rig = Rig::start("").await;
-    let fatal = Fatal::new(
-        FatalCategory::AckTimeout,
-        &CommandRef::new("req_doctor", "main", Some("tools/call")),
-    );
-    latch_file::write(&rig.latch_path(), &fatal).unwrap();
+    let category = FatalCategory::AckTimeout;
+    let fatal = Fatal {
+        category,
+        exit_code: category.exit_code(),
+        request_id: Some("req_doctor".to_owned()),
+        channel: Some("main".to_owned()),
+        method: Some("tools/call".to_owned()),
+        latched_at: "2026-01-02T03:04:05Z".to_owned(),
+        persisted: true,
+    };
+    // The latch file as a strict gateway persists it: the document of schema_version 1
+    // around the embedder's `Fatal`.
+    let document = json!({"schema_version": 1, "tunnelgate_version": env!("CARGO_PKG_VERSION"), "fatal": fatal});
+    std::fs::write(rig.latch_path(), serde_json::to_vec_pretty(&document).unwrap()).unwrap();
     let (run, report) = doctor(&config(&rig, true), &[]).await;
     let clear = format!("tunnelgate latch clear --latch-file {}", rig.latch_path().display());
     assert_fails(

@@ -1,48 +1,34 @@
 //! A real etcd of the test's own (Debian's `etcd-server`, installed by
 //! `scripts/install-peers`): one member on loopback, free ports, a temporary data dir,
-//! killed with its process group on drop; over plain HTTP, or over TLS that requires a
-//! client certificate of the test's private CA.
+//! killed with its process group on drop, over plain HTTP. (The etcd client's own tests,
+//! TLS included, start theirs as unit tests: `src/coord/etcd/tests/peer.rs`.)
 
 use std::time::Duration;
 
 use tokio::process::Command as AsyncCommand;
 
-use crate::harness::{free_port, http_client, wait_until, ChildGuard};
-use crate::tls::pki::Pair;
+use crate::harness::{free_port, http_client, ChildGuard};
 
 /// How long etcd may take to elect itself and answer `/health`.
 const READY: Duration = Duration::from_secs(30);
 
-pub struct EtcdPeer {
+pub(crate) struct EtcdPeer {
     process: Option<ChildGuard>,
     client_port: u16,
     peer_port: u16,
-    /// `(CA certificate, server pair)` when the client URL is https.
-    tls: Option<(std::path::PathBuf, Pair)>,
     dir: tempfile::TempDir,
 }
 
 impl EtcdPeer {
     /// Starts etcd and waits until it is healthy (a new pair of ports if it lost a race
     /// for them).
-    pub async fn start() -> EtcdPeer {
-        EtcdPeer::start_with(None).await
-    }
-
-    /// Starts etcd serving clients over TLS with `server`, requiring a client certificate
-    /// issued by `ca`.
-    pub async fn start_tls(ca: &Pair, server: &Pair) -> EtcdPeer {
-        EtcdPeer::start_with(Some((ca.cert.clone(), server.clone()))).await
-    }
-
-    async fn start_with(tls: Option<(std::path::PathBuf, Pair)>) -> EtcdPeer {
+    pub(crate) async fn start() -> EtcdPeer {
         let mut dir = tempfile::tempdir().unwrap();
         for _ in 0..3 {
             let mut peer = EtcdPeer {
                 process: None,
                 client_port: free_port(),
                 peer_port: free_port(),
-                tls: tls.clone(),
                 dir,
             };
             if peer.launch().await {
@@ -57,14 +43,13 @@ impl EtcdPeer {
         panic!("etcd did not start on three pairs of free ports");
     }
 
-    /// `http://127.0.0.1:PORT` (`https://` over TLS), the client URL.
-    pub fn url(&self) -> String {
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    /// `http://127.0.0.1:PORT`, the client URL.
+    pub(crate) fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
     }
 
     /// `kill -9` (the data dir stays, for [`EtcdPeer::restart`]).
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut process) = self.process.take() {
             process.kill();
         }
@@ -74,7 +59,7 @@ impl EtcdPeer {
     /// answers nothing. Returns once every thread of etcd is stopped: a SIGSTOP takes effect on each
     /// thread when it next enters the kernel, and a thread still running could answer a
     /// request sent right after the signal (seen on a loaded machine).
-    pub async fn pause(&self) {
+    pub(crate) async fn pause(&self) {
         let process = self.process.as_ref().expect("etcd runs");
         process.signal("STOP");
         let tasks = format!("/proc/{}/task", process.pid());
@@ -100,19 +85,19 @@ impl EtcdPeer {
     }
 
     /// SIGCONT after [`EtcdPeer::pause`].
-    pub fn resume(&self) {
+    pub(crate) fn resume(&self) {
         self.process.as_ref().expect("etcd runs").signal("CONT");
     }
 
     /// Kills etcd and starts it again on the same data dir and ports.
-    pub async fn restart(&mut self) {
+    pub(crate) async fn restart(&mut self) {
         self.kill();
         assert!(self.launch().await, "etcd did not start again on its own ports");
     }
 
     /// Turns authentication on: `user` with `password` and the root role (and `root`
     /// with the same password, which etcd needs first).
-    pub async fn enable_auth(&self, user: &str, password: &str) {
+    pub(crate) async fn enable_auth(&self, user: &str, password: &str) {
         let pass = format!("--new-user-password={password}");
         self.etcdctl(&["user", "add", "root", &pass]).await;
         self.etcdctl(&["role", "add", "root"]).await;
@@ -124,7 +109,14 @@ impl EtcdPeer {
         self.etcdctl(&["auth", "enable"]).await;
     }
 
-    async fn etcdctl(&self, args: &[&str]) {
+    /// The keys under `prefix` now, in etcd's order, read with `etcdctl get --prefix`.
+    pub(crate) async fn keys_under(&self, prefix: &str) -> Vec<String> {
+        let out = self.etcdctl(&["get", "--prefix", "--keys-only", prefix]).await;
+        out.lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()
+    }
+
+    /// `etcdctl ARGS...` against this peer; its stdout.
+    async fn etcdctl(&self, args: &[&str]) -> String {
         let out = AsyncCommand::new("etcdctl")
             .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", self.url()))
@@ -143,6 +135,7 @@ impl EtcdPeer {
             args[0..2].join(" "),
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8(out.stdout).expect("etcdctl prints UTF-8")
     }
 
     /// Spawns etcd on this peer's ports and dir; whether it became healthy.
@@ -157,17 +150,10 @@ impl EtcdPeer {
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster=default={peer}"))
-            .arg("--logger=zap");
-        if let Some((ca, server)) = &self.tls {
-            cmd.arg(format!("--cert-file={}", server.cert.display()))
-                .arg(format!("--key-file={}", server.key.display()))
-                .arg(format!("--trusted-ca-file={}", ca.display()))
-                .arg("--client-cert-auth");
-        } else {
-            cmd.arg("--log-level=warn");
-        }
+            .arg("--logger=zap")
+            .arg("--log-level=warn");
         let mut process = ChildGuard::spawn("etcd", cmd);
-        let healthy = tokio::time::timeout(READY, healthy(&mut process, &client, self.tls.is_some())).await;
+        let healthy = tokio::time::timeout(READY, healthy(&mut process, &client)).await;
         let Ok(healthy) = healthy else {
             panic!("etcd not healthy within {READY:?}:\n{}", process.stderr());
         };
@@ -184,23 +170,18 @@ impl EtcdPeer {
     }
 }
 
-/// Waits until etcd is healthy: `true`, or `false` when it exited first. Over TLS, where
-/// `/health` wants a client certificate, etcd's own log line says that it serves.
-async fn healthy(process: &mut ChildGuard, client: &str, tls: bool) -> bool {
+/// Waits until etcd is healthy: `true`, or `false` when it exited first.
+async fn healthy(process: &mut ChildGuard, client: &str) -> bool {
     let health = format!("{client}/health");
     let http = http_client();
     while process.try_wait().is_none() {
-        let healthy = if tls {
-            process.stderr().contains("serving client traffic securely")
-        } else {
-            match http.get(&health).send().await {
-                Ok(response) => response
-                    .text()
-                    .await
-                    .unwrap_or_default()
-                    .contains("\"health\":\"true\""),
-                Err(_) => false,
-            }
+        let healthy = match http.get(&health).send().await {
+            Ok(response) => response
+                .text()
+                .await
+                .unwrap_or_default()
+                .contains("\"health\":\"true\""),
+            Err(_) => false,
         };
         if healthy {
             return true;
@@ -208,9 +189,4 @@ async fn healthy(process: &mut ChildGuard, client: &str, tls: bool) -> bool {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     false
-}
-
-/// Waits until `etcd` answers `status` (after a resume or a restart).
-pub async fn wait_serving(etcd: &tunnelgate::internals::coord::etcd::Etcd) {
-    wait_until("etcd answering again", READY, || async { etcd.status().await.is_ok() }).await;
 }

@@ -38,13 +38,13 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 // ---------------------------------------------------------------------------------------
 
 /// The repository root (this package's manifest directory).
-pub fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Where `scripts/install-peers` installed the peers: `$PEERS_DIR_FOR_TUNNELGATE_TESTS`, else
 /// `<repo>/.peers`. Panics with the fix when they are missing.
-pub fn peers_dir() -> PathBuf {
+pub(crate) fn peers_dir() -> PathBuf {
     let dir = std::env::var_os("PEERS_DIR_FOR_TUNNELGATE_TESTS")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -58,7 +58,7 @@ pub fn peers_dir() -> PathBuf {
 }
 
 /// `dist/index.js` of `@modelcontextprotocol/server-everything`.
-pub fn server_everything_entry() -> PathBuf {
+pub(crate) fn server_everything_entry() -> PathBuf {
     let entry = peers_dir().join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(
         entry.is_file(),
@@ -69,7 +69,7 @@ pub fn server_everything_entry() -> PathBuf {
 }
 
 /// The Python interpreter of the peers' venv (has the `mcp` SDK).
-pub fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let python = peers_dir().join("venv/bin/python");
     assert!(
         python.is_file(),
@@ -80,18 +80,18 @@ pub fn python() -> PathBuf {
 }
 
 /// A script in `tests/peers/`.
-pub fn peer_script(name: &str) -> PathBuf {
+pub(crate) fn peer_script(name: &str) -> PathBuf {
     repo_root().join("tests/peers").join(name)
 }
 
 /// Absolute path of `node` found on `PATH` (a spawned gateway may run children with a
 /// minimal environment, so argv carries no bare program names).
-pub fn node() -> PathBuf {
+pub(crate) fn node() -> PathBuf {
     which("node").expect("`node` (Node.js 20+) must be on PATH for the MCP peers")
 }
 
 /// First executable named `program` on `PATH`.
-pub fn which(program: &str) -> Option<PathBuf> {
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
@@ -112,7 +112,7 @@ pub fn which(program: &str) -> Option<PathBuf> {
 /// from the ephemeral range can be taken, between the draw and the child's bind, by any
 /// outgoing connection of the tests running beside this one (a CI run lost a gateway's
 /// `ops.listen` to exactly that). Below the range only another test's draw can collide.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     use rand::Rng;
     let (low, _) = ephemeral_range();
     let ceiling = low.min(32_768);
@@ -142,7 +142,7 @@ fn ephemeral_range() -> (u16, u16) {
 /// Whether `pid` or one of its descendants holds the socket listening on TCP `port`
 /// (read from `/proc/net/tcp{,6}` and the processes' descriptors), so that a peer that
 /// answers on a port is known to be the one a test spawned.
-pub fn listens_on(pid: u32, port: u16) -> bool {
+pub(crate) fn listens_on(pid: u32, port: u16) -> bool {
     let inodes = listening_inodes(port);
     if inodes.is_empty() {
         return false;
@@ -211,7 +211,7 @@ fn process_tree(pid: u32) -> Vec<u32> {
 }
 
 /// Polls `condition` until it is true; panics naming `what` after `timeout`.
-pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut condition: F)
+pub(crate) async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -224,7 +224,7 @@ where
 }
 
 /// Polls `probe` until it yields a value and returns it; panics naming `what` after `timeout`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
+pub(crate) async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -233,7 +233,7 @@ where
 }
 
 /// [`wait_for`], checking every `interval` (for a probe that costs the peer something).
-pub async fn wait_for_every<T, F, Fut>(what: &str, timeout: Duration, interval: Duration, mut probe: F) -> T
+pub(crate) async fn wait_for_every<T, F, Fut>(what: &str, timeout: Duration, interval: Duration, mut probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -251,8 +251,19 @@ where
     }
 }
 
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (as `tunnelgate run`
+/// raises its own), for a test that holds many connections itself.
+pub(crate) fn raise_nofile() -> nix::Result<()> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+    }
+    Ok(())
+}
+
 /// An HTTP client for loopback: never goes through a proxy from the environment.
-pub fn http_client() -> reqwest::Client {
+pub(crate) fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(2))
@@ -262,13 +273,58 @@ pub fn http_client() -> reqwest::Client {
 }
 
 /// Whether `url` answers HTTP at all (any status counts: the listener is up).
-pub async fn http_answers(url: &str) -> bool {
+pub(crate) async fn http_answers(url: &str) -> bool {
     let client = reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_millis(500))
         .build()
         .expect("build reqwest client");
     client.get(url).send().await.is_ok()
+}
+
+// ---------------------------------------------------------------------------------------
+// Secrets in what the gateway shows
+// ---------------------------------------------------------------------------------------
+
+/// Every kind of secret `text` shows, each once (empty when it is clean): each of
+/// `canaries` as given or as JSON escapes it (as `a canary`), and the shapes that are
+/// secrets whatever the configuration says, as docs/operations.md ("The scan") lists
+/// them: a PEM `-----BEGIN ... PRIVATE KEY-----` block and a `Bearer`/`Basic` credential
+/// (a token of at least 12 characters of a credential's alphabet, with a digit, so that
+/// prose such as "basic authentication" is none). The support bundle's scan looks for
+/// the same; this is the tests' own reading of the rule, so that a scan that misses a
+/// secret does not miss it here too.
+pub(crate) fn secrets_in(text: &str, canaries: &[impl AsRef<str>]) -> Vec<&'static str> {
+    let mut found = Vec::new();
+    let canary = canaries.iter().map(AsRef::as_ref).any(|c| {
+        let escaped = serde_json::to_string(c).unwrap();
+        text.contains(c) || text.contains(&escaped[1..escaped.len() - 1])
+    });
+    if canary {
+        found.push("a canary");
+    }
+    let private_key = text.match_indices("-----BEGIN ").any(|(at, begin)| {
+        let label = text[at + begin.len()..].split("-----").next().unwrap_or_default();
+        label.len() <= 40 && !label.contains('\n') && label.ends_with("PRIVATE KEY")
+    });
+    if private_key {
+        found.push("a PEM private key");
+    }
+    let lower = text.to_ascii_lowercase();
+    let credential = ["bearer ", "basic "].iter().any(|scheme| {
+        lower.match_indices(scheme).any(|(at, _)| {
+            let word_start = at == 0 || !lower.as_bytes()[at - 1].is_ascii_alphanumeric();
+            let token: String = text[at + scheme.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || "-._~+/=".contains(*c))
+                .collect();
+            word_start && token.len() >= 12 && token.chars().any(|c| c.is_ascii_digit())
+        })
+    });
+    if credential {
+        found.push("an Authorization credential (Bearer or Basic)");
+    }
+    found
 }
 
 // ---------------------------------------------------------------------------------------
@@ -306,7 +362,7 @@ impl Captured {
 
 /// A spawned process in its own process group, with stdout and stderr captured.
 /// Dropping it kills the whole group (`kill -KILL -- -PGID`) and reaps the child.
-pub struct ChildGuard {
+pub(crate) struct ChildGuard {
     name: String,
     child: Child,
     stdout: Captured,
@@ -317,7 +373,7 @@ pub struct ChildGuard {
 impl ChildGuard {
     /// Spawns `cmd` (stdin closed, stdout/stderr captured) as the leader of a new
     /// process group. `name` labels panics and the output dumped on failure.
-    pub fn spawn(name: &str, mut cmd: Command) -> ChildGuard {
+    pub(crate) fn spawn(name: &str, mut cmd: Command) -> ChildGuard {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -339,22 +395,22 @@ impl ChildGuard {
     }
 
     /// The child's pid, which is also its process group id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Everything the child wrote to stdout so far (lossy UTF-8).
-    pub fn stdout(&self) -> String {
+    pub(crate) fn stdout(&self) -> String {
         self.stdout.text()
     }
 
     /// Everything the child wrote to stderr so far (lossy UTF-8).
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.stderr.text()
     }
 
     /// The exit status if the child has exited (never blocks).
-    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn try_wait(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
             self.status = self.child.try_wait().expect("try_wait on own child");
         }
@@ -362,7 +418,7 @@ impl ChildGuard {
     }
 
     /// Waits up to `timeout` for the child to exit. `None`: still running.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+    pub(crate) async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.try_wait() {
@@ -382,14 +438,14 @@ impl ChildGuard {
     }
 
     /// Sends `signal` (a name such as `TERM`, `INT`, `KILL`) to the child only.
-    pub fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         if self.status.is_none() {
             kill(&format!("-{signal}"), &self.pid().to_string());
         }
     }
 
     /// Kills the whole process group and reaps the child. Idempotent.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         // The group outlives its leader when grandchildren remain: kill it regardless.
         kill("-KILL", &format!("-{}", self.pid()));
         if self.status.is_none() {
@@ -410,7 +466,7 @@ impl ChildGuard {
     }
 
     /// Waits until `url` answers HTTP; panics early if the child exits first.
-    pub async fn wait_http_ready(&mut self, url: &str, timeout: Duration) {
+    pub(crate) async fn wait_http_ready(&mut self, url: &str, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
             self.assert_running(&format!("starting to serve {url}"));
@@ -466,7 +522,7 @@ fn tail(text: &str, max: usize) -> &str {
 /// Spawns a process that must serve HTTP on a fresh loopback port: `make(port)` builds
 /// the command, `path` is appended to `http://127.0.0.1:PORT`. Retries with another port
 /// when the child exits early (it lost the race for the port).
-pub async fn spawn_http_peer(name: &str, path: &str, make: impl Fn(u16) -> Command) -> (ChildGuard, String) {
+pub(crate) async fn spawn_http_peer(name: &str, path: &str, make: impl Fn(u16) -> Command) -> (ChildGuard, String) {
     const ATTEMPTS: usize = 3;
     for attempt in 1..=ATTEMPTS {
         let port = free_port();
@@ -508,7 +564,7 @@ pub async fn spawn_http_peer(name: &str, path: &str, make: impl Fn(u16) -> Comma
 /// `@modelcontextprotocol/server-everything` over Streamable HTTP (`PORT=N node dist/index.js
 /// streamableHttp`). Returns the guard and `http://127.0.0.1:PORT/mcp` once it answers.
 /// Note: it listens on all interfaces; tests reach it through 127.0.0.1 only.
-pub async fn spawn_server_everything_http() -> (ChildGuard, String) {
+pub(crate) async fn spawn_server_everything_http() -> (ChildGuard, String) {
     let node = node();
     let entry = server_everything_entry();
     spawn_http_peer("server-everything", "/mcp", |port| {
@@ -520,7 +576,7 @@ pub async fn spawn_server_everything_http() -> (ChildGuard, String) {
 }
 
 /// argv for server-everything over stdio: `[<abs node>, <abs dist/index.js>, "stdio"]`.
-pub fn server_everything_stdio_argv() -> Vec<String> {
+pub(crate) fn server_everything_stdio_argv() -> Vec<String> {
     vec![
         node().display().to_string(),
         server_everything_entry().display().to_string(),
@@ -530,7 +586,7 @@ pub fn server_everything_stdio_argv() -> Vec<String> {
 
 /// How `tests/peers/py_server.py` answers requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PyMode {
+pub(crate) enum PyMode {
     /// `application/json` answers, with a session id.
     Json,
     /// `text/event-stream` answers (the SDK default), with a session id.
@@ -540,7 +596,7 @@ pub enum PyMode {
 }
 
 impl PyMode {
-    pub fn as_arg(self) -> &'static str {
+    pub(crate) fn as_arg(self) -> &'static str {
         match self {
             PyMode::Json => "json",
             PyMode::Sse => "sse",
@@ -551,7 +607,7 @@ impl PyMode {
 
 /// The Python SDK MCP server (`tests/peers/py_server.py`, tools `echo`, `add`, `progress`)
 /// on 127.0.0.1. Returns the guard and `http://127.0.0.1:PORT/mcp` once it answers.
-pub async fn spawn_py_server(mode: PyMode) -> (ChildGuard, String) {
+pub(crate) async fn spawn_py_server(mode: PyMode) -> (ChildGuard, String) {
     let python = python();
     let script = peer_script("py_server.py");
     spawn_http_peer(&format!("py_server({})", mode.as_arg()), "/mcp", |port| {
@@ -567,12 +623,12 @@ pub async fn spawn_py_server(mode: PyMode) -> (ChildGuard, String) {
 /// `tests/peers/py_oauth_server.py` in `mode` (`sdk`, `root` or `slow`) on 127.0.0.1.
 /// Returns the guard and its MCP URL (`http://127.0.0.1:PORT/mcp`) once it answers; it
 /// logs every request it receives to stderr as `seen METHOD PATH`.
-pub async fn spawn_py_oauth_server(mode: &str) -> (ChildGuard, String) {
+pub(crate) async fn spawn_py_oauth_server(mode: &str) -> (ChildGuard, String) {
     spawn_py_oauth_server_with(mode, &[]).await
 }
 
 /// [`spawn_py_oauth_server`] with more arguments (`--resource-host`).
-pub async fn spawn_py_oauth_server_with(mode: &str, extra: &[&str]) -> (ChildGuard, String) {
+pub(crate) async fn spawn_py_oauth_server_with(mode: &str, extra: &[&str]) -> (ChildGuard, String) {
     let python = python();
     let script = peer_script("py_oauth_server.py");
     let (guard, ready) = spawn_http_peer(&format!("py_oauth_server({mode})"), "/ready", |port| {
@@ -590,7 +646,7 @@ pub async fn spawn_py_oauth_server_with(mode: &str, extra: &[&str]) -> (ChildGua
 
 /// Runs `tests/peers/py_client.py --url URL ARGS...` (e.g. `["--list-tools", "--call",
 /// "echo", r#"{"message":"hi"}"#]`) and returns its JSON line, or its stderr on failure.
-pub async fn try_run_py_client(url: &str, args: &[&str]) -> Result<serde_json::Value, String> {
+pub(crate) async fn try_run_py_client(url: &str, args: &[&str]) -> Result<serde_json::Value, String> {
     let mut cmd = tokio::process::Command::new(python());
     cmd.arg(peer_script("py_client.py"))
         .args(["--url", url])
@@ -614,7 +670,7 @@ pub async fn try_run_py_client(url: &str, args: &[&str]) -> Result<serde_json::V
 }
 
 /// [`try_run_py_client`] that panics with the client's stderr on failure.
-pub async fn run_py_client(url: &str, args: &[&str]) -> serde_json::Value {
+pub(crate) async fn run_py_client(url: &str, args: &[&str]) -> serde_json::Value {
     try_run_py_client(url, args).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -653,7 +709,7 @@ fn is_ambient_config_var(name: &str) -> bool {
 
 /// The real `tunnelgate` binary, spawned with a config written to a temp file.
 /// Output is captured; the process group is killed on drop.
-pub struct Gateway {
+pub(crate) struct Gateway {
     process: ChildGuard,
     /// The temp config file: held so it exists while the gateway runs, deleted on drop.
     _config: Option<tempfile::TempPath>,
@@ -661,7 +717,7 @@ pub struct Gateway {
 
 /// What a one-shot `tunnelgate` command printed and how it ended.
 #[derive(Debug)]
-pub struct CliRun {
+pub(crate) struct CliRun {
     /// Exit code; `128 + N` when killed by signal N.
     pub code: i32,
     pub stdout: String,
@@ -670,20 +726,20 @@ pub struct CliRun {
 
 impl Gateway {
     /// The gateway's process id (to read its `/proc` figures).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.process.pid()
     }
 
     /// `tunnelgate run --config <tempfile holding config_toml>`, not waited on: for a
     /// gateway against a rig, [`Rig::spawn_gateway`].
-    pub fn run(config_toml: &str) -> Gateway {
+    pub(crate) fn run(config_toml: &str) -> Gateway {
         Gateway::spawn(&["run"], Some(config_toml), &[])
     }
 
     /// `tunnelgate ARGS... [--config <tempfile>]` with `envs` set on top of the test's
     /// environment, minus ambient `TUNNELGATE_*`, `CONTROL_PLANE_*`, `OTEL_*`,
     /// `TUNNEL_CLIENT_*`, `RUST_LOG` and proxy variables.
-    pub fn spawn(args: &[&str], config_toml: Option<&str>, envs: &[(&str, &str)]) -> Gateway {
+    pub(crate) fn spawn(args: &[&str], config_toml: Option<&str>, envs: &[(&str, &str)]) -> Gateway {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tunnelgate"));
         for (name, _) in std::env::vars_os() {
             if name.to_str().is_some_and(is_ambient_config_var) {
@@ -715,13 +771,18 @@ impl Gateway {
     }
 
     /// Runs a one-shot command (`check`, `latch show`, ...) to completion within `timeout`.
-    pub async fn cli(args: &[&str], config_toml: Option<&str>, envs: &[(&str, &str)], timeout: Duration) -> CliRun {
+    pub(crate) async fn cli(
+        args: &[&str],
+        config_toml: Option<&str>,
+        envs: &[(&str, &str)],
+        timeout: Duration,
+    ) -> CliRun {
         Gateway::spawn(args, config_toml, envs).finished(args, timeout).await
     }
 
     /// Like [`Gateway::cli`] in an empty environment (`env_clear`, not even `PATH`): an
     /// operator's shell that has none of the configuration's variables.
-    pub async fn cli_in_empty_env(args: &[&str], config_toml: &str, timeout: Duration) -> CliRun {
+    pub(crate) async fn cli_in_empty_env(args: &[&str], config_toml: &str, timeout: Duration) -> CliRun {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tunnelgate"));
         cmd.env_clear();
         Gateway::spawn_command(cmd, args, Some(config_toml))
@@ -744,39 +805,39 @@ impl Gateway {
         }
     }
 
-    pub fn stdout(&self) -> String {
+    pub(crate) fn stdout(&self) -> String {
         self.process.stdout()
     }
 
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.process.stderr()
     }
 
     /// Waits up to `timeout` for exit. `Some(code)`, `128 + N` if killed by signal N;
     /// `None` if still running.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+    pub(crate) async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
         let status = self.process.wait_exit(timeout).await?;
         Some(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
     }
 
     /// Whether the process has exited (never blocks).
-    pub fn has_exited(&mut self) -> bool {
+    pub(crate) fn has_exited(&mut self) -> bool {
         self.process.try_wait().is_some()
     }
 
     /// `kill -TERM PID` (the gateway only, not its children).
-    pub fn sigterm(&self) {
+    pub(crate) fn sigterm(&self) {
         self.process.signal("TERM");
     }
 
     /// `kill -<signal> PID` (the gateway only), e.g. `KILL`, `STOP`.
-    pub fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         self.process.signal(signal);
     }
 
     /// Waits until `url` (e.g. the ops listener's `/livez`) answers HTTP; panics early,
     /// with the stderr, if the gateway exits first.
-    pub async fn wait_http_ready(&mut self, url: &str, timeout: Duration) {
+    pub(crate) async fn wait_http_ready(&mut self, url: &str, timeout: Duration) {
         self.process.wait_http_ready(url, timeout).await
     }
 }
@@ -785,12 +846,12 @@ impl Gateway {
 // The rig: the in-process simulator and MCP stub, and the gateway configured against them
 // ---------------------------------------------------------------------------------------
 
-pub const KEY: &str = "test-key-canary-K3Y";
-pub const TUNNEL: &str = "tunnel_test";
+pub(crate) const KEY: &str = "test-key-canary-K3Y";
+pub(crate) const TUNNEL: &str = "tunnel_test";
 
 /// The simulator and MCP stub in this process, a temporary folder (the latch file lives
 /// there) and the port the gateway's ops listener is given.
-pub struct Rig {
+pub(crate) struct Rig {
     pub sim: Simulator,
     pub stub: McpStub,
     pub dir: tempfile::TempDir,
@@ -798,7 +859,7 @@ pub struct Rig {
 }
 
 /// Options beyond the defaults every rig uses.
-pub struct RigOptions<'a> {
+pub(crate) struct RigOptions<'a> {
     pub strict: bool,
     /// Extra TOML appended to the gateway's configuration.
     pub extra: &'a str,
@@ -808,7 +869,7 @@ pub struct RigOptions<'a> {
 
 impl RigOptions<'_> {
     /// The defaults with strict mode off: the gateway's default mode.
-    pub fn default_mode() -> Self {
+    pub(crate) fn default_mode() -> Self {
         Self {
             strict: false,
             ..Default::default()
@@ -828,17 +889,17 @@ impl Default for RigOptions<'_> {
 }
 
 impl Rig {
-    pub async fn start(faults: &str) -> Rig {
+    pub(crate) async fn start(faults: &str) -> Rig {
         Self::start_holding(faults, Duration::from_millis(500)).await
     }
 
     /// [`Rig::start`] with the simulator holding an empty poll up to `max_poll_wait`.
-    pub async fn start_holding(faults: &str, max_poll_wait: Duration) -> Rig {
+    pub(crate) async fn start_holding(faults: &str, max_poll_wait: Duration) -> Rig {
         Self::start_tuned(faults, |config| config.max_poll_wait = max_poll_wait).await
     }
 
     /// [`Rig::start`] with `tune` applied to the simulator's configuration.
-    pub async fn start_tuned(faults: &str, tune: impl FnOnce(&mut SimConfig)) -> Rig {
+    pub(crate) async fn start_tuned(faults: &str, tune: impl FnOnce(&mut SimConfig)) -> Rig {
         let stub = McpStub::start(([127, 0, 0, 1], 0).into()).await.expect("stub starts");
         let mut config = SimConfig::new(TUNNEL, KEY);
         config.faults = FaultScript::from_toml_str(faults).expect("fault script parses");
@@ -854,12 +915,12 @@ impl Rig {
         }
     }
 
-    pub fn latch_path(&self) -> PathBuf {
+    pub(crate) fn latch_path(&self) -> PathBuf {
         self.dir.path().join("latch.json")
     }
 
     /// The gateway configuration for this rig.
-    pub fn config(&self, o: &RigOptions<'_>) -> String {
+    pub(crate) fn config(&self, o: &RigOptions<'_>) -> String {
         format!(
             r#"
 [control_plane]
@@ -903,13 +964,13 @@ log_level = "info"
     }
 
     /// [`Rig::config`] with `main` pointing at `url` instead of the stub.
-    pub fn config_to(&self, url: &str, o: &RigOptions<'_>) -> String {
+    pub(crate) fn config_to(&self, url: &str, o: &RigOptions<'_>) -> String {
         self.config(o).replace(&self.stub.url(), url)
     }
 
     /// The one way a test starts the gateway against this rig: `tunnelgate run` with
     /// `config` (usually [`Rig::config`], edited), returned once its ops listener answers.
-    pub async fn spawn_gateway(&self, config: &str) -> Gateway {
+    pub(crate) async fn spawn_gateway(&self, config: &str) -> Gateway {
         let mut gw = Gateway::run(config);
         gw.wait_http_ready(
             &format!("http://127.0.0.1:{}/livez", self.ops_port),
@@ -919,14 +980,14 @@ log_level = "info"
         gw
     }
 
-    pub fn enqueue_call(&self, tool: &str, args: Value) -> String {
+    pub(crate) fn enqueue_call(&self, tool: &str, args: Value) -> String {
         self.sim.enqueue(NewCommand::jsonrpc(json!({
             "jsonrpc": "2.0", "id": format!("rpc-{tool}"), "method": "tools/call",
             "params": {"name": tool, "arguments": args}
         })))
     }
 
-    pub async fn wait(&self, what: &str, pred: impl Fn(&Record) -> bool) -> Record {
+    pub(crate) async fn wait(&self, what: &str, pred: impl Fn(&Record) -> bool) -> Record {
         self.sim
             .wait_for(what, Duration::from_secs(20), pred)
             .await
@@ -934,7 +995,7 @@ log_level = "info"
     }
 
     /// Waits until the MCP stub has received `n` `tools/call` requests.
-    pub async fn wait_stub_calls(&self, n: usize) {
+    pub(crate) async fn wait_stub_calls(&self, n: usize) {
         wait_until("the MCP stub's tools/call count", Duration::from_secs(20), || async {
             self.stub.count("tools/call") >= n
         })
@@ -942,7 +1003,7 @@ log_level = "info"
     }
 
     /// The gateway's Prometheus text.
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         http_client()
             .get(format!("http://127.0.0.1:{}/metrics", self.ops_port))
             .send()
@@ -954,7 +1015,7 @@ log_level = "info"
     }
 
     /// `/readyz`'s status and body.
-    pub async fn readyz(&self) -> (u16, String) {
+    pub(crate) async fn readyz(&self) -> (u16, String) {
         let r = http_client()
             .get(format!("http://127.0.0.1:{}/readyz", self.ops_port))
             .send()
@@ -963,7 +1024,7 @@ log_level = "info"
         (r.status().as_u16(), r.text().await.unwrap_or_default())
     }
 
-    pub async fn status(&self) -> Value {
+    pub(crate) async fn status(&self) -> Value {
         http_client()
             .get(format!("http://127.0.0.1:{}/status", self.ops_port))
             .send()
@@ -976,13 +1037,13 @@ log_level = "info"
 
     /// Every response POST the simulator received satisfies both vendored contracts and
     /// names the wire contract's version.
-    pub fn assert_all_bodies_valid(&self) {
+    pub(crate) fn assert_all_bodies_valid(&self) {
         for r in self.sim.record().responses {
             validate_response_body(&r.body)
                 .unwrap_or_else(|e| panic!("posted body violates the contract: {e}\n{:?}", r.body));
             assert_eq!(
                 r.header("x-tunnel-client-wire-protocol-version"),
-                Some(tunnelgate::internals::protocol::WIRE_PROTOCOL_VERSION),
+                Some(tunnelgate_protocol::WIRE_PROTOCOL_VERSION),
                 "every response POST names the wire contract's version"
             );
         }
@@ -990,7 +1051,7 @@ log_level = "info"
 }
 
 /// The shard token the gateway sent with its first response POST for `request_id`.
-pub fn shard_token(record: &Record, request_id: &str) -> String {
+pub(crate) fn shard_token(record: &Record, request_id: &str) -> String {
     record
         .responses_for(request_id)
         .find_map(|r| r.header("x-tunnel-shard-token"))
@@ -999,7 +1060,7 @@ pub fn shard_token(record: &Record, request_id: &str) -> String {
 }
 
 /// The final response the simulator recorded for `request_id` (last POST with a final type).
-pub fn final_json(record: &Record, request_id: &str) -> Value {
+pub(crate) fn final_json(record: &Record, request_id: &str) -> Value {
     record
         .responses_for(request_id)
         .filter(|r| r.resp_type.as_deref() != Some("jsonrpc_notify"))
@@ -1013,7 +1074,7 @@ pub fn final_json(record: &Record, request_id: &str) -> Value {
 // ---------------------------------------------------------------------------------------
 
 /// `node_modules` of the peers (oidc-provider, server-everything).
-pub fn node_modules() -> PathBuf {
+pub(crate) fn node_modules() -> PathBuf {
     let dir = peers_dir().join("node/node_modules");
     assert!(
         dir.join("oidc-provider/package.json").is_file(),
@@ -1029,7 +1090,7 @@ pub fn node_modules() -> PathBuf {
 /// and its issuer (`http://127.0.0.1:PORT`, no trailing slash) once it logged that it
 /// listens; nothing is requested of it first, so its `seen METHOD PATH` log holds only
 /// what the test caused. Retries with another port when it loses the race for one.
-pub async fn spawn_oidc_provider(rs_client_id: &str, rs_client_secret: &str) -> (ChildGuard, String) {
+pub(crate) async fn spawn_oidc_provider(rs_client_id: &str, rs_client_secret: &str) -> (ChildGuard, String) {
     const ATTEMPTS: usize = 3;
     let node = node();
     let script = peer_script("oidc_provider.mjs");
@@ -1073,7 +1134,7 @@ pub async fn spawn_oidc_provider(rs_client_id: &str, rs_client_secret: &str) -> 
 /// `echo`, stateless, JSON answers) whose metadata names `issuer` and which accepts a
 /// bearer token when `issuer`'s introspection endpoint calls it active (asked as
 /// `rs_client_id`/`rs_client_secret`). Returns the guard and its MCP URL once it answers.
-pub async fn spawn_py_introspecting_server(
+pub(crate) async fn spawn_py_introspecting_server(
     issuer: &str,
     rs_client_id: &str,
     rs_client_secret: &str,
@@ -1095,7 +1156,7 @@ pub async fn spawn_py_introspecting_server(
 }
 
 /// The requests a peer logged on its stderr as `seen METHOD PATH`, as `METHOD PATH`.
-pub fn seen(peer: &ChildGuard) -> Vec<String> {
+pub(crate) fn seen(peer: &ChildGuard) -> Vec<String> {
     peer.stderr()
         .lines()
         .filter_map(|l| l.strip_prefix("seen "))
@@ -1104,7 +1165,7 @@ pub fn seen(peer: &ChildGuard) -> Vec<String> {
 }
 
 /// [`seen`], once the peer has logged `n` requests (its stderr is read by a thread).
-pub async fn seen_n(peer: &ChildGuard, n: usize) -> Vec<String> {
+pub(crate) async fn seen_n(peer: &ChildGuard, n: usize) -> Vec<String> {
     wait_until("the peer's request log", Duration::from_secs(10), || async {
         seen(peer).len() >= n
     })

@@ -1,10 +1,12 @@
 //! The one integration-test binary: black-box tests against the real `tunnelgate`
 //! binary, the simulator and real MCP peers (installed by `scripts/install-peers`).
 //!
-//! The binary is one crate: `pub` items in its modules are for sibling modules (hence
-//! `unreachable_pub`), and every helper is used by some test (no `dead_code` allowance:
-//! a helper nobody calls is deleted).
-#![allow(unreachable_pub, clippy::unwrap_used)]
+//! The binary is one crate: an item its sibling modules share is `pub(crate)` (no
+//! `unreachable_pub` allowance), and every helper is used by some test (no `dead_code`
+//! allowance: a helper nobody calls is deleted). It reaches the gateway as any embedder
+//! does, through the crate root (`tunnelgate::...`), the binary, and the wire protocol's
+//! crate (`tunnelgate_protocol`).
+#![allow(clippy::unwrap_used)]
 
 mod architecture;
 mod bad_input;
@@ -16,7 +18,6 @@ mod doctor;
 mod dropin;
 mod eras;
 mod eras_http;
-mod etcd_client;
 mod etcd_peer;
 mod events;
 mod gateway_http;

@@ -13,9 +13,8 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tunnelgate::internals::ops::MAX_CONNECTIONS;
 
-use crate::harness::{http_answers, wait_until, which, ChildGuard, Gateway, Rig, RigOptions};
+use crate::harness::{http_answers, raise_nofile, repo_root, wait_until, which, ChildGuard, Gateway, Rig, RigOptions};
 
 /// The gateway's soft and hard descriptor limit.
 const LIMIT: u32 = 1024;
@@ -23,7 +22,20 @@ const LIMIT: u32 = 1024;
 const FLOOD: usize = 1_100;
 /// Strict commands sent while the flood is held.
 const CALLS: usize = 20;
-/// Slack over the listener's own bound (`1 + MAX_CONNECTIONS + 1`) for the command
+/// The ops listener's connection limit, as docs/deploying.md ("Descriptor budget") states
+/// it: "at most N connections at a time" (a unit test of `ops::listener` holds the guide
+/// to the code's `MAX_CONNECTIONS`).
+fn max_connections() -> usize {
+    let guide = std::fs::read_to_string(repo_root().join("docs/deploying.md")).unwrap();
+    let words: Vec<&str> = guide.split_whitespace().collect();
+    words
+        .windows(5)
+        .find(|w| w[0] == "most" && w[2..] == ["connections", "at", "a"])
+        .and_then(|w| w[1].parse().ok())
+        .expect("docs/deploying.md says \"at most N connections at a time\"")
+}
+
+/// Slack over the listener's own bound (`1 + max_connections() + 1`) for the command
 /// path's own descriptors coming and going between two readings (a pooled connection
 /// replaced, a poll in flight).
 const SLACK: usize = 8;
@@ -95,9 +107,7 @@ async fn flood(addr: &str) -> Vec<TcpStream> {
 #[tokio::test]
 async fn a_half_open_flood_of_the_ops_port_at_a_1024_descriptor_limit_leaves_strict_commands_flowing() {
     // This process holds the flood: its own soft limit goes to its hard one.
-    tunnelgate::internals::descriptors::raise_nofile()
-        .map_err(|(e, _)| e)
-        .expect("raise the test's limit");
+    raise_nofile().expect("raise the test's limit");
     let rig = Rig::start("").await;
     let config = rig.dir.path().join("gateway.toml");
     std::fs::write(&config, rig.config(&RigOptions::default())).unwrap();
@@ -122,7 +132,7 @@ async fn a_half_open_flood_of_the_ops_port_at_a_1024_descriptor_limit_leaves_str
         held.len()
     );
     let during = open_descriptors(pid);
-    let bound = before + 1 + MAX_CONNECTIONS + SLACK;
+    let bound = before + 1 + max_connections() + SLACK;
     eprintln!(
         "ops flood: {} connections held; gateway descriptors {before} before, {during} during (bound {bound}, limit {LIMIT})",
         held.len()

@@ -12,7 +12,7 @@ use crate::harness::{free_port, python, wait_until, ChildGuard, Rig, RigOptions,
 const EXIT: Duration = Duration::from_secs(20);
 
 /// A real OTLP/HTTP receiver on a fresh port, printing each span it gets as one JSON line.
-pub async fn oteltap() -> (ChildGuard, u16) {
+pub(crate) async fn oteltap() -> (ChildGuard, u16) {
     let port = free_port();
     let mut cmd = Command::new(python());
     cmd.args(["-u", "-m", "oteltap", "--port", &port.to_string()]);

@@ -37,7 +37,7 @@ const PROXY_BASIC: &str = "Z2F0ZXdheTpQcjB4eUNhbmFyeS05ZjM=";
 
 /// A tinyproxy of the test's own, in the foreground, on a loopback port (also used by
 /// `profiles`).
-pub struct Tinyproxy {
+pub(crate) struct Tinyproxy {
     port: u16,
     log: PathBuf,
     _process: ChildGuard,
@@ -45,7 +45,7 @@ pub struct Tinyproxy {
 }
 
 #[derive(Default)]
-pub struct TinyproxyOptions<'a> {
+pub(crate) struct TinyproxyOptions<'a> {
     /// Ports `CONNECT` may reach (none: every `CONNECT` to a test port is refused, 403).
     pub connect_ports: &'a [u16],
     /// `BasicAuth user password`: requests without them get `407`.
@@ -55,7 +55,7 @@ pub struct TinyproxyOptions<'a> {
 }
 
 impl Tinyproxy {
-    pub async fn start(options: TinyproxyOptions<'_>) -> Tinyproxy {
+    pub(crate) async fn start(options: TinyproxyOptions<'_>) -> Tinyproxy {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let log = dir.path().join("access.log");
@@ -91,7 +91,7 @@ impl Tinyproxy {
         proxy
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
@@ -100,7 +100,7 @@ impl Tinyproxy {
     }
 
     /// The request lines tinyproxy read, in order (`POST http://host:port/path HTTP/1.1`).
-    pub fn requests(&self) -> Vec<String> {
+    pub(crate) fn requests(&self) -> Vec<String> {
         self.log_text()
             .lines()
             .filter_map(|l| l.split_once("): ").filter(|_| l.contains("Request (file descriptor")))

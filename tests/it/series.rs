@@ -5,15 +5,13 @@
 //! `deploy/prometheus/` (the alert rules and their tests), found as `scripts/check-ops.py`
 //! finds the rules' names. A fresh gateway, with an HTTP and a stdio channel configured,
 //! is scraped once, before it has carried any command: each name must be in that scrape,
-//! the latency histogram with every `leg`'s buckets at zero. Three kinds of name are
-//! exceptions, each said here and checked to still be one: [`STATEFUL`] (info metrics
-//! that exist only while their state holds), [`COORDINATED`] (registered only with the
-//! etcd coordination backend) and [`AWAITED`].
+//! the latency histogram with the buckets of every `leg` docs/observability.md documents
+//! (and no other) at zero. Three kinds of name are exceptions, each said here and checked
+//! to still be one: [`STATEFUL`] (info metrics that exist only while their state holds),
+//! [`COORDINATED`] (registered only with the etcd coordination backend) and [`AWAITED`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-
-use tunnelgate::internals::telemetry::{DurationLeg, LabelValue};
 
 use crate::harness::{repo_root, server_everything_stdio_argv, Rig, RigOptions};
 
@@ -21,16 +19,16 @@ use crate::harness::{repo_root, server_everything_stdio_argv, Rig, RigOptions};
 /// gateway: `tunnelgate_fatal_info` carries the latch's category and exists only once
 /// latched (the dashboard's "Fatal latch and category" panel and `TunnelgateFatalLatch`
 /// read it; `tests/it/prometheus.rs` checks it on a latched gateway).
-pub const STATEFUL: &[&str] = &["tunnelgate_fatal_info"];
+pub(crate) const STATEFUL: &[&str] = &["tunnelgate_fatal_info"];
 
 /// The prefix of the metrics registered only with `coordination.backend = "etcd"` (strict
 /// mode across replicas), so absent from the default-mode gateway scraped here: the
 /// dashboard's "Coordination" row and the coordination alerts read them. Checked here to
 /// be named by the artefacts and absent without coordination.
-pub const COORDINATED: &str = "tunnelgate_coordination_";
+pub(crate) const COORDINATED: &str = "tunnelgate_coordination_";
 
 /// Whether a metric name is one of [`COORDINATED`].
-pub fn coordinated(name: &str) -> bool {
+pub(crate) fn coordinated(name: &str) -> bool {
     name.starts_with(COORDINATED)
 }
 
@@ -38,14 +36,14 @@ pub fn coordinated(name: &str) -> bool {
 /// export yet: the receipts journal's counters and the per-channel last-success gauge
 /// arrive with their own changes. Every test that meets one says so by name, and fails
 /// once it is exported: then delete it here.
-pub const AWAITED: &[&str] = &[];
+pub(crate) const AWAITED: &[&str] = &[];
 
 /// Where the operator artefacts that name metrics live.
 const ARTEFACT_DIRS: [&str; 2] = ["dashboards", "deploy/prometheus"];
 
 /// The metric names of a Prometheus text exposition: every sample's name, and every
 /// family named by a `# TYPE` line (so a histogram counts under its own name too).
-pub fn exported_names(exposition: &str) -> BTreeSet<String> {
+pub(crate) fn exported_names(exposition: &str) -> BTreeSet<String> {
     let families = exposition
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -66,7 +64,7 @@ fn sample_names(exposition: &str) -> BTreeSet<String> {
 
 /// Every `tunnelgate_*` metric name in `text`: an identifier that starts with the prefix
 /// and has more after it (the rules' regular expression `\btunnelgate_[a-z0-9_]+`).
-pub fn metric_names_in(text: &str) -> BTreeSet<String> {
+pub(crate) fn metric_names_in(text: &str) -> BTreeSet<String> {
     const PREFIX: &str = "tunnelgate_";
     let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
     let mut names = BTreeSet::new();
@@ -113,8 +111,44 @@ fn names_in_artefacts() -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
+/// The reference whose metrics table gives each metric's label values.
+const OBSERVABILITY: &str = "docs/observability.md";
+
+/// The `leg` values [`OBSERVABILITY`] gives `tunnelgate_command_duration_seconds`, in its
+/// order: its row of the metrics table says "`leg` = queue, fence_wait, ...".
+fn documented_legs() -> Vec<String> {
+    let doc = std::fs::read_to_string(repo_root().join(OBSERVABILITY)).unwrap();
+    let row = doc
+        .lines()
+        .find(|l| l.starts_with("| `tunnelgate_command_duration_seconds` |"))
+        .unwrap_or_else(|| panic!("{OBSERVABILITY} has a row for tunnelgate_command_duration_seconds"));
+    let labels = row.split('|').nth(3).unwrap_or_default().trim();
+    let values = labels
+        .strip_prefix("`leg` = ")
+        .unwrap_or_else(|| panic!("the row gives the leg values as `leg` = ...: {row}"));
+    let legs: Vec<String> = values.split(',').map(|v| v.trim().to_owned()).collect();
+    assert!(
+        legs.len() >= 2
+            && legs
+                .iter()
+                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')),
+        "leg values read from {OBSERVABILITY}: {legs:?}"
+    );
+    legs
+}
+
+/// The `leg` values of `tunnelgate_command_duration_seconds` in a scrape.
+fn exported_legs(exposition: &str) -> BTreeSet<String> {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("tunnelgate_command_duration_seconds_count{leg=\""))
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The names `dashboards/metrics.txt` lists (one a line, `#` comments skipped).
-pub fn listed(metrics_txt: &str) -> BTreeSet<String> {
+pub(crate) fn listed(metrics_txt: &str) -> BTreeSet<String> {
     metrics_txt
         .lines()
         .map(str::trim)
@@ -124,13 +158,13 @@ pub fn listed(metrics_txt: &str) -> BTreeSet<String> {
 }
 
 /// `dashboards/metrics.txt`, read.
-pub fn metrics_txt() -> BTreeSet<String> {
+pub(crate) fn metrics_txt() -> BTreeSet<String> {
     listed(&std::fs::read_to_string(repo_root().join("dashboards/metrics.txt")).unwrap())
 }
 
 /// Panics naming each [`AWAITED`] name that `exported` holds (the list is stale), and
 /// says on stderr which ones this build does not export.
-pub fn report_awaited(exported: &BTreeSet<String>, what: &str) {
+pub(crate) fn report_awaited(exported: &BTreeSet<String>, what: &str) {
     let arrived: Vec<&&str> = AWAITED.iter().filter(|n| exported.contains(**n)).collect();
     assert!(
         arrived.is_empty(),
@@ -207,8 +241,15 @@ async fn every_metric_the_dashboard_and_the_alert_rules_name_is_exported_from_th
     );
     report_awaited(&exported, "the first scrape");
 
-    // Histograms without observations export every bucket at zero, for every leg.
-    for leg in DurationLeg::ALL.iter().map(|l| l.as_label()) {
+    // Histograms without observations export every bucket at zero, for every leg the
+    // reference documents; and the scrape has no leg it does not.
+    let legs = documented_legs();
+    assert_eq!(
+        exported_legs(&text),
+        legs.iter().cloned().collect::<BTreeSet<_>>(),
+        "the legs of the first scrape are the documented ones ({OBSERVABILITY})"
+    );
+    for leg in &legs {
         for series in [
             format!("tunnelgate_command_duration_seconds_bucket{{leg=\"{leg}\",le=\"+Inf\"}} 0"),
             format!("tunnelgate_command_duration_seconds_count{{leg=\"{leg}\"}} 0"),

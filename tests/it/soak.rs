@@ -586,8 +586,7 @@ async fn run_default(seed: u64, n: usize) -> Result<String, String> {
     let ids = enqueue(&sim, &plan.commands);
     let started = Instant::now();
     // The flood's connections are this process's descriptors too.
-    tunnelgate::internals::descriptors::raise_nofile()
-        .map_err(|(e, _)| format!("raise the soak's descriptor limit: {e}"))?;
+    crate::harness::raise_nofile().map_err(|e| format!("raise the soak's descriptor limit: {e}"))?;
     let (mut gw, ops) = start_gateway(|ops| default_config(&sim, &server.url, refused, &stdio_log, ops)).await?;
     let flood = flood::Flood::start(gw.pid(), ops, seed).await;
     let quiet = wait_quiescent(&mut gw, ops, n as u64, Duration::from_secs(90), true).await;

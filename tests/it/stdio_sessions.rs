@@ -35,7 +35,7 @@ fn default_mode() -> RigOptions<'static> {
 
 /// The rig's configuration with channel `main` running `argv`, `channel` appended to the
 /// channel's table (e.g. `session = "pass_through"`), and `o.extra` at the end.
-pub fn stdio_config(rig: &Rig, argv: &[String], channel: &str, o: &RigOptions<'_>) -> String {
+pub(crate) fn stdio_config(rig: &Rig, argv: &[String], channel: &str, o: &RigOptions<'_>) -> String {
     let command = serde_json::to_string(argv).unwrap();
     rig.config(o).replace(
         &format!("url = \"{}\"", rig.stub.url()),
@@ -44,13 +44,13 @@ pub fn stdio_config(rig: &Rig, argv: &[String], channel: &str, o: &RigOptions<'_
 }
 
 /// A file in the rig's folder.
-pub fn file(rig: &Rig, name: &str) -> PathBuf {
+pub(crate) fn file(rig: &Rig, name: &str) -> PathBuf {
     rig.dir.path().join(name)
 }
 
 /// `record.py LOG PIDFILE -- server...`: the files are `<tag>.log` and `<tag>.pid` in
 /// the rig's folder.
-pub fn recorded(rig: &Rig, tag: &str, server: Vec<String>) -> Vec<String> {
+pub(crate) fn recorded(rig: &Rig, tag: &str, server: Vec<String>) -> Vec<String> {
     let mut argv = vec![
         python().display().to_string(),
         peer_script("stdio/record.py").display().to_string(),
@@ -63,7 +63,7 @@ pub fn recorded(rig: &Rig, tag: &str, server: Vec<String>) -> Vec<String> {
 }
 
 /// The Python SDK server over stdio (`--mode stdio` or `--mode stdio-modern`).
-pub fn py_stdio(mode: &str) -> Vec<String> {
+pub(crate) fn py_stdio(mode: &str) -> Vec<String> {
     vec![
         python().display().to_string(),
         peer_script("py_server.py").display().to_string(),
@@ -82,7 +82,7 @@ fn bad_handshake(mode: &str) -> Vec<String> {
 }
 
 /// What the real server was sent, one list of messages per child life, in order.
-pub fn lives(rig: &Rig, tag: &str) -> Vec<Vec<Value>> {
+pub(crate) fn lives(rig: &Rig, tag: &str) -> Vec<Vec<Value>> {
     let text = std::fs::read_to_string(file(rig, &format!("{tag}.log"))).unwrap_or_default();
     let mut lives: Vec<Vec<Value>> = Vec::new();
     for line in text.lines() {
@@ -146,7 +146,7 @@ async fn readyz(ops_port: u16) -> u16 {
         .as_u16()
 }
 
-pub async fn wait_readyz(ops_port: u16, want: u16) {
+pub(crate) async fn wait_readyz(ops_port: u16, want: u16) {
     wait_until(&format!("/readyz {want} on port {ops_port}"), WAIT, || async move {
         readyz(ops_port).await == want
     })
@@ -154,7 +154,7 @@ pub async fn wait_readyz(ops_port: u16, want: u16) {
 }
 
 /// Channel `main`'s `/status` downstream entry.
-pub async fn channel_status(rig: &Rig) -> Value {
+pub(crate) async fn channel_status(rig: &Rig) -> Value {
     rig.status().await["downstream"][0].clone()
 }
 
@@ -172,7 +172,7 @@ fn text(body: &Value) -> &str {
 
 /// A caller's `initialize` and `notifications/initialized` through the sim's commands;
 /// returns the `Mcp-Session-Id` the gateway minted, after checking both answers.
-pub async fn initialize_caller(rig: &Rig, client: &str) -> String {
+pub(crate) async fn initialize_caller(rig: &Rig, client: &str) -> String {
     let init = rig.sim.enqueue(NewCommand::jsonrpc(
         json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
         "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":client,"version":"1"}}}),

@@ -23,8 +23,8 @@ use tokio::time::Instant;
 use crate::etcd_peer::EtcdPeer;
 use crate::harness::{free_port, http_client, wait_until, Gateway, Rig, RigOptions};
 
-pub const BOUND: Duration = Duration::from_secs(30);
-pub const LEASE_TTL: Duration = Duration::from_secs(2);
+pub(crate) const BOUND: Duration = Duration::from_secs(30);
+pub(crate) const LEASE_TTL: Duration = Duration::from_secs(2);
 
 // ---------------------------------------------------------------------------------------
 // The recording MCP server
@@ -45,14 +45,14 @@ struct RecorderState {
 
 /// An HTTP MCP server that records every call's interval. Tools: `work` (sleeps
 /// `arguments.ms`), `hold` (answers only after [`Recorder::release`]).
-pub struct Recorder {
+pub(crate) struct Recorder {
     addr: SocketAddr,
     state: RecorderState,
     _task: tokio::task::JoinHandle<()>,
 }
 
 impl Recorder {
-    pub async fn start() -> Recorder {
+    pub(crate) async fn start() -> Recorder {
         let state = RecorderState::default();
         let app = axum::Router::new()
             .route("/mcp", axum::routing::post(serve))
@@ -69,19 +69,19 @@ impl Recorder {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/mcp", self.addr)
     }
 
-    pub fn calls(&self) -> Vec<(Instant, Option<Instant>, String)> {
+    pub(crate) fn calls(&self) -> Vec<(Instant, Option<Instant>, String)> {
         self.state.served.lock().unwrap().calls.clone()
     }
 
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.state.served.lock().unwrap().calls.len()
     }
 
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         self.state.release.notify_waiters();
     }
 }
@@ -130,14 +130,14 @@ async fn serve(State(state): State<RecorderState>, body: Bytes) -> Response {
 // ---------------------------------------------------------------------------------------
 
 /// One replica's own ops port and latch file, beside the shared rig.
-pub struct Replica {
+pub(crate) struct Replica {
     pub ops: u16,
     dir: tempfile::TempDir,
     pub config: String,
 }
 
 impl Replica {
-    pub fn new(rig: &Rig, etcd: &EtcdPeer, mcp_url: &str, extra: &str) -> Replica {
+    pub(crate) fn new(rig: &Rig, etcd: &EtcdPeer, mcp_url: &str, extra: &str) -> Replica {
         let dir = tempfile::tempdir().unwrap();
         let ops = distinct_port(rig.ops_port);
         let coordination = format!(
@@ -163,7 +163,7 @@ impl Replica {
 
     /// Starts the replica and waits for its own "ops listener ready" line (not for
     /// `/livez`: another process may answer on a port taken meanwhile).
-    pub async fn spawn(&self) -> Gateway {
+    pub(crate) async fn spawn(&self) -> Gateway {
         let mut gw = Gateway::run(&self.config);
         let deadline = Instant::now() + BOUND;
         while !gw.stderr().contains("ops listener ready") {
@@ -180,7 +180,7 @@ impl Replica {
         path
     }
 
-    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
+    pub(crate) async fn get(&self, path: &str) -> Option<(u16, String)> {
         let resp = http_client()
             .get(format!("http://127.0.0.1:{}{path}", self.ops))
             .send()
@@ -190,19 +190,19 @@ impl Replica {
         Some((code, resp.text().await.ok()?))
     }
 
-    pub async fn status(&self) -> Value {
+    pub(crate) async fn status(&self) -> Value {
         let (_, body) = self.get("/status").await.unwrap_or_default();
         serde_json::from_str(&body).unwrap_or(Value::Null)
     }
 
-    pub async fn role(&self) -> String {
+    pub(crate) async fn role(&self) -> String {
         self.status().await["coordination"]["role"]
             .as_str()
             .unwrap_or("")
             .to_owned()
     }
 
-    pub async fn wait_role(&self, role: &str) {
+    pub(crate) async fn wait_role(&self, role: &str) {
         let deadline = Instant::now() + BOUND;
         loop {
             let status = self.status().await;
@@ -218,7 +218,7 @@ impl Replica {
         }
     }
 
-    pub async fn instance(&self) -> String {
+    pub(crate) async fn instance(&self) -> String {
         self.status().await["coordination"]["holder"]
             .as_str()
             .unwrap_or("")
@@ -297,7 +297,7 @@ impl Pair {
     }
 }
 
-pub fn call(rig: &Rig, tool: &str, marker: &str, ms: u64) -> String {
+pub(crate) fn call(rig: &Rig, tool: &str, marker: &str, ms: u64) -> String {
     rig.sim.enqueue(tunnelgate_sim::NewCommand::jsonrpc(json!({
         "jsonrpc": "2.0", "id": format!("rpc-{marker}"), "method": "tools/call",
         "params": {"name": tool, "arguments": {"marker": marker, "ms": ms}}
@@ -318,7 +318,7 @@ fn poll_runs(rig: &Rig) -> Vec<String> {
 }
 
 /// The terminal response types posted for `id`.
-pub fn terminal_types(rig: &Rig, id: &str) -> Vec<String> {
+pub(crate) fn terminal_types(rig: &Rig, id: &str) -> Vec<String> {
     rig.sim
         .record()
         .responses_for(id)
@@ -328,7 +328,7 @@ pub fn terminal_types(rig: &Rig, id: &str) -> Vec<String> {
 }
 
 /// No two served calls overlap: sorted by start, each starts after the previous ended.
-pub fn assert_no_overlap(calls: &[(Instant, Option<Instant>, String)]) {
+pub(crate) fn assert_no_overlap(calls: &[(Instant, Option<Instant>, String)]) {
     let mut sorted = calls.to_vec();
     sorted.sort_by_key(|c| c.0);
     for pair in sorted.windows(2) {

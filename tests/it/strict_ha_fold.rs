@@ -115,9 +115,10 @@ async fn settled(replica: &Replica) -> f64 {
 /// The request ids of the intents in etcd now.
 async fn intents(etcd: &EtcdPeer) -> Vec<String> {
     let prefix = format!("/tunnelgate/{TUNNEL}/intents/");
-    let kvs = crate::etcd_client::client(etcd).get_prefix(&prefix).await.unwrap();
-    kvs.into_iter()
-        .map(|kv| kv.key.trim_start_matches(&prefix).to_owned())
+    etcd.keys_under(&prefix)
+        .await
+        .into_iter()
+        .map(|key| key.trim_start_matches(&prefix).to_owned())
         .collect()
 }
 

@@ -167,10 +167,9 @@ async fn etcd_killed_and_restarted_while_settles_fail_leaves_no_intent_and_the_h
     assert_eq!(metric(&a, "tunnelgate_coordination_unsettled_intents").await, Some(0.0));
     // The last acknowledged command's delete rides the next record or, with none, is
     // written alone after a short idle wait: nothing stays.
-    let etcd_client = crate::etcd_client::client(&etcd);
     let prefix = format!("/tunnelgate/{TUNNEL}/intents/");
     wait_until("no intent left in etcd", BOUND, || async {
-        etcd_client.get_prefix(&prefix).await.unwrap().is_empty()
+        etcd.keys_under(&prefix).await.is_empty()
     })
     .await;
 

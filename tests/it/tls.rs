@@ -4,7 +4,7 @@
 //! simulator. Each problem fails with its named error, `doctor` reports it, and a
 //! certificate rewritten in place is presented by the next connection.
 
-pub mod pki;
+pub(crate) mod pki;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,10 +1,13 @@
-//! The gateway's JSON, both ways, without an etcd (the real one is in tests/it/etcd_client.rs).
+//! The gateway's JSON, both ways, without an etcd; against a real one in [`real`].
+
+mod peer;
+mod real;
 
 use std::time::Duration;
 
 use serde_json::json;
 
-use super::wire::{self, WatchMessage};
+use super::wire::{self, prefix_end, WatchMessage};
 use super::*;
 
 fn b64(text: &str) -> String {

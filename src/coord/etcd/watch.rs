@@ -11,7 +11,7 @@ use crate::egress::client::Answer;
 /// It ends (`None`) when the stream ends: etcd stopped, the connection closed, or after
 /// an error was returned. Nothing notices a stream that merely goes quiet (a frozen etcd):
 /// the lease keep-alives of the coordination layer do.
-pub struct Watch {
+pub(crate) struct Watch {
     /// `None` once the stream ended or failed.
     response: Option<Answer>,
     /// Bytes of the message not yet complete.
@@ -60,7 +60,7 @@ impl Watch {
     ///
     /// Cancel-safe: bytes read so far stay in the watch, and no batch is lost when the
     /// future is dropped.
-    pub async fn next(&mut self) -> Option<Result<Vec<WatchEvent>, EtcdError>> {
+    pub(crate) async fn next(&mut self) -> Option<Result<Vec<WatchEvent>, EtcdError>> {
         loop {
             match self.message().await? {
                 Ok(WatchMessage::Events(events)) => return Some(Ok(events)),

@@ -23,14 +23,14 @@ use super::EtcdError;
 
 /// A lease granted by etcd: its id and the TTL etcd chose (at least etcd's minimum).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease {
+pub(crate) struct Lease {
     pub id: i64,
     pub ttl: Duration,
 }
 
 /// What `maintenance/status` says, and which configured endpoint said it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EtcdStatus {
+pub(crate) struct EtcdStatus {
     /// The etcd server's version, e.g. `3.4.23`.
     pub version: String,
     /// The member id of the cluster's current raft leader (0: none known).
@@ -44,7 +44,7 @@ pub struct EtcdStatus {
 /// One key and its value, with etcd's bookkeeping. A key that is not valid UTF-8 is
 /// read lossily (this client only writes UTF-8 keys).
 #[derive(Clone, PartialEq, Eq)]
-pub struct KeyValue {
+pub(crate) struct KeyValue {
     pub key: String,
     pub value: Vec<u8>,
     pub create_revision: i64,
@@ -56,34 +56,43 @@ pub struct KeyValue {
 
 /// A transaction: if every `compare` holds, `success` runs, else `failure`; atomically.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Txn {
+pub(crate) struct Txn {
     pub compare: Vec<Compare>,
     pub success: Vec<Op>,
     pub failure: Vec<Op>,
 }
 
 /// One condition of a [`Txn`] on a key: `target(key) op operand`. A missing key has
-/// create revision, mod revision, version and lease 0.
+/// create revision, mod revision, version and lease 0. The coordination compares create
+/// revisions for equality only; the rest of etcd's compares, which the client's tests
+/// (against a real etcd too) exercise, exist in test builds alone.
 #[derive(Clone, PartialEq, Eq)]
-pub enum Compare {
+pub(crate) enum Compare {
     CreateRevision(String, CmpOp, i64),
+    #[cfg(test)]
     ModRevision(String, CmpOp, i64),
+    #[cfg(test)]
     Version(String, CmpOp, i64),
+    #[cfg(test)]
     Value(String, CmpOp, Vec<u8>),
+    #[cfg(test)]
     Lease(String, CmpOp, i64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CmpOp {
+pub(crate) enum CmpOp {
     Equal,
+    #[cfg(test)]
     NotEqual,
+    #[cfg(test)]
     Greater,
+    #[cfg(test)]
     Less,
 }
 
 /// One operation of a [`Txn`] branch. `prefix` ranges over every key starting with `key`.
 #[derive(Clone, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Put {
         key: String,
         value: Vec<u8>,
@@ -101,7 +110,7 @@ pub enum Op {
 
 /// The answer to a [`Txn`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TxnResponse {
+pub(crate) struct TxnResponse {
     /// Whether every compare held (so `success` ran).
     pub succeeded: bool,
     /// The store's revision after the transaction.
@@ -111,14 +120,14 @@ pub struct TxnResponse {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WatchKind {
+pub(crate) enum WatchKind {
     Put,
     Delete,
 }
 
 /// One change seen by a watch. A delete carries the key and its `mod_revision` only.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WatchEvent {
+pub(crate) struct WatchEvent {
     pub kind: WatchKind,
     pub kv: KeyValue,
 }
@@ -137,7 +146,7 @@ pub(super) enum WatchMessage {
 /// The `range_end` that makes a range cover every key starting with `key`: `key` with
 /// trailing `0xff` bytes removed and its last byte incremented. A key of only `0xff`
 /// bytes (or an empty one) gives `[0]`, which etcd reads as "every key from `key` on".
-pub fn prefix_end(key: &str) -> Vec<u8> {
+pub(crate) fn prefix_end(key: &str) -> Vec<u8> {
     let mut end = key.as_bytes().to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -152,8 +161,11 @@ impl CmpOp {
     fn wire(self) -> &'static str {
         match self {
             CmpOp::Equal => "EQUAL",
+            #[cfg(test)]
             CmpOp::NotEqual => "NOT_EQUAL",
+            #[cfg(test)]
             CmpOp::Greater => "GREATER",
+            #[cfg(test)]
             CmpOp::Less => "LESS",
         }
     }
@@ -176,14 +188,18 @@ impl fmt::Debug for Compare {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Compare::CreateRevision(k, op, n) => f.debug_tuple("CreateRevision").field(k).field(op).field(n).finish(),
+            #[cfg(test)]
             Compare::ModRevision(k, op, n) => f.debug_tuple("ModRevision").field(k).field(op).field(n).finish(),
+            #[cfg(test)]
             Compare::Version(k, op, n) => f.debug_tuple("Version").field(k).field(op).field(n).finish(),
+            #[cfg(test)]
             Compare::Value(k, op, v) => f
                 .debug_tuple("Value")
                 .field(k)
                 .field(op)
                 .field(&Hidden(v.len()))
                 .finish(),
+            #[cfg(test)]
             Compare::Lease(k, op, n) => f.debug_tuple("Lease").field(k).field(op).field(n).finish(),
         }
     }
@@ -278,9 +294,13 @@ pub(super) fn watch_request(key: &str, prefix: bool, start_revision: Option<i64>
 fn compare_json(compare: &Compare) -> Value {
     let (key, op, target, field, operand) = match compare {
         Compare::CreateRevision(k, op, n) => (k, op, "CREATE", "create_revision", n.to_string()),
+        #[cfg(test)]
         Compare::ModRevision(k, op, n) => (k, op, "MOD", "mod_revision", n.to_string()),
+        #[cfg(test)]
         Compare::Version(k, op, n) => (k, op, "VERSION", "version", n.to_string()),
+        #[cfg(test)]
         Compare::Value(k, op, v) => (k, op, "VALUE", "value", b64(v)),
+        #[cfg(test)]
         Compare::Lease(k, op, n) => (k, op, "LEASE", "lease", n.to_string()),
     };
     let mut body = json!({ "key": b64(key.as_bytes()), "target": target, "result": op.wire() });

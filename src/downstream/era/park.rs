@@ -24,7 +24,7 @@ use crate::telemetry::EraHeldEnd;
 
 /// A held call that ended with no caller told: what a delivery receipt keeps of it.
 #[derive(Clone, Debug)]
-pub struct HeldEnded {
+pub(crate) struct HeldEnded {
     /// The command that started the call (the first of its rounds).
     pub request_id: Option<String>,
     pub channel: String,
@@ -37,7 +37,7 @@ pub struct HeldEnded {
 
 impl HeldEnded {
     /// The gateway's words for it.
-    pub fn words(&self) -> &'static str {
+    pub(crate) fn words(&self) -> &'static str {
         match self.end {
             EraHeldEnd::Expired => "the MCP server asked for input during this call and the caller never continued it within park_timeout: the request was dismissed and the call's result reached no caller",
             EraHeldEnd::Lost | EraHeldEnd::Answered => "the MCP server asked for input during this call and ended while the call was parked: its effect is unknown",

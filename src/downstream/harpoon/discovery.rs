@@ -125,7 +125,7 @@ impl HarpoonTransport {
     /// metadata, fetched from `source`) and its first authorization server's metadata,
     /// fetched by `deadline`. Errors are logged, never returned: the discovery's answer
     /// is posted whatever happens here.
-    pub async fn register_discovery(
+    pub(crate) async fn register_discovery(
         &self,
         admission: &Admission,
         mcp_url: &str,

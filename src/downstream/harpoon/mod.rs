@@ -50,11 +50,11 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The reserved channel name.
-pub const HARPOON_CHANNEL: &str = "harpoon";
+pub(crate) const HARPOON_CHANNEL: &str = "harpoon";
 
 /// Which discovered hosts count as private (upstream's classifier).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostClassifier {
+pub(crate) struct HostClassifier {
     pub loopback: bool,
     pub private: bool,
     /// Lower-case, each with a leading `.`.
@@ -63,7 +63,7 @@ pub struct HostClassifier {
 
 /// What the channel is built from (`[harpoon]`).
 #[derive(Clone, Debug)]
-pub struct HarpoonSettings {
+pub(crate) struct HarpoonSettings {
     /// Configured targets: label, URL, description.
     pub targets: Vec<(String, String, String)>,
     /// Configured template targets (`call_target_template`), validated by the loader.
@@ -86,7 +86,7 @@ pub struct HarpoonSettings {
 
 /// Why the channel could not be built.
 #[derive(Debug, thiserror::Error)]
-pub enum HarpoonSetupError {
+pub(crate) enum HarpoonSetupError {
     #[error("harpoon.targets[{index}].{field} ({label}) {problem}")]
     Target {
         index: usize,
@@ -116,7 +116,7 @@ struct Inner {
 
 /// The `harpoon` channel. Clones share everything.
 #[derive(Clone)]
-pub struct HarpoonTransport {
+pub(crate) struct HarpoonTransport {
     inner: Arc<Inner>,
 }
 
@@ -127,7 +127,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl HarpoonTransport {
     /// The channel with its configured targets (validated again here: a target the
     /// registry refuses is an error naming it). `routable` is set while a target exists.
-    pub fn new(
+    pub(crate) fn new(
         settings: HarpoonSettings,
         routable: Arc<AtomicBool>,
         metrics: Arc<Metrics>,
@@ -166,17 +166,17 @@ impl HarpoonTransport {
     }
 
     /// The flag [`Self::is_routable`] reads, for the control client's server-info.
-    pub fn routable_flag(&self) -> Arc<AtomicBool> {
+    pub(crate) fn routable_flag(&self) -> Arc<AtomicBool> {
         self.inner.routable.clone()
     }
 
     /// Whether a target exists (the channel is routable and advertised).
-    pub fn is_routable(&self) -> bool {
+    pub(crate) fn is_routable(&self) -> bool {
         self.inner.routable.load(Ordering::Acquire)
     }
 
     /// Answers one JSON-RPC message.
-    pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>) -> LegResult {
+    pub(crate) async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>) -> LegResult {
         server::answer(self, admission, req).await
     }
 
@@ -185,7 +185,7 @@ impl HarpoonTransport {
     }
 
     /// The targets as `/status` and the page show them: label, category and origin.
-    pub fn targets(&self) -> Vec<TargetView> {
+    pub(crate) fn targets(&self) -> Vec<TargetView> {
         let exact: Vec<TargetView> = lock(&self.inner.registry)
             .targets()
             .iter()
@@ -210,7 +210,10 @@ impl HarpoonTransport {
 
     /// `doctor`'s check of every target: each answers a `HEAD` (or `GET`) within
     /// `timeout`. Returns the label, the origin and the status or the problem in words.
-    pub async fn probe_targets(&self, timeout: std::time::Duration) -> Vec<(String, String, Result<u16, String>)> {
+    pub(crate) async fn probe_targets(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Vec<(String, String, Result<u16, String>)> {
         let mut targets: Vec<(String, String, String)> = self
             .registry()
             .targets()
@@ -231,7 +234,7 @@ impl HarpoonTransport {
         futures_util::future::join_all(probes).await
     }
 
-    pub fn status(&self) -> ChannelStatus {
+    pub(crate) fn status(&self) -> ChannelStatus {
         ChannelStatus {
             channel: HARPOON_CHANNEL.to_owned(),
             transport: TransportKind::Builtin,

@@ -82,7 +82,11 @@ impl HttpTransport {
     /// # Cancel safety
     /// Cancel-safe: every request is a read (or the empty-body probe) that cannot act on
     /// the MCP server, so dropping the future loses nothing but the answer.
-    pub async fn discover(&self, admission: &Admission, deadline: Instant) -> Result<Discovered, DiscoveryFailure> {
+    pub(crate) async fn discover(
+        &self,
+        admission: &Admission,
+        deadline: Instant,
+    ) -> Result<Discovered, DiscoveryFailure> {
         let client = self.clients().map_err(|_| DiscoveryFailure::Unreachable)?;
         let mut candidates = Vec::new();
         let probe_deadline = deadline.min(Instant::now() + PROBE_BOUND);

@@ -49,7 +49,7 @@ use crate::telemetry::{ContinuationRefusal, EraHandling, EraHeldEnd, TaskKind};
 
 /// What the era bridge of an HTTP channel did, for the gateway's metrics and receipts.
 #[derive(Debug)]
-pub enum EraEvent {
+pub(crate) enum EraEvent {
     /// A 2026-07-28 caller's request, by what the bridge did with it.
     Request(EraHandling),
     /// A held call parked (`+1`) or left its park (`-1`).
@@ -65,7 +65,7 @@ pub enum EraEvent {
 }
 
 /// Where a channel tells its [`EraEvent`]s.
-pub type EraObserver = Arc<dyn Fn(EraEvent) + Send + Sync>;
+pub(crate) type EraObserver = Arc<dyn Fn(EraEvent) + Send + Sync>;
 
 /// Held calls in flight at once on a channel's own admissions (one may be asked at a
 /// time; the others are exchanges still ending, or the standalone stream).
@@ -194,7 +194,7 @@ pub(super) struct HeldRequest<'a> {
 impl HttpTransport {
     /// The flag that says the era bridge keeps a caller's state in this process (see
     /// [`Holding`]): the control client declares the channel process-affine while it is set.
-    pub fn affinity_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+    pub(crate) fn affinity_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
         self.inner.holding.affine.clone()
     }
 
@@ -211,7 +211,7 @@ impl HttpTransport {
     }
 
     /// Sets where the era bridge tells what it did (once; later calls are ignored).
-    pub fn observe_era(&self, observer: EraObserver) {
+    pub(crate) fn observe_era(&self, observer: EraObserver) {
         let _ = self.inner.holding.observer.set(observer);
     }
 

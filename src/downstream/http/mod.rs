@@ -60,7 +60,7 @@ use crate::supervisor::Supervisor;
 
 /// Bounds for one channel's HTTP legs.
 #[derive(Clone, Debug)]
-pub struct HttpSettings {
+pub(crate) struct HttpSettings {
     /// TCP connect (and TLS handshake) bound.
     pub connect_timeout: Duration,
     /// Whole-leg bound when the command's own deadline is later or absent.
@@ -72,7 +72,7 @@ pub struct HttpSettings {
 /// How a channel's requests leave: its proxy rules and, instead, a unix domain socket
 /// (which is always reached directly, keeping the URL's host as `Host`).
 #[derive(Clone, Debug)]
-pub struct HttpEgress {
+pub(crate) struct HttpEgress {
     pub proxy: ProxySetting,
     pub socket: Option<PathBuf>,
     /// The channel's TLS configuration (`mcp.tls`, the channel's `tls`, from
@@ -84,7 +84,8 @@ pub struct HttpEgress {
 
 impl HttpEgress {
     /// Straight to the URL's host: no proxy, no socket.
-    pub fn direct() -> Self {
+    #[cfg(test)]
+    pub(crate) fn direct() -> Self {
         Self {
             proxy: ProxySetting::Off,
             socket: None,
@@ -104,9 +105,11 @@ impl HttpEgress {
 /// Why a channel's transport could not be built. Messages never include the URL (it may
 /// carry credentials); the channel is a field, for callers that report it.
 #[derive(Debug, thiserror::Error)]
-pub enum HttpSetupError {
+pub(crate) enum HttpSetupError {
     #[error("the MCP server URL is not a valid URL")]
     InvalidUrl { channel: String },
+    /// [`HttpTransport::from_text`]'s (test builds only).
+    #[cfg(test)]
     #[error("the MCP server URL must use http or https")]
     UnsupportedScheme { channel: String },
     #[error("the HTTP client could not be built")]
@@ -125,7 +128,8 @@ pub enum HttpSetupError {
 
 impl HttpSetupError {
     /// Stable label for logs.
-    pub fn kind(&self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::InvalidUrl { .. } => "invalid_url",
             Self::UnsupportedScheme { .. } => "unsupported_scheme",
@@ -137,7 +141,7 @@ impl HttpSetupError {
 
 /// The Streamable HTTP transport of one channel. Cheap to clone: clones share the pool.
 #[derive(Clone)]
-pub struct HttpTransport {
+pub(crate) struct HttpTransport {
     inner: Arc<Inner>,
 }
 
@@ -183,12 +187,13 @@ impl HttpTransport {
     /// (WHATWG) is not the configuration's, so the text is converted here, once; a URL
     /// the configuration accepts and WHATWG does not (say, host `1.2.3.999`) is
     /// [`HttpSetupError::InvalidUrl`].
-    pub fn new(channel: &str, url: &HttpUrl, settings: HttpSettings) -> Result<Self, HttpSetupError> {
+    #[cfg(test)]
+    pub(crate) fn new(channel: &str, url: &HttpUrl, settings: HttpSettings) -> Result<Self, HttpSetupError> {
         Self::with_egress(channel, url, settings, HttpEgress::direct())
     }
 
     /// [`HttpTransport::new`], leaving as `egress` says (the channel's proxy or socket).
-    pub fn with_egress(
+    pub(crate) fn with_egress(
         channel: &str,
         url: &HttpUrl,
         settings: HttpSettings,
@@ -201,8 +206,9 @@ impl HttpTransport {
     }
 
     /// Builds the channel's transport for a URL given as text that did not come through
-    /// the configuration (an embedder's own). It must be `http` or `https`, with a host.
-    pub fn from_text(channel: &str, url: &str, settings: HttpSettings) -> Result<Self, HttpSetupError> {
+    /// the configuration (the tests' own). It must be `http` or `https`, with a host.
+    #[cfg(test)]
+    pub(crate) fn from_text(channel: &str, url: &str, settings: HttpSettings) -> Result<Self, HttpSetupError> {
         let invalid = || HttpSetupError::InvalidUrl {
             channel: channel.to_owned(),
         };
@@ -260,7 +266,7 @@ impl HttpTransport {
     /// The channel's configured headers, sent on its every request unless the caller
     /// sent the same name (see [`configured`]). Call it on a new transport, before it is
     /// cloned.
-    pub fn with_headers(mut self, headers: HeaderMap) -> Self {
+    pub(crate) fn with_headers(mut self, headers: HeaderMap) -> Self {
         Arc::get_mut(&mut self.inner)
             .expect("a transport gets its headers before it is cloned")
             .configured = headers;
@@ -270,7 +276,7 @@ impl HttpTransport {
     /// The server's era as configured (`auto` by default): a 2026-07-28 caller's request to
     /// a handshake-era server is bridged ([`bridge`]). Call it on a new transport, before
     /// it is cloned.
-    pub fn with_era(mut self, era: EraSetting) -> Self {
+    pub(crate) fn with_era(mut self, era: EraSetting) -> Self {
         Arc::get_mut(&mut self.inner)
             .expect("a transport gets its era before it is cloned")
             .era = era;
@@ -280,7 +286,7 @@ impl HttpTransport {
     /// How the era bridge holds a 2026-07-28 caller's call while a handshake-era server
     /// asks for input (`parks` off: never, as in strict mode), and the supervisor of the
     /// tasks that read a held call on. Call it on a new transport, before it is cloned.
-    pub fn with_input_required(mut self, settings: InputRequiredSettings, supervisor: Supervisor) -> Self {
+    pub(crate) fn with_input_required(mut self, settings: InputRequiredSettings, supervisor: Supervisor) -> Self {
         Arc::get_mut(&mut self.inner)
             .expect("a transport gets its input_required settings before it is cloned")
             .holding = held::Holding::new(settings, Some(supervisor));
@@ -290,7 +296,7 @@ impl HttpTransport {
     /// The origins OAuth discovery may read besides the server's own
     /// (`mcp.oauth_trusted_origins`, canonical). Call it on a new transport, before it is
     /// cloned.
-    pub fn with_trusted_origins(mut self, origins: Vec<String>) -> Self {
+    pub(crate) fn with_trusted_origins(mut self, origins: Vec<String>) -> Self {
         Arc::get_mut(&mut self.inner)
             .expect("a transport gets its trusted origins before it is cloned")
             .trust
@@ -299,7 +305,7 @@ impl HttpTransport {
     }
 
     /// Sets who is told when discovery leaves a metadata URL unread for its origin (once).
-    pub fn observe_untrusted_origins(&self, refused: Arc<dyn Fn() + Send + Sync>) {
+    pub(crate) fn observe_untrusted_origins(&self, refused: Arc<dyn Fn() + Send + Sync>) {
         let _ = self.inner.trust.refused.set(refused);
     }
 
@@ -308,7 +314,12 @@ impl HttpTransport {
     ///
     /// # Cancel safety
     /// As [`HttpTransport::call_plain`].
-    pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
+    pub(crate) async fn call(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+    ) -> LegResult {
         if req.payload.is_reply() {
             if let Some(ack) = self.inner.up_waiters.take(req.payload) {
                 return LegResult::answered(ack);
@@ -382,7 +393,7 @@ impl HttpTransport {
     ///
     /// # Cancel safety
     /// As for [`call`](Self::call): dropping it after the send began is `abandoned`.
-    pub async fn terminate_session(
+    pub(crate) async fn terminate_session(
         &self,
         admission: &Admission,
         headers: &WireHeaders,
@@ -399,17 +410,17 @@ impl HttpTransport {
     /// Drops the pool: idle connections close now, in-flight ones when their leg ends, and
     /// the next leg connects afresh.
     /// The channel's MCP URL.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         self.inner.url.as_str()
     }
 
-    pub fn close_connections(&self) {
+    pub(crate) fn close_connections(&self) {
         *lock(&self.inner.client) = None;
     }
 
     /// `/status` view: `up` turns false when a leg fails to connect (DNS, TCP, TLS) and
     /// true again when a leg reaches the server.
-    pub fn status(&self) -> ChannelStatus {
+    pub(crate) fn status(&self) -> ChannelStatus {
         let (era_setting, era) = self.era_status();
         ChannelStatus {
             channel: self.inner.channel.clone(),
@@ -433,7 +444,7 @@ impl HttpTransport {
     }
 
     /// The problem of the last failed TLS handshake of this channel, in words.
-    pub fn last_tls_problem(&self) -> Option<String> {
+    pub(crate) fn last_tls_problem(&self) -> Option<String> {
         lock(&self.inner.tls_problem).clone()
     }
 
@@ -478,7 +489,7 @@ mod exchange;
 mod headers;
 mod held;
 mod listen;
-pub use self::held::{EraEvent, EraObserver};
+pub(crate) use self::held::{EraEvent, EraObserver};
 mod request;
 mod send;
 mod session;

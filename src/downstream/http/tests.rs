@@ -839,7 +839,10 @@ async fn a_connect_with_no_descriptor_left_is_local_exhaustion_and_not_sent() {
     let result = timeout(TEST_BOUND, call_admitted(&t, &admission, &tx)).await.unwrap();
     drop(table);
     let failure = result.failure.clone().expect("a failed leg");
-    assert_eq!(failure.caller_message(), crate::downstream::LOCAL_EXHAUSTION_MESSAGE);
+    assert_eq!(
+        failure.caller_message(),
+        crate::downstream::outcome::LOCAL_EXHAUSTION_MESSAGE
+    );
     assert!(resp_json(&result).contains("too many open files in the gateway"));
     let sent = if admission.is_sent() { "sent" } else { "unsent" };
     exhausted::report(&format!("{} {} {sent}", failure.kind(), result.outcome.as_str()));

@@ -60,7 +60,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{getpgrp, getpid, getppid, Pid};
 
 /// The hidden subcommand (handled before the command line is parsed: not in `--help`).
-pub const SUBCOMMAND: &str = "__stdio-guard";
+pub(crate) const SUBCOMMAND: &str = "__stdio-guard";
 /// What the kernel sends the guard when its parent goes. Not SIGTERM, which a graceful
 /// stop sends to the group; not SIGKILL, which would leave the guard no time to act.
 const PARENT_DEATH: Signal = Signal::SIGUSR1;
@@ -108,7 +108,7 @@ enum Ended {
 /// Called first thing by `main`: runs the guard when this process was started as one and
 /// returns its exit code; otherwise records that this binary runs guards (the stdio
 /// channels then start their children through it) and returns `None`.
-pub fn dispatch() -> Option<ExitCode> {
+pub(crate) fn dispatch() -> Option<ExitCode> {
     let mut argv = std::env::args_os().skip(1);
     if argv.next().as_deref() != Some(SUBCOMMAND.as_ref()) {
         DISPATCHED.store(true, Ordering::Relaxed);

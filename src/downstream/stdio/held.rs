@@ -44,15 +44,15 @@ use crate::strict::Admission;
 use crate::supervisor::TaskEnd;
 use crate::telemetry::{EraHeldEnd, TaskKind};
 
-pub use crate::downstream::era::park::HeldEnded;
+pub(crate) use crate::downstream::era::park::HeldEnded;
 
 /// Where a channel reports its held calls that ended with no caller told.
-pub type HeldObserver = Arc<dyn Fn(HeldEnded) + Send + Sync>;
+pub(crate) type HeldObserver = Arc<dyn Fn(HeldEnded) + Send + Sync>;
 
 /// How the era bridge holds calls on one stdio channel
 /// (`mcp.channels.NAME.input_required`).
 #[derive(Clone, Debug)]
-pub struct InputRequiredSettings {
+pub(crate) struct InputRequiredSettings {
     /// Whether calls are held across input rounds at all (never in strict mode).
     pub parks: bool,
     /// How long a parked call waits for the caller's retry.

@@ -43,7 +43,7 @@ mod bridge;
 mod call;
 mod child;
 mod env;
-pub mod guard;
+pub(crate) mod guard;
 mod held;
 mod lifecycle;
 mod line;
@@ -65,12 +65,12 @@ use std::time::Duration;
 use tokio::time::{sleep_until, timeout, Instant};
 
 use self::child::Child;
-pub use self::child::SessionState;
-pub use self::held::{HeldEnded, HeldObserver, InputRequiredSettings};
+pub(crate) use self::child::SessionState;
+pub(crate) use self::held::{HeldEnded, InputRequiredSettings};
 use self::pipe::{Writer, EXIT_DRAIN};
 #[cfg(test)]
 use self::session::Session;
-pub use self::session::{SessionMode, SessionSettings, DEFAULT_PROTOCOL_VERSION};
+pub(crate) use self::session::{SessionMode, SessionSettings};
 use super::era;
 use super::identity::Observed;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply, TransportKind};
@@ -81,7 +81,7 @@ use crate::telemetry::Metrics;
 
 /// Timing of one stdio channel.
 #[derive(Clone, Debug)]
-pub struct StdioSettings {
+pub(crate) struct StdioSettings {
     /// Bound of one call from its start (waiting for its turn, spawning, writing, the
     /// response); the command's deadline bounds it too, whichever comes first.
     pub request_timeout: Duration,
@@ -123,7 +123,7 @@ impl Default for StdioSettings {
 
 /// One channel's supervised stdio MCP server. Share it behind an `Arc`; up to
 /// `max_concurrent` calls are in flight to the child at once.
-pub struct StdioTransport {
+pub(crate) struct StdioTransport {
     shared: Arc<Shared>,
 }
 
@@ -196,7 +196,7 @@ impl StdioTransport {
     /// A transport for `command` (argv, no shell). Does not spawn. The child's environment
     /// is `PATH`, `HOME`, `LANG`, `LC_ALL`, `TZ`, `TMPDIR`, `USER` from this process (when
     /// set) plus `env`; `TUNNELGATE_*` and `CONTROL_PLANE_*` never pass.
-    pub fn new(
+    pub(crate) fn new(
         channel: &str,
         command: Vec<String>,
         env: BTreeMap<String, String>,
@@ -250,14 +250,14 @@ impl StdioTransport {
 
     /// Tells `observer` of each call the era bridge held that ends with no caller told
     /// (the delivery receipts keep them). Set once; later calls change nothing.
-    pub fn observe_held(&self, observer: held::HeldObserver) {
+    pub(crate) fn observe_held(&self, observer: held::HeldObserver) {
         let _ = self.shared.held_observer.set(observer);
     }
 
     /// Has the child's tasks watched by `supervisor` (an unexpected end is reported to
     /// the gateway). Call before the first use.
     #[must_use]
-    pub fn supervised(mut self, supervisor: Supervisor) -> Self {
+    pub(crate) fn supervised(mut self, supervisor: Supervisor) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.supervisor = supervisor;
         }
@@ -270,7 +270,7 @@ impl StdioTransport {
     /// that `/readyz` and `/status` tell the truth without waiting for a command. A
     /// failure is what a command would have met: [`LegFailure::gateway_step_abandoned`]
     /// tells an `initialize` cut after it was written.
-    pub async fn open(&self, admission: &Admission) -> Result<(), LegFailure> {
+    pub(crate) async fn open(&self, admission: &Admission) -> Result<(), LegFailure> {
         admission.recheck().map_err(|_| LegFailure::NotAdmitted)?;
         let limit = Instant::now() + self.shared.settings.session.timeout;
         self.shared.ensure_open(admission, limit).await.map(|_| ())
@@ -281,7 +281,7 @@ impl StdioTransport {
     ///
     /// # Cancel safety
     /// Cancel-safe: it only watches tokens and timers.
-    pub async fn start_due(&self) -> bool {
+    pub(crate) async fn start_due(&self) -> bool {
         loop {
             let wait = {
                 let st = self.shared.lock();
@@ -310,7 +310,12 @@ impl StdioTransport {
     /// Dropping the future before the write starts sends nothing. Once the write has
     /// started it completes whole in its own task and the request is retired: a dropped
     /// call after that point must be treated as abandoned.
-    pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
+    pub(crate) async fn call(
+        &self,
+        admission: &Admission,
+        req: &DownstreamRequest<'_>,
+        notes: &NotifySink,
+    ) -> LegResult {
         let session = &self.shared.settings.session;
         if session.mode == SessionMode::PassThrough {
             return self.plain_call(admission, req, notes).await;
@@ -353,7 +358,7 @@ impl StdioTransport {
 
     /// stdio has no MCP session: answers `204 session_termination_response` without
     /// touching the child.
-    pub async fn terminate_session(&self, admission: &Admission) -> LegResult {
+    pub(crate) async fn terminate_session(&self, admission: &Admission) -> LegResult {
         if admission.recheck().is_err() {
             return LegResult::failed(LegFailure::NotAdmitted, None, RespType::SessionTerminationResponse);
         }
@@ -369,7 +374,7 @@ impl StdioTransport {
     /// `stop_grace`, SIGKILL the group, then wait (bounded) for the child to be reaped.
     /// Never restarts afterwards. Returns within about four `stop_grace`; a child that
     /// outlives SIGKILL is reported held and reaped in the background.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         let Some(child) = self.shared.stop() else { return };
         let grace = self.shared.settings.stop_grace;
         child.close_stdin();
@@ -387,7 +392,7 @@ impl StdioTransport {
 
     /// Immediately SIGKILLs the process group; nothing is ever spawned again (fatal
     /// latch cleanup). Reaping continues in the background.
-    pub fn kill_now(&self) {
+    pub(crate) fn kill_now(&self) {
         if let Some(child) = self.shared.stop() {
             if !child.released.is_cancelled() {
                 tracing::info!(channel = %self.shared.channel, generation = child.generation, "killing the stdio child's process group");
@@ -399,7 +404,7 @@ impl StdioTransport {
 
     /// `/status` view: `up` while a child runs with its session open (or passed
     /// through), `generation` = spawns so far, `session` where the session stands.
-    pub fn status(&self) -> ChannelStatus {
+    pub(crate) fn status(&self) -> ChannelStatus {
         let st = self.shared.lock();
         let session = st.child.as_ref().map_or(SessionState::Down, |c| c.session_state());
         let started_at = st

@@ -33,7 +33,7 @@ use crate::protocol::McpRevision;
 
 /// The revision the gateway asks for by default: the latest revision with the
 /// `initialize` handshake (2026-07-28 servers are discovered, not initialized).
-pub const DEFAULT_PROTOCOL_VERSION: &str = McpRevision::LATEST_WITH_INITIALIZE.as_str();
+pub(crate) const DEFAULT_PROTOCOL_VERSION: &str = McpRevision::LATEST_WITH_INITIALIZE.as_str();
 
 /// JSON-RPC code of a server that speaks none of the client's revisions (2026-07-28):
 /// the answer of a server that has no `initialize` handshake.
@@ -48,7 +48,7 @@ const NO_CALLER: i64 = -32603;
 /// Who opens a stdio child's MCP session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SessionMode {
+pub(crate) enum SessionMode {
     /// The gateway initializes every child itself and answers callers from the session;
     /// a child that refuses `initialize` as a 2026-07-28 server does is taken as
     /// discovered and passed through.
@@ -60,7 +60,7 @@ pub enum SessionMode {
 
 /// The gateway's own `initialize` (`mcp.channels.NAME.initialize`).
 #[derive(Clone, Debug)]
-pub struct SessionSettings {
+pub(crate) struct SessionSettings {
     pub mode: SessionMode,
     /// The server's era as configured (`mcp.channels.NAME.era`): `auto` detects it by
     /// this handshake, `legacy` requires an `InitializeResult`, `modern` never sends it.

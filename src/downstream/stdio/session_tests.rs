@@ -19,8 +19,9 @@ use super::tests::{
     ANSWER_WITHIN,
 };
 use super::*;
+use crate::downstream::outcome::SESSION_NOT_OPEN_MESSAGE;
 use crate::downstream::test_support::response_json;
-use crate::downstream::{LegOutcome, SESSION_NOT_OPEN_MESSAGE};
+use crate::downstream::LegOutcome;
 use crate::protocol::MCP_SESSION_ID;
 use crate::strict::Fence;
 

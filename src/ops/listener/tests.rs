@@ -123,3 +123,17 @@ async fn bodies_and_oversized_heads_are_refused() {
     assert!(ok.starts_with("HTTP/1.1 200") && ok.ends_with("ok\n"), "{ok}");
     stop.cancel();
 }
+
+/// docs/deploying.md ("Descriptor budget") states the limit and the descriptors the
+/// listener holds at most (`tests/it/ops_flood.rs` reads the limit from there).
+#[test]
+fn the_deployment_guide_states_the_connection_limit_and_the_descriptor_bound() {
+    let guide = include_str!("../../../docs/deploying.md");
+    let guide = guide.split_whitespace().collect::<Vec<_>>().join(" ");
+    for stated in [
+        format!("at most {MAX_CONNECTIONS} connections at a time (`MAX_CONNECTIONS` in `src/ops/listener.rs`;"),
+        format!("So it holds at most {} descriptors", 1 + MAX_CONNECTIONS + 1),
+    ] {
+        assert!(guide.contains(&stated), "docs/deploying.md does not say {stated:?}");
+    }
+}

@@ -15,7 +15,7 @@ struct Fact {
 
 /// `s` with `&`, `<`, `>`, `"` and `'` replaced by entities: safe in text and in quoted
 /// attribute values.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

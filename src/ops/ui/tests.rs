@@ -1,3 +1,4 @@
+use super::render::escape;
 use super::*;
 
 #[test]

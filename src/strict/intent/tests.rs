@@ -28,17 +28,17 @@ fn the_record_sits_beside_the_latch_file() {
 async fn a_recorded_intent_is_found_until_it_is_settled() {
     let d = dir();
     let store = FileIntents::beside(&d.join("latch.json"));
-    assert!(matches!(store.unsettled(), Unsettled::None));
+    assert!(matches!(store.read(), Unsettled::None));
     let intent = Intent::now("req-1", "main", Some("tools/call"), "abcd");
     store.record(&intent).await.unwrap();
-    match store.unsettled() {
+    match store.read() {
         Unsettled::Intent(found) => assert_eq!(found, intent),
         other => panic!("expected the intent, got {other:?}"),
     }
     let text = std::fs::read_to_string(store.path()).unwrap();
     assert!(text.contains("\"schema_version\": 1"), "{text}");
     store.settle().await.unwrap();
-    assert!(matches!(store.unsettled(), Unsettled::None));
+    assert!(matches!(store.read(), Unsettled::None));
     // Settling twice is harmless; the record file stays (settled), padded to whole
     // blocks, and no temporary file is left behind.
     store.settle().await.unwrap();
@@ -48,7 +48,7 @@ async fn a_recorded_intent_is_found_until_it_is_settled() {
     // The next record overwrites it in place and is found again.
     let next = Intent::now("req-2", "main", None, "abcd");
     store.record(&next).await.unwrap();
-    assert!(matches!(store.unsettled(), Unsettled::Intent(i) if i == next));
+    assert!(matches!(store.read(), Unsettled::Intent(i) if i == next));
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -57,7 +57,7 @@ fn a_record_that_does_not_parse_is_unsettled_and_unreadable() {
     let d = dir();
     let store = FileIntents::beside(&d.join("latch.json"));
     std::fs::write(store.path(), b"{ half a record").unwrap();
-    match store.unsettled() {
+    match store.read() {
         Unsettled::Unreadable(e) => assert_eq!(e.kind(), "corrupt"),
         other => panic!("a corrupt record fails closed, got {other:?}"),
     }
@@ -89,7 +89,7 @@ async fn a_record_removed_behind_the_gateways_back_is_written_again() {
     std::fs::remove_file(store.path()).unwrap();
     let again = Intent::now("second", "main", None, "i");
     store.record(&again).await.unwrap();
-    assert!(matches!(store.unsettled(), Unsettled::Intent(i) if i == again));
+    assert!(matches!(store.read(), Unsettled::Intent(i) if i == again));
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -107,11 +107,11 @@ async fn the_file_takes_the_length_of_each_document_the_open_file_remembers_it()
     let long = Intent::now(&"r".repeat(5000), "main", None, "i");
     store.record(&long).await.unwrap();
     assert_eq!(len(), 2 * 4096);
-    assert!(matches!(store.unsettled(), Unsettled::Intent(i) if i == long));
+    assert!(matches!(store.read(), Unsettled::Intent(i) if i == long));
     let short = Intent::now("short", "main", None, "i");
     store.record(&short).await.unwrap();
     assert_eq!(len(), 4096);
-    assert!(matches!(store.unsettled(), Unsettled::Intent(i) if i == short));
+    assert!(matches!(store.read(), Unsettled::Intent(i) if i == short));
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -125,11 +125,11 @@ async fn a_settle_after_the_file_was_removed_leaves_nothing_unsettled() {
     std::fs::remove_file(store.path()).unwrap();
     // Written to the removed file: no record is left at the path, which reads as settled.
     store.settle().await.unwrap();
-    assert!(matches!(store.unsettled(), Unsettled::None));
+    assert!(matches!(store.read(), Unsettled::None));
     // The next record is at the path again.
     let third = Intent::now("third", "main", None, "i");
     store.record(&third).await.unwrap();
-    assert!(matches!(store.unsettled(), Unsettled::Intent(i) if i == third));
+    assert!(matches!(store.read(), Unsettled::Intent(i) if i == third));
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -140,7 +140,7 @@ fn a_fifo_where_the_record_should_be_fails_closed_at_once() {
     let made = std::process::Command::new("mkfifo").arg(store.path()).status().unwrap();
     assert!(made.success());
     // Nobody writes the FIFO: a blocking read would never return.
-    match store.unsettled() {
+    match store.read() {
         Unsettled::Unreadable(e) => {
             assert_eq!(e.kind(), "read");
             assert!(e.to_string().contains("not a regular file"), "{e}");
@@ -164,10 +164,6 @@ impl IntentStore for Shared {
 
     fn settle(&self) -> IntentFuture<'_, Result<(), IntentError>> {
         Box::pin(async { Ok(()) })
-    }
-
-    fn unsettled(&self) -> Unsettled {
-        Unsettled::None
     }
 }
 

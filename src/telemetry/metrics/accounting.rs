@@ -16,7 +16,7 @@ use crate::telemetry::label::{DeliveryKind, DropReason, LabelValue};
 impl Metrics {
     /// Where every received command went, from the counters: each one ends in exactly
     /// one downstream leg outcome or one drop reason.
-    pub fn accounting(&self) -> Accounting {
+    pub(crate) fn accounting(&self) -> Accounting {
         let dropped = DropReason::ALL
             .iter()
             .map(|r| {
@@ -65,7 +65,7 @@ pub struct OutcomeCounts {
 
 impl Metrics {
     /// Every outcome since start, read from the counters (the same series `/metrics` shows).
-    pub fn outcome_counts(&self) -> OutcomeCounts {
+    pub(crate) fn outcome_counts(&self) -> OutcomeCounts {
         let deliveries =
             |kind: DeliveryKind| by_label(&self.delivery.deliveries, "outcome", Some(("kind", kind.as_label())));
         OutcomeCounts {

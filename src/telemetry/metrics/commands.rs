@@ -59,30 +59,30 @@ impl CommandFamilies {
 }
 
 impl Metrics {
-    pub fn command_received(&self, command_type: CommandType) {
+    pub(crate) fn command_received(&self, command_type: CommandType) {
         self.commands
             .commands_received
             .with_label_values(&[command_type.as_label()])
             .inc();
     }
-    pub fn command_dropped(&self, reason: DropReason) {
+    pub(crate) fn command_dropped(&self, reason: DropReason) {
         self.commands
             .commands_dropped
             .with_label_values(&[reason.as_label()])
             .inc();
     }
-    pub fn leg_duration(&self, leg: DurationLeg, seconds: f64) {
+    pub(crate) fn leg_duration(&self, leg: DurationLeg, seconds: f64) {
         self.commands
             .command_duration
             .with_label_values(&[leg.as_label()])
             .observe(seconds);
     }
-    pub fn set_in_flight(&self, n: usize) {
+    pub(crate) fn set_in_flight(&self, n: usize) {
         self.commands
             .commands_in_flight
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
-    pub fn set_queue_depth(&self, n: usize) {
+    pub(crate) fn set_queue_depth(&self, n: usize) {
         self.commands.queue_depth.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 }

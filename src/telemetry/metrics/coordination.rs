@@ -83,7 +83,7 @@ impl CoordinationFamilies {
 impl Metrics {
     /// Creates the coordination series (at zero, role `unavailable`): only a replica with
     /// `coordination.backend = "etcd"` exports them.
-    pub fn coordination_enabled(&self) {
+    pub(crate) fn coordination_enabled(&self) {
         let c = &self.coordination;
         self.coordination_role(CoordinationRole::Unavailable);
         at_zero(&c.renewals, all::<RenewalResult>(), &[]);
@@ -96,17 +96,17 @@ impl Metrics {
     }
 
     /// Intents of acknowledged commands not yet settled in etcd.
-    pub fn coordination_unsettled(&self, n: usize) {
+    pub(crate) fn coordination_unsettled(&self, n: usize) {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
         self.coordination.unsettled.with_label_values::<&str>(&[]).set(n);
     }
 
-    pub fn stepped_down(&self) {
+    pub(crate) fn stepped_down(&self) {
         self.coordination.step_downs.with_label_values::<&str>(&[]).inc();
     }
 
     /// Whether the control plane was reachable at this replica's last look.
-    pub fn control_plane_reachable(&self, reachable: bool) {
+    pub(crate) fn control_plane_reachable(&self, reachable: bool) {
         self.coordination
             .reachable
             .with_label_values::<&str>(&[])
@@ -114,7 +114,7 @@ impl Metrics {
     }
 
     /// This replica's role is now `role`.
-    pub fn coordination_role(&self, role: CoordinationRole) {
+    pub(crate) fn coordination_role(&self, role: CoordinationRole) {
         for r in all::<CoordinationRole>() {
             self.coordination
                 .role
@@ -124,22 +124,22 @@ impl Metrics {
     }
 
     /// The lease holder is now `holder` (`None`: nobody holds it).
-    pub fn coordination_holder(&self, holder: Option<&str>) {
+    pub(crate) fn coordination_holder(&self, holder: Option<&str>) {
         self.coordination.holder.reset();
         if let Some(h) = holder {
             self.coordination.holder.with_label_values(&[h]).set(1);
         }
     }
 
-    pub fn lease_renewed(&self, result: RenewalResult) {
+    pub(crate) fn lease_renewed(&self, result: RenewalResult) {
         self.coordination.renewals.with_label_values(&[result.as_label()]).inc();
     }
 
-    pub fn took_over(&self) {
+    pub(crate) fn took_over(&self) {
         self.coordination.takeovers.with_label_values::<&str>(&[]).inc();
     }
 
-    pub fn intent_op(&self, op: IntentOp, result: IntentOpResult) {
+    pub(crate) fn intent_op(&self, op: IntentOp, result: IntentOpResult) {
         self.coordination
             .intent_ops
             .with_label_values(&[op.as_label(), result.as_label()])

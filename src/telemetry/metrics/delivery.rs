@@ -71,30 +71,30 @@ impl DeliveryFamilies {
 }
 
 impl Metrics {
-    pub fn downstream_finished(&self, transport: impl TransportLabel, outcome: impl LegOutcomeLabel) {
+    pub(crate) fn downstream_finished(&self, transport: impl TransportLabel, outcome: impl LegOutcomeLabel) {
         self.delivery
             .downstream_requests
             .with_label_values(&[transport.as_label(), outcome.as_label()])
             .inc();
     }
-    pub fn delivery_finished(&self, kind: DeliveryKind, outcome: impl DeliveryLabel) {
+    pub(crate) fn delivery_finished(&self, kind: DeliveryKind, outcome: impl DeliveryLabel) {
         self.delivery
             .deliveries
             .with_label_values(&[kind.as_label(), outcome.as_label()])
             .inc();
     }
-    pub fn delivery_attempted(&self, kind: DeliveryKind, result: impl AttemptResultLabel) {
+    pub(crate) fn delivery_attempted(&self, kind: DeliveryKind, result: impl AttemptResultLabel) {
         self.delivery
             .delivery_attempts
             .with_label_values(&[kind.as_label(), result.as_label()])
             .inc();
     }
     /// The control plane refused a terminal response as too large.
-    pub fn response_too_large(&self) {
+    pub(crate) fn response_too_large(&self) {
         self.delivery.responses_too_large.inc();
     }
     /// An MCP server's message of `kind` carried an unpaired surrogate escape and was not posted.
-    pub fn invalid_json_payload(&self, kind: DeliveryKind) {
+    pub(crate) fn invalid_json_payload(&self, kind: DeliveryKind) {
         self.delivery
             .invalid_json_payloads
             .with_label_values(&[kind.as_label()])

@@ -12,11 +12,11 @@ use crate::telemetry::label::LabelValue;
 use crate::telemetry::label_enum;
 
 /// `label` of `harpoon_calls_total` for a call whose label names no target.
-pub const HARPOON_UNKNOWN_LABEL: &str = "__unknown__";
+pub(crate) const HARPOON_UNKNOWN_LABEL: &str = "__unknown__";
 
 label_enum! {
     /// `outcome` of `harpoon_calls_total` (upstream's set).
-    pub enum HarpoonCallOutcome {
+    pub(crate) enum HarpoonCallOutcome {
         /// The target answered (any status).
         Success => "success",
         /// Refused before sending: the arguments, an unknown label, a body over the limit.
@@ -33,7 +33,7 @@ label_enum! {
 label_enum! {
     /// `status_class` of `harpoon_calls_total`: the target's status by its hundreds, or
     /// `none` when there was no answer.
-    pub enum HarpoonStatusClass {
+    pub(crate) enum HarpoonStatusClass {
         Informational => "1xx",
         Successful => "2xx",
         Redirection => "3xx",
@@ -47,7 +47,7 @@ label_enum! {
 
 label_enum! {
     /// `result` of `harpoon_registrations_total`: what registering one discovered record did.
-    pub enum HarpoonRegistrationResult {
+    pub(crate) enum HarpoonRegistrationResult {
         Added => "added",
         Replaced => "replaced",
         Unchanged => "unchanged",
@@ -60,7 +60,7 @@ label_enum! {
 
 label_enum! {
     /// `reason` of `harpoon_refusals_total`.
-    pub enum HarpoonRefusalReason {
+    pub(crate) enum HarpoonRefusalReason {
         UnknownTarget => "unknown_target",
         RequestTooLarge => "request_too_large",
         ResponseTooLarge => "response_too_large",
@@ -124,23 +124,23 @@ impl HarpoonFamilies {
 }
 
 impl Metrics {
-    pub fn harpoon_targets(&self, n: usize) {
+    pub(crate) fn harpoon_targets(&self, n: usize) {
         self.harpoon.targets.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// A call on the target `label` (or [`HARPOON_UNKNOWN_LABEL`]) ended with `outcome`.
-    pub fn harpoon_call(&self, label: &str, outcome: HarpoonCallOutcome, status_class: HarpoonStatusClass) {
+    pub(crate) fn harpoon_call(&self, label: &str, outcome: HarpoonCallOutcome, status_class: HarpoonStatusClass) {
         self.harpoon
             .calls
             .with_label_values(&[label, outcome.as_label(), status_class.as_label()])
             .inc();
     }
 
-    pub fn harpoon_registration(&self, result: HarpoonRegistrationResult) {
+    pub(crate) fn harpoon_registration(&self, result: HarpoonRegistrationResult) {
         self.harpoon.registrations.with_label_values(&[result.as_label()]).inc();
     }
 
-    pub fn harpoon_refused(&self, reason: HarpoonRefusalReason) {
+    pub(crate) fn harpoon_refused(&self, reason: HarpoonRefusalReason) {
         self.harpoon.refusals.with_label_values(&[reason.as_label()]).inc();
     }
 }

@@ -43,28 +43,28 @@ impl HealthReceiptFamilies {
 impl Metrics {
     /// Creates the per-channel receipt series at zero, one per configured channel (every
     /// transport), so that each exists from the first scrape.
-    pub fn channel_receipts_at_zero(&self, channels: &[String]) {
+    pub(crate) fn channel_receipts_at_zero(&self, channels: &[String]) {
         for ch in channels {
             self.health_receipts.channel_last_command.with_label_values(&[ch]);
             self.health_receipts.channel_last_success.with_label_values(&[ch]);
         }
     }
     /// A downstream leg on `channel` ended at `unix_seconds`.
-    pub fn channel_commanded_at(&self, channel: &str, unix_seconds: f64) {
+    pub(crate) fn channel_commanded_at(&self, channel: &str, unix_seconds: f64) {
         self.health_receipts
             .channel_last_command
             .with_label_values(&[channel])
             .set(unix_seconds);
     }
     /// A leg on `channel` was answered and its response acknowledged at `unix_seconds`.
-    pub fn channel_succeeded_at(&self, channel: &str, unix_seconds: f64) {
+    pub(crate) fn channel_succeeded_at(&self, channel: &str, unix_seconds: f64) {
         self.health_receipts
             .channel_last_success
             .with_label_values(&[channel])
             .set(unix_seconds);
     }
     /// The control plane acknowledged a delivery at `unix_seconds`.
-    pub fn delivery_acked_at(&self, unix_seconds: f64) {
+    pub(crate) fn delivery_acked_at(&self, unix_seconds: f64) {
         self.health_receipts.last_acked_delivery.set(unix_seconds);
     }
 }

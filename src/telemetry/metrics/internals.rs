@@ -41,12 +41,12 @@ impl InternalFamilies {
 
 impl Metrics {
     /// A gateway task ended unexpectedly (a panic, or an error it could not handle).
-    pub fn task_failed(&self, task: TaskKind) {
+    pub(crate) fn task_failed(&self, task: TaskKind) {
         self.internals.task_failures.with_label_values(&[task.as_label()]).inc();
     }
 
     /// A command carried a trace context that is not valid W3C: ignored, counted here.
-    pub fn trace_context_invalid(&self, source: TraceContextSource) {
+    pub(crate) fn trace_context_invalid(&self, source: TraceContextSource) {
         self.internals
             .trace_context_invalid
             .with_label_values(&[source.as_label()])

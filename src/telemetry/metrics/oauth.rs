@@ -33,7 +33,7 @@ impl OAuthFamilies {
 
 impl Metrics {
     /// OAuth discovery did not read a metadata URL named by `source`: its origin is not trusted.
-    pub fn oauth_untrusted_origin(&self, source: OAuthOriginSource) {
+    pub(crate) fn oauth_untrusted_origin(&self, source: OAuthOriginSource) {
         self.oauth.untrusted.with_label_values(&[source.as_label()]).inc();
     }
 }

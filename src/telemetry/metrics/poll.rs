@@ -42,18 +42,18 @@ impl PollFamilies {
 }
 
 impl Metrics {
-    pub fn poll_finished(&self, result: PollResult) {
+    pub(crate) fn poll_finished(&self, result: PollResult) {
         self.poll.polls.with_label_values(&[result.as_label()]).inc();
     }
-    pub fn poll_failed(&self, kind: impl PollErrorLabel) {
+    pub(crate) fn poll_failed(&self, kind: impl PollErrorLabel) {
         self.poll.polls.with_label_values(&[PollResult::Error.as_label()]).inc();
         self.poll.poll_errors.with_label_values(&[kind.as_label()]).inc();
     }
-    pub fn poll_succeeded_at(&self, unix_seconds: f64) {
+    pub(crate) fn poll_succeeded_at(&self, unix_seconds: f64) {
         self.poll.last_successful_poll.set(unix_seconds);
     }
     /// An open poll was dropped, its answer not awaited, when polling stopped.
-    pub fn poll_abandoned(&self) {
+    pub(crate) fn poll_abandoned(&self) {
         self.poll.polls_abandoned.inc();
     }
 }

@@ -34,7 +34,7 @@ impl ProbeFamilies {
 
 impl Metrics {
     /// `/readyz`'s answer at this scrape.
-    pub fn set_readiness(&self, ready: bool) {
+    pub(crate) fn set_readiness(&self, ready: bool) {
         self.probes.readiness.set(i64::from(ready));
     }
 }

@@ -39,12 +39,12 @@ impl ReceiptFamilies {
 
 impl Metrics {
     /// `n` delivery receipts reached the journal file.
-    pub fn receipts_written(&self, n: u64) {
+    pub(crate) fn receipts_written(&self, n: u64) {
         self.receipts.written.inc_by(n);
     }
 
     /// `n` delivery receipts were dropped for `reason`.
-    pub fn receipts_dropped(&self, reason: ReceiptDropReason, n: u64) {
+    pub(crate) fn receipts_dropped(&self, reason: ReceiptDropReason, n: u64) {
         self.receipts.dropped.with_label_values(&[reason.as_label()]).inc_by(n);
     }
 }

@@ -123,54 +123,54 @@ impl StdioFamilies {
 impl Metrics {
     /// The era bridge's series of the HTTP channels `channels`, at zero (a stdio
     /// channel's are created with the rest of its series).
-    pub fn era_channels_at_zero(&self, channels: &[String]) {
+    pub(crate) fn era_channels_at_zero(&self, channels: &[String]) {
         self.stdio.era_series_at_zero(channels);
     }
 
-    pub fn stdio_up(&self, channel: &str, up: bool) {
+    pub(crate) fn stdio_up(&self, channel: &str, up: bool) {
         self.stdio.stdio_up.with_label_values(&[channel]).set(i64::from(up));
     }
-    pub fn stdio_restarted(&self, channel: &str) {
+    pub(crate) fn stdio_restarted(&self, channel: &str) {
         self.stdio.stdio_restarts.with_label_values(&[channel]).inc();
     }
     /// A stdio child answered a request that was already retired; the answer was discarded.
-    pub fn stdio_late_response(&self, channel: &str) {
+    pub(crate) fn stdio_late_response(&self, channel: &str) {
         self.stdio.stdio_late_responses.with_label_values(&[channel]).inc();
     }
     /// The gateway's handshake with a stdio child of `channel` ended with `result`.
-    pub fn stdio_session(&self, channel: &str, result: SessionResult) {
+    pub(crate) fn stdio_session(&self, channel: &str, result: SessionResult) {
         self.stdio
             .stdio_sessions
             .with_label_values(&[channel, result.as_label()])
             .inc();
     }
     /// The era bridge handled a 2026-07-28 caller's request on `channel` as `handling`.
-    pub fn era_request(&self, channel: &str, handling: EraHandling) {
+    pub(crate) fn era_request(&self, channel: &str, handling: EraHandling) {
         self.stdio
             .era_requests
             .with_label_values(&[channel, handling.as_label()])
             .inc();
     }
     /// A held call of `channel` parked (`+1`) or left its park (`-1`).
-    pub fn era_parked(&self, channel: &str, delta: i64) {
+    pub(crate) fn era_parked(&self, channel: &str, delta: i64) {
         self.stdio.era_parked.with_label_values(&[channel]).add(delta);
     }
     /// A held call's server asked for input; its caller was answered `input_required`.
-    pub fn era_round(&self, channel: &str) {
+    pub(crate) fn era_round(&self, channel: &str) {
         self.stdio.era_rounds.with_label_values(&[channel]).inc();
     }
     /// A held call of `channel` ended as `end`.
-    pub fn era_held_ended(&self, channel: &str, end: EraHeldEnd) {
+    pub(crate) fn era_held_ended(&self, channel: &str, end: EraHeldEnd) {
         self.stdio.era_held.with_label_values(&[channel, end.as_label()]).inc();
     }
     /// A retry whose held call was gone was refused for `reason`.
-    pub fn era_continuation_refused(&self, channel: &str, reason: ContinuationRefusal) {
+    pub(crate) fn era_continuation_refused(&self, channel: &str, reason: ContinuationRefusal) {
         self.stdio
             .era_refused
             .with_label_values(&[channel, reason.as_label()])
             .inc();
     }
-    pub fn stdio_invalid_line(&self) {
+    pub(crate) fn stdio_invalid_line(&self) {
         self.stdio.stdout_garbage.inc();
     }
 }

@@ -39,10 +39,10 @@ impl StrictFamilies {
 }
 
 impl Metrics {
-    pub fn set_fence_held(&self, held: bool) {
+    pub(crate) fn set_fence_held(&self, held: bool) {
         self.strict.fence_held.set(i64::from(held));
     }
-    pub fn fatal_latched(&self, category: impl FatalCategoryLabel) {
+    pub(crate) fn fatal_latched(&self, category: impl FatalCategoryLabel) {
         let category = category.as_label();
         self.strict.fatal_latched.set(1);
         self.strict.fatal_latches.with_label_values(&[category]).inc();
@@ -51,13 +51,13 @@ impl Metrics {
     }
     /// Sets `fatal_info{category}` to 1 for the latch's category, the only series of
     /// that metric (none exists until the latch is set).
-    pub fn fatal_info(&self, category: impl FatalCategoryLabel) {
+    pub(crate) fn fatal_info(&self, category: impl FatalCategoryLabel) {
         let category = category.as_label();
         self.strict.fatal_info.reset();
         self.strict.fatal_info.with_label_values(&[category]).set(1);
     }
     /// No latch is in force any more (a cluster-wide latch was cleared).
-    pub fn fatal_info_cleared(&self) {
+    pub(crate) fn fatal_info_cleared(&self) {
         self.strict.fatal_info.reset();
     }
 }

@@ -1,6 +1,6 @@
 //! The mechanics of the metric set, with label enums of the tests' own (the real label
-//! sets are wired and pinned in `app::labels`; that a wrong enum does not compile is the
-//! `compile_fail` example on [`Metrics`]).
+//! sets are wired and pinned in `app::labels`, whose tests also hold that a wrong enum
+//! does not compile: see [`Metrics`]).
 
 use super::commands::DURATION_BUCKETS;
 use super::*;

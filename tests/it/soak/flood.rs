@@ -15,23 +15,23 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 /// The gateway's soft and hard descriptor limit during the soak.
-pub const LIMIT: u32 = 1024;
+pub(super) const LIMIT: u32 = 1024;
 /// Descriptors that must stay free under the flood (the command path's headroom).
-pub const HEADROOM: usize = 64;
+pub(super) const HEADROOM: usize = 64;
 /// Connections per wave.
 const WAVE: usize = 1_100;
 /// The pause between two waves.
 const BETWEEN_WAVES: Duration = Duration::from_millis(500);
 
 /// A running flood; [`Flood::stop`] ends it and closes every connection.
-pub struct Flood {
+pub(super) struct Flood {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<FloodReport>,
 }
 
 /// What the flood did.
 #[derive(Debug, Default)]
-pub struct FloodReport {
+pub(super) struct FloodReport {
     /// Whether the gateway's limits were lowered (`prlimit` installed and allowed).
     pub limited: bool,
     pub waves: usize,
@@ -43,7 +43,7 @@ pub struct FloodReport {
 impl Flood {
     /// Lowers `pid`'s descriptor limits and starts the waves against `127.0.0.1:ops`,
     /// their pauses drawn from `seed`.
-    pub async fn start(pid: u32, ops: u16, seed: u64) -> Flood {
+    pub(super) async fn start(pid: u32, ops: u16, seed: u64) -> Flood {
         let limited = tokio::task::spawn_blocking(move || {
             std::process::Command::new("prlimit")
                 .args(["--pid", &pid.to_string(), &format!("--nofile={LIMIT}:{LIMIT}")])
@@ -57,7 +57,7 @@ impl Flood {
         Flood { stop, task }
     }
 
-    pub async fn stop(self) -> FloodReport {
+    pub(super) async fn stop(self) -> FloodReport {
         self.stop.cancel();
         self.task.await.unwrap_or_default()
     }

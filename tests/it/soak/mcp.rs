@@ -32,7 +32,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// What the HTTP server saw, in arrival order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Event {
+pub(super) enum Event {
     /// A connection was accepted.
     Accept,
     /// A whole request was read; the marker it carried ("-" for none).
@@ -40,7 +40,7 @@ pub enum Event {
 }
 
 /// The running server; dropping it stops accepting.
-pub struct McpServer {
+pub(super) struct McpServer {
     pub url: String,
     events: Arc<Mutex<Vec<Event>>>,
     accept: tokio::task::JoinHandle<()>,
@@ -53,7 +53,7 @@ impl Drop for McpServer {
 }
 
 impl McpServer {
-    pub async fn start() -> McpServer {
+    pub(super) async fn start() -> McpServer {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the soak MCP server");
@@ -71,12 +71,12 @@ impl McpServer {
     }
 
     /// Everything seen so far, in order.
-    pub fn events(&self) -> Vec<Event> {
+    pub(super) fn events(&self) -> Vec<Event> {
         self.events.lock().unwrap().clone()
     }
 
     /// The markers of the requests read so far, in order.
-    pub fn markers(&self) -> Vec<String> {
+    pub(super) fn markers(&self) -> Vec<String> {
         self.events()
             .into_iter()
             .filter_map(|e| match e {
@@ -318,7 +318,7 @@ async fn chunk(sock: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
 
 /// What the stdio peer logged: every child start and every request line read, in order.
 #[derive(Clone, Debug, Default)]
-pub struct StdioLog {
+pub(super) struct StdioLog {
     pub spawns: usize,
     /// Markers in arrival order ("-" for requests without one).
     pub markers: Vec<String>,
@@ -327,7 +327,7 @@ pub struct StdioLog {
 }
 
 impl StdioLog {
-    pub fn read(path: &std::path::Path) -> StdioLog {
+    pub(super) fn read(path: &std::path::Path) -> StdioLog {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let mut log = StdioLog::default();
         for line in text.lines() {

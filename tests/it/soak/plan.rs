@@ -15,14 +15,14 @@ use serde_json::{json, Value};
 use tunnelgate_sim::NewCommand;
 
 /// Channel names in the gateway's configuration.
-pub const HTTP: &str = "main";
-pub const REFUSED: &str = "refused";
-pub const STDIO: &str = "pipe";
-pub const NOWHERE: &str = "nowhere";
+pub(super) const HTTP: &str = "main";
+pub(super) const REFUSED: &str = "refused";
+pub(super) const STDIO: &str = "pipe";
+pub(super) const NOWHERE: &str = "nowhere";
 
 /// Where a call goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
+pub(super) enum Route {
     /// The fault-injecting HTTP server.
     Http,
     /// A closed port: every connect is refused.
@@ -33,7 +33,7 @@ pub enum Route {
 
 /// What the MCP server does with a call (carried in `arguments.fault`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Mcp {
+pub(super) enum Mcp {
     /// HTTP: a JSON answer. stdio: an answer.
     Ok,
     /// HTTP: an SSE answer after N log notifications.
@@ -66,7 +66,7 @@ pub enum Mcp {
 
 /// One command of a plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(super) enum Kind {
     Call {
         route: Route,
         mcp: Mcp,
@@ -89,7 +89,7 @@ pub enum Kind {
 
 /// A fault on one response POST attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Post {
+pub(super) enum Post {
     Hold,
     Close,
     Status(u16, bool),
@@ -97,7 +97,7 @@ pub enum Post {
 }
 
 /// How the gateway classifies one POST attempt (`delivery_attempts_total{result}`).
-pub fn attempt_result(post: Option<&Post>) -> &'static str {
+pub(super) fn attempt_result(post: Option<&Post>) -> &'static str {
     match post {
         None | Some(Post::Delay(_)) => "ok",
         Some(Post::Hold) => "timeout",
@@ -108,12 +108,12 @@ pub fn attempt_result(post: Option<&Post>) -> &'static str {
     }
 }
 
-pub fn is_retryable(status: u16) -> bool {
+pub(super) fn is_retryable(status: u16) -> bool {
     matches!(status, 408 | 429 | 502 | 503 | 504)
 }
 
 /// The delivery a last attempt settles (`deliveries_total{outcome}`).
-pub fn delivery_of(result: &str) -> &'static str {
+pub(super) fn delivery_of(result: &str) -> &'static str {
     match result {
         "ok" => "acked",
         "not_found" => "not_found",
@@ -123,7 +123,7 @@ pub fn delivery_of(result: &str) -> &'static str {
 }
 
 /// The strict category a last attempt latches (docs/strict-mode.md's table).
-pub fn category_of(result: &str) -> Option<&'static str> {
+pub(super) fn category_of(result: &str) -> Option<&'static str> {
     match result {
         "ok" => None,
         "not_found" => Some("ack_not_found"),
@@ -140,7 +140,7 @@ pub fn category_of(result: &str) -> Option<&'static str> {
 /// truncated body, 5xx or 408 without a JSON-RPC body, a dying child) latches
 /// `downstream_ambiguous`; an answer past the `response_timeout` `deadline_expired`; a stop
 /// while it runs `stopped_before_ack`; otherwise the last POST attempt decides.
-pub fn derived_category(c: &Cmd, attempts: u32) -> Option<&'static str> {
+pub(super) fn derived_category(c: &Cmd, attempts: u32) -> Option<&'static str> {
     let Kind::Call { mcp, .. } = &c.kind else {
         return None;
     };
@@ -157,7 +157,7 @@ pub fn derived_category(c: &Cmd, attempts: u32) -> Option<&'static str> {
     }
 }
 
-pub fn exit_code_of(category: &str) -> i32 {
+pub(super) fn exit_code_of(category: &str) -> i32 {
     match category {
         "ack_timeout" => 80,
         "ack_connection_lost" => 81,
@@ -173,7 +173,7 @@ pub fn exit_code_of(category: &str) -> i32 {
 }
 
 #[derive(Clone, Debug)]
-pub struct Cmd {
+pub(super) struct Cmd {
     pub index: usize,
     /// Unique per command (and per run): what the MCP servers record.
     pub marker: String,
@@ -189,12 +189,12 @@ pub struct Cmd {
 
 impl Cmd {
     /// The queue order (1-based) the simulator's rules select on.
-    pub fn order(&self) -> u64 {
+    pub(super) fn order(&self) -> u64 {
         self.index as u64 + 1
     }
 
     /// The POST attempt results the gateway should go through, given `attempts` in all.
-    pub fn expected_attempts(&self, attempts: u32) -> Vec<&'static str> {
+    pub(super) fn expected_attempts(&self, attempts: u32) -> Vec<&'static str> {
         let mut out = Vec::new();
         for j in 0..attempts as usize {
             let r = attempt_result(self.post.get(j).and_then(Option::as_ref));
@@ -207,7 +207,7 @@ impl Cmd {
     }
 
     /// Notifications the MCP server sends before its answer (or before the cut).
-    pub fn notes(&self) -> u32 {
+    pub(super) fn notes(&self) -> u32 {
         match &self.kind {
             Kind::Call {
                 route: Route::Http,
@@ -221,7 +221,7 @@ impl Cmd {
     /// delivery of each notification posted. A notification is retried only after a 429
     /// (docs/outcomes.md: "Notification POSTs retry only 429 and failures before the write"); once
     /// one is not acknowledged, the later ones of the command are skipped.
-    pub fn expected_notify(&self, attempts: u32) -> (Vec<&'static str>, Vec<&'static str>) {
+    pub(super) fn expected_notify(&self, attempts: u32) -> (Vec<&'static str>, Vec<&'static str>) {
         let (mut results, mut deliveries) = (Vec::new(), Vec::new());
         let mut i = 0;
         for _ in 0..self.notes() {
@@ -247,7 +247,7 @@ impl Cmd {
 
     /// Whether the gateway posts a terminal answer for it (leaving aside a late call,
     /// which never gets one).
-    pub fn posts(&self) -> bool {
+    pub(super) fn posts(&self) -> bool {
         !matches!(
             self.kind,
             Kind::Expired
@@ -260,7 +260,7 @@ impl Cmd {
     }
 
     /// Whether the request reaches an MCP server when all goes as planned.
-    pub fn reaches_server(&self) -> bool {
+    pub(super) fn reaches_server(&self) -> bool {
         match &self.kind {
             Kind::Call { route, .. } => *route != Route::Refused,
             Kind::Notification | Kind::SessionEnd(_) => true,
@@ -268,7 +268,7 @@ impl Cmd {
         }
     }
 
-    pub fn route(&self) -> Option<Route> {
+    pub(super) fn route(&self) -> Option<Route> {
         match &self.kind {
             Kind::Call { route, .. } => Some(*route),
             Kind::Notification | Kind::SessionEnd(_) => Some(Route::Http),
@@ -276,7 +276,7 @@ impl Cmd {
         }
     }
 
-    pub fn channel(&self) -> &'static str {
+    pub(super) fn channel(&self) -> &'static str {
         match self.route() {
             Some(Route::Http) | None => HTTP,
             Some(Route::Refused) => REFUSED,
@@ -309,7 +309,7 @@ impl Cmd {
     }
 
     /// What the test queues at the simulator.
-    pub fn queued(&self) -> Queued {
+    pub(super) fn queued(&self) -> Queued {
         let call = |route_channel: &str| {
             NewCommand::jsonrpc(json!({
                 "jsonrpc": "2.0", "id": self.rpc_id, "method": "tools/call",
@@ -361,14 +361,14 @@ impl Cmd {
     }
 }
 
-pub enum Queued {
+pub(super) enum Queued {
     Command(NewCommand),
     Raw { request_id: String, raw: Value },
 }
 
 /// A poll fault.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PollFault {
+pub(super) enum PollFault {
     Status(u16, bool),
     Close,
     Hold,
@@ -378,7 +378,7 @@ pub enum PollFault {
 
 /// A whole run.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub(super) struct Plan {
     pub seed: u64,
     pub commands: Vec<Cmd>,
     pub polls: Vec<(u64, PollFault)>,
@@ -487,10 +487,10 @@ fn maybe_notify(rng: &mut StdRng, kind: &Kind, attempts: u32) -> Vec<Option<Post
 // ---------------------------------------------------------------------------------------
 
 /// Child deaths per default-mode run: each restart waits out the stdio backoff.
-pub const MAX_DEATHS: usize = 5;
+pub(super) const MAX_DEATHS: usize = 5;
 
 /// The default-mode plan: `n` commands, `attempts` terminal POST attempts.
-pub fn default_plan(seed: u64, n: usize, attempts: u32) -> Plan {
+pub(super) fn default_plan(seed: u64, n: usize, attempts: u32) -> Plan {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut deaths = 0;
     let mut commands = Vec::with_capacity(n);
@@ -608,7 +608,7 @@ pub fn default_plan(seed: u64, n: usize, attempts: u32) -> Plan {
 /// A strict run: commands before the latching one (phase 1, all benign), the latching
 /// one (`latch`), and some after it (phase 2, queued with it; none may reach a server).
 #[derive(Clone, Debug)]
-pub struct StrictPlan {
+pub(super) struct StrictPlan {
     pub plan: Plan,
     pub attempts: u32,
     pub with_stdio: bool,
@@ -710,7 +710,7 @@ fn latching_post(rng: &mut StdRng, attempts: u32, category: &str) -> Vec<Option<
     seq
 }
 
-pub fn strict_plan(seed: u64) -> StrictPlan {
+pub(super) fn strict_plan(seed: u64) -> StrictPlan {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_5071_c700_0000);
     let attempts = rng.random_range(2..=3);
     let with_stdio = rng.random_bool(0.35);
@@ -857,7 +857,7 @@ fn action(out: &mut String, post: &Post) {
 
 impl Plan {
     /// The fault script: one rule per faulted POST attempt, one entry per poll fault.
-    pub fn fault_script(&self) -> String {
+    pub(super) fn fault_script(&self) -> String {
         let mut out = String::new();
         for c in &self.commands {
             for (resp_type, posts) in [("terminal", &c.post), ("jsonrpc_notify", &c.notify)] {

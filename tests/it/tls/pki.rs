@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A folder of PEM files.
-pub struct Pki {
+pub(crate) struct Pki {
     pub dir: tempfile::TempDir,
 }
 
 /// A certificate and its key, as files.
 #[derive(Clone, Debug)]
-pub struct Pair {
+pub(crate) struct Pair {
     pub cert: PathBuf,
     pub key: PathBuf,
 }
@@ -30,18 +30,18 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 impl Pki {
-    pub fn new() -> Pki {
+    pub(crate) fn new() -> Pki {
         Pki {
             dir: tempfile::tempdir().expect("tempdir"),
         }
     }
 
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
     /// A self-signed CA `NAME.pem` / `NAME.key` (common name `NAME`).
-    pub fn ca(&self, name: &str) -> Pair {
+    pub(crate) fn ca(&self, name: &str) -> Pair {
         let (cert, key) = (format!("{name}.pem"), format!("{name}.key"));
         openssl(
             self.dir.path(),
@@ -75,20 +75,13 @@ impl Pki {
 
     /// A leaf `NAME` issued by `ca`: a server certificate for 127.0.0.1 and localhost when
     /// `server`, else a client certificate; `days` may be negative (already expired).
-    pub fn leaf(&self, ca: &Pair, name: &str, server: bool, days: i32) -> Pair {
+    pub(crate) fn leaf(&self, ca: &Pair, name: &str, server: bool, days: i32) -> Pair {
         let usage = if server {
             "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
         } else {
             "extendedKeyUsage=clientAuth\n"
         };
         self.leaf_with(ca, name, usage, days)
-    }
-
-    /// A server certificate for 127.0.0.1 that is also a client certificate, as etcd
-    /// needs with `--client-cert-auth` (its JSON gateway presents it to etcd's own gRPC).
-    pub fn server_and_client(&self, ca: &Pair, name: &str) -> Pair {
-        let usage = "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n";
-        self.leaf_with(ca, name, usage, 30)
     }
 
     fn leaf_with(&self, ca: &Pair, name: &str, usage: &str, days: i32) -> Pair {

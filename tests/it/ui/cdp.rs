@@ -21,11 +21,11 @@ const CALL: Duration = Duration::from_secs(15);
 /// browser that exits meanwhile fails at once with its stderr.
 const START: Duration = Duration::from_secs(90);
 
-pub const CHROMIUM: &str = "/usr/bin/chromium";
+pub(super) const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// A headless Chromium with one page open, and the protocol connection to that page.
 /// Dropping it kills the browser's whole process group (its renderers too).
-pub struct Browser {
+pub(super) struct Browser {
     conn: Connection,
     next_id: u64,
     /// Every protocol event received so far (`Network.requestWillBeSent` and the rest).
@@ -42,7 +42,7 @@ struct Connection {
 impl Browser {
     /// Starts Chromium (`--headless --no-sandbox`, a fresh profile, DevTools on a free
     /// port read from `DevToolsActivePort`) and connects to its blank page.
-    pub async fn launch() -> Browser {
+    pub(super) async fn launch() -> Browser {
         let profile = tempfile::tempdir().expect("profile dir");
         let mut cmd = Command::new(CHROMIUM);
         cmd.args([
@@ -78,7 +78,7 @@ impl Browser {
     }
 
     /// Sends `method` and returns its `result`; events received meanwhile are kept.
-    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+    pub(super) async fn call(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         let message = json!({"id": id, "method": method, "params": params}).to_string();
@@ -100,14 +100,14 @@ impl Browser {
     }
 
     /// Navigates to `url` and waits until the document has loaded.
-    pub async fn open(&mut self, url: &str) {
+    pub(super) async fn open(&mut self, url: &str) {
         self.call("Page.navigate", json!({"url": url})).await;
         let loaded = format!("location.href === {} && document.readyState === 'complete'", json!(url));
         self.wait_true(&format!("{url} to load"), &loaded, CALL).await;
     }
 
     /// The value of a JavaScript expression in the page.
-    pub async fn eval(&mut self, expression: &str) -> Value {
+    pub(super) async fn eval(&mut self, expression: &str) -> Value {
         let r = self
             .call(
                 "Runtime.evaluate",
@@ -121,7 +121,7 @@ impl Browser {
     }
 
     /// An element's text (`textContent`), or null when there is no such element.
-    pub async fn text(&mut self, id: &str) -> Value {
+    pub(super) async fn text(&mut self, id: &str) -> Value {
         self.eval(&format!(
             "(() => {{ const e = document.getElementById({}); return e ? e.textContent : null; }})()",
             json!(id)
@@ -130,7 +130,7 @@ impl Browser {
     }
 
     /// Polls `expression` until it is `true`; panics naming `what` after `timeout`.
-    pub async fn wait_true(&mut self, what: &str, expression: &str, timeout: Duration) {
+    pub(super) async fn wait_true(&mut self, what: &str, expression: &str, timeout: Duration) {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if self.eval(expression).await == true {
@@ -143,7 +143,7 @@ impl Browser {
 
     /// Saves a PNG of the page as `NAME.png`: under the target directory, or with
     /// `TUNNELGATE_UPDATE_SCREENSHOTS=1` into `docs/images/` (committed). Returns the path.
-    pub async fn screenshot(&mut self, name: &str) -> PathBuf {
+    pub(super) async fn screenshot(&mut self, name: &str) -> PathBuf {
         let shot = self
             .call(
                 "Page.captureScreenshot",

@@ -1,17 +1,16 @@
-//! The etcd client (`coord::etcd`) against a real etcd: leases, transactions and their
-//! compares, prefixes, watches, endpoint failover, authentication, and a frozen etcd.
+//! The client against a real etcd ([`EtcdPeer`]): leases, transactions and their
+//! compares, prefixes, watches, endpoint failover, authentication, TLS, and a frozen
+//! etcd.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tunnelgate::internals::config::{ClientIdentity, HttpUrl, TlsFile, TlsFiles};
-use tunnelgate::internals::coord::etcd::{
-    CmpOp, Compare, Etcd, EtcdError, EtcdSettings, KeyValue, Op, Txn, WatchEvent, WatchKind,
-};
 
-use crate::etcd_peer::{wait_serving, EtcdPeer};
-use crate::harness::{free_port, wait_for, wait_until};
-use crate::tls::pki::{Pair, Pki};
+use super::peer::{free_port, wait_for, wait_serving, wait_until, EtcdPeer, Pair, Pki};
+use crate::config::{ClientIdentity, HttpUrl, TlsFile, TlsFiles};
+use crate::coord::etcd::{
+    CmpOp, Compare, Etcd, EtcdError, EtcdSettings, KeyValue, Op, Txn, Watch, WatchEvent, WatchKind,
+};
 
 const WAIT: Duration = Duration::from_secs(15);
 const PASSWORD: &str = "Etcd-Canary-pw-7c1";
@@ -29,7 +28,7 @@ fn settings(endpoints: &[String]) -> EtcdSettings {
     }
 }
 
-pub fn client(peer: &EtcdPeer) -> Etcd {
+fn client(peer: &EtcdPeer) -> Etcd {
     Etcd::new(settings(&[peer.url()])).unwrap()
 }
 
@@ -55,7 +54,7 @@ fn values(kvs: &[KeyValue]) -> Vec<(String, String)> {
 }
 
 /// The next batch of a watch, within [`WAIT`].
-async fn next_batch(watch: &mut tunnelgate::internals::coord::etcd::Watch) -> Vec<WatchEvent> {
+async fn next_batch(watch: &mut Watch) -> Vec<WatchEvent> {
     tokio::time::timeout(WAIT, watch.next())
         .await
         .expect("a watch batch within the deadline")
@@ -419,7 +418,7 @@ async fn over_tls_etcd_takes_a_client_certificate_of_the_private_ca_and_refuses_
     let pki = Pki::new();
     let ca = pki.ca("etcd-ca");
     let server = pki.server_and_client(&ca, "etcd-server");
-    let client_pair = pki.leaf(&ca, "tunnelgate", false, 30);
+    let client_pair = pki.leaf(&ca, "tunnelgate", false);
     let peer = EtcdPeer::start_tls(&ca, &server).await;
     assert!(peer.url().starts_with("https://"));
 
@@ -452,8 +451,8 @@ async fn over_tls_etcd_takes_a_client_certificate_of_the_private_ca_and_refuses_
 async fn a_tls_etcd_whose_gateway_cannot_reach_its_member_is_named_with_the_certificate_fix() {
     let pki = Pki::new();
     let ca = pki.ca("etcd-ca");
-    let server_only = pki.leaf(&ca, "etcd-server", true, 30);
-    let client_pair = pki.leaf(&ca, "tunnelgate", false, 30);
+    let server_only = pki.leaf(&ca, "etcd-server", true);
+    let client_pair = pki.leaf(&ca, "tunnelgate", false);
     let peer = EtcdPeer::start_tls(&ca, &server_only).await;
 
     let mut s = settings(&[peer.url()]);
