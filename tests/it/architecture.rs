@@ -6,8 +6,9 @@
 //! [`MAX_FILE_LINES`], and the crate root's
 //! public surface (docs/ARCHITECTURE.md, "Public API": the embedding API, the binary's
 //! hidden entry point and the fuzz targets' hidden module, every other module private),
-//! held by the compiler alone: no feature opens the internals, and no target allows the
-//! unreachable-`pub` lint.
+//! held by the compiler alone ([`workspace`]: no feature opens the internals, and no
+//! target allows the unreachable-`pub` lint). [`workspace`] also holds the crate graph's
+//! one rule Cargo does not: no crate of the workspace depends on the gateway.
 //!
 //! Every `crate::` and `super::` path in the non-test code of `src/` is resolved to the
 //! module it names (a file module: `src/a/b.rs` or `src/a/b/mod.rs` is `a::b`). Test
@@ -15,6 +16,8 @@
 //! `#[cfg(test)] mod` blocks) may reach anywhere and is not read. A circle is two or more
 //! modules that reach each other, where neither contains the other (a parent re-exporting
 //! its child, and a child using its parent's items, are one concept).
+
+mod workspace;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -605,88 +608,4 @@ fn the_crate_root_exposes_the_embedding_api_and_only_the_hidden_surfaces_beside_
     let mut expected: Vec<(Vec<&str>, &str)> = PUBLIC_SURFACE.iter().map(|(a, l)| (a.to_vec(), *l)).collect();
     expected.sort();
     assert_eq!(public, expected, "the public lines of src/lib.rs");
-}
-
-/// The `.rs` files of the workspace's targets: `src/`, `crates/`, `tests/`, `examples/`
-/// and the fuzz targets.
-fn every_rust_file() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut stack: Vec<PathBuf> = ["src", "crates", "tests", "examples", "fuzz/fuzz_targets"]
-        .iter()
-        .map(|d| root.join(d))
-        .collect();
-    let mut out = Vec::new();
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                if path.file_name().is_some_and(|n| n != "target") {
-                    stack.push(path);
-                }
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    out
-}
-
-/// Whether `text` has a lint attribute `allow(...)` (plain or inside a `cfg_attr`) that
-/// names `lint`.
-fn allows(text: &str, lint: &str) -> bool {
-    text.match_indices("allow").any(|(at, word)| {
-        let rest = text[at + word.len()..].trim_start();
-        let boundary = !text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
-        boundary
-            && rest.starts_with('(')
-            && rest[..rest.find(')').unwrap_or(rest.len())]
-                .split([',', '(', ' ', '\n'])
-                .any(|name| name.trim() == lint)
-    })
-}
-
-#[test]
-fn visibility_is_held_by_the_compiler_with_no_internals_feature_and_no_unreachable_pub_waiver() {
-    // Spelled in two halves, so that this file does not name it where the scan looks.
-    let lint = ["unreachable", "_pub"].concat();
-    assert!(allows("#![allow(dead_code, X)]", "X") && allows("#[cfg_attr(a, allow(Y))]", "Y"));
-    assert!(!allows("#![deny(X)]", "X") && !allows("allowed(X)", "X"));
-    let files = every_rust_file();
-    assert!(files.len() > 100, "the walk found the workspace's sources");
-    let waived: Vec<String> = files
-        .iter()
-        .filter(|path| allows(&std::fs::read_to_string(path).unwrap(), &lint))
-        .map(|path| path.display().to_string())
-        .collect();
-    assert!(
-        waived.is_empty(),
-        "these allow {lint}: make the items pub(crate) instead: {waived:?}"
-    );
-
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let manifest: toml::Table = std::fs::read_to_string(root.join("Cargo.toml"))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let features = manifest["features"].as_table().unwrap();
-    assert!(
-        features.keys().all(|f| f == "default" || f == "mimalloc"),
-        "Cargo.toml's features are the allocator's only: {features:?}"
-    );
-    let dev = manifest["dev-dependencies"].as_table().unwrap();
-    assert!(!dev.contains_key("tunnelgate"), "no dev-dependency on the crate itself");
-    let level = &manifest["workspace"]["lints"]["rust"][&lint];
-    assert!(
-        level.as_str().is_some_and(|l| l != "allow"),
-        "the workspace does not allow {lint}: {level}"
-    );
-    let fuzz: toml::Table = std::fs::read_to_string(root.join("fuzz/Cargo.toml"))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let gateway = &fuzz["dependencies"]["tunnelgate"];
-    assert!(
-        gateway.get("features").is_none(),
-        "fuzz/ builds the gateway with `--cfg fuzzing`, never a feature: {gateway}"
-    );
 }

@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tunnelgate_sim::NewCommand;
+use tunnelgate_test_peers::{Pair, Pki};
 
 use crate::harness::seen;
 use crate::harness::{
     final_json, free_port, http_client, peer_script, python, spawn_py_oauth_server, spawn_py_server, wait_for,
     wait_until, ChildGuard, Gateway, PyMode, Rig, RigOptions,
 };
-use crate::tls::pki::{Pair, Pki};
 
 const T: Duration = Duration::from_secs(30);
 

@@ -8,21 +8,27 @@
 //! and MCP stub with the gateway configured against them: [`Rig::spawn_gateway`] is how
 //! a test starts the gateway.
 //!
+//! The process guard ([`ChildGuard`]), free ports, the loopback HTTP client and the
+//! bounded waits are the workspace's test-peers crate's (`crates/test-peers`, which also
+//! starts etcd and makes the openssl PKI), shared with the gateway's unit tests; they are
+//! re-exported here under the names the tests import.
+//!
 //! Waits poll a condition against a deadline on the tokio clock: real sockets use real
 //! time, so no test that spawns processes may run with `start_paused`.
 
-use std::future::Future;
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
 use tunnelgate_sim::{FaultScript, McpStub, NewCommand, Record, SimConfig, Simulator};
+use tunnelgate_test_peers::POLL_INTERVAL;
+pub(crate) use tunnelgate_test_peers::{
+    free_port, http_answers, http_client, tail, wait_for, wait_for_every, wait_until, ChildGuard,
+};
 
 use crate::contract::validate_response_body;
 
@@ -30,8 +36,6 @@ use crate::contract::validate_response_body;
 const PEER_READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// Bound on one `py_client.py` run, on top of its own `--timeout`.
 const PY_CLIENT_TIMEOUT: Duration = Duration::from_secs(40);
-/// Pause between two checks of a polled condition.
-const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 // ---------------------------------------------------------------------------------------
 // Locations
@@ -103,41 +107,8 @@ pub(crate) fn which(program: &str) -> Option<PathBuf> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Sockets and waiting
+// Sockets
 // ---------------------------------------------------------------------------------------
-
-/// A port that was free on 127.0.0.1 a moment ago, for a process the test starts to bind.
-///
-/// Drawn at random from below the kernel's ephemeral range, never from `bind(:0)`: a port
-/// from the ephemeral range can be taken, between the draw and the child's bind, by any
-/// outgoing connection of the tests running beside this one (a CI run lost a gateway's
-/// `ops.listen` to exactly that). Below the range only another test's draw can collide.
-pub(crate) fn free_port() -> u16 {
-    use rand::Rng;
-    let (low, _) = ephemeral_range();
-    let ceiling = low.min(32_768);
-    let floor = ceiling.saturating_sub(12_000).max(1_024);
-    let mut rng = rand::rng();
-    for _ in 0..64 {
-        let port = rng.random_range(floor..ceiling);
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("bound socket has an address").port()
-}
-
-/// `/proc/sys/net/ipv4/ip_local_port_range`, or Linux's default when unreadable.
-fn ephemeral_range() -> (u16, u16) {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|text| {
-            let mut parts = text.split_whitespace().map(|p| p.parse::<u16>().ok());
-            Some((parts.next()??, parts.next()??))
-        })
-        .unwrap_or((32_768, 60_999))
-}
 
 /// Whether `pid` or one of its descendants holds the socket listening on TCP `port`
 /// (read from `/proc/net/tcp{,6}` and the processes' descriptors), so that a peer that
@@ -210,47 +181,6 @@ fn process_tree(pid: u32) -> Vec<u32> {
     tree
 }
 
-/// Polls `condition` until it is true; panics naming `what` after `timeout`.
-pub(crate) async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    wait_for(what, timeout, || {
-        let fut = condition();
-        async move { fut.await.then_some(()) }
-    })
-    .await
-}
-
-/// Polls `probe` until it yields a value and returns it; panics naming `what` after `timeout`.
-pub(crate) async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    wait_for_every(what, timeout, POLL_INTERVAL, probe).await
-}
-
-/// [`wait_for`], checking every `interval` (for a probe that costs the peer something).
-pub(crate) async fn wait_for_every<T, F, Fut>(what: &str, timeout: Duration, interval: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(interval).await;
-    }
-}
-
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (as `tunnelgate run`
 /// raises its own), for a test that holds many connections itself.
 pub(crate) fn raise_nofile() -> nix::Result<()> {
@@ -260,26 +190,6 @@ pub(crate) fn raise_nofile() -> nix::Result<()> {
         setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
     }
     Ok(())
-}
-
-/// An HTTP client for loopback: never goes through a proxy from the environment.
-pub(crate) fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("build reqwest client")
-}
-
-/// Whether `url` answers HTTP at all (any status counts: the listener is up).
-pub(crate) async fn http_answers(url: &str) -> bool {
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_millis(500))
-        .build()
-        .expect("build reqwest client");
-    client.get(url).send().await.is_ok()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -330,194 +240,6 @@ pub(crate) fn secrets_in(text: &str, canaries: &[impl AsRef<str>]) -> Vec<&'stat
 // ---------------------------------------------------------------------------------------
 // Processes
 // ---------------------------------------------------------------------------------------
-
-/// Bytes a child wrote, filled by a background reader thread; `1` says the pipe ended.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>, Arc<std::sync::atomic::AtomicBool>);
-
-impl Captured {
-    fn follow(&self, mut pipe: impl Read + Send + 'static) {
-        let sink = self.0.clone();
-        let ended = self.1.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            loop {
-                match pipe.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => sink.lock().expect("capture lock").extend_from_slice(&buf[..n]),
-                }
-            }
-            ended.store(true, std::sync::atomic::Ordering::SeqCst);
-        });
-    }
-
-    fn ended(&self) -> bool {
-        self.1.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("capture lock")).into_owned()
-    }
-}
-
-/// A spawned process in its own process group, with stdout and stderr captured.
-/// Dropping it kills the whole group (`kill -KILL -- -PGID`) and reaps the child.
-pub(crate) struct ChildGuard {
-    name: String,
-    child: Child,
-    stdout: Captured,
-    stderr: Captured,
-    status: Option<ExitStatus>,
-}
-
-impl ChildGuard {
-    /// Spawns `cmd` (stdin closed, stdout/stderr captured) as the leader of a new
-    /// process group. `name` labels panics and the output dumped on failure.
-    pub(crate) fn spawn(name: &str, mut cmd: Command) -> ChildGuard {
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {name} ({:?}): {e}", cmd.get_program()));
-        let stdout = Captured::default();
-        let stderr = Captured::default();
-        stdout.follow(child.stdout.take().expect("stdout is piped"));
-        stderr.follow(child.stderr.take().expect("stderr is piped"));
-        ChildGuard {
-            name: name.to_owned(),
-            child,
-            stdout,
-            stderr,
-            status: None,
-        }
-    }
-
-    /// The child's pid, which is also its process group id.
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Everything the child wrote to stdout so far (lossy UTF-8).
-    pub(crate) fn stdout(&self) -> String {
-        self.stdout.text()
-    }
-
-    /// Everything the child wrote to stderr so far (lossy UTF-8).
-    pub(crate) fn stderr(&self) -> String {
-        self.stderr.text()
-    }
-
-    /// The exit status if the child has exited (never blocks).
-    pub(crate) fn try_wait(&mut self) -> Option<ExitStatus> {
-        if self.status.is_none() {
-            self.status = self.child.try_wait().expect("try_wait on own child");
-        }
-        self.status
-    }
-
-    /// Waits up to `timeout` for the child to exit. `None`: still running.
-    pub(crate) async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.try_wait() {
-                // Let the reader threads drain what the child wrote before it exited
-                // (bounded: a grandchild may still hold the pipes).
-                let drained_by = Instant::now() + Duration::from_secs(2);
-                while !(self.stdout.ended() && self.stderr.ended()) && Instant::now() < drained_by {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
-    }
-
-    /// Sends `signal` (a name such as `TERM`, `INT`, `KILL`) to the child only.
-    pub(crate) fn signal(&self, signal: &str) {
-        if self.status.is_none() {
-            kill(&format!("-{signal}"), &self.pid().to_string());
-        }
-    }
-
-    /// Kills the whole process group and reaps the child. Idempotent.
-    pub(crate) fn kill(&mut self) {
-        // The group outlives its leader when grandchildren remain: kill it regardless.
-        kill("-KILL", &format!("-{}", self.pid()));
-        if self.status.is_none() {
-            let _ = self.child.kill();
-            self.status = self.child.wait().ok();
-        }
-    }
-
-    /// Panics with the child's output unless it is still running.
-    fn assert_running(&mut self, while_doing: &str) {
-        if let Some(status) = self.try_wait() {
-            panic!(
-                "{} exited with {status} while {while_doing}; stderr:\n{}",
-                self.name,
-                tail(&self.stderr(), 4000)
-            );
-        }
-    }
-
-    /// Waits until `url` answers HTTP; panics early if the child exits first.
-    pub(crate) async fn wait_http_ready(&mut self, url: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            self.assert_running(&format!("starting to serve {url}"));
-            if http_answers(url).await {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not answer on {url} within {timeout:?}; stderr:\n{}",
-                self.name,
-                tail(&self.stderr(), 4000)
-            );
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            eprintln!(
-                "---- {} (pid {}) stderr ----\n{}",
-                self.name,
-                self.pid(),
-                tail(&self.stderr(), 8000)
-            );
-        }
-    }
-}
-
-/// `kill SIGNAL TARGET` through the system `kill` (target `-PGID` means a group).
-fn kill(signal: &str, target: &str) {
-    let _ = Command::new("kill")
-        .args([signal, "--", target])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// The last `max` bytes of `text`, cut on a char boundary.
-fn tail(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    &text[start..]
-}
 
 /// Spawns a process that must serve HTTP on a fresh loopback port: `make(port)` builds
 /// the command, `path` is appended to `http://127.0.0.1:PORT`. Retries with another port

@@ -18,7 +18,6 @@ mod doctor;
 mod dropin;
 mod eras;
 mod eras_http;
-mod etcd_peer;
 mod events;
 mod gateway_http;
 mod gateway_stdio;

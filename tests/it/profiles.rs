@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tunnelgate_sim::NewCommand;
+use tunnelgate_test_peers::{Pair, Pki};
 
 use crate::harness::{
     final_json, http_client, server_everything_stdio_argv, wait_for, Gateway, Rig, RigOptions, KEY, TUNNEL,
 };
 use crate::proxy::{Tinyproxy, TinyproxyOptions};
-use crate::tls::pki::{Pair, Pki};
 
 const T: Duration = Duration::from_secs(30);
 const CP_HEADER: &str = "cp-header-canary-9d1";

@@ -32,7 +32,7 @@ use tunnelgate_sim::{FaultAction, FaultScript, Record, ResponseRecord, SimConfig
 
 use self::mcp::{Event, McpServer, StdioLog};
 use self::plan::{Cmd, Kind, Mcp, Plan, Queued, Route};
-use crate::harness::{free_port, http_client, python, Gateway, KEY, TUNNEL};
+use crate::harness::{free_port, http_client, python, tail, Gateway, KEY, TUNNEL};
 
 /// Default-mode seeds (and sizes) that once failed; replayed by every `scripts/test`.
 /// A seed names a plan of the generator in `soak/plan.rs`: after changing the generator,
@@ -369,14 +369,6 @@ fn pairs(v: &Value) -> BTreeMap<String, u64> {
         .filter_map(|p| p.split_once('='))
         .map(|(k, n)| (k.to_owned(), n.parse().unwrap_or(u64::MAX)))
         .collect()
-}
-
-fn tail(text: &str, max: usize) -> &str {
-    let mut start = text.len().saturating_sub(max);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    &text[start..]
 }
 
 /// How the gateway must have classified one recorded POST attempt, from what the

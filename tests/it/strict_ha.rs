@@ -1,6 +1,6 @@
 //! Strict mode across replicas on a real etcd (`coordination.backend = "etcd"`): one
 //! election, write-ahead intents in etcd, the cluster-wide latch. Each test starts its
-//! own etcd (tests/it/etcd_peer.rs), the in-process simulator, and two or three real
+//! own etcd (`tunnelgate_test_peers::EtcdPeer`), the in-process simulator, and two or three real
 //! `tunnelgate run` processes on one tunnel, with `lease_ttl = "2s"` (renewal every
 //! 667 ms, renew deadline 1.33 s after a renewal was sent).
 //!
@@ -19,8 +19,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tunnelgate_test_peers::EtcdPeer;
 
-use crate::etcd_peer::EtcdPeer;
 use crate::harness::{free_port, http_client, wait_until, Gateway, Rig, RigOptions};
 
 pub(crate) const BOUND: Duration = Duration::from_secs(30);

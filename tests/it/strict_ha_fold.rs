@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tunnelgate_test_peers::EtcdPeer;
 
-use crate::etcd_peer::EtcdPeer;
 use crate::harness::{http_client, wait_until, Gateway, Rig, TUNNEL};
 use crate::strict_ha::{assert_no_overlap, call, terminal_types, Recorder, Replica, BOUND};
 

@@ -26,8 +26,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tunnelgate_test_peers::EtcdPeer;
 
-use crate::etcd_peer::EtcdPeer;
 use crate::harness::{wait_until, Gateway, Rig};
 use crate::strict_ha::{assert_no_overlap, call, terminal_types, Recorder, Replica, BOUND, LEASE_TTL};
 

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tunnelgate_sim::NewCommand;
+use tunnelgate_test_peers::Pki;
 
 use crate::harness::{http_client, secrets_in, wait_until, CliRun, Gateway, Rig, RigOptions, KEY};
-use crate::tls::pki::Pki;
 
 const T: Duration = Duration::from_secs(30);
 

@@ -4,16 +4,14 @@
 //! simulator. Each problem fails with its named error, `doctor` reports it, and a
 //! certificate rewritten in place is presented by the next connection.
 
-pub(crate) mod pki;
-
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tunnelgate_sim::NewCommand;
+use tunnelgate_test_peers::{Pair, Pki};
 
 use crate::harness::{final_json, free_port, peer_script, python, wait_until, ChildGuard, Gateway, Rig, RigOptions};
-use pki::{Pair, Pki};
 
 const T: Duration = Duration::from_secs(30);
 /// What stunnel logs (at debug level) when a client starts a TLS handshake.

@@ -502,7 +502,7 @@ async fn a_remote_client_or_a_foreign_host_is_refused_unless_allow_remote() {
 }
 
 /// A strict replica's configuration on `etcd`, with its own ops port and latch file.
-fn replica_config(rig: &Rig, etcd: &crate::etcd_peer::EtcdPeer, ops: u16, dir: &std::path::Path) -> String {
+fn replica_config(rig: &Rig, etcd: &tunnelgate_test_peers::EtcdPeer, ops: u16, dir: &std::path::Path) -> String {
     let coordination = format!(
         "\n[coordination]\nbackend = \"etcd\"\nlease_ttl = \"2s\"\n[coordination.etcd]\nendpoints = [\"{}\"]\n",
         etcd.url()
@@ -520,7 +520,7 @@ fn replica_config(rig: &Rig, etcd: &crate::etcd_peer::EtcdPeer, ops: u16, dir: &
 
 #[tokio::test]
 async fn a_standby_replica_on_etcd_shows_its_role_and_the_active_holder() {
-    let etcd = crate::etcd_peer::EtcdPeer::start().await;
+    let etcd = tunnelgate_test_peers::EtcdPeer::start().await;
     let rig = Rig::start("").await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let ops_a = rig.ops_port;

@@ -1,6 +1,5 @@
 //! The gateway's JSON, both ways, without an etcd; against a real one in [`real`].
 
-mod peer;
 mod real;
 
 use std::time::Duration;

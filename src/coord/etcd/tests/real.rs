@@ -1,12 +1,13 @@
-//! The client against a real etcd ([`EtcdPeer`]): leases, transactions and their
-//! compares, prefixes, watches, endpoint failover, authentication, TLS, and a frozen
-//! etcd.
+//! The client against a real etcd ([`EtcdPeer`], started by the workspace's test-peers
+//! crate as the integration tests start theirs; TLS with a client certificate of a
+//! private CA made by its [`Pki`]): leases, transactions and their compares, prefixes,
+//! watches, endpoint failover, authentication, TLS, and a frozen etcd.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tunnelgate_test_peers::{free_port, wait_for, wait_until, EtcdPeer, Pair, Pki};
 
-use super::peer::{free_port, wait_for, wait_serving, wait_until, EtcdPeer, Pair, Pki};
 use crate::config::{ClientIdentity, HttpUrl, TlsFile, TlsFiles};
 use crate::coord::etcd::{
     CmpOp, Compare, Etcd, EtcdError, EtcdSettings, KeyValue, Op, Txn, Watch, WatchEvent, WatchKind,
@@ -14,6 +15,13 @@ use crate::coord::etcd::{
 
 const WAIT: Duration = Duration::from_secs(15);
 const PASSWORD: &str = "Etcd-Canary-pw-7c1";
+/// How long etcd may take to answer again after a resume or a restart.
+const READY: Duration = Duration::from_secs(30);
+
+/// Waits until `etcd` answers `status` (after a resume or a restart).
+async fn wait_serving(etcd: &Etcd) {
+    wait_until("etcd answering again", READY, || async { etcd.status().await.is_ok() }).await;
+}
 
 fn settings(endpoints: &[String]) -> EtcdSettings {
     EtcdSettings {
@@ -418,7 +426,7 @@ async fn over_tls_etcd_takes_a_client_certificate_of_the_private_ca_and_refuses_
     let pki = Pki::new();
     let ca = pki.ca("etcd-ca");
     let server = pki.server_and_client(&ca, "etcd-server");
-    let client_pair = pki.leaf(&ca, "tunnelgate", false);
+    let client_pair = pki.leaf(&ca, "tunnelgate", false, 30);
     let peer = EtcdPeer::start_tls(&ca, &server).await;
     assert!(peer.url().starts_with("https://"));
 
@@ -451,8 +459,8 @@ async fn over_tls_etcd_takes_a_client_certificate_of_the_private_ca_and_refuses_
 async fn a_tls_etcd_whose_gateway_cannot_reach_its_member_is_named_with_the_certificate_fix() {
     let pki = Pki::new();
     let ca = pki.ca("etcd-ca");
-    let server_only = pki.leaf(&ca, "etcd-server", true);
-    let client_pair = pki.leaf(&ca, "tunnelgate", false);
+    let server_only = pki.leaf(&ca, "etcd-server", true, 30);
+    let client_pair = pki.leaf(&ca, "tunnelgate", false, 30);
     let peer = EtcdPeer::start_tls(&ca, &server_only).await;
 
     let mut s = settings(&[peer.url()]);

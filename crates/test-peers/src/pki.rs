@@ -1,20 +1,28 @@
-//! A private PKI made in the test with the `openssl` CLI: CAs, a server certificate for
-//! 127.0.0.1, client certificates (valid or expired), in a temporary folder.
+//! A private PKI made in the test with the `openssl` CLI (`scripts/install-peers`): CAs,
+//! server certificates for 127.0.0.1, client certificates (valid or expired), as PEM
+//! files in a temporary folder.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A folder of PEM files.
-pub(crate) struct Pki {
-    pub dir: tempfile::TempDir,
+/// A folder of PEM files, deleted on drop.
+pub struct Pki {
+    dir: tempfile::TempDir,
 }
 
 /// A certificate and its key, as files.
 #[derive(Clone, Debug)]
-pub(crate) struct Pair {
+pub struct Pair {
     pub cert: PathBuf,
     pub key: PathBuf,
 }
+
+/// The extensions of a server certificate for 127.0.0.1 and localhost.
+const SERVER: &str = "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n";
+/// The extensions of a client certificate.
+const CLIENT: &str = "extendedKeyUsage=clientAuth\n";
+/// The extensions of a certificate that is both (etcd's with `--client-cert-auth`).
+const SERVER_AND_CLIENT: &str = "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n";
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -30,18 +38,19 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 impl Pki {
-    pub(crate) fn new() -> Pki {
+    pub fn new() -> Pki {
         Pki {
             dir: tempfile::tempdir().expect("tempdir"),
         }
     }
 
-    pub(crate) fn path(&self, name: &str) -> PathBuf {
+    /// `NAME` in the PKI's folder (a file made here, or one for the test to write).
+    pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
     /// A self-signed CA `NAME.pem` / `NAME.key` (common name `NAME`).
-    pub(crate) fn ca(&self, name: &str) -> Pair {
+    pub fn ca(&self, name: &str) -> Pair {
         let (cert, key) = (format!("{name}.pem"), format!("{name}.key"));
         openssl(
             self.dir.path(),
@@ -75,13 +84,15 @@ impl Pki {
 
     /// A leaf `NAME` issued by `ca`: a server certificate for 127.0.0.1 and localhost when
     /// `server`, else a client certificate; `days` may be negative (already expired).
-    pub(crate) fn leaf(&self, ca: &Pair, name: &str, server: bool, days: i32) -> Pair {
-        let usage = if server {
-            "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
-        } else {
-            "extendedKeyUsage=clientAuth\n"
-        };
-        self.leaf_with(ca, name, usage, days)
+    pub fn leaf(&self, ca: &Pair, name: &str, server: bool, days: i32) -> Pair {
+        self.leaf_with(ca, name, if server { SERVER } else { CLIENT }, days)
+    }
+
+    /// A server certificate for 127.0.0.1 that is also a client certificate, valid for 30
+    /// days, as etcd needs with `--client-cert-auth` (its JSON gateway presents it to
+    /// etcd's own gRPC).
+    pub fn server_and_client(&self, ca: &Pair, name: &str) -> Pair {
+        self.leaf_with(ca, name, SERVER_AND_CLIENT, 30)
     }
 
     fn leaf_with(&self, ca: &Pair, name: &str, usage: &str, days: i32) -> Pair {
@@ -91,7 +102,7 @@ impl Pki {
             format!("{name}.csr"),
             format!("{name}.ext"),
         );
-        std::fs::write(self.path(&ext), format!("basicConstraints=CA:FALSE\n{usage}")).unwrap();
+        std::fs::write(self.path(&ext), format!("basicConstraints=CA:FALSE\n{usage}")).expect("write the extensions");
         openssl(
             self.dir.path(),
             &[
@@ -134,5 +145,11 @@ impl Pki {
             cert: self.path(&cert),
             key: self.path(&key),
         }
+    }
+}
+
+impl Default for Pki {
+    fn default() -> Pki {
+        Pki::new()
     }
 }
