@@ -24,6 +24,9 @@ const CLIENT: &str = "extendedKeyUsage=clientAuth\n";
 /// The extensions of a certificate that is both (etcd's with `--client-cert-auth`).
 const SERVER_AND_CLIENT: &str = "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n";
 
+/// A new P-256 key, unencrypted: the key options of every `openssl req` here.
+const NEW_EC_KEY: [&str; 5] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
         .current_dir(dir)
@@ -55,26 +58,24 @@ impl Pki {
         openssl(
             self.dir.path(),
             &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &cert,
-                "-days",
-                "30",
-                "-subj",
-                &format!("/CN={name}"),
-                "-addext",
-                "basicConstraints=critical,CA:TRUE",
-                "-addext",
-                "keyUsage=critical,keyCertSign,cRLSign",
-            ],
+                &["req", "-x509"][..],
+                &NEW_EC_KEY,
+                &[
+                    "-keyout",
+                    &key,
+                    "-out",
+                    &cert,
+                    "-days",
+                    "30",
+                    "-subj",
+                    &format!("/CN={name}"),
+                    "-addext",
+                    "basicConstraints=critical,CA:TRUE",
+                    "-addext",
+                    "keyUsage=critical,keyCertSign,cRLSign",
+                ],
+            ]
+            .concat(),
         );
         Pair {
             cert: self.path(&cert),
@@ -106,19 +107,11 @@ impl Pki {
         openssl(
             self.dir.path(),
             &[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-                "-subj",
-                &format!("/CN={name}"),
-            ],
+                &["req"][..],
+                &NEW_EC_KEY,
+                &["-keyout", &key, "-out", &csr, "-subj", &format!("/CN={name}")],
+            ]
+            .concat(),
         );
         let (ca_cert, ca_key) = (ca.cert.display().to_string(), ca.key.display().to_string());
         openssl(
