@@ -24,11 +24,7 @@ impl LabelSets for GatewayLabels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::{DeliveryKind, LabelValue, LegOutcomeLabel, Metrics, TransportLabel};
-
-    fn labels<T: LabelValue>() -> Vec<&'static str> {
-        T::ALL.iter().map(|v| v.as_label()).collect()
-    }
+    use crate::telemetry::{labels, DeliveryKind, LegOutcomeLabel, Metrics, TransportLabel};
 
     #[test]
     fn upstairs_label_values_are_the_documented_ones() {

@@ -342,13 +342,15 @@ label_enum! {
     }
 }
 
+/// Every exported value of `T`, in order: the tables the label tests hold to the docs.
+#[cfg(test)]
+pub(crate) fn labels<T: LabelValue>() -> Vec<&'static str> {
+    T::ALL.iter().map(|v| v.as_label()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn labels<T: LabelValue>() -> Vec<&'static str> {
-        T::ALL.iter().map(|v| v.as_label()).collect()
-    }
 
     #[test]
     fn telemetry_owned_label_values_are_the_documented_ones() {

@@ -274,35 +274,8 @@ pub(crate) async fn init(
     ring: &Arc<LogRing>,
 ) -> TelemetryGuard {
     let filter = EnvFilter::try_new(filter_directives(level)).unwrap_or_else(|_| EnvFilter::new("info"));
-    let log_layer: Box<dyn Layer<Registry> + Send + Sync> = match format {
-        Format::Json => tracing_subscriber::fmt::layer()
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .fmt_fields(SpanJsonFields)
-            .with_writer(std::io::stderr)
-            .boxed(),
-        Format::Text => tracing_subscriber::fmt::layer()
-            .with_target(false)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_writer(std::io::stderr)
-            .boxed(),
-    };
-    let env_base = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok();
-    let provider = match otlp::traces_url(otlp_endpoint, env_base.as_deref()) {
-        None => None,
-        Some(url) => match otlp::provider(url).await {
-            Ok(p) => Some(p),
-            Err(e) => {
-                {
-                    // Never a panic on a closed stderr (telemetry imports nothing upward).
-                    use std::io::Write;
-                    let _ = writeln!(std::io::stderr(), "tunnelgate: span export disabled: {e}");
-                }
-                None
-            }
-        },
-    };
+    let log_layer = printed_log(format);
+    let provider = span_provider(otlp_endpoint).await;
     let span_layer = provider.as_ref().map(|p| {
         let ours = Targets::new().with_target("tunnelgate", tracing::Level::DEBUG);
         tracing_opentelemetry::layer()
@@ -351,6 +324,40 @@ pub(crate) async fn init(
     };
     drop(result);
     TelemetryGuard { provider, log_filter }
+}
+
+/// The log printed on stderr, as JSON lines or text.
+fn printed_log(format: Format) -> Box<dyn Layer<Registry> + Send + Sync> {
+    match format {
+        Format::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .fmt_fields(SpanJsonFields)
+            .with_writer(std::io::stderr)
+            .boxed(),
+        Format::Text => tracing_subscriber::fmt::layer()
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .boxed(),
+    }
+}
+
+/// The span exporter's provider for `otlp_endpoint` (else `OTEL_EXPORTER_OTLP_ENDPOINT`),
+/// or none: not configured, or not buildable (said once on stderr).
+async fn span_provider(otlp_endpoint: Option<&str>) -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+    let env_base = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok();
+    let url = otlp::traces_url(otlp_endpoint, env_base.as_deref())?;
+    match otlp::provider(url).await {
+        Ok(p) => Some(p),
+        Err(e) => {
+            // Never a panic on a closed stderr (telemetry imports nothing upward).
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "tunnelgate: span export disabled: {e}");
+            None
+        }
+    }
 }
 
 /// The printed log and the ring, one layer: whatever filter wraps it filters both alike.

@@ -21,6 +21,8 @@ mod redact;
 pub(crate) mod ring;
 
 pub(crate) use label::label_enum;
+#[cfg(test)]
+pub(crate) use label::labels;
 pub(crate) use label::{
     AttemptResultLabel, CommandType, ContinuationRefusal, CoordinationRole, DeliveryKind, DeliveryLabel, DropReason,
     DurationLeg, EraHandling, EraHeldEnd, FatalCategoryLabel, IntentOp, IntentOpResult, LabelSets, LabelValue,

@@ -24,45 +24,11 @@ use std::path::{Path, PathBuf};
 
 type Module = Vec<String>;
 
-/// Every non-test source file of the crate, by module path.
-fn modules() -> BTreeMap<Module, PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().to_string();
-            if path.is_dir() {
-                if name != "tests" {
-                    stack.push(path);
-                }
-                continue;
-            }
-            let Some(stem) = name.strip_suffix(".rs") else { continue };
-            if stem == "tests" || stem.ends_with("_tests") || stem == "main" {
-                continue;
-            }
-            let rel = path.strip_prefix(&root).unwrap().with_extension("");
-            let mut module: Module = rel.iter().map(|s| s.to_string_lossy().to_string()).collect();
-            if matches!(module.last().map(String::as_str), Some("mod" | "lib")) {
-                module.pop();
-            }
-            out.insert(module, path);
-        }
-    }
-    out
-}
-
-/// The non-test source files of the workspace's other crates (`crates/*/src`; as in
-/// [`modules`], files under a `tests/` folder are test code).
-fn workspace_crate_files() -> Vec<PathBuf> {
+/// Every non-test source file under `root`: files under a `tests/` folder, `tests.rs`
+/// and `*_tests.rs` are test code.
+fn non_test_sources(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
-    let mut stack: Vec<PathBuf> = std::fs::read_dir(&crates)
-        .unwrap()
-        .map(|e| e.unwrap().path().join("src"))
-        .collect();
+    let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
@@ -76,6 +42,34 @@ fn workspace_crate_files() -> Vec<PathBuf> {
             }
         }
     }
+    out
+}
+
+/// Every non-test source file of the crate, by module path (the binary's `main` aside).
+fn modules() -> BTreeMap<Module, PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = BTreeMap::new();
+    for path in non_test_sources(&root) {
+        let rel = path.strip_prefix(&root).unwrap().with_extension("");
+        if rel == Path::new("main") {
+            continue;
+        }
+        let mut module: Module = rel.iter().map(|s| s.to_string_lossy().to_string()).collect();
+        if matches!(module.last().map(String::as_str), Some("mod" | "lib")) {
+            module.pop();
+        }
+        out.insert(module, path);
+    }
+    out
+}
+
+/// The non-test source files of the workspace's other crates (`crates/*/src`).
+fn workspace_crate_files() -> Vec<PathBuf> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
+    let out: Vec<PathBuf> = std::fs::read_dir(&crates)
+        .unwrap()
+        .flat_map(|e| non_test_sources(&e.unwrap().path().join("src")))
+        .collect();
     assert!(!out.is_empty(), "the walk found the crates' source files");
     out
 }

@@ -148,10 +148,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn labels<T: LabelValue>() -> Vec<&'static str> {
-        all::<T>().collect()
-    }
+    use crate::telemetry::labels;
 
     #[test]
     fn harpoon_label_values_are_the_documented_ones() {
