@@ -469,7 +469,8 @@ struct Measured {
 impl Measured {
     /// The write-ahead intent's mean record time, when the row recorded any.
     fn intent_us(&self) -> Option<f64> {
-        self.legs_us.get(2).copied().filter(|us| *us > 0.0)
+        let intent = LEGS.iter().position(|leg| *leg == "intent")?;
+        self.legs_us.get(intent).copied().filter(|us| *us > 0.0)
     }
 }
 
