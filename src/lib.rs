@@ -93,7 +93,6 @@ mod descriptors;
 mod dispatch;
 mod doctor;
 mod downstream;
-mod egress;
 mod entry;
 /// Fuzz and property targets (not an API). `--cfg fuzzing` is a cfg only `cargo fuzz` sets
 /// (never a feature a user can turn on): there this module is public, for the targets of
@@ -105,6 +104,9 @@ mod entry;
 pub mod fuzzing;
 mod health;
 mod ops;
+/// The gateway's way out (its one HTTP client, proxies, TLS, the URL and proxy settings),
+/// a crate of its own (`crates/egress`), under the name the modules use.
+use tunnelgate_egress as egress;
 /// The wire protocol, a crate of its own (`crates/protocol`), under the name the modules
 /// use for it.
 use tunnelgate_protocol as protocol;

@@ -14,7 +14,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::config::{ChannelConfig, Config, ProxySetting, ProxyUrl, TlsFiles};
+use crate::config::{ChannelConfig, Config};
+use crate::egress::proxy::{ProxySetting, ProxyUrl};
+use crate::egress::tls::TlsFiles;
 
 /// The shortest value searched for.
 pub(crate) const MIN_SECRET_BYTES: usize = 6;

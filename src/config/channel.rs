@@ -16,9 +16,11 @@ use super::duration::positive_duration;
 use super::error::{ConfigError, ErrorKind};
 use super::layers::EnvVars;
 use super::number::count;
-use super::proxy::{self, ProxySetting};
+use super::proxy;
 use super::raw::{RawChannel, RawInitialize, RawInputRequired};
-use super::{ChannelConfig, ChannelName, EraSetting, HttpUrl, InputRequired, Secret, SessionOwner, StdioSession};
+use super::{ChannelConfig, ChannelName, EraSetting, InputRequired, Secret, SessionOwner, StdioSession};
+use crate::egress::http_url::HttpUrl;
+use crate::egress::proxy::ProxySetting;
 
 const MAX_CHANNELS: usize = 32;
 

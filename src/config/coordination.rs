@@ -13,7 +13,9 @@ use super::duration::positive_duration;
 use super::error::ConfigError;
 use super::layers::EnvVars;
 use super::raw::{RawCoordination, RawEtcd};
-use super::{HttpUrl, Secret, TlsFiles, TunnelId};
+use super::{Secret, TunnelId};
+use crate::egress::http_url::HttpUrl;
+use crate::egress::tls::TlsFiles;
 
 /// The shortest `coordination.lease_ttl`: a renewal every third of it must still fit a
 /// round trip to etcd with room.

@@ -14,6 +14,13 @@ pub struct ConfigError {
     kind: ErrorKind,
 }
 
+/// A URL or proxy egress's checks refused: an invalid value of its key.
+impl From<crate::egress::Invalid> for ConfigError {
+    fn from(refused: crate::egress::Invalid) -> Self {
+        ConfigError::invalid(refused.key(), refused.problem())
+    }
+}
+
 /// The stable labels behind [`ConfigError::kind`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ErrorKind {

@@ -16,7 +16,8 @@ use super::error::ConfigError;
 use super::harpoon_template::{self, HarpoonTemplate};
 use super::layers::EnvVars;
 use super::raw::{RawHarpoon, RawTarget, RawTargets};
-use super::{ProxySetting, TlsFiles};
+use crate::egress::proxy::ProxySetting;
+use crate::egress::tls::TlsFiles;
 
 /// Upstream's bound (and default) of `max_response_bytes`.
 pub(super) const MAX_RESPONSE_BYTES: u64 = 102_400;

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{ChannelConfig, Config};
+use crate::egress::tls::{TlsFile, TlsFiles};
 
 #[derive(Serialize)]
 struct View<'a> {
@@ -488,8 +489,8 @@ fn mcp(config: &Config) -> McpView<'_> {
     }
 }
 
-fn tls_view(files: &super::TlsFiles) -> Option<TlsView> {
-    let shown = |f: &super::TlsFile| f.path.to_string_lossy().into_owned();
+fn tls_view(files: &TlsFiles) -> Option<TlsView> {
+    let shown = |f: &TlsFile| f.path.to_string_lossy().into_owned();
     (!files.is_empty()).then(|| TlsView {
         ca_file: files.ca_file.as_ref().map(shown),
         client_cert: files.client.as_ref().map(|c| shown(&c.cert)),

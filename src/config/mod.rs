@@ -42,7 +42,6 @@ mod error;
 mod harpoon;
 mod harpoon_template;
 mod headers;
-mod http_url;
 mod layers;
 mod masked;
 mod number;
@@ -78,16 +77,14 @@ pub(crate) use harpoon_template::{
     MAX_URL_BYTES as TEMPLATE_MAX_URL_BYTES,
 };
 pub(crate) use headers::HeaderSet;
-pub(crate) use http_url::HttpUrl;
 pub(crate) use offline::OfflineConfig;
 pub(crate) use profile::{convert_profile, ConfigOrigin, ProfileError, ProfileFlags};
-#[cfg(test)]
-pub(crate) use proxy::EnvProxies;
-pub(crate) use proxy::{ProxySetting, ProxyUrl};
 pub(crate) use secret::Secret;
-pub(crate) use tls::{ClientIdentity, TlsFile, TlsFiles};
 pub(crate) use tunnel_id::TunnelId;
 
+use crate::egress::http_url::HttpUrl;
+use crate::egress::proxy::ProxySetting;
+use crate::egress::tls::TlsFiles;
 use layers::{EnvVars, FileLayer};
 
 /// The validated, effective configuration.

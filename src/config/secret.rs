@@ -98,15 +98,6 @@ impl Secret {
         }
     }
 
-    /// The same reference with another value (a normalized form of it).
-    pub(super) fn replaced(&self, value: String) -> Secret {
-        Secret {
-            value,
-            origin: self.origin.clone(),
-            unresolved: self.unresolved.clone(),
-        }
-    }
-
     /// Resolves `reference` for `key`, reading `env` or the file it names. In an offline
     /// load (`env` says so) a reference with no value here is kept unresolved, and noted
     /// in `env`.

@@ -1,6 +1,5 @@
 //! The read-only string views shared by the configuration's validated text newtypes
-//! ([`HttpUrl`](super::HttpUrl), [`TunnelId`](super::TunnelId),
-//! [`ChannelName`](super::ChannelName)).
+//! ([`TunnelId`](super::TunnelId), [`ChannelName`](super::ChannelName)).
 //!
 //! Invariant: a view never hands out `&mut`, so a value keeps the rules it was parsed
 //! with. `Debug` prints the text as a `String` would, so a `Config`'s `Debug` output is

@@ -1,5 +1,5 @@
 //! The `tls` tables (`control_plane.tls`, `mcp.tls`, `mcp.channels.NAME.tls`): which
-//! files hold a private CA and a client certificate, as paths.
+//! files hold a private CA and a client certificate, as paths (egress's [`TlsFiles`]).
 //!
 //! Invariants of the result: a client certificate comes with its key (neither alone);
 //! `ca_only = true` comes with a `ca_file`; no path is empty; only HTTP channels have a
@@ -14,49 +14,7 @@ use std::path::PathBuf;
 use super::error::ConfigError;
 use super::raw::{RawChannel, RawTls};
 use super::ChannelName;
-
-/// One configured file: its path and the dotted key that set it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFile {
-    pub path: PathBuf,
-    /// e.g. `mcp.channels.main.tls.client_cert`, or `mcp.tls.client_cert` when inherited.
-    pub key: String,
-}
-
-/// The effective TLS files of one scope (the control plane, or one HTTP channel).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// PEM file of one or more CA certificates, added to the platform roots.
-    pub ca_file: Option<TlsFile>,
-    /// `ca_file` alone is trusted (the platform roots are not).
-    pub ca_only: bool,
-    /// The client certificate and its key (both or neither); chain in the cert file.
-    pub client: Option<ClientIdentity>,
-}
-
-/// A client certificate (PEM, leaf first, then any intermediates) and its private key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientIdentity {
-    pub cert: TlsFile,
-    pub key: TlsFile,
-}
-
-impl TlsFiles {
-    /// Whether nothing is configured: the client's default TLS applies.
-    pub fn is_empty(&self) -> bool {
-        self.ca_file.is_none() && !self.ca_only && self.client.is_none()
-    }
-
-    /// Every configured file, with its key.
-    pub fn files(&self) -> Vec<&TlsFile> {
-        let mut out: Vec<&TlsFile> = self.ca_file.iter().collect();
-        if let Some(client) = &self.client {
-            out.push(&client.cert);
-            out.push(&client.key);
-        }
-        out
-    }
-}
+use crate::egress::tls::{ClientIdentity, TlsFile, TlsFiles};
 
 /// `control_plane.tls`.
 pub(super) fn control_plane_tls(raw: Option<RawTls>) -> Result<TlsFiles, ConfigError> {

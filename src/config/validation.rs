@@ -20,9 +20,10 @@ use super::number::{attempts, count};
 use super::proxy;
 use super::raw::{RawConfig, RawControlPlane, RawMcp, RawOps, RawReceipts, RawRuntime, RawStrict, RawTelemetry};
 use super::{
-    AmbiguityPolicy, Config, ControlPlane, HeaderSet, HttpUrl, LatchedStart, LogFormat, Mcp, Ops, Propagate, Receipts,
-    Runtime, Secret, Strict, Telemetry, TunnelId,
+    AmbiguityPolicy, Config, ControlPlane, HeaderSet, LatchedStart, LogFormat, Mcp, Ops, Propagate, Receipts, Runtime,
+    Secret, Strict, Telemetry, TunnelId,
 };
+use crate::egress::http_url::HttpUrl;
 
 pub(super) fn build(mut raw: RawConfig, env: &EnvVars) -> Result<Config, ConfigError> {
     let poll_channels = raw.control_plane.poll_channels.take();
@@ -365,6 +366,6 @@ fn bare_non_level(filter: &str) -> Option<&str> {
 fn otlp_endpoint(value: &str) -> Result<Option<HttpUrl>, ConfigError> {
     match value {
         "" => Ok(None),
-        url => HttpUrl::base("telemetry.otlp_endpoint", url).map(Some),
+        url => Ok(Some(HttpUrl::base("telemetry.otlp_endpoint", url)?)),
     }
 }

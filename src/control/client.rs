@@ -33,8 +33,8 @@ pub(crate) use self::poll::{PollError, PollErrorKind, PollWait, Polled};
 pub(crate) use self::tunnel::LookupError;
 use self::urls::{percent_encode_segment, poll_filter, uri_of, PollUrls};
 use super::backoff::parse_retry_after;
-use crate::config::ProxySetting;
 use crate::egress::client::{platform_config, Answer, Client, Egress, NackRetries, SendError};
+use crate::egress::proxy::ProxySetting;
 use crate::telemetry::Metrics;
 
 /// Fresh ids live in `protocol`; named here too for the wiring's call site.

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AttemptResult, ControlClient, ControlSettings, PollErrorKind, PollWait, PostKind};
 use crate::app::GatewayLabels;
-use crate::config::{EnvProxies, ProxySetting, ProxyUrl};
+use crate::egress::proxy::{EnvProxies, ProxySetting, ProxyUrl};
 use crate::protocol::ShardToken;
 use crate::telemetry::Metrics;
 
@@ -253,8 +253,8 @@ async fn without_control_plane_http2_a_tls_control_plane_that_offers_h2_is_polle
 
 /// A client configuration that trusts the certificate a TLS test server wrote into `dir`.
 fn trusting(dir: &std::path::Path) -> Option<rustls::ClientConfig> {
-    let files = crate::config::TlsFiles {
-        ca_file: Some(crate::config::TlsFile {
+    let files = crate::egress::tls::TlsFiles {
+        ca_file: Some(crate::egress::tls::TlsFile {
             path: dir.join("cert.pem"),
             key: "control_plane.tls.ca_file".into(),
         }),

@@ -23,7 +23,8 @@
 //! Never touches an MCP server or the control plane.
 
 mod election;
-pub(crate) mod etcd;
+/// The etcd client, a crate of its own (`crates/etcd`), under the name the modules use.
+pub(crate) use tunnelgate_etcd as etcd;
 mod intents;
 mod latch;
 mod reach;

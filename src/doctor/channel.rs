@@ -24,11 +24,12 @@ use tokio::time::Instant;
 use super::control::{net_words, NetFailure};
 use super::report::{Check, Verdict};
 use super::Options;
-use crate::config::{ChannelConfig, HttpUrl, StdioSession};
+use crate::config::{ChannelConfig, StdioSession};
 use crate::downstream::{
     DownstreamRequest, HttpEgress, HttpSettings, HttpTransport, LegFailure, LegResult, NotifySink, SessionSettings,
     StdioSettings, StdioTransport,
 };
+use crate::egress::http_url::HttpUrl;
 use crate::protocol::{JsonRpcPayload, McpRevision, WireHeaders, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::strict::{Admission, CommandRef, Fence};
 use crate::telemetry::{safe_method, Metrics};

@@ -2,7 +2,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::*;
-use crate::config::{ChannelConfig, HttpUrl, ProxySetting, StdioSession};
+use crate::config::{ChannelConfig, StdioSession};
+use crate::egress::http_url::HttpUrl;
+use crate::egress::proxy::ProxySetting;
 
 fn with_env(toml: &str, pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
     load(toml, &Overrides::default(), pairs)

@@ -5,7 +5,6 @@ mod example;
 mod harpoon;
 mod harpoon_template;
 mod headers;
-mod http_url;
 mod layering;
 mod masking;
 mod offline;

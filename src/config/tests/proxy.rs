@@ -2,7 +2,8 @@
 //! official client's proxy variables, and the environment's proxies.
 
 use super::*;
-use crate::config::{ChannelConfig, ProxySetting};
+use crate::config::ChannelConfig;
+use crate::egress::proxy::ProxySetting;
 
 const SECRET: &str = "pr0xy-S3CRET";
 

@@ -5,9 +5,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::{
-    AmbiguityPolicy, ChannelConfig, HttpUrl, LogFormat, Propagate, ProxySetting, SessionOwner, StdioSession,
-};
+use crate::config::{AmbiguityPolicy, ChannelConfig, LogFormat, Propagate, SessionOwner, StdioSession};
+use crate::egress::http_url::HttpUrl;
+use crate::egress::proxy::ProxySetting;
 
 #[test]
 fn minimal_config_gets_every_default() {

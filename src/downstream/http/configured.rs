@@ -107,7 +107,7 @@ mod tests {
             Act::Reply(crate::scripted_peer::reply("204 No Content", &[], b"")),
         ])
         .await;
-        let url = crate::config::HttpUrl::endpoint("mcp.channels.main.url", &server.url()).unwrap();
+        let url = crate::egress::http_url::HttpUrl::endpoint("mcp.channels.main.url", &server.url()).unwrap();
         let settings = super::super::HttpSettings {
             connect_timeout: std::time::Duration::from_secs(2),
             request_timeout: std::time::Duration::from_secs(5),

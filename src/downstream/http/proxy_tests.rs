@@ -10,9 +10,9 @@ use tokio::time::timeout;
 use serde_json::value::RawValue;
 
 use super::*;
-use crate::config::ProxyUrl;
 use crate::downstream::test_support::{assert_row, A, N};
 use crate::downstream::LegOutcome;
+use crate::egress::proxy::ProxyUrl;
 use crate::protocol::JsonRpcPayload;
 use crate::scripted_peer::{Act, Server};
 use crate::strict::{CommandRef, Fence};

@@ -18,8 +18,9 @@ use http::header::HeaderValue;
 use serde_json::value::RawValue;
 
 use super::*;
-use crate::config::{EnvProxies, ProxyUrl, TlsFile, TlsFiles};
 use crate::downstream::{LegOutcome, Notification};
+use crate::egress::proxy::{EnvProxies, ProxyUrl};
+use crate::egress::tls::{TlsFile, TlsFiles};
 use crate::protocol::JsonRpcPayload;
 use crate::scripted_peer::{reply, sse_head, Act, Seen, Server};
 use crate::strict::{CommandRef, Fence};

@@ -1,8 +1,8 @@
 //! The workspace as a whole, read from its manifests and files: visibility held by the
 //! compiler (no feature opens the gateway's internals, no target allows the
-//! unreachable-`pub` lint), and the crates' graph (docs/ARCHITECTURE.md, "Crates"): no
-//! crate under `crates/` depends on the gateway, and the tests' peers crate is the
-//! gateway's dev-dependency only.
+//! unreachable-`pub` lint), and the crates' graph (docs/ARCHITECTURE.md, "Crates"): the
+//! manifests' edges are the table's, no crate under `crates/` depends on the gateway, and
+//! the tests' peers crate is a dev-dependency only.
 
 use std::path::{Path, PathBuf};
 
@@ -121,5 +121,88 @@ fn no_crate_of_the_workspace_depends_on_the_gateway_and_the_test_peers_are_a_dev
     assert!(
         names_peers("dev-dependencies") && !names_peers("dependencies"),
         "tunnelgate-test-peers is a dev-dependency of the gateway, and only that"
+    );
+}
+
+/// A crate's workspace dependencies: (normal, dev), each by package name.
+type CrateEdges = (Vec<String>, Vec<String>);
+
+/// The workspace crates a manifest depends on (those given by `path`), per table.
+fn workspace_edges(krate: &toml::Table) -> CrateEdges {
+    let of = |table: &str| -> Vec<String> {
+        let mut names: Vec<String> = krate
+            .get(table)
+            .and_then(|t| t.as_table())
+            .map(|deps| {
+                deps.iter()
+                    .filter(|(_, spec)| spec.get("path").is_some())
+                    .map(|(name, _)| name.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    (of("dependencies"), of("dev-dependencies"))
+}
+
+/// The crates table of docs/ARCHITECTURE.md ("Crates"): each crate's path and the
+/// workspace crates it may depend on, normal and dev.
+fn documented_crates() -> std::collections::BTreeMap<String, (String, CrateEdges)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let names = |cell: &str| -> Vec<String> {
+        let mut out: Vec<String> = cell.split('`').skip(1).step_by(2).map(str::to_owned).collect();
+        out.sort();
+        out
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for line in doc.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        // `| crate | path | depends on | dev-depends on |`
+        let [_, krate, path, deps, dev, _] = cells[..] else {
+            continue;
+        };
+        let [krate] = &names(krate)[..] else { continue };
+        let [path] = &names(path)[..] else { continue };
+        if !krate.starts_with("tunnelgate") {
+            continue;
+        }
+        let edges = (names(deps), names(dev));
+        assert!(
+            out.insert(krate.clone(), (path.clone(), edges)).is_none(),
+            "{krate} has two rows"
+        );
+    }
+    out
+}
+
+/// The crate graph is what docs/ARCHITECTURE.md draws, edge for edge: a new dependency
+/// between the workspace's crates starts with its row there.
+#[test]
+fn the_crate_graph_is_the_one_the_architecture_draws() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let documented = documented_crates();
+    assert!(
+        documented.len() >= 6,
+        "docs/ARCHITECTURE.md has its crates table: {documented:?}"
+    );
+    let mut manifests = vec![root.join("Cargo.toml")];
+    manifests.extend(
+        std::fs::read_dir(root.join("crates"))
+            .unwrap()
+            .map(|e| e.unwrap().path().join("Cargo.toml")),
+    );
+    let mut actual = std::collections::BTreeMap::new();
+    for path in &manifests {
+        let krate = manifest(path);
+        let name = krate["package"]["name"].as_str().unwrap().to_owned();
+        let dir = path.parent().unwrap().strip_prefix(root).unwrap().display().to_string();
+        let dir = if dir.is_empty() { ".".to_owned() } else { dir };
+        actual.insert(name, (dir, workspace_edges(&krate)));
+    }
+    assert_eq!(
+        actual, documented,
+        "the crates' manifests (left) against docs/ARCHITECTURE.md's crates table (right)"
     );
 }

@@ -2,8 +2,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::app::GatewayLabels;
-use crate::config::ProxySetting;
 use crate::downstream::HarpoonSettings;
+use crate::egress::proxy::ProxySetting;
 use crate::telemetry::Metrics;
 
 fn harpoon(register_private_auth_servers: bool) -> HarpoonTransport {
@@ -20,7 +20,7 @@ fn harpoon(register_private_auth_servers: bool) -> HarpoonTransport {
         },
         register_private_auth_servers,
         proxy: ProxySetting::Off,
-        tls: crate::config::TlsFiles::default(),
+        tls: crate::egress::tls::TlsFiles::default(),
         version: "test".into(),
         trusted_origins: Vec::new(),
     };

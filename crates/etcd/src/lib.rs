@@ -1,11 +1,11 @@
-//! The etcd client of the coordination layer, over etcd's own JSON gateway (`/v3/...`
-//! over HTTP, with the gateway's one client, `egress::client`): leases, keys,
-//! transactions and watches, and nothing else.
-//! The gateway needs no generated gRPC code, so the build needs no `protoc`.
+//! tunnelgate-etcd: the etcd client of the gateway's coordination layer, over etcd's own
+//! JSON gateway (`/v3/...` over HTTP, with the gateway's one client,
+//! `tunnelgate_egress::client`): leases, keys, transactions and watches, and nothing
+//! else. The gateway needs no generated gRPC code, so the build needs no `protoc`.
 //!
 //! Invariants:
 //! - never a proxy, never a redirect; TLS from `coordination.etcd.tls` through
-//!   `egress::tls` (a client certificate goes to the configured endpoints only);
+//!   `tunnelgate_egress::tls` (a client certificate goes to the configured endpoints only);
 //! - each attempt is bounded by `request_timeout`; on a connect error or a timeout the
 //!   next endpoint is tried (also after an `UNAVAILABLE` answer), in order, starting
 //!   from the one that answered last. A call therefore takes at most
@@ -19,7 +19,12 @@
 //! - no value, password or token ever appears in an error, a log line or Debug output;
 //!   endpoints are shown as configured, and an [`HttpUrl`] never carries credentials.
 //!
-//! Must not know what the keys mean: that is the coordination layer's.
+//! Must not know what the keys mean: that is the coordination layer's (`coord` in the
+//! gateway). It depends on the egress crate and on no crate of the gateway (the crate
+//! graph holds it: this crate does not depend on `tunnelgate`). Its items are `pub` only
+//! where the gateway uses them; `unreachable_pub` holds the rest private.
+#![deny(unreachable_pub)]
+#![cfg_attr(not(test), deny(clippy::too_many_lines))]
 
 mod error;
 mod watch;
@@ -39,17 +44,19 @@ use http::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::config::{HttpUrl, ProxySetting, TlsFiles};
-use crate::egress::client::{Answer, Client, Egress, NackRetries, SendError};
+pub use tunnelgate_egress::client::{Answer, Client, Egress, NackRetries, SendError};
+use tunnelgate_egress::http_url::HttpUrl;
+use tunnelgate_egress::proxy::ProxySetting;
+use tunnelgate_egress::tls::TlsFiles;
 
-pub(crate) use error::EtcdError;
+pub use error::EtcdError;
 use error::UNAVAILABLE;
-pub(crate) use watch::Watch;
-pub(crate) use wire::{CmpOp, Compare, EtcdStatus, KeyValue, Lease, Op, Txn, TxnResponse, WatchEvent, WatchKind};
+pub use watch::Watch;
+pub use wire::{CmpOp, Compare, EtcdStatus, KeyValue, Lease, Op, Txn, TxnResponse, WatchEvent, WatchKind};
 
 /// How to reach etcd. `password` is the resolved secret; Debug never shows it.
 #[derive(Clone)]
-pub(crate) struct EtcdSettings {
+pub struct EtcdSettings {
     pub endpoints: Vec<HttpUrl>,
     pub username: Option<String>,
     pub password: Option<String>,
@@ -60,7 +67,7 @@ pub(crate) struct EtcdSettings {
 
 /// A cheap handle on one etcd client (clones share the connection pool and the token).
 #[derive(Clone)]
-pub(crate) struct Etcd {
+pub struct Etcd {
     inner: Arc<Inner>,
 }
 
@@ -114,7 +121,7 @@ impl fmt::Debug for Etcd {
 impl Etcd {
     /// Builds the client (no request is made): no proxy, no redirects, the TLS files read
     /// now. Fails on no endpoint, a username without a password, or unusable TLS files.
-    pub(crate) fn new(settings: EtcdSettings) -> Result<Etcd, EtcdError> {
+    pub fn new(settings: EtcdSettings) -> Result<Etcd, EtcdError> {
         let setup = |reason: String| EtcdError::Setup { reason };
         if settings.endpoints.is_empty() {
             return Err(setup("no endpoint is configured".to_owned()));
@@ -128,9 +135,9 @@ impl Etcd {
                 ))
             }
         };
-        let tls = match crate::egress::tls::client_config(&settings.tls).map_err(|e| setup(e.to_string()))? {
+        let tls = match tunnelgate_egress::tls::client_config(&settings.tls).map_err(|e| setup(e.to_string()))? {
             Some(tls) => tls,
-            None => crate::egress::client::platform_config().map_err(|e| setup(e.to_string()))?,
+            None => tunnelgate_egress::client::platform_config().map_err(|e| setup(e.to_string()))?,
         };
         let egress = Egress {
             tls,
@@ -160,7 +167,7 @@ impl Etcd {
     }
 
     /// The answering member's version and the cluster's leader (needs no credentials).
-    pub(crate) async fn status(&self) -> Result<EtcdStatus, EtcdError> {
+    pub async fn status(&self) -> Result<EtcdStatus, EtcdError> {
         let (bytes, at) = self.unary("/v3/maintenance/status", &json!({})).await?;
         let status: wire::StatusResponse = wire::decode(&bytes)?;
         Ok(status.into_status(self.inner.endpoints[at].to_string()))
@@ -169,7 +176,7 @@ impl Etcd {
     /// Fetches a new token now: `Ok` at once without credentials, and `Ok` (no token) when
     /// etcd's authentication is off. A refusal of the credentials is [`EtcdError::Auth`].
     /// Calls authenticate by themselves when needed.
-    pub(crate) async fn authenticate(&self) -> Result<(), EtcdError> {
+    pub async fn authenticate(&self) -> Result<(), EtcdError> {
         let Some((name, password)) = &self.inner.credentials else {
             return Ok(());
         };
@@ -196,7 +203,7 @@ impl Etcd {
     }
 
     /// A new lease of `ttl` (whole seconds, rounded up; etcd may raise it to its minimum).
-    pub(crate) async fn grant_lease(&self, ttl: Duration) -> Result<Lease, EtcdError> {
+    pub async fn grant_lease(&self, ttl: Duration) -> Result<Lease, EtcdError> {
         let grant: wire::GrantResponse = self.call("/v3/lease/grant", wire::grant_request(ttl)).await?;
         Ok(Lease {
             id: grant.id,
@@ -205,60 +212,60 @@ impl Etcd {
     }
 
     /// Renews `lease` once: `Some(its TTL again)`, or `None` when it expired or was revoked.
-    pub(crate) async fn keep_alive(&self, lease: i64) -> Result<Option<Duration>, EtcdError> {
+    pub async fn keep_alive(&self, lease: i64) -> Result<Option<Duration>, EtcdError> {
         let renewed: wire::KeepAliveResponse = self.call("/v3/lease/keepalive", wire::lease_request(lease)).await?;
         let ttl = renewed.result.ttl;
         Ok((ttl > 0).then(|| Duration::from_secs(ttl.unsigned_abs())))
     }
 
     /// Revokes `lease`, deleting the keys bound to it. A lease already gone is `Ok`.
-    pub(crate) async fn revoke(&self, lease: i64) -> Result<(), EtcdError> {
+    pub async fn revoke(&self, lease: i64) -> Result<(), EtcdError> {
         match self.call::<Value>("/v3/lease/revoke", wire::lease_request(lease)).await {
             Err(EtcdError::Refused { code: NOT_FOUND, .. }) => Ok(()),
             other => other.map(drop),
         }
     }
 
-    pub(crate) async fn get(&self, key: &str) -> Result<Option<KeyValue>, EtcdError> {
+    pub async fn get(&self, key: &str) -> Result<Option<KeyValue>, EtcdError> {
         Ok(self.range(key, false).await?.into_iter().next())
     }
 
     /// Every key starting with `prefix`, in key order.
-    pub(crate) async fn get_prefix(&self, prefix: &str) -> Result<Vec<KeyValue>, EtcdError> {
+    pub async fn get_prefix(&self, prefix: &str) -> Result<Vec<KeyValue>, EtcdError> {
         self.range(prefix, true).await
     }
 
     /// Writes `key` (bound to `lease` if given); the store's revision after the write.
-    pub(crate) async fn put(&self, key: &str, value: &[u8], lease: Option<i64>) -> Result<i64, EtcdError> {
+    pub async fn put(&self, key: &str, value: &[u8], lease: Option<i64>) -> Result<i64, EtcdError> {
         let put: wire::PutResponse = self.call("/v3/kv/put", wire::put_request(key, value, lease)).await?;
         Ok(put.header.revision)
     }
 
     /// Deletes `key`; how many keys were deleted (0 or 1).
-    pub(crate) async fn delete(&self, key: &str) -> Result<u64, EtcdError> {
+    pub async fn delete(&self, key: &str) -> Result<u64, EtcdError> {
         self.delete_range(key, false).await
     }
 
     /// Deletes every key starting with `prefix`; how many were deleted.
-    pub(crate) async fn delete_prefix(&self, prefix: &str) -> Result<u64, EtcdError> {
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<u64, EtcdError> {
         self.delete_range(prefix, true).await
     }
 
-    pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+    pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
         let bytes = self.authorized_bytes("/v3/kv/txn", wire::txn_request(&txn)).await?;
         wire::txn_response(&bytes)
     }
 
     /// Watches `key` from `start_revision` (or from now). Returns once etcd registered
     /// the watch, so every change after this returns is seen.
-    pub(crate) async fn watch(&self, key: &str, start_revision: Option<i64>) -> Result<Watch, EtcdError> {
+    pub async fn watch(&self, key: &str, start_revision: Option<i64>) -> Result<Watch, EtcdError> {
         self.open_watch(wire::watch_request(key, false, start_revision)).await
     }
 
     /// Watches every key starting with `prefix`, as [`Etcd::watch`] (the coordination
     /// watches single keys; the client's tests watch a prefix too).
     #[cfg(test)]
-    pub(crate) async fn watch_prefix(&self, prefix: &str, start_revision: Option<i64>) -> Result<Watch, EtcdError> {
+    pub async fn watch_prefix(&self, prefix: &str, start_revision: Option<i64>) -> Result<Watch, EtcdError> {
         self.open_watch(wire::watch_request(prefix, true, start_revision)).await
     }
 

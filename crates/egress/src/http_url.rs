@@ -1,12 +1,17 @@
-//! [`HttpUrl`]: the http(s) URLs of the configuration, checked once at load by a small,
-//! strict grammar.
+//! [`HttpUrl`]: the http(s) URLs the gateway sends to (the control plane, HTTP MCP
+//! servers, etcd, the OTLP receiver), checked once, when the configuration is loaded,
+//! by a small, strict grammar.
 //!
 //! Grammar: `http` or `https`, `://`, a host (name, IPv4 or `[IPv6]`) with an optional
 //! port 1-65535, then an optional path; no whitespace, no credentials. Error messages
 //! quote only the offending part, never the whole URL (it may carry a token).
 
-use super::error::ConfigError;
-use super::text::str_views;
+use std::fmt;
+
+use crate::Invalid;
+
+#[cfg(test)]
+mod tests;
 
 /// An http(s) URL that passed the grammar, normalized for its role; its scheme is known.
 #[derive(Clone, PartialEq, Eq)]
@@ -15,11 +20,9 @@ pub struct HttpUrl {
     https: bool,
 }
 
-str_views!(HttpUrl, |this| &this.text);
-
 /// What may follow the host and path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum UrlRole {
+pub(crate) enum UrlRole {
     /// A base that paths are appended to: no query or fragment; a trailing `/` is removed.
     Base,
     /// A complete endpoint: a query is allowed, a fragment is not; kept as written.
@@ -29,13 +32,13 @@ pub(super) enum UrlRole {
 impl HttpUrl {
     /// A complete endpoint (an MCP server's URL): a query is allowed, a fragment is not;
     /// kept as written. Errors name `key`.
-    pub fn endpoint(key: &str, value: &str) -> Result<HttpUrl, ConfigError> {
+    pub fn endpoint(key: &str, value: &str) -> Result<HttpUrl, Invalid> {
         HttpUrl::parse(key, value, UrlRole::Endpoint)
     }
 
     /// A base that paths are appended to: no query or fragment; a trailing `/` is removed.
     /// Errors name `key`.
-    pub fn base(key: &str, value: &str) -> Result<HttpUrl, ConfigError> {
+    pub fn base(key: &str, value: &str) -> Result<HttpUrl, Invalid> {
         HttpUrl::parse(key, value, UrlRole::Base)
     }
 
@@ -44,7 +47,12 @@ impl HttpUrl {
         self.https
     }
 
-    fn parse(key: &str, value: &str, role: UrlRole) -> Result<HttpUrl, ConfigError> {
+    /// The text, as validated.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    fn parse(key: &str, value: &str, role: UrlRole) -> Result<HttpUrl, Invalid> {
         let text = parse(key, value, role)?;
         let https = text.starts_with("https://");
         Ok(HttpUrl { text, https })
@@ -52,8 +60,8 @@ impl HttpUrl {
 }
 
 /// Checks `value` for `key` and returns it normalized for `role`.
-pub(super) fn parse(key: &str, value: &str, role: UrlRole) -> Result<String, ConfigError> {
-    let invalid = |problem: String| ConfigError::invalid(key, problem);
+pub(crate) fn parse(key: &str, value: &str, role: UrlRole) -> Result<String, Invalid> {
+    let invalid = |problem: String| Invalid::new(key, problem);
     if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(invalid("contains whitespace or control characters".to_owned()));
     }
@@ -144,5 +152,44 @@ fn check_tail(tail: &str, role: UrlRole) -> Result<(), String> {
         }
         UrlRole::Endpoint if tail.contains('#') => Err("must not have a fragment (#...)".to_owned()),
         UrlRole::Base | UrlRole::Endpoint => Ok(()),
+    }
+}
+
+impl std::ops::Deref for HttpUrl {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for HttpUrl {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Display for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Printed as a `String` would be (the URL carries no credentials: the grammar refuses
+/// them).
+impl fmt::Debug for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl PartialEq<str> for HttpUrl {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for HttpUrl {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }

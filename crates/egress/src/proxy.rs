@@ -5,13 +5,13 @@
 //! - an explicit URL: every target through it, loopback included; `NO_PROXY` is not read;
 //! - `"env"`: `HTTPS_PROXY` for `https` targets, `HTTP_PROXY` for `http` ones, `ALL_PROXY`
 //!   for either when the scheme's own is unset; never for a loopback target (`localhost`,
-//!   `*.localhost`, `127.0.0.0/8`, `::1`) nor for one `NO_PROXY` names ([`NoProxy`]).
+//!   `*.localhost`, `127.0.0.0/8`, `::1`) nor for one `NO_PROXY` names (`NoProxy`).
 //!
 //! `https` targets go through `CONNECT` (a tunnel: the proxy sees only host and port);
 //! `http` ones are forwarded (the proxy sees and relays the request): [`Route`] says
 //! which, so that a transport can tell what a proxy's answer proves.
 //!
-//! Invariants: the decision is one pure function ([`route`], over [`select`]) that the
+//! Invariants: the decision is one pure function (`route`, over `select`) that the
 //! client's connector (`egress::connect`) also calls for each new connection, so a
 //! transport's [`Route`] is the one its requests take; proxy credentials leave
 //! [`ProxyUrl`] only into the connector's `CONNECT` request and a forwarded request's
@@ -23,11 +23,13 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use url::Url;
 
-use crate::config::{ProxySetting, ProxyUrl};
+pub mod setting;
+
+pub use setting::{EnvProxies, ProxySetting, ProxyUrl};
 
 /// How requests to one target leave the gateway.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Route {
+pub enum Route {
     /// Straight to the target.
     Direct,
     /// Through a proxy's `CONNECT` tunnel (an `https` target): a failed `CONNECT`
@@ -40,7 +42,7 @@ pub(crate) enum Route {
 
 impl Route {
     /// Stable label for logs.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Direct => "direct",
             Self::Tunnel => "tunnel",
@@ -226,7 +228,7 @@ pub(crate) fn select<'a>(setting: &'a ProxySetting, target: &Url) -> Option<&'a 
 }
 
 /// How requests for `target` leave under `setting`.
-pub(crate) fn route(setting: &ProxySetting, target: &Url) -> Route {
+pub fn route(setting: &ProxySetting, target: &Url) -> Route {
     match (select(setting, target), target.scheme()) {
         (None, _) => Route::Direct,
         (Some(_), "https") => Route::Tunnel,

@@ -13,7 +13,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::x509::{validity, Validity};
 use super::{rfc3339, TlsError, TlsProblem};
-use crate::config::{ClientIdentity, TlsFile, TlsFiles};
+use super::{ClientIdentity, TlsFile, TlsFiles};
 
 /// A TLS file larger than this is refused rather than read whole.
 const MAX_TLS_FILE: u64 = 4 * 1024 * 1024;
@@ -23,7 +23,7 @@ pub(super) type Stamp = Option<(u64, u64, u64, SystemTime)>;
 
 /// One file's check, for `doctor`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FileReport {
+pub struct FileReport {
     /// The dotted key that named the file.
     pub key: String,
     /// The path, as configured.
@@ -205,7 +205,7 @@ pub(super) fn roots(ca: &TlsFile, now: SystemTime) -> Result<(Vec<CertificateDer
 }
 
 /// Checks every configured file of a scope, as the gateway would read it at startup.
-pub(crate) fn inspect(files: &TlsFiles, now: SystemTime) -> Vec<FileReport> {
+pub fn inspect(files: &TlsFiles, now: SystemTime) -> Vec<FileReport> {
     let provider = super::provider();
     let mut out = Vec::new();
     let report = |file: &TlsFile, result| FileReport {

@@ -1,6 +1,6 @@
 use proptest::prelude::*;
 
-use crate::config::http_url::{parse, UrlRole};
+use super::{parse, HttpUrl, UrlRole};
 
 fn problem(value: &str, role: UrlRole) -> String {
     parse("k", value, role)
@@ -96,7 +96,6 @@ proptest! {
 
 #[test]
 fn a_parsed_url_knows_its_scheme_and_prints_as_its_text() {
-    use crate::config::HttpUrl;
     let https = HttpUrl::endpoint("k", "https://h.example/mcp?x=1").expect("valid");
     assert!(https.is_https());
     assert_eq!(https, "https://h.example/mcp?x=1");

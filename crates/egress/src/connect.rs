@@ -35,7 +35,7 @@ use hyper_util::rt::TokioIo;
 use tower_service::Service;
 
 use super::proxy::{self, EgressError};
-use crate::config::{ProxySetting, ProxyUrl};
+use crate::proxy::{ProxySetting, ProxyUrl};
 
 /// A connector's error, as hyper-util boxes them.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -49,7 +49,7 @@ const USER_TIMEOUT: Duration = Duration::from_secs(30);
 /// A connection the connector made: TCP (or TLS over it) to the target or to a proxy,
 /// or, boxed, a stream of another kind (a unix socket, TLS inside TLS to an `https`
 /// proxy).
-pub(crate) struct Conn {
+pub struct Conn {
     io: Io,
     /// To a forwarding proxy: hyper writes the request in absolute form.
     forwarded: bool,
@@ -104,7 +104,7 @@ pub(crate) struct Connector {
 /// The connector with one timeout over TCP connect, `CONNECT` and TLS handshake. A
 /// timeout is an `io::Error` of kind `TimedOut`.
 #[derive(Clone)]
-pub(crate) struct TimedConnect {
+pub struct TimedConnect {
     inner: Connector,
     timeout: Duration,
 }

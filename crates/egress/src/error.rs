@@ -8,7 +8,7 @@
 //! `lost` may have written it. A handshake the server refused with an alert is `tls`
 //! even when the alert followed the client's side of the handshake (TLS 1.3 client
 //! authentication): a server that aborts its handshake processes no application data.
-//! The kind reading is one pure function ([`kind_of`]) over the facts of the chain.
+//! The kind reading is one pure function (`kind_of`) over the facts of the chain.
 //!
 //! By type: hyper-util's connect-phase error (`is_connect`), hyper's and std's
 //! timeouts, a unix socket's failed connect (`egress::connect`'s own type), every
@@ -20,7 +20,7 @@
 
 /// A request that got no response headers.
 #[derive(Debug)]
-pub(crate) struct SendError {
+pub struct SendError {
     error: hyper_util::client::legacy::Error,
     /// The target was `https` (a connect failure past TCP is then the handshake).
     https: bool,
@@ -29,7 +29,7 @@ pub(crate) struct SendError {
 /// What a [`SendError`] says about the request's bytes, with a stable label
 /// ([`SendErrorKind::as_str`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SendErrorKind {
+pub enum SendErrorKind {
     /// Name resolution failed. Nothing was written.
     Dns,
     /// The peer (the target, or the proxy) refused the TCP connection. Nothing was written.
@@ -71,7 +71,7 @@ pub(crate) struct ChainFacts {
 
 impl SendErrorKind {
     /// Stable label for logs.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Dns => "dns",
             Self::Refused => "refused",
@@ -86,7 +86,7 @@ impl SendErrorKind {
     }
 
     /// Nothing of the request reached the server's processing: "not sent".
-    pub(crate) fn wrote_nothing(self) -> bool {
+    pub fn wrote_nothing(self) -> bool {
         match self {
             Self::Dns
             | Self::Refused
@@ -140,23 +140,23 @@ impl SendError {
     }
 
     /// What the error says about the request's bytes.
-    pub(crate) fn kind(&self) -> SendErrorKind {
+    pub fn kind(&self) -> SendErrorKind {
         kind_of(self.facts(), self.https)
     }
 
     /// The connection was never made (hyper-util's connect phase): nothing was written.
-    pub(crate) fn is_connect(&self) -> bool {
+    pub fn is_connect(&self) -> bool {
         self.error.is_connect()
     }
 
     /// The error with its cause chain, for the TLS readers.
-    pub(crate) fn chain(&self) -> &(dyn std::error::Error + 'static) {
+    pub fn chain(&self) -> &(dyn std::error::Error + 'static) {
         &self.error
     }
 
     /// Every `io::Error` of the cause chain (see [`io_errors`]), for the exhaustion
     /// reader (`descriptors::any_is_exhaustion`).
-    pub(crate) fn io_errors(&self) -> Vec<&std::io::Error> {
+    pub fn io_errors(&self) -> Vec<&std::io::Error> {
         io_errors(self.chain())
     }
 
@@ -226,7 +226,7 @@ fn mentions(error: &(dyn std::error::Error + 'static), needles: &[&str]) -> bool
 
 /// Every `io::Error` in the cause chain of `error`, including errors wrapped inside
 /// `io::Error`s, outermost first.
-pub(crate) fn io_errors<'a>(error: &'a (dyn std::error::Error + 'static)) -> Vec<&'a std::io::Error> {
+pub fn io_errors<'a>(error: &'a (dyn std::error::Error + 'static)) -> Vec<&'a std::io::Error> {
     let mut found = Vec::new();
     let mut pending: Vec<&(dyn std::error::Error + 'static)> = vec![error];
     while let Some(err) = pending.pop() {

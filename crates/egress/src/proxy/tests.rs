@@ -1,5 +1,4 @@
 use super::*;
-use crate::config::EnvProxies;
 
 fn env(pairs: &[(&str, &str)]) -> ProxySetting {
     let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();

@@ -34,14 +34,14 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::connect::{Connector, TimedConnect};
 use super::proxy::{EgressError, Route};
-use crate::config::ProxySetting;
+use crate::proxy::ProxySetting;
 
-pub(crate) use super::error::{SendError, SendErrorKind};
+pub use super::error::{SendError, SendErrorKind};
 
 /// How often a request is resent after an HTTP/2 refusal that proves it was not
 /// processed (`REFUSED_STREAM`, `GOAWAY` with `NO_ERROR`), chosen per caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum NackRetries {
+pub enum NackRetries {
     /// Up to two more sends (the control client, etcd, the local ops client).
     UpToTwo,
     /// Every request is sent once (an HTTP channel, harpoon).
@@ -49,22 +49,22 @@ pub(crate) enum NackRetries {
 }
 
 /// How one scope's requests leave: what [`Client::new`] is built from.
-pub(crate) struct Egress {
+pub struct Egress {
     /// The TLS of its targets, ALPN already set.
-    pub(crate) tls: rustls::ClientConfig,
-    pub(crate) proxy: ProxySetting,
+    pub tls: rustls::ClientConfig,
+    pub proxy: ProxySetting,
     /// A unix socket every connection goes to instead (never proxied).
-    pub(crate) socket: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
     /// One bound over TCP connect, `CONNECT` and TLS handshake.
-    pub(crate) connect_timeout: Duration,
+    pub connect_timeout: Duration,
     /// Pooled connections idle longer than this are closed.
-    pub(crate) idle: Duration,
-    pub(crate) retries: NackRetries,
+    pub idle: Duration,
+    pub retries: NackRetries,
 }
 
 /// hyper's legacy pooled client over the scope's connector. `C` is the connector:
 /// [`TimedConnect`], or a caller's layer over it.
-pub(crate) struct Client<C = TimedConnect> {
+pub struct Client<C = TimedConnect> {
     client: hyper_util::client::legacy::Client<C, Full<Bytes>>,
     /// The connector's plan, for the `Proxy-Authorization` of a forwarded request.
     connector: Connector,
@@ -74,16 +74,16 @@ pub(crate) struct Client<C = TimedConnect> {
 
 /// A response whose headers arrived; the body is still to be read.
 #[derive(Debug)]
-pub(crate) struct Answer(Response<Incoming>);
+pub struct Answer(Response<Incoming>);
 
 /// The body of an answer ended with an error (the connection failed mid-body).
 #[derive(Debug)]
-pub(crate) struct BodyFailed;
+pub struct BodyFailed;
 
 impl Client<TimedConnect> {
     /// The scope's client; `target` is the one server it is for (a forwarding proxy
     /// keeps no connection to it: see [`Client::layered`]).
-    pub(crate) fn new(egress: Egress, target: &url::Url) -> Result<Self, EgressError> {
+    pub fn new(egress: Egress, target: &url::Url) -> Result<Self, EgressError> {
         Self::layered(egress, target, tower_layer::Identity::new())
     }
 }
@@ -99,7 +99,7 @@ where
     /// (tinyproxy does); a request written on a connection it is closing would end
     /// `abandoned` although it never reached the proxy's handler, so when `target` is
     /// forwarded each request gets a connection of its own.
-    pub(crate) fn layered<L>(egress: Egress, target: &url::Url, layer: L) -> Result<Self, EgressError>
+    pub fn layered<L>(egress: Egress, target: &url::Url, layer: L) -> Result<Self, EgressError>
     where
         L: tower_layer::Layer<TimedConnect, Service = C>,
     {
@@ -134,7 +134,7 @@ where
     }
 
     /// How requests to the client's target leave.
-    pub(crate) fn route(&self) -> Route {
+    pub fn route(&self) -> Route {
         self.route
     }
 
@@ -147,7 +147,7 @@ where
     ///
     /// # Cancel safety
     /// Not cancel-safe once polled: the request may be on the wire when it is dropped.
-    pub(crate) async fn send(
+    pub async fn send(
         &self,
         method: Method,
         uri: &Uri,
@@ -198,16 +198,16 @@ fn is_protocol_nack(error: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 impl Answer {
-    pub(crate) fn status(&self) -> http::StatusCode {
+    pub fn status(&self) -> http::StatusCode {
         self.0.status()
     }
 
-    pub(crate) fn headers(&self) -> &HeaderMap {
+    pub fn headers(&self) -> &HeaderMap {
         self.0.headers()
     }
 
     /// The body's declared length (`Content-Length`), as hyper reports it.
-    pub(crate) fn content_length(&self) -> Option<u64> {
+    pub fn content_length(&self) -> Option<u64> {
         hyper::body::Body::size_hint(self.0.body()).exact()
     }
 
@@ -215,7 +215,7 @@ impl Answer {
     ///
     /// # Cancel safety
     /// Cancel-safe: a chunk is taken from the body only when this resolves.
-    pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, BodyFailed> {
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, BodyFailed> {
         loop {
             match self.0.body_mut().frame().await {
                 None => return Ok(None),
@@ -232,7 +232,7 @@ impl Answer {
 
 /// A client to a gateway's own ops listener at `target` (the CLI's `status`, the support
 /// bundle): never a proxy, the platform's TLS, the connect bounded by `timeout`.
-pub(crate) fn local(target: &url::Url, timeout: Duration) -> Result<Client, String> {
+pub fn local(target: &url::Url, timeout: Duration) -> Result<Client, String> {
     let egress = Egress {
         tls: platform_config().map_err(|e| e.to_string())?,
         proxy: ProxySetting::Off,
@@ -246,7 +246,7 @@ pub(crate) fn local(target: &url::Url, timeout: Duration) -> Result<Client, Stri
 
 /// Why [`local_get`] gave no whole answer.
 #[derive(Debug)]
-pub(crate) enum LocalGetError {
+pub enum LocalGetError {
     /// The URL is not one hyper's `Uri` accepts.
     Url,
     /// No response headers: the one client's error, with its kind.
@@ -263,7 +263,7 @@ pub(crate) enum LocalGetError {
 ///
 /// # Cancel safety
 /// Reads only; dropping it abandons one GET.
-pub(crate) async fn local_get(
+pub async fn local_get(
     client: &Client,
     url: &str,
     deadline: tokio::time::Instant,
@@ -291,7 +291,7 @@ pub(crate) async fn local_get(
 /// The rustls configuration of a scope with no TLS setting: the process's default
 /// crypto provider (or aws-lc-rs), TLS 1.3 and 1.2, the platform's verifier, no client
 /// certificate, SNI, ALPN `h2` then `http/1.1`, rustls' default session resumption.
-pub(crate) fn platform_config() -> Result<rustls::ClientConfig, rustls::Error> {
+pub fn platform_config() -> Result<rustls::ClientConfig, rustls::Error> {
     let provider = rustls::crypto::CryptoProvider::get_default()
         .cloned()
         .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));

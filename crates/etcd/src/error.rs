@@ -70,10 +70,10 @@ pub(super) fn refused(endpoint: &str, status: http::StatusCode, bytes: &[u8]) ->
 }
 
 /// A request to `endpoint` that got no answer: `Timeout`, or `Unreachable` with the cause.
-pub(super) fn transport(endpoint: &str, error: &crate::egress::client::SendError) -> EtcdError {
+pub(super) fn transport(endpoint: &str, error: &tunnelgate_egress::client::SendError) -> EtcdError {
     if matches!(
         error.kind(),
-        crate::egress::client::SendErrorKind::ConnectTimeout | crate::egress::client::SendErrorKind::Timeout
+        tunnelgate_egress::client::SendErrorKind::ConnectTimeout | tunnelgate_egress::client::SendErrorKind::Timeout
     ) {
         return EtcdError::Timeout {
             endpoint: endpoint.to_owned(),

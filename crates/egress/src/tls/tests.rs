@@ -36,7 +36,7 @@ fn errors_name_the_key_and_the_file_but_never_its_contents() {
     )
     .unwrap();
     let files = TlsFiles {
-        ca_file: Some(crate::config::TlsFile {
+        ca_file: Some(crate::tls::TlsFile {
             path: path.clone(),
             key: "mcp.tls.ca_file".into(),
         }),
@@ -51,7 +51,7 @@ fn errors_name_the_key_and_the_file_but_never_its_contents() {
     );
     assert!(!text.contains("c2VjcmV0"), "{text}");
     let missing = TlsFiles {
-        ca_file: Some(crate::config::TlsFile {
+        ca_file: Some(crate::tls::TlsFile {
             path: dir.path().join("absent.pem"),
             key: "control_plane.tls.ca_file".into(),
         }),

@@ -23,14 +23,14 @@ use super::EtcdError;
 
 /// A lease granted by etcd: its id and the TTL etcd chose (at least etcd's minimum).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Lease {
+pub struct Lease {
     pub id: i64,
     pub ttl: Duration,
 }
 
 /// What `maintenance/status` says, and which configured endpoint said it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct EtcdStatus {
+pub struct EtcdStatus {
     /// The etcd server's version, e.g. `3.4.23`.
     pub version: String,
     /// The member id of the cluster's current raft leader (0: none known).
@@ -44,7 +44,7 @@ pub(crate) struct EtcdStatus {
 /// One key and its value, with etcd's bookkeeping. A key that is not valid UTF-8 is
 /// read lossily (this client only writes UTF-8 keys).
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct KeyValue {
+pub struct KeyValue {
     pub key: String,
     pub value: Vec<u8>,
     pub create_revision: i64,
@@ -56,7 +56,7 @@ pub(crate) struct KeyValue {
 
 /// A transaction: if every `compare` holds, `success` runs, else `failure`; atomically.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct Txn {
+pub struct Txn {
     pub compare: Vec<Compare>,
     pub success: Vec<Op>,
     pub failure: Vec<Op>,
@@ -67,7 +67,7 @@ pub(crate) struct Txn {
 /// revisions for equality only; the rest of etcd's compares, which the client's tests
 /// (against a real etcd too) exercise, exist in test builds alone.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) enum Compare {
+pub enum Compare {
     CreateRevision(String, CmpOp, i64),
     #[cfg(test)]
     ModRevision(String, CmpOp, i64),
@@ -80,7 +80,7 @@ pub(crate) enum Compare {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CmpOp {
+pub enum CmpOp {
     Equal,
     #[cfg(test)]
     NotEqual,
@@ -92,7 +92,7 @@ pub(crate) enum CmpOp {
 
 /// One operation of a [`Txn`] branch. `prefix` ranges over every key starting with `key`.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) enum Op {
+pub enum Op {
     Put {
         key: String,
         value: Vec<u8>,
@@ -110,7 +110,7 @@ pub(crate) enum Op {
 
 /// The answer to a [`Txn`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TxnResponse {
+pub struct TxnResponse {
     /// Whether every compare held (so `success` ran).
     pub succeeded: bool,
     /// The store's revision after the transaction.
@@ -120,14 +120,14 @@ pub(crate) struct TxnResponse {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WatchKind {
+pub enum WatchKind {
     Put,
     Delete,
 }
 
 /// One change seen by a watch. A delete carries the key and its `mod_revision` only.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct WatchEvent {
+pub struct WatchEvent {
     pub kind: WatchKind,
     pub kv: KeyValue,
 }

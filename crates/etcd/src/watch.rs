@@ -4,14 +4,14 @@ use std::fmt;
 
 use super::wire::{self, WatchMessage};
 use super::{EtcdError, WatchEvent};
-use crate::egress::client::Answer;
+use tunnelgate_egress::client::Answer;
 
 /// The changes to a key (or a prefix) as etcd reports them, batch by batch.
 ///
 /// It ends (`None`) when the stream ends: etcd stopped, the connection closed, or after
 /// an error was returned. Nothing notices a stream that merely goes quiet (a frozen etcd):
 /// the lease keep-alives of the coordination layer do.
-pub(crate) struct Watch {
+pub struct Watch {
     /// `None` once the stream ended or failed.
     response: Option<Answer>,
     /// Bytes of the message not yet complete.
@@ -60,7 +60,7 @@ impl Watch {
     ///
     /// Cancel-safe: bytes read so far stay in the watch, and no batch is lost when the
     /// future is dropped.
-    pub(crate) async fn next(&mut self) -> Option<Result<Vec<WatchEvent>, EtcdError>> {
+    pub async fn next(&mut self) -> Option<Result<Vec<WatchEvent>, EtcdError>> {
         loop {
             match self.message().await? {
                 Ok(WatchMessage::Events(events)) => return Some(Ok(events)),

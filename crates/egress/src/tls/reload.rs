@@ -19,8 +19,8 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
 use super::files::{self, stamp, Stamp};
+use super::{ClientIdentity, TlsFile};
 use super::{TlsError, TlsProblem};
-use crate::config::{ClientIdentity, TlsFile};
 
 /// The server certificate verifier of a scope: platform roots plus `ca_file`, or
 /// `ca_file` alone (`ca_only`).

@@ -33,15 +33,57 @@ mod x509;
 #[cfg(test)]
 mod tests;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::config::TlsFiles;
+pub use files::{inspect, FileReport};
 
-pub(crate) use files::{inspect, FileReport};
+/// One configured file: its path and the dotted key that set it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFile {
+    pub path: PathBuf,
+    /// e.g. `mcp.channels.main.tls.client_cert`, or `mcp.tls.client_cert` when inherited.
+    pub key: String,
+}
+
+/// The effective TLS files of one scope (the control plane, or one HTTP channel).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM file of one or more CA certificates, added to the platform roots.
+    pub ca_file: Option<TlsFile>,
+    /// `ca_file` alone is trusted (the platform roots are not).
+    pub ca_only: bool,
+    /// The client certificate and its key (both or neither); chain in the cert file.
+    pub client: Option<ClientIdentity>,
+}
+
+/// A client certificate (PEM, leaf first, then any intermediates) and its private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIdentity {
+    pub cert: TlsFile,
+    pub key: TlsFile,
+}
+
+impl TlsFiles {
+    /// Whether nothing is configured: the client's default TLS applies.
+    pub fn is_empty(&self) -> bool {
+        self.ca_file.is_none() && !self.ca_only && self.client.is_none()
+    }
+
+    /// Every configured file, with its key.
+    pub fn files(&self) -> Vec<&TlsFile> {
+        let mut out: Vec<&TlsFile> = self.ca_file.iter().collect();
+        if let Some(client) = &self.client {
+            out.push(&client.cert);
+            out.push(&client.key);
+        }
+        out
+    }
+}
 
 /// How long before a certificate's end `doctor` warns.
-pub(crate) const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
 
 /// A TLS file that cannot be used, with the key that named it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -93,7 +135,7 @@ impl TlsError {
 ///
 /// Reads every file now (so a problem is reported at startup, with its key) and keeps
 /// watching them for the handshakes to come.
-pub(crate) fn client_config(files: &TlsFiles) -> Result<Option<rustls::ClientConfig>, TlsError> {
+pub fn client_config(files: &TlsFiles) -> Result<Option<rustls::ClientConfig>, TlsError> {
     if files.is_empty() {
         return Ok(None);
     }
@@ -134,7 +176,7 @@ pub(crate) fn client_config(files: &TlsFiles) -> Result<Option<rustls::ClientCon
 /// Words for a failed TLS handshake, read from the error's cause chain: what the server
 /// or the gateway refused, for the log line of a `tls` failure. `None` when the chain
 /// holds neither a rustls error nor an end of the connection mid-handshake.
-pub(crate) fn handshake_problem(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+pub fn handshake_problem(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     if let Some(tls) = rustls_error(error) {
         return Some(describe(tls));
     }
@@ -171,7 +213,7 @@ fn io_eof(error: &(dyn std::error::Error + 'static)) -> bool {
 /// failed later. A server sends these only while handshaking, and a TLS 1.3 server does
 /// not process application data before it has accepted the client's certificate, so the
 /// request was not delivered even if the client had written it.
-pub(crate) fn refused_handshake(error: &(dyn std::error::Error + 'static)) -> bool {
+pub fn refused_handshake(error: &(dyn std::error::Error + 'static)) -> bool {
     use rustls::AlertDescription as A;
     rustls_error(error).is_some_and(|e| {
         matches!(

@@ -8,10 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tunnelgate_test_peers::{free_port, wait_for, wait_until, EtcdPeer, Pair, Pki};
 
-use crate::config::{ClientIdentity, HttpUrl, TlsFile, TlsFiles};
-use crate::coord::etcd::{
-    CmpOp, Compare, Etcd, EtcdError, EtcdSettings, KeyValue, Op, Txn, Watch, WatchEvent, WatchKind,
-};
+use crate::{CmpOp, Compare, Etcd, EtcdError, EtcdSettings, KeyValue, Op, Txn, Watch, WatchEvent, WatchKind};
+use tunnelgate_egress::http_url::HttpUrl;
+use tunnelgate_egress::tls::{ClientIdentity, TlsFile, TlsFiles};
 
 const WAIT: Duration = Duration::from_secs(15);
 const PASSWORD: &str = "Etcd-Canary-pw-7c1";
