@@ -265,7 +265,7 @@ impl Etcd {
     /// Watches every key starting with `prefix`, as [`Etcd::watch`] (the coordination
     /// watches single keys; the client's tests watch a prefix too).
     #[cfg(test)]
-    pub async fn watch_prefix(&self, prefix: &str, start_revision: Option<i64>) -> Result<Watch, EtcdError> {
+    pub(crate) async fn watch_prefix(&self, prefix: &str, start_revision: Option<i64>) -> Result<Watch, EtcdError> {
         self.open_watch(wire::watch_request(prefix, true, start_revision)).await
     }
 
