@@ -6,9 +6,9 @@
 //! drop ([`ChildGuard`]), free loopback ports ([`free_port`]) and bounded waits
 //! ([`wait_until`], [`wait_for`]).
 //!
-//! Used by the gateway's unit tests (the etcd client's, in `src/coord/etcd/tests/`) and
-//! by the integration tests (`tests/it/`), as a dev-dependency only: one implementation
-//! for both. It must not depend on the gateway (`tunnelgate`): whatever needs the
+//! Used by the etcd client's tests (`crates/etcd/src/tests/`) and by the gateway's
+//! integration tests (`tests/it/`), as a dev-dependency only: one implementation for
+//! both. It must not depend on the gateway (`tunnelgate`): whatever needs the
 //! gateway's types (such as waiting until the gateway's etcd client is served again)
 //! stays beside the tests that use it, written on top of these helpers.
 //!
