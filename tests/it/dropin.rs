@@ -25,40 +25,6 @@ const T: Duration = Duration::from_secs(30);
 // A pinned self-signed CA:TRUE server certificate
 // ---------------------------------------------------------------------------------------
 
-/// A self-signed certificate marked `basicConstraints=critical,CA:TRUE` whose SAN is
-/// `san`, valid two days, made as an operator makes one: `NAME.pem` / `NAME.key` in `pki`.
-fn self_signed_ca_true(pki: &Pki, name: &str, san: &str) -> Pair {
-    let pair = Pair {
-        cert: pki.path(&format!("{name}.pem")),
-        key: pki.path(&format!("{name}.key")),
-    };
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-        ])
-        .args(["-days", "2", "-subj", "/CN=localhost"])
-        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
-        .args(["-addext", &format!("subjectAltName={san}")])
-        .arg("-keyout")
-        .arg(&pair.key)
-        .arg("-out")
-        .arg(&pair.cert)
-        .output()
-        .expect("the openssl CLI runs (scripts/install-peers)");
-    assert!(
-        out.status.success(),
-        "openssl req: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    pair
-}
-
 /// The Python SDK server (stateless, tool `echo`) on HTTPS with `server`'s certificate,
 /// asking for no client certificate; returned once it said it bound its port.
 async fn pinned_tls_server(server: &Pair) -> (ChildGuard, String) {
@@ -105,7 +71,7 @@ async fn echo(rig: &Rig, message: &str) -> Value {
 #[tokio::test]
 async fn a_self_signed_ca_true_server_certificate_pinned_in_the_ca_file_is_accepted() {
     let pki = Pki::new();
-    let pinned = self_signed_ca_true(&pki, "pinned", "IP:127.0.0.1,DNS:localhost");
+    let pinned = pki.self_signed_server("pinned", "IP:127.0.0.1,DNS:localhost");
     let (server, url) = pinned_tls_server(&pinned).await;
     let rig = Rig::start("").await;
     let mut gw = rig.spawn_gateway(&pinned_config(&rig, &url, &pinned)).await;
@@ -149,9 +115,9 @@ async fn assert_tls_refused(rig: &Rig, config: &str, case: &str) {
 #[tokio::test]
 async fn a_self_signed_ca_true_certificate_not_in_the_bundle_or_not_naming_the_server_is_refused() {
     let pki = Pki::new();
-    let pinned = self_signed_ca_true(&pki, "pinned", "IP:127.0.0.1,DNS:localhost");
-    let stranger = self_signed_ca_true(&pki, "stranger", "IP:127.0.0.1,DNS:localhost");
-    let misnamed = self_signed_ca_true(&pki, "misnamed", "DNS:other.example");
+    let pinned = pki.self_signed_server("pinned", "IP:127.0.0.1,DNS:localhost");
+    let stranger = pki.self_signed_server("stranger", "IP:127.0.0.1,DNS:localhost");
+    let misnamed = pki.self_signed_server("misnamed", "DNS:other.example");
     let rig = Rig::start("").await;
 
     // Same shape, same names, but the bundle holds only the first certificate.

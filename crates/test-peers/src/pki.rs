@@ -54,28 +54,33 @@ impl Pki {
 
     /// A self-signed CA `NAME.pem` / `NAME.key` (common name `NAME`).
     pub fn ca(&self, name: &str) -> Pair {
+        let extensions = [
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ];
+        self.self_signed(name, name, "30", &extensions)
+    }
+
+    /// A self-signed server certificate `NAME.pem` / `NAME.key` (common name `localhost`)
+    /// marked `basicConstraints=critical,CA:TRUE`, whose SAN is `san`, valid two days:
+    /// what an operator makes with one `openssl req -x509`, to pin it.
+    pub fn self_signed_server(&self, name: &str, san: &str) -> Pair {
+        let san = format!("subjectAltName={san}");
+        let extensions = ["-addext", "basicConstraints=critical,CA:TRUE", "-addext", &san];
+        self.self_signed(name, "localhost", "2", &extensions)
+    }
+
+    /// `NAME.pem` / `NAME.key`: a new key and its self-signed certificate for
+    /// `/CN=common_name`, valid `days`, with `extensions` (`-addext` pairs).
+    fn self_signed(&self, name: &str, common_name: &str, days: &str, extensions: &[&str]) -> Pair {
         let (cert, key) = (format!("{name}.pem"), format!("{name}.key"));
+        let subject = format!("/CN={common_name}");
+        let files = ["-keyout", &key, "-out", &cert, "-days", days, "-subj", &subject];
         openssl(
             self.dir.path(),
-            &[
-                &["req", "-x509"][..],
-                &NEW_EC_KEY,
-                &[
-                    "-keyout",
-                    &key,
-                    "-out",
-                    &cert,
-                    "-days",
-                    "30",
-                    "-subj",
-                    &format!("/CN={name}"),
-                    "-addext",
-                    "basicConstraints=critical,CA:TRUE",
-                    "-addext",
-                    "keyUsage=critical,keyCertSign,cRLSign",
-                ],
-            ]
-            .concat(),
+            &[&["req", "-x509"][..], &NEW_EC_KEY, &files, extensions].concat(),
         );
         Pair {
             cert: self.path(&cert),
