@@ -24,7 +24,7 @@ static RESERVED: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
 
 /// The start of `tunnelgate run`: raises the soft `RLIMIT_NOFILE` to the hard limit (and
 /// logs both), then holds the reserve. Called once.
-pub(crate) fn prepare_for_run() {
+pub fn prepare_for_run() {
     raise_nofile_and_log();
     let mut reserved = RESERVED.lock().unwrap_or_else(|p| p.into_inner());
     while reserved.len() < RESERVE {
@@ -46,7 +46,7 @@ pub(crate) fn release_reserve() {
 }
 
 /// The words every failure of this kind carries, in logs, errors and caller messages.
-pub(crate) const EXHAUSTION_WORDS: &str = "too many open files in the gateway";
+pub const EXHAUSTION_WORDS: &str = "too many open files in the gateway";
 
 /// The descriptor limits around the raise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

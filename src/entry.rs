@@ -4,10 +4,9 @@
 //! `support-bundle`'s secret scan, 78 configuration (a refused official profile
 //! included), 80-91 fatal categories).
 //!
-//! It is here, not in `src/main.rs`, so that the commands (`cli`, `demo`, `doctor`, the
-//! simulator) stay private to the library: the binary reaches them through this one
-//! entry point, re-exported hidden at the crate root as `binary_main`, and nothing else.
-//! It must not grow decisions of its own: each command's work lives in its module.
+//! A module of the binary (`src/main.rs` keeps only the allocator and `main`), beside
+//! the commands it runs (`cli`, `demo`, `doctor`, the simulator). It must not grow
+//! decisions of its own: each command's work lives in its module.
 
 use std::process::ExitCode;
 
@@ -19,8 +18,8 @@ use crate::config::{Config, ConfigError, ConfigOrigin, OfflineConfig};
 /// Any command's failure: every error of the crate names its cause in its own message.
 type Failure = Box<dyn std::error::Error + Send + Sync>;
 
-/// The binary's `main`: what `tunnelgate` does with its arguments (not an API).
-pub fn binary_main() -> ExitCode {
+/// The binary's `main`: what `tunnelgate` does with its arguments.
+pub(crate) fn main() -> ExitCode {
     // A stdio child's guard (`__stdio-guard`, docs/stdio.md, "Children die with the gateway"): before anything else.
     if let Some(code) = crate::downstream::stdio_guard::dispatch() {
         return code;

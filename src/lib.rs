@@ -68,8 +68,9 @@
 //! [`GatewayError`]), [`RunOutcome`], [`Config`] (with [`ConfigError`] and the
 //! [`Overrides`] of [`Config::load`]), [`Fatal`] and [`FatalCategory`]; the other types
 //! their signatures and fields name are reachable through them, not by path. Every module
-//! is private, and there is no feature that opens one. One hidden item serves the crate's
-//! own binary and is not an API: `binary_main`, its entry point. The integration tests,
+//! is private, and there is no feature that opens one. One hidden module serves the crate's
+//! own binary (the operator commands, `src/main.rs`) and is not an API: `operator`, which
+//! names each item the commands take from the gateway. The integration tests,
 //! examples and doc tests use the crate as any embedder does (and the wire protocol as
 //! `tunnelgate_protocol`); what they cannot reach is tested by the unit tests beside it.
 //! Only a `cargo fuzz` build (`--cfg fuzzing`) sees one more hidden module, `fuzzing`.
@@ -83,17 +84,12 @@
 #![deny(unreachable_pub)]
 
 mod app;
-mod bundle;
-mod cli;
 mod config;
 mod control;
 mod coord;
-mod demo;
 mod descriptors;
 mod dispatch;
-mod doctor;
 mod downstream;
-mod entry;
 /// Fuzz and property targets (not an API). `--cfg fuzzing` is a cfg only `cargo fuzz` sets
 /// (never a feature a user can turn on): there this module is public, for the targets of
 /// `fuzz/` (`tunnelgate::fuzzing::config`, ...). The unit and property tests compile it
@@ -103,6 +99,10 @@ mod entry;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
+/// What the crate's own binary (`src/main.rs`: the operator commands) takes from the
+/// gateway, item by item; not an API (docs/ARCHITECTURE.md, "Public API").
+#[doc(hidden)]
+pub mod operator;
 mod ops;
 /// The gateway's way out (its one HTTP client, proxies, TLS, the URL and proxy settings),
 /// a crate of its own (`crates/egress`), under the name the modules use.
@@ -121,7 +121,4 @@ mod telemetry;
 
 pub use app::{Gateway, GatewayError, RunOutcome, StopHandle};
 pub use config::{Config, ConfigError, Overrides};
-/// The binary's entry point (`src/main.rs`); not an API.
-#[doc(hidden)]
-pub use entry::binary_main;
 pub use strict::{Fatal, FatalCategory};

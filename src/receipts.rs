@@ -23,6 +23,6 @@ mod reader;
 mod record;
 
 pub(crate) use journal::{Journal, Pending};
-pub(crate) use reader::{read, rotated_path, Filter, Listed, ReadError};
+pub use reader::{read, rotated_path, Filter, Listed, ReadError};
 pub(crate) use record::Receipt;
-pub(crate) use record::Unclean;
+pub use record::Unclean;

@@ -8,6 +8,6 @@
 use std::io::Write;
 
 /// Writes `tunnelgate: {line}` and a newline to stderr; a failed write is dropped.
-pub(crate) fn line(line: std::fmt::Arguments<'_>) {
+pub fn line(line: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr(), "tunnelgate: {line}");
 }

@@ -44,7 +44,7 @@ pub(crate) type FailureHook = Arc<dyn Fn(TaskKind, &'static str) + Send + Sync>;
 
 /// Spawns, watches and joins tasks. Cheap to clone; clones share the task sets.
 #[derive(Clone)]
-pub(crate) struct Supervisor {
+pub struct Supervisor {
     /// Drained by the stop order.
     drained: TaskTracker,
     /// Joined last, with a bound.
@@ -62,7 +62,7 @@ impl Supervisor {
     }
 
     /// A supervisor whose failures are only logged (tests, stand-alone transports).
-    pub(crate) fn logging_only() -> Self {
+    pub fn logging_only() -> Self {
         Self::new(Arc::new(|_, _| {}))
     }
 
@@ -87,7 +87,7 @@ impl Supervisor {
     /// Spawns `task` among the background tasks for a caller that awaits its handle: the
     /// result, or a panic as a `JoinError`, is the caller's to act on (nothing is handed
     /// to the failure hook). Joined by [`join_background`](Self::join_background) too.
-    pub(crate) fn spawn_joined<F>(&self, task: F) -> JoinHandle<F::Output>
+    pub fn spawn_joined<F>(&self, task: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
@@ -97,7 +97,7 @@ impl Supervisor {
 
     /// Runs the blocking `work` off the runtime's workers, among the background tasks; as
     /// for [`spawn_joined`](Self::spawn_joined), the caller awaits the handle.
-    pub(crate) fn spawn_blocking<F, T>(&self, work: F) -> JoinHandle<T>
+    pub fn spawn_blocking<F, T>(&self, work: F) -> JoinHandle<T>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,

@@ -103,13 +103,19 @@ impl OpsListener {
     }
 }
 
+/// The gateway's metrics for `config`: every series of its label sets at zero, each stdio
+/// channel's included (what `doctor` counts its checks in, too).
+pub fn gateway_metrics(config: &Config) -> Metrics {
+    Metrics::new::<GatewayLabels>(config.strict.enabled, &config.stdio_channel_names())
+}
+
 impl Parts {
     /// The observed core, with no channel: metrics, the fence (one permit in strict mode)
     /// reporting each latch to the metrics, health, and the supervisor whose failure hook
     /// is [`task_failure_hook`].
     pub(super) fn observed(config: &Config) -> Self {
         let strict = config.strict.enabled;
-        let metrics = Arc::new(Metrics::new::<GatewayLabels>(strict, &config.stdio_channel_names()));
+        let metrics = Arc::new(gateway_metrics(config));
         let channel_names: Vec<String> = config.mcp.channels.keys().map(ToString::to_string).collect();
         metrics.channel_receipts_at_zero(&channel_names);
         metrics.era_channels_at_zero(&config.http_channel_names());
@@ -391,7 +397,7 @@ fn build_channels(config: &Config, metrics: &Arc<Metrics>, supervisor: &Supervis
 }
 
 /// `[harpoon]`, as channel `harpoon` takes it.
-pub(crate) fn harpoon_settings(config: &Config) -> HarpoonSettings {
+pub fn harpoon_settings(config: &Config) -> HarpoonSettings {
     let h = &config.harpoon;
     HarpoonSettings {
         targets: h
@@ -490,7 +496,7 @@ fn declared_channels(config: &Config) -> Vec<ServerInfoChannel> {
 
 /// An HTTP channel's configured headers, as its transport takes them (also used by
 /// `tunnelgate doctor`, so its probe authenticates as commands do).
-pub(crate) fn channel_headers(config: &Config, channel: &str) -> http::HeaderMap {
+pub fn channel_headers(config: &Config, channel: &str) -> http::HeaderMap {
     config
         .mcp
         .headers
@@ -500,7 +506,7 @@ pub(crate) fn channel_headers(config: &Config, channel: &str) -> http::HeaderMap
 }
 
 /// A stdio channel's configured session, as its transport takes it.
-pub(crate) fn session_settings(session: &StdioSession) -> SessionSettings {
+pub fn session_settings(session: &StdioSession) -> SessionSettings {
     SessionSettings {
         mode: match session.owner {
             SessionOwner::Owned => SessionMode::Owned,
@@ -517,7 +523,7 @@ pub(crate) fn session_settings(session: &StdioSession) -> SessionSettings {
 
 /// The control-plane client as the gateway uses it (headers, server-info declaration);
 /// also used by `tunnelgate doctor`, so its checks send what the runtime sends.
-pub(crate) fn build_control(
+pub fn build_control(
     config: &Config,
     metrics: &Arc<Metrics>,
     instance_id: &str,

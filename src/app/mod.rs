@@ -13,9 +13,10 @@ mod latched;
 mod run_file;
 mod stop;
 
-pub(crate) use build::{build_control, channel_headers, harpoon_settings, session_settings};
+pub use build::{build_control, channel_headers, gateway_metrics, harpoon_settings, session_settings};
+#[cfg(test)]
 pub(crate) use labels::GatewayLabels;
-pub(crate) use run_file::RunFile;
+pub use run_file::RunFile;
 pub(crate) use run_file::RunFileError;
 
 use std::net::SocketAddr;

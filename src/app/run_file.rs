@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// A written run file, removed on drop.
 #[derive(Debug)]
-pub(crate) struct RunFile {
+pub struct RunFile {
     path: PathBuf,
     contents: String,
 }
@@ -46,7 +46,7 @@ impl RunFile {
     }
 
     /// `runtime.pid_file`: this process's id and a newline, readable by all (as upstream).
-    pub(crate) fn pid(path: &Path) -> Result<RunFile, RunFileError> {
+    pub fn pid(path: &Path) -> Result<RunFile, RunFileError> {
         RunFile::write("runtime.pid_file", path, format!("{}\n", std::process::id()), 0o644)
     }
 

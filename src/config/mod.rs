@@ -67,7 +67,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub(crate) use channel_name::ChannelName;
-pub(crate) use coordination::{Coordination, EtcdConfig};
+pub(crate) use coordination::Coordination;
+pub use coordination::EtcdConfig;
 pub use error::ConfigError;
 pub(crate) use harpoon::Harpoon;
 pub(crate) use harpoon_template::{canonical_header, is_header_token, is_routing_or_identity, names_a_credential};
@@ -77,8 +78,8 @@ pub(crate) use harpoon_template::{
     MAX_URL_BYTES as TEMPLATE_MAX_URL_BYTES,
 };
 pub(crate) use headers::HeaderSet;
-pub(crate) use offline::OfflineConfig;
-pub(crate) use profile::{convert_profile, ConfigOrigin, ProfileError, ProfileFlags};
+pub use offline::OfflineConfig;
+pub use profile::{convert_profile, ConfigOrigin, ProfileError, ProfileFlags};
 pub(crate) use secret::Secret;
 pub(crate) use tunnel_id::TunnelId;
 

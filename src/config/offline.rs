@@ -83,7 +83,7 @@ impl OfflineConfig {
 
     /// The configuration with its unresolved secrets empty: for reading the values it
     /// does hold (the secret scan), never for sending anything.
-    pub(crate) fn partial(&self) -> &Config {
+    pub fn partial(&self) -> &Config {
         &self.config
     }
 }

@@ -52,14 +52,14 @@ pub struct ConfigOrigin {
 /// One setting of a profile tunnelgate cannot take: its YAML key path (`log.file`,
 /// `mcp.server_urls[0].url`) and the problem with what to do, in words, never its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Refusal {
+pub struct Refusal {
     pub key: String,
     pub problem: String,
 }
 
 /// Why a profile was not converted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ProfileError {
+pub enum ProfileError {
     /// The file cannot be read, or is not a profile the official client reads (YAML, an
     /// unknown or repeated key, a value of the wrong type, the document rules).
     #[error("official profile {path}: {problem}")]
@@ -105,7 +105,7 @@ fn refused_words(refusals: &[Refusal]) -> String {
 /// `tunnelgate profile convert`: the profile at `path` as tunnelgate's TOML, with a
 /// comment line for each setting kept only as a comment. `env` resolves the values
 /// upstream resolves when it loads the profile.
-pub(crate) fn convert_profile(path: &Path, env: &[(String, String)]) -> Result<String, ProfileError> {
+pub fn convert_profile(path: &Path, env: &[(String, String)]) -> Result<String, ProfileError> {
     convert_path(path, &EnvVars::new(env), Mode::Print)
 }
 

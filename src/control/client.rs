@@ -30,7 +30,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, RE
 
 pub(crate) use self::delivery::DeliveryReport;
 pub(crate) use self::poll::{PollError, PollErrorKind, PollWait, Polled};
-pub(crate) use self::tunnel::LookupError;
+pub use self::tunnel::LookupError;
 use self::urls::{percent_encode_segment, poll_filter, uri_of, PollUrls};
 use super::backoff::parse_retry_after;
 use crate::egress::client::{platform_config, Answer, Client, Egress, NackRetries, SendError};
@@ -78,7 +78,7 @@ impl std::fmt::Debug for ControlSettings {
 
 /// The poll and response client. Cheap to clone; connections are pooled.
 #[derive(Clone)]
-pub(crate) struct ControlClient {
+pub struct ControlClient {
     /// The poll, the response POST and the tunnel lookup, directly or through
     /// `control_plane.proxy`. Shared: the client is a few hundred bytes of configuration.
     client: Arc<Client>,

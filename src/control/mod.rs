@@ -25,7 +25,7 @@ pub(crate) use attempt::{AttemptResult, Delivery, PostKind, Refused};
 #[cfg(test)]
 pub(crate) use client::PollWait;
 pub(crate) use client::{
-    random_hex, BuildError, ControlClient, ControlSettings, DeliveryReport, LookupError, PollError, PollErrorKind,
-    Polled, ServerInfoSource,
+    random_hex, BuildError, ControlSettings, DeliveryReport, PollError, PollErrorKind, Polled, ServerInfoSource,
 };
+pub use client::{ControlClient, LookupError};
 pub(crate) use poller::{PollSink, Poller};

@@ -13,7 +13,7 @@ use crate::strict::Fatal;
 
 /// The record under `<prefix>/latch` (schema_version 1).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ClusterRecord {
+pub struct ClusterRecord {
     pub schema_version: u32,
     pub tunnelgate_version: String,
     /// The instance id of the replica that latched.
@@ -161,10 +161,7 @@ fn set(c: &Coordinator, latch: Option<ClusterRecord>) {
 
 /// The cluster latch of `keys` and the unsettled intents, as `tunnelgate latch show`
 /// reads them.
-pub(crate) async fn read_cluster(
-    etcd: &Etcd,
-    keys: &Keys,
-) -> Result<(Option<ClusterRecord>, Vec<KeyValue>), EtcdError> {
+pub async fn read_cluster(etcd: &Etcd, keys: &Keys) -> Result<(Option<ClusterRecord>, Vec<KeyValue>), EtcdError> {
     let latch = etcd.get(&keys.latch).await?;
     let intents = etcd.get_prefix(&keys.intents).await?;
     Ok((latch.as_ref().map(ClusterRecord::read), intents))
@@ -172,7 +169,7 @@ pub(crate) async fn read_cluster(
 
 /// Clears the cluster latch and every unsettled intent (`tunnelgate latch clear`). Returns
 /// whether a latch was set, and how many intents were removed.
-pub(crate) async fn clear_cluster(etcd: &Etcd, keys: &Keys) -> Result<(bool, u64), EtcdError> {
+pub async fn clear_cluster(etcd: &Etcd, keys: &Keys) -> Result<(bool, u64), EtcdError> {
     let intents = etcd.delete_prefix(&keys.intents).await?;
     let latch = etcd.delete(&keys.latch).await?;
     Ok((latch > 0, intents))

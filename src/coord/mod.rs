@@ -30,7 +30,7 @@ mod latch;
 mod reach;
 
 pub(crate) use intents::EtcdIntents;
-pub(crate) use latch::{clear_cluster, read_cluster, ClusterRecord};
+pub use latch::{clear_cluster, read_cluster, ClusterRecord};
 pub(crate) use reach::ReachProbe;
 
 use std::collections::BTreeMap;
@@ -54,7 +54,7 @@ pub(crate) const RENEW_DEADLINE_SHARE: f64 = 2.0 / 3.0;
 
 /// The keys of one tunnel under `coordination.etcd.prefix`.
 #[derive(Clone, Debug)]
-pub(crate) struct Keys {
+pub struct Keys {
     pub leader: String,
     pub intents: String,
     pub latch: String,
@@ -64,7 +64,7 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    pub(crate) fn under(prefix: &str) -> Self {
+    pub fn under(prefix: &str) -> Self {
         Self {
             leader: format!("{prefix}/leader"),
             intents: format!("{prefix}/intents/"),
@@ -79,7 +79,7 @@ impl Keys {
 }
 
 /// The etcd client of `coordination.etcd`, each request bounded by `timeout`.
-pub(crate) fn client(config: &EtcdConfig, timeout: Duration) -> Result<Etcd, EtcdError> {
+pub fn client(config: &EtcdConfig, timeout: Duration) -> Result<Etcd, EtcdError> {
     let (username, password) = match &config.credentials {
         Some((u, p)) => (Some(u.expose().to_owned()), Some(p.expose().to_owned())),
         None => (None, None),

@@ -153,7 +153,8 @@ fn probe_file(dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::strict::{CommandRef, FatalCategory};
+    use crate::strict::CommandRef;
+    use tunnelgate::FatalCategory;
 
     #[test]
     fn a_missing_directory_is_probed_and_removed_again() {

@@ -30,10 +30,9 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::app::{build_control, GatewayLabels};
+use crate::app::{build_control, gateway_metrics};
 use crate::config::{ChannelConfig, Config, ConfigError};
 use crate::strict::Fence;
-use crate::telemetry::Metrics;
 #[cfg(test)]
 pub(crate) use report::Verdict;
 pub(crate) use report::{Check, Report};
@@ -52,10 +51,7 @@ const GUARD_SLACK: Duration = Duration::from_secs(3);
 
 /// Runs every check against a valid configuration.
 pub(crate) async fn run(config: &Config, options: &Options) -> Report {
-    let metrics = Arc::new(Metrics::new::<GatewayLabels>(
-        config.strict.enabled,
-        &config.stdio_channel_names(),
-    ));
+    let metrics = Arc::new(gateway_metrics(config));
     let fence = Fence::new(false, config.mcp.channels.len());
     let probe = channel::Probe {
         fence: &fence,

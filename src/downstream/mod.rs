@@ -23,16 +23,17 @@ mod watch;
 
 pub(crate) use channels::{Channels, Transport, TransportKind};
 pub(crate) use era::{EraSetting, ServerEra};
-pub(crate) use harpoon::{HarpoonSettings, HarpoonTransport, HostClassifier, TargetView, HARPOON_CHANNEL};
-pub(crate) use http::{EraEvent, EraObserver, HttpEgress, HttpSettings, HttpTransport};
+pub use harpoon::HarpoonTransport;
+pub(crate) use harpoon::{HarpoonSettings, HostClassifier, TargetView, HARPOON_CHANNEL};
+pub(crate) use http::{EraEvent, EraObserver};
+pub use http::{HttpEgress, HttpSettings, HttpTransport};
 #[cfg(test)]
 pub(crate) use identity::MAX_IDENTITY_CHARS;
 pub(crate) use identity::{Seen, ServerIdentity};
-pub(crate) use outcome::{LegFailure, LegOutcome, LegResult, Notification, NotifySink, Reply};
-pub(crate) use stdio::{
-    guard as stdio_guard, HeldEnded, InputRequiredSettings, SessionMode, SessionSettings, SessionState, StdioSettings,
-    StdioTransport,
-};
+pub use outcome::{LegFailure, LegResult, NotifySink};
+pub(crate) use outcome::{LegOutcome, Notification, Reply};
+pub(crate) use stdio::{guard as stdio_guard, HeldEnded, InputRequiredSettings, SessionMode, SessionState};
+pub use stdio::{SessionSettings, StdioSettings, StdioTransport};
 
 // The decoders as the fuzz and property targets drive them (`crate::fuzzing`).
 #[cfg(any(test, fuzzing))]
@@ -44,7 +45,7 @@ use crate::protocol::{JsonRpcPayload, WireHeaders};
 
 /// One JSON-RPC message to forward, as received from the control plane.
 #[derive(Debug)]
-pub(crate) struct DownstreamRequest<'a> {
+pub struct DownstreamRequest<'a> {
     /// Forwarded byte for byte.
     pub payload: &'a JsonRpcPayload,
     /// Connector headers from the command (multi-valued), forwarded as given.

@@ -18,7 +18,7 @@ label_enum! {
     /// How a downstream leg ended (docs/outcomes.md, "Downstream legs"); its label is used
     /// in metrics, logs and spans.
     #[derive(Hash)]
-    pub(crate) enum LegOutcome {
+    pub enum LegOutcome {
         /// The MCP server cannot have seen the request.
         NotSent => "not_sent",
         /// A terminal response for this request arrived whole.
@@ -46,7 +46,7 @@ pub(crate) const SESSION_NOT_OPEN_MESSAGE: &str =
 
 /// Every way a downstream leg can fail, named where it happens.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum LegFailure {
+pub enum LegFailure {
     // --- before any byte of the request could reach the server ---
     /// Name resolution failed.
     Dns,
@@ -80,7 +80,7 @@ pub(crate) enum LegFailure {
     /// As [`LegFailure::SessionNotOpen`], where the gateway's own `initialize`, run under
     /// this command's admission, was written and got no answer: this request was not
     /// sent, but a downstream step taken for it is of unknown effect (strict mode latches
-    /// on it, see [`LegFailure::gateway_step_abandoned`]).
+    /// on it, see `LegFailure::gateway_step_abandoned`).
     InitializeAbandoned,
 
     // --- the server answered, without a usable JSON-RPC response ---
@@ -154,7 +154,7 @@ impl LegFailure {
     }
 
     /// Stable label (`error.type` in spans, `reason` in logs).
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Self::Dns => "dns",
             Self::ConnectRefused => "connection_refused",
@@ -275,7 +275,7 @@ impl LegFailure {
 
 /// The terminal response a leg produced, ready to post.
 #[derive(Debug)]
-pub(crate) struct Reply {
+pub struct Reply {
     pub resp_json: Option<Box<RawValue>>,
     pub resp_headers: BTreeMap<String, Vec<String>>,
     pub resp_code: u16,
@@ -299,18 +299,18 @@ impl Reply {
 
 /// A non-terminal message seen on a response stream, posted as `jsonrpc_notify`.
 #[derive(Debug)]
-pub(crate) struct Notification {
+pub struct Notification {
     pub resp_json: Box<RawValue>,
     pub resp_headers: BTreeMap<String, Vec<String>>,
 }
 
 /// Where transports hand notifications, in order. Bounded: a slow control plane slows
 /// the reading of the stream instead of buffering without limit.
-pub(crate) type NotifySink = tokio::sync::mpsc::Sender<Notification>;
+pub type NotifySink = tokio::sync::mpsc::Sender<Notification>;
 
 /// What a leg returns: its outcome, the failure if any, and the reply to post.
 #[derive(Debug)]
-pub(crate) struct LegResult {
+pub struct LegResult {
     pub outcome: LegOutcome,
     pub failure: Option<LegFailure>,
     pub reply: Reply,

@@ -14,7 +14,8 @@ mod listener;
 mod status;
 pub(crate) mod ui;
 
-pub(crate) use status::{GatewayState, Mode, OpsState, StatusDocument};
+pub use status::GatewayState;
+pub(crate) use status::{Mode, OpsState, StatusDocument};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -44,7 +45,7 @@ pub(crate) fn router(state: Arc<OpsState>) -> Router {
 }
 
 /// Binds the listener (errors name the address) and serves until `stop`.
-pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await
 }
 

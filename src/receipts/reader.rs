@@ -9,7 +9,7 @@ use super::record::{Receipt, Unclean};
 
 /// One line of the journal, as written and as read.
 #[derive(Clone, Debug)]
-pub(crate) struct Listed {
+pub struct Listed {
     /// The line as it is in the file (printed by `--json`).
     pub line: String,
     pub receipt: Receipt,
@@ -17,7 +17,7 @@ pub(crate) struct Listed {
 
 /// Every receipt of the journal, oldest first.
 #[derive(Debug, Default)]
-pub(crate) struct Listing {
+pub struct Listing {
     pub receipts: Vec<Listed>,
     /// Lines that are not receipts.
     pub skipped: usize,
@@ -25,7 +25,7 @@ pub(crate) struct Listing {
 
 /// Which receipts to list.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Filter {
+pub struct Filter {
     /// Only those finished at or after this time.
     pub since: Option<SystemTime>,
     /// Only those unclean in one of these ways; empty: all.
@@ -34,7 +34,7 @@ pub(crate) struct Filter {
 
 /// Why the journal could not be read.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ReadError {
+pub enum ReadError {
     #[error(
         "no receipts journal at {} (nor {}): nothing was written there yet, or receipts.path points elsewhere, or receipts.enabled is false",
         path.display(),
@@ -57,7 +57,7 @@ impl ReadError {
 }
 
 impl Filter {
-    pub(crate) fn keeps(&self, receipt: &Receipt) -> bool {
+    pub fn keeps(&self, receipt: &Receipt) -> bool {
         let recent = self
             .since
             .is_none_or(|since| receipt.finished().is_some_and(|t| t >= since));
@@ -66,7 +66,7 @@ impl Filter {
 }
 
 /// Where the journal at `path` is rotated to: `PATH.1`.
-pub(crate) fn rotated_path(path: &Path) -> PathBuf {
+pub fn rotated_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".1");
     PathBuf::from(name)
@@ -74,7 +74,7 @@ pub(crate) fn rotated_path(path: &Path) -> PathBuf {
 
 /// The journal at `path` and its rotated file, oldest line first. Missing only when
 /// neither file exists.
-pub(crate) fn read(path: &Path) -> Result<Listing, ReadError> {
+pub fn read(path: &Path) -> Result<Listing, ReadError> {
     let rotated = rotated_path(path);
     let older = read_text(&rotated)?;
     let newer = read_text(path)?;

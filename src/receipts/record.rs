@@ -22,7 +22,7 @@ pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// One line of the journal (API: field names are stable; new fields may be added).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Receipt {
+pub struct Receipt {
     pub schema_version: u32,
     pub request_id: String,
     pub channel: String,
@@ -66,7 +66,7 @@ pub(crate) struct Outcomes {
 
 label_enum! {
     /// What makes a command unclean, as `tunnelgate receipts --outcome` names it.
-    pub(crate) enum Unclean {
+    pub enum Unclean {
         /// Its downstream leg ended `abandoned`: the MCP server may have acted.
         Abandoned => "abandoned",
         /// Its terminal response was answered 404.

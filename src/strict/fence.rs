@@ -34,7 +34,7 @@ pub(crate) use sync::{FenceSync, TokioSync};
 
 /// Why the fence refused (or withdrew) an admission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     #[error("the fatal latch is set: no further downstream action")]
     Latched,
     #[error("the gateway is stopping: no new downstream action")]
@@ -88,9 +88,9 @@ pub(crate) struct Latched {
 /// Told once, with the winning cause, when the latch is first set (metrics).
 pub(crate) type LatchObserver = Box<dyn Fn(&Fatal) + Send + Sync>;
 
-/// The fence. `S` is what it is made of: production always uses [`TokioSync`]; the model
-/// checks run the same code on shuttle's primitives (see [`FenceSync`]).
-pub(crate) struct Fence<S: FenceSync = TokioSync> {
+/// The fence. `S` is what it is made of: production always uses `TokioSync`; the model
+/// checks run the same code on shuttle's primitives (see `FenceSync`).
+pub struct Fence<S: FenceSync = TokioSync> {
     inner: Arc<Inner<S>>,
 }
 
@@ -203,7 +203,7 @@ impl WireState {
 }
 
 /// Proof of admission through the fence. Dropping it releases the permit.
-pub(crate) struct Admission<S: FenceSync = TokioSync> {
+pub struct Admission<S: FenceSync = TokioSync> {
     inner: Arc<Inner<S>>,
     ticket: u64,
     command: CommandRef,
@@ -238,7 +238,7 @@ impl<S: FenceSync> Clone for Wire<S> {
 
 impl Fence {
     /// A fence admitting `permits` commands at once; strict fences must have one.
-    pub(crate) fn new(strict: bool, permits: usize) -> Self {
+    pub fn new(strict: bool, permits: usize) -> Self {
         Self::with_sync(strict, permits)
     }
 }
@@ -281,7 +281,7 @@ impl<S: FenceSync> Fence<S> {
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future before it resolves takes no permit.
-    pub(crate) async fn admit(&self, command: CommandRef) -> Result<Admission<S>, Refusal> {
+    pub async fn admit(&self, command: CommandRef) -> Result<Admission<S>, Refusal> {
         self.inner.refusal()?;
         let Some(permit) = S::acquire(self.inner.permits.clone()).await else {
             return Err(self.inner.refusal().err().unwrap_or(Refusal::Stopping));

@@ -33,7 +33,7 @@ use super::latch_file::{write_durably, ClassifyName};
 
 /// One command that may have reached an MCP server and is not yet acknowledged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Intent {
+pub struct Intent {
     pub request_id: String,
     pub channel: String,
     pub method: Option<String>,
@@ -60,7 +60,7 @@ const RECORD_BLOCK: usize = 4096;
 
 /// Why the intent store failed. Messages name the path and the problem, never a payload.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum IntentError {
+pub enum IntentError {
     #[error("cannot write the intent record {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
     #[error("cannot remove the intent record {path}: {source}")]
@@ -93,7 +93,7 @@ impl IntentError {
 
 /// What a start finds.
 #[derive(Debug)]
-pub(crate) enum Unsettled {
+pub enum Unsettled {
     /// No record: the last run ended with nothing outstanding.
     None,
     /// A readable record.
@@ -132,7 +132,7 @@ pub(crate) trait IntentStore: Send + Sync {
 /// which is kept from the first record on, so that a gateway short of descriptors can
 /// still record and settle.
 #[derive(Clone, Debug)]
-pub(crate) struct FileIntents {
+pub struct FileIntents {
     path: PathBuf,
     file: std::sync::Arc<std::sync::Mutex<Option<OpenRecord>>>,
 }
@@ -153,11 +153,11 @@ impl FileIntents {
     }
 
     /// The record beside `latch_file`: `latch.json` -> `latch.intent.json`.
-    pub(crate) fn beside(latch_file: &Path) -> Self {
+    pub fn beside(latch_file: &Path) -> Self {
         Self::new(intent_path(latch_file))
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
@@ -212,7 +212,7 @@ impl FileIntents {
     }
 
     /// Reads the record now (blocking).
-    pub(crate) fn read(&self) -> Unsettled {
+    pub fn read(&self) -> Unsettled {
         let bytes = match super::latch_file::read_regular(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Unsettled::None,
@@ -235,7 +235,7 @@ impl FileIntents {
 
     /// Removes the record now (blocking): `tunnelgate latch clear` and a start that has
     /// latched on it. `Ok(false)` when there was none.
-    pub(crate) fn clear(&self) -> Result<bool, IntentError> {
+    pub fn clear(&self) -> Result<bool, IntentError> {
         let unsettled = !matches!(self.read(), Unsettled::None);
         match std::fs::remove_file(&self.path) {
             Ok(()) => Ok(unsettled),
@@ -330,7 +330,7 @@ fn length(file: &std::fs::File) -> std::io::Result<u64> {
 }
 
 /// `latch.json` -> `latch.intent.json` (any extension is replaced; none is added to).
-pub(crate) fn intent_path(latch_file: &Path) -> PathBuf {
+pub fn intent_path(latch_file: &Path) -> PathBuf {
     let stem = latch_file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

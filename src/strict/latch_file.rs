@@ -17,7 +17,7 @@ struct LatchDocument {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum LatchFileError {
+pub enum LatchFileError {
     #[error("cannot read latch file {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
     #[error("latch file {path} exists but is not a tunnelgate latch (treated as latched): {reason}")]
@@ -91,7 +91,7 @@ pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Reads a persisted cause. `Ok(None)` when there is no file. A file that exists but does
 /// not parse is an error the caller must treat as latched (fail closed).
-pub(crate) fn read(path: &Path) -> Result<Option<Fatal>, LatchFileError> {
+pub fn read(path: &Path) -> Result<Option<Fatal>, LatchFileError> {
     let bytes = match read_regular(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -140,7 +140,7 @@ pub(crate) fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// Removes the latch file. `Ok(false)` when there was none.
-pub(crate) fn clear(path: &Path) -> Result<bool, LatchFileError> {
+pub fn clear(path: &Path) -> Result<bool, LatchFileError> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),

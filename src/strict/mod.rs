@@ -12,10 +12,12 @@ pub(crate) mod intent;
 pub(crate) mod latch_file;
 
 pub use category::FatalCategory;
-pub(crate) use fatal::CommandRef;
+pub use fatal::CommandRef;
 pub use fatal::Fatal;
-pub(crate) use fence::{Admission, Fence, FenceLeg, FenceSnapshot, Latched, Refusal, Wire};
-pub(crate) use intent::{FileIntents, Intent, IntentError, IntentFuture, IntentStore, Unsettled};
+pub use fence::{Admission, Fence};
+pub(crate) use fence::{FenceLeg, FenceSnapshot, Latched, Refusal, Wire};
+pub use intent::{FileIntents, Intent, IntentError, Unsettled};
+pub(crate) use intent::{IntentFuture, IntentStore};
 
 /// The model checks' explorer (shuttle), shared with the admission line's model check.
 #[cfg(test)]

@@ -152,27 +152,27 @@ impl tracing::field::Visit for JsonPairs {
 
 /// Output format of the structured log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Format {
+pub enum Format {
     Json,
     Text,
 }
 
 /// Span export, if any: [`shutdown`](Self::shutdown) flushes it, bounded.
 #[must_use = "await `shutdown()` at exit to flush exported spans"]
-pub(crate) struct TelemetryGuard {
+pub struct TelemetryGuard {
     provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
     log_filter: LogFilter,
 }
 
 /// Replaces the level filter of the installed subscriber. Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct LogFilter {
+pub struct LogFilter {
     swap: Arc<dyn Fn(EnvFilter) -> Result<(), reload::Error> + Send + Sync>,
 }
 
 /// Why the level filter could not be replaced (the one in force stays).
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum LogFilterError {
+pub enum LogFilterError {
     #[error("{filter:?} is not a log filter: {source}")]
     Invalid { filter: String, source: filter::ParseError },
     #[error("the log filter cannot be replaced: {0}")]
@@ -181,7 +181,7 @@ pub(crate) enum LogFilterError {
 
 impl LogFilterError {
     /// Stable label for logs.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Self::Invalid { .. } => "invalid",
             Self::Unavailable(_) => "unavailable",
@@ -198,7 +198,7 @@ impl LogFilter {
 
     /// Applies `level` (a `telemetry.log_level` value) as [`init`] did, the quiet
     /// libraries capped the same way. Callsites are re-evaluated at once.
-    pub(crate) fn set(&self, level: &str) -> Result<(), LogFilterError> {
+    pub fn set(&self, level: &str) -> Result<(), LogFilterError> {
         let filter = EnvFilter::try_new(filter_directives(level)).map_err(|source| LogFilterError::Invalid {
             filter: level.to_owned(),
             source,
@@ -210,13 +210,13 @@ impl LogFilter {
 impl TelemetryGuard {
     /// The handle that replaces the level filter (a no-op handle when [`init`] found a
     /// subscriber already installed: [`LogFilter::set`] then reports it unavailable).
-    pub(crate) fn log_filter(&self) -> LogFilter {
+    pub fn log_filter(&self) -> LogFilter {
         self.log_filter.clone()
     }
 
     /// Flushes and stops span export, waiting at most [`otlp::FLUSH_BOUND`] and never
     /// blocking the async worker it runs on.
-    pub(crate) async fn shutdown(mut self) {
+    pub async fn shutdown(mut self) {
         if let Some(provider) = self.provider.take() {
             otlp::shutdown(provider).await;
         }
@@ -264,15 +264,10 @@ pub(crate) fn filter_directives(level: &str) -> String {
 /// Installs the global subscriber. A second call (tests, embedders) is a no-op (and
 /// `ring` then stays empty).
 ///
-/// `ring` receives every event the log prints (see [`outputs`]). `otlp_endpoint` is the configured base URL; `OTEL_EXPORTER_OTLP_ENDPOINT` is used
+/// `ring` receives every event the log prints (see `outputs`). `otlp_endpoint` is the configured base URL; `OTEL_EXPORTER_OTLP_ENDPOINT` is used
 /// when it is `None`. An exporter that cannot be built is reported once on stderr and
 /// the gateway runs without it. The exporter is built on a thread of its own (awaited).
-pub(crate) async fn init(
-    format: Format,
-    level: &str,
-    otlp_endpoint: Option<&str>,
-    ring: &Arc<LogRing>,
-) -> TelemetryGuard {
+pub async fn init(format: Format, level: &str, otlp_endpoint: Option<&str>, ring: &Arc<LogRing>) -> TelemetryGuard {
     let filter = EnvFilter::try_new(filter_directives(level)).unwrap_or_else(|_| EnvFilter::new("info"));
     let log_layer = printed_log(format);
     let provider = span_provider(otlp_endpoint).await;

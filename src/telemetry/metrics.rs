@@ -34,7 +34,8 @@ use prometheus::{
     TextEncoder,
 };
 
-pub(crate) use self::accounting::{Accounting, OutcomeCounts};
+pub use self::accounting::Accounting;
+pub(crate) use self::accounting::OutcomeCounts;
 use self::commands::CommandFamilies;
 use self::coordination::CoordinationFamilies;
 use self::delivery::DeliveryFamilies;
@@ -60,7 +61,7 @@ use super::label::{LabelSets, LabelValue};
 /// TransportKind::Http)` does not (E0277); the tests of `app::labels` hold both with the
 /// real enums (the method coerced to `fn(&Metrics, TransportKind, LegOutcome)`, and
 /// neither enum carrying the other's marker trait).
-pub(crate) struct Metrics {
+pub struct Metrics {
     registry: Registry,
     poll: PollFamilies,
     commands: CommandFamilies,

@@ -29,7 +29,10 @@ pub(crate) use label::{
     LegOutcomeLabel, OAuthOriginSource, PollErrorLabel, PollResult, ReceiptDropReason, RenewalResult, SessionResult,
     TaskKind, TraceContextSource, TransportLabel,
 };
-pub(crate) use metrics::{Accounting, Metrics, OutcomeCounts};
+pub(crate) use metrics::OutcomeCounts;
+pub use metrics::{Accounting, Metrics};
 pub(crate) use propagation::{continue_trace, span_trace_context, TraceContext};
-pub(crate) use redact::{hashed_session_id, safe_method, safe_token};
-pub(crate) use ring::{LogEvent, LogRing, RingStats};
+pub(crate) use redact::hashed_session_id;
+pub use redact::{safe_method, safe_token};
+pub use ring::LogRing;
+pub(crate) use ring::{LogEvent, RingStats};

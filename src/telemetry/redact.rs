@@ -7,7 +7,7 @@
 use sha2::{Digest, Sha256};
 
 /// An opaque identifier (request id, channel), or `<unprintable>`.
-pub(crate) fn safe_token(s: &str) -> String {
+pub fn safe_token(s: &str) -> String {
     if !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b)) {
         s.to_owned()
     } else {
@@ -16,7 +16,7 @@ pub(crate) fn safe_token(s: &str) -> String {
 }
 
 /// A JSON-RPC method or tool name, or `<other>`.
-pub(crate) fn safe_method(s: &str) -> String {
+pub fn safe_method(s: &str) -> String {
     if !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b)) {
         s.to_owned()
     } else {

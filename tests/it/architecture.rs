@@ -1,11 +1,12 @@
 //! The crate's layering, read from its source: every dependency rule of
 //! `docs/ARCHITECTURE.md` ([`RULES`], one per statement of its list), its floors table
-//! (read from the document: one row per module of `src/lib.rs`, each import allowed by
+//! (read from the document: one row per module of `src/lib.rs` and `src/main.rs`, each import allowed by
 //! its row, each floor one above the highest it may import, no row granting what a rule
 //! forbids), the one maker of an `Admission`, no module circles, no non-test file over
 //! [`MAX_FILE_LINES`], and the crate root's
 //! public surface (docs/ARCHITECTURE.md, "Public API": the embedding API, the binary's
-//! hidden entry point and the fuzz targets' hidden module, every other module private),
+//! hidden `operator` module and the fuzz targets' hidden module, every other module
+//! private; [`operator`]: what the binary takes, each item used by it and by no test),
 //! held by the compiler alone ([`workspace`]: no feature opens the internals, and no
 //! target allows the unreachable-`pub` lint). [`workspace`] also holds the crate graph to
 //! the one docs/ARCHITECTURE.md draws ("Crates"), edge for edge, and its one rule Cargo
@@ -18,6 +19,7 @@
 //! modules that reach each other, where neither contains the other (a parent re-exporting
 //! its child, and a child using its parent's items, are one concept).
 
+mod operator;
 mod workspace;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,7 +48,8 @@ fn non_test_sources(root: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Every non-test source file of the crate, by module path (the binary's `main` aside).
+/// Every non-test source file of the library and the binary, by module path (the
+/// binary's root, `src/main.rs`, aside).
 fn modules() -> BTreeMap<Module, PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut out = BTreeMap::new();
@@ -279,7 +282,7 @@ const RULES: &[Rule] = &[
     // Coordination across replicas talks to etcd only: never to an MCP server or the
     // control plane, and it decides nothing of a command's lifecycle.
     Rule::Only("coord", &["config", "health", "strict", "telemetry"]),
-    Rule::ImportedOnlyBy("coord", &["app", "cli", "doctor"]),
+    Rule::ImportedOnlyBy("coord", &["app", "cli", "doctor", "operator"]),
     Rule::Never("dispatch", "coord"),
     Rule::Never("strict", "coord"),
 ];
@@ -343,10 +346,11 @@ fn documented_floors() -> BTreeMap<String, (u32, BTreeSet<String>)> {
     out
 }
 
-/// The modules `src/lib.rs` declares.
-fn declared_modules() -> BTreeSet<String> {
-    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
-    lib.lines()
+/// The modules a crate root of the root package declares (`src/lib.rs`, the library;
+/// `src/main.rs`, the binary).
+fn modules_of(root: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(root)).unwrap();
+    text.lines()
         .filter_map(|line| {
             let line = line.trim();
             let line = line
@@ -356,6 +360,17 @@ fn declared_modules() -> BTreeSet<String> {
             line.strip_prefix("mod ")?.strip_suffix(';').map(str::to_owned)
         })
         .collect()
+}
+
+/// The modules of the library and of the binary: one floors row each.
+fn declared_modules() -> BTreeSet<String> {
+    let library = modules_of("src/lib.rs");
+    let binary = modules_of("src/main.rs");
+    assert!(
+        library.is_disjoint(&binary),
+        "a module is the library's or the binary's, not both"
+    );
+    library.union(&binary).cloned().collect()
 }
 
 /// The longest a non-test source file may be: a room a newcomer can hold in their head.
@@ -403,7 +418,7 @@ fn every_module_has_a_floor_and_imports_only_what_its_row_allows() {
     let rows: BTreeSet<String> = floors.keys().cloned().collect();
     assert_eq!(
         rows, declared,
-        "docs/ARCHITECTURE.md has one floors row per module of src/lib.rs"
+        "docs/ARCHITECTURE.md has one floors row per module of src/lib.rs and src/main.rs"
     );
     let mut broken = Vec::new();
     for (module, reached) in top_level(&graph()) {
@@ -449,7 +464,7 @@ fn only_the_fence_makes_an_admission_and_it_cannot_be_cloned() {
         }
         if module == ["strict", "fence"] {
             let declared = squeezed
-                .find("pub(crate) struct Admission<")
+                .find("struct Admission<")
                 .expect("strict::fence declares Admission");
             let attributes = squeezed[..declared].rsplit(';').next().unwrap_or_default();
             let attributes = attributes.rsplit('}').next().unwrap_or_default();
@@ -563,7 +578,7 @@ const PUBLIC_SURFACE: &[(&[&str], &str)] = &[
     (&[], "pub use app::{Gateway, GatewayError, RunOutcome, StopHandle};"),
     (&[], "pub use config::{Config, ConfigError, Overrides};"),
     (&[], "pub use strict::{Fatal, FatalCategory};"),
-    (&["#[doc(hidden)]"], "pub use entry::binary_main;"),
+    (&["#[doc(hidden)]"], "pub mod operator;"),
     (&["#[cfg(any(test, fuzzing))]", "#[doc(hidden)]"], "pub mod fuzzing;"),
 ];
 

@@ -14,7 +14,7 @@ use crate::egress::client::SendError;
 
 /// Why the tunnel lookup got no status.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum LookupError {
+pub enum LookupError {
     /// The whole exchange outlasted its bound.
     #[error("the tunnel lookup timed out")]
     Timeout,
@@ -28,7 +28,7 @@ impl ControlClient {
     /// it authenticates exactly as a poll does and takes no command, so `tunnelgate
     /// doctor` can check reachability and credentials without polling. Returns the
     /// status; the body is not read. `timeout` bounds the whole exchange.
-    pub(crate) async fn get_tunnel(&self, timeout: Duration) -> Result<StatusCode, LookupError> {
+    pub async fn get_tunnel(&self, timeout: Duration) -> Result<StatusCode, LookupError> {
         let request = self.client.send(
             Method::GET,
             &self.tunnel_uri,

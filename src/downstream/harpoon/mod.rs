@@ -55,7 +55,7 @@ pub(crate) const HARPOON_CHANNEL: &str = "harpoon";
 
 /// Which discovered hosts count as private (upstream's classifier).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct HostClassifier {
+pub struct HostClassifier {
     pub loopback: bool,
     pub private: bool,
     /// Lower-case, each with a leading `.`.
@@ -64,7 +64,7 @@ pub(crate) struct HostClassifier {
 
 /// What the channel is built from (`[harpoon]`).
 #[derive(Clone, Debug)]
-pub(crate) struct HarpoonSettings {
+pub struct HarpoonSettings {
     /// Configured targets: label, URL, description.
     pub targets: Vec<(String, String, String)>,
     /// Configured template targets (`call_target_template`), validated by the loader.
@@ -87,7 +87,7 @@ pub(crate) struct HarpoonSettings {
 
 /// Why the channel could not be built.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum HarpoonSetupError {
+pub enum HarpoonSetupError {
     #[error("harpoon.targets[{index}].{field} ({label}) {problem}")]
     Target {
         index: usize,
@@ -117,7 +117,7 @@ struct Inner {
 
 /// The `harpoon` channel. Clones share everything.
 #[derive(Clone)]
-pub(crate) struct HarpoonTransport {
+pub struct HarpoonTransport {
     inner: Arc<Inner>,
 }
 
@@ -128,7 +128,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl HarpoonTransport {
     /// The channel with its configured targets (validated again here: a target the
     /// registry refuses is an error naming it). `routable` is set while a target exists.
-    pub(crate) fn new(
+    pub fn new(
         settings: HarpoonSettings,
         routable: Arc<AtomicBool>,
         metrics: Arc<Metrics>,
@@ -211,10 +211,7 @@ impl HarpoonTransport {
 
     /// `doctor`'s check of every target: each answers a `HEAD` (or `GET`) within
     /// `timeout`. Returns the label, the origin and the status or the problem in words.
-    pub(crate) async fn probe_targets(
-        &self,
-        timeout: std::time::Duration,
-    ) -> Vec<(String, String, Result<u16, String>)> {
+    pub async fn probe_targets(&self, timeout: std::time::Duration) -> Vec<(String, String, Result<u16, String>)> {
         let mut targets: Vec<(String, String, String)> = self
             .registry()
             .targets()

@@ -61,7 +61,7 @@ use crate::supervisor::Supervisor;
 
 /// Bounds for one channel's HTTP legs.
 #[derive(Clone, Debug)]
-pub(crate) struct HttpSettings {
+pub struct HttpSettings {
     /// TCP connect (and TLS handshake) bound.
     pub connect_timeout: Duration,
     /// Whole-leg bound when the command's own deadline is later or absent.
@@ -73,7 +73,7 @@ pub(crate) struct HttpSettings {
 /// How a channel's requests leave: its proxy rules and, instead, a unix domain socket
 /// (which is always reached directly, keeping the URL's host as `Host`).
 #[derive(Clone, Debug)]
-pub(crate) struct HttpEgress {
+pub struct HttpEgress {
     pub proxy: ProxySetting,
     pub socket: Option<PathBuf>,
     /// The channel's TLS configuration (`mcp.tls`, the channel's `tls`, from
@@ -106,7 +106,7 @@ impl HttpEgress {
 /// Why a channel's transport could not be built. Messages never include the URL (it may
 /// carry credentials); the channel is a field, for callers that report it.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum HttpSetupError {
+pub enum HttpSetupError {
     #[error("the MCP server URL is not a valid URL")]
     InvalidUrl { channel: String },
     /// [`HttpTransport::from_text`]'s (test builds only).
@@ -142,7 +142,7 @@ impl HttpSetupError {
 
 /// The Streamable HTTP transport of one channel. Cheap to clone: clones share the pool.
 #[derive(Clone)]
-pub(crate) struct HttpTransport {
+pub struct HttpTransport {
     inner: Arc<Inner>,
 }
 
@@ -194,7 +194,7 @@ impl HttpTransport {
     }
 
     /// [`HttpTransport::new`], leaving as `egress` says (the channel's proxy or socket).
-    pub(crate) fn with_egress(
+    pub fn with_egress(
         channel: &str,
         url: &HttpUrl,
         settings: HttpSettings,
@@ -267,7 +267,7 @@ impl HttpTransport {
     /// The channel's configured headers, sent on its every request unless the caller
     /// sent the same name (see [`configured`]). Call it on a new transport, before it is
     /// cloned.
-    pub(crate) fn with_headers(mut self, headers: HeaderMap) -> Self {
+    pub fn with_headers(mut self, headers: HeaderMap) -> Self {
         Arc::get_mut(&mut self.inner)
             .expect("a transport gets its headers before it is cloned")
             .configured = headers;
@@ -315,12 +315,7 @@ impl HttpTransport {
     ///
     /// # Cancel safety
     /// As [`HttpTransport::call_plain`].
-    pub(crate) async fn call(
-        &self,
-        admission: &Admission,
-        req: &DownstreamRequest<'_>,
-        notes: &NotifySink,
-    ) -> LegResult {
+    pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
         if req.payload.is_reply() {
             if let Some(ack) = self.inner.up_waiters.take(req.payload) {
                 return LegResult::answered(ack);
@@ -394,7 +389,7 @@ impl HttpTransport {
     ///
     /// # Cancel safety
     /// As for [`call`](Self::call): dropping it after the send began is `abandoned`.
-    pub(crate) async fn terminate_session(
+    pub async fn terminate_session(
         &self,
         admission: &Admission,
         headers: &WireHeaders,
@@ -445,7 +440,7 @@ impl HttpTransport {
     }
 
     /// The problem of the last failed TLS handshake of this channel, in words.
-    pub(crate) fn last_tls_problem(&self) -> Option<String> {
+    pub fn last_tls_problem(&self) -> Option<String> {
         lock(&self.inner.tls_problem).clone()
     }
 

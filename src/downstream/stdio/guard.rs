@@ -108,7 +108,7 @@ enum Ended {
 /// Called first thing by `main`: runs the guard when this process was started as one and
 /// returns its exit code; otherwise records that this binary runs guards (the stdio
 /// channels then start their children through it) and returns `None`.
-pub(crate) fn dispatch() -> Option<ExitCode> {
+pub fn dispatch() -> Option<ExitCode> {
     let mut argv = std::env::args_os().skip(1);
     if argv.next().as_deref() != Some(SUBCOMMAND.as_ref()) {
         DISPATCHED.store(true, Ordering::Relaxed);

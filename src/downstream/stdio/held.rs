@@ -52,7 +52,7 @@ pub(crate) type HeldObserver = Arc<dyn Fn(HeldEnded) + Send + Sync>;
 /// How the era bridge holds calls on one stdio channel
 /// (`mcp.channels.NAME.input_required`).
 #[derive(Clone, Debug)]
-pub(crate) struct InputRequiredSettings {
+pub struct InputRequiredSettings {
     /// Whether calls are held across input rounds at all (never in strict mode).
     pub parks: bool,
     /// How long a parked call waits for the caller's retry.

@@ -70,7 +70,8 @@ pub(crate) use self::held::{HeldEnded, InputRequiredSettings};
 use self::pipe::{Writer, EXIT_DRAIN};
 #[cfg(test)]
 use self::session::Session;
-pub(crate) use self::session::{SessionMode, SessionSettings};
+pub(crate) use self::session::SessionMode;
+pub use self::session::SessionSettings;
 use super::era;
 use super::identity::Observed;
 use super::{ChannelStatus, DownstreamRequest, LegFailure, LegResult, NotifySink, Reply, TransportKind};
@@ -81,7 +82,7 @@ use crate::telemetry::Metrics;
 
 /// Timing of one stdio channel.
 #[derive(Clone, Debug)]
-pub(crate) struct StdioSettings {
+pub struct StdioSettings {
     /// Bound of one call from its start (waiting for its turn, spawning, writing, the
     /// response); the command's deadline bounds it too, whichever comes first.
     pub request_timeout: Duration,
@@ -95,7 +96,7 @@ pub(crate) struct StdioSettings {
     /// `mcp.max_concurrent`). Notifications and client responses take no slot.
     pub max_concurrent: NonZeroUsize,
     /// The tunnelgate executable each child is started through (`__stdio-guard`, see
-    /// [`guard`]), so that the child's process group dies with this process however it
+    /// `guard`), so that the child's process group dies with this process however it
     /// dies; `None` starts the command directly. The default is this binary when its
     /// `main` dispatches the guard ([`guard::dispatch`]), else `None` (unit tests, a
     /// binary that embeds the gateway without dispatching the guard).
@@ -123,7 +124,7 @@ impl Default for StdioSettings {
 
 /// One channel's supervised stdio MCP server. Share it behind an `Arc`; up to
 /// `max_concurrent` calls are in flight to the child at once.
-pub(crate) struct StdioTransport {
+pub struct StdioTransport {
     shared: Arc<Shared>,
 }
 
@@ -196,7 +197,7 @@ impl StdioTransport {
     /// A transport for `command` (argv, no shell). Does not spawn. The child's environment
     /// is `PATH`, `HOME`, `LANG`, `LC_ALL`, `TZ`, `TMPDIR`, `USER` from this process (when
     /// set) plus `env`; `TUNNELGATE_*` and `CONTROL_PLANE_*` never pass.
-    pub(crate) fn new(
+    pub fn new(
         channel: &str,
         command: Vec<String>,
         env: BTreeMap<String, String>,
@@ -310,12 +311,7 @@ impl StdioTransport {
     /// Dropping the future before the write starts sends nothing. Once the write has
     /// started it completes whole in its own task and the request is retired: a dropped
     /// call after that point must be treated as abandoned.
-    pub(crate) async fn call(
-        &self,
-        admission: &Admission,
-        req: &DownstreamRequest<'_>,
-        notes: &NotifySink,
-    ) -> LegResult {
+    pub async fn call(&self, admission: &Admission, req: &DownstreamRequest<'_>, notes: &NotifySink) -> LegResult {
         let session = &self.shared.settings.session;
         if session.mode == SessionMode::PassThrough {
             return self.plain_call(admission, req, notes).await;
@@ -392,7 +388,7 @@ impl StdioTransport {
 
     /// Immediately SIGKILLs the process group; nothing is ever spawned again (fatal
     /// latch cleanup). Reaping continues in the background.
-    pub(crate) fn kill_now(&self) {
+    pub fn kill_now(&self) {
         if let Some(child) = self.shared.stop() {
             if !child.released.is_cancelled() {
                 tracing::info!(channel = %self.shared.channel, generation = child.generation, "killing the stdio child's process group");
@@ -404,7 +400,7 @@ impl StdioTransport {
 
     /// `/status` view: `up` while a child runs with its session open (or passed
     /// through), `generation` = spawns so far, `session` where the session stands.
-    pub(crate) fn status(&self) -> ChannelStatus {
+    pub fn status(&self) -> ChannelStatus {
         let st = self.shared.lock();
         let session = st.child.as_ref().map_or(SessionState::Down, |c| c.session_state());
         let started_at = st

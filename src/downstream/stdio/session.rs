@@ -48,7 +48,7 @@ const NO_CALLER: i64 = -32603;
 /// Who opens a stdio child's MCP session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum SessionMode {
+pub enum SessionMode {
     /// The gateway initializes every child itself and answers callers from the session;
     /// a child that refuses `initialize` as a 2026-07-28 server does is taken as
     /// discovered and passed through.
@@ -60,7 +60,7 @@ pub(crate) enum SessionMode {
 
 /// The gateway's own `initialize` (`mcp.channels.NAME.initialize`).
 #[derive(Clone, Debug)]
-pub(crate) struct SessionSettings {
+pub struct SessionSettings {
     pub mode: SessionMode,
     /// The server's era as configured (`mcp.channels.NAME.era`): `auto` detects it by
     /// this handshake, `legacy` requires an `InitializeResult`, `modern` never sends it.

@@ -18,7 +18,7 @@ use std::sync::atomic::AtomicU8;
 use std::sync::{Arc, PoisonError};
 
 /// The primitives a [`Fence`](super::Fence) is built from.
-pub(crate) trait FenceSync: Send + Sync + 'static {
+pub trait FenceSync: Send + Sync + 'static {
     type Mutex<T: Send>: Send + Sync;
     type Guard<'a, T: Send + 'a>: DerefMut<Target = T>;
     type Semaphore: Send + Sync;
@@ -73,7 +73,7 @@ macro_rules! atomic_u8_cell {
 pub(super) use atomic_u8_cell;
 
 #[derive(Debug)]
-pub(crate) enum TokioSync {}
+pub enum TokioSync {}
 
 impl FenceSync for TokioSync {
     type Mutex<T: Send> = std::sync::Mutex<T>;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// The `.rs` files of the workspace's targets: `src/`, `crates/`, `tests/`, `examples/`
 /// and the fuzz targets.
-fn every_rust_file() -> Vec<PathBuf> {
+pub(super) fn every_rust_file() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut stack: Vec<PathBuf> = ["src", "crates", "tests", "examples", "fuzz/fuzz_targets"]
         .iter()
