@@ -7,7 +7,7 @@
 //! Not an API: hidden, and no promise to embedders, whose API is the crate root. An item
 //! is here only because a command uses it (the items are `pub` in their modules for this
 //! reason alone, and `pub(crate)` otherwise); the integration tests do not import it
-//! (`tests/it/architecture.rs` holds that).
+//! (`tests/it/architecture/operator.rs` holds both).
 
 /// The gateway's assembly.
 pub mod app {
