@@ -71,10 +71,6 @@ pub mod stderr {
 /// Strict mode: the fence, the latch and the intent record.
 pub mod strict {
     pub use crate::strict::{Admission, CommandRef, Fatal, Fence, FileIntents, Intent, IntentError, Unsettled};
-    /// The intent record's file.
-    pub mod intent {
-        pub use crate::strict::intent::intent_path;
-    }
     /// The latch file.
     pub mod latch_file {
         pub use crate::strict::latch_file::{clear, read, LatchFileError};

@@ -41,9 +41,9 @@ pub(crate) async fn collect(config: &OfflineConfig, options: &Options, progress:
         from_disk("latch.json", latch, "no latch file (not latched)"),
         &mut parts,
     );
-    let intent = crate::strict::intent::intent_path(latch);
+    let intents = crate::strict::FileIntents::beside(latch);
     keep(
-        from_disk("intent.json", &intent, "no intent record (nothing unsettled)"),
+        from_disk("intent.json", intents.path(), "no intent record (nothing unsettled)"),
         &mut parts,
     );
     for part in receipts(config.receipts()) {

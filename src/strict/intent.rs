@@ -330,7 +330,7 @@ fn length(file: &std::fs::File) -> std::io::Result<u64> {
 }
 
 /// `latch.json` -> `latch.intent.json` (any extension is replaced; none is added to).
-pub fn intent_path(latch_file: &Path) -> PathBuf {
+pub(crate) fn intent_path(latch_file: &Path) -> PathBuf {
     let stem = latch_file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
